@@ -1,0 +1,509 @@
+//! Raw Hugging Face `config.json` → normalised [`Model`].
+//!
+//! Defaults follow each architecture's transformers configuration class (transformers 5.x
+//! `models/*/configuration_*.py`), because a key absent from config.json means "the class
+//! default", not "false": GPT-2, OPT, Falcon, Gemma and Starcoder2 tie their embeddings
+//! when `tie_word_embeddings` is absent; Llama, Qwen, Mistral do not.
+
+use serde_json::{Map, Value};
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::model::{Act, Attention, Block, Mla, Mlp, Model, Moe, Norm, QkNorm};
+
+/// Architectures read natively (others with the standard keys are estimated as Llama-like).
+pub const KNOWN_MODEL_TYPES: &[&str] = &[
+    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3",
+    "gemma3_text", "phi", "phi3", "gpt2", "gpt_neox", "falcon", "opt", "starcoder2", "olmo2", "deepseek_v2",
+    "deepseek_v3",
+];
+
+/// Largest dimension accepted from a config (guards absurd or hostile input).
+const MAX_DIM: u64 = 1 << 24;
+/// Largest layer count accepted.
+const MAX_LAYERS: u64 = 10_000;
+
+/// Parse a config.json's bytes into a [`Model`]. `file` names the source in error messages.
+pub fn parse_config(bytes: &[u8], name: &str, file: &str) -> Result<Model> {
+    let root: Value = serde_json::from_slice(bytes).map_err(|e| Error::Json { file: file.into(), message: e.to_string() })?;
+    let Value::Object(mut obj) = root else {
+        return Err(Error::Json { file: file.into(), message: "the top level must be a JSON object".into() });
+    };
+    let mut warnings = Vec::new();
+    // Multimodal wrappers (Gemma-3, LLaVA …) keep the language model under `text_config`.
+    if !obj.contains_key("hidden_size") && !obj.contains_key("n_embd") {
+        if let Some(Value::Object(text)) = obj.get("text_config").cloned() {
+            warnings.push("multimodal config: estimating the language model in `text_config` only".to_string());
+            let outer_dtype = obj.get("torch_dtype").cloned();
+            obj = text;
+            if !obj.contains_key("torch_dtype") {
+                if let Some(d) = outer_dtype {
+                    obj.insert("torch_dtype".into(), d);
+                }
+            }
+        }
+    }
+    let c = Cfg { obj: &obj, file };
+    let model_type = c.str("model_type").unwrap_or_default();
+    let known = KNOWN_MODEL_TYPES.contains(&model_type.as_str());
+    if !known {
+        let shown = if model_type.is_empty() { "(none)".to_string() } else { format!("`{model_type}`") };
+        warnings.push(format!(
+            "model_type {shown} is not one vram knows; estimated as a Llama-style decoder (RMSNorm, SwiGLU, rotary) from its standard keys"
+        ));
+    }
+    let mut m = match model_type.as_str() {
+        "gpt2" => gpt2(&c, name)?,
+        "gpt_neox" => gpt_neox(&c, name)?,
+        "falcon" => falcon(&c, name)?,
+        "opt" => opt(&c, name)?,
+        "phi" => phi(&c, name)?,
+        _ => llama_like(&c, name, &model_type)?,
+    };
+    m.model_type = if model_type.is_empty() { "unknown".into() } else { model_type };
+    m.stored_dtype = c.str("torch_dtype").or_else(|| c.str("dtype")).and_then(|s| DType::from_torch_name(&s));
+    m.warnings.splice(0..0, warnings);
+    validate(&m, file)?;
+    Ok(m)
+}
+
+struct Cfg<'a> {
+    obj: &'a Map<String, Value>,
+    file: &'a str,
+}
+
+impl Cfg<'_> {
+    fn get(&self, key: &str) -> Option<&Value> {
+        self.obj.get(key).filter(|v| !v.is_null())
+    }
+    fn str(&self, key: &str) -> Option<String> {
+        self.get(key).and_then(|v| v.as_str()).map(str::to_string)
+    }
+    fn bool(&self, key: &str, default: bool) -> Result<bool> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(v) => Err(self.bad(key, v, "expected true or false")),
+        }
+    }
+    fn f64(&self, key: &str, default: f64) -> Result<f64> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(v) => v.as_f64().filter(|x| x.is_finite()).ok_or_else(|| self.bad(key, v, "expected a number")),
+        }
+    }
+    /// An optional positive integer; `0` is read as absent only when `zero_ok`.
+    fn opt_u64(&self, key: &str) -> Result<Option<u64>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => match v.as_u64() {
+                Some(n) if n <= MAX_DIM.max(MAX_LAYERS) * 64 => Ok(Some(n)),
+                // Floats with an integral value (some configs write 4096.0).
+                _ => match v.as_f64() {
+                    Some(f) if f >= 0.0 && f.fract() == 0.0 && f <= 1e12 => Ok(Some(f as u64)),
+                    _ => Err(self.bad(key, v, "expected a non-negative integer")),
+                },
+            },
+        }
+    }
+    /// First present key among `keys`, or a `MissingKey` error naming the first.
+    fn req(&self, keys: &[&str], why: &str) -> Result<u64> {
+        for k in keys {
+            if let Some(v) = self.opt_u64(k)? {
+                return Ok(v);
+            }
+        }
+        Err(Error::MissingKey { file: self.file.into(), key: keys[0].into(), why: why.into() })
+    }
+    fn opt(&self, keys: &[&str]) -> Result<Option<u64>> {
+        for k in keys {
+            if let Some(v) = self.opt_u64(k)? {
+                return Ok(Some(v));
+            }
+        }
+        Ok(None)
+    }
+    fn bad(&self, key: &str, v: &Value, hint: &str) -> Error {
+        Error::BadKey { file: self.file.into(), key: key.into(), value: v.to_string(), hint: hint.into() }
+    }
+    fn act(&self, keys: &[&str], default: Act) -> Act {
+        keys.iter().find_map(|k| self.str(k)).map_or(default, |s| act_from_name(&s))
+    }
+    fn dropout(&self, keys: &[&str]) -> Result<f64> {
+        for k in keys {
+            if self.get(k).is_some() {
+                return self.f64(k, 0.0);
+            }
+        }
+        Ok(0.0)
+    }
+}
+
+/// transformers `ACT2FN` names → how PyTorch evaluates them.
+fn act_from_name(s: &str) -> Act {
+    match s {
+        "silu" | "swish" => Act::Silu,
+        "gelu_new" | "gelu_fast" | "gelu_python" | "gelu_accurate" | "gelu_python_tanh" => Act::GeluPython,
+        "relu" => Act::Relu,
+        // "gelu", "gelu_pytorch_tanh", "gelu_10" and the rest: one native kernel.
+        _ => Act::Gelu,
+    }
+}
+
+fn base(name: &str) -> Model {
+    Model {
+        name: name.into(),
+        model_type: String::new(),
+        hidden: 0,
+        layers: 0,
+        heads: 0,
+        kv_heads: 0,
+        head_dim: 0,
+        vocab: 0,
+        intermediate: 0,
+        tied_embeddings: false,
+        position_embeddings: 0,
+        embed_dim: 0,
+        norm: Norm::RmsNorm,
+        block: Block::Sequential,
+        attention: Attention { qkv_bias: false, o_bias: false, fused_qkv: false, qk_norm: QkNorm::None, mla: None, softcap: false },
+        mlp: Mlp { gated: true, fused_gate_up: false, act: Act::Silu, bias: false },
+        moe: None,
+        final_norm: true,
+        lm_head_bias: false,
+        sliding_window: None,
+        sliding_layers: 0,
+        attention_dropout: 0.0,
+        hidden_dropout: 0.0,
+        stored_dtype: None,
+        checkpoint_parameters: None,
+        warnings: Vec::new(),
+    }
+}
+
+/// Llama and its descendants: Mistral, Mixtral, Qwen2/3 (+MoE), Gemma 1/2/3, Phi-3, OLMo-2,
+/// Starcoder2, DeepSeek-V2/V3.
+fn llama_like(c: &Cfg, name: &str, mt: &str) -> Result<Model> {
+    let mut m = base(name);
+    m.hidden = c.req(&["hidden_size"], "size every weight matrix")?;
+    m.layers = c.req(&["num_hidden_layers"], "count the decoder layers")?;
+    m.heads = c.req(&["num_attention_heads"], "shape attention")?;
+    m.vocab = c.req(&["vocab_size"], "size the embedding and the logits")?;
+    m.embed_dim = m.hidden;
+    m.kv_heads = c.opt(&["num_key_value_heads"])?.unwrap_or(m.heads);
+    let gemma = mt.starts_with("gemma");
+    let default_head_dim = if gemma { 256 } else if m.heads > 0 { m.hidden / m.heads } else { 0 };
+    m.head_dim = c.opt(&["head_dim"])?.unwrap_or(default_head_dim);
+    let is_moe_type = matches!(mt, "mixtral" | "qwen2_moe" | "qwen3_moe" | "deepseek_v2" | "deepseek_v3");
+    m.intermediate = match c.opt(&["intermediate_size"])? {
+        Some(i) => i,
+        None if is_moe_type => 0,
+        None => return Err(Error::MissingKey { file: c.file.into(), key: "intermediate_size".into(), why: "size the MLP".into() }),
+    };
+    // Tie defaults per configuration class (transformers 5.x).
+    let tie_default = matches!(mt, "gemma" | "gemma2" | "gemma3" | "gemma3_text" | "starcoder2");
+    m.tied_embeddings = c.bool("tie_word_embeddings", tie_default)?;
+    m.attention_dropout = c.dropout(&["attention_dropout"])?;
+    m.mlp.act = c.act(&["hidden_activation", "hidden_act"], if gemma { Act::Gelu } else { Act::Silu });
+    let attn_bias = c.bool("attention_bias", false)?;
+    m.attention.qkv_bias = attn_bias;
+    m.attention.o_bias = attn_bias;
+    m.mlp.bias = c.bool("mlp_bias", false)?;
+    match mt {
+        // Qwen2 hard-codes bias on q/k/v and none on o_proj (modeling_qwen2.py).
+        "qwen2" | "qwen2_moe" => {
+            m.attention.qkv_bias = true;
+            m.attention.o_bias = false;
+        }
+        "mistral" | "mixtral" | "phi3" => {
+            m.attention.qkv_bias = false;
+            m.attention.o_bias = false;
+        }
+        _ => {}
+    }
+    if gemma {
+        m.norm = Norm::GemmaRmsNorm;
+        if mt != "gemma" {
+            m.block = Block::Sandwich;
+        }
+        m.attention.softcap = mt == "gemma2" && c.f64("attn_logit_softcapping", 0.0)? != 0.0;
+    }
+    if matches!(mt, "qwen3" | "qwen3_moe" | "gemma3" | "gemma3_text") {
+        m.attention.qk_norm = QkNorm::PerHead;
+    }
+    if mt == "olmo2" {
+        m.attention.qk_norm = QkNorm::Full;
+        m.block = Block::PostNorm;
+    }
+    if mt == "phi3" {
+        m.attention.fused_qkv = true;
+        m.mlp.fused_gate_up = true;
+    }
+    if mt == "starcoder2" {
+        let b = c.bool("use_bias", true)?;
+        m.norm = Norm::LayerNorm { bias: true };
+        m.attention.qkv_bias = b;
+        m.attention.o_bias = b;
+        m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["hidden_act"], Act::Gelu), bias: b };
+        m.hidden_dropout = c.dropout(&["residual_dropout"])?;
+    }
+    if mt.starts_with("deepseek") {
+        m.attention.mla = Some(Mla {
+            q_lora_rank: c.opt(&["q_lora_rank"])?,
+            kv_lora_rank: c.req(&["kv_lora_rank"], "size the MLA latent")?,
+            qk_nope_head_dim: c.req(&["qk_nope_head_dim"], "shape MLA heads")?,
+            qk_rope_head_dim: c.req(&["qk_rope_head_dim"], "shape MLA heads")?,
+            v_head_dim: c.req(&["v_head_dim"], "shape MLA heads")?,
+        });
+        let mla = m.attention.mla.expect("just set");
+        m.head_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim;
+        m.kv_heads = m.heads;
+    }
+    m.moe = moe(c, mt, m.layers)?;
+    if let Some(moe) = &m.moe {
+        if m.intermediate == 0 {
+            m.intermediate = moe.expert_intermediate;
+        }
+    }
+    sliding(c, mt, &mut m)?;
+    Ok(m)
+}
+
+fn moe(c: &Cfg, mt: &str, layers: u64) -> Result<Option<Moe>> {
+    let why = "size the mixture of experts";
+    let m = match mt {
+        "mixtral" => Moe {
+            experts: c.req(&["num_local_experts"], why)?,
+            top_k: c.req(&["num_experts_per_tok"], why)?,
+            expert_intermediate: c.req(&["intermediate_size"], why)?,
+            shared_intermediate: 0,
+            shared_gate: false,
+            sparse_layers: vec![true; layers as usize],
+        },
+        "qwen2_moe" | "qwen3_moe" => {
+            let step = c.opt(&["decoder_sparse_step"])?.unwrap_or(1).max(1);
+            let dense: Vec<u64> = match c.get("mlp_only_layers") {
+                Some(Value::Array(a)) => a.iter().filter_map(Value::as_u64).collect(),
+                _ => vec![],
+            };
+            let experts = c.req(&["num_experts"], why)?;
+            Moe {
+                experts,
+                top_k: c.req(&["num_experts_per_tok"], why)?,
+                expert_intermediate: c.req(&["moe_intermediate_size"], why)?,
+                shared_intermediate: if mt == "qwen2_moe" { c.opt(&["shared_expert_intermediate_size"])?.unwrap_or(0) } else { 0 },
+                shared_gate: mt == "qwen2_moe",
+                // modeling_qwen2_moe.py: sparse when not in mlp_only_layers and (i + 1) % step == 0.
+                sparse_layers: (0..layers).map(|i| experts > 0 && !dense.contains(&i) && (i + 1) % step == 0).collect(),
+            }
+        }
+        "deepseek_v2" | "deepseek_v3" => {
+            let first = c.opt(&["first_k_dense_replace"])?.unwrap_or(0);
+            let freq = c.opt(&["moe_layer_freq"])?.unwrap_or(1).max(1);
+            let ei = c.req(&["moe_intermediate_size"], why)?;
+            let experts = c.req(&["n_routed_experts"], why)?;
+            Moe {
+                experts,
+                top_k: c.req(&["num_experts_per_tok"], why)?,
+                expert_intermediate: ei,
+                shared_intermediate: ei * c.opt(&["n_shared_experts"])?.unwrap_or(0),
+                shared_gate: false,
+                // modeling_deepseek_v3.py: MoE when i >= first_k_dense_replace and i % moe_layer_freq == 0.
+                sparse_layers: (0..layers).map(|i| experts > 0 && i >= first && i % freq == 0).collect(),
+            }
+        }
+        _ => return Ok(None),
+    };
+    Ok(Some(m))
+}
+
+/// Which layers use a sliding window, from `layer_types`, Gemma's patterns, or a global window.
+fn sliding(c: &Cfg, mt: &str, m: &mut Model) -> Result<()> {
+    let window = c.opt(&["sliding_window"])?;
+    if let Some(Value::Array(types)) = c.get("layer_types") {
+        let n = types.iter().filter(|t| t.as_str() == Some("sliding_attention")).count() as u64;
+        if n > 0 {
+            m.sliding_window = window;
+            m.sliding_layers = n.min(m.layers);
+        }
+        return Ok(());
+    }
+    let Some(w) = window else { return Ok(()) };
+    m.sliding_window = Some(w);
+    m.sliding_layers = match mt {
+        // Gemma-2 alternates local and global layers, starting with local.
+        "gemma2" => m.layers.div_ceil(2),
+        // Gemma-3: every `sliding_window_pattern`-th layer is global (default 6).
+        "gemma3" | "gemma3_text" => {
+            let p = c.opt(&["sliding_window_pattern"])?.unwrap_or(6).max(1);
+            m.layers - m.layers / p
+        }
+        "qwen2" | "qwen2_moe" | "qwen3" | "qwen3_moe" => {
+            if c.bool("use_sliding_window", false)? {
+                let from = c.opt(&["max_window_layers"])?.unwrap_or(m.layers).min(m.layers);
+                m.layers - from
+            } else {
+                0
+            }
+        }
+        _ => m.layers,
+    };
+    if m.sliding_layers == 0 {
+        m.sliding_window = None;
+    }
+    Ok(())
+}
+
+fn gpt2(c: &Cfg, name: &str) -> Result<Model> {
+    let mut m = base(name);
+    m.hidden = c.req(&["n_embd", "hidden_size"], "size every weight matrix")?;
+    m.layers = c.req(&["n_layer", "num_hidden_layers"], "count the decoder layers")?;
+    m.heads = c.req(&["n_head", "num_attention_heads"], "shape attention")?;
+    m.vocab = c.req(&["vocab_size"], "size the embedding and the logits")?;
+    m.embed_dim = m.hidden;
+    m.kv_heads = m.heads;
+    m.head_dim = m.hidden / m.heads.max(1);
+    m.intermediate = c.opt(&["n_inner"])?.unwrap_or(4 * m.hidden);
+    m.position_embeddings = c.opt(&["n_positions", "max_position_embeddings"])?.unwrap_or(1024);
+    m.tied_embeddings = c.bool("tie_word_embeddings", true)?;
+    m.norm = Norm::LayerNorm { bias: true };
+    m.attention = Attention { qkv_bias: true, o_bias: true, fused_qkv: true, qk_norm: QkNorm::None, mla: None, softcap: false };
+    m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["activation_function"], Act::GeluPython), bias: true };
+    m.attention_dropout = c.dropout(&["attn_pdrop"])?;
+    m.hidden_dropout = c.dropout(&["resid_pdrop"])?;
+    Ok(m)
+}
+
+fn gpt_neox(c: &Cfg, name: &str) -> Result<Model> {
+    let mut m = base(name);
+    m.hidden = c.req(&["hidden_size"], "size every weight matrix")?;
+    m.layers = c.req(&["num_hidden_layers"], "count the decoder layers")?;
+    m.heads = c.req(&["num_attention_heads"], "shape attention")?;
+    m.vocab = c.req(&["vocab_size"], "size the embedding and the logits")?;
+    m.intermediate = c.req(&["intermediate_size"], "size the MLP")?;
+    m.embed_dim = m.hidden;
+    m.kv_heads = m.heads;
+    m.head_dim = m.hidden / m.heads.max(1);
+    m.tied_embeddings = c.bool("tie_word_embeddings", false)?;
+    m.norm = Norm::LayerNorm { bias: true };
+    m.block = if c.bool("use_parallel_residual", true)? { Block::ParallelTwoNorms } else { Block::Sequential };
+    m.attention = Attention { qkv_bias: c.bool("attention_bias", true)?, o_bias: c.bool("attention_bias", true)?, fused_qkv: true, qk_norm: QkNorm::None, mla: None, softcap: false };
+    m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["hidden_act"], Act::Gelu), bias: true };
+    m.attention_dropout = c.dropout(&["attention_dropout"])?;
+    m.hidden_dropout = c.dropout(&["hidden_dropout"])?;
+    Ok(m)
+}
+
+fn falcon(c: &Cfg, name: &str) -> Result<Model> {
+    let mut m = base(name);
+    m.hidden = c.req(&["hidden_size"], "size every weight matrix")?;
+    m.layers = c.req(&["num_hidden_layers"], "count the decoder layers")?;
+    m.heads = c.req(&["num_attention_heads"], "shape attention")?;
+    m.vocab = c.req(&["vocab_size"], "size the embedding and the logits")?;
+    m.embed_dim = m.hidden;
+    m.head_dim = m.hidden / m.heads.max(1);
+    let new_arch = c.bool("new_decoder_architecture", false)?;
+    // configuration_falcon.py: new architecture uses num_kv_heads; else multi_query means 1.
+    m.kv_heads = if new_arch {
+        c.opt(&["num_kv_heads"])?.unwrap_or(m.heads)
+    } else if c.bool("multi_query", true)? {
+        1
+    } else {
+        m.heads
+    };
+    m.intermediate = c.opt(&["ffn_hidden_size"])?.unwrap_or(4 * m.hidden);
+    m.tied_embeddings = c.bool("tie_word_embeddings", true)?;
+    m.norm = Norm::LayerNorm { bias: true };
+    m.block = if new_arch {
+        Block::ParallelTwoNorms
+    } else if c.bool("parallel_attn", true)? {
+        Block::Parallel
+    } else {
+        Block::Sequential
+    };
+    let bias = c.bool("bias", false)?;
+    m.attention = Attention { qkv_bias: bias, o_bias: bias, fused_qkv: true, qk_norm: QkNorm::None, mla: None, softcap: false };
+    m.mlp = Mlp { gated: false, fused_gate_up: false, act: Act::Gelu, bias };
+    m.attention_dropout = c.dropout(&["attention_dropout"])?;
+    m.hidden_dropout = c.dropout(&["hidden_dropout"])?;
+    if c.bool("alibi", false)? {
+        m.warnings.push("ALiBi Falcon: the position bias is materialised per layer in eager attention".into());
+    }
+    Ok(m)
+}
+
+fn opt(c: &Cfg, name: &str) -> Result<Model> {
+    let mut m = base(name);
+    m.hidden = c.req(&["hidden_size"], "size every weight matrix")?;
+    m.layers = c.req(&["num_hidden_layers"], "count the decoder layers")?;
+    m.heads = c.req(&["num_attention_heads"], "shape attention")?;
+    m.vocab = c.req(&["vocab_size"], "size the embedding and the logits")?;
+    m.intermediate = c.req(&["ffn_dim"], "size the MLP")?;
+    m.embed_dim = c.opt(&["word_embed_proj_dim"])?.unwrap_or(m.hidden);
+    m.kv_heads = m.heads;
+    m.head_dim = m.hidden / m.heads.max(1);
+    // OPTLearnedPositionalEmbedding keeps an offset of 2 rows.
+    m.position_embeddings = c.opt(&["max_position_embeddings"])?.unwrap_or(2048) + 2;
+    m.tied_embeddings = c.bool("tie_word_embeddings", true)?;
+    m.norm = Norm::LayerNorm { bias: c.bool("layer_norm_elementwise_affine", true)? };
+    let bias = c.bool("enable_bias", true)?;
+    m.attention = Attention { qkv_bias: bias, o_bias: bias, fused_qkv: false, qk_norm: QkNorm::None, mla: None, softcap: false };
+    m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["activation_function"], Act::Relu), bias };
+    m.final_norm = c.bool("do_layer_norm_before", true)? && !c.bool("_remove_final_layer_norm", false)?;
+    m.attention_dropout = c.dropout(&["attention_dropout"])?;
+    m.hidden_dropout = c.dropout(&["dropout"])?;
+    Ok(m)
+}
+
+fn phi(c: &Cfg, name: &str) -> Result<Model> {
+    let mut m = base(name);
+    m.hidden = c.req(&["hidden_size"], "size every weight matrix")?;
+    m.layers = c.req(&["num_hidden_layers"], "count the decoder layers")?;
+    m.heads = c.req(&["num_attention_heads"], "shape attention")?;
+    m.vocab = c.req(&["vocab_size"], "size the embedding and the logits")?;
+    m.intermediate = c.req(&["intermediate_size"], "size the MLP")?;
+    m.embed_dim = m.hidden;
+    m.kv_heads = c.opt(&["num_key_value_heads"])?.unwrap_or(m.heads);
+    m.head_dim = m.hidden / m.heads.max(1);
+    m.tied_embeddings = c.bool("tie_word_embeddings", false)?;
+    m.norm = Norm::LayerNorm { bias: true };
+    m.block = Block::Parallel;
+    let qk = if c.bool("qk_layernorm", false)? { QkNorm::LayerNormPerHead } else { QkNorm::None };
+    m.attention = Attention { qkv_bias: true, o_bias: true, fused_qkv: false, qk_norm: qk, mla: None, softcap: false };
+    m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["hidden_act"], Act::GeluPython), bias: true };
+    m.lm_head_bias = true;
+    m.attention_dropout = c.dropout(&["attention_dropout"])?;
+    m.hidden_dropout = c.dropout(&["resid_pdrop"])?;
+    Ok(m)
+}
+
+fn validate(m: &Model, file: &str) -> Result<()> {
+    let bad = |key: &str, value: u64, hint: &str| Error::BadKey { file: file.into(), key: key.into(), value: value.to_string(), hint: hint.into() };
+    for (key, v) in [("hidden_size", m.hidden), ("num_attention_heads", m.heads), ("vocab_size", m.vocab), ("head_dim", m.head_dim), ("intermediate_size", m.intermediate)] {
+        if v == 0 || v > MAX_DIM {
+            return Err(bad(key, v, &format!("must be between 1 and {MAX_DIM}")));
+        }
+    }
+    if m.layers == 0 || m.layers > MAX_LAYERS {
+        return Err(bad("num_hidden_layers", m.layers, &format!("must be between 1 and {MAX_LAYERS}")));
+    }
+    if m.kv_heads == 0 || m.kv_heads > m.heads || m.heads % m.kv_heads != 0 {
+        return Err(bad("num_key_value_heads", m.kv_heads, &format!("must divide num_attention_heads ({})", m.heads)));
+    }
+    if let Some(moe) = &m.moe {
+        if moe.top_k == 0 || moe.top_k > moe.experts.max(1) || moe.experts > 4096 || moe.expert_intermediate > MAX_DIM {
+            return Err(bad("num_experts_per_tok", moe.top_k, &format!("must be between 1 and the number of experts ({})", moe.experts)));
+        }
+    }
+    if m.position_embeddings > MAX_DIM {
+        return Err(bad("max_position_embeddings", m.position_embeddings, "too large for a learned position table"));
+    }
+    // Per-tensor numel stays inside u64 with these caps (4096 experts * 3 * 2^24 * 2^24 < 2^62);
+    // the total is summed in u128 and must describe fewer than 2^50 (a quadrillion) parameters,
+    // so every byte count derived from it fits u64 with room for 16 bytes per parameter.
+    let total: u128 = m.tensors().iter().map(|t| t.numel as u128 * t.count as u128).sum();
+    if total >= 1 << 50 {
+        return Err(Error::BadKey { file: file.into(), key: "hidden_size".into(), value: m.hidden.to_string(), hint: format!("the config describes {total} parameters, beyond any real model") });
+    }
+    Ok(())
+}

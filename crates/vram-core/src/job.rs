@@ -1,0 +1,342 @@
+//! What the user is running: mode, precision, optimizer, batch shape, kernels.
+//! Parsed from the names users type (`bf16-mixed`, `adamw_torch_fused`, `sdpa`) into enums.
+
+use serde::Serialize;
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::units::MIB;
+
+/// Training or inference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// One optimizer step (steady state: the second step, optimizer states alive).
+    Train,
+    /// Prefill plus KV cache for generation.
+    Infer,
+}
+
+/// Numeric precision of weights and compute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Precision {
+    /// Everything in float32.
+    Fp32,
+    /// fp32 weights, `torch.autocast(dtype=bfloat16)` (PyTorch AMP; HF Trainer `--bf16`).
+    Bf16Mixed,
+    /// fp32 weights, autocast float16 + GradScaler (HF Trainer `--fp16`).
+    Fp16Mixed,
+    /// `model.to(torch.bfloat16)`: weights, grads and optimizer states in bf16.
+    Bf16,
+    /// `model.to(torch.float16)`.
+    Fp16,
+    /// Inference: fp8 weights (per-channel scales).
+    Fp8,
+    /// Inference: int8 weights (per-channel scales).
+    Int8,
+    /// Inference: int4 weights, group size 128 (AWQ/GPTQ layout).
+    Int4,
+}
+
+impl Precision {
+    /// Parse a user-typed precision.
+    pub fn parse(s: &str) -> Result<Self> {
+        Ok(match s.to_ascii_lowercase().replace('_', "-").as_str() {
+            "fp32" | "float32" | "32" | "32-true" => Precision::Fp32,
+            "bf16-mixed" | "amp-bf16" | "mixed-bf16" => Precision::Bf16Mixed,
+            "fp16-mixed" | "16-mixed" | "amp" | "amp-fp16" | "mixed-fp16" => Precision::Fp16Mixed,
+            "bf16" | "bfloat16" | "bf16-true" => Precision::Bf16,
+            "fp16" | "float16" | "half" | "16-true" => Precision::Fp16,
+            "fp8" | "float8" => Precision::Fp8,
+            "int8" | "8bit" => Precision::Int8,
+            "int4" | "4bit" | "awq" | "gptq" => Precision::Int4,
+            _ => return Err(bad("precision", s, "use fp32, bf16-mixed, fp16-mixed, bf16, fp16 (and for inference fp8, int8, int4)")),
+        })
+    }
+
+    /// The name as the CLI prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Bf16Mixed => "bf16-mixed",
+            Precision::Fp16Mixed => "fp16-mixed",
+            Precision::Bf16 => "bf16",
+            Precision::Fp16 => "fp16",
+            Precision::Fp8 => "fp8",
+            Precision::Int8 => "int8",
+            Precision::Int4 => "int4",
+        }
+    }
+
+    /// Autocast (AMP): fp32 master parameters, half-precision matmuls.
+    pub fn is_mixed(self) -> bool {
+        matches!(self, Precision::Bf16Mixed | Precision::Fp16Mixed)
+    }
+
+    /// Dtype parameters are stored in during training.
+    pub fn param_dtype(self) -> DType {
+        match self {
+            Precision::Bf16 => DType::BF16,
+            Precision::Fp16 => DType::F16,
+            _ => DType::F32,
+        }
+    }
+
+    /// Dtype matmuls and activations run in.
+    pub fn compute_dtype(self) -> DType {
+        match self {
+            Precision::Fp32 => DType::F32,
+            Precision::Bf16Mixed | Precision::Bf16 => DType::BF16,
+            _ => DType::F16,
+        }
+    }
+}
+
+/// Optimizer algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Optimizer {
+    /// `torch.optim.AdamW`: exp_avg + exp_avg_sq.
+    Adamw,
+    /// `torch.optim.Adam`.
+    Adam,
+    /// bitsandbytes `AdamW8bit`: blockwise-quantised 8-bit states.
+    Adamw8bit,
+    /// Plain SGD: no state.
+    Sgd,
+    /// SGD with momentum: one buffer.
+    SgdMomentum,
+    /// transformers `Adafactor`: factored second moments.
+    Adafactor,
+    /// Lion: one momentum buffer.
+    Lion,
+}
+
+/// How a torch optimizer runs its step (which decides its temporaries).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OptimizerImpl {
+    /// Multi-tensor `_foreach_*` ops: torch's default for CUDA parameters.
+    Foreach,
+    /// One fused CUDA kernel (`fused=True`; HF `adamw_torch_fused`, the Trainer default on torch ≥ 2.8).
+    Fused,
+    /// Per-parameter Python loop (`foreach=False`).
+    ForLoop,
+}
+
+impl Optimizer {
+    /// Parse a user-typed optimizer, accepting HF Trainer `optim` names. Returns the
+    /// implementation too when the name implies one (`adamw_torch_fused`).
+    pub fn parse(s: &str) -> Result<(Self, Option<OptimizerImpl>)> {
+        let k = s.to_ascii_lowercase().replace('_', "-");
+        Ok(match k.as_str() {
+            "adamw" | "adamw-torch" => (Optimizer::Adamw, None),
+            "adamw-torch-fused" | "adamw-fused" => (Optimizer::Adamw, Some(OptimizerImpl::Fused)),
+            "adam" => (Optimizer::Adam, None),
+            "adamw-8bit" | "adamw8bit" | "adamw-bnb-8bit" | "paged-adamw-8bit" | "adam8bit" => (Optimizer::Adamw8bit, None),
+            "sgd" => (Optimizer::Sgd, None),
+            "sgd-momentum" | "momentum" => (Optimizer::SgdMomentum, None),
+            "adafactor" => (Optimizer::Adafactor, None),
+            "lion" | "lion-32bit" => (Optimizer::Lion, None),
+            _ => return Err(bad("optimizer", s, "use adamw, adamw_torch_fused, adam, adamw-8bit, sgd, sgd-momentum, adafactor or lion")),
+        })
+    }
+
+    /// The name as the CLI prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Optimizer::Adamw => "adamw",
+            Optimizer::Adam => "adam",
+            Optimizer::Adamw8bit => "adamw-8bit",
+            Optimizer::Sgd => "sgd",
+            Optimizer::SgdMomentum => "sgd-momentum",
+            Optimizer::Adafactor => "adafactor",
+            Optimizer::Lion => "lion",
+        }
+    }
+}
+
+impl OptimizerImpl {
+    /// Parse `foreach`, `fused` or `for-loop`.
+    pub fn parse(s: &str) -> Result<Self> {
+        Ok(match s.to_ascii_lowercase().replace('_', "-").as_str() {
+            "foreach" => OptimizerImpl::Foreach,
+            "fused" => OptimizerImpl::Fused,
+            "for-loop" | "forloop" | "single-tensor" => OptimizerImpl::ForLoop,
+            _ => return Err(bad("optimizer implementation", s, "use foreach, fused or for-loop")),
+        })
+    }
+}
+
+/// Activation checkpointing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Checkpointing {
+    /// Save everything autograd needs.
+    None,
+    /// Checkpoint every decoder layer (HF `gradient_checkpointing=True`): keep layer inputs, recompute.
+    Full,
+    /// Recompute the attention core only (Megatron "selective"): drop its seq² tensors.
+    Selective,
+}
+
+impl Checkpointing {
+    /// Parse `none`, `full`, `selective`.
+    pub fn parse(s: &str) -> Result<Self> {
+        Ok(match s.to_ascii_lowercase().as_str() {
+            "none" | "off" | "false" | "no" => Checkpointing::None,
+            "full" | "on" | "true" | "yes" => Checkpointing::Full,
+            "selective" | "attention" => Checkpointing::Selective,
+            _ => return Err(bad("checkpointing", s, "use none, full or selective")),
+        })
+    }
+}
+
+/// Attention implementation requested (transformers `attn_implementation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttentionImpl {
+    /// `torch.nn.functional.scaled_dot_product_attention`; the kernel is chosen as on CUDA.
+    Sdpa,
+    /// `flash_attention_2` (half precision only).
+    Flash,
+    /// transformers eager attention: materialises the batch × heads × seq² scores.
+    Eager,
+}
+
+impl AttentionImpl {
+    /// Parse `sdpa`, `flash` / `flash_attention_2`, `eager`.
+    pub fn parse(s: &str) -> Result<Self> {
+        Ok(match s.to_ascii_lowercase().replace('-', "_").as_str() {
+            "sdpa" => AttentionImpl::Sdpa,
+            "flash" | "flash_attention_2" | "flash_attention_3" | "fa2" => AttentionImpl::Flash,
+            "eager" | "math" => AttentionImpl::Eager,
+            _ => return Err(bad("attention", s, "use sdpa, flash_attention_2 or eager")),
+        })
+    }
+}
+
+/// Device-level overheads outside PyTorch's allocated bytes. Each is a stated assumption the
+/// user can override; none is a hidden multiplier.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Overheads {
+    /// CUDA context + kernel images + library handles, per process.
+    pub cuda_context: u64,
+    /// cuBLAS/cuBLASLt workspace per stream.
+    pub cublas_workspace: u64,
+    /// Caching-allocator reserve beyond the allocated peak, as a fraction of it.
+    pub allocator_reserve: f64,
+}
+
+impl Default for Overheads {
+    fn default() -> Self {
+        Overheads {
+            // CUDA 12 with lazy module loading (CUDA_MODULE_LOADING=LAZY, PyTorch's default since
+            // 1.13): 300–600 MiB measured on A100/H100 by the peers' logs (shared/research/peers.md
+            // "first CUDA use: 300 MiB to 2 GiB"); 512 MiB until the validation issue calibrates it.
+            cuda_context: 512 * MIB,
+            // PyTorch's default CUBLAS_WORKSPACE_CONFIG on Hopper: one 32 MiB workspace per handle/stream
+            // (aten/src/ATen/cuda/CublasHandlePool.cpp getChosenWorkspaceSize), plus 32 MiB cuBLASLt.
+            cublas_workspace: 64 * MIB,
+            // Caching allocator: blocks are rounded (512 B small, 2 MiB large segments) and freed
+            // blocks are kept for reuse; 5% of the allocated peak is the stated default assumption.
+            allocator_reserve: 0.05,
+        }
+    }
+}
+
+/// A complete job description.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Job {
+    /// Train or infer.
+    pub mode: Mode,
+    /// Micro-batch size per GPU (`per_device_train_batch_size`).
+    pub batch: u64,
+    /// Sequence length (training) or total context (inference: prompt + generated tokens).
+    pub seq: u64,
+    /// Precision.
+    pub precision: Precision,
+    /// Optimizer (training).
+    pub optimizer: Optimizer,
+    /// Optimizer step implementation (training).
+    pub optimizer_impl: OptimizerImpl,
+    /// Activation checkpointing (training).
+    pub checkpointing: Checkpointing,
+    /// Attention implementation.
+    pub attention: AttentionImpl,
+    /// Gradient accumulation steps (> 1 keeps gradients alive through forward and backward).
+    pub grad_accum: u64,
+    /// Fused / chunked cross-entropy (Liger-style): logits never materialised.
+    pub fused_cross_entropy: bool,
+    /// KV-cache dtype (inference); `None` = the compute dtype.
+    pub kv_dtype: Option<DType>,
+    /// Prompt length processed in the prefill (inference); `None` = the whole context.
+    pub prompt_len: Option<u64>,
+    /// Device overheads.
+    pub overheads: Overheads,
+}
+
+impl Job {
+    /// A default training job: batch 1, sequence 2048, bf16-mixed, AdamW (foreach), sdpa.
+    pub fn train(batch: u64, seq: u64) -> Job {
+        Job {
+            mode: Mode::Train,
+            batch,
+            seq,
+            precision: Precision::Bf16Mixed,
+            optimizer: Optimizer::Adamw,
+            optimizer_impl: OptimizerImpl::Foreach,
+            checkpointing: Checkpointing::None,
+            attention: AttentionImpl::Sdpa,
+            grad_accum: 1,
+            fused_cross_entropy: false,
+            kv_dtype: None,
+            prompt_len: None,
+            overheads: Overheads::default(),
+        }
+    }
+
+    /// A default inference job: bf16 weights, KV cache in bf16.
+    pub fn infer(batch: u64, seq: u64) -> Job {
+        Job { mode: Mode::Infer, precision: Precision::Bf16, ..Job::train(batch, seq) }
+    }
+
+    /// The same job with another micro-batch size.
+    pub fn with_batch(&self, batch: u64) -> Job {
+        Job { batch, ..self.clone() }
+    }
+
+    /// Check the numbers are usable; say what is wrong otherwise.
+    pub fn validate(&self) -> Result<()> {
+        if self.batch == 0 || self.batch > 1 << 20 {
+            return Err(bad("batch size", &self.batch.to_string(), "must be between 1 and 1048576"));
+        }
+        if self.seq == 0 || self.seq > 1 << 24 {
+            return Err(bad("sequence length", &self.seq.to_string(), "must be between 1 and 16777216 tokens"));
+        }
+        if self.grad_accum == 0 || self.grad_accum > 1 << 20 {
+            return Err(bad("gradient accumulation steps", &self.grad_accum.to_string(), "must be between 1 and 1048576"));
+        }
+        if let Some(p) = self.prompt_len {
+            if p == 0 || p > self.seq {
+                return Err(bad("prompt length", &p.to_string(), &format!("must be between 1 and the context length ({})", self.seq)));
+            }
+        }
+        let r = self.overheads.allocator_reserve;
+        if !(0.0..=1.0).contains(&r) || !r.is_finite() {
+            return Err(bad("allocator reserve", &r.to_string(), "must be a fraction between 0 and 1"));
+        }
+        if self.mode == Mode::Train && matches!(self.precision, Precision::Fp8 | Precision::Int8 | Precision::Int4) {
+            return Err(bad("precision", self.precision.name(), "quantised weights are for --mode infer; train with fp32, bf16-mixed, fp16-mixed, bf16 or fp16"));
+        }
+        if self.attention == AttentionImpl::Flash && self.precision == Precision::Fp32 {
+            return Err(bad("attention", "flash_attention_2", "flash attention needs fp16/bf16; use sdpa or eager with fp32"));
+        }
+        Ok(())
+    }
+}
+
+fn bad(what: &str, value: &str, hint: &str) -> Error {
+    Error::InvalidValue { what: what.into(), value: value.into(), hint: hint.into() }
+}

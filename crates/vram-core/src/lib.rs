@@ -1,0 +1,36 @@
+//! # vram-core
+//!
+//! Pure computation behind `vram`: read a model's config (and safetensors headers), count its
+//! parameters exactly as PyTorch does, and compute the peak GPU memory of a training or
+//! inference job component by component; search the largest batch that fits a GPU.
+//!
+//! No I/O, no printing: parsers take bytes and return [`Result`]s. Builds for `wasm32`.
+//!
+//! ```
+//! use vram_core::{presets, Job, estimate};
+//! let model = presets::load("qwen2.5-1.5b").unwrap();
+//! assert_eq!(model.parameters(), 1_543_714_304);
+//! let est = estimate(&model, &Job::train(4, 4096)).unwrap();
+//! assert!(est.total > est.peak_allocated);
+//! ```
+#![deny(missing_docs)]
+
+pub mod advice;
+pub mod config;
+pub mod dtype;
+pub mod error;
+pub mod fit;
+pub mod gpu;
+pub mod job;
+pub mod memory;
+pub mod model;
+pub mod presets;
+pub mod safetensors;
+pub mod units;
+
+pub use config::parse_config;
+pub use dtype::DType;
+pub use error::{Error, Result};
+pub use job::{AttentionImpl, Checkpointing, Job, Mode, Optimizer, OptimizerImpl, Overheads, Precision};
+pub use memory::{estimate, Component, Estimate, Kind, Phase};
+pub use model::Model;

@@ -1,0 +1,420 @@
+//! Activations: what autograd saves for backward, layer by layer, and the transient tensors
+//! of the largest op. Each term follows the op sequence of transformers 5.x modeling code on
+//! PyTorch 2.x (the file named in each comment) and PyTorch's rule for what an op saves
+//! (`tools/autograd/derivatives.yaml`): `mul` saves the other operand when one side needs grad,
+//! `linear` saves its input, `softmax`/`tanh`/`relu` their output, `silu`/`gelu`/`pow` their input,
+//! casts and adds save nothing. Under autocast (AMP) every linear casts its fp32 input to a
+//! fresh half copy (only leaf parameters are cached), and that copy is what it saves.
+//!
+//! Units: bytes per token (`tok`) and bytes per attention-score element (`sq`, one per
+//! batch × head × query × key). The caller multiplies by tokens and by batch·heads·seq².
+
+use crate::job::{AttentionImpl, Checkpointing, Job};
+use crate::model::{Act, Block, Model, Norm, QkNorm};
+
+/// The attention kernel that really runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kernel {
+    /// FlashAttention-2 (`sdpa` with fp16/bf16 on sm80+, or `flash_attention_2`).
+    Flash,
+    /// xformers-style memory-efficient SDPA (fp32 MHA, or different value head dim).
+    MemEfficient,
+    /// SDPA's math fallback: materialises seq² scores.
+    Math,
+    /// transformers eager attention: materialises seq² scores.
+    Eager,
+}
+
+impl Kernel {
+    /// Whether it stores batch × heads × seq² tensors.
+    pub fn quadratic(self) -> bool {
+        matches!(self, Kernel::Math | Kernel::Eager)
+    }
+}
+
+/// Pick the kernel PyTorch dispatches to on an sm80/sm90 GPU (`sdp_utils.cpp`:
+/// flash for fp16/bf16 with head_dim ≤ 256 and no mask; memory-efficient next, which has no
+/// GQA; math last), after transformers' own choice (`use_gqa_in_sdpa`, Gemma-2 soft-capping).
+pub fn choose_kernel(model: &Model, job: &Job) -> (Kernel, Option<String>) {
+    if model.attention.softcap && job.attention != AttentionImpl::Eager {
+        return (Kernel::Eager, Some("Gemma-2 attention soft-capping runs in eager attention (sdpa/flash cannot apply it)".into()));
+    }
+    let half = job.precision.compute_dtype().bytes() == 2;
+    let same_v_dim = model.attention.mla.is_none_or(|m| m.v_head_dim == m.qk_nope_head_dim + m.qk_rope_head_dim);
+    match job.attention {
+        AttentionImpl::Eager => (Kernel::Eager, None),
+        AttentionImpl::Flash => (Kernel::Flash, None),
+        AttentionImpl::Sdpa if half && model.head_dim <= 256 && same_v_dim => (Kernel::Flash, None),
+        AttentionImpl::Sdpa if model.kv_heads == model.heads => (Kernel::MemEfficient, None),
+        AttentionImpl::Sdpa => (
+            Kernel::Math,
+            Some("fp32 SDPA with grouped-query attention falls back to the math kernel on CUDA (memory-efficient attention has no GQA): seq² scores are stored".into()),
+        ),
+    }
+}
+
+/// Per-layer coefficients, split by where the bytes come from.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LayerCoef {
+    /// Norm inputs/outputs and residual copies, bytes per token.
+    pub norms: u128,
+    /// Attention projections and core, bytes per token.
+    pub attention: u128,
+    /// Attention seq² tensors, bytes per score element.
+    pub attention_sq: u128,
+    /// MLP / experts, bytes per token.
+    pub mlp: u128,
+}
+
+/// Precision facts the formulas need.
+#[derive(Debug, Clone, Copy)]
+pub struct Bytes {
+    /// Autocast (AMP) active.
+    pub amp: bool,
+    /// Compute (matmul output) bytes: 2 for fp16/bf16, 4 for fp32.
+    pub e: u128,
+    /// Residual-stream bytes: fp32 under AMP (fp32 embeddings + bf16 adds promote), else `e`.
+    pub r: u128,
+    /// Parameter bytes.
+    pub p: u128,
+}
+
+impl Bytes {
+    /// From a job's precision.
+    pub fn of(job: &Job) -> Bytes {
+        let e = job.precision.compute_dtype().bytes() as u128;
+        let p = job.precision.param_dtype().bytes() as u128;
+        let amp = job.precision.is_mixed();
+        Bytes { amp, e, r: if amp { 4 } else { e }, p }
+    }
+
+    /// Saved bytes per element for `n` linears reading one tensor of `src` bytes: under AMP each
+    /// makes its own half copy from fp32 (autocast caches only leaf casts); otherwise they share it.
+    fn linear_inputs(&self, n: u128, src: u128) -> u128 {
+        if n == 0 {
+            0
+        } else if self.amp && src == 4 {
+            2 * n
+        } else {
+            src
+        }
+    }
+
+    /// A norm over `width` elements of `input` bytes: (saved bytes per element, output bytes).
+    fn norm(&self, norm: Norm, input: u128) -> (u128, u128) {
+        match norm {
+            // LlamaRMSNorm: x.to(fp32) [saved by pow, mul], normed.to(input_dtype) [saved by weight*];
+            // output = weight * normed promotes to the wider of weight and input dtype.
+            Norm::RmsNorm => (4 + input, input.max(self.p)),
+            // GemmaRMSNorm: x.float() and the fp32 normed tensor are saved; output type_as(x).
+            Norm::GemmaRmsNorm => (8, input),
+            // nn.LayerNorm saves its input (cast to fp32 under autocast: layer_norm is on the fp32
+            // list) plus fp32 mean and rstd per row (counted separately as 8 bytes per token).
+            Norm::LayerNorm { .. } => {
+                let b = if self.amp { 4 } else { input };
+                (b, b)
+            }
+        }
+    }
+}
+
+/// How many linears read the attention block's input (q/k/v or fused qkv; MLA: q and kv_a).
+fn attention_readers(m: &Model) -> u128 {
+    if m.attention.mla.is_some() {
+        2
+    } else if m.attention.fused_qkv {
+        1
+    } else {
+        3
+    }
+}
+
+/// How many linears read the MLP block's input (gate+up or gate_up or fc1; MoE: router plus
+/// shared expert and its gate; routed experts read a gathered copy, counted with the experts).
+fn mlp_readers(m: &Model, moe_layer: bool) -> u128 {
+    let dense = |gated: bool, fused: bool| if gated && !fused { 2 } else { 1 };
+    if moe_layer {
+        let moe = m.moe.as_ref().expect("moe layer has moe");
+        let shared = if moe.shared_intermediate > 0 { dense(m.mlp.gated, false) } else { 0 };
+        1 + shared + u128::from(moe.shared_gate)
+    } else {
+        dense(m.mlp.gated, m.mlp.fused_gate_up)
+    }
+}
+
+/// Saved elements of one MLP of width `i` (excluding its input), in units of `i` compute elements.
+fn mlp_saved_units(m: &Model) -> u128 {
+    // What the activation function saves beyond its own output.
+    let act = match m.mlp.act {
+        Act::Silu | Act::Gelu => 1, // its input
+        Act::Relu => 0,             // its output, which the next op saves anyway
+        Act::GeluPython => 4,       // NewGELU: x, tanh(...), 0.5*x, 1+tanh (activations.py)
+    };
+    if m.mlp.gated {
+        act + 3 // act out, up out (both saved by the product), product (saved by down_proj)
+    } else {
+        act + 1 // act out, saved by fc2
+    }
+}
+
+/// Activation coefficients of decoder layer `i` with nothing recomputed.
+pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
+    let b = Bytes::of(job);
+    let h = m.hidden as u128;
+    let moe_layer = m.is_moe_layer(i);
+    let mut c = LayerCoef::default();
+    let ln_stats = if matches!(m.norm, Norm::LayerNorm { .. }) { 8 } else { 0 };
+
+    // --- Attention input -------------------------------------------------------------------
+    let attn_in_bytes;
+    match m.block {
+        Block::PostNorm => {
+            // OLMo-2 feeds the raw residual to q/k/v (modeling_olmo2.py).
+            c.norms += b.linear_inputs(attention_readers(m), b.r) * h;
+            attn_in_bytes = b.r;
+        }
+        _ => {
+            let (saved, out) = b.norm(m.norm, b.r);
+            c.norms += saved * h + ln_stats;
+            let readers = attention_readers(m) + if m.block == Block::Parallel { mlp_readers(m, moe_layer) } else { 0 };
+            c.norms += b.linear_inputs(readers, out) * h;
+            attn_in_bytes = out;
+        }
+    }
+    let _ = attn_in_bytes;
+
+    // --- Attention core ------------------------------------------------------------------------
+    let (a, a_sq) = attention(m, job, &b, kernel);
+    c.attention += a;
+    c.attention_sq += a_sq;
+    // Residual dropout after the attention output (GPT-2 resid_dropout): a bool mask.
+    if m.hidden_dropout > 0.0 {
+        c.attention += h;
+    }
+    if matches!(m.block, Block::Sandwich | Block::PostNorm) {
+        // Post-attention norm on the attention output (compute dtype).
+        let (saved, _) = b.norm(m.norm, b.e);
+        c.norms += saved * h;
+    }
+
+    // --- MLP input -----------------------------------------------------------------------------
+    match m.block {
+        Block::Parallel => {} // shares the attention norm's output, counted above
+        Block::PostNorm => c.norms += b.linear_inputs(mlp_readers(m, moe_layer), b.r) * h,
+        Block::ParallelTwoNorms | Block::Sequential | Block::Sandwich => {
+            let (mut saved, out) = b.norm(m.norm, b.r);
+            if m.block == Block::ParallelTwoNorms && b.r == 4 {
+                // Both norms read the same layer input; in fp32 it is saved once.
+                saved -= if matches!(m.norm, Norm::LayerNorm { .. }) { saved } else { 4 };
+            }
+            c.norms += saved * h + ln_stats;
+            c.norms += b.linear_inputs(mlp_readers(m, moe_layer), out) * h;
+        }
+    }
+
+    // --- MLP ---------------------------------------------------------------------------------------
+    c.mlp += mlp(m, &b, moe_layer);
+    if m.hidden_dropout > 0.0 {
+        c.mlp += h;
+    }
+    if matches!(m.block, Block::Sandwich | Block::PostNorm) {
+        let (saved, _) = b.norm(m.norm, b.e);
+        c.norms += saved * h;
+    }
+    c
+}
+
+/// Attention projections' outputs and the kernel's saved tensors, per token and per score.
+fn attention(m: &Model, job: &Job, b: &Bytes, kernel: Kernel) -> (u128, u128) {
+    let e = b.e;
+    let heads = m.heads as u128;
+    let mut tok: u128 = 0;
+    let mut sq: u128 = 0;
+    let (qd, kd, vd): (u128, u128, u128);
+    // Bytes of q and k as the kernel receives them, before autocast's cast.
+    let qk_bytes;
+    if let Some(mla) = m.attention.mla {
+        // DeepSeek MLA (modeling_deepseek_v3.py): low-rank q (q_a -> norm -> q_b), kv_a -> norm -> kv_b,
+        // q/k built by torch.cat of the no-rope and rope parts; values are a view of kv_b's output.
+        let qk = (mla.qk_nope_head_dim + mla.qk_rope_head_dim) as u128;
+        qd = heads * qk;
+        kd = qd;
+        vd = heads * mla.v_head_dim as u128;
+        if let Some(r) = mla.q_lora_rank {
+            let (saved, out) = b.norm(m.norm, e);
+            tok += saved * r as u128 + b.linear_inputs(1, out) * r as u128;
+        }
+        let kvr = mla.kv_lora_rank as u128;
+        let (saved, out) = b.norm(m.norm, e);
+        tok += saved * kvr + b.linear_inputs(1, out) * kvr;
+        // kv_b output (k_nope and v) stays alive: v is a view of it.
+        tok += e * heads * (mla.qk_nope_head_dim as u128 + mla.v_head_dim as u128);
+        qk_bytes = b.r.max(e); // cat with the rotary part (residual dtype) promotes
+    } else {
+        qd = m.q_dim() as u128;
+        kd = m.kv_dim() as u128;
+        vd = kd;
+        let mut qk_in = e;
+        match m.attention.qk_norm {
+            QkNorm::None => {}
+            QkNorm::PerHead | QkNorm::Full => {
+                // RMSNorm on q and k (modeling_qwen3.py q_norm/k_norm) on compute-dtype input.
+                let (saved, out) = b.norm(Norm::RmsNorm, e);
+                tok += saved * (qd + kd);
+                qk_in = out;
+            }
+            QkNorm::LayerNormPerHead => {
+                let (saved, out) = b.norm(Norm::LayerNorm { bias: true }, e);
+                tok += saved * (qd + kd);
+                qk_in = out;
+            }
+        }
+        let rotary = m.position_embeddings == 0;
+        // apply_rotary_pos_emb: q*cos + rotate_half(q)*sin, cos in the residual dtype -> promotes.
+        qk_bytes = if rotary { qk_in.max(b.r) } else { qk_in };
+        if m.attention.fused_qkv && rotary {
+            // v is a view of the fused qkv output, which therefore stays alive whole.
+            tok += e * (qd + 2 * kd) - e * vd;
+        }
+    }
+    // The value projection's output, unless it is already counted (MLA: part of kv_b's output).
+    let v_own = if m.attention.mla.is_some() { 0 } else { e * vd };
+    // q and k as the kernel saves them: cast to half by autocast (a copy) when they are fp32.
+    let q_saved = if b.amp { 2 } else { qk_bytes };
+    let groups_expand = |d: u128| if kernel.quadratic() && m.kv_heads != m.heads { heads * m.head_dim as u128 } else { d };
+    match kernel {
+        Kernel::Flash | Kernel::MemEfficient => {
+            // _scaled_dot_product_{flash,efficient}_attention saves q, k, v, out, logsumexp (fp32 per head).
+            tok += q_saved * (qd + kd) + v_own + e * heads * per_head(vd, m.kv_heads) + 4 * heads;
+        }
+        Kernel::Math => {
+            // aten _scaled_dot_product_attention_math: q*sqrt(scale), k^T*sqrt(scale) (GQA repeated),
+            // v (repeated for GQA), softmax output; output copied contiguous for o_proj.
+            let v_saved = if m.kv_heads != m.heads { e * groups_expand(vd) } else { v_own };
+            tok += e * qd + e * groups_expand(kd) + v_saved + e * heads * per_head(vd, m.kv_heads);
+            sq += e;
+            if m.attention_dropout > 0.0 {
+                sq += 1 + e; // bool mask + dropped probabilities saved by the matmul
+            }
+        }
+        Kernel::Eager => {
+            // eager_attention_forward (modeling_llama.py): repeat_kv, q@k^T, softmax(fp32), cast, @v.
+            let v_saved = if m.kv_heads != m.heads { e * groups_expand(vd) } else { v_own };
+            tok += q_saved * qd + q_saved * groups_expand(kd) + v_saved + e * heads * per_head(vd, m.kv_heads);
+            if m.attention.softcap {
+                sq += e; // tanh output (Gemma-2 soft-capping)
+            }
+            sq += 4; // softmax(dtype=float32) output
+            if e == 2 {
+                sq += 2; // half copy of the probabilities, saved by the @v matmul
+            }
+            if m.attention_dropout > 0.0 {
+                sq += 1 + if e == 4 { 4 } else { 0 };
+            }
+        }
+    }
+    let _ = job;
+    (tok, sq)
+}
+
+/// Output width of attention: heads × value head dim, given the total value width of kv heads.
+fn per_head(vd: u128, kv_heads: u64) -> u128 {
+    vd / (kv_heads as u128).max(1)
+}
+
+/// MLP / MoE saved bytes per token (inputs counted with the norms).
+fn mlp(m: &Model, b: &Bytes, moe_layer: bool) -> u128 {
+    let e = b.e;
+    let h = m.hidden as u128;
+    let units = mlp_saved_units(m);
+    match (&m.moe, moe_layer) {
+        (Some(moe), true) => {
+            let k = moe.top_k as u128;
+            let ei = moe.expert_intermediate as u128;
+            let experts = moe.experts as u128;
+            // Router (modeling_mixtral.py MixtralTopKRouter): logits, fp32 softmax (saved), top-k values/ids.
+            let router = experts * (e + 4) + k * 16;
+            // Each routed token: gathered input copy (saved by the expert linear), the expert MLP,
+            // and the expert output saved by the multiply with its routing weight.
+            let gathered = if b.amp { 2 } else { b.r };
+            let routed = k * (gathered * h + units * ei * e + e * h);
+            let shared = moe.shared_intermediate as u128 * units * e + if moe.shared_gate { e * h + 2 * e } else { 0 };
+            router + routed + shared
+        }
+        _ => units * m.intermediate as u128 * e,
+    }
+}
+
+/// Bytes per token saved once per forward outside the decoder layers: embedding dropout mask,
+/// rotary cos/sin (shared by every layer), the final norm and the LM head's input.
+pub fn outside_layers(m: &Model, job: &Job, batch: u64) -> (u128, u128) {
+    let b = Bytes::of(job);
+    let h = m.hidden as u128;
+    let mut tok = 0;
+    if m.hidden_dropout > 0.0 {
+        tok += h; // embedding dropout mask (GPT-2 embd_pdrop)
+    }
+    if m.final_norm {
+        let (saved, out) = b.norm(m.norm, b.r);
+        tok += saved * h + b.linear_inputs(1, out) * h;
+        if matches!(m.norm, Norm::LayerNorm { .. }) {
+            tok += 8;
+        }
+    } else {
+        tok += b.linear_inputs(1, b.r) * h;
+    }
+    // Rotary cos and sin, [1, seq, head_dim] in the residual dtype (LlamaRotaryEmbedding): per
+    // sequence position, not per token, so returned separately.
+    let rope = if m.position_embeddings == 0 { 2 * m.head_dim as u128 * b.r } else { 0 };
+    let _ = batch;
+    (tok, rope)
+}
+
+/// Bytes per token the layer saves when checkpointed: its input only (HF gradient checkpointing
+/// wraps each decoder layer in torch.utils.checkpoint).
+pub fn checkpointed_layer(job: &Job, m: &Model) -> u128 {
+    Bytes::of(job).r * m.hidden as u128
+}
+
+/// Apply selective checkpointing: the attention core's seq² tensors are recomputed, not saved.
+pub fn apply_checkpointing(c: LayerCoef, mode: Checkpointing) -> LayerCoef {
+    match mode {
+        Checkpointing::Selective => LayerCoef { attention_sq: 0, ..c },
+        _ => c,
+    }
+}
+
+/// The largest transient of one layer's backward beyond its saved tensors, per token and per
+/// score: incoming and outgoing residual gradients, then the larger of the MLP backward (three
+/// intermediate-sized gradients live at the product's backward) and the attention backward
+/// (FlashAttention-2 keeps dq, dk, dv and an fp32 dq accumulator; seq² kernels hold the fp32
+/// gradient of the probabilities and of the scores).
+pub fn backward_transient(m: &Model, job: &Job, kernel: Kernel, i: u64) -> (u128, u128) {
+    let b = Bytes::of(job);
+    let h = m.hidden as u128;
+    let e = b.e;
+    let mlp_width = match &m.moe {
+        Some(moe) if m.is_moe_layer(i) => {
+            // Busiest expert assumed to get twice its fair share of the k·tokens routed.
+            let routed = (2 * moe.top_k as u128 * moe.expert_intermediate as u128 / (moe.experts as u128).max(1)).max(moe.expert_intermediate as u128 / 4);
+            routed.max(moe.shared_intermediate as u128)
+        }
+        _ => m.intermediate as u128,
+    };
+    let mlp = 3 * mlp_width * e;
+    let (qd, kd) = (m.q_dim() as u128, m.kv_dim() as u128);
+    let (attn, sq) = if kernel.quadratic() { (e * (qd + 2 * kd), 8) } else { (e * (qd + 2 * kd) + 4 * qd, 0) };
+    (2 * b.r * h + mlp.max(attn), sq)
+}
+
+/// Forward transient at the widest op beyond what is saved: for seq² kernels the masked scores
+/// feeding the softmax (promoted to the residual dtype by the float mask).
+pub fn forward_transient_sq(job: &Job, kernel: Kernel) -> u128 {
+    let b = Bytes::of(job);
+    if kernel.quadratic() {
+        b.e.max(b.r)
+    } else {
+        0
+    }
+}

@@ -1,0 +1,176 @@
+//! The memory model: what a job holds on one GPU at its peak, component by component.
+//!
+//! Training is modelled as PyTorch reaches its peak on the steady-state (second) step, phase by
+//! phase — the forward pass up to the loss, the start of backward, each layer's backward, the
+//! end of backward and the optimizer step — and the peak is the largest phase, not a sum of
+//! maxima. Every component is a separately named number with the formula that produced it.
+
+pub mod activations;
+mod infer;
+pub mod optimizer;
+mod train;
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::job::{Job, Mode};
+use crate::model::Model;
+
+pub use activations::Kernel;
+
+/// Whether a component is memory PyTorch allocates (counted by `torch.cuda.max_memory_allocated`)
+/// or device-level overhead outside it (seen only by `nvidia-smi`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// Tensor storage allocated through PyTorch's caching allocator.
+    Allocated,
+    /// CUDA context, library workspaces, allocator reserve.
+    Overhead,
+}
+
+/// One named share of the peak.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Component {
+    /// Stable name (the JSON key users script against).
+    pub name: String,
+    /// Exact bytes.
+    pub bytes: u64,
+    /// Allocated tensor storage or device overhead.
+    pub kind: Kind,
+    /// How the number was obtained (formula or stated assumption).
+    pub detail: String,
+}
+
+/// A moment of the step at which memory is evaluated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Forward pass, inside the widest attention op of the last layer.
+    ForwardAttention,
+    /// Loss computed: all activations, the autocast weight cache and the logits alive.
+    ForwardEnd,
+    /// First backward ops (cross-entropy gradient) with every activation still saved.
+    BackwardStart,
+    /// Backward through a decoder layer (the worst one).
+    Backward,
+    /// Backward finished: every gradient exists.
+    BackwardEnd,
+    /// `optimizer.step()`: parameters, gradients, states and the step's temporaries.
+    OptimizerStep,
+    /// Inference prefill of the prompt.
+    Prefill,
+    /// Inference at the end of generation: the KV cache at full context.
+    Decode,
+}
+
+impl Phase {
+    /// Human-readable phase name.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Phase::ForwardAttention => "forward, attention of the last layer",
+            Phase::ForwardEnd => "end of forward (loss computed)",
+            Phase::BackwardStart => "start of backward (cross-entropy gradient)",
+            Phase::Backward => "backward through the decoder layers",
+            Phase::BackwardEnd => "end of backward (all gradients)",
+            Phase::OptimizerStep => "optimizer step",
+            Phase::Prefill => "prefill",
+            Phase::Decode => "end of generation (full KV cache)",
+        }
+    }
+}
+
+/// Allocated bytes at one phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PhaseTotal {
+    /// Which phase.
+    pub phase: Phase,
+    /// Allocated bytes there.
+    pub allocated: u64,
+}
+
+/// The answer: the peak and what it is made of.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Estimate {
+    /// Components at the peak phase (allocated ones, then overheads), summing to `total`.
+    pub components: Vec<Component>,
+    /// What `torch.cuda.max_memory_allocated()` would report.
+    pub peak_allocated: u64,
+    /// What `nvidia-smi` would show for the process: peak allocated + overheads.
+    pub total: u64,
+    /// The phase holding the peak.
+    pub peak_phase: Phase,
+    /// Allocated bytes at every phase evaluated.
+    pub phases: Vec<PhaseTotal>,
+    /// The attention kernel that runs.
+    pub attention_kernel: Kernel,
+    /// Facts about how the estimate was made (kernel fallbacks, assumptions).
+    pub notes: Vec<String>,
+}
+
+impl Estimate {
+    /// Bytes of the named component (0 when absent).
+    pub fn component(&self, name: &str) -> u64 {
+        self.components.iter().filter(|c| c.name == name).map(|c| c.bytes).sum()
+    }
+}
+
+/// A phase under construction: named byte counts in u128 (no overflow for any validated job).
+#[derive(Debug, Clone)]
+pub(crate) struct Breakdown {
+    pub phase: Phase,
+    pub parts: Vec<(&'static str, u128, String)>,
+}
+
+impl Breakdown {
+    pub fn new(phase: Phase) -> Self {
+        Breakdown { phase, parts: Vec::new() }
+    }
+    pub fn add(&mut self, name: &'static str, bytes: u128, detail: impl Into<String>) {
+        if bytes > 0 {
+            self.parts.push((name, bytes, detail.into()));
+        }
+    }
+    pub fn total(&self) -> u128 {
+        self.parts.iter().map(|p| p.1).sum()
+    }
+}
+
+/// Estimate the peak GPU memory of `job` on `model` (single GPU).
+pub fn estimate(model: &Model, job: &Job) -> Result<Estimate> {
+    job.validate()?;
+    let (phases, kernel, notes) = match job.mode {
+        Mode::Train => train::phases(model, job),
+        Mode::Infer => infer::phases(model, job),
+    };
+    let peak = phases.iter().max_by_key(|p| p.total()).expect("at least one phase").clone();
+    let to_u64 = |v: u128, what: &str| u64::try_from(v).map_err(|_| Error::Overflow { what: what.into() });
+    let peak_allocated = to_u64(peak.total(), "peak allocated memory")?;
+    let mut components = Vec::new();
+    for (name, bytes, detail) in &peak.parts {
+        components.push(Component { name: (*name).into(), bytes: to_u64(*bytes, name)?, kind: Kind::Allocated, detail: detail.clone() });
+    }
+    let o = job.overheads;
+    let reserve = (peak_allocated as f64 * o.allocator_reserve).ceil() as u64;
+    components.push(Component {
+        name: "caching allocator reserve".into(),
+        bytes: reserve,
+        kind: Kind::Overhead,
+        detail: format!("assumed {:.0}% of peak allocated: freed blocks PyTorch keeps cached, rounding to 2 MiB segments, fragmentation (--allocator-reserve)", o.allocator_reserve * 100.0),
+    });
+    components.push(Component {
+        name: "CUDA context".into(),
+        bytes: o.cuda_context,
+        kind: Kind::Overhead,
+        detail: "assumed: driver context, kernel images (lazy loading), library handles (--cuda-context)".into(),
+    });
+    components.push(Component {
+        name: "cuBLAS workspace".into(),
+        bytes: o.cublas_workspace,
+        kind: Kind::Overhead,
+        detail: "cuBLAS + cuBLASLt workspaces, PyTorch defaults on Hopper".into(),
+    });
+    let total = components.iter().try_fold(0u64, |acc, c| acc.checked_add(c.bytes)).ok_or_else(|| Error::Overflow { what: "total memory".into() })?;
+    let phases = phases.iter().map(|p| Ok(PhaseTotal { phase: p.phase, allocated: to_u64(p.total(), "phase memory")? })).collect::<Result<Vec<_>>>()?;
+    Ok(Estimate { components, peak_allocated, total, peak_phase: peak.phase, phases, attention_kernel: kernel, notes })
+}

@@ -1,0 +1,431 @@
+//! The normalised model description: every architecture vram reads is reduced to this one
+//! shape, from which parameters and memory are computed. Raw configs become a [`Model`] in
+//! [`crate::config`]; nothing else looks at raw JSON.
+
+use serde::Serialize;
+
+use crate::dtype::DType;
+
+/// Normalisation layer type, which decides what autograd saves (see `memory::activations`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Norm {
+    /// `LlamaRMSNorm`: upcast to fp32, normalise, cast back, multiply by weight.
+    RmsNorm,
+    /// `GemmaRMSNorm`: fp32 throughout, `x * (1 + w)`, cast back at the end.
+    GemmaRmsNorm,
+    /// `nn.LayerNorm` (weight, and bias when `bias`).
+    LayerNorm {
+        /// Whether the norm has a bias vector.
+        bias: bool,
+    },
+}
+
+/// How the attention and MLP blocks are wired inside a decoder layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Block {
+    /// Pre-norm, attention then MLP, two norms (Llama, Qwen, Mistral, GPT-2 …).
+    Sequential,
+    /// Attention and MLP read the same normed input (GPT-J, Phi-2, Falcon-7B): one norm.
+    Parallel,
+    /// GPT-NeoX parallel residual: two norms, both on the layer input.
+    ParallelTwoNorms,
+    /// Gemma-2/3 "sandwich": pre- and post-norm around attention and MLP, four norms.
+    Sandwich,
+    /// OLMo-2: norms after attention and after the MLP only.
+    PostNorm,
+}
+
+/// Multi-head latent attention (DeepSeek-V2/V3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Mla {
+    /// Rank of the low-rank query projection (`None`: plain `q_proj`).
+    pub q_lora_rank: Option<u64>,
+    /// Rank of the compressed KV latent.
+    pub kv_lora_rank: u64,
+    /// Per-head query/key dimension without rotary.
+    pub qk_nope_head_dim: u64,
+    /// Per-head rotary dimension (shared key part).
+    pub qk_rope_head_dim: u64,
+    /// Per-head value dimension.
+    pub v_head_dim: u64,
+}
+
+/// Query/key normalisation inside attention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QkNorm {
+    /// None.
+    None,
+    /// RMSNorm over each head's `head_dim` (Qwen3, Gemma-3).
+    PerHead,
+    /// RMSNorm over the whole projection (OLMo-2).
+    Full,
+    /// LayerNorm with bias over `head_dim` (Phi-2 `qk_layernorm`).
+    LayerNormPerHead,
+}
+
+/// Activation function, by how PyTorch evaluates it (which decides the tensors saved).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Act {
+    /// SiLU / swish: one native op, saves its input.
+    Silu,
+    /// Native GELU (exact or `approximate="tanh"`): saves its input.
+    Gelu,
+    /// `gelu_new`/`gelu_fast`: Python tanh formula, saves four tensors.
+    GeluPython,
+    /// ReLU: saves its output.
+    Relu,
+}
+
+/// Feed-forward block shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Mlp {
+    /// Gated (SwiGLU/GeGLU: gate, up, down) or plain (fc1, fc2).
+    pub gated: bool,
+    /// Gate and up in one `gate_up_proj` (Phi-3).
+    pub fused_gate_up: bool,
+    /// Activation.
+    pub act: Act,
+    /// Linear biases.
+    pub bias: bool,
+}
+
+/// Mixture-of-experts shape.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Moe {
+    /// Routed experts per MoE layer.
+    pub experts: u64,
+    /// Experts each token is routed to.
+    pub top_k: u64,
+    /// Each routed expert's intermediate size.
+    pub expert_intermediate: u64,
+    /// Total intermediate size of the always-on shared expert(s), 0 if none.
+    pub shared_intermediate: u64,
+    /// Shared expert output scaled by a sigmoid gate (Qwen2-MoE).
+    pub shared_gate: bool,
+    /// For each layer, whether its MLP is an MoE block (else dense with `intermediate`).
+    pub sparse_layers: Vec<bool>,
+}
+
+/// Attention projections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Attention {
+    /// Bias on q, k, v.
+    pub qkv_bias: bool,
+    /// Bias on the output projection.
+    pub o_bias: bool,
+    /// q, k, v in one projection (GPT-2 `c_attn`, NeoX, Falcon, Phi-3).
+    pub fused_qkv: bool,
+    /// Query/key normalisation.
+    pub qk_norm: QkNorm,
+    /// Multi-head latent attention, when present.
+    pub mla: Option<Mla>,
+    /// `tanh` soft-capping of attention logits (Gemma-2): SDPA/flash cannot run it, eager does.
+    pub softcap: bool,
+}
+
+/// A normalised decoder-only transformer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Model {
+    /// Display name (preset name or file path).
+    pub name: String,
+    /// The config's `model_type`.
+    pub model_type: String,
+    /// Hidden size.
+    pub hidden: u64,
+    /// Decoder layers.
+    pub layers: u64,
+    /// Query heads.
+    pub heads: u64,
+    /// Key/value heads (GQA/MQA when fewer than `heads`).
+    pub kv_heads: u64,
+    /// Per-head dimension (may differ from hidden/heads).
+    pub head_dim: u64,
+    /// Vocabulary size.
+    pub vocab: u64,
+    /// Dense MLP intermediate size.
+    pub intermediate: u64,
+    /// Input embedding and LM head share one tensor.
+    pub tied_embeddings: bool,
+    /// Rows of the learned position embedding (0 for rotary models).
+    pub position_embeddings: u64,
+    /// Width of the token embedding when it differs from `hidden` (OPT-350m projects in/out).
+    pub embed_dim: u64,
+    /// Norm type.
+    pub norm: Norm,
+    /// Block wiring.
+    pub block: Block,
+    /// Attention projections.
+    pub attention: Attention,
+    /// Feed-forward block.
+    pub mlp: Mlp,
+    /// Mixture-of-experts, when present.
+    pub moe: Option<Moe>,
+    /// Final norm before the LM head.
+    pub final_norm: bool,
+    /// LM head bias (Phi-2).
+    pub lm_head_bias: bool,
+    /// Sliding-window size of windowed layers.
+    pub sliding_window: Option<u64>,
+    /// How many layers use the sliding window (the rest attend globally).
+    pub sliding_layers: u64,
+    /// Attention-probability dropout (eager attention materialises a mask when > 0).
+    pub attention_dropout: f64,
+    /// Residual/embedding dropout (GPT-2 `resid_pdrop`): a mask per dropout site when > 0.
+    pub hidden_dropout: f64,
+    /// Dtype the checkpoint is stored in (`torch_dtype`), or read from safetensors headers.
+    pub stored_dtype: Option<DType>,
+    /// Exact parameter count read from safetensors headers, when a model directory was given.
+    pub checkpoint_parameters: Option<u64>,
+    /// Things the user should know about how this config was read.
+    pub warnings: Vec<String>,
+}
+
+/// What a parameter tensor is, for sharding, quantisation and 8-bit optimisers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Token embedding.
+    Embedding,
+    /// Learned position embedding.
+    Position,
+    /// Output projection to the vocabulary (untied).
+    LmHead,
+    /// A linear weight matrix inside a decoder layer.
+    Linear,
+    /// Routed experts' weights (3-D in transformers 5: `[experts, out, in]`).
+    Experts,
+    /// MoE router / gate.
+    Router,
+    /// Norm weights and biases.
+    Norm,
+    /// Linear biases.
+    Bias,
+}
+
+/// A group of identical parameter tensors (one per layer, or one in total).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TensorGroup {
+    /// Name template as transformers names it (`layers.{i}.self_attn.q_proj.weight`).
+    pub name: String,
+    /// Elements in one tensor.
+    pub numel: u64,
+    /// How many such tensors.
+    pub count: u64,
+    /// What it is.
+    pub role: Role,
+    /// Output features (first dimension) of a matrix, times the expert stack; `numel` for vectors.
+    pub rows: u64,
+    /// Input features (last dimension) of a matrix, times the expert stack; 1 for vectors.
+    pub cols: u64,
+}
+
+impl TensorGroup {
+    fn vector(name: String, numel: u64, count: u64, role: Role) -> Self {
+        TensorGroup { name, numel, count, role, rows: numel, cols: 1 }
+    }
+    fn matrix(name: String, stack: u64, out: u64, inp: u64, count: u64, role: Role) -> Self {
+        TensorGroup { name, numel: stack * out * inp, count, role, rows: stack * out, cols: stack * inp }
+    }
+    /// Whether this is a matrix (2-D, or a 3-D expert stack).
+    pub fn is_matrix(&self) -> bool {
+        self.cols > 1
+    }
+}
+
+impl Model {
+    /// Whether layer `i` is a mixture-of-experts layer.
+    pub fn is_moe_layer(&self, i: u64) -> bool {
+        self.moe.as_ref().is_some_and(|m| m.sparse_layers.get(i as usize).copied().unwrap_or(false))
+    }
+
+    /// Number of MoE layers.
+    pub fn moe_layers(&self) -> u64 {
+        self.moe.as_ref().map_or(0, |m| m.sparse_layers.iter().filter(|s| **s).count() as u64)
+    }
+
+    /// Query projection width.
+    pub fn q_dim(&self) -> u64 {
+        match self.attention.mla {
+            Some(m) => self.heads * (m.qk_nope_head_dim + m.qk_rope_head_dim),
+            None => self.heads * self.head_dim,
+        }
+    }
+
+    /// Key (and value) projection width.
+    pub fn kv_dim(&self) -> u64 {
+        self.kv_heads * self.head_dim
+    }
+
+    /// Exact parameter count as PyTorch reports it: `sum(p.numel() for p in model.parameters())`,
+    /// tied weights once.
+    pub fn parameters(&self) -> u64 {
+        // Validated in config::validate to stay below 2^50.
+        self.tensors().iter().map(|t| t.numel.saturating_mul(t.count)).fold(0, u64::saturating_add)
+    }
+
+    /// Parameters in the token embedding, position embedding and (untied) LM head.
+    pub fn embedding_parameters(&self) -> u64 {
+        self.tensors()
+            .iter()
+            .filter(|t| matches!(t.role, Role::Embedding | Role::Position | Role::LmHead))
+            .map(|t| t.numel * t.count)
+            .sum()
+    }
+
+    /// Parameters of one decoder layer `i`.
+    pub fn layer_parameters(&self, i: u64) -> u64 {
+        self.layer_inventory(i).iter().map(|t| t.numel * t.count).sum()
+    }
+
+    /// The parameter tensors of decoder layer `i`.
+    pub fn layer_inventory(&self, i: u64) -> Vec<TensorGroup> {
+        let mut v = Vec::new();
+        self.layer_tensors(i, 1, &mut v);
+        v
+    }
+
+    /// The parameter inventory, mirroring transformers' module tree (checked against
+    /// `validation/fixtures/param_counts.jsonl`, written by real transformers on the meta device).
+    pub fn tensors(&self) -> Vec<TensorGroup> {
+        let h = self.hidden;
+        let mut v = Vec::new();
+        v.push(TensorGroup::matrix("embed_tokens.weight".into(), 1, self.vocab, self.embed_dim, 1, Role::Embedding));
+        if self.position_embeddings > 0 {
+            v.push(TensorGroup::matrix("embed_positions.weight".into(), 1, self.position_embeddings, h, 1, Role::Position));
+        }
+        if self.embed_dim != h {
+            // OPT with word_embed_proj_dim != hidden_size: project_in / project_out, no bias.
+            Self::linear(&mut v, "project_in", self.embed_dim, h, false, 1);
+            Self::linear(&mut v, "project_out", h, self.embed_dim, false, 1);
+        }
+        // Layers come in runs of identical structure; group them.
+        let mut i = 0;
+        while i < self.layers {
+            let moe = self.is_moe_layer(i);
+            let mut j = i + 1;
+            while j < self.layers && self.is_moe_layer(j) == moe {
+                j += 1;
+            }
+            self.layer_tensors(i, j - i, &mut v);
+            i = j;
+        }
+        if self.final_norm {
+            self.norm_tensors("norm", 1, h, &mut v);
+        }
+        if !self.tied_embeddings {
+            v.push(TensorGroup::matrix("lm_head.weight".into(), 1, self.vocab, self.embed_dim, 1, Role::LmHead));
+        }
+        if self.lm_head_bias {
+            v.push(TensorGroup::vector("lm_head.bias".into(), self.vocab, 1, Role::Bias));
+        }
+        v
+    }
+
+    fn norm_tensors(&self, name: &str, count: u64, width: u64, v: &mut Vec<TensorGroup>) {
+        v.push(TensorGroup::vector(format!("{name}.weight"), width, count, Role::Norm));
+        if let Norm::LayerNorm { bias: true } = self.norm {
+            v.push(TensorGroup::vector(format!("{name}.bias"), width, count, Role::Norm));
+        }
+    }
+
+    fn linear(v: &mut Vec<TensorGroup>, name: &str, din: u64, dout: u64, bias: bool, count: u64) {
+        v.push(TensorGroup::matrix(format!("{name}.weight"), 1, dout, din, count, Role::Linear));
+        if bias {
+            v.push(TensorGroup::vector(format!("{name}.bias"), dout, count, Role::Bias));
+        }
+    }
+
+    /// Tensors of `count` identical layers starting at layer `i`.
+    fn layer_tensors(&self, i: u64, count: u64, v: &mut Vec<TensorGroup>) {
+        let h = self.hidden;
+        let l = |s: &str| format!("layers.{{i}}.{s}");
+        let norms = match self.block {
+            Block::Parallel => 1,
+            Block::Sequential | Block::ParallelTwoNorms | Block::PostNorm => 2,
+            Block::Sandwich => 4,
+        };
+        self.norm_tensors(&l("norms"), norms * count, h, v);
+        let a = self.attention;
+        if let Some(m) = a.mla {
+            // DeepSeek-V2/V3 MLA (transformers models/deepseek_v3/modeling_deepseek_v3.py).
+            let qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
+            match m.q_lora_rank {
+                Some(r) => {
+                    Self::linear(v, &l("self_attn.q_a_proj"), h, r, a.qkv_bias, count);
+                    self.norm_tensors(&l("self_attn.q_a_layernorm"), count, r, v);
+                    Self::linear(v, &l("self_attn.q_b_proj"), r, self.heads * qk, false, count);
+                }
+                None => Self::linear(v, &l("self_attn.q_proj"), h, self.heads * qk, false, count),
+            }
+            let kva = m.kv_lora_rank + m.qk_rope_head_dim;
+            Self::linear(v, &l("self_attn.kv_a_proj_with_mqa"), h, kva, a.qkv_bias, count);
+            self.norm_tensors(&l("self_attn.kv_a_layernorm"), count, m.kv_lora_rank, v);
+            let kvb = self.heads * (m.qk_nope_head_dim + m.v_head_dim);
+            Self::linear(v, &l("self_attn.kv_b_proj"), m.kv_lora_rank, kvb, false, count);
+            Self::linear(v, &l("self_attn.o_proj"), self.heads * m.v_head_dim, h, a.o_bias, count);
+        } else {
+            let (q, kv) = (self.q_dim(), self.kv_dim());
+            if a.fused_qkv {
+                Self::linear(v, &l("self_attn.qkv_proj"), h, q + 2 * kv, a.qkv_bias, count);
+            } else {
+                Self::linear(v, &l("self_attn.q_proj"), h, q, a.qkv_bias, count);
+                Self::linear(v, &l("self_attn.k_proj"), h, kv, a.qkv_bias, count);
+                Self::linear(v, &l("self_attn.v_proj"), h, kv, a.qkv_bias, count);
+            }
+            Self::linear(v, &l("self_attn.o_proj"), q, h, a.o_bias, count);
+            match a.qk_norm {
+                QkNorm::None => {}
+                QkNorm::PerHead => {
+                    v.push(TensorGroup::vector(l("self_attn.q_norm.weight"), self.head_dim, count, Role::Norm));
+                    v.push(TensorGroup::vector(l("self_attn.k_norm.weight"), self.head_dim, count, Role::Norm));
+                }
+                QkNorm::LayerNormPerHead => {
+                    // LayerNorm weight + bias over head_dim, for q and for k.
+                    v.push(TensorGroup::vector(l("self_attn.q_layernorm"), 2 * self.head_dim, count, Role::Norm));
+                    v.push(TensorGroup::vector(l("self_attn.k_layernorm"), 2 * self.head_dim, count, Role::Norm));
+                }
+                QkNorm::Full => {
+                    v.push(TensorGroup::vector(l("self_attn.q_norm.weight"), q, count, Role::Norm));
+                    v.push(TensorGroup::vector(l("self_attn.k_norm.weight"), kv, count, Role::Norm));
+                }
+            }
+        }
+        match &self.moe {
+            Some(m) if self.is_moe_layer(i) => {
+                // Router, routed experts stored 3-D ([E, 2I, h] gate_up + [E, h, I] down), shared experts.
+                v.push(TensorGroup::matrix(l("mlp.gate.weight"), 1, m.experts, h, count, Role::Router));
+                let ei = m.expert_intermediate;
+                v.push(TensorGroup::matrix(l("mlp.experts.gate_up_proj"), m.experts, 2 * ei, h, count, Role::Experts));
+                v.push(TensorGroup::matrix(l("mlp.experts.down_proj"), m.experts, h, ei, count, Role::Experts));
+                if m.shared_intermediate > 0 {
+                    self.mlp_tensors(&l("mlp.shared_experts"), m.shared_intermediate, count, v);
+                }
+                if m.shared_gate {
+                    v.push(TensorGroup::matrix(l("mlp.shared_expert_gate.weight"), 1, 1, h, count, Role::Router));
+                }
+            }
+            _ => self.mlp_tensors(&l("mlp"), self.intermediate, count, v),
+        }
+    }
+
+    fn mlp_tensors(&self, prefix: &str, inter: u64, count: u64, v: &mut Vec<TensorGroup>) {
+        let h = self.hidden;
+        let m = self.mlp;
+        if m.gated {
+            if m.fused_gate_up {
+                Self::linear(v, &format!("{prefix}.gate_up_proj"), h, 2 * inter, m.bias, count);
+            } else {
+                Self::linear(v, &format!("{prefix}.gate_proj"), h, inter, m.bias, count);
+                Self::linear(v, &format!("{prefix}.up_proj"), h, inter, m.bias, count);
+            }
+            Self::linear(v, &format!("{prefix}.down_proj"), inter, h, m.bias, count);
+        } else {
+            Self::linear(v, &format!("{prefix}.fc1"), h, inter, m.bias, count);
+            Self::linear(v, &format!("{prefix}.fc2"), inter, h, m.bias, count);
+        }
+    }
+}

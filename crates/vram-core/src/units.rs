@@ -1,0 +1,86 @@
+//! Exact byte units. Everything inside vram is a whole number of bytes; these helpers
+//! convert for display and parse the sizes users type (`24GiB`, `80GB`, `96G`).
+
+use crate::error::{Error, Result};
+
+/// One kibibyte, 2^10 bytes.
+pub const KIB: u64 = 1 << 10;
+/// One mebibyte, 2^20 bytes.
+pub const MIB: u64 = 1 << 20;
+/// One gibibyte, 2^30 bytes. `nvidia-smi` and PyTorch report memory in MiB/GiB.
+pub const GIB: u64 = 1 << 30;
+/// One gigabyte, 10^9 bytes. GPU vendors market memory in GB (an "80 GB" H100 has 79.6 GiB usable).
+pub const GB: u64 = 1_000_000_000;
+
+/// Bytes as GiB (2^30), for display only.
+pub fn gib(bytes: u64) -> f64 {
+    bytes as f64 / GIB as f64
+}
+
+/// Bytes as GB (10^9), for display only.
+pub fn gb(bytes: u64) -> f64 {
+    bytes as f64 / GB as f64
+}
+
+/// Parse a memory size such as `24GiB`, `80GB`, `96G`, `40960MiB` or a plain byte count.
+///
+/// Binary suffixes (`KiB`, `MiB`, `GiB`, `TiB`) are powers of two; decimal ones (`KB`, `MB`,
+/// `GB`, `TB`) are powers of ten. A bare `G`/`M` is read as binary, as `nvidia-smi` and
+/// PyTorch mean it. Fractions are allowed (`79.6GiB`) and rounded down to whole bytes.
+pub fn parse_size(text: &str) -> Result<u64> {
+    let s = text.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let num: String = num.chars().filter(|c| *c != '_').collect();
+    let bad = || Error::InvalidValue {
+        what: "memory size".into(),
+        value: text.into(),
+        hint: "write a number with a unit, e.g. 24GiB, 80GB, 96G or 40960MiB".into(),
+    };
+    let value: f64 = num.parse().map_err(|_| bad())?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => KIB,
+        "m" | "mib" => MIB,
+        "g" | "gib" => GIB,
+        "t" | "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => GB,
+        "tb" => 1_000_000_000_000,
+        _ => return Err(bad()),
+    };
+    let bytes = value * mult as f64;
+    if !bytes.is_finite() || bytes < 1.0 || bytes > 1e18 {
+        return Err(Error::InvalidValue {
+            what: "memory size".into(),
+            value: text.into(),
+            hint: "a GPU memory size must be between 1 byte and 1 EB".into(),
+        });
+    }
+    Ok(bytes as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_binary_and_decimal_units() {
+        assert_eq!(parse_size("24GiB").unwrap(), 24 * GIB);
+        assert_eq!(parse_size("80GB").unwrap(), 80 * GB);
+        assert_eq!(parse_size("96g").unwrap(), 96 * GIB);
+        assert_eq!(parse_size("40960MiB").unwrap(), 40 * GIB);
+        assert_eq!(parse_size("1_000").unwrap(), 1000);
+        assert_eq!(parse_size(" 1.5GiB ").unwrap(), 3 * GIB / 2);
+    }
+
+    #[test]
+    fn rejects_garbage() {
+        for bad in ["", "GiB", "12XB", "-5GB", "0", "1e30GB", "nan"] {
+            assert!(parse_size(bad).is_err(), "{bad} should fail");
+        }
+    }
+}
