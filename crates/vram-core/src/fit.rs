@@ -49,14 +49,25 @@ pub struct Fit {
 }
 
 fn row(model: &Model, job: &Job, batch: u64, accum: u64, gpu_memory: u64) -> Result<FitRow> {
-    let j = Job { batch, grad_accum: accum, ..job.clone() };
+    let j = Job {
+        batch,
+        grad_accum: accum,
+        ..job.clone()
+    };
     let e = estimate(model, &j)?;
-    Ok(FitRow { batch, grad_accum: accum, peak_allocated: e.peak_allocated, total: e.total, utilization: e.total as f64 / gpu_memory as f64 })
+    Ok(FitRow {
+        batch,
+        grad_accum: accum,
+        peak_allocated: e.peak_allocated,
+        total: e.total,
+        utilization: e.total as f64 / gpu_memory as f64,
+    })
 }
 
 /// Largest batch in `1..=limit` with total ≤ budget, by doubling then bisection.
 pub fn max_batch(model: &Model, job: &Job, budget: u64, limit: u64) -> Result<Option<u64>> {
-    let fits = |b: u64| -> Result<bool> { Ok(estimate(model, &job.with_batch(b))?.total <= budget) };
+    let fits =
+        |b: u64| -> Result<bool> { Ok(estimate(model, &job.with_batch(b))?.total <= budget) };
     if limit == 0 || !fits(1)? {
         return Ok(None);
     }
@@ -92,15 +103,27 @@ pub fn max_batch_linear(model: &Model, job: &Job, budget: u64, limit: u64) -> Re
 
 /// Find the largest micro-batch within `target` × `gpu_memory`. With `global_batch`, only
 /// divisors of it are candidates and gradient accumulation makes up the rest.
-pub fn fit(model: &Model, job: &Job, gpu_memory: u64, target: f64, global_batch: Option<u64>) -> Result<Fit> {
+pub fn fit(
+    model: &Model,
+    job: &Job,
+    gpu_memory: u64,
+    target: f64,
+    global_batch: Option<u64>,
+) -> Result<Fit> {
     if !(target > 0.0 && target <= 1.0) {
-        return Err(Error::InvalidValue { what: "target utilization".into(), value: target.to_string(), hint: "must be in (0, 1], e.g. 0.85 or 0.9".into() });
+        return Err(Error::InvalidValue {
+            what: "target utilization".into(),
+            value: target.to_string(),
+            hint: "must be in (0, 1], e.g. 0.85 or 0.9".into(),
+        });
     }
     let budget = (gpu_memory as f64 * target).floor() as u64;
     let (max, rows, next) = match global_batch {
         None => {
             let max = max_batch(model, job, budget, MAX_BATCH)?;
-            let mut ladder: Vec<u64> = vec![1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024];
+            let mut ladder: Vec<u64> = vec![
+                1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024,
+            ];
             if let Some(m) = max {
                 ladder.extend([m, m + 1]);
             }
@@ -116,7 +139,9 @@ pub fn fit(model: &Model, job: &Job, gpu_memory: u64, target: f64, global_batch:
                 }
             }
             let next = match max {
-                Some(m) if m < MAX_BATCH => Some(row(model, job, m + 1, job.grad_accum, gpu_memory)?),
+                Some(m) if m < MAX_BATCH => {
+                    Some(row(model, job, m + 1, job.grad_accum, gpu_memory)?)
+                }
                 None => Some(row(model, job, 1, job.grad_accum, gpu_memory)?),
                 _ => None,
             };
@@ -124,7 +149,11 @@ pub fn fit(model: &Model, job: &Job, gpu_memory: u64, target: f64, global_batch:
         }
         Some(g) => {
             if g == 0 || g > MAX_BATCH {
-                return Err(Error::InvalidValue { what: "global batch size".into(), value: g.to_string(), hint: format!("must be between 1 and {MAX_BATCH}") });
+                return Err(Error::InvalidValue {
+                    what: "global batch size".into(),
+                    value: g.to_string(),
+                    hint: format!("must be between 1 and {MAX_BATCH}"),
+                });
             }
             let divisors: Vec<u64> = (1..=g).filter(|d| g % d == 0).collect();
             let mut rows = Vec::new();
@@ -147,8 +176,22 @@ pub fn fit(model: &Model, job: &Job, gpu_memory: u64, target: f64, global_batch:
         }
     };
     let chosen = match max {
-        Some(b) => Some(row(model, job, b, global_batch.map_or(job.grad_accum, |g| g / b), gpu_memory)?),
+        Some(b) => Some(row(
+            model,
+            job,
+            b,
+            global_batch.map_or(job.grad_accum, |g| g / b),
+            gpu_memory,
+        )?),
         None => None,
     };
-    Ok(Fit { gpu_memory, target_utilization: target, budget, max_batch: max, chosen, next, rows })
+    Ok(Fit {
+        gpu_memory,
+        target_utilization: target,
+        budget,
+        max_batch: max,
+        chosen,
+        next,
+        rows,
+    })
 }

@@ -46,32 +46,214 @@ struct Entry {
 use MemorySource::{Nominal, NvidiaSmi};
 
 const CATALOGUE: &[Entry] = &[
-    Entry { name: "b200", aliases: &["b200-180gb"], display: "NVIDIA B200", mib: 183_359, src: NvidiaSmi, tflops: 2250.0 },
-    Entry { name: "gb200", aliases: &["gb200-186gb"], display: "NVIDIA GB200 (per GPU)", mib: 186 * GB / MIB, src: Nominal, tflops: 2500.0 },
-    Entry { name: "h200", aliases: &["h200-141gb", "h200-sxm"], display: "NVIDIA H200 141GB", mib: 143_771, src: NvidiaSmi, tflops: 989.0 },
-    Entry { name: "h100-80gb", aliases: &["h100", "h100-sxm", "h100-sxm5", "h100-80gb-hbm3"], display: "NVIDIA H100 SXM 80GB", mib: 81_559, src: NvidiaSmi, tflops: 989.0 },
-    Entry { name: "h100-pcie", aliases: &["h100-pcie-80gb"], display: "NVIDIA H100 PCIe 80GB", mib: 81_559, src: NvidiaSmi, tflops: 756.0 },
-    Entry { name: "h100-nvl", aliases: &["h100-94gb", "h100-nvl-94gb"], display: "NVIDIA H100 NVL 94GB", mib: 95_830, src: NvidiaSmi, tflops: 835.0 },
-    Entry { name: "h800", aliases: &["h800-80gb"], display: "NVIDIA H800 80GB", mib: 81_559, src: NvidiaSmi, tflops: 989.0 },
-    Entry { name: "h20", aliases: &["h20-96gb", "h20-nvlink"], display: "NVIDIA H20 96GB", mib: 97_871, src: NvidiaSmi, tflops: 148.0 },
-    Entry { name: "a100-80gb", aliases: &["a100", "a100-sxm4-80gb", "a100-80g"], display: "NVIDIA A100 80GB", mib: 81_920, src: NvidiaSmi, tflops: 312.0 },
-    Entry { name: "a100-40gb", aliases: &["a100-sxm4-40gb", "a100-pcie-40gb", "a100-40g"], display: "NVIDIA A100 40GB", mib: 40_960, src: NvidiaSmi, tflops: 312.0 },
-    Entry { name: "a800", aliases: &["a800-80gb"], display: "NVIDIA A800 80GB", mib: 81_920, src: NvidiaSmi, tflops: 312.0 },
-    Entry { name: "l40s", aliases: &["l40s-48gb"], display: "NVIDIA L40S 48GB", mib: 46_068, src: NvidiaSmi, tflops: 362.0 },
-    Entry { name: "l40", aliases: &["l40-48gb"], display: "NVIDIA L40 48GB", mib: 46_068, src: NvidiaSmi, tflops: 181.0 },
-    Entry { name: "l4", aliases: &["l4-24gb"], display: "NVIDIA L4 24GB", mib: 23_034, src: NvidiaSmi, tflops: 121.0 },
-    Entry { name: "a10g", aliases: &["a10g-24gb"], display: "NVIDIA A10G 24GB", mib: 23_028, src: NvidiaSmi, tflops: 70.0 },
-    Entry { name: "a10", aliases: &["a10-24gb"], display: "NVIDIA A10 24GB", mib: 23_028, src: NvidiaSmi, tflops: 125.0 },
-    Entry { name: "a6000", aliases: &["rtx-a6000", "a6000-48gb"], display: "NVIDIA RTX A6000 48GB", mib: 49_140, src: NvidiaSmi, tflops: 155.0 },
-    Entry { name: "rtx-4090", aliases: &["4090", "rtx4090", "geforce-rtx-4090"], display: "NVIDIA GeForce RTX 4090 24GB", mib: 24_564, src: NvidiaSmi, tflops: 165.0 },
-    Entry { name: "rtx-4080", aliases: &["4080", "rtx4080"], display: "NVIDIA GeForce RTX 4080 16GB", mib: 16_376, src: NvidiaSmi, tflops: 97.0 },
-    Entry { name: "rtx-3090", aliases: &["3090", "rtx3090"], display: "NVIDIA GeForce RTX 3090 24GB", mib: 24_576, src: NvidiaSmi, tflops: 71.0 },
-    Entry { name: "rtx-3080", aliases: &["3080", "rtx3080", "rtx-3080-10gb"], display: "NVIDIA GeForce RTX 3080 10GB", mib: 10_240, src: NvidiaSmi, tflops: 60.0 },
-    Entry { name: "v100-32gb", aliases: &["v100-sxm2-32gb", "v100-32g"], display: "NVIDIA V100 32GB (fp16 only)", mib: 32_768, src: Nominal, tflops: 125.0 },
-    Entry { name: "v100-16gb", aliases: &["v100", "v100-sxm2-16gb", "v100-16g"], display: "NVIDIA V100 16GB (fp16 only)", mib: 16_384, src: Nominal, tflops: 125.0 },
-    Entry { name: "t4", aliases: &["t4-16gb", "tesla-t4"], display: "NVIDIA T4 16GB (fp16 only)", mib: 15_360, src: NvidiaSmi, tflops: 65.0 },
-    Entry { name: "mi300x", aliases: &["mi300x-192gb"], display: "AMD Instinct MI300X 192GB", mib: 192 * 1024, src: Nominal, tflops: 1307.0 },
-    Entry { name: "mi250x", aliases: &["mi250x-gcd"], display: "AMD Instinct MI250X (one 64GB GCD, as frameworks see it)", mib: 64 * 1024, src: Nominal, tflops: 191.5 },
+    Entry {
+        name: "b200",
+        aliases: &["b200-180gb"],
+        display: "NVIDIA B200",
+        mib: 183_359,
+        src: NvidiaSmi,
+        tflops: 2250.0,
+    },
+    Entry {
+        name: "gb200",
+        aliases: &["gb200-186gb"],
+        display: "NVIDIA GB200 (per GPU)",
+        mib: 186 * GB / MIB,
+        src: Nominal,
+        tflops: 2500.0,
+    },
+    Entry {
+        name: "h200",
+        aliases: &["h200-141gb", "h200-sxm"],
+        display: "NVIDIA H200 141GB",
+        mib: 143_771,
+        src: NvidiaSmi,
+        tflops: 989.0,
+    },
+    Entry {
+        name: "h100-80gb",
+        aliases: &["h100", "h100-sxm", "h100-sxm5", "h100-80gb-hbm3"],
+        display: "NVIDIA H100 SXM 80GB",
+        mib: 81_559,
+        src: NvidiaSmi,
+        tflops: 989.0,
+    },
+    Entry {
+        name: "h100-pcie",
+        aliases: &["h100-pcie-80gb"],
+        display: "NVIDIA H100 PCIe 80GB",
+        mib: 81_559,
+        src: NvidiaSmi,
+        tflops: 756.0,
+    },
+    Entry {
+        name: "h100-nvl",
+        aliases: &["h100-94gb", "h100-nvl-94gb"],
+        display: "NVIDIA H100 NVL 94GB",
+        mib: 95_830,
+        src: NvidiaSmi,
+        tflops: 835.0,
+    },
+    Entry {
+        name: "h800",
+        aliases: &["h800-80gb"],
+        display: "NVIDIA H800 80GB",
+        mib: 81_559,
+        src: NvidiaSmi,
+        tflops: 989.0,
+    },
+    Entry {
+        name: "h20",
+        aliases: &["h20-96gb", "h20-nvlink"],
+        display: "NVIDIA H20 96GB",
+        mib: 97_871,
+        src: NvidiaSmi,
+        tflops: 148.0,
+    },
+    Entry {
+        name: "a100-80gb",
+        aliases: &["a100", "a100-sxm4-80gb", "a100-80g"],
+        display: "NVIDIA A100 80GB",
+        mib: 81_920,
+        src: NvidiaSmi,
+        tflops: 312.0,
+    },
+    Entry {
+        name: "a100-40gb",
+        aliases: &["a100-sxm4-40gb", "a100-pcie-40gb", "a100-40g"],
+        display: "NVIDIA A100 40GB",
+        mib: 40_960,
+        src: NvidiaSmi,
+        tflops: 312.0,
+    },
+    Entry {
+        name: "a800",
+        aliases: &["a800-80gb"],
+        display: "NVIDIA A800 80GB",
+        mib: 81_920,
+        src: NvidiaSmi,
+        tflops: 312.0,
+    },
+    Entry {
+        name: "l40s",
+        aliases: &["l40s-48gb"],
+        display: "NVIDIA L40S 48GB",
+        mib: 46_068,
+        src: NvidiaSmi,
+        tflops: 362.0,
+    },
+    Entry {
+        name: "l40",
+        aliases: &["l40-48gb"],
+        display: "NVIDIA L40 48GB",
+        mib: 46_068,
+        src: NvidiaSmi,
+        tflops: 181.0,
+    },
+    Entry {
+        name: "l4",
+        aliases: &["l4-24gb"],
+        display: "NVIDIA L4 24GB",
+        mib: 23_034,
+        src: NvidiaSmi,
+        tflops: 121.0,
+    },
+    Entry {
+        name: "a10g",
+        aliases: &["a10g-24gb"],
+        display: "NVIDIA A10G 24GB",
+        mib: 23_028,
+        src: NvidiaSmi,
+        tflops: 70.0,
+    },
+    Entry {
+        name: "a10",
+        aliases: &["a10-24gb"],
+        display: "NVIDIA A10 24GB",
+        mib: 23_028,
+        src: NvidiaSmi,
+        tflops: 125.0,
+    },
+    Entry {
+        name: "a6000",
+        aliases: &["rtx-a6000", "a6000-48gb"],
+        display: "NVIDIA RTX A6000 48GB",
+        mib: 49_140,
+        src: NvidiaSmi,
+        tflops: 155.0,
+    },
+    Entry {
+        name: "rtx-4090",
+        aliases: &["4090", "rtx4090", "geforce-rtx-4090"],
+        display: "NVIDIA GeForce RTX 4090 24GB",
+        mib: 24_564,
+        src: NvidiaSmi,
+        tflops: 165.0,
+    },
+    Entry {
+        name: "rtx-4080",
+        aliases: &["4080", "rtx4080"],
+        display: "NVIDIA GeForce RTX 4080 16GB",
+        mib: 16_376,
+        src: NvidiaSmi,
+        tflops: 97.0,
+    },
+    Entry {
+        name: "rtx-3090",
+        aliases: &["3090", "rtx3090"],
+        display: "NVIDIA GeForce RTX 3090 24GB",
+        mib: 24_576,
+        src: NvidiaSmi,
+        tflops: 71.0,
+    },
+    Entry {
+        name: "rtx-3080",
+        aliases: &["3080", "rtx3080", "rtx-3080-10gb"],
+        display: "NVIDIA GeForce RTX 3080 10GB",
+        mib: 10_240,
+        src: NvidiaSmi,
+        tflops: 60.0,
+    },
+    Entry {
+        name: "v100-32gb",
+        aliases: &["v100-sxm2-32gb", "v100-32g"],
+        display: "NVIDIA V100 32GB (fp16 only)",
+        mib: 32_768,
+        src: Nominal,
+        tflops: 125.0,
+    },
+    Entry {
+        name: "v100-16gb",
+        aliases: &["v100", "v100-sxm2-16gb", "v100-16g"],
+        display: "NVIDIA V100 16GB (fp16 only)",
+        mib: 16_384,
+        src: Nominal,
+        tflops: 125.0,
+    },
+    Entry {
+        name: "t4",
+        aliases: &["t4-16gb", "tesla-t4"],
+        display: "NVIDIA T4 16GB (fp16 only)",
+        mib: 15_360,
+        src: NvidiaSmi,
+        tflops: 65.0,
+    },
+    Entry {
+        name: "mi300x",
+        aliases: &["mi300x-192gb"],
+        display: "AMD Instinct MI300X 192GB",
+        mib: 192 * 1024,
+        src: Nominal,
+        tflops: 1307.0,
+    },
+    Entry {
+        name: "mi250x",
+        aliases: &["mi250x-gcd"],
+        display: "AMD Instinct MI250X (one 64GB GCD, as frameworks see it)",
+        mib: 64 * 1024,
+        src: Nominal,
+        tflops: 191.5,
+    },
 ];
 
 fn norm_name(s: &str) -> String {
@@ -85,7 +267,13 @@ fn norm_name(s: &str) -> String {
 }
 
 fn to_gpu(e: &Entry) -> Gpu {
-    Gpu { name: e.name.into(), display: e.display.into(), memory: e.mib * MIB, memory_source: e.src, tflops_16bit: e.tflops }
+    Gpu {
+        name: e.name.into(),
+        display: e.display.into(),
+        memory: e.mib * MIB,
+        memory_source: e.src,
+        tflops_16bit: e.tflops,
+    }
 }
 
 /// Every GPU in the catalogue.
@@ -97,18 +285,43 @@ pub fn catalogue() -> Vec<Gpu> {
 /// such as `24GiB` / `80GB`.
 pub fn lookup(name: &str) -> Result<Gpu> {
     let n = norm_name(name);
-    if let Some(e) = CATALOGUE.iter().find(|e| e.name == n || e.aliases.contains(&n.as_str())) {
+    if let Some(e) = CATALOGUE
+        .iter()
+        .find(|e| e.name == n || e.aliases.contains(&n.as_str()))
+    {
         return Ok(to_gpu(e));
     }
     if n.starts_with(|c: char| c.is_ascii_digit()) {
         if let Ok(bytes) = parse_size(name) {
-            let unit = if name.to_ascii_lowercase().contains("ib") || !name.to_ascii_lowercase().ends_with('b') { "GiB" } else { "GB" };
-            let shown = if unit == "GiB" { bytes as f64 / GIB as f64 } else { bytes as f64 / GB as f64 };
-            return Ok(Gpu { name: name.trim().into(), display: format!("custom {shown:.2} {unit}"), memory: bytes, memory_source: MemorySource::User, tflops_16bit: 0.0 });
+            let unit = if name.to_ascii_lowercase().contains("ib")
+                || !name.to_ascii_lowercase().ends_with('b')
+            {
+                "GiB"
+            } else {
+                "GB"
+            };
+            let shown = if unit == "GiB" {
+                bytes as f64 / GIB as f64
+            } else {
+                bytes as f64 / GB as f64
+            };
+            return Ok(Gpu {
+                name: name.trim().into(),
+                display: format!("custom {shown:.2} {unit}"),
+                memory: bytes,
+                memory_source: MemorySource::User,
+                tflops_16bit: 0.0,
+            });
         }
     }
-    let known = CATALOGUE.iter().flat_map(|e| std::iter::once(e.name).chain(e.aliases.iter().copied()));
-    Err(Error::Unknown { what: "GPU".into(), name: name.into(), suggestions: nearest(&n, known) })
+    let known = CATALOGUE
+        .iter()
+        .flat_map(|e| std::iter::once(e.name).chain(e.aliases.iter().copied()));
+    Err(Error::Unknown {
+        what: "GPU".into(),
+        name: name.into(),
+        suggestions: nearest(&n, known),
+    })
 }
 
 #[cfg(test)]

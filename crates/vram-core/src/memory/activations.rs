@@ -41,7 +41,10 @@ pub fn choose_kernel(model: &Model, job: &Job) -> (Kernel, Option<String>) {
         return (Kernel::Eager, Some("Gemma-2 attention soft-capping runs in eager attention (sdpa/flash cannot apply it)".into()));
     }
     let half = job.precision.compute_dtype().bytes() == 2;
-    let same_v_dim = model.attention.mla.is_none_or(|m| m.v_head_dim == m.qk_nope_head_dim + m.qk_rope_head_dim);
+    let same_v_dim = model
+        .attention
+        .mla
+        .is_none_or(|m| m.v_head_dim == m.qk_nope_head_dim + m.qk_rope_head_dim);
     match job.attention {
         AttentionImpl::Eager => (Kernel::Eager, None),
         AttentionImpl::Flash => (Kernel::Flash, None),
@@ -86,7 +89,12 @@ impl Bytes {
         let e = job.precision.compute_dtype().bytes() as u128;
         let p = job.precision.param_dtype().bytes() as u128;
         let amp = job.precision.is_mixed();
-        Bytes { amp, e, r: if amp { 4 } else { e }, p }
+        Bytes {
+            amp,
+            e,
+            r: if amp { 4 } else { e },
+            p,
+        }
     }
 
     /// Saved bytes per element for `n` linears reading one tensor of `src` bytes: under AMP each
@@ -136,7 +144,11 @@ fn mlp_readers(m: &Model, moe_layer: bool) -> u128 {
     let dense = |gated: bool, fused: bool| if gated && !fused { 2 } else { 1 };
     if moe_layer {
         let moe = m.moe.as_ref().expect("moe layer has moe");
-        let shared = if moe.shared_intermediate > 0 { dense(m.mlp.gated, false) } else { 0 };
+        let shared = if moe.shared_intermediate > 0 {
+            dense(m.mlp.gated, false)
+        } else {
+            0
+        };
         1 + shared + u128::from(moe.shared_gate)
     } else {
         dense(m.mlp.gated, m.mlp.fused_gate_up)
@@ -164,7 +176,11 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
     let h = m.hidden as u128;
     let moe_layer = m.is_moe_layer(i);
     let mut c = LayerCoef::default();
-    let ln_stats = if matches!(m.norm, Norm::LayerNorm { .. }) { 8 } else { 0 };
+    let ln_stats = if matches!(m.norm, Norm::LayerNorm { .. }) {
+        8
+    } else {
+        0
+    };
 
     // --- Attention input -------------------------------------------------------------------
     let attn_in_bytes;
@@ -177,7 +193,12 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
         _ => {
             let (saved, out) = b.norm(m.norm, b.r);
             c.norms += saved * h + ln_stats;
-            let readers = attention_readers(m) + if m.block == Block::Parallel { mlp_readers(m, moe_layer) } else { 0 };
+            let readers = attention_readers(m)
+                + if m.block == Block::Parallel {
+                    mlp_readers(m, moe_layer)
+                } else {
+                    0
+                };
             c.norms += b.linear_inputs(readers, out) * h;
             attn_in_bytes = out;
         }
@@ -206,7 +227,11 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
             let (mut saved, out) = b.norm(m.norm, b.r);
             if m.block == Block::ParallelTwoNorms && b.r == 4 {
                 // Both norms read the same layer input; in fp32 it is saved once.
-                saved -= if matches!(m.norm, Norm::LayerNorm { .. }) { saved } else { 4 };
+                saved -= if matches!(m.norm, Norm::LayerNorm { .. }) {
+                    saved
+                } else {
+                    4
+                };
             }
             c.norms += saved * h + ln_stats;
             c.norms += b.linear_inputs(mlp_readers(m, moe_layer), out) * h;
@@ -273,16 +298,30 @@ fn attention(m: &Model, job: &Job, b: &Bytes, kernel: Kernel) -> (u128, u128) {
         let rotary = m.position_embeddings == 0;
         // apply_rotary_pos_emb: q*cos + rotate_half(q)*sin, cos in the residual dtype -> promotes.
         qk_bytes = if rotary { qk_in.max(b.r) } else { qk_in };
-        if m.attention.fused_qkv && rotary {
-            // v is a view of the fused qkv output, which therefore stays alive whole.
-            tok += e * (qd + 2 * kd) - e * vd;
+        let cache = job.training_cache(m.use_cache);
+        if m.attention.fused_qkv {
+            match (rotary, cache) {
+                // v stays a view of the fused qkv output, which therefore stays alive whole.
+                (true, false) => tok += e * (qd + 2 * kd) - e * vd,
+                // q (no rotary) is a view of the fused output; the cache's torch.cat copies of k and v
+                // are what attention saves, on top of it (DynamicLayer.update, cache_utils.py).
+                (false, true) => tok += e * 2 * kd,
+                // rotary with cache: q, k are new tensors and v a cat copy: the fused output is freed.
+                _ => {}
+            }
         }
     }
     // The value projection's output, unless it is already counted (MLA: part of kv_b's output).
     let v_own = if m.attention.mla.is_some() { 0 } else { e * vd };
     // q and k as the kernel saves them: cast to half by autocast (a copy) when they are fp32.
     let q_saved = if b.amp { 2 } else { qk_bytes };
-    let groups_expand = |d: u128| if kernel.quadratic() && m.kv_heads != m.heads { heads * m.head_dim as u128 } else { d };
+    let groups_expand = |d: u128| {
+        if kernel.quadratic() && m.kv_heads != m.heads {
+            heads * m.head_dim as u128
+        } else {
+            d
+        }
+    };
     match kernel {
         Kernel::Flash | Kernel::MemEfficient => {
             // _scaled_dot_product_{flash,efficient}_attention saves q, k, v, out, logsumexp (fp32 per head).
@@ -291,7 +330,11 @@ fn attention(m: &Model, job: &Job, b: &Bytes, kernel: Kernel) -> (u128, u128) {
         Kernel::Math => {
             // aten _scaled_dot_product_attention_math: q*sqrt(scale), k^T*sqrt(scale) (GQA repeated),
             // v (repeated for GQA), softmax output; output copied contiguous for o_proj.
-            let v_saved = if m.kv_heads != m.heads { e * groups_expand(vd) } else { v_own };
+            let v_saved = if m.kv_heads != m.heads {
+                e * groups_expand(vd)
+            } else {
+                v_own
+            };
             tok += e * qd + e * groups_expand(kd) + v_saved + e * heads * per_head(vd, m.kv_heads);
             sq += e;
             if m.attention_dropout > 0.0 {
@@ -300,8 +343,15 @@ fn attention(m: &Model, job: &Job, b: &Bytes, kernel: Kernel) -> (u128, u128) {
         }
         Kernel::Eager => {
             // eager_attention_forward (modeling_llama.py): repeat_kv, q@k^T, softmax(fp32), cast, @v.
-            let v_saved = if m.kv_heads != m.heads { e * groups_expand(vd) } else { v_own };
-            tok += q_saved * qd + q_saved * groups_expand(kd) + v_saved + e * heads * per_head(vd, m.kv_heads);
+            let v_saved = if m.kv_heads != m.heads {
+                e * groups_expand(vd)
+            } else {
+                v_own
+            };
+            tok += q_saved * qd
+                + q_saved * groups_expand(kd)
+                + v_saved
+                + e * heads * per_head(vd, m.kv_heads);
             if m.attention.softcap {
                 sq += e; // tanh output (Gemma-2 soft-capping)
             }
@@ -314,7 +364,6 @@ fn attention(m: &Model, job: &Job, b: &Bytes, kernel: Kernel) -> (u128, u128) {
             }
         }
     }
-    let _ = job;
     (tok, sq)
 }
 
@@ -339,7 +388,8 @@ fn mlp(m: &Model, b: &Bytes, moe_layer: bool) -> u128 {
             // and the expert output saved by the multiply with its routing weight.
             let gathered = if b.amp { 2 } else { b.r };
             let routed = k * (gathered * h + units * ei * e + e * h);
-            let shared = moe.shared_intermediate as u128 * units * e + if moe.shared_gate { e * h + 2 * e } else { 0 };
+            let shared = moe.shared_intermediate as u128 * units * e
+                + if moe.shared_gate { e * h + 2 * e } else { 0 };
             router + routed + shared
         }
         _ => units * m.intermediate as u128 * e,
@@ -366,9 +416,27 @@ pub fn outside_layers(m: &Model, job: &Job, batch: u64) -> (u128, u128) {
     }
     // Rotary cos and sin, [1, seq, head_dim] in the residual dtype (LlamaRotaryEmbedding): per
     // sequence position, not per token, so returned separately.
-    let rope = if m.position_embeddings == 0 { 2 * m.head_dim as u128 * b.r } else { 0 };
+    let rope = if m.position_embeddings == 0 {
+        2 * m.head_dim as u128 * b.r
+    } else {
+        0
+    };
     let _ = batch;
     (tok, rope)
+}
+
+/// Bytes per token per layer the training KV cache holds beyond what attention saves: under
+/// autocast the cache keeps the fp32 rotary keys, while attention saves their half copies.
+pub fn training_cache_extra(m: &Model, job: &Job) -> u128 {
+    let b = Bytes::of(job);
+    if !job.training_cache(m.use_cache) || !b.amp || m.position_embeddings != 0 {
+        return 0;
+    }
+    let kd = match m.attention.mla {
+        Some(mla) => m.heads as u128 * (mla.qk_nope_head_dim + mla.qk_rope_head_dim) as u128,
+        None => m.kv_dim() as u128,
+    };
+    4 * kd
 }
 
 /// Bytes per token the layer saves when checkpointed: its input only (HF gradient checkpointing
@@ -380,7 +448,10 @@ pub fn checkpointed_layer(job: &Job, m: &Model) -> u128 {
 /// Apply selective checkpointing: the attention core's seq² tensors are recomputed, not saved.
 pub fn apply_checkpointing(c: LayerCoef, mode: Checkpointing) -> LayerCoef {
     match mode {
-        Checkpointing::Selective => LayerCoef { attention_sq: 0, ..c },
+        Checkpointing::Selective => LayerCoef {
+            attention_sq: 0,
+            ..c
+        },
         _ => c,
     }
 }
@@ -397,14 +468,20 @@ pub fn backward_transient(m: &Model, job: &Job, kernel: Kernel, i: u64) -> (u128
     let mlp_width = match &m.moe {
         Some(moe) if m.is_moe_layer(i) => {
             // Busiest expert assumed to get twice its fair share of the k·tokens routed.
-            let routed = (2 * moe.top_k as u128 * moe.expert_intermediate as u128 / (moe.experts as u128).max(1)).max(moe.expert_intermediate as u128 / 4);
+            let routed = (2 * moe.top_k as u128 * moe.expert_intermediate as u128
+                / (moe.experts as u128).max(1))
+            .max(moe.expert_intermediate as u128 / 4);
             routed.max(moe.shared_intermediate as u128)
         }
         _ => m.intermediate as u128,
     };
     let mlp = 3 * mlp_width * e;
     let (qd, kd) = (m.q_dim() as u128, m.kv_dim() as u128);
-    let (attn, sq) = if kernel.quadratic() { (e * (qd + 2 * kd), 8) } else { (e * (qd + 2 * kd) + 4 * qd, 0) };
+    let (attn, sq) = if kernel.quadratic() {
+        (e * (qd + 2 * kd), 8)
+    } else {
+        (e * (qd + 2 * kd) + 4 * qd, 0)
+    };
     (2 * b.r * h + mlp.max(attn), sq)
 }
 

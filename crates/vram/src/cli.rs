@@ -1,0 +1,146 @@
+//! Raw command-line flags (clap). Resolution into core types happens in `resolve.rs`.
+
+use clap::{Args, Parser, Subcommand};
+
+/// How much GPU memory will this job take? Component by component, before you launch.
+#[derive(Debug, Parser)]
+#[command(name = "vram", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Estimate the peak GPU memory of a training or inference job, component by component.
+    Estimate(EstimateArgs),
+    /// Find the largest micro-batch that fits a GPU at a target utilization.
+    Fit(FitArgs),
+    /// List the built-in model presets with their parameter counts.
+    Models(ListArgs),
+    /// List the GPU catalogue (memory, dense 16-bit TFLOP/s).
+    Gpus(ListArgs),
+}
+
+/// `--json` only.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The job: model and how it is run.
+#[derive(Debug, Args, Clone)]
+pub struct JobArgs {
+    /// A preset (`vram models`), a config.json, or a model directory (config.json + *.safetensors).
+    #[arg(long, short = 'm')]
+    pub model: String,
+    /// `train` (one optimizer step) or `infer` (prefill + KV cache).
+    #[arg(long, default_value = "train")]
+    pub mode: String,
+    /// Micro-batch size per GPU (HF `per_device_train_batch_size`).
+    #[arg(
+        long,
+        short = 'b',
+        default_value_t = 1,
+        alias = "per-device-train-batch-size",
+        alias = "per_device_train_batch_size",
+        alias = "batch"
+    )]
+    pub batch_size: u64,
+    /// Sequence length in tokens (inference: the whole context, prompt + generated).
+    #[arg(
+        long,
+        short = 's',
+        default_value_t = 2048,
+        alias = "max-seq-length",
+        alias = "context",
+        alias = "max-model-len"
+    )]
+    pub seq_len: u64,
+    /// fp32, bf16-mixed, fp16-mixed, bf16, fp16; inference also fp8, int8, int4.
+    /// Default: bf16-mixed for training, bf16 for inference.
+    #[arg(long, short = 'p', alias = "dtype")]
+    pub precision: Option<String>,
+    /// adamw, adamw_torch_fused, adam, adamw-8bit, sgd, sgd-momentum, adafactor, lion (HF `optim` names work).
+    #[arg(long, default_value = "adamw", alias = "optim")]
+    pub optimizer: String,
+    /// How torch runs the step: foreach (torch default on CUDA), fused, for-loop.
+    #[arg(long)]
+    pub optimizer_impl: Option<String>,
+    /// Activation checkpointing: none, full (every layer; HF gradient_checkpointing), selective (attention).
+    #[arg(long, default_value = "none", alias = "gradient-checkpointing")]
+    pub checkpointing: String,
+    /// sdpa (PyTorch picks the CUDA kernel), flash_attention_2, eager.
+    #[arg(
+        long,
+        default_value = "sdpa",
+        alias = "attn-implementation",
+        alias = "attn_implementation"
+    )]
+    pub attention: String,
+    /// Gradient accumulation steps (HF `gradient_accumulation_steps`).
+    #[arg(
+        long,
+        default_value_t = 1,
+        alias = "gradient-accumulation-steps",
+        alias = "gradient_accumulation_steps"
+    )]
+    pub grad_accum: u64,
+    /// Fused/chunked cross-entropy that never materialises the logits (Liger; HF `use_liger_kernel`).
+    #[arg(long, alias = "use-liger-kernel", alias = "use_liger_kernel")]
+    pub fused_cross_entropy: bool,
+    /// Inference KV-cache dtype: auto (= compute dtype), fp8, bf16, fp16, fp32.
+    #[arg(long, default_value = "auto", alias = "kv-cache-dtype")]
+    pub kv_dtype: String,
+    /// Inference prompt length processed by the prefill (default: the whole --seq-len).
+    #[arg(long)]
+    pub prompt_len: Option<u64>,
+    /// Training forward builds a KV cache (HF `use_cache`; default: the config's value, off with
+    /// gradient checkpointing). Many fine-tuning scripts set it false.
+    #[arg(long, alias = "use_cache")]
+    pub use_cache: Option<String>,
+    /// Assumed CUDA context + library handles per process (e.g. 512MiB).
+    #[arg(long)]
+    pub cuda_context: Option<String>,
+    /// Assumed cuBLAS workspaces (e.g. 64MiB).
+    #[arg(long)]
+    pub cublas_workspace: Option<String>,
+    /// Assumed caching-allocator reserve as a fraction of peak allocated (e.g. 0.05).
+    #[arg(long)]
+    pub allocator_reserve: Option<f64>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `vram estimate`.
+#[derive(Debug, Args)]
+pub struct EstimateArgs {
+    /// The job.
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// A GPU (`h100`, `a100-40gb`, `rtx-4090`) or a size (`24GiB`, `80GB`): show the share and whether it fits.
+    #[arg(long, short = 'g')]
+    pub gpu: Option<String>,
+}
+
+/// `vram fit`.
+#[derive(Debug, Args)]
+pub struct FitArgs {
+    /// The job (its --batch-size is ignored: it is what is searched).
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// A GPU (`h20`, `h100`, `a100-40gb`) or a size (`24GiB`, `80GB`).
+    #[arg(long, short = 'g')]
+    pub gpu: String,
+    /// Share of the GPU the total may use (0.85–0.95 is the sweet spot).
+    #[arg(long, default_value_t = 0.85)]
+    pub target_utilization: f64,
+    /// Global batch size: the micro-batch must divide it; the rest is gradient accumulation.
+    #[arg(long)]
+    pub global_batch_size: Option<u64>,
+}

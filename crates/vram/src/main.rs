@@ -1,0 +1,165 @@
+//! `vram`: how much GPU memory a training or inference job takes, before you launch it.
+
+mod cli;
+mod load;
+mod render;
+mod resolve;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::Parser;
+use vram_core::{advice, estimate, fit, gpu, presets, Mode};
+
+use cli::{Cli, Command};
+use render::{EstimateReport, FitReport};
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // `vram … | head` closing the pipe is not an error.
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("error: {e:#}");
+            ExitCode::from(exit_code(&e))
+        }
+    }
+}
+
+/// 2 for bad usage or input (flags, files, names), 1 for anything else.
+fn exit_code(e: &anyhow::Error) -> u8 {
+    let input = e.chain().any(|c| {
+        c.is::<vram_core::Error>() || c.is::<resolve::UsageError>() || c.is::<std::io::Error>()
+    });
+    if input || e.to_string().contains("is neither a file") || e.to_string().contains("config.json")
+    {
+        2
+    } else {
+        1
+    }
+}
+
+fn emit(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(())
+}
+
+fn emit_json(v: &serde_json::Value) -> Result<()> {
+    emit(&format!("{}\n", serde_json::to_string_pretty(v)?))
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Estimate(a) => {
+            let (model, job) = resolve::resolve(&a.job)?;
+            let g = a.gpu.as_deref().map(gpu::lookup).transpose()?;
+            let est = estimate(&model, &job)?;
+            let adv = advice::notes(&model, &job, &est)?;
+            let mut advice = adv;
+            if job.mode == Mode::Infer {
+                if let Some(d) = model
+                    .stored_dtype
+                    .filter(|d| d.bytes() == 4 && a.job.precision.is_none())
+                {
+                    advice.push(format!("the checkpoint is stored in {}: estimated in bf16; pass --precision fp32 to load it as published", d.torch_name()));
+                }
+            }
+            let report = EstimateReport {
+                model: &model,
+                job: &job,
+                estimate: &est,
+                gpu: g.as_ref(),
+                advice,
+            };
+            if a.job.json {
+                emit_json(&render::json::estimate(&report))
+            } else {
+                emit(&render::text::estimate(&report))
+            }
+        }
+        Command::Fit(a) => {
+            let (model, job) = resolve::resolve(&a.job)?;
+            let g = gpu::lookup(&a.gpu)?;
+            let f = fit::fit(
+                &model,
+                &job,
+                g.memory,
+                a.target_utilization,
+                a.global_batch_size,
+            )?;
+            let chosen = match f.chosen.as_ref() {
+                Some(c) => Some(estimate(
+                    &model,
+                    &vram_core::Job {
+                        batch: c.batch,
+                        grad_accum: c.grad_accum,
+                        ..job.clone()
+                    },
+                )?),
+                None => None,
+            };
+            let alternatives = if f.max_batch.is_none() {
+                advice::alternatives(&model, &job.with_batch(1), f.budget)?
+            } else {
+                Vec::new()
+            };
+            let report = FitReport {
+                model: &model,
+                job: &job,
+                gpu: &g,
+                fit: &f,
+                global_batch: a.global_batch_size,
+                chosen: chosen.as_ref(),
+                alternatives,
+            };
+            if a.job.json {
+                emit_json(&render::json::fit(&report))
+            } else {
+                emit(&render::text::fit(&report))
+            }
+        }
+        Command::Models(a) => {
+            let rows = presets::PRESETS
+                .iter()
+                .map(|p| {
+                    let m = presets::load(p.name)?;
+                    Ok((
+                        p.name.to_string(),
+                        m.model_type.clone(),
+                        p.hf_id.to_string(),
+                        m.parameters(),
+                    ))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            if a.json {
+                emit_json(&render::json::models(&rows))
+            } else {
+                emit(&render::text::models(&rows))
+            }
+        }
+        Command::Gpus(a) => {
+            let list = gpu::catalogue();
+            if a.json {
+                emit_json(&render::json::gpus(&list))
+            } else {
+                emit(&render::text::gpus(&list))
+            }
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! Renderers: pure functions from a report to text or JSON. No I/O here.
+
+pub mod json;
+pub mod text;
+
+use vram_core::advice::Alternative;
+use vram_core::fit::Fit;
+use vram_core::gpu::Gpu;
+use vram_core::{Estimate, Job, Model};
+
+/// Everything `vram estimate` reports.
+pub struct EstimateReport<'a> {
+    /// The model.
+    pub model: &'a Model,
+    /// The job.
+    pub job: &'a Job,
+    /// The estimate.
+    pub estimate: &'a Estimate,
+    /// The GPU, when given.
+    pub gpu: Option<&'a Gpu>,
+    /// Advice notes.
+    pub advice: Vec<String>,
+}
+
+/// Everything `vram fit` reports.
+pub struct FitReport<'a> {
+    /// The model.
+    pub model: &'a Model,
+    /// The job (batch is searched).
+    pub job: &'a Job,
+    /// The GPU.
+    pub gpu: &'a Gpu,
+    /// The search result.
+    pub fit: &'a Fit,
+    /// The global batch size, when given.
+    pub global_batch: Option<u64>,
+    /// The estimate at the chosen batch.
+    pub chosen: Option<&'a Estimate>,
+    /// What would fit when batch 1 does not.
+    pub alternatives: Vec<Alternative>,
+}

@@ -1,0 +1,345 @@
+//! Human-readable tables. Sizes in GiB (2^30) with the GB (10^9) figure beside totals.
+
+use std::fmt::Write;
+
+use vram_core::gpu::{Gpu, MemorySource};
+use vram_core::units::{gb, gib};
+use vram_core::{Job, Kind, Mode, Model};
+
+use super::{EstimateReport, FitReport};
+
+fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn job_line(model: &Model, job: &Job) -> String {
+    match job.mode {
+        Mode::Train => format!(
+            "train · batch {} × seq {} · {} · {} ({}) · checkpointing {} · attention {}{}{}",
+            job.batch,
+            job.seq,
+            job.precision.name(),
+            job.optimizer.name(),
+            format!("{:?}", job.optimizer_impl).to_ascii_lowercase(),
+            format!("{:?}", job.checkpointing).to_ascii_lowercase(),
+            format!("{:?}", job.attention).to_ascii_lowercase(),
+            if job.grad_accum > 1 {
+                format!(" · grad accum {}", job.grad_accum)
+            } else {
+                String::new()
+            },
+            if job.fused_cross_entropy {
+                " · fused cross-entropy"
+            } else {
+                ""
+            },
+        ),
+        Mode::Infer => format!(
+            "infer · batch {} × context {}{} · weights {} · KV {}",
+            job.batch,
+            job.seq,
+            job.prompt_len
+                .map_or(String::new(), |p| format!(" (prompt {p})")),
+            job.precision.name(),
+            job.kv_dtype
+                .map_or_else(|| "auto".to_string(), |d| d.torch_name().to_string()),
+        ),
+    }
+    .replace(
+        "train",
+        if model.moe.is_some() {
+            "train (MoE)"
+        } else {
+            "train"
+        },
+    )
+}
+
+fn header(out: &mut String, model: &Model, job: &Job) {
+    let params = model.parameters();
+    let _ = writeln!(
+        out,
+        "{} — {} parameters ({}{})",
+        model.name,
+        thousands(params),
+        model.model_type,
+        model
+            .stored_dtype
+            .map_or(String::new(), |d| format!(", stored {}", d.torch_name()))
+    );
+    let _ = writeln!(out, "{}", job_line(model, job));
+    for w in &model.warnings {
+        let _ = writeln!(out, "warning: {w}");
+    }
+}
+
+fn gpu_line(gpu: &Gpu) -> String {
+    let src = match gpu.memory_source {
+        MemorySource::NvidiaSmi => "nvidia-smi total",
+        MemorySource::Nominal => "nominal",
+        MemorySource::User => "as given",
+    };
+    format!(
+        "{} ({:.2} GiB = {:.2} GB, {src})",
+        gpu.name,
+        gib(gpu.memory),
+        gb(gpu.memory)
+    )
+}
+
+/// Verdict for a utilisation: the 85–95% sweet spot.
+pub fn verdict(util: f64) -> &'static str {
+    if util > 1.0 {
+        "does NOT fit: out of memory"
+    } else if util > 0.95 {
+        "fits, but above 95%: likely to OOM on longer samples or fragmentation"
+    } else if util >= 0.85 {
+        "fits, in the 85–95% sweet spot"
+    } else if util >= 0.70 {
+        "fits, below the 85% sweet spot"
+    } else {
+        "fits, under 70%: the card is underused (raise the batch)"
+    }
+}
+
+/// `vram estimate` as a table.
+pub fn estimate(r: &EstimateReport) -> String {
+    let e = r.estimate;
+    let mut out = String::new();
+    header(&mut out, r.model, r.job);
+    let _ = writeln!(
+        out,
+        "attention kernel: {:?} · peak at: {}",
+        e.attention_kernel,
+        e.peak_phase.describe()
+    );
+    let _ = writeln!(out);
+    let _ = writeln!(out, "  {:<44} {:>10} {:>7}", "component", "GiB", "share");
+    let total = e.total.max(1) as f64;
+    let mut shown_overhead_rule = false;
+    for c in &e.components {
+        if c.kind == Kind::Overhead && !shown_overhead_rule {
+            let _ = writeln!(
+                out,
+                "  {:<44} {:>10.2} {:>6.1}%",
+                "peak allocated (torch.cuda.max_memory_allocated)",
+                gib(e.peak_allocated),
+                e.peak_allocated as f64 / total * 100.0
+            );
+            shown_overhead_rule = true;
+        }
+        let _ = writeln!(
+            out,
+            "  {:<44} {:>10.2} {:>6.1}%",
+            c.name,
+            gib(c.bytes),
+            c.bytes as f64 / total * 100.0
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  {:<44} {:>10.2} {:>7}",
+        "total (what nvidia-smi shows)",
+        gib(e.total),
+        "100%"
+    );
+    let _ = writeln!(
+        out,
+        "  = {} bytes = {:.2} GiB = {:.2} GB",
+        thousands(e.total),
+        gib(e.total),
+        gb(e.total)
+    );
+    if let Some(g) = r.gpu {
+        let util = e.total as f64 / g.memory as f64;
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "on {}: {:.1}% — {}",
+            gpu_line(g),
+            util * 100.0,
+            verdict(util)
+        );
+    }
+    let _ = writeln!(out);
+    let phases: Vec<String> = e
+        .phases
+        .iter()
+        .map(|p| format!("{} {:.2}", p.phase.describe(), gib(p.allocated)))
+        .collect();
+    let _ = writeln!(out, "allocated by phase (GiB): {}", phases.join(" · "));
+    for n in e.notes.iter().chain(r.advice.iter()) {
+        let _ = writeln!(out, "note: {n}");
+    }
+    out
+}
+
+/// `vram fit` as a table.
+pub fn fit(r: &FitReport) -> String {
+    let f = r.fit;
+    let mut out = String::new();
+    header(&mut out, r.model, r.job);
+    let _ = writeln!(
+        out,
+        "GPU: {} · target {:.0}% = {:.2} GiB",
+        gpu_line(r.gpu),
+        f.target_utilization * 100.0,
+        gib(f.budget)
+    );
+    let _ = writeln!(out);
+    let accum = r.global_batch.is_some();
+    let _ = writeln!(
+        out,
+        "  {:>6} {:>7} {:>14} {:>12} {:>8}",
+        "batch",
+        if accum { "accum" } else { "" },
+        "allocated GiB",
+        "total GiB",
+        "util"
+    );
+    for row in &f.rows {
+        let mark = if Some(row.batch) == f.max_batch {
+            "  ← largest within target"
+        } else if row.utilization > 1.0 {
+            "  OOM"
+        } else {
+            ""
+        };
+        let acc = if accum {
+            row.grad_accum.to_string()
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            out,
+            "  {:>6} {:>7} {:>14.2} {:>12.2} {:>7.1}%{mark}",
+            row.batch,
+            acc,
+            gib(row.peak_allocated),
+            gib(row.total),
+            row.utilization * 100.0
+        );
+    }
+    let _ = writeln!(out);
+    match (&f.chosen, f.max_batch) {
+        (Some(c), Some(b)) => {
+            let _ = write!(
+                out,
+                "largest micro-batch: {b} ({:.1}% of the GPU, {:.2} GiB)",
+                c.utilization * 100.0,
+                gib(c.total)
+            );
+            if accum {
+                let _ = write!(
+                    out,
+                    " with gradient accumulation {} (global batch {})",
+                    c.grad_accum,
+                    r.global_batch.unwrap_or(b)
+                );
+            }
+            let _ = writeln!(out);
+            if let Some(n) = &f.next {
+                let _ = writeln!(
+                    out,
+                    "next size {} would need {:.2} GiB ({:.1}%)",
+                    n.batch,
+                    gib(n.total),
+                    n.utilization * 100.0
+                );
+            }
+            let _ = writeln!(out, "verdict: {}", verdict(c.utilization));
+            if r.job.mode == Mode::Train {
+                let _ = writeln!(
+                    out,
+                    "HF Trainer: --per_device_train_batch_size {b}{}",
+                    if accum {
+                        format!(" --gradient_accumulation_steps {}", c.grad_accum)
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+            if let Some(e) = r.chosen {
+                let _ = writeln!(
+                    out,
+                    "peak at: {} · attention kernel {:?}",
+                    e.peak_phase.describe(),
+                    e.attention_kernel
+                );
+            }
+        }
+        _ => {
+            let need = f.next.as_ref().map_or(0, |n| n.total);
+            let _ = writeln!(
+                out,
+                "batch 1 does not fit: it needs {:.2} GiB, the target allows {:.2} GiB",
+                gib(need),
+                gib(f.budget)
+            );
+            if !r.alternatives.is_empty() {
+                let _ = writeln!(out, "what would change it (total per GPU at batch 1):");
+                for a in &r.alternatives {
+                    let _ = writeln!(
+                        out,
+                        "  {:>9.2} GiB  {}  {}",
+                        gib(a.total),
+                        if a.fits { "fits   " } else { "too big" },
+                        a.change
+                    );
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `vram models`.
+pub fn models(rows: &[(String, String, String, u64)]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<16} {:<12} {:>18}  {}",
+        "preset", "model_type", "parameters", "Hugging Face config"
+    );
+    for (name, mt, hf, p) in rows {
+        let _ = writeln!(out, "{name:<16} {mt:<12} {:>18}  {hf}", thousands(*p));
+    }
+    out
+}
+
+/// `vram gpus`.
+pub fn gpus(list: &[Gpu]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<11} {:>10} {:>9}  {:<17} {:>8}  {}",
+        "gpu", "GiB", "GB", "memory source", "TFLOP/s", "name"
+    );
+    for g in list {
+        let src = match g.memory_source {
+            MemorySource::NvidiaSmi => "nvidia-smi total",
+            MemorySource::Nominal => "nominal",
+            MemorySource::User => "as given",
+        };
+        let _ = writeln!(
+            out,
+            "{:<11} {:>10.2} {:>9.2}  {:<17} {:>8.0}  {}",
+            g.name,
+            gib(g.memory),
+            gb(g.memory),
+            src,
+            g.tflops_16bit,
+            g.display
+        );
+    }
+    let _ = writeln!(out, "TFLOP/s: dense bf16/fp16 tensor throughput from the datasheet, no sparsity. `--gpu` also takes a size: 24GiB, 80GB.");
+    out
+}
