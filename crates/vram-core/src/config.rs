@@ -240,6 +240,7 @@ fn base(name: &str) -> Model {
         lm_head_bias: false,
         sliding_window: None,
         sliding_layers: 0,
+        final_softcap: false,
         attention_dropout: 0.0,
         hidden_dropout: 0.0,
         stored_dtype: None,
@@ -316,6 +317,7 @@ fn llama_like(c: &Cfg, name: &str, mt: &str) -> Result<Model> {
             m.block = Block::Sandwich;
         }
         m.attention.softcap = mt == "gemma2" && c.f64("attn_logit_softcapping", 0.0)? != 0.0;
+        m.final_softcap = c.f64("final_logit_softcapping", 0.0)? != 0.0;
     }
     if matches!(mt, "qwen3" | "qwen3_moe" | "gemma3" | "gemma3_text") {
         m.attention.qk_norm = QkNorm::PerHead;

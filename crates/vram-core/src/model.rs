@@ -172,6 +172,9 @@ pub struct Model {
     pub sliding_window: Option<u64>,
     /// How many layers use the sliding window (the rest attend globally).
     pub sliding_layers: u64,
+    /// `tanh` soft-capping of the final logits (Gemma-2 `final_logit_softcapping`): saves a
+    /// vocab-sized tanh output per token.
+    pub final_softcap: bool,
     /// Attention-probability dropout (eager attention materialises a mask when > 0).
     pub attention_dropout: f64,
     /// Residual/embedding dropout (GPT-2 `resid_pdrop`): a mask per dropout site when > 0.

@@ -136,7 +136,10 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
         // ForCausalLMLoss (transformers loss_utils.py): logits [tokens, vocab] in compute dtype, .float()
         // upcast, log_softmax output (saved). At backward start: saved log-probs + nll grad + log_softmax grad, all fp32.
         let upcast = if e == 2 { 4 } else { 0 };
-        (t * v * (e + upcast + 4), 12 * t * v, format!("tokens {t} × vocab {v}: fp32 log-softmax + its gradients (12 B/elem at backward start; {} B/elem during the loss)", e + upcast + 4))
+        // Gemma-2 final soft-capping (modeling_gemma2.py): logits / cap -> tanh (output saved) -> * cap.
+        let cap = if m.final_softcap { e } else { 0 };
+        let (f, bw) = (e + cap + upcast + 4, 12 + cap);
+        (t * v * f, t * v * bw, format!("tokens {t} × vocab {v}: fp32 log-softmax + its gradients ({bw} B/elem at backward start; {f} B/elem during the loss)"))
     };
 
     let accum = job.grad_accum > 1;
