@@ -1,0 +1,170 @@
+//! Invariants of the memory model, over randomly drawn jobs (proptest).
+
+use proptest::prelude::*;
+use vram_core::fit::{fit, max_batch, max_batch_linear};
+use vram_core::units::GIB;
+use vram_core::{
+    estimate, presets, AttentionImpl, Checkpointing, Job, Kind, Mode, Optimizer, OptimizerImpl,
+    Precision,
+};
+
+const MODELS: &[&str] = &[
+    "gpt2",
+    "qwen2.5-0.5b",
+    "llama-3.2-1b",
+    "mixtral-8x7b",
+    "gemma-2-9b",
+    "phi-3-mini",
+    "mistral-7b",
+];
+
+fn job_strategy() -> impl Strategy<Value = (usize, Job)> {
+    (
+        0..MODELS.len(),
+        prop_oneof![Just(Mode::Train), Just(Mode::Infer)],
+        1u64..64,
+        1u64..8192,
+        0usize..5,
+        0usize..7,
+        0usize..3,
+        0usize..3,
+        1u64..4,
+        any::<bool>(),
+        0usize..3,
+    )
+        .prop_map(|(m, mode, batch, seq, p, o, c, a, accum, fused, imp)| {
+            let precision = match mode {
+                Mode::Train => [
+                    Precision::Fp32,
+                    Precision::Bf16Mixed,
+                    Precision::Fp16Mixed,
+                    Precision::Bf16,
+                    Precision::Fp16,
+                ][p],
+                Mode::Infer => [
+                    Precision::Bf16,
+                    Precision::Fp32,
+                    Precision::Fp8,
+                    Precision::Int8,
+                    Precision::Int4,
+                ][p],
+            };
+            let optimizer = [
+                Optimizer::Adamw,
+                Optimizer::Adam,
+                Optimizer::Adamw8bit,
+                Optimizer::Sgd,
+                Optimizer::SgdMomentum,
+                Optimizer::Adafactor,
+                Optimizer::Lion,
+            ][o];
+            let mut attention = [
+                AttentionImpl::Sdpa,
+                AttentionImpl::Flash,
+                AttentionImpl::Eager,
+            ][a];
+            if attention == AttentionImpl::Flash && precision == Precision::Fp32 {
+                attention = AttentionImpl::Sdpa;
+            }
+            let job = Job {
+                mode,
+                batch,
+                seq,
+                precision,
+                optimizer,
+                optimizer_impl: [
+                    OptimizerImpl::Foreach,
+                    OptimizerImpl::Fused,
+                    OptimizerImpl::ForLoop,
+                ][imp],
+                checkpointing: [
+                    Checkpointing::None,
+                    Checkpointing::Full,
+                    Checkpointing::Selective,
+                ][c],
+                attention,
+                grad_accum: accum,
+                fused_cross_entropy: fused,
+                ..Job::train(batch, seq)
+            };
+            (m, job)
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, .. ProptestConfig::default() })]
+
+    #[test]
+    fn components_sum_to_totals((mi, job) in job_strategy()) {
+        let model = presets::load(MODELS[mi]).unwrap();
+        let e = estimate(&model, &job).unwrap();
+        let all: u64 = e.components.iter().map(|c| c.bytes).sum();
+        let alloc: u64 = e.components.iter().filter(|c| c.kind == Kind::Allocated).map(|c| c.bytes).sum();
+        prop_assert_eq!(all, e.total);
+        prop_assert_eq!(alloc, e.peak_allocated);
+        // The peak is the largest phase, and it is the phase reported.
+        let max = e.phases.iter().map(|p| p.allocated).max().unwrap();
+        prop_assert_eq!(max, e.peak_allocated);
+        prop_assert!(e.phases.iter().any(|p| p.phase == e.peak_phase && p.allocated == max));
+        prop_assert!(e.total > e.peak_allocated);
+    }
+
+    #[test]
+    fn monotone_in_batch_and_sequence((mi, job) in job_strategy(), db in 1u64..16, ds in 1u64..2048) {
+        let model = presets::load(MODELS[mi]).unwrap();
+        let base = estimate(&model, &job).unwrap();
+        let more_batch = estimate(&model, &job.with_batch(job.batch + db)).unwrap();
+        let more_seq = estimate(&model, &Job { seq: job.seq + ds, ..job.clone() }).unwrap();
+        prop_assert!(more_batch.peak_allocated >= base.peak_allocated, "batch {} -> {}: {} -> {}", job.batch, job.batch + db, base.peak_allocated, more_batch.peak_allocated);
+        prop_assert!(more_seq.peak_allocated >= base.peak_allocated, "seq {} -> {}: {} -> {}", job.seq, job.seq + ds, base.peak_allocated, more_seq.peak_allocated);
+        prop_assert!(more_batch.total >= base.total && more_seq.total >= base.total);
+    }
+
+    #[test]
+    fn search_equals_linear_scan(mi in 0..3usize, seq in 128u64..4096, budget_gib in 2u64..40, ckpt in any::<bool>()) {
+        let model = presets::load(MODELS[mi]).unwrap();
+        let job = Job { checkpointing: if ckpt { Checkpointing::Full } else { Checkpointing::None }, ..Job::train(1, seq) };
+        let budget = budget_gib * GIB;
+        let limit = 256;
+        prop_assert_eq!(max_batch(&model, &job, budget, limit).unwrap(), max_batch_linear(&model, &job, budget, limit).unwrap());
+    }
+}
+
+#[test]
+fn fit_reports_the_largest_batch_within_target() {
+    let model = presets::load("qwen2.5-1.5b").unwrap();
+    let job = Job {
+        precision: Precision::Fp16Mixed,
+        ..Job::train(1, 4096)
+    };
+    let gpu = vram_core::gpu::lookup("h20").unwrap();
+    let f = fit(&model, &job, gpu.memory, 0.9, None).unwrap();
+    let b = f.max_batch.expect("fits");
+    let chosen = f.chosen.as_ref().unwrap();
+    assert!(chosen.total <= f.budget);
+    let next = f.next.as_ref().unwrap();
+    assert_eq!(next.batch, b + 1);
+    assert!(next.total > f.budget);
+    assert_eq!(
+        Some(b),
+        max_batch_linear(&model, &job, f.budget, 64).unwrap()
+    );
+}
+
+#[test]
+fn global_batch_uses_divisors_and_accumulation() {
+    let model = presets::load("qwen2.5-0.5b").unwrap();
+    let job = Job::train(1, 2048);
+    let f = fit(&model, &job, 24 * GIB, 0.9, Some(12)).unwrap();
+    let b = f.max_batch.unwrap();
+    assert_eq!(12 % b, 0);
+    assert_eq!(f.chosen.unwrap().grad_accum, 12 / b);
+}
+
+#[test]
+fn batch_one_too_big_reports_none() {
+    let model = presets::load("llama-3.1-70b").unwrap();
+    let f = fit(&model, &Job::train(1, 4096), 80 * GIB, 0.9, None).unwrap();
+    assert_eq!(f.max_batch, None);
+    assert!(f.next.unwrap().total > f.budget);
+}
