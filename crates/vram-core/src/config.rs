@@ -43,24 +43,15 @@ const MAX_LAYERS: u64 = 10_000;
 
 /// Parse a config.json's bytes into a [`Model`]. `file` names the source in error messages.
 pub fn parse_config(bytes: &[u8], name: &str, file: &str) -> Result<Model> {
-    let root: Value = serde_json::from_slice(bytes).map_err(|e| Error::Json {
-        file: file.into(),
-        message: e.to_string(),
-    })?;
+    let root: Value = serde_json::from_slice(bytes).map_err(|e| Error::Json { file: file.into(), message: e.to_string() })?;
     let Value::Object(mut obj) = root else {
-        return Err(Error::Json {
-            file: file.into(),
-            message: "the top level must be a JSON object".into(),
-        });
+        return Err(Error::Json { file: file.into(), message: "the top level must be a JSON object".into() });
     };
     let mut warnings = Vec::new();
     // Multimodal wrappers (Gemma-3, LLaVA …) keep the language model under `text_config`.
     if !obj.contains_key("hidden_size") && !obj.contains_key("n_embd") {
         if let Some(Value::Object(text)) = obj.get("text_config").cloned() {
-            warnings.push(
-                "multimodal config: estimating the language model in `text_config` only"
-                    .to_string(),
-            );
+            warnings.push("multimodal config: estimating the language model in `text_config` only".to_string());
             let outer_dtype = obj.get("torch_dtype").cloned();
             obj = text;
             if !obj.contains_key("torch_dtype") {
@@ -74,11 +65,7 @@ pub fn parse_config(bytes: &[u8], name: &str, file: &str) -> Result<Model> {
     let model_type = c.str("model_type").unwrap_or_default();
     let known = KNOWN_MODEL_TYPES.contains(&model_type.as_str());
     if !known {
-        let shown = if model_type.is_empty() {
-            "(none)".to_string()
-        } else {
-            format!("`{model_type}`")
-        };
+        let shown = if model_type.is_empty() { "(none)".to_string() } else { format!("`{model_type}`") };
         warnings.push(format!(
             "model_type {shown} is not one vram knows; estimated as a Llama-style decoder (RMSNorm, SwiGLU, rotary) from its standard keys"
         ));
@@ -91,16 +78,9 @@ pub fn parse_config(bytes: &[u8], name: &str, file: &str) -> Result<Model> {
         "phi" => phi(&c, name)?,
         _ => llama_like(&c, name, &model_type)?,
     };
-    m.model_type = if model_type.is_empty() {
-        "unknown".into()
-    } else {
-        model_type
-    };
+    m.model_type = if model_type.is_empty() { "unknown".into() } else { model_type };
     m.use_cache = c.bool("use_cache", true)?;
-    m.stored_dtype = c
-        .str("torch_dtype")
-        .or_else(|| c.str("dtype"))
-        .and_then(|s| DType::from_torch_name(&s));
+    m.stored_dtype = c.str("torch_dtype").or_else(|| c.str("dtype")).and_then(|s| DType::from_torch_name(&s));
     m.warnings.splice(0..0, warnings);
     validate(&m, file)?;
     Ok(m)
@@ -128,10 +108,7 @@ impl Cfg<'_> {
     fn f64(&self, key: &str, default: f64) -> Result<f64> {
         match self.get(key) {
             None => Ok(default),
-            Some(v) => v
-                .as_f64()
-                .filter(|x| x.is_finite())
-                .ok_or_else(|| self.bad(key, v, "expected a number")),
+            Some(v) => v.as_f64().filter(|x| x.is_finite()).ok_or_else(|| self.bad(key, v, "expected a number")),
         }
     }
     /// An optional positive integer; `0` is read as absent only when `zero_ok`.
@@ -155,11 +132,7 @@ impl Cfg<'_> {
                 return Ok(v);
             }
         }
-        Err(Error::MissingKey {
-            file: self.file.into(),
-            key: keys[0].into(),
-            why: why.into(),
-        })
+        Err(Error::MissingKey { file: self.file.into(), key: keys[0].into(), why: why.into() })
     }
     fn opt(&self, keys: &[&str]) -> Result<Option<u64>> {
         for k in keys {
@@ -170,17 +143,10 @@ impl Cfg<'_> {
         Ok(None)
     }
     fn bad(&self, key: &str, v: &Value, hint: &str) -> Error {
-        Error::BadKey {
-            file: self.file.into(),
-            key: key.into(),
-            value: v.to_string(),
-            hint: hint.into(),
-        }
+        Error::BadKey { file: self.file.into(), key: key.into(), value: v.to_string(), hint: hint.into() }
     }
     fn act(&self, keys: &[&str], default: Act) -> Act {
-        keys.iter()
-            .find_map(|k| self.str(k))
-            .map_or(default, |s| act_from_name(&s))
+        keys.iter().find_map(|k| self.str(k)).map_or(default, |s| act_from_name(&s))
     }
     fn dropout(&self, keys: &[&str]) -> Result<f64> {
         for k in keys {
@@ -196,9 +162,7 @@ impl Cfg<'_> {
 fn act_from_name(s: &str) -> Act {
     match s {
         "silu" | "swish" => Act::Silu,
-        "gelu_new" | "gelu_fast" | "gelu_python" | "gelu_accurate" | "gelu_python_tanh" => {
-            Act::GeluPython
-        }
+        "gelu_new" | "gelu_fast" | "gelu_python" | "gelu_accurate" | "gelu_python_tanh" => Act::GeluPython,
         "relu" => Act::Relu,
         // "gelu", "gelu_pytorch_tanh", "gelu_10" and the rest: one native kernel.
         _ => Act::Gelu,
@@ -221,20 +185,8 @@ fn base(name: &str) -> Model {
         embed_dim: 0,
         norm: Norm::RmsNorm,
         block: Block::Sequential,
-        attention: Attention {
-            qkv_bias: false,
-            o_bias: false,
-            fused_qkv: false,
-            qk_norm: QkNorm::None,
-            mla: None,
-            softcap: false,
-        },
-        mlp: Mlp {
-            gated: true,
-            fused_gate_up: false,
-            act: Act::Silu,
-            bias: false,
-        },
+        attention: Attention { qkv_bias: false, o_bias: false, fused_qkv: false, qk_norm: QkNorm::None, mla: None, softcap: false },
+        mlp: Mlp { gated: true, fused_gate_up: false, act: Act::Silu, bias: false },
         moe: None,
         final_norm: true,
         lm_head_bias: false,
@@ -261,40 +213,19 @@ fn llama_like(c: &Cfg, name: &str, mt: &str) -> Result<Model> {
     m.embed_dim = m.hidden;
     m.kv_heads = c.opt(&["num_key_value_heads"])?.unwrap_or(m.heads);
     let gemma = mt.starts_with("gemma");
-    let default_head_dim = if gemma {
-        256
-    } else if m.heads > 0 {
-        m.hidden / m.heads
-    } else {
-        0
-    };
+    let default_head_dim = if gemma { 256 } else { m.hidden.checked_div(m.heads).unwrap_or(0) };
     m.head_dim = c.opt(&["head_dim"])?.unwrap_or(default_head_dim);
-    let is_moe_type = matches!(
-        mt,
-        "mixtral" | "qwen2_moe" | "qwen3_moe" | "deepseek_v2" | "deepseek_v3"
-    );
+    let is_moe_type = matches!(mt, "mixtral" | "qwen2_moe" | "qwen3_moe" | "deepseek_v2" | "deepseek_v3");
     m.intermediate = match c.opt(&["intermediate_size"])? {
         Some(i) => i,
         None if is_moe_type => 0,
-        None => {
-            return Err(Error::MissingKey {
-                file: c.file.into(),
-                key: "intermediate_size".into(),
-                why: "size the MLP".into(),
-            })
-        }
+        None => return Err(Error::MissingKey { file: c.file.into(), key: "intermediate_size".into(), why: "size the MLP".into() }),
     };
     // Tie defaults per configuration class (transformers 5.x).
-    let tie_default = matches!(
-        mt,
-        "gemma" | "gemma2" | "gemma3" | "gemma3_text" | "starcoder2"
-    );
+    let tie_default = matches!(mt, "gemma" | "gemma2" | "gemma3" | "gemma3_text" | "starcoder2");
     m.tied_embeddings = c.bool("tie_word_embeddings", tie_default)?;
     m.attention_dropout = c.dropout(&["attention_dropout"])?;
-    m.mlp.act = c.act(
-        &["hidden_activation", "hidden_act"],
-        if gemma { Act::Gelu } else { Act::Silu },
-    );
+    m.mlp.act = c.act(&["hidden_activation", "hidden_act"], if gemma { Act::Gelu } else { Act::Silu });
     let attn_bias = c.bool("attention_bias", false)?;
     m.attention.qkv_bias = attn_bias;
     m.attention.o_bias = attn_bias;
@@ -335,12 +266,7 @@ fn llama_like(c: &Cfg, name: &str, mt: &str) -> Result<Model> {
         m.norm = Norm::LayerNorm { bias: true };
         m.attention.qkv_bias = b;
         m.attention.o_bias = b;
-        m.mlp = Mlp {
-            gated: false,
-            fused_gate_up: false,
-            act: c.act(&["hidden_act"], Act::Gelu),
-            bias: b,
-        };
+        m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["hidden_act"], Act::Gelu), bias: b };
         m.hidden_dropout = c.dropout(&["residual_dropout"])?;
     }
     if mt.starts_with("deepseek") {
@@ -387,16 +313,10 @@ fn moe(c: &Cfg, mt: &str, layers: u64) -> Result<Option<Moe>> {
                 experts,
                 top_k: c.req(&["num_experts_per_tok"], why)?,
                 expert_intermediate: c.req(&["moe_intermediate_size"], why)?,
-                shared_intermediate: if mt == "qwen2_moe" {
-                    c.opt(&["shared_expert_intermediate_size"])?.unwrap_or(0)
-                } else {
-                    0
-                },
+                shared_intermediate: if mt == "qwen2_moe" { c.opt(&["shared_expert_intermediate_size"])?.unwrap_or(0) } else { 0 },
                 shared_gate: mt == "qwen2_moe",
                 // modeling_qwen2_moe.py: sparse when not in mlp_only_layers and (i + 1) % step == 0.
-                sparse_layers: (0..layers)
-                    .map(|i| experts > 0 && !dense.contains(&i) && (i + 1) % step == 0)
-                    .collect(),
+                sparse_layers: (0..layers).map(|i| experts > 0 && !dense.contains(&i) && (i + 1) % step == 0).collect(),
             }
         }
         "deepseek_v2" | "deepseek_v3" => {
@@ -411,9 +331,7 @@ fn moe(c: &Cfg, mt: &str, layers: u64) -> Result<Option<Moe>> {
                 shared_intermediate: ei * c.opt(&["n_shared_experts"])?.unwrap_or(0),
                 shared_gate: false,
                 // modeling_deepseek_v3.py: MoE when i >= first_k_dense_replace and i % moe_layer_freq == 0.
-                sparse_layers: (0..layers)
-                    .map(|i| experts > 0 && i >= first && i % freq == 0)
-                    .collect(),
+                sparse_layers: (0..layers).map(|i| experts > 0 && i >= first && i % freq == 0).collect(),
             }
         }
         _ => return Ok(None),
@@ -425,10 +343,7 @@ fn moe(c: &Cfg, mt: &str, layers: u64) -> Result<Option<Moe>> {
 fn sliding(c: &Cfg, mt: &str, m: &mut Model) -> Result<()> {
     let window = c.opt(&["sliding_window"])?;
     if let Some(Value::Array(types)) = c.get("layer_types") {
-        let n = types
-            .iter()
-            .filter(|t| t.as_str() == Some("sliding_attention"))
-            .count() as u64;
+        let n = types.iter().filter(|t| t.as_str() == Some("sliding_attention")).count() as u64;
         if n > 0 {
             m.sliding_window = window;
             m.sliding_layers = n.min(m.layers);
@@ -447,10 +362,7 @@ fn sliding(c: &Cfg, mt: &str, m: &mut Model) -> Result<()> {
         }
         "qwen2" | "qwen2_moe" | "qwen3" | "qwen3_moe" => {
             if c.bool("use_sliding_window", false)? {
-                let from = c
-                    .opt(&["max_window_layers"])?
-                    .unwrap_or(m.layers)
-                    .min(m.layers);
+                let from = c.opt(&["max_window_layers"])?.unwrap_or(m.layers).min(m.layers);
                 m.layers - from
             } else {
                 0
@@ -467,35 +379,18 @@ fn sliding(c: &Cfg, mt: &str, m: &mut Model) -> Result<()> {
 fn gpt2(c: &Cfg, name: &str) -> Result<Model> {
     let mut m = base(name);
     m.hidden = c.req(&["n_embd", "hidden_size"], "size every weight matrix")?;
-    m.layers = c.req(
-        &["n_layer", "num_hidden_layers"],
-        "count the decoder layers",
-    )?;
+    m.layers = c.req(&["n_layer", "num_hidden_layers"], "count the decoder layers")?;
     m.heads = c.req(&["n_head", "num_attention_heads"], "shape attention")?;
     m.vocab = c.req(&["vocab_size"], "size the embedding and the logits")?;
     m.embed_dim = m.hidden;
     m.kv_heads = m.heads;
     m.head_dim = m.hidden / m.heads.max(1);
     m.intermediate = c.opt(&["n_inner"])?.unwrap_or(4 * m.hidden);
-    m.position_embeddings = c
-        .opt(&["n_positions", "max_position_embeddings"])?
-        .unwrap_or(1024);
+    m.position_embeddings = c.opt(&["n_positions", "max_position_embeddings"])?.unwrap_or(1024);
     m.tied_embeddings = c.bool("tie_word_embeddings", true)?;
     m.norm = Norm::LayerNorm { bias: true };
-    m.attention = Attention {
-        qkv_bias: true,
-        o_bias: true,
-        fused_qkv: true,
-        qk_norm: QkNorm::None,
-        mla: None,
-        softcap: false,
-    };
-    m.mlp = Mlp {
-        gated: false,
-        fused_gate_up: false,
-        act: c.act(&["activation_function"], Act::GeluPython),
-        bias: true,
-    };
+    m.attention = Attention { qkv_bias: true, o_bias: true, fused_qkv: true, qk_norm: QkNorm::None, mla: None, softcap: false };
+    m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["activation_function"], Act::GeluPython), bias: true };
     m.attention_dropout = c.dropout(&["attn_pdrop"])?;
     m.hidden_dropout = c.dropout(&["resid_pdrop"])?;
     Ok(m)
@@ -513,11 +408,7 @@ fn gpt_neox(c: &Cfg, name: &str) -> Result<Model> {
     m.head_dim = m.hidden / m.heads.max(1);
     m.tied_embeddings = c.bool("tie_word_embeddings", false)?;
     m.norm = Norm::LayerNorm { bias: true };
-    m.block = if c.bool("use_parallel_residual", true)? {
-        Block::ParallelTwoNorms
-    } else {
-        Block::Sequential
-    };
+    m.block = if c.bool("use_parallel_residual", true)? { Block::ParallelTwoNorms } else { Block::Sequential };
     m.attention = Attention {
         qkv_bias: c.bool("attention_bias", true)?,
         o_bias: c.bool("attention_bias", true)?,
@@ -526,12 +417,7 @@ fn gpt_neox(c: &Cfg, name: &str) -> Result<Model> {
         mla: None,
         softcap: false,
     };
-    m.mlp = Mlp {
-        gated: false,
-        fused_gate_up: false,
-        act: c.act(&["hidden_act"], Act::Gelu),
-        bias: true,
-    };
+    m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["hidden_act"], Act::Gelu), bias: true };
     m.attention_dropout = c.dropout(&["attention_dropout"])?;
     m.hidden_dropout = c.dropout(&["hidden_dropout"])?;
     Ok(m)
@@ -565,26 +451,12 @@ fn falcon(c: &Cfg, name: &str) -> Result<Model> {
         Block::Sequential
     };
     let bias = c.bool("bias", false)?;
-    m.attention = Attention {
-        qkv_bias: bias,
-        o_bias: bias,
-        fused_qkv: true,
-        qk_norm: QkNorm::None,
-        mla: None,
-        softcap: false,
-    };
-    m.mlp = Mlp {
-        gated: false,
-        fused_gate_up: false,
-        act: Act::Gelu,
-        bias,
-    };
+    m.attention = Attention { qkv_bias: bias, o_bias: bias, fused_qkv: true, qk_norm: QkNorm::None, mla: None, softcap: false };
+    m.mlp = Mlp { gated: false, fused_gate_up: false, act: Act::Gelu, bias };
     m.attention_dropout = c.dropout(&["attention_dropout"])?;
     m.hidden_dropout = c.dropout(&["hidden_dropout"])?;
     if c.bool("alibi", false)? {
-        m.warnings.push(
-            "ALiBi Falcon: the position bias is materialised per layer in eager attention".into(),
-        );
+        m.warnings.push("ALiBi Falcon: the position bias is materialised per layer in eager attention".into());
     }
     Ok(m)
 }
@@ -602,26 +474,11 @@ fn opt(c: &Cfg, name: &str) -> Result<Model> {
     // OPTLearnedPositionalEmbedding keeps an offset of 2 rows.
     m.position_embeddings = c.opt(&["max_position_embeddings"])?.unwrap_or(2048) + 2;
     m.tied_embeddings = c.bool("tie_word_embeddings", true)?;
-    m.norm = Norm::LayerNorm {
-        bias: c.bool("layer_norm_elementwise_affine", true)?,
-    };
+    m.norm = Norm::LayerNorm { bias: c.bool("layer_norm_elementwise_affine", true)? };
     let bias = c.bool("enable_bias", true)?;
-    m.attention = Attention {
-        qkv_bias: bias,
-        o_bias: bias,
-        fused_qkv: false,
-        qk_norm: QkNorm::None,
-        mla: None,
-        softcap: false,
-    };
-    m.mlp = Mlp {
-        gated: false,
-        fused_gate_up: false,
-        act: c.act(&["activation_function"], Act::Relu),
-        bias,
-    };
-    m.final_norm =
-        c.bool("do_layer_norm_before", true)? && !c.bool("_remove_final_layer_norm", false)?;
+    m.attention = Attention { qkv_bias: bias, o_bias: bias, fused_qkv: false, qk_norm: QkNorm::None, mla: None, softcap: false };
+    m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["activation_function"], Act::Relu), bias };
+    m.final_norm = c.bool("do_layer_norm_before", true)? && !c.bool("_remove_final_layer_norm", false)?;
     m.attention_dropout = c.dropout(&["attention_dropout"])?;
     m.hidden_dropout = c.dropout(&["dropout"])?;
     Ok(m)
@@ -640,25 +497,9 @@ fn phi(c: &Cfg, name: &str) -> Result<Model> {
     m.tied_embeddings = c.bool("tie_word_embeddings", false)?;
     m.norm = Norm::LayerNorm { bias: true };
     m.block = Block::Parallel;
-    let qk = if c.bool("qk_layernorm", false)? {
-        QkNorm::LayerNormPerHead
-    } else {
-        QkNorm::None
-    };
-    m.attention = Attention {
-        qkv_bias: true,
-        o_bias: true,
-        fused_qkv: false,
-        qk_norm: qk,
-        mla: None,
-        softcap: false,
-    };
-    m.mlp = Mlp {
-        gated: false,
-        fused_gate_up: false,
-        act: c.act(&["hidden_act"], Act::GeluPython),
-        bias: true,
-    };
+    let qk = if c.bool("qk_layernorm", false)? { QkNorm::LayerNormPerHead } else { QkNorm::None };
+    m.attention = Attention { qkv_bias: true, o_bias: true, fused_qkv: false, qk_norm: qk, mla: None, softcap: false };
+    m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["hidden_act"], Act::GeluPython), bias: true };
     m.lm_head_bias = true;
     m.attention_dropout = c.dropout(&["attention_dropout"])?;
     m.hidden_dropout = c.dropout(&["resid_pdrop"])?;
@@ -684,50 +525,23 @@ fn validate(m: &Model, file: &str) -> Result<()> {
         }
     }
     if m.layers == 0 || m.layers > MAX_LAYERS {
-        return Err(bad(
-            "num_hidden_layers",
-            m.layers,
-            &format!("must be between 1 and {MAX_LAYERS}"),
-        ));
+        return Err(bad("num_hidden_layers", m.layers, &format!("must be between 1 and {MAX_LAYERS}")));
     }
     if m.kv_heads == 0 || m.kv_heads > m.heads || m.heads % m.kv_heads != 0 {
-        return Err(bad(
-            "num_key_value_heads",
-            m.kv_heads,
-            &format!("must divide num_attention_heads ({})", m.heads),
-        ));
+        return Err(bad("num_key_value_heads", m.kv_heads, &format!("must divide num_attention_heads ({})", m.heads)));
     }
     if let Some(moe) = &m.moe {
-        if moe.top_k == 0
-            || moe.top_k > moe.experts.max(1)
-            || moe.experts > 4096
-            || moe.expert_intermediate > MAX_DIM
-        {
-            return Err(bad(
-                "num_experts_per_tok",
-                moe.top_k,
-                &format!(
-                    "must be between 1 and the number of experts ({})",
-                    moe.experts
-                ),
-            ));
+        if moe.top_k == 0 || moe.top_k > moe.experts.max(1) || moe.experts > 4096 || moe.expert_intermediate > MAX_DIM {
+            return Err(bad("num_experts_per_tok", moe.top_k, &format!("must be between 1 and the number of experts ({})", moe.experts)));
         }
     }
     if m.position_embeddings > MAX_DIM {
-        return Err(bad(
-            "max_position_embeddings",
-            m.position_embeddings,
-            "too large for a learned position table",
-        ));
+        return Err(bad("max_position_embeddings", m.position_embeddings, "too large for a learned position table"));
     }
     // Per-tensor numel stays inside u64 with these caps (4096 experts * 3 * 2^24 * 2^24 < 2^62);
     // the total is summed in u128 and must describe fewer than 2^50 (a quadrillion) parameters,
     // so every byte count derived from it fits u64 with room for 16 bytes per parameter.
-    let total: u128 = m
-        .tensors()
-        .iter()
-        .map(|t| t.numel as u128 * t.count as u128)
-        .sum();
+    let total: u128 = m.tensors().iter().map(|t| t.numel as u128 * t.count as u128).sum();
     if total >= 1 << 50 {
         return Err(Error::BadKey {
             file: file.into(),

@@ -54,21 +54,14 @@ impl DType {
 
     /// Parse a config.json `torch_dtype`/`dtype` value (`"bfloat16"`, `"float32"`, `"fp16"` …).
     pub fn from_torch_name(s: &str) -> Option<DType> {
-        Some(
-            match s
-                .trim()
-                .trim_start_matches("torch.")
-                .to_ascii_lowercase()
-                .as_str()
-            {
-                "float32" | "fp32" | "float" => DType::F32,
-                "float16" | "fp16" | "half" => DType::F16,
-                "bfloat16" | "bf16" => DType::BF16,
-                "float64" | "double" => DType::F64,
-                "float8_e4m3fn" | "float8_e5m2" | "fp8" | "float8" => DType::F8,
-                _ => return None,
-            },
-        )
+        Some(match s.trim().trim_start_matches("torch.").to_ascii_lowercase().as_str() {
+            "float32" | "fp32" | "float" => DType::F32,
+            "float16" | "fp16" | "half" => DType::F16,
+            "bfloat16" | "bf16" => DType::BF16,
+            "float64" | "double" => DType::F64,
+            "float8_e4m3fn" | "float8_e5m2" | "fp8" | "float8" => DType::F8,
+            _ => return None,
+        })
     }
 
     /// Parse a safetensors header dtype code (`"BF16"`, `"F32"`, `"U8"` …).

@@ -103,20 +103,11 @@ pub(crate) fn nearest<'a>(name: &str, known: impl Iterator<Item = &'a str>) -> V
     let name = name.to_ascii_lowercase();
     let mut scored: Vec<(usize, &str)> = known
         .map(|k| {
-            let d = if k.contains(&name) || name.contains(k) {
-                0
-            } else {
-                edit_distance(&name, k)
-            };
+            let d = if k.contains(&name) || name.contains(k) { 0 } else { edit_distance(&name, k) };
             (d, k)
         })
         .collect();
     scored.sort();
     let limit = (name.len() / 2).max(3);
-    scored
-        .into_iter()
-        .filter(|(d, _)| *d <= limit)
-        .take(3)
-        .map(|(_, k)| k.to_string())
-        .collect()
+    scored.into_iter().filter(|(d, _)| *d <= limit).take(3).map(|(_, k)| k.to_string()).collect()
 }

@@ -49,11 +49,7 @@ pub struct Fit {
 }
 
 fn row(model: &Model, job: &Job, batch: u64, accum: u64, gpu_memory: u64) -> Result<FitRow> {
-    let j = Job {
-        batch,
-        grad_accum: accum,
-        ..job.clone()
-    };
+    let j = Job { batch, grad_accum: accum, ..job.clone() };
     let e = estimate(model, &j)?;
     Ok(FitRow {
         batch,
@@ -66,8 +62,7 @@ fn row(model: &Model, job: &Job, batch: u64, accum: u64, gpu_memory: u64) -> Res
 
 /// Largest batch in `1..=limit` with total ≤ budget, by doubling then bisection.
 pub fn max_batch(model: &Model, job: &Job, budget: u64, limit: u64) -> Result<Option<u64>> {
-    let fits =
-        |b: u64| -> Result<bool> { Ok(estimate(model, &job.with_batch(b))?.total <= budget) };
+    let fits = |b: u64| -> Result<bool> { Ok(estimate(model, &job.with_batch(b))?.total <= budget) };
     if limit == 0 || !fits(1)? {
         return Ok(None);
     }
@@ -103,13 +98,7 @@ pub fn max_batch_linear(model: &Model, job: &Job, budget: u64, limit: u64) -> Re
 
 /// Find the largest micro-batch within `target` × `gpu_memory`. With `global_batch`, only
 /// divisors of it are candidates and gradient accumulation makes up the rest.
-pub fn fit(
-    model: &Model,
-    job: &Job,
-    gpu_memory: u64,
-    target: f64,
-    global_batch: Option<u64>,
-) -> Result<Fit> {
+pub fn fit(model: &Model, job: &Job, gpu_memory: u64, target: f64, global_batch: Option<u64>) -> Result<Fit> {
     if !(target > 0.0 && target <= 1.0) {
         return Err(Error::InvalidValue {
             what: "target utilization".into(),
@@ -121,9 +110,7 @@ pub fn fit(
     let (max, rows, next) = match global_batch {
         None => {
             let max = max_batch(model, job, budget, MAX_BATCH)?;
-            let mut ladder: Vec<u64> = vec![
-                1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024,
-            ];
+            let mut ladder: Vec<u64> = vec![1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024];
             if let Some(m) = max {
                 ladder.extend([m, m + 1]);
             }
@@ -139,9 +126,7 @@ pub fn fit(
                 }
             }
             let next = match max {
-                Some(m) if m < MAX_BATCH => {
-                    Some(row(model, job, m + 1, job.grad_accum, gpu_memory)?)
-                }
+                Some(m) if m < MAX_BATCH => Some(row(model, job, m + 1, job.grad_accum, gpu_memory)?),
                 None => Some(row(model, job, 1, job.grad_accum, gpu_memory)?),
                 _ => None,
             };
@@ -176,22 +161,8 @@ pub fn fit(
         }
     };
     let chosen = match max {
-        Some(b) => Some(row(
-            model,
-            job,
-            b,
-            global_batch.map_or(job.grad_accum, |g| g / b),
-            gpu_memory,
-        )?),
+        Some(b) => Some(row(model, job, b, global_batch.map_or(job.grad_accum, |g| g / b), gpu_memory)?),
         None => None,
     };
-    Ok(Fit {
-        gpu_memory,
-        target_utilization: target,
-        budget,
-        max_batch: max,
-        chosen,
-        next,
-        rows,
-    })
+    Ok(Fit { gpu_memory, target_utilization: target, budget, max_batch: max, chosen, next, rows })
 }

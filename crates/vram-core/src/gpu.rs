@@ -46,14 +46,7 @@ struct Entry {
 use MemorySource::{Nominal, NvidiaSmi};
 
 const CATALOGUE: &[Entry] = &[
-    Entry {
-        name: "b200",
-        aliases: &["b200-180gb"],
-        display: "NVIDIA B200",
-        mib: 183_359,
-        src: NvidiaSmi,
-        tflops: 2250.0,
-    },
+    Entry { name: "b200", aliases: &["b200-180gb"], display: "NVIDIA B200", mib: 183_359, src: NvidiaSmi, tflops: 2250.0 },
     Entry {
         name: "gb200",
         aliases: &["gb200-186gb"],
@@ -62,14 +55,7 @@ const CATALOGUE: &[Entry] = &[
         src: Nominal,
         tflops: 2500.0,
     },
-    Entry {
-        name: "h200",
-        aliases: &["h200-141gb", "h200-sxm"],
-        display: "NVIDIA H200 141GB",
-        mib: 143_771,
-        src: NvidiaSmi,
-        tflops: 989.0,
-    },
+    Entry { name: "h200", aliases: &["h200-141gb", "h200-sxm"], display: "NVIDIA H200 141GB", mib: 143_771, src: NvidiaSmi, tflops: 989.0 },
     Entry {
         name: "h100-80gb",
         aliases: &["h100", "h100-sxm", "h100-sxm5", "h100-80gb-hbm3"],
@@ -78,14 +64,7 @@ const CATALOGUE: &[Entry] = &[
         src: NvidiaSmi,
         tflops: 989.0,
     },
-    Entry {
-        name: "h100-pcie",
-        aliases: &["h100-pcie-80gb"],
-        display: "NVIDIA H100 PCIe 80GB",
-        mib: 81_559,
-        src: NvidiaSmi,
-        tflops: 756.0,
-    },
+    Entry { name: "h100-pcie", aliases: &["h100-pcie-80gb"], display: "NVIDIA H100 PCIe 80GB", mib: 81_559, src: NvidiaSmi, tflops: 756.0 },
     Entry {
         name: "h100-nvl",
         aliases: &["h100-94gb", "h100-nvl-94gb"],
@@ -94,22 +73,8 @@ const CATALOGUE: &[Entry] = &[
         src: NvidiaSmi,
         tflops: 835.0,
     },
-    Entry {
-        name: "h800",
-        aliases: &["h800-80gb"],
-        display: "NVIDIA H800 80GB",
-        mib: 81_559,
-        src: NvidiaSmi,
-        tflops: 989.0,
-    },
-    Entry {
-        name: "h20",
-        aliases: &["h20-96gb", "h20-nvlink"],
-        display: "NVIDIA H20 96GB",
-        mib: 97_871,
-        src: NvidiaSmi,
-        tflops: 148.0,
-    },
+    Entry { name: "h800", aliases: &["h800-80gb"], display: "NVIDIA H800 80GB", mib: 81_559, src: NvidiaSmi, tflops: 989.0 },
+    Entry { name: "h20", aliases: &["h20-96gb", "h20-nvlink"], display: "NVIDIA H20 96GB", mib: 97_871, src: NvidiaSmi, tflops: 148.0 },
     Entry {
         name: "a100-80gb",
         aliases: &["a100", "a100-sxm4-80gb", "a100-80g"],
@@ -126,54 +91,12 @@ const CATALOGUE: &[Entry] = &[
         src: NvidiaSmi,
         tflops: 312.0,
     },
-    Entry {
-        name: "a800",
-        aliases: &["a800-80gb"],
-        display: "NVIDIA A800 80GB",
-        mib: 81_920,
-        src: NvidiaSmi,
-        tflops: 312.0,
-    },
-    Entry {
-        name: "l40s",
-        aliases: &["l40s-48gb"],
-        display: "NVIDIA L40S 48GB",
-        mib: 46_068,
-        src: NvidiaSmi,
-        tflops: 362.0,
-    },
-    Entry {
-        name: "l40",
-        aliases: &["l40-48gb"],
-        display: "NVIDIA L40 48GB",
-        mib: 46_068,
-        src: NvidiaSmi,
-        tflops: 181.0,
-    },
-    Entry {
-        name: "l4",
-        aliases: &["l4-24gb"],
-        display: "NVIDIA L4 24GB",
-        mib: 23_034,
-        src: NvidiaSmi,
-        tflops: 121.0,
-    },
-    Entry {
-        name: "a10g",
-        aliases: &["a10g-24gb"],
-        display: "NVIDIA A10G 24GB",
-        mib: 23_028,
-        src: NvidiaSmi,
-        tflops: 70.0,
-    },
-    Entry {
-        name: "a10",
-        aliases: &["a10-24gb"],
-        display: "NVIDIA A10 24GB",
-        mib: 23_028,
-        src: NvidiaSmi,
-        tflops: 125.0,
-    },
+    Entry { name: "a800", aliases: &["a800-80gb"], display: "NVIDIA A800 80GB", mib: 81_920, src: NvidiaSmi, tflops: 312.0 },
+    Entry { name: "l40s", aliases: &["l40s-48gb"], display: "NVIDIA L40S 48GB", mib: 46_068, src: NvidiaSmi, tflops: 362.0 },
+    Entry { name: "l40", aliases: &["l40-48gb"], display: "NVIDIA L40 48GB", mib: 46_068, src: NvidiaSmi, tflops: 181.0 },
+    Entry { name: "l4", aliases: &["l4-24gb"], display: "NVIDIA L4 24GB", mib: 23_034, src: NvidiaSmi, tflops: 121.0 },
+    Entry { name: "a10g", aliases: &["a10g-24gb"], display: "NVIDIA A10G 24GB", mib: 23_028, src: NvidiaSmi, tflops: 70.0 },
+    Entry { name: "a10", aliases: &["a10-24gb"], display: "NVIDIA A10 24GB", mib: 23_028, src: NvidiaSmi, tflops: 125.0 },
     Entry {
         name: "a6000",
         aliases: &["rtx-a6000", "a6000-48gb"],
@@ -267,13 +190,7 @@ fn norm_name(s: &str) -> String {
 }
 
 fn to_gpu(e: &Entry) -> Gpu {
-    Gpu {
-        name: e.name.into(),
-        display: e.display.into(),
-        memory: e.mib * MIB,
-        memory_source: e.src,
-        tflops_16bit: e.tflops,
-    }
+    Gpu { name: e.name.into(), display: e.display.into(), memory: e.mib * MIB, memory_source: e.src, tflops_16bit: e.tflops }
 }
 
 /// Every GPU in the catalogue.
@@ -285,26 +202,13 @@ pub fn catalogue() -> Vec<Gpu> {
 /// such as `24GiB` / `80GB`.
 pub fn lookup(name: &str) -> Result<Gpu> {
     let n = norm_name(name);
-    if let Some(e) = CATALOGUE
-        .iter()
-        .find(|e| e.name == n || e.aliases.contains(&n.as_str()))
-    {
+    if let Some(e) = CATALOGUE.iter().find(|e| e.name == n || e.aliases.contains(&n.as_str())) {
         return Ok(to_gpu(e));
     }
     if n.starts_with(|c: char| c.is_ascii_digit()) {
         if let Ok(bytes) = parse_size(name) {
-            let unit = if name.to_ascii_lowercase().contains("ib")
-                || !name.to_ascii_lowercase().ends_with('b')
-            {
-                "GiB"
-            } else {
-                "GB"
-            };
-            let shown = if unit == "GiB" {
-                bytes as f64 / GIB as f64
-            } else {
-                bytes as f64 / GB as f64
-            };
+            let unit = if name.to_ascii_lowercase().contains("ib") || !name.to_ascii_lowercase().ends_with('b') { "GiB" } else { "GB" };
+            let shown = if unit == "GiB" { bytes as f64 / GIB as f64 } else { bytes as f64 / GB as f64 };
             return Ok(Gpu {
                 name: name.trim().into(),
                 display: format!("custom {shown:.2} {unit}"),
@@ -314,14 +218,8 @@ pub fn lookup(name: &str) -> Result<Gpu> {
             });
         }
     }
-    let known = CATALOGUE
-        .iter()
-        .flat_map(|e| std::iter::once(e.name).chain(e.aliases.iter().copied()));
-    Err(Error::Unknown {
-        what: "GPU".into(),
-        name: name.into(),
-        suggestions: nearest(&n, known),
-    })
+    let known = CATALOGUE.iter().flat_map(|e| std::iter::once(e.name).chain(e.aliases.iter().copied()));
+    Err(Error::Unknown { what: "GPU".into(), name: name.into(), suggestions: nearest(&n, known) })
 }
 
 #[cfg(test)]

@@ -51,11 +51,7 @@ impl Precision {
             "fp8" | "float8" => Precision::Fp8,
             "int8" | "8bit" => Precision::Int8,
             "int4" | "4bit" | "awq" | "gptq" => Precision::Int4,
-            _ => return Err(bad(
-                "precision",
-                s,
-                "use fp32, bf16-mixed, fp16-mixed, bf16, fp16 (and for inference fp8, int8, int4)",
-            )),
+            _ => return Err(bad("precision", s, "use fp32, bf16-mixed, fp16-mixed, bf16, fp16 (and for inference fp8, int8, int4)")),
         })
     }
 
@@ -168,13 +164,7 @@ impl OptimizerImpl {
             "foreach" => OptimizerImpl::Foreach,
             "fused" => OptimizerImpl::Fused,
             "for-loop" | "forloop" | "single-tensor" => OptimizerImpl::ForLoop,
-            _ => {
-                return Err(bad(
-                    "optimizer implementation",
-                    s,
-                    "use foreach, fused or for-loop",
-                ))
-            }
+            _ => return Err(bad("optimizer implementation", s, "use foreach, fused or for-loop")),
         })
     }
 }
@@ -313,92 +303,54 @@ impl Job {
 
     /// A default inference job: bf16 weights, KV cache in bf16.
     pub fn infer(batch: u64, seq: u64) -> Job {
-        Job {
-            mode: Mode::Infer,
-            precision: Precision::Bf16,
-            ..Job::train(batch, seq)
-        }
+        Job { mode: Mode::Infer, precision: Precision::Bf16, ..Job::train(batch, seq) }
     }
 
     /// The same job with another micro-batch size.
     pub fn with_batch(&self, batch: u64) -> Job {
-        Job {
-            batch,
-            ..self.clone()
-        }
+        Job { batch, ..self.clone() }
     }
 
     /// Whether a training forward builds a KV cache: the config's `use_cache` unless overridden,
     /// and never under gradient checkpointing (transformers forces it off there).
     pub fn training_cache(&self, model_use_cache: bool) -> bool {
-        self.mode == Mode::Train
-            && self.checkpointing != Checkpointing::Full
-            && self.use_cache.unwrap_or(model_use_cache)
+        self.mode == Mode::Train && self.checkpointing != Checkpointing::Full && self.use_cache.unwrap_or(model_use_cache)
     }
 
     /// Check the numbers are usable; say what is wrong otherwise.
     pub fn validate(&self) -> Result<()> {
         if self.batch == 0 || self.batch > 1 << 20 {
-            return Err(bad(
-                "batch size",
-                &self.batch.to_string(),
-                "must be between 1 and 1048576",
-            ));
+            return Err(bad("batch size", &self.batch.to_string(), "must be between 1 and 1048576"));
         }
         if self.seq == 0 || self.seq > 1 << 24 {
-            return Err(bad(
-                "sequence length",
-                &self.seq.to_string(),
-                "must be between 1 and 16777216 tokens",
-            ));
+            return Err(bad("sequence length", &self.seq.to_string(), "must be between 1 and 16777216 tokens"));
         }
         if self.grad_accum == 0 || self.grad_accum > 1 << 20 {
-            return Err(bad(
-                "gradient accumulation steps",
-                &self.grad_accum.to_string(),
-                "must be between 1 and 1048576",
-            ));
+            return Err(bad("gradient accumulation steps", &self.grad_accum.to_string(), "must be between 1 and 1048576"));
         }
         if let Some(p) = self.prompt_len {
             if p == 0 || p > self.seq {
-                return Err(bad(
-                    "prompt length",
-                    &p.to_string(),
-                    &format!("must be between 1 and the context length ({})", self.seq),
-                ));
+                return Err(bad("prompt length", &p.to_string(), &format!("must be between 1 and the context length ({})", self.seq)));
             }
         }
         let r = self.overheads.allocator_reserve;
         if !(0.0..=1.0).contains(&r) || !r.is_finite() {
-            return Err(bad(
-                "allocator reserve",
-                &r.to_string(),
-                "must be a fraction between 0 and 1",
-            ));
+            return Err(bad("allocator reserve", &r.to_string(), "must be a fraction between 0 and 1"));
         }
-        if self.mode == Mode::Train
-            && matches!(
-                self.precision,
-                Precision::Fp8 | Precision::Int8 | Precision::Int4
-            )
-        {
-            return Err(bad("precision", self.precision.name(), "quantised weights are for --mode infer; train with fp32, bf16-mixed, fp16-mixed, bf16 or fp16"));
+        if self.mode == Mode::Train && matches!(self.precision, Precision::Fp8 | Precision::Int8 | Precision::Int4) {
+            return Err(bad(
+                "precision",
+                self.precision.name(),
+                "quantised weights are for --mode infer; train with fp32, bf16-mixed, fp16-mixed, bf16 or fp16",
+            ));
         }
         if self.attention == AttentionImpl::Flash && self.precision == Precision::Fp32 {
-            return Err(bad(
-                "attention",
-                "flash_attention_2",
-                "flash attention needs fp16/bf16; use sdpa or eager with fp32",
-            ));
+            return Err(bad("attention", "flash_attention_2", "flash attention needs fp16/bf16; use sdpa or eager with fp32"));
         }
         Ok(())
     }
 }
 
 fn bad(what: &str, value: &str, hint: &str) -> Error {
-    Error::InvalidValue {
-        what: what.into(),
-        value: value.into(),
-        hint: hint.into(),
-    }
+    Error::InvalidValue { what: what.into(), value: value.into(), hint: hint.into() }
 }

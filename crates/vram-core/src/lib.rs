@@ -31,8 +31,6 @@ pub mod units;
 pub use config::parse_config;
 pub use dtype::DType;
 pub use error::{Error, Result};
-pub use job::{
-    AttentionImpl, Checkpointing, Job, Mode, Optimizer, OptimizerImpl, Overheads, Precision,
-};
+pub use job::{AttentionImpl, Checkpointing, Job, Mode, Optimizer, OptimizerImpl, Overheads, Precision};
 pub use memory::{estimate, Component, Estimate, Kind, Phase};
 pub use model::Model;

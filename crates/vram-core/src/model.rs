@@ -231,24 +231,10 @@ pub struct TensorGroup {
 
 impl TensorGroup {
     fn vector(name: String, numel: u64, count: u64, role: Role) -> Self {
-        TensorGroup {
-            name,
-            numel,
-            count,
-            role,
-            rows: numel,
-            cols: 1,
-        }
+        TensorGroup { name, numel, count, role, rows: numel, cols: 1 }
     }
     fn matrix(name: String, stack: u64, out: u64, inp: u64, count: u64, role: Role) -> Self {
-        TensorGroup {
-            name,
-            numel: stack * out * inp,
-            count,
-            role,
-            rows: stack * out,
-            cols: stack * inp,
-        }
+        TensorGroup { name, numel: stack * out * inp, count, role, rows: stack * out, cols: stack * inp }
     }
     /// Whether this is a matrix (2-D, or a 3-D expert stack).
     pub fn is_matrix(&self) -> bool {
@@ -259,16 +245,12 @@ impl TensorGroup {
 impl Model {
     /// Whether layer `i` is a mixture-of-experts layer.
     pub fn is_moe_layer(&self, i: u64) -> bool {
-        self.moe
-            .as_ref()
-            .is_some_and(|m| m.sparse_layers.get(i as usize).copied().unwrap_or(false))
+        self.moe.as_ref().is_some_and(|m| m.sparse_layers.get(i as usize).copied().unwrap_or(false))
     }
 
     /// Number of MoE layers.
     pub fn moe_layers(&self) -> u64 {
-        self.moe
-            .as_ref()
-            .map_or(0, |m| m.sparse_layers.iter().filter(|s| **s).count() as u64)
+        self.moe.as_ref().map_or(0, |m| m.sparse_layers.iter().filter(|s| **s).count() as u64)
     }
 
     /// Query projection width.
@@ -288,27 +270,17 @@ impl Model {
     /// tied weights once.
     pub fn parameters(&self) -> u64 {
         // Validated in config::validate to stay below 2^50.
-        self.tensors()
-            .iter()
-            .map(|t| t.numel.saturating_mul(t.count))
-            .fold(0, u64::saturating_add)
+        self.tensors().iter().map(|t| t.numel.saturating_mul(t.count)).fold(0, u64::saturating_add)
     }
 
     /// Parameters in the token embedding, position embedding and (untied) LM head.
     pub fn embedding_parameters(&self) -> u64 {
-        self.tensors()
-            .iter()
-            .filter(|t| matches!(t.role, Role::Embedding | Role::Position | Role::LmHead))
-            .map(|t| t.numel * t.count)
-            .sum()
+        self.tensors().iter().filter(|t| matches!(t.role, Role::Embedding | Role::Position | Role::LmHead)).map(|t| t.numel * t.count).sum()
     }
 
     /// Parameters of one decoder layer `i`.
     pub fn layer_parameters(&self, i: u64) -> u64 {
-        self.layer_inventory(i)
-            .iter()
-            .map(|t| t.numel * t.count)
-            .sum()
+        self.layer_inventory(i).iter().map(|t| t.numel * t.count).sum()
     }
 
     /// The parameter tensors of decoder layer `i`.
@@ -323,23 +295,9 @@ impl Model {
     pub fn tensors(&self) -> Vec<TensorGroup> {
         let h = self.hidden;
         let mut v = Vec::new();
-        v.push(TensorGroup::matrix(
-            "embed_tokens.weight".into(),
-            1,
-            self.vocab,
-            self.embed_dim,
-            1,
-            Role::Embedding,
-        ));
+        v.push(TensorGroup::matrix("embed_tokens.weight".into(), 1, self.vocab, self.embed_dim, 1, Role::Embedding));
         if self.position_embeddings > 0 {
-            v.push(TensorGroup::matrix(
-                "embed_positions.weight".into(),
-                1,
-                self.position_embeddings,
-                h,
-                1,
-                Role::Position,
-            ));
+            v.push(TensorGroup::matrix("embed_positions.weight".into(), 1, self.position_embeddings, h, 1, Role::Position));
         }
         if self.embed_dim != h {
             // OPT with word_embed_proj_dim != hidden_size: project_in / project_out, no bias.
@@ -361,59 +319,25 @@ impl Model {
             self.norm_tensors("norm", 1, h, &mut v);
         }
         if !self.tied_embeddings {
-            v.push(TensorGroup::matrix(
-                "lm_head.weight".into(),
-                1,
-                self.vocab,
-                self.embed_dim,
-                1,
-                Role::LmHead,
-            ));
+            v.push(TensorGroup::matrix("lm_head.weight".into(), 1, self.vocab, self.embed_dim, 1, Role::LmHead));
         }
         if self.lm_head_bias {
-            v.push(TensorGroup::vector(
-                "lm_head.bias".into(),
-                self.vocab,
-                1,
-                Role::Bias,
-            ));
+            v.push(TensorGroup::vector("lm_head.bias".into(), self.vocab, 1, Role::Bias));
         }
         v
     }
 
     fn norm_tensors(&self, name: &str, count: u64, width: u64, v: &mut Vec<TensorGroup>) {
-        v.push(TensorGroup::vector(
-            format!("{name}.weight"),
-            width,
-            count,
-            Role::Norm,
-        ));
+        v.push(TensorGroup::vector(format!("{name}.weight"), width, count, Role::Norm));
         if let Norm::LayerNorm { bias: true } = self.norm {
-            v.push(TensorGroup::vector(
-                format!("{name}.bias"),
-                width,
-                count,
-                Role::Norm,
-            ));
+            v.push(TensorGroup::vector(format!("{name}.bias"), width, count, Role::Norm));
         }
     }
 
     fn linear(v: &mut Vec<TensorGroup>, name: &str, din: u64, dout: u64, bias: bool, count: u64) {
-        v.push(TensorGroup::matrix(
-            format!("{name}.weight"),
-            1,
-            dout,
-            din,
-            count,
-            Role::Linear,
-        ));
+        v.push(TensorGroup::matrix(format!("{name}.weight"), 1, dout, din, count, Role::Linear));
         if bias {
-            v.push(TensorGroup::vector(
-                format!("{name}.bias"),
-                dout,
-                count,
-                Role::Bias,
-            ));
+            v.push(TensorGroup::vector(format!("{name}.bias"), dout, count, Role::Bias));
         }
     }
 
@@ -435,55 +359,20 @@ impl Model {
                 Some(r) => {
                     Self::linear(v, &l("self_attn.q_a_proj"), h, r, a.qkv_bias, count);
                     self.norm_tensors(&l("self_attn.q_a_layernorm"), count, r, v);
-                    Self::linear(
-                        v,
-                        &l("self_attn.q_b_proj"),
-                        r,
-                        self.heads * qk,
-                        false,
-                        count,
-                    );
+                    Self::linear(v, &l("self_attn.q_b_proj"), r, self.heads * qk, false, count);
                 }
                 None => Self::linear(v, &l("self_attn.q_proj"), h, self.heads * qk, false, count),
             }
             let kva = m.kv_lora_rank + m.qk_rope_head_dim;
-            Self::linear(
-                v,
-                &l("self_attn.kv_a_proj_with_mqa"),
-                h,
-                kva,
-                a.qkv_bias,
-                count,
-            );
+            Self::linear(v, &l("self_attn.kv_a_proj_with_mqa"), h, kva, a.qkv_bias, count);
             self.norm_tensors(&l("self_attn.kv_a_layernorm"), count, m.kv_lora_rank, v);
             let kvb = self.heads * (m.qk_nope_head_dim + m.v_head_dim);
-            Self::linear(
-                v,
-                &l("self_attn.kv_b_proj"),
-                m.kv_lora_rank,
-                kvb,
-                false,
-                count,
-            );
-            Self::linear(
-                v,
-                &l("self_attn.o_proj"),
-                self.heads * m.v_head_dim,
-                h,
-                a.o_bias,
-                count,
-            );
+            Self::linear(v, &l("self_attn.kv_b_proj"), m.kv_lora_rank, kvb, false, count);
+            Self::linear(v, &l("self_attn.o_proj"), self.heads * m.v_head_dim, h, a.o_bias, count);
         } else {
             let (q, kv) = (self.q_dim(), self.kv_dim());
             if a.fused_qkv {
-                Self::linear(
-                    v,
-                    &l("self_attn.qkv_proj"),
-                    h,
-                    q + 2 * kv,
-                    a.qkv_bias,
-                    count,
-                );
+                Self::linear(v, &l("self_attn.qkv_proj"), h, q + 2 * kv, a.qkv_bias, count);
             } else {
                 Self::linear(v, &l("self_attn.q_proj"), h, q, a.qkv_bias, count);
                 Self::linear(v, &l("self_attn.k_proj"), h, kv, a.qkv_bias, count);
@@ -493,90 +382,32 @@ impl Model {
             match a.qk_norm {
                 QkNorm::None => {}
                 QkNorm::PerHead => {
-                    v.push(TensorGroup::vector(
-                        l("self_attn.q_norm.weight"),
-                        self.head_dim,
-                        count,
-                        Role::Norm,
-                    ));
-                    v.push(TensorGroup::vector(
-                        l("self_attn.k_norm.weight"),
-                        self.head_dim,
-                        count,
-                        Role::Norm,
-                    ));
+                    v.push(TensorGroup::vector(l("self_attn.q_norm.weight"), self.head_dim, count, Role::Norm));
+                    v.push(TensorGroup::vector(l("self_attn.k_norm.weight"), self.head_dim, count, Role::Norm));
                 }
                 QkNorm::LayerNormPerHead => {
                     // LayerNorm weight + bias over head_dim, for q and for k.
-                    v.push(TensorGroup::vector(
-                        l("self_attn.q_layernorm"),
-                        2 * self.head_dim,
-                        count,
-                        Role::Norm,
-                    ));
-                    v.push(TensorGroup::vector(
-                        l("self_attn.k_layernorm"),
-                        2 * self.head_dim,
-                        count,
-                        Role::Norm,
-                    ));
+                    v.push(TensorGroup::vector(l("self_attn.q_layernorm"), 2 * self.head_dim, count, Role::Norm));
+                    v.push(TensorGroup::vector(l("self_attn.k_layernorm"), 2 * self.head_dim, count, Role::Norm));
                 }
                 QkNorm::Full => {
-                    v.push(TensorGroup::vector(
-                        l("self_attn.q_norm.weight"),
-                        q,
-                        count,
-                        Role::Norm,
-                    ));
-                    v.push(TensorGroup::vector(
-                        l("self_attn.k_norm.weight"),
-                        kv,
-                        count,
-                        Role::Norm,
-                    ));
+                    v.push(TensorGroup::vector(l("self_attn.q_norm.weight"), q, count, Role::Norm));
+                    v.push(TensorGroup::vector(l("self_attn.k_norm.weight"), kv, count, Role::Norm));
                 }
             }
         }
         match &self.moe {
             Some(m) if self.is_moe_layer(i) => {
                 // Router, routed experts stored 3-D ([E, 2I, h] gate_up + [E, h, I] down), shared experts.
-                v.push(TensorGroup::matrix(
-                    l("mlp.gate.weight"),
-                    1,
-                    m.experts,
-                    h,
-                    count,
-                    Role::Router,
-                ));
+                v.push(TensorGroup::matrix(l("mlp.gate.weight"), 1, m.experts, h, count, Role::Router));
                 let ei = m.expert_intermediate;
-                v.push(TensorGroup::matrix(
-                    l("mlp.experts.gate_up_proj"),
-                    m.experts,
-                    2 * ei,
-                    h,
-                    count,
-                    Role::Experts,
-                ));
-                v.push(TensorGroup::matrix(
-                    l("mlp.experts.down_proj"),
-                    m.experts,
-                    h,
-                    ei,
-                    count,
-                    Role::Experts,
-                ));
+                v.push(TensorGroup::matrix(l("mlp.experts.gate_up_proj"), m.experts, 2 * ei, h, count, Role::Experts));
+                v.push(TensorGroup::matrix(l("mlp.experts.down_proj"), m.experts, h, ei, count, Role::Experts));
                 if m.shared_intermediate > 0 {
                     self.mlp_tensors(&l("mlp.shared_experts"), m.shared_intermediate, count, v);
                 }
                 if m.shared_gate {
-                    v.push(TensorGroup::matrix(
-                        l("mlp.shared_expert_gate.weight"),
-                        1,
-                        1,
-                        h,
-                        count,
-                        Role::Router,
-                    ));
+                    v.push(TensorGroup::matrix(l("mlp.shared_expert_gate.weight"), 1, 1, h, count, Role::Router));
                 }
             }
             _ => self.mlp_tensors(&l("mlp"), self.intermediate, count, v),
@@ -588,14 +419,7 @@ impl Model {
         let m = self.mlp;
         if m.gated {
             if m.fused_gate_up {
-                Self::linear(
-                    v,
-                    &format!("{prefix}.gate_up_proj"),
-                    h,
-                    2 * inter,
-                    m.bias,
-                    count,
-                );
+                Self::linear(v, &format!("{prefix}.gate_up_proj"), h, 2 * inter, m.bias, count);
             } else {
                 Self::linear(v, &format!("{prefix}.gate_proj"), h, inter, m.bias, count);
                 Self::linear(v, &format!("{prefix}.up_proj"), h, inter, m.bias, count);

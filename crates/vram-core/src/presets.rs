@@ -18,143 +18,38 @@ pub struct Preset {
 
 /// Every preset, sorted by name.
 pub const PRESETS: &[Preset] = &[
-    Preset {
-        name: "gemma-2-9b",
-        hf_id: "google/gemma-2-9b",
-        config: include_str!("../presets/gemma-2-9b.json"),
-    },
-    Preset {
-        name: "gpt2",
-        hf_id: "openai-community/gpt2",
-        config: include_str!("../presets/gpt2.json"),
-    },
-    Preset {
-        name: "gpt2-large",
-        hf_id: "openai-community/gpt2-large",
-        config: include_str!("../presets/gpt2-large.json"),
-    },
-    Preset {
-        name: "gpt2-medium",
-        hf_id: "openai-community/gpt2-medium",
-        config: include_str!("../presets/gpt2-medium.json"),
-    },
-    Preset {
-        name: "gpt2-xl",
-        hf_id: "openai-community/gpt2-xl",
-        config: include_str!("../presets/gpt2-xl.json"),
-    },
-    Preset {
-        name: "llama-2-13b",
-        hf_id: "meta-llama/Llama-2-13b-hf",
-        config: include_str!("../presets/llama-2-13b.json"),
-    },
-    Preset {
-        name: "llama-2-70b",
-        hf_id: "meta-llama/Llama-2-70b-hf",
-        config: include_str!("../presets/llama-2-70b.json"),
-    },
-    Preset {
-        name: "llama-2-7b",
-        hf_id: "meta-llama/Llama-2-7b-hf",
-        config: include_str!("../presets/llama-2-7b.json"),
-    },
-    Preset {
-        name: "llama-3-70b",
-        hf_id: "meta-llama/Meta-Llama-3-70B",
-        config: include_str!("../presets/llama-3-70b.json"),
-    },
-    Preset {
-        name: "llama-3-8b",
-        hf_id: "meta-llama/Meta-Llama-3-8B",
-        config: include_str!("../presets/llama-3-8b.json"),
-    },
-    Preset {
-        name: "llama-3.1-405b",
-        hf_id: "meta-llama/Llama-3.1-405B",
-        config: include_str!("../presets/llama-3.1-405b.json"),
-    },
-    Preset {
-        name: "llama-3.1-70b",
-        hf_id: "meta-llama/Llama-3.1-70B",
-        config: include_str!("../presets/llama-3.1-70b.json"),
-    },
-    Preset {
-        name: "llama-3.1-8b",
-        hf_id: "meta-llama/Llama-3.1-8B",
-        config: include_str!("../presets/llama-3.1-8b.json"),
-    },
-    Preset {
-        name: "llama-3.2-1b",
-        hf_id: "meta-llama/Llama-3.2-1B",
-        config: include_str!("../presets/llama-3.2-1b.json"),
-    },
-    Preset {
-        name: "llama-3.2-3b",
-        hf_id: "meta-llama/Llama-3.2-3B",
-        config: include_str!("../presets/llama-3.2-3b.json"),
-    },
-    Preset {
-        name: "mistral-7b",
-        hf_id: "mistralai/Mistral-7B-v0.1",
-        config: include_str!("../presets/mistral-7b.json"),
-    },
-    Preset {
-        name: "mixtral-8x7b",
-        hf_id: "mistralai/Mixtral-8x7B-v0.1",
-        config: include_str!("../presets/mixtral-8x7b.json"),
-    },
-    Preset {
-        name: "phi-3-mini",
-        hf_id: "microsoft/Phi-3-mini-4k-instruct",
-        config: include_str!("../presets/phi-3-mini.json"),
-    },
-    Preset {
-        name: "qwen2.5-0.5b",
-        hf_id: "Qwen/Qwen2.5-0.5B",
-        config: include_str!("../presets/qwen2.5-0.5b.json"),
-    },
-    Preset {
-        name: "qwen2.5-1.5b",
-        hf_id: "Qwen/Qwen2.5-1.5B",
-        config: include_str!("../presets/qwen2.5-1.5b.json"),
-    },
-    Preset {
-        name: "qwen2.5-14b",
-        hf_id: "Qwen/Qwen2.5-14B",
-        config: include_str!("../presets/qwen2.5-14b.json"),
-    },
-    Preset {
-        name: "qwen2.5-32b",
-        hf_id: "Qwen/Qwen2.5-32B",
-        config: include_str!("../presets/qwen2.5-32b.json"),
-    },
-    Preset {
-        name: "qwen2.5-72b",
-        hf_id: "Qwen/Qwen2.5-72B",
-        config: include_str!("../presets/qwen2.5-72b.json"),
-    },
-    Preset {
-        name: "qwen2.5-7b",
-        hf_id: "Qwen/Qwen2.5-7B",
-        config: include_str!("../presets/qwen2.5-7b.json"),
-    },
-    Preset {
-        name: "qwen3-8b",
-        hf_id: "Qwen/Qwen3-8B",
-        config: include_str!("../presets/qwen3-8b.json"),
-    },
+    Preset { name: "gemma-2-9b", hf_id: "google/gemma-2-9b", config: include_str!("../presets/gemma-2-9b.json") },
+    Preset { name: "gpt2", hf_id: "openai-community/gpt2", config: include_str!("../presets/gpt2.json") },
+    Preset { name: "gpt2-large", hf_id: "openai-community/gpt2-large", config: include_str!("../presets/gpt2-large.json") },
+    Preset { name: "gpt2-medium", hf_id: "openai-community/gpt2-medium", config: include_str!("../presets/gpt2-medium.json") },
+    Preset { name: "gpt2-xl", hf_id: "openai-community/gpt2-xl", config: include_str!("../presets/gpt2-xl.json") },
+    Preset { name: "llama-2-13b", hf_id: "meta-llama/Llama-2-13b-hf", config: include_str!("../presets/llama-2-13b.json") },
+    Preset { name: "llama-2-70b", hf_id: "meta-llama/Llama-2-70b-hf", config: include_str!("../presets/llama-2-70b.json") },
+    Preset { name: "llama-2-7b", hf_id: "meta-llama/Llama-2-7b-hf", config: include_str!("../presets/llama-2-7b.json") },
+    Preset { name: "llama-3-70b", hf_id: "meta-llama/Meta-Llama-3-70B", config: include_str!("../presets/llama-3-70b.json") },
+    Preset { name: "llama-3-8b", hf_id: "meta-llama/Meta-Llama-3-8B", config: include_str!("../presets/llama-3-8b.json") },
+    Preset { name: "llama-3.1-405b", hf_id: "meta-llama/Llama-3.1-405B", config: include_str!("../presets/llama-3.1-405b.json") },
+    Preset { name: "llama-3.1-70b", hf_id: "meta-llama/Llama-3.1-70B", config: include_str!("../presets/llama-3.1-70b.json") },
+    Preset { name: "llama-3.1-8b", hf_id: "meta-llama/Llama-3.1-8B", config: include_str!("../presets/llama-3.1-8b.json") },
+    Preset { name: "llama-3.2-1b", hf_id: "meta-llama/Llama-3.2-1B", config: include_str!("../presets/llama-3.2-1b.json") },
+    Preset { name: "llama-3.2-3b", hf_id: "meta-llama/Llama-3.2-3B", config: include_str!("../presets/llama-3.2-3b.json") },
+    Preset { name: "mistral-7b", hf_id: "mistralai/Mistral-7B-v0.1", config: include_str!("../presets/mistral-7b.json") },
+    Preset { name: "mixtral-8x7b", hf_id: "mistralai/Mixtral-8x7B-v0.1", config: include_str!("../presets/mixtral-8x7b.json") },
+    Preset { name: "phi-3-mini", hf_id: "microsoft/Phi-3-mini-4k-instruct", config: include_str!("../presets/phi-3-mini.json") },
+    Preset { name: "qwen2.5-0.5b", hf_id: "Qwen/Qwen2.5-0.5B", config: include_str!("../presets/qwen2.5-0.5b.json") },
+    Preset { name: "qwen2.5-1.5b", hf_id: "Qwen/Qwen2.5-1.5B", config: include_str!("../presets/qwen2.5-1.5b.json") },
+    Preset { name: "qwen2.5-14b", hf_id: "Qwen/Qwen2.5-14B", config: include_str!("../presets/qwen2.5-14b.json") },
+    Preset { name: "qwen2.5-32b", hf_id: "Qwen/Qwen2.5-32B", config: include_str!("../presets/qwen2.5-32b.json") },
+    Preset { name: "qwen2.5-72b", hf_id: "Qwen/Qwen2.5-72B", config: include_str!("../presets/qwen2.5-72b.json") },
+    Preset { name: "qwen2.5-7b", hf_id: "Qwen/Qwen2.5-7B", config: include_str!("../presets/qwen2.5-7b.json") },
+    Preset { name: "qwen3-8b", hf_id: "Qwen/Qwen3-8B", config: include_str!("../presets/qwen3-8b.json") },
 ];
 
 /// Find a preset by name or Hub id, case-insensitively (`Llama-3.1-8B`, `meta-llama/Llama-3.1-8B`).
 pub fn find(name: &str) -> Option<&'static Preset> {
     let n = name.trim().to_ascii_lowercase();
     PRESETS.iter().find(|p| {
-        p.name == n
-            || p.hf_id.to_ascii_lowercase() == n
-            || p.hf_id
-                .rsplit('/')
-                .next()
-                .is_some_and(|s| s.to_ascii_lowercase() == n)
+        p.name == n || p.hf_id.to_ascii_lowercase() == n || p.hf_id.rsplit('/').next().is_some_and(|s| s.to_ascii_lowercase() == n)
     })
 }
 

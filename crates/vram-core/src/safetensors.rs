@@ -34,65 +34,41 @@ pub fn header_len(first8: &[u8], file: &str) -> Result<u64> {
     let bytes: [u8; 8] = first8
         .get(..8)
         .and_then(|s| s.try_into().ok())
-        .ok_or_else(|| Error::Safetensors {
-            file: file.into(),
-            message: "file shorter than the 8-byte header length".into(),
-        })?;
+        .ok_or_else(|| Error::Safetensors { file: file.into(), message: "file shorter than the 8-byte header length".into() })?;
     let n = u64::from_le_bytes(bytes);
     if n == 0 || n > MAX_HEADER {
-        return Err(Error::Safetensors { file: file.into(), message: format!("header length {n} bytes is outside 1..=100 MB; the file is not a safetensors file or is corrupt") });
+        return Err(Error::Safetensors {
+            file: file.into(),
+            message: format!("header length {n} bytes is outside 1..=100 MB; the file is not a safetensors file or is corrupt"),
+        });
     }
     Ok(n)
 }
 
 /// Parse the JSON header (the `n` bytes after the length).
 pub fn parse_header(json: &[u8], file: &str) -> Result<Vec<TensorInfo>> {
-    let bad = |m: String| Error::Safetensors {
-        file: file.into(),
-        message: m,
-    };
-    let v: Value =
-        serde_json::from_slice(json).map_err(|e| bad(format!("header is not JSON: {e}")))?;
-    let obj = v
-        .as_object()
-        .ok_or_else(|| bad("header is not a JSON object".into()))?;
+    let bad = |m: String| Error::Safetensors { file: file.into(), message: m };
+    let v: Value = serde_json::from_slice(json).map_err(|e| bad(format!("header is not JSON: {e}")))?;
+    let obj = v.as_object().ok_or_else(|| bad("header is not a JSON object".into()))?;
     let mut out = Vec::with_capacity(obj.len());
     for (name, info) in obj {
         if name == "__metadata__" {
             continue;
         }
-        let dtype = info
-            .get("dtype")
-            .and_then(Value::as_str)
-            .ok_or_else(|| bad(format!("tensor `{name}` has no dtype")))?;
+        let dtype = info.get("dtype").and_then(Value::as_str).ok_or_else(|| bad(format!("tensor `{name}` has no dtype")))?;
         let shape = info
             .get("shape")
             .and_then(Value::as_array)
             .ok_or_else(|| bad(format!("tensor `{name}` has no shape")))?
             .iter()
-            .map(|d| {
-                d.as_u64()
-                    .ok_or_else(|| bad(format!("tensor `{name}` has a non-integer dimension")))
-            })
+            .map(|d| d.as_u64().ok_or_else(|| bad(format!("tensor `{name}` has a non-integer dimension"))))
             .collect::<Result<Vec<u64>>>()?;
-        let t = TensorInfo {
-            name: name.clone(),
-            dtype: dtype.to_string(),
-            shape,
-        };
-        let numel = t
-            .numel()
-            .ok_or_else(|| bad(format!("tensor `{name}` shape overflows")))?;
-        if let (Some(d), Some(offs)) = (
-            DType::from_safetensors(dtype),
-            info.get("data_offsets").and_then(Value::as_array),
-        ) {
+        let t = TensorInfo { name: name.clone(), dtype: dtype.to_string(), shape };
+        let numel = t.numel().ok_or_else(|| bad(format!("tensor `{name}` shape overflows")))?;
+        if let (Some(d), Some(offs)) = (DType::from_safetensors(dtype), info.get("data_offsets").and_then(Value::as_array)) {
             let o: Vec<u64> = offs.iter().filter_map(Value::as_u64).collect();
             if o.len() != 2 || o[1] < o[0] || Some(o[1] - o[0]) != numel.checked_mul(d.bytes()) {
-                return Err(bad(format!(
-                    "tensor `{name}`: data_offsets do not match its {dtype} shape {:?}",
-                    t.shape
-                )));
+                return Err(bad(format!("tensor `{name}`: data_offsets do not match its {dtype} shape {:?}", t.shape)));
             }
         }
         out.push(t);
@@ -102,31 +78,18 @@ pub fn parse_header(json: &[u8], file: &str) -> Result<Vec<TensorInfo>> {
 
 /// The shard file names listed by a `model.safetensors.index.json`.
 pub fn index_files(json: &[u8], file: &str) -> Result<Vec<String>> {
-    let v: Value = serde_json::from_slice(json).map_err(|e| Error::Json {
+    let v: Value = serde_json::from_slice(json).map_err(|e| Error::Json { file: file.into(), message: e.to_string() })?;
+    let map = v.get("weight_map").and_then(Value::as_object).ok_or_else(|| Error::MissingKey {
         file: file.into(),
-        message: e.to_string(),
+        key: "weight_map".into(),
+        why: "list the checkpoint shards".into(),
     })?;
-    let map = v
-        .get("weight_map")
-        .and_then(Value::as_object)
-        .ok_or_else(|| Error::MissingKey {
-            file: file.into(),
-            key: "weight_map".into(),
-            why: "list the checkpoint shards".into(),
-        })?;
-    let mut files: Vec<String> = map
-        .values()
-        .filter_map(Value::as_str)
-        .map(str::to_string)
-        .collect();
+    let mut files: Vec<String> = map.values().filter_map(Value::as_str).map(str::to_string).collect();
     files.sort();
     files.dedup();
     for f in &files {
         if f.contains('/') || f.contains('\\') || f.contains("..") {
-            return Err(Error::Safetensors {
-                file: file.into(),
-                message: format!("shard name `{f}` points outside the model directory"),
-            });
+            return Err(Error::Safetensors { file: file.into(), message: format!("shard name `{f}` points outside the model directory") });
         }
     }
     Ok(files)
@@ -148,12 +111,7 @@ impl CheckpointSummary {
     pub fn add(&mut self, tensors: &[TensorInfo]) -> Result<()> {
         for t in tensors {
             let n = t.numel().unwrap_or(u64::MAX);
-            self.parameters = self
-                .parameters
-                .checked_add(n)
-                .ok_or_else(|| Error::Overflow {
-                    what: "checkpoint parameters".into(),
-                })?;
+            self.parameters = self.parameters.checked_add(n).ok_or_else(|| Error::Overflow { what: "checkpoint parameters".into() })?;
             *self.by_dtype.entry(t.dtype.clone()).or_default() += n;
             self.tensors += 1;
         }
@@ -162,10 +120,7 @@ impl CheckpointSummary {
 
     /// The dtype holding most elements.
     pub fn main_dtype(&self) -> Option<DType> {
-        self.by_dtype
-            .iter()
-            .max_by_key(|(_, n)| **n)
-            .and_then(|(d, _)| DType::from_safetensors(d))
+        self.by_dtype.iter().max_by_key(|(_, n)| **n).and_then(|(d, _)| DType::from_safetensors(d))
     }
 }
 
@@ -197,16 +152,8 @@ mod tests {
         assert!(header_len(&u64::MAX.to_le_bytes(), "x").is_err());
         assert!(header_len(&[1, 2, 3], "x").is_err());
         assert!(parse_header(b"[1,2]", "x").is_err());
-        assert!(parse_header(
-            br#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}}"#,
-            "x"
-        )
-        .is_err());
-        assert!(parse_header(
-            br#"{"a":{"dtype":"F32","shape":[4294967296,4294967296,4294967296]}}"#,
-            "x"
-        )
-        .is_err());
+        assert!(parse_header(br#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}}"#, "x").is_err());
+        assert!(parse_header(br#"{"a":{"dtype":"F32","shape":[4294967296,4294967296,4294967296]}}"#, "x").is_err());
         assert!(index_files(br#"{"weight_map":{"a":"../etc/passwd"}}"#, "x").is_err());
     }
 }

@@ -29,9 +29,7 @@ pub fn gb(bytes: u64) -> f64 {
 /// PyTorch mean it. Fractions are allowed (`79.6GiB`) and rounded down to whole bytes.
 pub fn parse_size(text: &str) -> Result<u64> {
     let s = text.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_'))
-        .unwrap_or(s.len());
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_')).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
     let num: String = num.chars().filter(|c| *c != '_').collect();
     let bad = || Error::InvalidValue {
@@ -53,7 +51,7 @@ pub fn parse_size(text: &str) -> Result<u64> {
         _ => return Err(bad()),
     };
     let bytes = value * mult as f64;
-    if !bytes.is_finite() || bytes < 1.0 || bytes > 1e18 {
+    if !bytes.is_finite() || !(1.0..=1e18).contains(&bytes) {
         return Err(Error::InvalidValue {
             what: "memory size".into(),
             value: text.into(),

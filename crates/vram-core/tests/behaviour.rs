@@ -16,14 +16,7 @@ fn kv_cache_is_gqa_aware() {
     // The whole context as the prompt: the prefill (its activations on top of the cache) peaks;
     // a short prompt: the end of generation peaks.
     assert_eq!(e.peak_phase, Phase::Prefill);
-    let short = estimate(
-        &m,
-        &Job {
-            prompt_len: Some(128),
-            ..Job::infer(1, 8192)
-        },
-    )
-    .unwrap();
+    let short = estimate(&m, &Job { prompt_len: Some(128), ..Job::infer(1, 8192) }).unwrap();
     assert_eq!(short.peak_phase, Phase::Decode);
     assert_eq!(short.component("KV cache"), 8192 * 128 * 1024);
     // Llama-2-7B has no GQA: 4× more per token.
@@ -31,14 +24,7 @@ fn kv_cache_is_gqa_aware() {
     let e2 = estimate(&m2, &Job::infer(1, 8192)).unwrap();
     assert_eq!(e2.component("KV cache"), 8192 * 512 * 1024);
     // fp8 KV halves it.
-    let e3 = estimate(
-        &m,
-        &Job {
-            kv_dtype: Some(DType::F8),
-            ..Job::infer(1, 8192)
-        },
-    )
-    .unwrap();
+    let e3 = estimate(&m, &Job { kv_dtype: Some(DType::F8), ..Job::infer(1, 8192) }).unwrap();
     assert_eq!(e3.component("KV cache"), 8192 * 64 * 1024);
 }
 
@@ -46,12 +32,8 @@ fn kv_cache_is_gqa_aware() {
 fn sliding_window_caps_the_cache() {
     // Mistral-7B v0.1 (sliding_window 4096 on every layer): the cache stops growing at 4096.
     let m = presets::load("mistral-7b").unwrap();
-    let a = estimate(&m, &Job::infer(1, 4096))
-        .unwrap()
-        .component("KV cache");
-    let b = estimate(&m, &Job::infer(1, 32768))
-        .unwrap()
-        .component("KV cache");
+    let a = estimate(&m, &Job::infer(1, 4096)).unwrap().component("KV cache");
+    let b = estimate(&m, &Job::infer(1, 32768)).unwrap().component("KV cache");
     assert_eq!(a, b);
 }
 
@@ -59,14 +41,7 @@ fn sliding_window_caps_the_cache() {
 fn quantised_weights() {
     let m = presets::load("llama-3.1-8b").unwrap();
     let w = |p| {
-        let e = estimate(
-            &m,
-            &Job {
-                precision: p,
-                ..Job::infer(1, 128)
-            },
-        )
-        .unwrap();
+        let e = estimate(&m, &Job { precision: p, ..Job::infer(1, 128) }).unwrap();
         e.component("weights") + e.component("quantization scales")
     };
     let bf16 = w(Precision::Bf16);
@@ -84,10 +59,7 @@ fn mixed_precision_adam_is_16_bytes_per_parameter_plus() {
     let e = estimate(&m, &Job::train(1, 16)).unwrap();
     assert_eq!(e.peak_phase, Phase::OptimizerStep);
     let p = m.parameters();
-    assert_eq!(
-        e.component("parameters") + e.component("gradients") + e.component("optimizer states"),
-        16 * p
-    );
+    assert_eq!(e.component("parameters") + e.component("gradients") + e.component("optimizer states"), 16 * p);
     assert_eq!(e.component("optimizer step temporaries"), 4 * p);
 }
 
@@ -95,20 +67,8 @@ fn mixed_precision_adam_is_16_bytes_per_parameter_plus() {
 fn overheads_are_named_components() {
     let m = presets::load("gpt2").unwrap();
     let e = estimate(&m, &Job::train(1, 128)).unwrap();
-    let names: Vec<&str> = e
-        .components
-        .iter()
-        .filter(|c| c.kind == Kind::Overhead)
-        .map(|c| c.name.as_str())
-        .collect();
-    assert_eq!(
-        names,
-        [
-            "caching allocator reserve",
-            "CUDA context",
-            "cuBLAS workspace"
-        ]
-    );
+    let names: Vec<&str> = e.components.iter().filter(|c| c.kind == Kind::Overhead).map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["caching allocator reserve", "CUDA context", "cuBLAS workspace"]);
     assert_eq!(e.component("CUDA context"), 512 * MIB);
 }
 
@@ -117,22 +77,8 @@ fn checkpointing_and_fused_ce_save_memory() {
     let m = presets::load("qwen2.5-7b").unwrap();
     let base = Job::train(4, 4096);
     let e0 = estimate(&m, &base).unwrap();
-    let ck = estimate(
-        &m,
-        &Job {
-            checkpointing: vram_core::Checkpointing::Full,
-            ..base.clone()
-        },
-    )
-    .unwrap();
-    let ce = estimate(
-        &m,
-        &Job {
-            fused_cross_entropy: true,
-            ..base.clone()
-        },
-    )
-    .unwrap();
+    let ck = estimate(&m, &Job { checkpointing: vram_core::Checkpointing::Full, ..base.clone() }).unwrap();
+    let ce = estimate(&m, &Job { fused_cross_entropy: true, ..base.clone() }).unwrap();
     assert!(ck.peak_allocated < e0.peak_allocated);
     assert!(ce.peak_allocated < e0.peak_allocated);
     // 152k vocab: logits at batch 4 × 4096 dominate the start of backward (12 B × tokens × vocab).
@@ -145,22 +91,9 @@ fn eager_attention_stores_seq_squared() {
     let m = presets::load("llama-3-8b").unwrap();
     let job = Job::train(1, 4096);
     let sdpa = estimate(&m, &job).unwrap();
-    let eager = estimate(
-        &m,
-        &Job {
-            attention: vram_core::AttentionImpl::Eager,
-            ..job
-        },
-    )
-    .unwrap();
+    let eager = estimate(&m, &Job { attention: vram_core::AttentionImpl::Eager, ..job }).unwrap();
     // 32 layers × 32 heads × 4096² × (4 B fp32 softmax + 2 B half copy) = 96 GiB more.
-    let attn = |e: &vram_core::Estimate| {
-        e.phases
-            .iter()
-            .find(|p| p.phase == Phase::BackwardStart)
-            .unwrap()
-            .allocated
-    };
+    let attn = |e: &vram_core::Estimate| e.phases.iter().find(|p| p.phase == Phase::BackwardStart).unwrap().allocated;
     assert!(attn(&eager) - attn(&sdpa) >= 96 * GIB);
     assert!(eager.peak_allocated > sdpa.peak_allocated);
 }
@@ -168,20 +101,22 @@ fn eager_attention_stores_seq_squared() {
 #[test]
 fn implicit_tie_and_head_dim_traps() {
     // GPT-2 configs have no tie_word_embeddings key: the class default (true) applies.
-    let g = cfg(r#"{"model_type":"gpt2","n_embd":64,"n_layer":2,"n_head":4,"vocab_size":100}"#)
-        .unwrap();
+    let g = cfg(r#"{"model_type":"gpt2","n_embd":64,"n_layer":2,"n_head":4,"vocab_size":100}"#).unwrap();
     assert!(g.tied_embeddings);
     // Llama's default is untied.
-    let l = cfg(r#"{"model_type":"llama","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"intermediate_size":128}"#).unwrap();
+    let l = cfg(
+        r#"{"model_type":"llama","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"intermediate_size":128}"#,
+    )
+    .unwrap();
     assert!(!l.tied_embeddings);
     // head_dim differs from hidden / heads (Gemma default 256).
-    let gm = cfg(r#"{"model_type":"gemma","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"intermediate_size":128}"#).unwrap();
+    let gm = cfg(
+        r#"{"model_type":"gemma","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"intermediate_size":128}"#,
+    )
+    .unwrap();
     assert_eq!(gm.head_dim, 256);
     // The published float32 dtype is read.
-    assert_eq!(
-        presets::load("gemma-2-9b").unwrap().stored_dtype,
-        Some(DType::F32)
-    );
+    assert_eq!(presets::load("gemma-2-9b").unwrap().stored_dtype, Some(DType::F32));
 }
 
 #[test]
@@ -201,10 +136,7 @@ fn multimodal_text_config_is_read() {
 #[test]
 fn bad_configs_name_the_problem() {
     let e = cfg(r#"{"model_type":"llama","hidden_size":64,"num_attention_heads":4,"vocab_size":100,"intermediate_size":128}"#).unwrap_err();
-    assert!(
-        matches!(&e, Error::MissingKey { key, .. } if key == "num_hidden_layers"),
-        "{e}"
-    );
+    assert!(matches!(&e, Error::MissingKey { key, .. } if key == "num_hidden_layers"), "{e}");
     assert!(e.to_string().contains("num_hidden_layers"));
     let e = cfg(r#"{"model_type":"llama","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":3,"vocab_size":100,"intermediate_size":128}"#).unwrap_err();
     assert!(e.to_string().contains("num_key_value_heads"), "{e}");
@@ -213,44 +145,24 @@ fn bad_configs_name_the_problem() {
     assert!(matches!(cfg("{not json"), Err(Error::Json { .. })));
     assert!(matches!(cfg("[1,2,3]"), Err(Error::Json { .. })));
     let huge = r#"{"model_type":"llama","hidden_size":16000000,"num_hidden_layers":9000,"num_attention_heads":4,"vocab_size":16000000,"intermediate_size":16000000}"#;
-    assert!(
-        cfg(huge).is_err(),
-        "a quadrillion-parameter config is refused"
-    );
+    assert!(cfg(huge).is_err(), "a quadrillion-parameter config is refused");
 }
 
 #[test]
 fn absurd_jobs_are_errors_not_panics() {
     let m = presets::load("llama-3.1-405b").unwrap();
-    for job in [
-        Job::train(0, 128),
-        Job::train(1, 0),
-        Job::train(1 << 30, 128),
-        Job {
-            grad_accum: 0,
-            ..Job::train(1, 128)
-        },
-    ] {
+    for job in [Job::train(0, 128), Job::train(1, 0), Job::train(1 << 30, 128), Job { grad_accum: 0, ..Job::train(1, 128) }] {
         assert!(estimate(&m, &job).is_err());
     }
     // The largest accepted job still computes without overflow.
-    let e = estimate(
-        &m,
-        &Job {
-            attention: vram_core::AttentionImpl::Eager,
-            ..Job::train(1 << 20, 1 << 24)
-        },
-    );
+    let e = estimate(&m, &Job { attention: vram_core::AttentionImpl::Eager, ..Job::train(1 << 20, 1 << 24) });
     assert!(matches!(e, Ok(_) | Err(Error::Overflow { .. })));
 }
 
 #[test]
 fn unknown_preset_suggests_names() {
     match presets::load("llama-3.1-8") {
-        Err(Error::Unknown { suggestions, .. }) => assert!(
-            suggestions.iter().any(|s| s == "llama-3.1-8b"),
-            "{suggestions:?}"
-        ),
+        Err(Error::Unknown { suggestions, .. }) => assert!(suggestions.iter().any(|s| s == "llama-3.1-8b"), "{suggestions:?}"),
         other => panic!("{other:?}"),
     }
     assert!(presets::load("meta-llama/Llama-3.1-8B").is_ok());

@@ -3,20 +3,9 @@
 use proptest::prelude::*;
 use vram_core::fit::{fit, max_batch, max_batch_linear};
 use vram_core::units::GIB;
-use vram_core::{
-    estimate, presets, AttentionImpl, Checkpointing, Job, Kind, Mode, Optimizer, OptimizerImpl,
-    Precision,
-};
+use vram_core::{estimate, presets, AttentionImpl, Checkpointing, Job, Kind, Mode, Optimizer, OptimizerImpl, Precision};
 
-const MODELS: &[&str] = &[
-    "gpt2",
-    "qwen2.5-0.5b",
-    "llama-3.2-1b",
-    "mixtral-8x7b",
-    "gemma-2-9b",
-    "phi-3-mini",
-    "mistral-7b",
-];
+const MODELS: &[&str] = &["gpt2", "qwen2.5-0.5b", "llama-3.2-1b", "mixtral-8x7b", "gemma-2-9b", "phi-3-mini", "mistral-7b"];
 
 fn job_strategy() -> impl Strategy<Value = (usize, Job)> {
     (
@@ -34,20 +23,8 @@ fn job_strategy() -> impl Strategy<Value = (usize, Job)> {
     )
         .prop_map(|(m, mode, batch, seq, p, o, c, a, accum, fused, imp)| {
             let precision = match mode {
-                Mode::Train => [
-                    Precision::Fp32,
-                    Precision::Bf16Mixed,
-                    Precision::Fp16Mixed,
-                    Precision::Bf16,
-                    Precision::Fp16,
-                ][p],
-                Mode::Infer => [
-                    Precision::Bf16,
-                    Precision::Fp32,
-                    Precision::Fp8,
-                    Precision::Int8,
-                    Precision::Int4,
-                ][p],
+                Mode::Train => [Precision::Fp32, Precision::Bf16Mixed, Precision::Fp16Mixed, Precision::Bf16, Precision::Fp16][p],
+                Mode::Infer => [Precision::Bf16, Precision::Fp32, Precision::Fp8, Precision::Int8, Precision::Int4][p],
             };
             let optimizer = [
                 Optimizer::Adamw,
@@ -58,11 +35,7 @@ fn job_strategy() -> impl Strategy<Value = (usize, Job)> {
                 Optimizer::Adafactor,
                 Optimizer::Lion,
             ][o];
-            let mut attention = [
-                AttentionImpl::Sdpa,
-                AttentionImpl::Flash,
-                AttentionImpl::Eager,
-            ][a];
+            let mut attention = [AttentionImpl::Sdpa, AttentionImpl::Flash, AttentionImpl::Eager][a];
             if attention == AttentionImpl::Flash && precision == Precision::Fp32 {
                 attention = AttentionImpl::Sdpa;
             }
@@ -72,16 +45,8 @@ fn job_strategy() -> impl Strategy<Value = (usize, Job)> {
                 seq,
                 precision,
                 optimizer,
-                optimizer_impl: [
-                    OptimizerImpl::Foreach,
-                    OptimizerImpl::Fused,
-                    OptimizerImpl::ForLoop,
-                ][imp],
-                checkpointing: [
-                    Checkpointing::None,
-                    Checkpointing::Full,
-                    Checkpointing::Selective,
-                ][c],
+                optimizer_impl: [OptimizerImpl::Foreach, OptimizerImpl::Fused, OptimizerImpl::ForLoop][imp],
+                checkpointing: [Checkpointing::None, Checkpointing::Full, Checkpointing::Selective][c],
                 attention,
                 grad_accum: accum,
                 fused_cross_entropy: fused,
@@ -133,10 +98,7 @@ proptest! {
 #[test]
 fn fit_reports_the_largest_batch_within_target() {
     let model = presets::load("qwen2.5-1.5b").unwrap();
-    let job = Job {
-        precision: Precision::Fp16Mixed,
-        ..Job::train(1, 4096)
-    };
+    let job = Job { precision: Precision::Fp16Mixed, ..Job::train(1, 4096) };
     let gpu = vram_core::gpu::lookup("h20").unwrap();
     let f = fit(&model, &job, gpu.memory, 0.9, None).unwrap();
     let b = f.max_batch.expect("fits");
@@ -145,10 +107,7 @@ fn fit_reports_the_largest_batch_within_target() {
     let next = f.next.as_ref().unwrap();
     assert_eq!(next.batch, b + 1);
     assert!(next.total > f.budget);
-    assert_eq!(
-        Some(b),
-        max_batch_linear(&model, &job, f.budget, 64).unwrap()
-    );
+    assert_eq!(Some(b), max_batch_linear(&model, &job, f.budget, 64).unwrap());
 }
 
 #[test]

@@ -11,12 +11,8 @@ fn root() -> PathBuf {
 }
 
 fn fixture() -> Vec<Value> {
-    let text = std::fs::read_to_string(root().join("validation/fixtures/param_counts.jsonl"))
-        .expect("fixture");
-    text.lines()
-        .map(|l| serde_json::from_str::<Value>(l).expect("json line"))
-        .filter(|v| v.get("name").is_some())
-        .collect()
+    let text = std::fs::read_to_string(root().join("validation/fixtures/param_counts.jsonl")).expect("fixture");
+    text.lines().map(|l| serde_json::from_str::<Value>(l).expect("json line")).filter(|v| v.get("name").is_some()).collect()
 }
 
 #[test]
@@ -31,11 +27,7 @@ fn every_preset_and_architecture_matches_pytorch_exactly() {
         let m = parse_config(&bytes, name, name).unwrap_or_else(|e| panic!("{name}: {e}"));
         let got = m.parameters();
         if got != want {
-            failures.push(format!(
-                "{name} ({}): vram {got} vs PyTorch {want} (diff {})",
-                m.model_type,
-                got as i128 - want as i128
-            ));
+            failures.push(format!("{name} ({}): vram {got} vs PyTorch {want} (diff {})", m.model_type, got as i128 - want as i128));
         }
     }
     assert!(failures.is_empty(), "mismatches:\n{}", failures.join("\n"));
@@ -45,11 +37,7 @@ fn every_preset_and_architecture_matches_pytorch_exactly() {
 fn every_preset_is_in_the_fixture() {
     let recs = fixture();
     for p in presets::PRESETS {
-        assert!(
-            recs.iter().any(|r| r["name"] == p.name),
-            "{} missing from the fixture: rerun validation/param_counts.py",
-            p.name
-        );
+        assert!(recs.iter().any(|r| r["name"] == p.name), "{} missing from the fixture: rerun validation/param_counts.py", p.name);
     }
     assert!(presets::PRESETS.len() >= 25);
 }

@@ -52,14 +52,7 @@ pub struct JobArgs {
     )]
     pub batch_size: u64,
     /// Sequence length in tokens (inference: the whole context, prompt + generated).
-    #[arg(
-        long,
-        short = 's',
-        default_value_t = 2048,
-        alias = "max-seq-length",
-        alias = "context",
-        alias = "max-model-len"
-    )]
+    #[arg(long, short = 's', default_value_t = 2048, alias = "max-seq-length", alias = "context", alias = "max-model-len")]
     pub seq_len: u64,
     /// fp32, bf16-mixed, fp16-mixed, bf16, fp16; inference also fp8, int8, int4.
     /// Default: bf16-mixed for training, bf16 for inference.
@@ -75,20 +68,10 @@ pub struct JobArgs {
     #[arg(long, default_value = "none", alias = "gradient-checkpointing")]
     pub checkpointing: String,
     /// sdpa (PyTorch picks the CUDA kernel), flash_attention_2, eager.
-    #[arg(
-        long,
-        default_value = "sdpa",
-        alias = "attn-implementation",
-        alias = "attn_implementation"
-    )]
+    #[arg(long, default_value = "sdpa", alias = "attn-implementation", alias = "attn_implementation")]
     pub attention: String,
     /// Gradient accumulation steps (HF `gradient_accumulation_steps`).
-    #[arg(
-        long,
-        default_value_t = 1,
-        alias = "gradient-accumulation-steps",
-        alias = "gradient_accumulation_steps"
-    )]
+    #[arg(long, default_value_t = 1, alias = "gradient-accumulation-steps", alias = "gradient_accumulation_steps")]
     pub grad_accum: u64,
     /// Fused/chunked cross-entropy that never materialises the logits (Liger; HF `use_liger_kernel`).
     #[arg(long, alias = "use-liger-kernel", alias = "use_liger_kernel")]

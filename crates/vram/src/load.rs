@@ -5,9 +5,16 @@ use std::fs::File;
 use std::io::Read;
 use std::path::Path;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use vram_core::safetensors::{header_len, index_files, parse_header, CheckpointSummary};
 use vram_core::{parse_config, presets, Model};
+
+use crate::resolve::UsageError;
+
+/// Fail with an input error (exit code 2).
+macro_rules! input {
+    ($($t:tt)*) => { return Err(UsageError(format!($($t)*)).into()) };
+}
 
 /// Largest config.json accepted (real ones are a few KB).
 const MAX_CONFIG: u64 = 16 << 20;
@@ -29,7 +36,7 @@ pub fn load_model(spec: &str) -> Result<Model> {
         // Looks like a path (or a Hub id, which the Hub issue will fetch); say which.
         match presets::load(spec) {
             Ok(m) => Ok(m),
-            Err(_) => bail!("`{spec}` is neither a file, a directory nor a preset; give a path to a config.json or a model directory, or a preset name (`vram models` lists them)"),
+            Err(_) => input!("`{spec}` is neither a file, a directory nor a preset; give a path to a config.json or a model directory, or a preset name (`vram models` lists them)"),
         }
     } else {
         Ok(presets::load(spec)?)
@@ -40,36 +47,24 @@ fn read_limited(path: &Path, limit: u64) -> Result<Vec<u8>> {
     let f = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let len = f.metadata().map(|m| m.len()).unwrap_or(0);
     if len > limit {
-        bail!(
-            "{} is {} bytes; a config.json is a few KB (limit {limit}): is this the right file?",
-            path.display(),
-            len
-        );
+        input!("{} is {} bytes; a config.json is a few KB (limit {limit}): is this the right file?", path.display(), len);
     }
     let mut buf = Vec::new();
-    f.take(limit)
-        .read_to_end(&mut buf)
-        .with_context(|| format!("cannot read {}", path.display()))?;
+    f.take(limit).read_to_end(&mut buf).with_context(|| format!("cannot read {}", path.display()))?;
     Ok(buf)
 }
 
 fn load_dir(dir: &Path) -> Result<Model> {
     let cfg_path = dir.join("config.json");
     if !cfg_path.is_file() {
-        bail!("{} has no config.json; a model directory needs the Hugging Face config.json next to its weights", dir.display());
+        input!("{} has no config.json; a model directory needs the Hugging Face config.json next to its weights", dir.display());
     }
     let bytes = read_limited(&cfg_path, MAX_CONFIG)?;
-    let name = dir.file_name().map_or_else(
-        || dir.display().to_string(),
-        |n| n.to_string_lossy().into_owned(),
-    );
+    let name = dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned());
     let mut model = parse_config(&bytes, &name, &cfg_path.display().to_string())?;
     let index = dir.join("model.safetensors.index.json");
     let shards: Vec<String> = if index.is_file() {
-        index_files(
-            &read_limited(&index, 64 << 20)?,
-            &index.display().to_string(),
-        )?
+        index_files(&read_limited(&index, 64 << 20)?, &index.display().to_string())?
     } else {
         let mut v: Vec<String> = std::fs::read_dir(dir)?
             .filter_map(|e| e.ok())
@@ -86,19 +81,16 @@ fn load_dir(dir: &Path) -> Result<Model> {
     for shard in &shards {
         let p = dir.join(shard);
         let shown = p.display().to_string();
-        let mut f = File::open(&p)
-            .with_context(|| format!("cannot open shard {shown} listed by the index"))?;
+        let mut f = File::open(&p).with_context(|| format!("cannot open shard {shown} listed by the index"))?;
         let mut first8 = [0u8; 8];
-        f.read_exact(&mut first8)
-            .with_context(|| format!("{shown}: file shorter than the 8-byte header length"))?;
+        f.read_exact(&mut first8).with_context(|| format!("{shown}: file shorter than the 8-byte header length"))?;
         let n = header_len(&first8, &shown)?;
         let file_len = f.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
         if n + 8 > file_len {
-            bail!("{shown}: header length {n} runs past the end of the file ({file_len} bytes): truncated download?");
+            input!("{shown}: header length {n} runs past the end of the file ({file_len} bytes): truncated download?");
         }
         let mut header = vec![0u8; n as usize];
-        f.read_exact(&mut header)
-            .with_context(|| format!("{shown}: cannot read the {n}-byte header"))?;
+        f.read_exact(&mut header).with_context(|| format!("{shown}: cannot read the {n}-byte header"))?;
         summary.add(&parse_header(&header, &shown)?)?;
     }
     let from_config = model.parameters();

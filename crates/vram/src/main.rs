@@ -28,10 +28,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // `vram … | head` closing the pipe is not an error.
-            if e.chain().any(|c| {
-                c.downcast_ref::<std::io::Error>()
-                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-            }) {
+            if e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)) {
                 return ExitCode::SUCCESS;
             }
             eprintln!("error: {e:#}");
@@ -42,11 +39,8 @@ fn main() -> ExitCode {
 
 /// 2 for bad usage or input (flags, files, names), 1 for anything else.
 fn exit_code(e: &anyhow::Error) -> u8 {
-    let input = e.chain().any(|c| {
-        c.is::<vram_core::Error>() || c.is::<resolve::UsageError>() || c.is::<std::io::Error>()
-    });
-    if input || e.to_string().contains("is neither a file") || e.to_string().contains("config.json")
-    {
+    let input = e.chain().any(|c| c.is::<vram_core::Error>() || c.is::<resolve::UsageError>() || c.is::<std::io::Error>());
+    if input || e.to_string().contains("is neither a file") || e.to_string().contains("config.json") {
         2
     } else {
         1
@@ -73,20 +67,14 @@ fn run(cli: Cli) -> Result<()> {
             let adv = advice::notes(&model, &job, &est)?;
             let mut advice = adv;
             if job.mode == Mode::Infer {
-                if let Some(d) = model
-                    .stored_dtype
-                    .filter(|d| d.bytes() == 4 && a.job.precision.is_none())
-                {
-                    advice.push(format!("the checkpoint is stored in {}: estimated in bf16; pass --precision fp32 to load it as published", d.torch_name()));
+                if let Some(d) = model.stored_dtype.filter(|d| d.bytes() == 4 && a.job.precision.is_none()) {
+                    advice.push(format!(
+                        "the checkpoint is stored in {}: estimated in bf16; pass --precision fp32 to load it as published",
+                        d.torch_name()
+                    ));
                 }
             }
-            let report = EstimateReport {
-                model: &model,
-                job: &job,
-                estimate: &est,
-                gpu: g.as_ref(),
-                advice,
-            };
+            let report = EstimateReport { model: &model, job: &job, estimate: &est, gpu: g.as_ref(), advice };
             if a.job.json {
                 emit_json(&render::json::estimate(&report))
             } else {
@@ -96,29 +84,12 @@ fn run(cli: Cli) -> Result<()> {
         Command::Fit(a) => {
             let (model, job) = resolve::resolve(&a.job)?;
             let g = gpu::lookup(&a.gpu)?;
-            let f = fit::fit(
-                &model,
-                &job,
-                g.memory,
-                a.target_utilization,
-                a.global_batch_size,
-            )?;
+            let f = fit::fit(&model, &job, g.memory, a.target_utilization, a.global_batch_size)?;
             let chosen = match f.chosen.as_ref() {
-                Some(c) => Some(estimate(
-                    &model,
-                    &vram_core::Job {
-                        batch: c.batch,
-                        grad_accum: c.grad_accum,
-                        ..job.clone()
-                    },
-                )?),
+                Some(c) => Some(estimate(&model, &vram_core::Job { batch: c.batch, grad_accum: c.grad_accum, ..job.clone() })?),
                 None => None,
             };
-            let alternatives = if f.max_batch.is_none() {
-                advice::alternatives(&model, &job.with_batch(1), f.budget)?
-            } else {
-                Vec::new()
-            };
+            let alternatives = if f.max_batch.is_none() { advice::alternatives(&model, &job.with_batch(1), f.budget)? } else { Vec::new() };
             let report = FitReport {
                 model: &model,
                 job: &job,
@@ -139,12 +110,7 @@ fn run(cli: Cli) -> Result<()> {
                 .iter()
                 .map(|p| {
                     let m = presets::load(p.name)?;
-                    Ok((
-                        p.name.to_string(),
-                        m.model_type.clone(),
-                        p.hf_id.to_string(),
-                        m.parameters(),
-                    ))
+                    Ok((p.name.to_string(), m.model_type.clone(), p.hf_id.to_string(), m.parameters()))
                 })
                 .collect::<Result<Vec<_>>>()?;
             if a.json {

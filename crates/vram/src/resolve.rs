@@ -2,15 +2,12 @@
 
 use anyhow::Result;
 use vram_core::units::parse_size;
-use vram_core::{
-    AttentionImpl, Checkpointing, DType, Job, Mode, Model, Optimizer, OptimizerImpl, Overheads,
-    Precision,
-};
+use vram_core::{AttentionImpl, Checkpointing, DType, Job, Mode, Model, Optimizer, OptimizerImpl, Overheads, Precision};
 
 use crate::cli::JobArgs;
 use crate::load::load_model;
 
-/// A usage/input error: exit code 2.
+/// A usage or input error (bad flag, unreadable or malformed file): exit code 2.
 #[derive(Debug)]
 pub struct UsageError(pub String);
 
@@ -28,9 +25,7 @@ pub fn resolve(a: &JobArgs) -> Result<(Model, Job)> {
     let mode = match a.mode.to_ascii_lowercase().as_str() {
         "train" | "training" => Mode::Train,
         "infer" | "inference" | "serve" => Mode::Infer,
-        other => {
-            return Err(UsageError(format!("invalid mode `{other}`: use train or infer")).into())
-        }
+        other => return Err(UsageError(format!("invalid mode `{other}`: use train or infer")).into()),
     };
     let precision = match &a.precision {
         Some(p) => Precision::parse(p)?,
@@ -46,11 +41,10 @@ pub fn resolve(a: &JobArgs) -> Result<(Model, Job)> {
     let kv_dtype = match a.kv_dtype.to_ascii_lowercase().as_str() {
         "auto" => None,
         "fp8" | "fp8_e4m3" | "fp8_e5m2" | "float8" => Some(DType::F8),
-        other => Some(DType::from_torch_name(other).ok_or_else(|| {
-            UsageError(format!(
-                "invalid KV-cache dtype `{other}`: use auto, fp8, bf16, fp16 or fp32"
-            ))
-        })?),
+        other => Some(
+            DType::from_torch_name(other)
+                .ok_or_else(|| UsageError(format!("invalid KV-cache dtype `{other}`: use auto, fp8, bf16, fp16 or fp32")))?,
+        ),
     };
     let mut overheads = Overheads::default();
     if let Some(s) = &a.cuda_context {

@@ -21,22 +21,186 @@ fn estimate_json_schema() {
     ]);
     assert_eq!(v["model"]["parameters"], 1_543_714_304u64);
     let comps = v["components"].as_array().unwrap();
-    assert!(comps
-        .iter()
-        .all(|c| c["name"].is_string() && c["bytes"].is_u64() && c["kind"].is_string()));
+    assert!(comps.iter().all(|c| c["name"].is_string() && c["bytes"].is_u64() && c["kind"].is_string()));
     let sum: u64 = comps.iter().map(|c| c["bytes"].as_u64().unwrap()).sum();
-    assert_eq!(
-        sum,
-        v["total_bytes"].as_u64().unwrap(),
-        "components sum to the total"
-    );
-    let allocated: u64 = comps
-        .iter()
-        .filter(|c| c["kind"] == "allocated")
-        .map(|c| c["bytes"].as_u64().unwrap())
-        .sum();
+    assert_eq!(sum, v["total_bytes"].as_u64().unwrap(), "components sum to the total");
+    let allocated: u64 = comps.iter().filter(|c| c["kind"] == "allocated").map(|c| c["bytes"].as_u64().unwrap()).sum();
     assert_eq!(allocated, v["peak_allocated_bytes"].as_u64().unwrap());
     assert!(v["peak_phase"].is_string());
     assert!(v["gpu"]["utilization"].as_f64().unwrap() > 0.0);
     assert_eq!(v["gpu"]["name"], "h20");
+}
+
+#[test]
+fn fit_json_has_max_batch_and_matches_estimate() {
+    let v = json(&[
+        "fit",
+        "--model",
+        "qwen2.5-1.5b",
+        "--gpu",
+        "h20",
+        "--seq-len",
+        "4096",
+        "--precision",
+        "fp16-mixed",
+        "--target-utilization",
+        "0.9",
+    ]);
+    let b = v["max_batch_size"].as_u64().expect("fits");
+    assert!(v["utilization"].as_f64().unwrap() <= 0.9);
+    // The estimate at that batch agrees with fit's total.
+    let e =
+        json(&["estimate", "--model", "qwen2.5-1.5b", "--seq-len", "4096", "--precision", "fp16-mixed", "--batch-size", &b.to_string()]);
+    assert_eq!(e["total_bytes"], v["chosen"]["total"]);
+    let next = v["next"]["total"].as_u64().unwrap();
+    assert!(next > v["budget_bytes"].as_u64().unwrap());
+}
+
+#[test]
+fn fit_with_global_batch_reports_accumulation() {
+    let v = json(&["fit", "-m", "qwen2.5-0.5b", "-g", "24GiB", "--global-batch-size", "32", "-s", "2048"]);
+    let b = v["max_batch_size"].as_u64().unwrap();
+    assert_eq!(32 % b, 0);
+    assert_eq!(v["grad_accum"].as_u64().unwrap(), 32 / b);
+}
+
+#[test]
+fn fit_when_batch_one_does_not_fit_says_what_would() {
+    let out = vram().args(["fit", "-m", "llama-3.1-70b", "-g", "h100", "-s", "4096"]).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("batch 1 does not fit"), "{text}");
+    assert!(text.contains("--checkpointing full"), "{text}");
+    assert!(text.contains("ZeRO-3"), "{text}");
+    let v = json(&["fit", "-m", "llama-3.1-70b", "-g", "h100", "-s", "4096"]);
+    assert!(v["max_batch_size"].is_null());
+    assert!(!v["alternatives"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn estimate_table_is_readable() {
+    let out = vram().args(["estimate", "-m", "llama-3.1-8b", "-b", "2", "-s", "4096", "--gpu", "H100"]).output().unwrap();
+    assert!(out.status.success());
+    let t = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "parameters",
+        "optimizer states",
+        "logits & loss",
+        "peak allocated",
+        "CUDA context",
+        "total (what nvidia-smi shows)",
+        "GiB",
+        "GB",
+        "h100-80gb",
+        "peak at:",
+    ] {
+        assert!(t.contains(needle), "missing {needle}:\n{t}");
+    }
+}
+
+#[test]
+fn inference_estimate() {
+    let v =
+        json(&["estimate", "-m", "llama-3.1-8b", "--mode", "infer", "-b", "4", "-s", "8192", "--prompt-len", "1024", "--kv-dtype", "fp8"]);
+    let kv = v["components"].as_array().unwrap().iter().find(|c| c["name"] == "KV cache").unwrap()["bytes"].as_u64().unwrap();
+    assert_eq!(kv, 4 * 8192 * 64 * 1024); // fp8: 64 KiB per token for Llama-3-8B
+    assert_eq!(v["peak_phase"], "decode");
+}
+
+#[test]
+fn models_and_gpus_list() {
+    let v = json(&["models"]);
+    let arr = v.as_array().unwrap();
+    assert!(arr.len() >= 25);
+    assert!(arr.iter().any(|m| m["name"] == "llama-2-7b" && m["parameters"] == 6_738_415_616u64));
+    let g = json(&["gpus"]);
+    assert!(g.as_array().unwrap().len() >= 20);
+    let out = vram().arg("models").output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("6,738,415,616"));
+}
+
+#[test]
+fn config_file_and_model_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = r#"{"model_type":"llama","hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":1000,"tie_word_embeddings":false,"torch_dtype":"float32"}"#;
+    let cfg_path = dir.path().join("config.json");
+    std::fs::write(&cfg_path, cfg).unwrap();
+    let v = json(&["estimate", "-m", cfg_path.to_str().unwrap(), "-s", "64"]);
+    let params = v["model"]["parameters"].as_u64().unwrap();
+    // embed + lm_head 2·1000·64, per layer q 64·64, k,v 2·64·32, o 64·64, mlp 3·64·128, 2 norms; final norm.
+    assert_eq!(params, 2 * 1000 * 64 + 2 * (64 * 64 * 2 + 2 * 64 * 32 + 3 * 64 * 128 + 2 * 64) + 64);
+    // A real safetensors file next to it: header read, tensor data never touched.
+    let header = format!(
+        r#"{{"__metadata__":{{"format":"pt"}},"model.embed_tokens.weight":{{"dtype":"BF16","shape":[1000,64],"data_offsets":[0,128000]}}}}"#
+    );
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.extend(std::iter::repeat_n(0u8, 128000));
+    std::fs::write(dir.path().join("model.safetensors"), &bytes).unwrap();
+    let v = json(&["estimate", "-m", dir.path().to_str().unwrap(), "-s", "64"]);
+    assert_eq!(v["model"]["checkpoint_parameters"], 64000);
+    assert_eq!(v["model"]["stored_dtype"], "bfloat16");
+    assert!(v["model"]["warnings"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().contains("safetensors headers hold 64000")));
+}
+
+#[test]
+fn error_paths_exit_2_with_a_clear_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str, content: &[u8]| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, content).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let e = fails(&["estimate", "-m", "llama-3.1-8"], 2);
+    assert!(e.contains("unknown model preset") && e.contains("llama-3.1-8b"), "{e}");
+    let e = fails(&["estimate", "-m", "/no/such/config.json"], 2);
+    assert!(e.contains("neither a file"), "{e}");
+    let bad_json = p("bad.json", b"{\"model_type\": ");
+    assert!(fails(&["estimate", "-m", &bad_json], 2).contains("not valid JSON"));
+    let missing =
+        p("missing.json", br#"{"model_type":"llama","hidden_size":64,"num_attention_heads":4,"vocab_size":10,"intermediate_size":128}"#);
+    assert!(fails(&["estimate", "-m", &missing], 2).contains("num_hidden_layers"));
+    let e = fails(&["estimate", "-m", "gpt2", "--gpu", "h1000"], 2);
+    assert!(e.contains("unknown GPU") && e.contains("did you mean"), "{e}");
+    assert!(fails(&["estimate", "-m", "gpt2", "-b", "0"], 2).contains("batch size"));
+    assert!(fails(&["estimate", "-m", "gpt2", "-s", "0"], 2).contains("sequence length"));
+    assert!(fails(&["estimate", "-m", "gpt2", "-b", "99999999999"], 2).contains("batch size"));
+    fails(&["estimate", "-m", "gpt2", "-b", "-3"], 2);
+    assert!(fails(&["estimate", "-m", "gpt2", "--precision", "fp12"], 2).contains("precision"));
+    assert!(fails(&["estimate", "-m", "gpt2", "--optimizer", "adamq"], 2).contains("optimizer"));
+    assert!(fails(&["estimate", "-m", "gpt2", "--mode", "fly"], 2).contains("mode"));
+    assert!(fails(&["estimate", "-m", "gpt2", "--precision", "int4"], 2).contains("--mode infer"));
+    assert!(fails(&["estimate", "-m", "gpt2", "--precision", "fp32", "--attention", "flash_attention_2"], 2).contains("flash"));
+    assert!(fails(&["estimate", "-m", "gpt2", "--allocator-reserve", "7"], 2).contains("allocator reserve"));
+    assert!(fails(&["estimate", "-m", "gpt2", "--cuda-context", "lots"], 2).contains("memory size"));
+    assert!(fails(&["fit", "-m", "gpt2", "-g", "h100", "--target-utilization", "1.5"], 2).contains("target utilization"));
+    assert!(fails(&["fit", "-m", "gpt2", "-g", "0GB"], 2).contains("GPU"));
+    // A directory with a hostile safetensors header (length 2^63).
+    let d = dir.path().join("model");
+    std::fs::create_dir(&d).unwrap();
+    std::fs::write(d.join("config.json"), br#"{"model_type":"gpt2","n_embd":64,"n_layer":1,"n_head":4,"vocab_size":10}"#).unwrap();
+    std::fs::write(d.join("model.safetensors"), (1u64 << 63).to_le_bytes()).unwrap();
+    assert!(fails(&["estimate", "-m", d.to_str().unwrap()], 2).contains("header length"));
+    std::fs::write(d.join("model.safetensors"), [200u8, 0, 0, 0, 0, 0, 0, 0, b'{']).unwrap();
+    assert!(fails(&["estimate", "-m", d.to_str().unwrap()], 2).contains("past the end"));
+    // A directory without config.json.
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    assert!(fails(&["estimate", "-m", empty.to_str().unwrap()], 2).contains("config.json"));
+    // The user's files are untouched.
+    assert_eq!(std::fs::read(&bad_json).unwrap(), b"{\"model_type\": ");
+}
+
+#[test]
+fn broken_pipe_is_not_an_error() {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    let mut child =
+        Command::new(assert_cmd::cargo::cargo_bin("vram")).args(["gpus"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    drop(child.stdout.take()); // the reader goes away before vram writes
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(status.success(), "exit {status:?}: {err}");
 }

@@ -10,11 +10,7 @@ pub fn vram() -> Command {
 /// Run `vram` with args, expect success, parse stdout as JSON.
 pub fn json(args: &[&str]) -> serde_json::Value {
     let out = vram().args(args).arg("--json").output().expect("runs");
-    assert!(
-        out.status.success(),
-        "vram {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "vram {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).expect("valid JSON")
 }
 
@@ -30,9 +26,6 @@ pub fn fails(args: &[&str], code: i32) -> String {
     );
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(!err.contains("panicked"), "vram {args:?} panicked: {err}");
-    assert!(
-        err.starts_with("error"),
-        "error output should start with `error`: {err}"
-    );
+    assert!(err.starts_with("error"), "error output should start with `error`: {err}");
     err
 }

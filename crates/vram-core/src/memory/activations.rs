@@ -41,10 +41,7 @@ pub fn choose_kernel(model: &Model, job: &Job) -> (Kernel, Option<String>) {
         return (Kernel::Eager, Some("Gemma-2 attention soft-capping runs in eager attention (sdpa/flash cannot apply it)".into()));
     }
     let half = job.precision.compute_dtype().bytes() == 2;
-    let same_v_dim = model
-        .attention
-        .mla
-        .is_none_or(|m| m.v_head_dim == m.qk_nope_head_dim + m.qk_rope_head_dim);
+    let same_v_dim = model.attention.mla.is_none_or(|m| m.v_head_dim == m.qk_nope_head_dim + m.qk_rope_head_dim);
     match job.attention {
         AttentionImpl::Eager => (Kernel::Eager, None),
         AttentionImpl::Flash => (Kernel::Flash, None),
@@ -89,12 +86,7 @@ impl Bytes {
         let e = job.precision.compute_dtype().bytes() as u128;
         let p = job.precision.param_dtype().bytes() as u128;
         let amp = job.precision.is_mixed();
-        Bytes {
-            amp,
-            e,
-            r: if amp { 4 } else { e },
-            p,
-        }
+        Bytes { amp, e, r: if amp { 4 } else { e }, p }
     }
 
     /// Saved bytes per element for `n` linears reading one tensor of `src` bytes: under AMP each
@@ -144,11 +136,7 @@ fn mlp_readers(m: &Model, moe_layer: bool) -> u128 {
     let dense = |gated: bool, fused: bool| if gated && !fused { 2 } else { 1 };
     if moe_layer {
         let moe = m.moe.as_ref().expect("moe layer has moe");
-        let shared = if moe.shared_intermediate > 0 {
-            dense(m.mlp.gated, false)
-        } else {
-            0
-        };
+        let shared = if moe.shared_intermediate > 0 { dense(m.mlp.gated, false) } else { 0 };
         1 + shared + u128::from(moe.shared_gate)
     } else {
         dense(m.mlp.gated, m.mlp.fused_gate_up)
@@ -176,34 +164,19 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
     let h = m.hidden as u128;
     let moe_layer = m.is_moe_layer(i);
     let mut c = LayerCoef::default();
-    let ln_stats = if matches!(m.norm, Norm::LayerNorm { .. }) {
-        8
-    } else {
-        0
-    };
+    let ln_stats = if matches!(m.norm, Norm::LayerNorm { .. }) { 8 } else { 0 };
 
     // --- Attention input -------------------------------------------------------------------
-    let attn_in_bytes;
     match m.block {
-        Block::PostNorm => {
-            // OLMo-2 feeds the raw residual to q/k/v (modeling_olmo2.py).
-            c.norms += b.linear_inputs(attention_readers(m), b.r) * h;
-            attn_in_bytes = b.r;
-        }
+        // OLMo-2 feeds the raw residual to q/k/v (modeling_olmo2.py).
+        Block::PostNorm => c.norms += b.linear_inputs(attention_readers(m), b.r) * h,
         _ => {
             let (saved, out) = b.norm(m.norm, b.r);
             c.norms += saved * h + ln_stats;
-            let readers = attention_readers(m)
-                + if m.block == Block::Parallel {
-                    mlp_readers(m, moe_layer)
-                } else {
-                    0
-                };
-            c.norms += b.linear_inputs(readers, out) * h;
-            attn_in_bytes = out;
+            let parallel_mlp = if m.block == Block::Parallel { mlp_readers(m, moe_layer) } else { 0 };
+            c.norms += b.linear_inputs(attention_readers(m) + parallel_mlp, out) * h;
         }
     }
-    let _ = attn_in_bytes;
 
     // --- Attention core ------------------------------------------------------------------------
     let (a, a_sq) = attention(m, job, &b, kernel);
@@ -227,11 +200,7 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
             let (mut saved, out) = b.norm(m.norm, b.r);
             if m.block == Block::ParallelTwoNorms && b.r == 4 {
                 // Both norms read the same layer input; in fp32 it is saved once.
-                saved -= if matches!(m.norm, Norm::LayerNorm { .. }) {
-                    saved
-                } else {
-                    4
-                };
+                saved -= if matches!(m.norm, Norm::LayerNorm { .. }) { saved } else { 4 };
             }
             c.norms += saved * h + ln_stats;
             c.norms += b.linear_inputs(mlp_readers(m, moe_layer), out) * h;
@@ -330,11 +299,7 @@ fn attention(m: &Model, job: &Job, b: &Bytes, kernel: Kernel) -> (u128, u128) {
         Kernel::Math => {
             // aten _scaled_dot_product_attention_math: q*sqrt(scale), k^T*sqrt(scale) (GQA repeated),
             // v (repeated for GQA), softmax output; output copied contiguous for o_proj.
-            let v_saved = if m.kv_heads != m.heads {
-                e * groups_expand(vd)
-            } else {
-                v_own
-            };
+            let v_saved = if m.kv_heads != m.heads { e * groups_expand(vd) } else { v_own };
             tok += e * qd + e * groups_expand(kd) + v_saved + e * heads * per_head(vd, m.kv_heads);
             sq += e;
             if m.attention_dropout > 0.0 {
@@ -343,15 +308,8 @@ fn attention(m: &Model, job: &Job, b: &Bytes, kernel: Kernel) -> (u128, u128) {
         }
         Kernel::Eager => {
             // eager_attention_forward (modeling_llama.py): repeat_kv, q@k^T, softmax(fp32), cast, @v.
-            let v_saved = if m.kv_heads != m.heads {
-                e * groups_expand(vd)
-            } else {
-                v_own
-            };
-            tok += q_saved * qd
-                + q_saved * groups_expand(kd)
-                + v_saved
-                + e * heads * per_head(vd, m.kv_heads);
+            let v_saved = if m.kv_heads != m.heads { e * groups_expand(vd) } else { v_own };
+            tok += q_saved * qd + q_saved * groups_expand(kd) + v_saved + e * heads * per_head(vd, m.kv_heads);
             if m.attention.softcap {
                 sq += e; // tanh output (Gemma-2 soft-capping)
             }
@@ -388,8 +346,7 @@ fn mlp(m: &Model, b: &Bytes, moe_layer: bool) -> u128 {
             // and the expert output saved by the multiply with its routing weight.
             let gathered = if b.amp { 2 } else { b.r };
             let routed = k * (gathered * h + units * ei * e + e * h);
-            let shared = moe.shared_intermediate as u128 * units * e
-                + if moe.shared_gate { e * h + 2 * e } else { 0 };
+            let shared = moe.shared_intermediate as u128 * units * e + if moe.shared_gate { e * h + 2 * e } else { 0 };
             router + routed + shared
         }
         _ => units * m.intermediate as u128 * e,
@@ -416,11 +373,7 @@ pub fn outside_layers(m: &Model, job: &Job, batch: u64) -> (u128, u128) {
     }
     // Rotary cos and sin, [1, seq, head_dim] in the residual dtype (LlamaRotaryEmbedding): per
     // sequence position, not per token, so returned separately.
-    let rope = if m.position_embeddings == 0 {
-        2 * m.head_dim as u128 * b.r
-    } else {
-        0
-    };
+    let rope = if m.position_embeddings == 0 { 2 * m.head_dim as u128 * b.r } else { 0 };
     let _ = batch;
     (tok, rope)
 }
@@ -448,10 +401,7 @@ pub fn checkpointed_layer(job: &Job, m: &Model) -> u128 {
 /// Apply selective checkpointing: the attention core's seq² tensors are recomputed, not saved.
 pub fn apply_checkpointing(c: LayerCoef, mode: Checkpointing) -> LayerCoef {
     match mode {
-        Checkpointing::Selective => LayerCoef {
-            attention_sq: 0,
-            ..c
-        },
+        Checkpointing::Selective => LayerCoef { attention_sq: 0, ..c },
         _ => c,
     }
 }
@@ -468,20 +418,15 @@ pub fn backward_transient(m: &Model, job: &Job, kernel: Kernel, i: u64) -> (u128
     let mlp_width = match &m.moe {
         Some(moe) if m.is_moe_layer(i) => {
             // Busiest expert assumed to get twice its fair share of the k·tokens routed.
-            let routed = (2 * moe.top_k as u128 * moe.expert_intermediate as u128
-                / (moe.experts as u128).max(1))
-            .max(moe.expert_intermediate as u128 / 4);
+            let routed = (2 * moe.top_k as u128 * moe.expert_intermediate as u128 / (moe.experts as u128).max(1))
+                .max(moe.expert_intermediate as u128 / 4);
             routed.max(moe.shared_intermediate as u128)
         }
         _ => m.intermediate as u128,
     };
     let mlp = 3 * mlp_width * e;
     let (qd, kd) = (m.q_dim() as u128, m.kv_dim() as u128);
-    let (attn, sq) = if kernel.quadratic() {
-        (e * (qd + 2 * kd), 8)
-    } else {
-        (e * (qd + 2 * kd) + 4 * qd, 0)
-    };
+    let (attn, sq) = if kernel.quadratic() { (e * (qd + 2 * kd), 8) } else { (e * (qd + 2 * kd) + 4 * qd, 0) };
     (2 * b.r * h + mlp.max(attn), sq)
 }
 

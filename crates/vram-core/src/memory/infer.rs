@@ -22,11 +22,7 @@ const INT4_GROUP: u128 = 128;
 pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<String>) {
     let (kernel, kernel_note) = act::choose_kernel(m, job);
     let mut notes: Vec<String> = kernel_note.into_iter().collect();
-    let e: u128 = if job.precision == Precision::Fp32 {
-        4
-    } else {
-        2
-    };
+    let e: u128 = if job.precision == Precision::Fp32 { 4 } else { 2 };
     let kv_b = job.kv_dtype.map_or(e, |d| d.bytes() as u128);
     let (batch, ctx) = (job.batch as u128, job.seq as u128);
     let prompt = job.prompt_len.unwrap_or(job.seq) as u128;
@@ -56,10 +52,7 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     // KV cache per token: keys and values of every layer; sliding-window layers keep the window.
     // MLA in transformers caches decompressed keys [heads, qk_head_dim] and values [heads, v_head_dim].
     let (k_dim, v_dim) = match m.attention.mla {
-        Some(mla) => (
-            m.heads as u128 * (mla.qk_nope_head_dim + mla.qk_rope_head_dim) as u128,
-            m.heads as u128 * mla.v_head_dim as u128,
-        ),
+        Some(mla) => (m.heads as u128 * (mla.qk_nope_head_dim + mla.qk_rope_head_dim) as u128, m.heads as u128 * mla.v_head_dim as u128),
         None => (m.kv_dim() as u128, m.kv_dim() as u128),
     };
     let per_layer_tok = (k_dim + v_dim) * kv_b;
@@ -73,11 +66,7 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
         "batch {batch} × {} layers × (K {k_dim} + V {v_dim}) × {kv_b} B per token{}",
         m.layers,
         if m.sliding_layers > 0 {
-            format!(
-                "; {} sliding layers keep {} tokens",
-                m.sliding_layers,
-                m.sliding_window.unwrap_or(0)
-            )
+            format!("; {} sliding layers keep {} tokens", m.sliding_layers, m.sliding_window.unwrap_or(0))
         } else {
             String::new()
         }
@@ -89,61 +78,34 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     let attn = 2 * h * e + e * (2 * qd + 3 * kd + qd);
     let mlp_width = match &m.moe {
         Some(moe) if m.moe_layers() > 0 => {
-            let busiest = (2 * moe.top_k as u128 * moe.expert_intermediate as u128
-                / (moe.experts as u128).max(1))
-            .max(moe.expert_intermediate as u128 / 4);
+            let busiest = (2 * moe.top_k as u128 * moe.expert_intermediate as u128 / (moe.experts as u128).max(1))
+                .max(moe.expert_intermediate as u128 / 4);
             busiest.max(moe.shared_intermediate as u128) + h
         }
         _ => m.intermediate as u128,
     };
     let mlp = 2 * h * e + 3 * mlp_width * e;
-    let sq = if kernel.quadratic() {
-        batch * m.heads as u128 * prompt * prompt * (e + 4 + e)
-    } else {
-        0
-    };
+    let sq = if kernel.quadratic() { batch * m.heads as u128 * prompt * prompt * (e + 4 + e) } else { 0 };
     let prefill_acts = t * attn.max(mlp) + sq;
     // generate() computes logits for the last position only, then an fp32 copy for sampling.
     let logits = batch * m.vocab as u128 * (e + 4);
     let input = 2 * batch * ctx * 8; // input_ids + attention_mask
 
     let add_weights = |bd: &mut Breakdown| {
-        bd.add(
-            WEIGHTS,
-            w,
-            format!("{} parameters in {}", m.parameters(), job.precision.name()),
-        );
-        bd.add(
-            SCALES,
-            scales,
-            "per-channel (int8/fp8) or per-128-group (int4) scales and zeros",
-        );
+        bd.add(WEIGHTS, w, format!("{} parameters in {}", m.parameters(), job.precision.name()));
+        bd.add(SCALES, scales, "per-channel (int8/fp8) or per-128-group (int4) scales and zeros");
         bd.add(INPUT, input, "input_ids and attention_mask, int64");
     };
     let mut pre = Breakdown::new(Phase::Prefill);
     add_weights(&mut pre);
     pre.add(KV, kv_at(prompt), kv_detail.clone());
-    pre.add(
-        PREFILL,
-        prefill_acts,
-        format!(
-            "{t} prompt tokens through the widest op ({kernel:?} attention or MLP), no autograd"
-        ),
-    );
-    pre.add(
-        LOGITS,
-        logits,
-        "last-position logits and their fp32 copy for sampling",
-    );
+    pre.add(PREFILL, prefill_acts, format!("{t} prompt tokens through the widest op ({kernel:?} attention or MLP), no autograd"));
+    pre.add(LOGITS, logits, "last-position logits and their fp32 copy for sampling");
     let mut dec = Breakdown::new(Phase::Decode);
     add_weights(&mut dec);
     dec.add(KV, kv_at(ctx), kv_detail);
     // DynamicCache.update concatenates: one layer's keys (or values) exist twice for a moment.
-    dec.add(
-        KV_TMP,
-        batch * ctx * k_dim.max(v_dim) * kv_b,
-        "torch.cat copy of one layer's keys while the cache grows",
-    );
+    dec.add(KV_TMP, batch * ctx * k_dim.max(v_dim) * kv_b, "torch.cat copy of one layer's keys while the cache grows");
     dec.add(LOGITS, logits, "last-position logits");
     if job.kv_dtype == Some(DType::F8) {
         notes.push("fp8 KV cache: 1 byte per element".into());

@@ -111,11 +111,7 @@ pub struct Estimate {
 impl Estimate {
     /// Bytes of the named component (0 when absent).
     pub fn component(&self, name: &str) -> u64 {
-        self.components
-            .iter()
-            .filter(|c| c.name == name)
-            .map(|c| c.bytes)
-            .sum()
+        self.components.iter().filter(|c| c.name == name).map(|c| c.bytes).sum()
     }
 }
 
@@ -128,10 +124,7 @@ pub(crate) struct Breakdown {
 
 impl Breakdown {
     pub fn new(phase: Phase) -> Self {
-        Breakdown {
-            phase,
-            parts: Vec::new(),
-        }
+        Breakdown { phase, parts: Vec::new() }
     }
     pub fn add(&mut self, name: &'static str, bytes: u128, detail: impl Into<String>) {
         if bytes > 0 {
@@ -150,22 +143,12 @@ pub fn estimate(model: &Model, job: &Job) -> Result<Estimate> {
         Mode::Train => train::phases(model, job),
         Mode::Infer => infer::phases(model, job),
     };
-    let peak = phases
-        .iter()
-        .max_by_key(|p| p.total())
-        .expect("at least one phase")
-        .clone();
-    let to_u64 =
-        |v: u128, what: &str| u64::try_from(v).map_err(|_| Error::Overflow { what: what.into() });
+    let peak = phases.iter().max_by_key(|p| p.total()).expect("at least one phase").clone();
+    let to_u64 = |v: u128, what: &str| u64::try_from(v).map_err(|_| Error::Overflow { what: what.into() });
     let peak_allocated = to_u64(peak.total(), "peak allocated memory")?;
     let mut components = Vec::new();
     for (name, bytes, detail) in &peak.parts {
-        components.push(Component {
-            name: (*name).into(),
-            bytes: to_u64(*bytes, name)?,
-            kind: Kind::Allocated,
-            detail: detail.clone(),
-        });
+        components.push(Component { name: (*name).into(), bytes: to_u64(*bytes, name)?, kind: Kind::Allocated, detail: detail.clone() });
     }
     let o = job.overheads;
     let reserve = (peak_allocated as f64 * o.allocator_reserve).ceil() as u64;
@@ -190,25 +173,10 @@ pub fn estimate(model: &Model, job: &Job) -> Result<Estimate> {
     let total = components
         .iter()
         .try_fold(0u64, |acc, c| acc.checked_add(c.bytes))
-        .ok_or_else(|| Error::Overflow {
-            what: "total memory".into(),
-        })?;
+        .ok_or_else(|| Error::Overflow { what: "total memory".into() })?;
     let phases = phases
         .iter()
-        .map(|p| {
-            Ok(PhaseTotal {
-                phase: p.phase,
-                allocated: to_u64(p.total(), "phase memory")?,
-            })
-        })
+        .map(|p| Ok(PhaseTotal { phase: p.phase, allocated: to_u64(p.total(), "phase memory")? }))
         .collect::<Result<Vec<_>>>()?;
-    Ok(Estimate {
-        components,
-        peak_allocated,
-        total,
-        peak_phase: peak.phase,
-        phases,
-        attention_kernel: kernel,
-        notes,
-    })
+    Ok(Estimate { components, peak_allocated, total, peak_phase: peak.phase, phases, attention_kernel: kernel, notes })
 }

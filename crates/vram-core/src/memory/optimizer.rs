@@ -11,10 +11,7 @@ const BNB_BLOCK: u64 = 256;
 /// Bytes of optimizer state that persist between steps.
 pub fn states(m: &Model, job: &Job) -> u128 {
     let tensors = m.tensors();
-    let p: u128 = tensors
-        .iter()
-        .map(|t| t.numel as u128 * t.count as u128)
-        .sum();
+    let p: u128 = tensors.iter().map(|t| t.numel as u128 * t.count as u128).sum();
     // torch.optim keeps states in the parameter dtype (`torch.zeros_like(p)`); in AMP the
     // parameters are fp32, so the states are too.
     let s = job.precision.param_dtype().bytes() as u128;
@@ -22,27 +19,15 @@ pub fn states(m: &Model, job: &Job) -> u128 {
         // exp_avg + exp_avg_sq (torch/optim/adamw.py _init_group); `step` lives on the CPU unless
         // capturable/fused, and is a scalar either way.
         Optimizer::Adamw | Optimizer::Adam => 2 * p * s,
-        Optimizer::Adamw8bit => tensors
-            .iter()
-            .map(|t| t.count as u128 * bnb_8bit_state(t))
-            .sum(),
+        Optimizer::Adamw8bit => tensors.iter().map(|t| t.count as u128 * bnb_8bit_state(t)).sum(),
         Optimizer::Sgd => 0,
         // momentum_buffer (torch/optim/sgd.py) / exp_avg (lion-pytorch).
         Optimizer::SgdMomentum | Optimizer::Lion => p * s,
         // transformers Adafactor: exp_avg_sq_row + exp_avg_sq_col in fp32 for matrices (factored over
         // the last two dims), a full fp32 exp_avg_sq for vectors; beta1=None keeps no first moment.
-        Optimizer::Adafactor => tensors
-            .iter()
-            .map(|t| {
-                t.count as u128
-                    * 4
-                    * if t.is_matrix() {
-                        (t.rows + t.cols) as u128
-                    } else {
-                        t.numel as u128
-                    }
-            })
-            .sum(),
+        Optimizer::Adafactor => {
+            tensors.iter().map(|t| t.count as u128 * 4 * if t.is_matrix() { (t.rows + t.cols) as u128 } else { t.numel as u128 }).sum()
+        }
     }
 }
 
@@ -59,10 +44,7 @@ fn bnb_8bit_state(t: &TensorGroup) -> u128 {
 /// Extra bytes allocated inside `optimizer.step()` beyond parameters, grads and states.
 pub fn step_temporaries(m: &Model, job: &Job) -> u128 {
     let tensors = m.tensors();
-    let p: u128 = tensors
-        .iter()
-        .map(|t| t.numel as u128 * t.count as u128)
-        .sum();
+    let p: u128 = tensors.iter().map(|t| t.numel as u128 * t.count as u128).sum();
     let largest = tensors.iter().map(|t| t.numel).max().unwrap_or(0) as u128;
     let s = job.precision.param_dtype().bytes() as u128;
     match (job.optimizer, job.optimizer_impl) {

@@ -18,7 +18,7 @@ pub(crate) const ACT_MLP: &str = "activations: mlp";
 pub(crate) const ACT_NORM: &str = "activations: norms & residual";
 pub(crate) const ACT_CKPT: &str = "activations: checkpointed layer inputs";
 pub(crate) const ACT_RECOMP: &str = "activations: recomputed layer";
-pub(crate) const ACT_OTHER: &str = "activations: final norm, lm_head input, rotary";
+pub(crate) const ACT_OTHER: &str = "activations: final norm & lm_head input";
 pub(crate) const LOGITS: &str = "logits & loss";
 pub(crate) const INPUT: &str = "input batch";
 pub(crate) const BWD_TMP: &str = "backward temporaries";
@@ -31,10 +31,7 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     let mut notes: Vec<String> = kernel_note.into_iter().collect();
     let b = Bytes::of(job);
     let tensors = m.tensors();
-    let n_params: u128 = tensors
-        .iter()
-        .map(|t| t.numel as u128 * t.count as u128)
-        .sum();
+    let n_params: u128 = tensors.iter().map(|t| t.numel as u128 * t.count as u128).sum();
     let (batch, seq) = (job.batch as u128, job.seq as u128);
     let t = batch * seq;
     let sq_elems = batch * m.heads as u128 * seq * seq;
@@ -53,35 +50,20 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     // Autocast caches a half copy of every weight a matmul reads (linear layers, experts, the
     // LM head — the tied embedding too); the copies are saved by the matmuls for backward.
     let linear_numel = |filter: &dyn Fn(Role) -> bool| -> u128 {
-        tensors
-            .iter()
-            .filter(|t| filter(t.role))
-            .map(|t| t.numel as u128 * t.count as u128)
-            .sum()
+        tensors.iter().filter(|t| filter(t.role)).map(|t| t.numel as u128 * t.count as u128).sum()
     };
     let head_cast = if b.amp { 2 * v * ed } else { 0 };
-    let casts_all = if b.amp {
-        2 * linear_numel(&|r| matches!(r, Role::Linear | Role::Experts | Role::Router)) + head_cast
-    } else {
-        0
-    };
+    let casts_all = if b.amp { 2 * linear_numel(&|r| matches!(r, Role::Linear | Role::Experts | Role::Router)) + head_cast } else { 0 };
 
     // Per-layer saved activations.
     let ckpt = job.checkpointing;
-    let layer_full: Vec<LayerCoef> = (0..m.layers)
-        .map(|i| act::apply_checkpointing(act::layer(m, job, kernel, i), ckpt))
-        .collect();
-    let layer_bytes =
-        |c: &LayerCoef| c.norms * t + c.attention * t + c.mlp * t + c.attention_sq * sq_elems;
+    let layer_full: Vec<LayerCoef> = (0..m.layers).map(|i| act::apply_checkpointing(act::layer(m, job, kernel, i), ckpt)).collect();
+    let layer_bytes = |c: &LayerCoef| c.norms * t + c.attention * t + c.mlp * t + c.attention_sq * sq_elems;
     let layer_saved: Vec<u128> = match ckpt {
-        Checkpointing::Full => (0..m.layers)
-            .map(|_| act::checkpointed_layer(job, m) * t)
-            .collect(),
+        Checkpointing::Full => (0..m.layers).map(|_| act::checkpointed_layer(job, m) * t).collect(),
         _ => layer_full.iter().map(layer_bytes).collect(),
     };
-    let layer_params: Vec<u128> = (0..m.layers)
-        .map(|i| m.layer_parameters(i) as u128)
-        .collect();
+    let layer_params: Vec<u128> = (0..m.layers).map(|i| m.layer_parameters(i) as u128).collect();
     // Half copies of a layer's matmul weights (norm weights and biases are not cast).
     let layer_casts: Vec<u128> = (0..m.layers)
         .map(|i| {
@@ -104,25 +86,38 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     let add_activations = |bd: &mut Breakdown, upto: usize| match ckpt {
         Checkpointing::Full => {
             let s: u128 = layer_saved[..upto].iter().sum();
-            bd.add(ACT_CKPT, s, format!("{upto} layer inputs × tokens {t} × hidden {h} × {} B (gradient checkpointing keeps each decoder layer's input)", b.r));
+            bd.add(
+                ACT_CKPT,
+                s,
+                format!(
+                    "{upto} layer inputs × tokens {t} × hidden {h} × {} B (gradient checkpointing keeps each decoder layer's input)",
+                    b.r
+                ),
+            );
         }
         _ => {
-            let part =
-                |f: &dyn Fn(&LayerCoef) -> u128| -> u128 { layer_full[..upto].iter().map(f).sum() };
+            let part = |f: &dyn Fn(&LayerCoef) -> u128| -> u128 { layer_full[..upto].iter().map(f).sum() };
             bd.add(
                 ACT_ATTN,
                 part(&|c| c.attention * t + c.attention_sq * sq_elems),
                 format!(
                     "{upto} layers: q/k/v/output saved by the {kernel:?} kernel{}",
-                    if kernel.quadratic() && ckpt != Checkpointing::Selective {
-                        ", plus batch×heads×seq² probabilities"
-                    } else {
-                        ""
-                    }
+                    if kernel.quadratic() && ckpt != Checkpointing::Selective { ", plus batch×heads×seq² probabilities" } else { "" }
                 ),
             );
-            bd.add(ACT_MLP, part(&|c| c.mlp * t), format!("{upto} layers: MLP intermediates saved for backward (tokens {t} × intermediate)"));
-            bd.add(ACT_NORM, part(&|c| c.norms * t), format!("{upto} layers: norm inputs/outputs and the inputs saved by q/k/v, gate/up linears{}", if b.amp { " (one half copy per linear under autocast)" } else { "" }));
+            bd.add(
+                ACT_MLP,
+                part(&|c| c.mlp * t),
+                format!("{upto} layers: MLP intermediates saved for backward (tokens {t} × intermediate)"),
+            );
+            bd.add(
+                ACT_NORM,
+                part(&|c| c.norms * t),
+                format!(
+                    "{upto} layers: norm inputs/outputs and the inputs saved by q/k/v, gate/up linears{}",
+                    if b.amp { " (one half copy per linear under autocast)" } else { "" }
+                ),
+            );
         }
     };
 
@@ -139,27 +134,24 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
         // Gemma-2 final soft-capping (modeling_gemma2.py): logits / cap -> tanh (output saved) -> * cap.
         let cap = if m.final_softcap { e } else { 0 };
         let (f, bw) = (e + cap + upcast + 4, 12 + cap);
-        (t * v * f, t * v * bw, format!("tokens {t} × vocab {v}: fp32 log-softmax + its gradients ({bw} B/elem at backward start; {f} B/elem during the loss)"))
+        (
+            t * v * f,
+            t * v * bw,
+            format!("tokens {t} × vocab {v}: fp32 log-softmax + its gradients ({bw} B/elem at backward start; {f} B/elem during the loss)"),
+        )
     };
 
     let accum = job.grad_accum > 1;
     let base = |bd: &mut Breakdown| {
-        bd.add(
-            PARAMS,
-            weights,
-            format!(
-                "{n_params} parameters × {p} B ({})",
-                job.precision.param_dtype().torch_name()
-            ),
-        );
+        bd.add(PARAMS, weights, format!("{n_params} parameters × {p} B ({})", job.precision.param_dtype().torch_name()));
         bd.add(STATES, states, format!("{} states", job.optimizer.name()));
-        bd.add(
-            INPUT,
-            input,
-            format!("input_ids, labels, attention_mask: 3 × {t} tokens × 8 B"),
-        );
+        bd.add(INPUT, input, format!("input_ids, labels, attention_mask: 3 × {t} tokens × 8 B"));
         if accum {
-            bd.add(GRADS, grads_all, format!("gradient accumulation ({} steps): gradients stay alive through forward and backward", job.grad_accum));
+            bd.add(
+                GRADS,
+                grads_all,
+                format!("gradient accumulation ({} steps): gradients stay alive through forward and backward", job.grad_accum),
+            );
         }
     };
 
@@ -170,18 +162,10 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     if kernel.quadratic() {
         let mut bd = Breakdown::new(Phase::ForwardAttention);
         base(&mut bd);
-        bd.add(
-            CASTS,
-            casts_all,
-            "half copies of the weights used so far (autocast cache)",
-        );
+        bd.add(CASTS, casts_all, "half copies of the weights used so far (autocast cache)");
         add_activations(&mut bd, layers);
         // Masked scores feeding the softmax, and the 4-D float causal mask eager builds once per forward.
-        let mask = if kernel == Kernel::Eager {
-            batch * seq * seq * b.r
-        } else {
-            seq * seq * (1 + e)
-        };
+        let mask = if kernel == Kernel::Eager { batch * seq * seq * b.r } else { seq * seq * (1 + e) };
         bd.add(
             FWD_TMP,
             act::forward_transient_sq(job, kernel) * sq_elems + mask,
@@ -193,40 +177,24 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     // End of forward: loss computed inside autocast; the whole weight cache is alive.
     let mut fwd = Breakdown::new(Phase::ForwardEnd);
     base(&mut fwd);
-    fwd.add(
-        CASTS,
-        casts_all,
-        "half copies of every matmul weight (autocast cache, alive until autocast exits)",
-    );
+    fwd.add(CASTS, casts_all, "half copies of every matmul weight (autocast cache, alive until autocast exits)");
     add_activations(&mut fwd, layers);
-    fwd.add(
-        ACT_OTHER,
-        outside,
-        "final norm, lm_head input, rotary cos/sin",
-    );
+    fwd.add(ACT_OTHER, outside, "final norm, lm_head input, rotary cos/sin");
     fwd.add(LOGITS, logits_fwd, logits_detail.clone());
-    fwd.add(CACHE, act::training_cache_extra(m, job) * t * m.layers as u128, "fp32 keys the training-time DynamicCache holds until the model output is dropped (use_cache)");
+    fwd.add(
+        CACHE,
+        act::training_cache_extra(m, job) * t * m.layers as u128,
+        "fp32 keys the training-time DynamicCache holds until the model output is dropped (use_cache)",
+    );
     out.push(fwd);
 
     // Start of backward: cross-entropy gradient; casts survive only where a matmul saved them.
-    let casts_saved = if ckpt == Checkpointing::Full {
-        head_cast
-    } else {
-        casts_all
-    };
+    let casts_saved = if ckpt == Checkpointing::Full { head_cast } else { casts_all };
     let mut bs = Breakdown::new(Phase::BackwardStart);
     base(&mut bs);
-    bs.add(
-        CASTS,
-        casts_saved,
-        "half weight copies saved by matmuls for backward",
-    );
+    bs.add(CASTS, casts_saved, "half weight copies saved by matmuls for backward");
     add_activations(&mut bs, layers);
-    bs.add(
-        ACT_OTHER,
-        outside,
-        "final norm, lm_head input, rotary cos/sin",
-    );
+    bs.add(ACT_OTHER, outside, "final norm, lm_head input, rotary cos/sin");
     bs.add(LOGITS, logits_bwd, logits_detail);
     out.push(bs);
 
@@ -238,40 +206,20 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
         base(&mut bd);
         if !accum {
             let g: u128 = layer_params[l + 1..].iter().sum::<u128>() * p + head_grad;
-            bd.add(
-                GRADS,
-                g,
-                format!(
-                    "gradients of the lm_head and the {} layers already back-propagated",
-                    layers - l - 1
-                ),
-            );
+            bd.add(GRADS, g, format!("gradients of the lm_head and the {} layers already back-propagated", layers - l - 1));
         }
-        let casts_left: u128 = if ckpt == Checkpointing::Full {
-            0
-        } else {
-            layer_casts[..=l].iter().sum()
-        };
-        bd.add(
-            CASTS,
-            casts_left,
-            "half weight copies still saved by layers not yet back-propagated",
-        );
+        let casts_left: u128 = if ckpt == Checkpointing::Full { 0 } else { layer_casts[..=l].iter().sum() };
+        bd.add(CASTS, casts_left, "half weight copies still saved by layers not yet back-propagated");
         add_activations(&mut bd, l + 1);
         bd.add(ACT_OTHER, rope_per_pos * seq, "rotary cos/sin");
         if ckpt == Checkpointing::Full {
             let full = act::layer(m, job, kernel, l as u64);
-            bd.add(
-                ACT_RECOMP,
-                layer_bytes(&full) + layer_casts[l],
-                "one decoder layer's activations, recomputed for its backward",
-            );
+            bd.add(ACT_RECOMP, layer_bytes(&full) + layer_casts[l], "one decoder layer's activations, recomputed for its backward");
         }
         let (tr_tok, tr_sq) = act::backward_transient(m, job, kernel, l as u64);
         // AMP: the half gradient of each weight copy before it is cast into the fp32 .grad;
         // accumulation: the fresh gradient before it is added into the existing one.
-        let grad_tmp =
-            if b.amp { layer_casts[l] } else { 0 } + if accum { layer_params[l] * p } else { 0 };
+        let grad_tmp = if b.amp { layer_casts[l] } else { 0 } + if accum { layer_params[l] * p } else { 0 };
         bd.add(
             BWD_TMP,
             tr_tok * t + tr_sq * sq_elems + grad_tmp,
@@ -290,16 +238,8 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     be.add(STATES, states, format!("{} states", job.optimizer.name()));
     be.add(INPUT, input, "input batch");
     be.add(GRADS, grads_all, format!("{n_params} gradients × {p} B"));
-    let emb_tmp = if m.tied_embeddings || accum {
-        v * ed * p
-    } else {
-        0
-    };
-    be.add(
-        BWD_TMP,
-        emb_tmp,
-        "embedding gradient before accumulation into .grad",
-    );
+    let emb_tmp = if m.tied_embeddings || accum { v * ed * p } else { 0 };
+    be.add(BWD_TMP, emb_tmp, "embedding gradient before accumulation into .grad");
     out.push(be);
 
     // Optimizer step.
@@ -308,15 +248,7 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     os.add(GRADS, grads_all, format!("{n_params} gradients × {p} B"));
     os.add(STATES, states, format!("{} states", job.optimizer.name()));
     os.add(INPUT, input, "input batch");
-    os.add(
-        OPT_TMP,
-        optimizer::step_temporaries(m, job),
-        format!(
-            "{} {:?} step temporaries",
-            job.optimizer.name(),
-            job.optimizer_impl
-        ),
-    );
+    os.add(OPT_TMP, optimizer::step_temporaries(m, job), format!("{} {:?} step temporaries", job.optimizer.name(), job.optimizer_impl));
     out.push(os);
 
     if job.seq > 0 && b.amp && casts_all > 4 * GIB as u128 {

@@ -89,13 +89,7 @@ pub fn fit(r: &FitReport) -> Value {
 
 /// `vram models --json`.
 pub fn models(rows: &[(String, String, String, u64)]) -> Value {
-    Value::Array(
-        rows.iter()
-            .map(
-                |(n, mt, hf, p)| json!({"name": n, "model_type": mt, "hf_id": hf, "parameters": p}),
-            )
-            .collect(),
-    )
+    Value::Array(rows.iter().map(|(n, mt, hf, p)| json!({"name": n, "model_type": mt, "hf_id": hf, "parameters": p})).collect())
 }
 
 /// `vram gpus --json`.

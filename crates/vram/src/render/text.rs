@@ -31,36 +31,19 @@ fn job_line(model: &Model, job: &Job) -> String {
             format!("{:?}", job.optimizer_impl).to_ascii_lowercase(),
             format!("{:?}", job.checkpointing).to_ascii_lowercase(),
             format!("{:?}", job.attention).to_ascii_lowercase(),
-            if job.grad_accum > 1 {
-                format!(" · grad accum {}", job.grad_accum)
-            } else {
-                String::new()
-            },
-            if job.fused_cross_entropy {
-                " · fused cross-entropy"
-            } else {
-                ""
-            },
+            if job.grad_accum > 1 { format!(" · grad accum {}", job.grad_accum) } else { String::new() },
+            if job.fused_cross_entropy { " · fused cross-entropy" } else { "" },
         ),
         Mode::Infer => format!(
             "infer · batch {} × context {}{} · weights {} · KV {}",
             job.batch,
             job.seq,
-            job.prompt_len
-                .map_or(String::new(), |p| format!(" (prompt {p})")),
+            job.prompt_len.map_or(String::new(), |p| format!(" (prompt {p})")),
             job.precision.name(),
-            job.kv_dtype
-                .map_or_else(|| "auto".to_string(), |d| d.torch_name().to_string()),
+            job.kv_dtype.map_or_else(|| "auto".to_string(), |d| d.torch_name().to_string()),
         ),
     }
-    .replace(
-        "train",
-        if model.moe.is_some() {
-            "train (MoE)"
-        } else {
-            "train"
-        },
-    )
+    .replace("train", if model.moe.is_some() { "train (MoE)" } else { "train" })
 }
 
 fn header(out: &mut String, model: &Model, job: &Job) {
@@ -71,9 +54,7 @@ fn header(out: &mut String, model: &Model, job: &Job) {
         model.name,
         thousands(params),
         model.model_type,
-        model
-            .stored_dtype
-            .map_or(String::new(), |d| format!(", stored {}", d.torch_name()))
+        model.stored_dtype.map_or(String::new(), |d| format!(", stored {}", d.torch_name()))
     );
     let _ = writeln!(out, "{}", job_line(model, job));
     for w in &model.warnings {
@@ -87,12 +68,7 @@ fn gpu_line(gpu: &Gpu) -> String {
         MemorySource::Nominal => "nominal",
         MemorySource::User => "as given",
     };
-    format!(
-        "{} ({:.2} GiB = {:.2} GB, {src})",
-        gpu.name,
-        gib(gpu.memory),
-        gb(gpu.memory)
-    )
+    format!("{} ({:.2} GiB = {:.2} GB, {src})", gpu.name, gib(gpu.memory), gb(gpu.memory))
 }
 
 /// Verdict for a utilisation: the 85–95% sweet spot.
@@ -115,66 +91,33 @@ pub fn estimate(r: &EstimateReport) -> String {
     let e = r.estimate;
     let mut out = String::new();
     header(&mut out, r.model, r.job);
-    let _ = writeln!(
-        out,
-        "attention kernel: {:?} · peak at: {}",
-        e.attention_kernel,
-        e.peak_phase.describe()
-    );
+    let _ = writeln!(out, "attention kernel: {:?} · peak at: {}", e.attention_kernel, e.peak_phase.describe());
     let _ = writeln!(out);
-    let _ = writeln!(out, "  {:<44} {:>10} {:>7}", "component", "GiB", "share");
+    let _ = writeln!(out, "  {:<50} {:>10} {:>7}", "component", "GiB", "share");
     let total = e.total.max(1) as f64;
     let mut shown_overhead_rule = false;
     for c in &e.components {
         if c.kind == Kind::Overhead && !shown_overhead_rule {
             let _ = writeln!(
                 out,
-                "  {:<44} {:>10.2} {:>6.1}%",
+                "  {:<50} {:>10.2} {:>6.1}%",
                 "peak allocated (torch.cuda.max_memory_allocated)",
                 gib(e.peak_allocated),
                 e.peak_allocated as f64 / total * 100.0
             );
             shown_overhead_rule = true;
         }
-        let _ = writeln!(
-            out,
-            "  {:<44} {:>10.2} {:>6.1}%",
-            c.name,
-            gib(c.bytes),
-            c.bytes as f64 / total * 100.0
-        );
+        let _ = writeln!(out, "  {:<50} {:>10.2} {:>6.1}%", c.name, gib(c.bytes), c.bytes as f64 / total * 100.0);
     }
-    let _ = writeln!(
-        out,
-        "  {:<44} {:>10.2} {:>7}",
-        "total (what nvidia-smi shows)",
-        gib(e.total),
-        "100%"
-    );
-    let _ = writeln!(
-        out,
-        "  = {} bytes = {:.2} GiB = {:.2} GB",
-        thousands(e.total),
-        gib(e.total),
-        gb(e.total)
-    );
+    let _ = writeln!(out, "  {:<50} {:>10.2} {:>7}", "total (what nvidia-smi shows)", gib(e.total), "100%");
+    let _ = writeln!(out, "  = {} bytes = {:.2} GiB = {:.2} GB", thousands(e.total), gib(e.total), gb(e.total));
     if let Some(g) = r.gpu {
         let util = e.total as f64 / g.memory as f64;
         let _ = writeln!(out);
-        let _ = writeln!(
-            out,
-            "on {}: {:.1}% — {}",
-            gpu_line(g),
-            util * 100.0,
-            verdict(util)
-        );
+        let _ = writeln!(out, "on {}: {:.1}% — {}", gpu_line(g), util * 100.0, verdict(util));
     }
     let _ = writeln!(out);
-    let phases: Vec<String> = e
-        .phases
-        .iter()
-        .map(|p| format!("{} {:.2}", p.phase.describe(), gib(p.allocated)))
-        .collect();
+    let phases: Vec<String> = e.phases.iter().map(|p| format!("{} {:.2}", p.phase.describe(), gib(p.allocated))).collect();
     let _ = writeln!(out, "allocated by phase (GiB): {}", phases.join(" · "));
     for n in e.notes.iter().chain(r.advice.iter()) {
         let _ = writeln!(out, "note: {n}");
@@ -187,24 +130,11 @@ pub fn fit(r: &FitReport) -> String {
     let f = r.fit;
     let mut out = String::new();
     header(&mut out, r.model, r.job);
-    let _ = writeln!(
-        out,
-        "GPU: {} · target {:.0}% = {:.2} GiB",
-        gpu_line(r.gpu),
-        f.target_utilization * 100.0,
-        gib(f.budget)
-    );
+    let _ = writeln!(out, "GPU: {} · target {:.0}% = {:.2} GiB", gpu_line(r.gpu), f.target_utilization * 100.0, gib(f.budget));
     let _ = writeln!(out);
     let accum = r.global_batch.is_some();
-    let _ = writeln!(
-        out,
-        "  {:>6} {:>7} {:>14} {:>12} {:>8}",
-        "batch",
-        if accum { "accum" } else { "" },
-        "allocated GiB",
-        "total GiB",
-        "util"
-    );
+    let _ =
+        writeln!(out, "  {:>6} {:>7} {:>14} {:>12} {:>8}", "batch", if accum { "accum" } else { "" }, "allocated GiB", "total GiB", "util");
     for row in &f.rows {
         let mark = if Some(row.batch) == f.max_batch {
             "  ← largest within target"
@@ -213,11 +143,7 @@ pub fn fit(r: &FitReport) -> String {
         } else {
             ""
         };
-        let acc = if accum {
-            row.grad_accum.to_string()
-        } else {
-            String::new()
-        };
+        let acc = if accum { row.grad_accum.to_string() } else { String::new() };
         let _ = writeln!(
             out,
             "  {:>6} {:>7} {:>14.2} {:>12.2} {:>7.1}%{mark}",
@@ -231,69 +157,33 @@ pub fn fit(r: &FitReport) -> String {
     let _ = writeln!(out);
     match (&f.chosen, f.max_batch) {
         (Some(c), Some(b)) => {
-            let _ = write!(
-                out,
-                "largest micro-batch: {b} ({:.1}% of the GPU, {:.2} GiB)",
-                c.utilization * 100.0,
-                gib(c.total)
-            );
+            let _ = write!(out, "largest micro-batch: {b} ({:.1}% of the GPU, {:.2} GiB)", c.utilization * 100.0, gib(c.total));
             if accum {
-                let _ = write!(
-                    out,
-                    " with gradient accumulation {} (global batch {})",
-                    c.grad_accum,
-                    r.global_batch.unwrap_or(b)
-                );
+                let _ = write!(out, " with gradient accumulation {} (global batch {})", c.grad_accum, r.global_batch.unwrap_or(b));
             }
             let _ = writeln!(out);
             if let Some(n) = &f.next {
-                let _ = writeln!(
-                    out,
-                    "next size {} would need {:.2} GiB ({:.1}%)",
-                    n.batch,
-                    gib(n.total),
-                    n.utilization * 100.0
-                );
+                let _ = writeln!(out, "next size {} would need {:.2} GiB ({:.1}%)", n.batch, gib(n.total), n.utilization * 100.0);
             }
             let _ = writeln!(out, "verdict: {}", verdict(c.utilization));
             if r.job.mode == Mode::Train {
                 let _ = writeln!(
                     out,
                     "HF Trainer: --per_device_train_batch_size {b}{}",
-                    if accum {
-                        format!(" --gradient_accumulation_steps {}", c.grad_accum)
-                    } else {
-                        String::new()
-                    }
+                    if accum { format!(" --gradient_accumulation_steps {}", c.grad_accum) } else { String::new() }
                 );
             }
             if let Some(e) = r.chosen {
-                let _ = writeln!(
-                    out,
-                    "peak at: {} · attention kernel {:?}",
-                    e.peak_phase.describe(),
-                    e.attention_kernel
-                );
+                let _ = writeln!(out, "peak at: {} · attention kernel {:?}", e.peak_phase.describe(), e.attention_kernel);
             }
         }
         _ => {
             let need = f.next.as_ref().map_or(0, |n| n.total);
-            let _ = writeln!(
-                out,
-                "batch 1 does not fit: it needs {:.2} GiB, the target allows {:.2} GiB",
-                gib(need),
-                gib(f.budget)
-            );
+            let _ = writeln!(out, "batch 1 does not fit: it needs {:.2} GiB, the target allows {:.2} GiB", gib(need), gib(f.budget));
             if !r.alternatives.is_empty() {
                 let _ = writeln!(out, "what would change it (total per GPU at batch 1):");
                 for a in &r.alternatives {
-                    let _ = writeln!(
-                        out,
-                        "  {:>9.2} GiB  {}  {}",
-                        gib(a.total),
-                        if a.fits { "fits   " } else { "too big" },
-                        a.change
-                    );
+                    let _ = writeln!(out, "  {:>9.2} GiB  {}  {}", gib(a.total), if a.fits { "fits   " } else { "too big" }, a.change);
                 }
             }
         }
@@ -304,11 +194,7 @@ pub fn fit(r: &FitReport) -> String {
 /// `vram models`.
 pub fn models(rows: &[(String, String, String, u64)]) -> String {
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<16} {:<12} {:>18}  {}",
-        "preset", "model_type", "parameters", "Hugging Face config"
-    );
+    let _ = writeln!(out, "{:<16} {:<12} {:>18}  Hugging Face config", "preset", "model_type", "parameters");
     for (name, mt, hf, p) in rows {
         let _ = writeln!(out, "{name:<16} {mt:<12} {:>18}  {hf}", thousands(*p));
     }
@@ -318,11 +204,7 @@ pub fn models(rows: &[(String, String, String, u64)]) -> String {
 /// `vram gpus`.
 pub fn gpus(list: &[Gpu]) -> String {
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<11} {:>10} {:>9}  {:<17} {:>8}  {}",
-        "gpu", "GiB", "GB", "memory source", "TFLOP/s", "name"
-    );
+    let _ = writeln!(out, "{:<11} {:>10} {:>9}  {:<17} {:>8}  name", "gpu", "GiB", "GB", "memory source", "TFLOP/s");
     for g in list {
         let src = match g.memory_source {
             MemorySource::NvidiaSmi => "nvidia-smi total",
@@ -340,6 +222,9 @@ pub fn gpus(list: &[Gpu]) -> String {
             g.display
         );
     }
-    let _ = writeln!(out, "TFLOP/s: dense bf16/fp16 tensor throughput from the datasheet, no sparsity. `--gpu` also takes a size: 24GiB, 80GB.");
+    let _ = writeln!(
+        out,
+        "TFLOP/s: dense bf16/fp16 tensor throughput from the datasheet, no sparsity. `--gpu` also takes a size: 24GiB, 80GB."
+    );
     out
 }
