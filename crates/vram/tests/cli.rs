@@ -130,9 +130,8 @@ fn config_file_and_model_directory() {
     // embed + lm_head 2·1000·64, per layer q 64·64, k,v 2·64·32, o 64·64, mlp 3·64·128, 2 norms; final norm.
     assert_eq!(params, 2 * 1000 * 64 + 2 * (64 * 64 * 2 + 2 * 64 * 32 + 3 * 64 * 128 + 2 * 64) + 64);
     // A real safetensors file next to it: header read, tensor data never touched.
-    let header = format!(
-        r#"{{"__metadata__":{{"format":"pt"}},"model.embed_tokens.weight":{{"dtype":"BF16","shape":[1000,64],"data_offsets":[0,128000]}}}}"#
-    );
+    let header =
+        r#"{"__metadata__":{"format":"pt"},"model.embed_tokens.weight":{"dtype":"BF16","shape":[1000,64],"data_offsets":[0,128000]}}"#;
     let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
     bytes.extend_from_slice(header.as_bytes());
     bytes.extend(std::iter::repeat_n(0u8, 128000));
