@@ -120,23 +120,33 @@ pub fn alternatives(model: &Model, job: &Job, budget: u64) -> Result<Vec<Alterna
         out.push(Alternative { change, total: e.total, fits: e.total <= budget });
     }
     // First-order multi-GPU answer: ZeRO-3 / FSDP full_shard divides parameters, gradients and
-    // optimizer states by N; activations and overheads stay per GPU.
-    if job.mode == Mode::Train {
-        let e = estimate(model, job)?;
-        let sharded: u64 = ["parameters", "gradients", "optimizer states", "optimizer step temporaries", "autocast weight copies"]
-            .iter()
-            .map(|n| e.component(n))
-            .sum();
-        let rest = e.total.saturating_sub(sharded);
-        if rest < budget {
-            let n = (1..=4096u64).find(|n| rest + sharded / n <= budget);
-            if let Some(n) = n.filter(|n| *n > 1) {
-                out.push(Alternative {
-                    change: format!("{n} GPUs with ZeRO-3 / FSDP full_shard (first order: model states split {n} ways; activations, logits and overheads per GPU)"),
-                    total: rest + sharded / n,
-                    fits: true,
-                });
+    // optimizer states by N; activations, logits and overheads stay per GPU. Memory falls with N,
+    // so bisect for the smallest N that fits.
+    if job.mode == Mode::Train && job.model_state_shards == 1 {
+        const MAX_GPUS: u64 = 4096;
+        let with_ckpt = Job { checkpointing: Checkpointing::Full, ..job.clone() };
+        for (extra, base) in [("", job), (" and --checkpointing full", &with_ckpt)] {
+            let total = |n: u64| -> Result<u64> { Ok(estimate(model, &Job { model_state_shards: n, ..base.clone() })?.total) };
+            if total(MAX_GPUS)? > budget {
+                continue;
             }
+            let (mut lo, mut hi) = (1u64, MAX_GPUS); // lo does not fit, hi fits
+            while hi - lo > 1 {
+                let mid = lo + (hi - lo) / 2;
+                if total(mid)? <= budget {
+                    hi = mid;
+                } else {
+                    lo = mid;
+                }
+            }
+            out.push(Alternative {
+                change: format!(
+                    "{hi} GPUs with ZeRO-3 / FSDP full_shard{extra} (first order: model states split {hi} ways; activations, logits and overheads per GPU)"
+                ),
+                total: total(hi)?,
+                fits: true,
+            });
+            break;
         }
     }
     Ok(out)

@@ -276,6 +276,10 @@ pub struct Job {
     /// Training forward with `use_cache` (None: the config's value). transformers 5 builds a
     /// DynamicCache in training unless gradient checkpointing is on (utils/generic.py).
     pub use_cache: Option<bool>,
+    /// First-order ZeRO-3 / FSDP `full_shard`: parameters, gradients, optimizer states and step
+    /// temporaries divided over this many GPUs (1 = a single GPU). Gathered layers, buckets and
+    /// the other parallelisms are not modelled yet.
+    pub model_state_shards: u64,
     /// Device overheads.
     pub overheads: Overheads,
 }
@@ -297,6 +301,7 @@ impl Job {
             kv_dtype: None,
             prompt_len: None,
             use_cache: None,
+            model_state_shards: 1,
             overheads: Overheads::default(),
         }
     }
@@ -327,6 +332,9 @@ impl Job {
         }
         if self.grad_accum == 0 || self.grad_accum > 1 << 20 {
             return Err(bad("gradient accumulation steps", &self.grad_accum.to_string(), "must be between 1 and 1048576"));
+        }
+        if self.model_state_shards == 0 || self.model_state_shards > 1 << 20 {
+            return Err(bad("number of GPUs", &self.model_state_shards.to_string(), "must be between 1 and 1048576"));
         }
         if let Some(p) = self.prompt_len {
             if p == 0 || p > self.seq {

@@ -127,3 +127,17 @@ fn batch_one_too_big_reports_none() {
     assert_eq!(f.max_batch, None);
     assert!(f.next.unwrap().total > f.budget);
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 60, .. ProptestConfig::default() })]
+
+    /// ZeRO-3 / FSDP first order: per-GPU memory never grows with more GPUs.
+    #[test]
+    fn sharding_never_increases_memory((mi, job) in job_strategy(), n in 1u64..512) {
+        prop_assume!(job.mode == Mode::Train);
+        let model = presets::load(MODELS[mi]).unwrap();
+        let a = estimate(&model, &Job { model_state_shards: n, ..job.clone() }).unwrap();
+        let b = estimate(&model, &Job { model_state_shards: n + 1, ..job.clone() }).unwrap();
+        prop_assert!(b.peak_allocated <= a.peak_allocated);
+    }
+}

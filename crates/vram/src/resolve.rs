@@ -70,6 +70,7 @@ pub fn resolve(a: &JobArgs) -> Result<(Model, Job)> {
         kv_dtype,
         prompt_len: a.prompt_len,
         use_cache: a.use_cache.as_deref().map(parse_bool).transpose()?,
+        model_state_shards: 1,
         overheads,
     };
     job.validate()?;

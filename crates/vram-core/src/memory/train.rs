@@ -41,9 +41,11 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     let p = b.p;
     let e = b.e;
 
-    let weights = n_params * p;
-    let grads_all = n_params * p; // .grad matches the parameter dtype
-    let states = optimizer::states(m, job);
+    // ZeRO-3 / FSDP full_shard, first order: each GPU holds 1/N of the model states.
+    let shards = job.model_state_shards.max(1) as u128;
+    let weights = n_params * p / shards;
+    let grads_all = n_params * p / shards; // .grad matches the parameter dtype
+    let states = optimizer::states(m, job) / shards;
     // HF data collator batch: input_ids, labels, attention_mask as int64 [batch, seq].
     let input = 3 * t * 8;
 
@@ -52,8 +54,9 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     let linear_numel = |filter: &dyn Fn(Role) -> bool| -> u128 {
         tensors.iter().filter(|t| filter(t.role)).map(|t| t.numel as u128 * t.count as u128).sum()
     };
-    let head_cast = if b.amp { 2 * v * ed } else { 0 };
-    let casts_all = if b.amp { 2 * linear_numel(&|r| matches!(r, Role::Linear | Role::Experts | Role::Router)) + head_cast } else { 0 };
+    let head_cast = if b.amp { 2 * v * ed / shards } else { 0 };
+    let casts_all =
+        if b.amp { 2 * linear_numel(&|r| matches!(r, Role::Linear | Role::Experts | Role::Router)) + head_cast } else { 0 } / shards;
 
     // Per-layer saved activations.
     let ckpt = job.checkpointing;
@@ -205,7 +208,7 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
         let mut bd = Breakdown::new(Phase::Backward);
         base(&mut bd);
         if !accum {
-            let g: u128 = layer_params[l + 1..].iter().sum::<u128>() * p + head_grad;
+            let g: u128 = (layer_params[l + 1..].iter().sum::<u128>() * p + head_grad) / shards;
             bd.add(GRADS, g, format!("gradients of the lm_head and the {} layers already back-propagated", layers - l - 1));
         }
         let casts_left: u128 = if ckpt == Checkpointing::Full { 0 } else { layer_casts[..=l].iter().sum() };
@@ -219,7 +222,7 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
         let (tr_tok, tr_sq) = act::backward_transient(m, job, kernel, l as u64);
         // AMP: the half gradient of each weight copy before it is cast into the fp32 .grad;
         // accumulation: the fresh gradient before it is added into the existing one.
-        let grad_tmp = if b.amp { layer_casts[l] } else { 0 } + if accum { layer_params[l] * p } else { 0 };
+        let grad_tmp = if b.amp { layer_casts[l] } else { 0 } + if accum { layer_params[l] * p / shards } else { 0 };
         bd.add(
             BWD_TMP,
             tr_tok * t + tr_sq * sq_elems + grad_tmp,
@@ -238,7 +241,7 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     be.add(STATES, states, format!("{} states", job.optimizer.name()));
     be.add(INPUT, input, "input batch");
     be.add(GRADS, grads_all, format!("{n_params} gradients × {p} B"));
-    let emb_tmp = if m.tied_embeddings || accum { v * ed * p } else { 0 };
+    let emb_tmp = if m.tied_embeddings || accum { v * ed * p / shards } else { 0 };
     be.add(BWD_TMP, emb_tmp, "embedding gradient before accumulation into .grad");
     out.push(be);
 
@@ -248,7 +251,11 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     os.add(GRADS, grads_all, format!("{n_params} gradients × {p} B"));
     os.add(STATES, states, format!("{} states", job.optimizer.name()));
     os.add(INPUT, input, "input batch");
-    os.add(OPT_TMP, optimizer::step_temporaries(m, job), format!("{} {:?} step temporaries", job.optimizer.name(), job.optimizer_impl));
+    os.add(
+        OPT_TMP,
+        optimizer::step_temporaries(m, job) / shards,
+        format!("{} {:?} step temporaries", job.optimizer.name(), job.optimizer_impl),
+    );
     out.push(os);
 
     if job.seq > 0 && b.amp && casts_all > 4 * GIB as u128 {

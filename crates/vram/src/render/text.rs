@@ -71,6 +71,15 @@ fn gpu_line(gpu: &Gpu) -> String {
     format!("{} ({:.2} GiB = {:.2} GB, {src})", gpu.name, gib(gpu.memory), gb(gpu.memory))
 }
 
+/// GiB with two decimals; amounts that would print as 0.00 show as `<0.01`.
+fn gib_cell(bytes: u64) -> String {
+    if bytes > 0 && gib(bytes) < 0.005 {
+        "<0.01".into()
+    } else {
+        format!("{:.2}", gib(bytes))
+    }
+}
+
 /// Verdict for a utilisation: the 85–95% sweet spot.
 pub fn verdict(util: f64) -> &'static str {
     if util > 1.0 {
@@ -107,7 +116,7 @@ pub fn estimate(r: &EstimateReport) -> String {
             );
             shown_overhead_rule = true;
         }
-        let _ = writeln!(out, "  {:<50} {:>10.2} {:>6.1}%", c.name, gib(c.bytes), c.bytes as f64 / total * 100.0);
+        let _ = writeln!(out, "  {:<50} {:>10} {:>6.1}%", c.name, gib_cell(c.bytes), c.bytes as f64 / total * 100.0);
     }
     let _ = writeln!(out, "  {:<50} {:>10.2} {:>7}", "total (what nvidia-smi shows)", gib(e.total), "100%");
     let _ = writeln!(out, "  = {} bytes = {:.2} GiB = {:.2} GB", thousands(e.total), gib(e.total), gb(e.total));
