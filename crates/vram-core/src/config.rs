@@ -202,15 +202,25 @@ fn base(name: &str) -> Model {
     }
 }
 
+/// The dimensions every decoder has, under the names `keys` lists (first present wins):
+/// hidden size, layers, heads, vocabulary. Sets MHA defaults (kv heads = heads, head_dim =
+/// hidden / heads) that architectures then override.
+fn core_dims(c: &Cfg, name: &str, hidden: &[&str], layers: &[&str], heads: &[&str]) -> Result<Model> {
+    let mut m = base(name);
+    m.hidden = c.req(hidden, "size every weight matrix")?;
+    m.layers = c.req(layers, "count the decoder layers")?;
+    m.heads = c.req(heads, "shape attention")?;
+    m.vocab = c.req(&["vocab_size"], "size the embedding and the logits")?;
+    m.embed_dim = m.hidden;
+    m.kv_heads = m.heads;
+    m.head_dim = m.hidden.checked_div(m.heads).unwrap_or(0);
+    Ok(m)
+}
+
 /// Llama and its descendants: Mistral, Mixtral, Qwen2/3 (+MoE), Gemma 1/2/3, Phi-3, OLMo-2,
 /// Starcoder2, DeepSeek-V2/V3.
 fn llama_like(c: &Cfg, name: &str, mt: &str) -> Result<Model> {
-    let mut m = base(name);
-    m.hidden = c.req(&["hidden_size"], "size every weight matrix")?;
-    m.layers = c.req(&["num_hidden_layers"], "count the decoder layers")?;
-    m.heads = c.req(&["num_attention_heads"], "shape attention")?;
-    m.vocab = c.req(&["vocab_size"], "size the embedding and the logits")?;
-    m.embed_dim = m.hidden;
+    let mut m = core_dims(c, name, &["hidden_size"], &["num_hidden_layers"], &["num_attention_heads"])?;
     m.kv_heads = c.opt(&["num_key_value_heads"])?.unwrap_or(m.heads);
     let gemma = mt.starts_with("gemma");
     let default_head_dim = if gemma { 256 } else { m.hidden.checked_div(m.heads).unwrap_or(0) };
@@ -377,14 +387,7 @@ fn sliding(c: &Cfg, mt: &str, m: &mut Model) -> Result<()> {
 }
 
 fn gpt2(c: &Cfg, name: &str) -> Result<Model> {
-    let mut m = base(name);
-    m.hidden = c.req(&["n_embd", "hidden_size"], "size every weight matrix")?;
-    m.layers = c.req(&["n_layer", "num_hidden_layers"], "count the decoder layers")?;
-    m.heads = c.req(&["n_head", "num_attention_heads"], "shape attention")?;
-    m.vocab = c.req(&["vocab_size"], "size the embedding and the logits")?;
-    m.embed_dim = m.hidden;
-    m.kv_heads = m.heads;
-    m.head_dim = m.hidden / m.heads.max(1);
+    let mut m = core_dims(c, name, &["n_embd", "hidden_size"], &["n_layer", "num_hidden_layers"], &["n_head", "num_attention_heads"])?;
     m.intermediate = c.opt(&["n_inner"])?.unwrap_or(4 * m.hidden);
     m.position_embeddings = c.opt(&["n_positions", "max_position_embeddings"])?.unwrap_or(1024);
     m.tied_embeddings = c.bool("tie_word_embeddings", true)?;
@@ -397,15 +400,8 @@ fn gpt2(c: &Cfg, name: &str) -> Result<Model> {
 }
 
 fn gpt_neox(c: &Cfg, name: &str) -> Result<Model> {
-    let mut m = base(name);
-    m.hidden = c.req(&["hidden_size"], "size every weight matrix")?;
-    m.layers = c.req(&["num_hidden_layers"], "count the decoder layers")?;
-    m.heads = c.req(&["num_attention_heads"], "shape attention")?;
-    m.vocab = c.req(&["vocab_size"], "size the embedding and the logits")?;
+    let mut m = core_dims(c, name, &["hidden_size"], &["num_hidden_layers"], &["num_attention_heads"])?;
     m.intermediate = c.req(&["intermediate_size"], "size the MLP")?;
-    m.embed_dim = m.hidden;
-    m.kv_heads = m.heads;
-    m.head_dim = m.hidden / m.heads.max(1);
     m.tied_embeddings = c.bool("tie_word_embeddings", false)?;
     m.norm = Norm::LayerNorm { bias: true };
     m.block = if c.bool("use_parallel_residual", true)? { Block::ParallelTwoNorms } else { Block::Sequential };
@@ -424,13 +420,7 @@ fn gpt_neox(c: &Cfg, name: &str) -> Result<Model> {
 }
 
 fn falcon(c: &Cfg, name: &str) -> Result<Model> {
-    let mut m = base(name);
-    m.hidden = c.req(&["hidden_size"], "size every weight matrix")?;
-    m.layers = c.req(&["num_hidden_layers"], "count the decoder layers")?;
-    m.heads = c.req(&["num_attention_heads"], "shape attention")?;
-    m.vocab = c.req(&["vocab_size"], "size the embedding and the logits")?;
-    m.embed_dim = m.hidden;
-    m.head_dim = m.hidden / m.heads.max(1);
+    let mut m = core_dims(c, name, &["hidden_size"], &["num_hidden_layers"], &["num_attention_heads"])?;
     let new_arch = c.bool("new_decoder_architecture", false)?;
     // configuration_falcon.py: new architecture uses num_kv_heads; else multi_query means 1.
     m.kv_heads = if new_arch {
@@ -462,15 +452,9 @@ fn falcon(c: &Cfg, name: &str) -> Result<Model> {
 }
 
 fn opt(c: &Cfg, name: &str) -> Result<Model> {
-    let mut m = base(name);
-    m.hidden = c.req(&["hidden_size"], "size every weight matrix")?;
-    m.layers = c.req(&["num_hidden_layers"], "count the decoder layers")?;
-    m.heads = c.req(&["num_attention_heads"], "shape attention")?;
-    m.vocab = c.req(&["vocab_size"], "size the embedding and the logits")?;
+    let mut m = core_dims(c, name, &["hidden_size"], &["num_hidden_layers"], &["num_attention_heads"])?;
     m.intermediate = c.req(&["ffn_dim"], "size the MLP")?;
     m.embed_dim = c.opt(&["word_embed_proj_dim"])?.unwrap_or(m.hidden);
-    m.kv_heads = m.heads;
-    m.head_dim = m.hidden / m.heads.max(1);
     // OPTLearnedPositionalEmbedding keeps an offset of 2 rows.
     m.position_embeddings = c.opt(&["max_position_embeddings"])?.unwrap_or(2048) + 2;
     m.tied_embeddings = c.bool("tie_word_embeddings", true)?;
@@ -485,15 +469,9 @@ fn opt(c: &Cfg, name: &str) -> Result<Model> {
 }
 
 fn phi(c: &Cfg, name: &str) -> Result<Model> {
-    let mut m = base(name);
-    m.hidden = c.req(&["hidden_size"], "size every weight matrix")?;
-    m.layers = c.req(&["num_hidden_layers"], "count the decoder layers")?;
-    m.heads = c.req(&["num_attention_heads"], "shape attention")?;
-    m.vocab = c.req(&["vocab_size"], "size the embedding and the logits")?;
+    let mut m = core_dims(c, name, &["hidden_size"], &["num_hidden_layers"], &["num_attention_heads"])?;
     m.intermediate = c.req(&["intermediate_size"], "size the MLP")?;
-    m.embed_dim = m.hidden;
     m.kv_heads = c.opt(&["num_key_value_heads"])?.unwrap_or(m.heads);
-    m.head_dim = m.hidden / m.heads.max(1);
     m.tied_embeddings = c.bool("tie_word_embeddings", false)?;
     m.norm = Norm::LayerNorm { bias: true };
     m.block = Block::Parallel;
