@@ -234,15 +234,17 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     }
     out.extend(worst);
 
-    // End of backward: the embedding gradient is created last (embedding_dense_backward); for a
-    // tied embedding it is a second vocab×hidden tensor until added into the lm_head's gradient.
+    // End of backward: the embedding gradient is created last (embedding_dense_backward). When the
+    // weight already has a .grad (tied LM head, or gradient accumulation), AccumulateGrad adds the
+    // two out of place (aten.add.Tensor, seen on real and fake tensors): the old gradient, the new
+    // one and their sum exist at once.
     let mut be = Breakdown::new(Phase::BackwardEnd);
     be.add(PARAMS, weights, format!("{n_params} parameters × {p} B"));
     be.add(STATES, states, format!("{} states", job.optimizer.name()));
     be.add(INPUT, input, "input batch");
     be.add(GRADS, grads_all, format!("{n_params} gradients × {p} B"));
-    let emb_tmp = if m.tied_embeddings || accum { v * ed * p / shards } else { 0 };
-    be.add(BWD_TMP, emb_tmp, "embedding gradient before accumulation into .grad");
+    let emb_tmp = if m.tied_embeddings || accum { 2 * v * ed * p / shards } else { 0 };
+    be.add(BWD_TMP, emb_tmp, "new embedding gradient and its out-of-place sum with the existing .grad");
     out.push(be);
 
     // Optimizer step.
