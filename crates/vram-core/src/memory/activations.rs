@@ -65,6 +65,15 @@ pub struct LayerCoef {
     pub attention_sq: u128,
     /// MLP / experts, bytes per token.
     pub mlp: u128,
+    /// Per-layer attention masks, bytes per batch × seq² element.
+    pub mask_sq: u128,
+}
+
+/// Whether SDPA gets an explicit mask on sliding-window layers: transformers materialises one
+/// once the sequence reaches the window (masking_utils.py `_ignore_causal_mask_sdpa`:
+/// `kv_length >= local_attention_size`), which rules out flash on CUDA.
+pub fn sliding_masked(m: &Model, job: &Job, seq: u64) -> bool {
+    job.attention == AttentionImpl::Sdpa && !m.attention.softcap && m.sliding_layers > 0 && m.sliding_window.is_some_and(|w| seq >= w)
 }
 
 /// Precision facts the formulas need.
@@ -143,18 +152,37 @@ fn mlp_readers(m: &Model, moe_layer: bool) -> u128 {
     }
 }
 
-/// Saved elements of one MLP of width `i` (excluding its input), in units of `i` compute elements.
-fn mlp_saved_units(m: &Model) -> u128 {
-    // What the activation function saves beyond its own output.
-    let act = match m.mlp.act {
-        Act::Silu | Act::Gelu => 1, // its input
-        Act::Relu => 0,             // its output, which the next op saves anyway
-        Act::GeluPython => 4,       // NewGELU: x, tanh(...), 0.5*x, 1+tanh (activations.py)
-    };
+/// What an activation function saves beyond its output, and its output's bytes, per element.
+fn activation(act: Act, b: &Bytes) -> (u128, u128) {
+    let e = b.e;
+    match act {
+        // silu / native gelu save their input and keep its dtype (not on any autocast list).
+        Act::Silu | Act::Gelu => (e, e),
+        // relu saves its output, which the next op saves anyway.
+        Act::Relu => (0, e),
+        // NewGELU (activations.py): 0.5*x * (1 + tanh(c*(x + 0.044715*pow(x, 3)))). Autocast on CUDA
+        // runs pow in fp32 (autocast_mode.cpp fp32 list), so under AMP it saves an fp32 copy of x,
+        // the fp32 tanh output and 1+tanh, and 0.5*x in half; the product comes out fp32.
+        // Without autocast: x, tanh, 1+tanh, 0.5*x, all in the compute dtype.
+        Act::GeluPython => {
+            if b.amp {
+                (4 + 4 + 4 + 2, 4)
+            } else {
+                (4 * e, e)
+            }
+        }
+    }
+}
+
+/// Saved bytes per intermediate element of one MLP (its input excluded).
+fn mlp_saved_per_elem(m: &Model, b: &Bytes) -> u128 {
+    let (inner, out) = activation(m.mlp.act, b);
     if m.mlp.gated {
-        act + 3 // act out, up out (both saved by the product), product (saved by down_proj)
+        // act out and up out (saved by the product), the product (saved by down_proj).
+        inner + out + b.e + b.linear_inputs(1, out.max(b.e))
     } else {
-        act + 1 // act out, saved by fc2
+        // act out, saved by fc2.
+        inner + b.linear_inputs(1, out)
     }
 }
 
@@ -179,9 +207,16 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
     }
 
     // --- Attention core ------------------------------------------------------------------------
-    let (a, a_sq) = attention(m, job, &b, kernel);
+    // Sliding layers past the window: SDPA with an explicit bool mask runs memory-efficient
+    // attention on K/V repeated for GQA (transformers' use_gqa_in_sdpa needs no mask), after
+    // turning the mask into a float bias it keeps for backward (convert_boolean_attn_mask).
+    let masked = i < m.sliding_layers && sliding_masked(m, job, job.seq);
+    let (a, a_sq) = attention(m, job, &b, if masked { Kernel::MemEfficient } else { kernel }, masked);
     c.attention += a;
     c.attention_sq += a_sq;
+    if masked {
+        c.mask_sq += b.e;
+    }
     // Residual dropout after the attention output (GPT-2 resid_dropout): a bool mask.
     if m.hidden_dropout > 0.0 {
         c.attention += h;
@@ -220,7 +255,7 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
 }
 
 /// Attention projections' outputs and the kernel's saved tensors, per token and per score.
-fn attention(m: &Model, job: &Job, b: &Bytes, kernel: Kernel) -> (u128, u128) {
+fn attention(m: &Model, job: &Job, b: &Bytes, kernel: Kernel, masked: bool) -> (u128, u128) {
     let e = b.e;
     let heads = m.heads as u128;
     let mut tok: u128 = 0;
@@ -284,17 +319,18 @@ fn attention(m: &Model, job: &Job, b: &Bytes, kernel: Kernel) -> (u128, u128) {
     let v_own = if m.attention.mla.is_some() { 0 } else { e * vd };
     // q and k as the kernel saves them: cast to half by autocast (a copy) when they are fp32.
     let q_saved = if b.amp { 2 } else { qk_bytes };
-    let groups_expand = |d: u128| {
-        if kernel.quadratic() && m.kv_heads != m.heads {
-            heads * m.head_dim as u128
-        } else {
-            d
-        }
-    };
+    let gqa = m.kv_heads != m.heads;
+    // K/V repeated to every query head: eager and math always, other kernels when masked.
+    let groups_expand = |d: u128| if (kernel.quadratic() || masked) && gqa { heads * m.head_dim as u128 } else { d };
     match kernel {
         Kernel::Flash | Kernel::MemEfficient => {
             // _scaled_dot_product_{flash,efficient}_attention saves q, k, v, out, logsumexp (fp32 per head).
-            tok += q_saved * (qd + kd) + v_own + e * heads * per_head(vd, m.kv_heads) + 4 * heads;
+            let v_saved = if masked && gqa { e * groups_expand(vd) } else { v_own };
+            tok += q_saved * (qd + groups_expand(kd)) + v_saved + e * heads * per_head(vd, m.kv_heads) + 4 * heads;
+            if masked && gqa && job.training_cache(m.use_cache) {
+                // The cache's copies of the un-repeated k and v are no longer what attention saves.
+                tok += (qk_bytes + e) * kd;
+            }
         }
         Kernel::Math => {
             // aten _scaled_dot_product_attention_math: q*sqrt(scale), k^T*sqrt(scale) (GQA repeated),
@@ -334,7 +370,7 @@ fn per_head(vd: u128, kv_heads: u64) -> u128 {
 fn mlp(m: &Model, b: &Bytes, moe_layer: bool) -> u128 {
     let e = b.e;
     let h = m.hidden as u128;
-    let units = mlp_saved_units(m);
+    let per_elem = mlp_saved_per_elem(m, b);
     match (&m.moe, moe_layer) {
         (Some(moe), true) => {
             let k = moe.top_k as u128;
@@ -345,11 +381,11 @@ fn mlp(m: &Model, b: &Bytes, moe_layer: bool) -> u128 {
             // Each routed token: gathered input copy (saved by the expert linear), the expert MLP,
             // and the expert output saved by the multiply with its routing weight.
             let gathered = if b.amp { 2 } else { b.r };
-            let routed = k * (gathered * h + units * ei * e + e * h);
-            let shared = moe.shared_intermediate as u128 * units * e + if moe.shared_gate { e * h + 2 * e } else { 0 };
+            let routed = k * (gathered * h + per_elem * ei + e * h);
+            let shared = moe.shared_intermediate as u128 * per_elem + if moe.shared_gate { e * h + 2 * e } else { 0 };
             router + routed + shared
         }
-        _ => units * m.intermediate as u128 * e,
+        _ => per_elem * m.intermediate as u128,
     }
 }
 

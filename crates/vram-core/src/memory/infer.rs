@@ -6,7 +6,7 @@ use super::activations::{self as act, Kernel};
 use super::{Breakdown, Phase};
 use crate::dtype::DType;
 use crate::job::{Job, Precision};
-use crate::model::{Model, Role};
+use crate::model::{Act, Model, Role};
 
 pub(crate) const WEIGHTS: &str = "weights";
 pub(crate) const SCALES: &str = "quantization scales";
@@ -72,21 +72,44 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
         }
     );
 
-    // Prefill peak (no autograd): live tensors of the widest op of one layer.
+    // Prefill peak (no autograd): the live tensors of one layer's widest moment, either inside
+    // attention or inside the MLP (tensors die as soon as Python drops them).
     let t = batch * prompt;
     let (qd, kd) = (m.q_dim() as u128, m.kv_dim() as u128);
-    let attn = 2 * h * e + e * (2 * qd + 3 * kd + qd);
+    // residual + normed input, q/k/v, the rotary copies of q and k, the attention output.
+    let attn_tok = 2 * h * e + e * (2 * qd + 3 * kd + qd);
+    // seq² kernels: SDPA math holds the scores and the softmax output (aten sdp math); eager holds
+    // the masked scores and the fp32 softmax (modeling_llama.py eager_attention_forward).
+    let sq_bytes: u128 = match kernel {
+        Kernel::Math => 2 * e,
+        Kernel::Eager => e + 4,
+        _ => 0,
+    };
+    let mut sq = batch * m.heads as u128 * prompt * prompt * sq_bytes;
+    if act::sliding_masked(m, job, job.prompt_len.unwrap_or(job.seq)) && !kernel.quadratic() {
+        // Explicit sliding mask: the bool mask, SDPA's float copy of it, and K/V repeated for GQA.
+        sq += batch * prompt * prompt * (1 + 1 + e) + if m.kv_heads != m.heads { 2 * t * e * qd } else { 0 };
+    }
+    // MLP intermediates alive at once: gated act(gate), up and their product; plain fc1 output and
+    // the activation; NewGELU's Python formula keeps its input, 0.5·x and two temporaries.
+    let live = match (m.mlp.gated, m.mlp.act) {
+        (true, Act::GeluPython) => 5,
+        (true, _) => 3,
+        (false, Act::GeluPython) => 4,
+        (false, _) => 2,
+    };
     let mlp_width = match &m.moe {
         Some(moe) if m.moe_layers() > 0 => {
+            // Busiest expert assumed to get twice its fair share of the k·tokens routed; the
+            // shared expert runs on every token; routed outputs accumulate into a [tokens, hidden] sum.
             let busiest = (2 * moe.top_k as u128 * moe.expert_intermediate as u128 / (moe.experts as u128).max(1))
                 .max(moe.expert_intermediate as u128 / 4);
             busiest.max(moe.shared_intermediate as u128) + h
         }
         _ => m.intermediate as u128,
     };
-    let mlp = 2 * h * e + 3 * mlp_width * e;
-    let sq = if kernel.quadratic() { batch * m.heads as u128 * prompt * prompt * (e + 4 + e) } else { 0 };
-    let prefill_acts = t * attn.max(mlp) + sq;
+    let mlp_tok = 2 * h * e + live * mlp_width * e;
+    let prefill_acts = (t * attn_tok + sq).max(t * mlp_tok);
     // generate() computes logits for the last position only, then an fp32 copy for sampling.
     let logits = batch * m.vocab as u128 * (e + 4);
     let input = 2 * batch * ctx * 8; // input_ids + attention_mask

@@ -60,8 +60,18 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
 
     // Per-layer saved activations.
     let ckpt = job.checkpointing;
+    let masked_any = act::sliding_masked(m, job, job.seq);
+    if masked_any {
+        notes.push(format!(
+            "sequence {} ≥ sliding window {}: transformers passes SDPA an explicit mask on {} windowed layers, so CUDA runs memory-efficient attention (not flash), with K/V repeated for GQA and a batch×seq² float mask saved per layer; attn_implementation=flash_attention_2 avoids it",
+            job.seq,
+            m.sliding_window.unwrap_or(0),
+            m.sliding_layers
+        ));
+    }
     let layer_full: Vec<LayerCoef> = (0..m.layers).map(|i| act::apply_checkpointing(act::layer(m, job, kernel, i), ckpt)).collect();
-    let layer_bytes = |c: &LayerCoef| c.norms * t + c.attention * t + c.mlp * t + c.attention_sq * sq_elems;
+    let mask_elems = batch * seq * seq;
+    let layer_bytes = |c: &LayerCoef| c.norms * t + c.attention * t + c.mlp * t + c.attention_sq * sq_elems + c.mask_sq * mask_elems;
     let layer_saved: Vec<u128> = match ckpt {
         Checkpointing::Full => (0..m.layers).map(|_| act::checkpointed_layer(job, m) * t).collect(),
         _ => layer_full.iter().map(layer_bytes).collect(),
@@ -161,8 +171,8 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     let mut out = Vec::new();
     let layers = m.layers as usize;
 
-    // Forward: the widest attention op of the last layer (seq² kernels only).
-    if kernel.quadratic() {
+    // Forward: the widest attention op of the last layer (seq² kernels, or explicit masks).
+    if kernel.quadratic() || masked_any {
         let mut bd = Breakdown::new(Phase::ForwardAttention);
         base(&mut bd);
         bd.add(CASTS, casts_all, "half copies of the weights used so far (autocast cache)");

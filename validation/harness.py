@@ -1,0 +1,336 @@
+"""Measure what PyTorch really allocates for one training step or one generation, without a GPU.
+
+Real Hugging Face transformers models are built from config.json under FakeTensorMode (no
+weights, no memory), run with the kernel and dtype choices a CUDA run would make, and every
+tensor storage PyTorch creates is tracked (TorchDispatchMode + weakrefs) to find the peak of live
+bytes, the phase that holds it, and the bytes by category at that moment.
+
+CUDA behaviour emulated on the CPU (see README.md "Faithfulness"):
+- SDPA kernel: flash for fp16/bf16 (head_dim <= 256, equal q/k/v dims), memory-efficient for
+  fp32 without GQA, math otherwise, as aten/src/ATen/native/transformers/sdp_utils.cpp picks
+  on sm80/sm90. Flash/efficient are replaced by an autograd Function that allocates exactly what
+  the CUDA kernels allocate (output, logsumexp; in backward dq/dk/dv and flash's fp32 dq
+  accumulator); math runs aten's own decomposition.
+- Autocast: CPU autocast already casts matmuls to half like CUDA; CUDA's fp32 op list (torch.pow,
+  exp, log, rsqrt, layer_norm, group_norm, softmax/log_softmax without an explicit dtype) is
+  applied by patching those functions, above autograd, as the autocast dispatch key does.
+- Dropout: CUDA's fused native_dropout (bool mask) instead of the CPU path (float mask).
+- Optimizers: torch's CUDA default implementation (foreach), or fused when asked.
+- Each storage is rounded up to 512 bytes like the CUDA caching allocator; both are recorded.
+"""
+import contextlib
+import json
+import math
+import weakref
+
+import torch
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from transformers import AttentionInterface, AutoConfig, AutoModelForCausalLM
+
+HALF = (torch.float16, torch.bfloat16)
+
+
+def round512(n):
+    return (n + 511) // 512 * 512
+
+
+# --------------------------------------------------------------------------------------------
+# Tracking live storages
+
+
+class Tracker(TorchDispatchMode):
+    """Live storage bytes, their peak, the phase at the peak and the bytes by category there."""
+
+    def __init__(self):
+        super().__init__()
+        self.live = {}  # id(storage) -> [weakref, raw, rounded, category]
+        self.cur = 0
+        self.cur_raw = 0
+        self.peak = 0
+        self.peak_raw = 0
+        self.phase = "init"
+        self.peak_phase = None
+        self.phase_peaks = {}
+        self.cats = {}
+        self.peak_cats = {}
+        self.category = "other"
+
+    def track(self, t, category=None):
+        if not isinstance(t, torch.Tensor):
+            return
+        st = t.untyped_storage()
+        key = id(st)
+        if key in self.live:
+            return
+        raw = st.nbytes()
+        nb = round512(raw)
+        cat = category or self.category
+
+        def freed(_, key=key):
+            rec = self.live.pop(key, None)
+            if rec is not None:
+                self.cur -= rec[2]
+                self.cur_raw -= rec[1]
+                self.cats[rec[3]] -= rec[2]
+
+        self.live[key] = [weakref.ref(st, freed), raw, nb, cat]
+        self.cur += nb
+        self.cur_raw += raw
+        self.cats[cat] = self.cats.get(cat, 0) + nb
+        if self.cur > self.phase_peaks.get(self.phase, 0):
+            self.phase_peaks[self.phase] = self.cur
+        if self.cur > self.peak:
+            self.peak = self.cur
+            self.peak_phase = self.phase
+            self.peak_cats = dict(self.cats)
+        self.peak_raw = max(self.peak_raw, self.cur_raw)
+
+    def relabel(self, t, category):
+        """Move a live storage to another category (a gradient, an optimizer state)."""
+        rec = self.live.get(id(t.untyped_storage()))
+        if rec is not None and rec[3] != category:
+            self.cats[rec[3]] -= rec[2]
+            rec[3] = category
+            self.cats[category] = self.cats.get(category, 0) + rec[2]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            self.track(t)
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# CUDA emulation
+
+KERNELS = set()  # attention kernels that ran
+
+
+class FlashLike(torch.autograd.Function):
+    """Allocates what CUDA flash / memory-efficient attention allocate; values are irrelevant
+    under FakeTensorMode."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, lse_pad, bias=None):
+        b, h, s, _ = q.shape
+        # Output in [B, S, H, D] layout, returned transposed (as the CUDA kernels do).
+        out = torch.empty(b, s, h, v.shape[-1], dtype=q.dtype, device=q.device).transpose(1, 2)
+        lse = torch.empty(b, h, math.ceil(s / lse_pad) * lse_pad, dtype=torch.float32, device=q.device)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.bias = bias  # memory-efficient attention keeps its attn_bias for backward
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, out, lse = ctx.saved_tensors
+        accum = torch.empty(q.shape, dtype=torch.float32, device=q.device)  # flash dq_accum (fp32)
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        del accum
+        ctx.bias = None
+        return dq, dk, dv, None, None
+
+
+def repeat_kv(x, n):
+    if n == 1:
+        return x
+    b, kvh, s, d = x.shape
+    return x[:, :, None, :, :].expand(b, kvh, n, s, d).reshape(b, kvh * n, s, d)
+
+
+def cuda_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
+    """transformers' sdpa_attention_forward with the CUDA kernel choice."""
+    amp = amp_dtype()
+    if amp is not None:  # SDPA is on autocast's lower-precision list
+        query, key, value = query.to(amp), key.to(amp), value.to(amp)
+    groups = query.shape[1] // key.shape[1]
+    same_dims = query.shape[-1] == key.shape[-1] == value.shape[-1]
+    half = query.dtype in HALF
+    # transformers' use_gqa_in_sdpa: native GQA when there is no mask and equal head dims <= 256.
+    gqa_native = attention_mask is None and key.shape[-1] == value.shape[-1] <= 256
+    if not gqa_native:
+        key, value = repeat_kv(key, groups), repeat_kv(value, groups)
+    if half and same_dims and query.shape[-1] <= 256 and attention_mask is None:
+        KERNELS.add("flash")
+        out = FlashLike.apply(query, key, value, 1)
+    elif attention_mask is None and key.shape[1] == query.shape[1]:
+        KERNELS.add("mem_efficient")
+        out = FlashLike.apply(query, key, value, 32)  # logsumexp padded to 32 rows
+    elif attention_mask is not None and attention_mask.dtype == torch.bool and same_dims:
+        # An explicit mask (sliding windows): flash cannot take it; memory-efficient can. SDPA first
+        # turns the bool mask into an additive float bias (convert_boolean_attn_mask), which the
+        # kernel keeps for backward.
+        KERNELS.add("mem_efficient_masked")
+        bias = torch.where(attention_mask.logical_not(), float("-inf"), 0.0).to(query.dtype)
+        out = FlashLike.apply(query, key, value, 32, bias)
+    else:
+        KERNELS.add("math")
+        out = torch.ops.aten._scaled_dot_product_attention_math(
+            query, key, value, attention_mask, dropout, attention_mask is None, scale=scaling,
+            enable_gqa=key.shape[1] != query.shape[1])[0]
+    return out.transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register("sdpa", cuda_sdpa)
+
+_orig_dropout = F.dropout
+
+
+def cuda_dropout(input, p=0.5, training=True, inplace=False):
+    """CUDA takes native_dropout (bool mask) for 0 < p < 1 in training (aten Dropout.cpp)."""
+    if training and 0 < p < 1:
+        return torch.ops.aten.native_dropout(input, p, True)[0]
+    return _orig_dropout(input, p, training, inplace)
+
+
+F.dropout = cuda_dropout
+torch.nn.functional.dropout = cuda_dropout
+
+def amp_dtype():
+    """The autocast dtype in force (torch's own state, which checkpoint recomputation restores)."""
+    return torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None
+
+
+def _fp32_under_autocast(fn, only_without_dtype=False):
+    """CUDA autocast's fp32 policy for `fn` (autocast_mode.cpp), which CPU autocast lacks: half
+    inputs are cast to fp32 above autograd, so the fp32 copies are what autograd saves. A
+    patch looked up at call time (not a TorchFunctionMode) so that checkpoint recomputation,
+    which restores the autocast state but not Python modes, behaves the same."""
+
+    def wrapped(*args, **kwargs):
+        if amp_dtype() is not None and not (only_without_dtype and kwargs.get("dtype") is not None):
+            cast = lambda x: x.float() if isinstance(x, torch.Tensor) and x.dtype in HALF else x
+            args = tuple(cast(a) for a in args)
+            kwargs = {k: cast(v) for k, v in kwargs.items()}
+        return fn(*args, **kwargs)
+
+    return wrapped
+
+
+for _name in ("pow", "exp", "log", "rsqrt"):
+    setattr(torch, _name, _fp32_under_autocast(getattr(torch, _name)))
+for _name in ("layer_norm", "group_norm"):
+    setattr(F, _name, _fp32_under_autocast(getattr(F, _name)))
+for _name in ("softmax", "log_softmax"):
+    setattr(F, _name, _fp32_under_autocast(getattr(F, _name), only_without_dtype=True))
+
+
+# --------------------------------------------------------------------------------------------
+# One measurement
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
+          "bf16-mixed": torch.float32, "fp16-mixed": torch.float32}
+
+
+def build(raw_config, precision, attention, fake=True):
+    raw = dict(raw_config)
+    model_type = raw.pop("model_type")
+    cfg = AutoConfig.for_model(model_type, **raw)
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attention, dtype=DTYPES[precision])
+    return cfg, model
+
+
+def train(raw_config, batch, seq, precision="bf16-mixed", optimizer="adamw", impl="foreach",
+          checkpointing=False, attention="sdpa", steps=2, fake=True, seed=0):
+    """Two training steps as HF Trainer runs them; the second is the steady state."""
+    KERNELS.clear()
+    tr = Tracker()
+    mode = FakeTensorMode() if fake else contextlib.nullcontext()
+    amp = precision.endswith("-mixed")
+    with mode:
+        torch.manual_seed(seed)
+        cfg, model = build(raw_config, precision, attention, fake)
+        if checkpointing:
+            model.gradient_checkpointing_enable()
+        model.train()
+        params = [p for p in model.parameters() if p.requires_grad]
+        if optimizer == "adamw":
+            opt = torch.optim.AdamW(params, lr=1e-5, foreach=impl == "foreach", fused=impl == "fused" or None)
+        elif optimizer == "sgd":
+            opt = torch.optim.SGD(params, lr=1e-3, foreach=impl == "foreach")
+        else:
+            raise ValueError(optimizer)
+        for p in params:
+            p.register_post_accumulate_grad_hook(lambda p: tr.relabel(p.grad, "gradients"))
+        ids = torch.randint(0, cfg.vocab_size, (batch, seq))
+        with tr:
+            for p in model.parameters():
+                tr.track(p, "parameters")
+            for b in model.buffers():
+                tr.track(b, "parameters")
+            for step in range(steps):
+                tr.category = "inputs"
+                # HF collator: input_ids, labels, attention_mask. The all-ones mask is not passed:
+                # unpadded CUDA runs skip it, while a fake one would make transformers build a
+                # (B, 1, S, S) mask (it treats FakeTensors as tracing).
+                inputs = {"input_ids": ids.clone(), "labels": ids.clone(), "attention_mask": torch.ones_like(ids)}
+                tr.phase, tr.category = f"forward{step}", "activations"
+                half = torch.bfloat16 if precision == "bf16-mixed" else torch.float16
+                ctx = torch.autocast("cpu", dtype=half) if amp else contextlib.nullcontext()
+                with ctx:
+                    loss = model(input_ids=inputs["input_ids"], labels=inputs["labels"]).loss
+                tr.phase, tr.category = f"backward{step}", "backward"
+                loss.backward()
+                del loss
+                tr.phase, tr.category = f"optimizer{step}", "optimizer temporaries"
+                opt.step()
+                for state in opt.state.values():
+                    for v in state.values():
+                        if isinstance(v, torch.Tensor):
+                            tr.relabel(v, "optimizer states")
+                opt.zero_grad(set_to_none=True)
+                del inputs
+    return result(tr)
+
+
+def infer(raw_config, batch, context, prompt, precision="bf16", attention="sdpa", fake=True, seed=0):
+    """Prefill `prompt` tokens, then decode greedily to `context` tokens, as generate() does:
+    no_grad, DynamicCache, last-position logits copied to fp32 for sampling."""
+    KERNELS.clear()
+    tr = Tracker()
+    mode = FakeTensorMode() if fake else contextlib.nullcontext()
+    with mode, torch.no_grad():
+        torch.manual_seed(seed)
+        cfg, model = build(raw_config, precision, attention, fake)
+        model.eval()
+        with tr:
+            for p in model.parameters():
+                tr.track(p, "parameters")
+            for b in model.buffers():
+                tr.track(b, "parameters")
+            tr.category = "inputs"
+            ids = torch.randint(0, cfg.vocab_size, (batch, prompt))
+            mask = torch.ones_like(ids)
+            tr.phase, tr.category = "prefill", "activations"
+            out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+            cache = out.past_key_values
+            tokens = out.logits[:, -1, :].to(copy=True, dtype=torch.float32).argmax(-1, keepdim=True)
+            del out
+            tr.phase = "decode"
+            for _ in range(context - prompt):
+                ids = torch.cat([ids, tokens], dim=-1)
+                mask = torch.cat([mask, torch.ones_like(tokens)], dim=-1)
+                out = model(input_ids=tokens, past_key_values=cache, use_cache=True, logits_to_keep=1)
+                cache = out.past_key_values
+                tokens = out.logits[:, -1, :].to(copy=True, dtype=torch.float32).argmax(-1, keepdim=True)
+                del out
+    return result(tr)
+
+
+def result(tr):
+    return {
+        "peak_allocated": tr.peak,
+        "peak_allocated_unrounded": tr.peak_raw,
+        "peak_phase": tr.peak_phase,
+        "phase_peaks": tr.phase_peaks,
+        "categories_at_peak": {k: v for k, v in tr.peak_cats.items() if v},
+        "attention_kernels": sorted(KERNELS),
+    }
+
+
+if __name__ == "__main__":
+    import sys
+    cfg = json.load(open(sys.argv[1]))
+    print(json.dumps(train(cfg, int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])))
