@@ -165,6 +165,23 @@ def cuda_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=No
         KERNELS.add("mem_efficient_masked")
         bias = torch.where(attention_mask.logical_not(), float("-inf"), 0.0).to(query.dtype)
         out = FlashLike.apply(query, key, value, 32, bias)
+    elif dropout > 0 and module.training:
+        # aten's math kernel calls at::dropout, which on CUDA is the fused native_dropout (bool
+        # mask) but on the CPU keeps a float noise mask: spell the math kernel out with the CUDA
+        # dropout (same ops as _scaled_dot_product_attention_math).
+        KERNELS.add("math")
+        sf = math.sqrt(scaling if scaling is not None else 1 / math.sqrt(query.shape[-1]))
+        key, value = repeat_kv(key, groups), repeat_kv(value, groups)
+        attn = (query * sf) @ (key.transpose(-2, -1) * sf)
+        length = query.shape[-2]
+        if attention_mask is None:
+            causal = torch.ones(length, key.shape[-2], dtype=torch.bool).tril()
+            attn = attn + torch.where(causal, 0.0, float("-inf")).to(attn.dtype)
+        else:
+            attn = attn + torch.where(attention_mask, 0.0, float("-inf")).to(attn.dtype)
+        attn = torch.ops.aten._safe_softmax(attn, -1)
+        attn = torch.ops.aten.native_dropout(attn, dropout, True)[0]
+        out = attn @ value
     else:
         KERNELS.add("math")
         out = torch.ops.aten._scaled_dot_product_attention_math(
@@ -187,6 +204,16 @@ def cuda_dropout(input, p=0.5, training=True, inplace=False):
 
 F.dropout = cuda_dropout
 torch.nn.functional.dropout = cuda_dropout
+
+# transformers takes FakeTensors for tracing (utils/import_utils.py is_tracing) and then builds a
+# (B, 1, S, S) mask that a real unpadded run skips: with use_cache=False (always so under gradient
+# checkpointing) the query offset is the fake `cache_position`. No padding mask is ever passed
+# here, so the only fake tensor it tests is that offset; a real run is not tracing.
+import transformers.masking_utils as _masking  # noqa: E402
+
+_masking.is_tracing = lambda tensor=None: False
+# Batches here are never packed; a real run's check (which reads tensor values) finds no packing.
+_masking.find_packed_sequence_indices = lambda position_ids: None
 
 def amp_dtype():
     """The autocast dtype in force (torch's own state, which checkpoint recomputation restores)."""

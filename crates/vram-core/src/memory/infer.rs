@@ -86,9 +86,15 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
         _ => 0,
     };
     let mut sq = batch * m.heads as u128 * prompt * prompt * sq_bytes;
+    // The model keeps `inputs_embeds` referenced for its whole forward (modeling_llama.py
+    // LlamaModel.forward), one more tokens × hidden tensor beside the residual stream.
+    let held = t * h * e;
+    let mut shared_mask = 0;
     if act::sliding_masked(m, job, job.prompt_len.unwrap_or(job.seq)) && !kernel.quadratic() {
-        // Explicit sliding mask: the bool mask, SDPA's float copy of it, and K/V repeated for GQA.
-        sq += batch * prompt * prompt * (1 + 1 + e) + if m.kv_heads != m.heads { 2 * t * e * qd } else { 0 };
+        // Explicit sliding mask: a [1, 1, P, P] bool mask alive for the whole forward; in each
+        // windowed attention SDPA's logical_not and float copy of it, and K/V repeated for GQA.
+        shared_mask = prompt * prompt;
+        sq += batch * prompt * prompt * (1 + e) + if m.kv_heads != m.heads { 2 * t * e * qd } else { 0 };
     }
     // MLP intermediates alive at once: gated act(gate), up and their product; plain fc1 output and
     // the activation; NewGELU's Python formula keeps its input, 0.5·x and two temporaries.
@@ -108,8 +114,9 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
         }
         _ => m.intermediate as u128,
     };
-    let mlp_tok = 2 * h * e + live * mlp_width * e;
-    let prefill_acts = (t * attn_tok + sq).max(t * mlp_tok);
+    // During the MLP the model's layer loop still holds the layer's input beside the new residual.
+    let mlp_tok = 3 * h * e + live * mlp_width * e;
+    let prefill_acts = held + shared_mask + (t * attn_tok + sq).max(t * mlp_tok);
     // generate() computes logits for the last position only, then an fp32 copy for sampling.
     let logits = batch * m.vocab as u128 * (e + 4);
     let input = 2 * batch * ctx * 8; // input_ids + attention_mask
