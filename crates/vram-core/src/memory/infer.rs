@@ -56,9 +56,12 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
         None => (m.kv_dim() as u128, m.kv_dim() as u128),
     };
     let per_layer_tok = (k_dim + v_dim) * kv_b;
-    let kv_at = |tokens: u128| -> u128 {
+    // After the prefill a sliding layer's cache is a view (the last window tokens) of the full
+    // prompt's keys, which keeps their whole storage alive; the first decode step's torch.cat
+    // compacts it to the window (cache_utils.py DynamicSlidingWindowLayer).
+    let kv_at = |tokens: u128, windowed: bool| -> u128 {
         let full = (m.layers - m.sliding_layers) as u128 * tokens;
-        let win = m.sliding_window.map_or(tokens, |w| tokens.min(w as u128));
+        let win = if windowed { m.sliding_window.map_or(tokens, |w| tokens.min(w as u128)) } else { tokens };
         let sliding = m.sliding_layers as u128 * win;
         batch * per_layer_tok * (full + sliding)
     };
@@ -128,12 +131,12 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     };
     let mut pre = Breakdown::new(Phase::Prefill);
     add_weights(&mut pre);
-    pre.add(KV, kv_at(prompt), kv_detail.clone());
+    pre.add(KV, kv_at(prompt, false), kv_detail.clone());
     pre.add(PREFILL, prefill_acts, format!("{t} prompt tokens through the widest op ({kernel:?} attention or MLP), no autograd"));
     pre.add(LOGITS, logits, "last-position logits and their fp32 copy for sampling");
     let mut dec = Breakdown::new(Phase::Decode);
     add_weights(&mut dec);
-    dec.add(KV, kv_at(ctx), kv_detail);
+    dec.add(KV, kv_at(ctx, ctx > prompt), kv_detail);
     // DynamicCache.update concatenates: one layer's keys (or values) exist twice for a moment.
     dec.add(KV_TMP, batch * ctx * k_dim.max(v_dim) * kv_b, "torch.cat copy of one layer's keys while the cache grows");
     dec.add(LOGITS, logits, "last-position logits");
