@@ -266,6 +266,7 @@ fn llama_like(c: &Cfg, name: &str, mt: &str) -> Result<Model> {
     if mt == "olmo2" {
         m.attention.qk_norm = QkNorm::Full;
         m.block = Block::PostNorm;
+        m.norm = Norm::RmsNormFp32Weight;
     }
     if mt == "phi3" {
         m.attention.fused_qkv = true;

@@ -14,6 +14,8 @@ pub enum Norm {
     RmsNorm,
     /// `GemmaRMSNorm`: fp32 throughout, `x * (1 + w)`, cast back at the end.
     GemmaRmsNorm,
+    /// `Olmo2RMSNorm`: the weight is applied in fp32, then the product is cast back.
+    RmsNormFp32Weight,
     /// `nn.LayerNorm` (weight, and bias when `bias`).
     LayerNorm {
         /// Whether the norm has a bias vector.

@@ -117,7 +117,9 @@ impl Bytes {
             // output = weight * normed promotes to the wider of weight and input dtype.
             Norm::RmsNorm => (4 + input, input.max(self.p)),
             // GemmaRMSNorm: x.float() and the fp32 normed tensor are saved; output type_as(x).
-            Norm::GemmaRmsNorm => (8, input),
+            // Olmo2RMSNorm: x.float() and the fp32 normed tensor (saved by the fp32 weight multiply),
+            // then (weight * normed).to(input_dtype).
+            Norm::GemmaRmsNorm | Norm::RmsNormFp32Weight => (8, input),
             // nn.LayerNorm saves its input (cast to fp32 under autocast: layer_norm is on the fp32
             // list) plus fp32 mean and rstd per row (counted separately as 8 bytes per token).
             Norm::LayerNorm { .. } => {
@@ -288,8 +290,9 @@ fn attention(m: &Model, job: &Job, b: &Bytes, kernel: Kernel, masked: bool) -> (
         match m.attention.qk_norm {
             QkNorm::None => {}
             QkNorm::PerHead | QkNorm::Full => {
-                // RMSNorm on q and k (modeling_qwen3.py q_norm/k_norm) on compute-dtype input.
-                let (saved, out) = b.norm(Norm::RmsNorm, e);
+                // RMSNorm on q and k (modeling_qwen3.py q_norm/k_norm; Gemma-3 uses its own RMSNorm).
+                let qk_norm = if matches!(m.norm, Norm::GemmaRmsNorm | Norm::RmsNormFp32Weight) { m.norm } else { Norm::RmsNorm };
+                let (saved, out) = b.norm(qk_norm, e);
                 tok += saved * (qd + kd);
                 qk_in = out;
             }

@@ -83,12 +83,23 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     let attn_tok = 2 * h * e + e * (2 * qd + 3 * kd + qd);
     // seq² kernels: SDPA math holds the scores and the softmax output (aten sdp math); eager holds
     // the masked scores and the fp32 softmax (modeling_llama.py eager_attention_forward).
+    // softmax(dtype=float32) of bf16 scores first converts them (aten SoftMax.cpp: the
+    // half-to-float fast path exists only for fp16 on CUDA), so bf16 holds an fp32 copy too.
+    let bf16_copy = if job.precision.compute_dtype() == DType::BF16 { 4 } else { 0 };
     let sq_bytes: u128 = match kernel {
         Kernel::Math => 2 * e,
-        Kernel::Eager => e + 4,
+        Kernel::Eager => e + 4 + bf16_copy,
         _ => 0,
     };
     let mut sq = batch * m.heads as u128 * prompt * prompt * sq_bytes;
+    if kernel == Kernel::Eager {
+        // Eager builds a float [B, 1, P, P] mask per mask type (full, and sliding when present),
+        // and repeats K and V to every query head (repeat_kv) for GQA.
+        sq += batch * prompt * prompt * e * if m.sliding_layers > 0 { 2 } else { 1 };
+        if m.kv_heads != m.heads {
+            sq += 2 * t * e * qd;
+        }
+    }
     // The model keeps `inputs_embeds` referenced for its whole forward (modeling_llama.py
     // LlamaModel.forward), one more tokens × hidden tensor beside the residual stream.
     let held = t * h * e;
