@@ -119,17 +119,17 @@ class FlashLike(torch.autograd.Function):
         # Output in [B, S, H, D] layout, returned transposed (as the CUDA kernels do).
         out = torch.empty(b, s, h, v.shape[-1], dtype=q.dtype, device=q.device).transpose(1, 2)
         lse = torch.empty(b, h, math.ceil(s / lse_pad) * lse_pad, dtype=torch.float32, device=q.device)
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.bias = bias  # memory-efficient attention keeps its attn_bias for backward
+        # memory-efficient attention keeps its attn_bias for backward, as a saved tensor (so
+        # checkpointing drops and recomputes it like the rest)
+        ctx.save_for_backward(q, k, v, out, lse, *([bias] if bias is not None else []))
         return out
 
     @staticmethod
     def backward(ctx, grad):
-        q, k, v, out, lse = ctx.saved_tensors
+        q, k, v, out, lse = ctx.saved_tensors[:5]
         accum = torch.empty(q.shape, dtype=torch.float32, device=q.device)  # flash dq_accum (fp32)
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         del accum
-        ctx.bias = None
         return dq, dk, dv, None, None
 
 
