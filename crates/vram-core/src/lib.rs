@@ -24,6 +24,7 @@ pub mod gpu;
 pub mod job;
 pub mod memory;
 pub mod model;
+pub mod parallel;
 pub mod presets;
 pub mod safetensors;
 pub mod units;

@@ -10,6 +10,8 @@ mod infer;
 pub mod optimizer;
 mod train;
 
+pub use train::{activation_profile, ActivationProfile};
+
 use serde::Serialize;
 
 use crate::error::{Error, Result};

@@ -275,3 +275,34 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     }
     (out, kernel, notes)
 }
+
+/// Activation-side quantities of one micro-batch, for engines that lay out model states their
+/// own way (DeepSpeed, FSDP, DDP across GPUs): everything but parameters, gradients, optimizer
+/// states and autocast copies, from the same formulas as the single-GPU walk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ActivationProfile {
+    /// Saved activations of all decoder layers (or their checkpointed inputs) plus the final
+    /// norm, LM-head input and rotary tables.
+    pub saved: u128,
+    /// Logits and cross-entropy at the start of backward.
+    pub logits: u128,
+    /// Largest backward transient of one layer (incl. recomputation under checkpointing).
+    pub backward_transient: u128,
+    /// Input batch.
+    pub input: u128,
+}
+
+/// The activation profile of `job` on one GPU (its micro-batch and sequence).
+pub fn activation_profile(m: &Model, job: &Job) -> ActivationProfile {
+    let (phases, _, _) = phases(m, job);
+    let get = |phase: Phase, names: &[&str]| -> u128 {
+        phases.iter().filter(|p| p.phase == phase).flat_map(|p| p.parts.iter()).filter(|(n, _, _)| names.contains(n)).map(|(_, b, _)| *b).sum()
+    };
+    let acts = [ACT_ATTN, ACT_MLP, ACT_NORM, ACT_CKPT, ACT_OTHER];
+    ActivationProfile {
+        saved: get(Phase::BackwardStart, &acts),
+        logits: get(Phase::BackwardStart, &[LOGITS]),
+        backward_transient: get(Phase::Backward, &[BWD_TMP, ACT_RECOMP]),
+        input: get(Phase::OptimizerStep, &[INPUT]),
+    }
+}

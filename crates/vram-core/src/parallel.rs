@@ -1,0 +1,521 @@
+//! Many GPUs: per-GPU memory of a distributed training job on the engines people run —
+//! PyTorch DDP, DeepSpeed ZeRO 0–3 (with CPU offload), PyTorch FSDP/FSDP2 sharding strategies,
+//! and Megatron-LM/Megatron-Core tensor, pipeline, sequence, context and expert parallelism —
+//! reported for the most loaded rank, with CPU memory per node when offloading.
+//!
+//! Model states follow each engine's own layout (cited per formula). Activations come from the
+//! validated single-GPU model (DDP, DeepSpeed, FSDP run the Hugging Face model) or from
+//! Megatron's own formula (Korthikanti et al. 2022, as `theoretical_memory_usage.py` codes it).
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::job::{Checkpointing, Job, Mode, Optimizer, Precision};
+use crate::memory::{activation_profile, Component, Kind};
+use crate::model::{Model, Role};
+use crate::units::MIB;
+
+/// Which framework lays out the model states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Engine {
+    /// PyTorch DistributedDataParallel (or one GPU): full replicas, flat gradient buckets.
+    Ddp,
+    /// DeepSpeed ZeRO (bf16/fp16 config: 16-bit model, fp32 master weights in the optimizer).
+    DeepSpeed,
+    /// PyTorch FSDP / FSDP2 with MixedPrecision(param_dtype=bf16), fp32 sharded parameters.
+    Fsdp,
+    /// Megatron-LM / Megatron-Core (TP, PP, SP, CP, EP; optional distributed optimizer).
+    Megatron,
+}
+
+/// FSDP sharding strategy (torch `ShardingStrategy` names, HF `--fsdp` spellings).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FsdpStrategy {
+    /// Parameters, gradients and optimizer states sharded (ZeRO-3).
+    FullShard,
+    /// Gradients and optimizer states sharded; parameters kept unsharded between forward and backward (ZeRO-2).
+    ShardGradOp,
+    /// Full shard within a node, replicated across nodes.
+    HybridShard,
+    /// No sharding (DDP).
+    NoShard,
+}
+
+impl FsdpStrategy {
+    /// Parse `full_shard`, `shard_grad_op`, `hybrid_shard`, `no_shard`.
+    pub fn parse(s: &str) -> Result<Self> {
+        Ok(match s.to_ascii_lowercase().replace('-', "_").as_str() {
+            "full_shard" | "full" => FsdpStrategy::FullShard,
+            "shard_grad_op" => FsdpStrategy::ShardGradOp,
+            "hybrid_shard" | "hybrid" => FsdpStrategy::HybridShard,
+            "no_shard" => FsdpStrategy::NoShard,
+            _ => return Err(bad("FSDP strategy", s, "use full_shard, shard_grad_op, hybrid_shard or no_shard")),
+        })
+    }
+}
+
+/// A distributed layout.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Parallel {
+    /// Total GPUs.
+    pub gpus: u64,
+    /// GPUs per node.
+    pub gpus_per_node: u64,
+    /// The engine.
+    pub engine: Engine,
+    /// DeepSpeed ZeRO stage (0–3).
+    pub zero: u8,
+    /// FSDP strategy.
+    pub fsdp: FsdpStrategy,
+    /// Optimizer states (and fp32 master weights) on the CPU.
+    pub offload_optimizer: bool,
+    /// Parameters on the CPU (ZeRO-3 / FSDP full shard).
+    pub offload_params: bool,
+    /// Tensor parallel size.
+    pub tp: u64,
+    /// Pipeline parallel size.
+    pub pp: u64,
+    /// Megatron sequence parallelism (with TP).
+    pub sp: bool,
+    /// Context parallel size (sequence split across GPUs).
+    pub cp: u64,
+    /// Expert parallel size (MoE experts split across data-parallel ranks).
+    pub ep: u64,
+    /// Virtual pipeline stages per GPU (interleaved 1F1B); 1 = none.
+    pub virtual_stages: u64,
+    /// Megatron distributed optimizer (optimizer states sharded over data parallel).
+    pub distributed_optimizer: bool,
+    /// NCCL buffers per communicator (stated assumption).
+    pub nccl_buffer: u64,
+}
+
+impl Parallel {
+    /// One GPU, no parallelism.
+    pub fn single() -> Parallel {
+        Parallel {
+            gpus: 1,
+            gpus_per_node: 8,
+            engine: Engine::Ddp,
+            zero: 0,
+            fsdp: FsdpStrategy::NoShard,
+            offload_optimizer: false,
+            offload_params: false,
+            tp: 1,
+            pp: 1,
+            sp: false,
+            cp: 1,
+            ep: 1,
+            virtual_stages: 1,
+            distributed_optimizer: false,
+            // NCCL: NCCL_BUFFSIZE 4 MiB × 2 (send/recv) × up to 32 channels on NVLink per
+            // communicator (NCCL docs, env NCCL_BUFFSIZE / NCCL_MAX_NCHANNELS): stated assumption.
+            nccl_buffer: 256 * MIB,
+        }
+    }
+
+    /// Data-parallel size: gpus / (tp · pp · cp).
+    pub fn dp(&self) -> u64 {
+        self.gpus / (self.tp * self.pp * self.cp).max(1)
+    }
+
+    /// Number of nodes.
+    pub fn nodes(&self) -> u64 {
+        self.gpus.div_ceil(self.gpus_per_node.max(1))
+    }
+
+    /// Check that the layout divides the model and the cluster.
+    pub fn validate(&self, m: &Model) -> Result<()> {
+        let prod = self.tp * self.pp * self.cp;
+        if self.gpus == 0 || self.gpus > 1 << 20 || self.gpus_per_node == 0 {
+            return Err(bad("GPU count", &self.gpus.to_string(), "must be between 1 and 1048576"));
+        }
+        if prod == 0 || self.gpus % prod != 0 {
+            return Err(bad("parallel layout", &format!("tp {} × pp {} × cp {}", self.tp, self.pp, self.cp), &format!("must divide the {} GPUs", self.gpus)));
+        }
+        if self.zero > 3 {
+            return Err(bad("ZeRO stage", &self.zero.to_string(), "use 0, 1, 2 or 3"));
+        }
+        if self.tp > 1 && (m.heads % self.tp != 0) {
+            return Err(bad("tensor parallel size", &self.tp.to_string(), &format!("must divide the {} attention heads", m.heads)));
+        }
+        if self.pp > m.layers {
+            return Err(bad("pipeline parallel size", &self.pp.to_string(), &format!("cannot exceed the {} layers", m.layers)));
+        }
+        if let Some(moe) = &m.moe {
+            if self.ep > 1 && (moe.experts % self.ep != 0 || self.dp() % self.ep != 0) {
+                return Err(bad("expert parallel size", &self.ep.to_string(), &format!("must divide the {} experts and the data-parallel size {}", moe.experts, self.dp())));
+            }
+        } else if self.ep > 1 {
+            return Err(bad("expert parallel size", &self.ep.to_string(), "the model has no experts"));
+        }
+        if self.engine != Engine::Megatron && (self.tp > 1 || self.pp > 1 || self.cp > 1 || self.sp) {
+            return Err(bad(
+                "parallel layout",
+                "tensor/pipeline/context parallelism with DeepSpeed ZeRO or FSDP",
+                "vram models TP/PP/CP/SP with Megatron (drop --zero/--fsdp); ZeRO and FSDP shard over data parallel",
+            ));
+        }
+        if (self.offload_optimizer || self.offload_params) && self.engine == Engine::Megatron {
+            return Err(bad("offload", "with Megatron", "offload is modelled for DeepSpeed ZeRO and FSDP"));
+        }
+        if self.offload_params && !(self.engine == Engine::DeepSpeed && self.zero == 3 || self.engine == Engine::Fsdp) {
+            return Err(bad("offload", "params", "parameter offload needs ZeRO-3 or FSDP"));
+        }
+        if self.offload_optimizer && self.engine == Engine::DeepSpeed && self.zero == 0 {
+            return Err(bad("offload", "optimizer", "optimizer offload needs ZeRO 1, 2 or 3"));
+        }
+        if self.virtual_stages == 0 || (self.virtual_stages > 1 && (self.pp == 1 || m.layers % (self.pp * self.virtual_stages) != 0)) {
+            return Err(bad("virtual pipeline stages", &self.virtual_stages.to_string(), "need pp > 1 and must divide layers / pp"));
+        }
+        Ok(())
+    }
+}
+
+/// The per-GPU answer for the most loaded rank.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ParallelEstimate {
+    /// Components on the most loaded rank (allocated, then overheads), summing to `total`.
+    pub components: Vec<Component>,
+    /// Peak allocated on that rank.
+    pub peak_allocated: u64,
+    /// Total on that rank (what nvidia-smi shows).
+    pub total: u64,
+    /// Which rank and why it is the most loaded.
+    pub rank: String,
+    /// Data-parallel size.
+    pub dp: u64,
+    /// CPU memory per node when offloading.
+    pub cpu_per_node: Option<u64>,
+    /// Assumptions and notes.
+    pub notes: Vec<String>,
+}
+
+/// Parameter counts that the layouts need.
+#[derive(Debug, Clone, Copy)]
+pub struct Counts {
+    /// All parameters.
+    pub total: u128,
+    /// Token + position embeddings.
+    pub embedding: u128,
+    /// Untied LM head.
+    pub head: u128,
+    /// All decoder layers.
+    pub layers: u128,
+    /// Routed-expert parameters (within `layers`).
+    pub experts: u128,
+    /// Largest single tensor (DeepSpeed ZeRO-3 gathers whole modules: `largest_layer_params`).
+    pub largest_tensor: u128,
+    /// Largest decoder layer (an FSDP unit under transformer auto-wrap).
+    pub largest_layer: u128,
+}
+
+impl Counts {
+    /// Count a model.
+    pub fn of(m: &Model) -> Counts {
+        let t = m.tensors();
+        let sum = |f: &dyn Fn(Role) -> bool| -> u128 { t.iter().filter(|g| f(g.role)).map(|g| g.numel as u128 * g.count as u128).sum() };
+        let total = sum(&|_| true);
+        let embedding = sum(&|r| matches!(r, Role::Embedding | Role::Position));
+        let head = sum(&|r| r == Role::LmHead);
+        let layers: u128 = (0..m.layers).map(|i| m.layer_parameters(i) as u128).sum();
+        Counts {
+            total,
+            embedding,
+            head,
+            layers,
+            experts: sum(&|r| r == Role::Experts),
+            largest_tensor: t.iter().map(|g| if g.role == Role::Experts { g.numel / (m.moe.as_ref().map_or(1, |x| x.experts)) } else { g.numel } as u128).max().unwrap_or(0),
+            largest_layer: (0..m.layers).map(|i| m.layer_parameters(i) as u128).max().unwrap_or(0),
+        }
+    }
+}
+
+/// Reference formulas as the frameworks publish them, for tests and for CPU sizing.
+pub mod reference {
+    /// DeepSpeed `estimate_zero2_model_states_mem_needs` (runtime/zero/stage_1_and_2.py):
+    /// GPU = 2Ψ + 18Ψ/N (18 = 2 fp16 grads + 4 fp32 grads + 4 fp32 params + 8 Adam states);
+    /// with CPU offload GPU = 2Ψ and CPU = Ψ · max(4·N, 16) · 1.5. Returns (gpu, cpu) bytes.
+    pub fn deepspeed_zero2(params: u128, gpus_per_node: u128, nodes: u128, cpu_offload: bool) -> (u128, u128) {
+        let n = gpus_per_node * nodes;
+        if cpu_offload {
+            (2 * params, params * (4 * n).max(16) * 3 / 2)
+        } else {
+            (2 * params + 18 * params / n, params * 4 * gpus_per_node * 3 / 2)
+        }
+    }
+
+    /// DeepSpeed `estimate_zero3_model_states_mem_needs` (runtime/zero/stage3.py), zero_init:
+    /// largest_layer_memory = 4 · largest_layer_params; GPU = that + 18Ψ/N, or + 2Ψ/N with
+    /// optimizer offload, or alone with parameter offload. CPU per node with the 1.5 buffer factor.
+    pub fn deepspeed_zero3(params: u128, largest_layer: u128, gpus_per_node: u128, nodes: u128, offload_optimizer: bool, offload_params: bool) -> (u128, u128) {
+        let n = gpus_per_node * nodes;
+        let largest = 4 * largest_layer;
+        // gpus_factor = 1 / num_nodes
+        if offload_params {
+            (largest, params * 18 * 3 / 2 / nodes)
+        } else if offload_optimizer {
+            (largest + 2 * params / n, params * 16 * 3 / 2 / nodes)
+        } else {
+            (largest + 18 * params / n, largest_layer * 4 * gpus_per_node * 3 / 2)
+        }
+    }
+
+    /// Megatron `compute_weight_and_optimizer_memory` (training/theoretical_memory_usage.py):
+    /// bytes per parameter on the most loaded shard, 18, or 6 + 12/DP with the distributed optimizer.
+    pub fn megatron_bytes_per_param(distributed_optimizer: bool, dp: u128) -> f64 {
+        if distributed_optimizer {
+            6.0 + 12.0 / dp as f64
+        } else {
+            18.0
+        }
+    }
+
+    /// Megatron `compute_activation_memory` (Korthikanti et al. 2022, Table 2, sequence parallel +
+    /// selective recompute), for the first pipeline stage: sbh(18 + 4·ffn/h) per layer × layers,
+    /// embedding input and dropout for pp microbatches in flight, the interleaving penalty, the
+    /// output layer and loss when pp = 1, all divided by TP.
+    #[allow(clippy::too_many_arguments)]
+    pub fn megatron_activations(seq: f64, micro: f64, hidden: f64, ffn: f64, layers: f64, vocab: f64, tp: f64, pp: f64, virtual_stages: f64, microbatches: f64) -> f64 {
+        let mut a = seq * micro * hidden * (18.0 + 4.0 * ffn / hidden) * layers;
+        a += 8.0 * seq * micro * pp;
+        a += seq * micro * hidden * pp;
+        if virtual_stages > 1.0 {
+            a *= 1.0 + (pp - 1.0) / (pp * virtual_stages);
+        } else if pp > 1.0 {
+            a *= (microbatches / pp).min(1.0);
+        }
+        if pp == 1.0 {
+            a += seq * micro * hidden * 4.0 * (1.0 + vocab / hidden);
+        }
+        a / tp
+    }
+}
+
+fn bad(what: &str, value: &str, hint: &str) -> Error {
+    Error::InvalidValue { what: what.into(), value: value.into(), hint: hint.into() }
+}
+
+/// Per-GPU estimate of a distributed training job on its most loaded rank. `microbatches` is the
+/// number of micro-batches per optimizer step on each data-parallel rank (gradient accumulation;
+/// with pipeline parallelism, the micro-batches in the pipeline).
+pub fn estimate_parallel(m: &Model, job: &Job, par: &Parallel, microbatches: u64) -> Result<ParallelEstimate> {
+    job.validate()?;
+    par.validate(m)?;
+    if job.mode != Mode::Train {
+        return Err(bad("mode", "infer", "the parallel model covers training; serving capacity is `vram serve`'s job"));
+    }
+    if job.seq % par.cp != 0 {
+        return Err(bad("context parallel size", &par.cp.to_string(), &format!("must divide the sequence length {}", job.seq)));
+    }
+    let c = Counts::of(m);
+    let dp = par.dp() as u128;
+    let mut parts: Vec<(String, u128, String)> = Vec::new();
+    let mut notes = Vec::new();
+    let mut cpu_per_node = None;
+    let half = job.precision != Precision::Fp32;
+    let adam = matches!(job.optimizer, Optimizer::Adamw | Optimizer::Adam);
+    let state_bytes: u128 = match job.optimizer {
+        Optimizer::Adamw | Optimizer::Adam => 8,
+        Optimizer::Sgd => 0,
+        Optimizer::SgdMomentum | Optimizer::Lion => 4,
+        Optimizer::Adamw8bit => 2,
+        Optimizer::Adafactor => 1, // factored: a few bytes per row/column; ~1 B/param is a generous bound
+    };
+    let rank;
+    // Engines other than DDP run the model itself in 16-bit (DeepSpeed casts the module; FSDP
+    // MixedPrecision computes in param_dtype), so activations are those of pure bf16.
+    let act_job = |precision: Precision| Job { batch: job.batch, seq: job.seq / par.cp, precision, grad_accum: 1, ..job.clone() };
+    match par.engine {
+        Engine::Ddp => {
+            // torch AMP on each replica, exactly as on one GPU, plus DDP's flat gradient buckets:
+            // the Reducer keeps its own bucket copy of every gradient unless
+            // gradient_as_bucket_view=True (torch/nn/parallel/distributed.py).
+            let single = crate::memory::estimate(m, &Job { seq: job.seq, grad_accum: microbatches.max(1), ..job.clone() })?;
+            for comp in single.components.iter().filter(|x| x.kind == Kind::Allocated) {
+                parts.push((comp.name.clone(), comp.bytes as u128, comp.detail.clone()));
+            }
+            if par.gpus > 1 {
+                let g = single.component("gradients").max(c.total as u64 * job.precision.param_dtype().bytes()) as u128;
+                parts.push(("DDP gradient buckets".into(), g, "flat all-reduce buckets, one copy of every gradient (gradient_as_bucket_view=False, torch's default)".into()));
+            }
+            rank = if par.gpus > 1 { "every rank (replicas are identical)".to_string() } else { "the only GPU".to_string() };
+        }
+        Engine::DeepSpeed => {
+            let n = dp;
+            let p = c.total;
+            let prof = activation_profile(m, &act_job(if half { Precision::Bf16 } else { Precision::Fp32 }));
+            let w = if half { 2 } else { 4 };
+            // Layout of DeepSpeed's bf16/fp16 training (runtime/zero/stage_1_and_2.py, stage3.py):
+            // 16-bit params and grads on the GPU; fp32 grads, fp32 master params and Adam states in
+            // the optimizer, partitioned from stage 1 on.
+            let (params16, grads16, fp32_grads, master, states) = match par.zero {
+                0 => (w * p, w * p, 4 * p, 4 * p, state_bytes * p),
+                1 => (w * p, w * p, 4 * p / n, 4 * p / n, state_bytes * p / n),
+                2 => (w * p, 0, 4 * p / n, 4 * p / n, state_bytes * p / n),
+                _ => (w * p / n, 0, 4 * p / n, 4 * p / n, state_bytes * p / n),
+            };
+            // ZeRO-2 keeps the 16-bit gradient partition (2Ψ/N, within DeepSpeed's 18); ZeRO-3
+            // gathers the largest module's 16-bit params and grads whole (4 · largest_layer_params).
+            let grads16 = if par.zero == 2 { w * p / n } else { grads16 };
+            let gathered = if par.zero == 3 { 2 * w * c.largest_tensor } else { 0 };
+            let offload = par.offload_optimizer || par.offload_params;
+            parts.push(("parameters (16-bit)".into(), if par.offload_params { 0 } else { params16 }, format!("{} parameters × {w} B{}", c.total, if par.zero == 3 { format!(" / {n} (ZeRO-3)") } else { String::new() })));
+            parts.push(("gradients (16-bit)".into(), grads16, if par.zero >= 2 { format!("partitioned / {n}") } else { "replicated".into() }));
+            if !par.offload_optimizer {
+                parts.push(("gradients (fp32, optimizer)".into(), fp32_grads, "fp32 gradient copy the optimizer steps on".into()));
+                parts.push(("fp32 master weights".into(), master, if par.zero >= 1 { format!("partitioned / {n}") } else { "replicated".into() }));
+                parts.push(("optimizer states".into(), states, format!("{} states{}", job.optimizer.name(), if par.zero >= 1 { format!(", partitioned / {n}") } else { String::new() })));
+            }
+            if par.zero == 3 {
+                parts.push(("ZeRO-3 gathered largest module".into(), gathered, format!("16-bit params + grads of the largest module ({} parameters) gathered whole", c.largest_tensor)));
+                // stage3_prefetch_bucket_size default 5e7 elements (runtime/zero/config.py).
+                parts.push(("ZeRO-3 prefetch bucket".into(), 50_000_000 * w, "stage3_prefetch_bucket_size = 5e7 elements (DeepSpeed default)".into()));
+            } else if par.zero >= 1 {
+                // contiguous_gradients with reduce_bucket_size 5e8 elements (DeepSpeed default).
+                parts.push(("ZeRO reduce bucket".into(), 500_000_000 * w, "contiguous gradient buffer, reduce_bucket_size = 5e8 elements (DeepSpeed default)".into()));
+            }
+            push_activations(&mut parts, &prof);
+            if offload {
+                let nodes = par.nodes() as u128;
+                let gpn = par.gpus_per_node.min(par.gpus) as u128;
+                let (_, cpu) = if par.zero == 3 { reference::deepspeed_zero3(p, c.largest_tensor, gpn, nodes, par.offload_optimizer, par.offload_params) } else { reference::deepspeed_zero2(p, gpn, nodes, true) };
+                cpu_per_node = Some(u64::try_from(cpu).unwrap_or(u64::MAX));
+                notes.push("CPU memory per node from DeepSpeed's own estimator (additional_buffer_factor 1.5)".into());
+            }
+            if !adam && par.zero > 0 {
+                notes.push(format!("{} with ZeRO: states scaled from Adam's layout", job.optimizer.name()));
+            }
+            rank = "every rank (ZeRO partitions evenly)".into();
+        }
+        Engine::Fsdp => {
+            let n = match par.fsdp {
+                FsdpStrategy::FullShard | FsdpStrategy::ShardGradOp => dp,
+                FsdpStrategy::HybridShard => (par.gpus_per_node.min(par.gpus)) as u128,
+                FsdpStrategy::NoShard => 1,
+            };
+            let p = c.total;
+            let prof = activation_profile(m, &act_job(if half { Precision::Bf16 } else { Precision::Fp32 }));
+            let unit = c.largest_layer.max(c.embedding).max(c.head);
+            let w = if half { 2 } else { 4 };
+            // FSDP keeps fp32 sharded parameters, gradients and optimizer states (1/N each); the
+            // compute copy of a wrapped unit is all-gathered in param_dtype, the current and the
+            // prefetched next (forward/backward_prefetch), and its gradient is reduce-scattered
+            // from an unsharded buffer (torch/distributed/fsdp).
+            parts.push(("parameters (fp32 shard)".into(), if par.offload_params { 0 } else { 4 * p / n }, format!("{p} parameters × 4 B / {n}")));
+            parts.push(("gradients (fp32 shard)".into(), if par.offload_params { 0 } else { 4 * p / n }, format!("/ {n}")));
+            if !par.offload_optimizer && !par.offload_params {
+                parts.push(("optimizer states".into(), state_bytes * p / n, format!("{} states / {n}", job.optimizer.name())));
+            }
+            let gathered = match par.fsdp {
+                FsdpStrategy::ShardGradOp => w * p,
+                FsdpStrategy::NoShard => 0,
+                _ => 2 * w * unit + w * unit,
+            };
+            parts.push(("FSDP gathered parameters".into(), gathered, match par.fsdp {
+                FsdpStrategy::ShardGradOp => "SHARD_GRAD_OP keeps the 16-bit parameters gathered from forward to backward".to_string(),
+                FsdpStrategy::NoShard => "no sharding".to_string(),
+                _ => format!("two all-gathered units (current + prefetch) and one unsharded gradient, unit = {unit} parameters"),
+            }));
+            push_activations(&mut parts, &prof);
+            if par.offload_optimizer || par.offload_params {
+                let ranks_per_node = par.gpus_per_node.min(par.gpus) as u128;
+                cpu_per_node = Some(u64::try_from(ranks_per_node * (4 + 4 + state_bytes) * p / n).unwrap_or(u64::MAX));
+                notes.push("FSDP CPU offload: each rank's fp32 shard, gradients and optimizer states in host memory".into());
+            }
+            rank = "every rank (FSDP shards evenly)".into();
+        }
+        Engine::Megatron => {
+            let tp = par.tp as u128;
+            let pp = par.pp as u128;
+            // Parameters on the most loaded shard (theoretical_memory_usage.py): layers / pp plus the
+            // embedding on the first stage, / tp; an untied output layer adds another vocab×hidden
+            // on the last stage (and on the only one when pp = 1).
+            let per_stage_layers = c.layers.div_ceil(pp);
+            let experts_share = if par.ep > 1 { c.experts / pp - c.experts / pp / par.ep as u128 } else { 0 };
+            let other = c.total - c.layers - c.embedding - c.head; // final norm (last stage)
+            let first = (per_stage_layers + c.embedding - experts_share) / tp;
+            let last = (per_stage_layers + other + if c.head > 0 { c.head } else { c.embedding } - experts_share) / tp;
+            let shard = if pp == 1 { (c.total - experts_share) / tp } else { first.max(last) };
+            let first_loaded = pp == 1 || first >= last;
+            let bpp = reference::megatron_bytes_per_param(par.distributed_optimizer, dp);
+            // bf16 params (2), fp32 main grads (4), fp32 master + Adam (12, or 12/DP distributed).
+            parts.push(("parameters (bf16)".into(), 2 * shard, format!("{shard} parameters on this shard × 2 B")));
+            parts.push(("gradients (fp32 main_grad)".into(), 4 * shard, "Megatron accumulates gradients in fp32".into()));
+            parts.push(("fp32 master weights + optimizer states".into(), ((bpp - 6.0) * shard as f64) as u128, if par.distributed_optimizer { format!("12 B/param / DP {dp} (distributed optimizer)") } else { "12 B/param".into() }));
+            let ffn = m.intermediate as f64 * if m.mlp.gated { 1.5 } else { 1.0 };
+            let mb = job.batch as f64;
+            let s = (job.seq / par.cp) as f64;
+            let acts = match (job.checkpointing, par.sp) {
+                // Full recompute keeps each layer's input (2sbh per layer, / tp with SP).
+                (Checkpointing::Full, _) => s * mb * m.hidden as f64 * 2.0 * m.layers as f64 / (if par.sp { par.tp as f64 } else { 1.0 }),
+                (Checkpointing::Selective, true) | (_, true) => {
+                    let base = reference::megatron_activations(s, mb, m.hidden as f64, ffn, m.layers as f64, m.vocab as f64, par.tp as f64, par.pp as f64, par.virtual_stages as f64, microbatches as f64);
+                    if job.checkpointing == Checkpointing::None && job.attention == crate::job::AttentionImpl::Eager {
+                        base + 5.0 * mb * m.heads as f64 * s * s * m.layers as f64 / par.tp as f64
+                    } else {
+                        base
+                    }
+                }
+                // Without SP the norms and dropouts are replicated: sbh(10 + 24/t) per layer
+                // (Korthikanti Table 2, selective recompute / flash attention).
+                _ => {
+                    let per_layer = s * mb * m.hidden as f64 * (10.0 + (8.0 + 4.0 * ffn / m.hidden as f64) / par.tp as f64);
+                    let inflight = if par.pp > 1 { (microbatches as f64).min(par.pp as f64) / par.pp as f64 * par.pp as f64 } else { 1.0 };
+                    per_layer * m.layers as f64 / par.pp as f64 * inflight
+                }
+            };
+            parts.push(("activations (Megatron formula)".into(), acts as u128, format!("Korthikanti et al. 2022 as Megatron's theoretical_memory_usage.py: {} in flight on the first stage", if par.pp > 1 { format!("{} micro-batches", microbatches.min(par.pp)) } else { "1 micro-batch".into() })));
+            if par.pp > 1 {
+                // The last stage holds the logits and loss (Megatron's formula counts them at pp = 1 only).
+                let logits = (job.batch * job.seq / par.cp) as u128 * m.vocab as u128 * 4 * 3 / tp;
+                if !first_loaded {
+                    parts.push(("logits & loss (last stage)".into(), logits, "fp32 logits and their gradient, vocab-parallel / tp".into()));
+                }
+            }
+            rank = if par.pp == 1 {
+                "every rank".into()
+            } else if first_loaded {
+                format!("pipeline stage 0: the embedding plus {} layers, and {} micro-batches of activations in flight under 1F1B", m.layers.div_ceil(par.pp), microbatches.min(par.pp))
+            } else {
+                format!("the last pipeline stage: the output layer ({} parameters) and the logits", if c.head > 0 { c.head } else { c.embedding })
+            };
+        }
+    }
+    // NCCL communicators this rank belongs to (one per parallel dimension larger than 1).
+    let groups = [par.dp() > 1, par.tp > 1, par.pp > 1, par.cp > 1, par.ep > 1].iter().filter(|g| **g).count() as u128;
+    let allocated: u128 = parts.iter().map(|p| p.1).sum();
+    let peak_allocated = u64::try_from(allocated).map_err(|_| Error::Overflow { what: "per-GPU memory".into() })?;
+    let mut components: Vec<Component> = parts
+        .into_iter()
+        .filter(|p| p.1 > 0)
+        .map(|(name, bytes, detail)| Component { name, bytes: bytes as u64, kind: Kind::Allocated, detail })
+        .collect();
+    let o = job.overheads;
+    let reserve = (peak_allocated as f64 * o.allocator_reserve).ceil() as u64;
+    for (name, bytes, detail) in [
+        ("caching allocator reserve", reserve, format!("assumed {:.0}% of peak allocated", o.allocator_reserve * 100.0)),
+        ("CUDA context", o.cuda_context, "assumed".to_string()),
+        ("cuBLAS workspace", o.cublas_workspace, "PyTorch defaults".to_string()),
+        ("NCCL buffers", (groups as u64) * par.nccl_buffer, format!("{groups} communicators × {} MiB (stated assumption)", par.nccl_buffer / MIB)),
+    ] {
+        if bytes > 0 {
+            components.push(Component { name: name.into(), bytes, kind: Kind::Overhead, detail });
+        }
+    }
+    let total = components.iter().map(|x| x.bytes).sum();
+    Ok(ParallelEstimate { components, peak_allocated, total, rank, dp: par.dp(), cpu_per_node, notes })
+}
+
+/// Activation side of the peak: the saved activations plus whichever is larger of the logits at
+/// the start of backward and the widest layer's backward (they do not coexist).
+fn push_activations(parts: &mut Vec<(String, u128, String)>, prof: &crate::memory::ActivationProfile) {
+    parts.push(("activations".into(), prof.saved, "saved for backward by the Hugging Face model in 16-bit (same formulas as one GPU)".into()));
+    if prof.logits >= prof.backward_transient {
+        parts.push(("logits & loss".into(), prof.logits, "fp32 log-softmax and its gradients at the start of backward".into()));
+    } else {
+        parts.push(("backward temporaries".into(), prof.backward_transient, "widest layer backward (and its recomputation)".into()));
+    }
+    parts.push(("input batch".into(), prof.input, "input_ids, labels, attention_mask".into()));
+}

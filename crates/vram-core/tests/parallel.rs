@@ -1,0 +1,144 @@
+//! Distributed layouts against the frameworks' own published formulas, and invariants.
+
+use proptest::prelude::*;
+use vram_core::parallel::{estimate_parallel, reference, Counts, Engine, FsdpStrategy, Parallel};
+use vram_core::{presets, Checkpointing, Job, Precision};
+
+fn comp(e: &vram_core::parallel::ParallelEstimate, name: &str) -> u128 {
+    e.components.iter().filter(|c| c.name == name).map(|c| c.bytes as u128).sum()
+}
+
+fn ds(zero: u8, gpus: u64, offload_optimizer: bool, offload_params: bool) -> Parallel {
+    Parallel { gpus, engine: Engine::DeepSpeed, zero, offload_optimizer, offload_params, ..Parallel::single() }
+}
+
+/// GPU model states of a DeepSpeed estimate, in the estimator's terms.
+fn ds_model_states(e: &vram_core::parallel::ParallelEstimate) -> u128 {
+    ["parameters (16-bit)", "gradients (16-bit)", "gradients (fp32, optimizer)", "fp32 master weights", "optimizer states", "ZeRO-3 gathered largest module"].iter().map(|n| comp(e, n)).sum()
+}
+
+#[test]
+fn deepspeed_zero2_is_2p_plus_18p_over_n() {
+    // DeepSpeed runtime/zero/stage_1_and_2.py estimate_zero2_model_states_mem_needs (no offload).
+    let m = presets::load("llama-3.1-8b").unwrap();
+    let p = Counts::of(&m).total;
+    for gpus in [8u64, 16, 64] {
+        let e = estimate_parallel(&m, &Job::train(1, 2048), &ds(2, gpus, false, false), 1).unwrap();
+        let (gpu, _) = reference::deepspeed_zero2(p, 8, (gpus / 8) as u128, false);
+        let mine = ds_model_states(&e);
+        assert!(mine.abs_diff(gpu) < gpus as u128 * 8, "{gpus} GPUs: {mine} vs {gpu}");
+    }
+    // With CPU offload the GPU keeps the 16-bit parameters only (2Ψ).
+    let e = estimate_parallel(&m, &Job::train(1, 2048), &ds(2, 8, true, false), 1).unwrap();
+    assert_eq!(comp(&e, "parameters (16-bit)") + comp(&e, "fp32 master weights") + comp(&e, "optimizer states"), reference::deepspeed_zero2(p, 8, 1, true).0);
+    assert_eq!(e.cpu_per_node.unwrap() as u128, reference::deepspeed_zero2(p, 8, 1, true).1);
+}
+
+#[test]
+fn deepspeed_zero3_is_4_largest_layer_plus_18p_over_n() {
+    // DeepSpeed runtime/zero/stage3.py estimate_zero3_model_states_mem_needs and its offload variants.
+    let m = presets::load("llama-3.1-70b").unwrap();
+    let c = Counts::of(&m);
+    for (oo, op) in [(false, false), (true, false), (true, true)] {
+        let e = estimate_parallel(&m, &Job::train(1, 2048), &ds(3, 64, oo, op), 1).unwrap();
+        let (gpu, cpu) = reference::deepspeed_zero3(c.total, c.largest_tensor, 8, 8, oo, op);
+        let mine = ds_model_states(&e);
+        assert!(mine.abs_diff(gpu) < 64 * 8, "offload {oo}/{op}: {mine} vs {gpu}");
+        if oo || op {
+            assert_eq!(e.cpu_per_node.unwrap() as u128, cpu);
+        }
+    }
+}
+
+#[test]
+fn megatron_bytes_per_parameter() {
+    // Megatron training/theoretical_memory_usage.py: 18 B/param, or 6 + 12/DP with the distributed optimizer.
+    let m = presets::load("llama-3.1-8b").unwrap();
+    let c = Counts::of(&m);
+    let par = Parallel { gpus: 8, engine: Engine::Megatron, tp: 8, sp: true, ..Parallel::single() };
+    let e = estimate_parallel(&m, &Job::train(1, 4096), &par, 1).unwrap();
+    let states = comp(&e, "parameters (bf16)") + comp(&e, "gradients (fp32 main_grad)") + comp(&e, "fp32 master weights + optimizer states");
+    let shard = c.total / 8;
+    assert!((states as f64 / shard as f64 - 18.0).abs() < 1e-6);
+    let dist = Parallel { gpus: 64, distributed_optimizer: true, ..par.clone() };
+    let e = estimate_parallel(&m, &Job::train(1, 4096), &dist, 1).unwrap();
+    let states = comp(&e, "parameters (bf16)") + comp(&e, "gradients (fp32 main_grad)") + comp(&e, "fp32 master weights + optimizer states");
+    assert!((states as f64 / shard as f64 - (6.0 + 12.0 / 8.0)).abs() < 1e-6);
+}
+
+#[test]
+fn megatron_activations_34_sbh_per_layer() {
+    // Korthikanti et al. 2022 (arXiv 2205.05198) Table 2: with sequence parallelism and selective
+    // recompute, 34·s·b·h / t bytes per layer (GPT-3 style MLP, ffn = 4h).
+    let (s, b, h, t) = (2048.0, 1.0, 12288.0, 8.0);
+    let one_layer = reference::megatron_activations(s, b, h, 4.0 * h, 1.0, 51200.0, t, 2.0, 1.0, 2.0) - (8.0 * s * b * 2.0 + s * b * h * 2.0) / t;
+    assert!((one_layer - 34.0 * s * b * h / t).abs() < 1.0, "{one_layer}");
+    // Interleaving (v virtual stages) costs 1 + (p - 1)/(p·v).
+    let plain = reference::megatron_activations(s, b, h, 4.0 * h, 96.0, 51200.0, t, 8.0, 1.0, 64.0);
+    let inter = reference::megatron_activations(s, b, h, 4.0 * h, 96.0, 51200.0, t, 8.0, 2.0, 64.0);
+    assert!((inter / plain - (1.0 + 7.0 / 16.0)).abs() < 1e-9);
+}
+
+#[test]
+fn tensor_parallel_divides_the_sharded_terms_exactly() {
+    let m = presets::load("llama-3.1-8b").unwrap();
+    let job = Job::train(1, 4096);
+    let at = |tp: u64| {
+        let par = Parallel { gpus: tp, engine: Engine::Megatron, tp, sp: true, ..Parallel::single() };
+        estimate_parallel(&m, &job, &par, 1).unwrap()
+    };
+    let (one, four) = (at(1), at(4));
+    for name in ["parameters (bf16)", "gradients (fp32 main_grad)", "fp32 master weights + optimizer states", "activations (Megatron formula)"] {
+        let (a, b) = (comp(&one, name), comp(&four, name));
+        assert!(a.abs_diff(4 * b) <= 16, "{name}: {a} vs 4 × {b}");
+    }
+}
+
+#[test]
+fn pipeline_names_the_most_loaded_stage() {
+    let m = presets::load("llama-3.1-70b").unwrap();
+    let par = Parallel { gpus: 64, engine: Engine::Megatron, tp: 8, pp: 8, sp: true, distributed_optimizer: true, ..Parallel::single() };
+    let e = estimate_parallel(&m, &Job { checkpointing: Checkpointing::Selective, ..Job::train(1, 4096) }, &par, 32).unwrap();
+    assert!(e.rank.contains("stage"), "{}", e.rank);
+}
+
+#[test]
+fn fsdp_strategies_order() {
+    let m = presets::load("llama-3.1-8b").unwrap();
+    let job = Job { precision: Precision::Bf16Mixed, ..Job::train(1, 2048) };
+    let at = |s: FsdpStrategy| estimate_parallel(&m, &job, &Parallel { gpus: 16, engine: Engine::Fsdp, fsdp: s, ..Parallel::single() }, 1).unwrap().peak_allocated;
+    assert!(at(FsdpStrategy::FullShard) < at(FsdpStrategy::ShardGradOp));
+    assert!(at(FsdpStrategy::FullShard) < at(FsdpStrategy::HybridShard));
+    assert!(at(FsdpStrategy::HybridShard) < at(FsdpStrategy::NoShard));
+}
+
+#[test]
+fn bad_layouts_are_refused() {
+    let m = presets::load("llama-3.1-8b").unwrap();
+    let job = Job::train(1, 2048);
+    let bad = [
+        Parallel { gpus: 6, engine: Engine::Megatron, tp: 4, ..Parallel::single() },
+        Parallel { gpus: 8, engine: Engine::Megatron, tp: 3, ..Parallel::single() },
+        Parallel { gpus: 8, engine: Engine::DeepSpeed, zero: 3, tp: 2, ..Parallel::single() },
+        Parallel { gpus: 8, engine: Engine::Megatron, ep: 2, ..Parallel::single() },
+        Parallel { gpus: 8, engine: Engine::DeepSpeed, zero: 2, offload_params: true, ..Parallel::single() },
+        Parallel { gpus: 64, engine: Engine::Megatron, pp: 64, ..Parallel::single() },
+    ];
+    for p in bad {
+        assert!(estimate_parallel(&m, &job, &p, 1).is_err(), "{p:?}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 40, .. ProptestConfig::default() })]
+
+    /// ZeRO-3: per-GPU memory never grows with more GPUs.
+    #[test]
+    fn zero3_non_increasing_in_gpus(nodes in 1u64..32, extra in 1u64..8, seq in 256u64..8192) {
+        let m = presets::load("llama-3.1-8b").unwrap();
+        let job = Job::train(1, seq);
+        let a = estimate_parallel(&m, &job, &ds(3, 8 * nodes, false, false), 1).unwrap();
+        let b = estimate_parallel(&m, &job, &ds(3, 8 * (nodes + extra), false, false), 1).unwrap();
+        prop_assert!(b.peak_allocated <= a.peak_allocated);
+    }
+}
