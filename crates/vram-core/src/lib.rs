@@ -25,6 +25,7 @@ pub mod job;
 pub mod memory;
 pub mod model;
 pub mod parallel;
+pub mod plan;
 pub mod presets;
 pub mod safetensors;
 pub mod units;

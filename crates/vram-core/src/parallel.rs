@@ -132,7 +132,11 @@ impl Parallel {
             return Err(bad("GPU count", &self.gpus.to_string(), "must be between 1 and 1048576"));
         }
         if prod == 0 || self.gpus % prod != 0 {
-            return Err(bad("parallel layout", &format!("tp {} × pp {} × cp {}", self.tp, self.pp, self.cp), &format!("must divide the {} GPUs", self.gpus)));
+            return Err(bad(
+                "parallel layout",
+                &format!("tp {} × pp {} × cp {}", self.tp, self.pp, self.cp),
+                &format!("must divide the {} GPUs", self.gpus),
+            ));
         }
         if self.zero > 3 {
             return Err(bad("ZeRO stage", &self.zero.to_string(), "use 0, 1, 2 or 3"));
@@ -145,7 +149,11 @@ impl Parallel {
         }
         if let Some(moe) = &m.moe {
             if self.ep > 1 && (moe.experts % self.ep != 0 || self.dp() % self.ep != 0) {
-                return Err(bad("expert parallel size", &self.ep.to_string(), &format!("must divide the {} experts and the data-parallel size {}", moe.experts, self.dp())));
+                return Err(bad(
+                    "expert parallel size",
+                    &self.ep.to_string(),
+                    &format!("must divide the {} experts and the data-parallel size {}", moe.experts, self.dp()),
+                ));
             }
         } else if self.ep > 1 {
             return Err(bad("expert parallel size", &self.ep.to_string(), "the model has no experts"));
@@ -219,15 +227,22 @@ impl Counts {
         let total = sum(&|_| true);
         let embedding = sum(&|r| matches!(r, Role::Embedding | Role::Position));
         let head = sum(&|r| r == Role::LmHead);
-        let layers: u128 = (0..m.layers).map(|i| m.layer_parameters(i) as u128).sum();
+        let dense = (0..m.layers).find(|i| !m.is_moe_layer(*i)).map_or(0, |i| m.layer_parameters(i) as u128);
+        let moe = (0..m.layers).find(|i| m.is_moe_layer(*i)).map_or(0, |i| m.layer_parameters(i) as u128);
+        let n_moe = m.moe_layers() as u128;
+        let layers = dense * (m.layers as u128 - n_moe) + moe * n_moe;
         Counts {
             total,
             embedding,
             head,
             layers,
             experts: sum(&|r| r == Role::Experts),
-            largest_tensor: t.iter().map(|g| if g.role == Role::Experts { g.numel / (m.moe.as_ref().map_or(1, |x| x.experts)) } else { g.numel } as u128).max().unwrap_or(0),
-            largest_layer: (0..m.layers).map(|i| m.layer_parameters(i) as u128).max().unwrap_or(0),
+            largest_tensor: t
+                .iter()
+                .map(|g| if g.role == Role::Experts { g.numel / (m.moe.as_ref().map_or(1, |x| x.experts)) } else { g.numel } as u128)
+                .max()
+                .unwrap_or(0),
+            largest_layer: dense.max(moe),
         }
     }
 }
@@ -249,7 +264,14 @@ pub mod reference {
     /// DeepSpeed `estimate_zero3_model_states_mem_needs` (runtime/zero/stage3.py), zero_init:
     /// largest_layer_memory = 4 · largest_layer_params; GPU = that + 18Ψ/N, or + 2Ψ/N with
     /// optimizer offload, or alone with parameter offload. CPU per node with the 1.5 buffer factor.
-    pub fn deepspeed_zero3(params: u128, largest_layer: u128, gpus_per_node: u128, nodes: u128, offload_optimizer: bool, offload_params: bool) -> (u128, u128) {
+    pub fn deepspeed_zero3(
+        params: u128,
+        largest_layer: u128,
+        gpus_per_node: u128,
+        nodes: u128,
+        offload_optimizer: bool,
+        offload_params: bool,
+    ) -> (u128, u128) {
         let n = gpus_per_node * nodes;
         let largest = 4 * largest_layer;
         // gpus_factor = 1 / num_nodes
@@ -277,7 +299,18 @@ pub mod reference {
     /// embedding input and dropout for pp microbatches in flight, the interleaving penalty, the
     /// output layer and loss when pp = 1, all divided by TP.
     #[allow(clippy::too_many_arguments)]
-    pub fn megatron_activations(seq: f64, micro: f64, hidden: f64, ffn: f64, layers: f64, vocab: f64, tp: f64, pp: f64, virtual_stages: f64, microbatches: f64) -> f64 {
+    pub fn megatron_activations(
+        seq: f64,
+        micro: f64,
+        hidden: f64,
+        ffn: f64,
+        layers: f64,
+        vocab: f64,
+        tp: f64,
+        pp: f64,
+        virtual_stages: f64,
+        microbatches: f64,
+    ) -> f64 {
         let mut a = seq * micro * hidden * (18.0 + 4.0 * ffn / hidden) * layers;
         a += 8.0 * seq * micro * pp;
         a += seq * micro * hidden * pp;
@@ -290,6 +323,209 @@ pub mod reference {
             a += seq * micro * hidden * 4.0 * (1.0 + vocab / hidden);
         }
         a / tp
+    }
+}
+
+/// Megatron's most loaded rank, as numbers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MegatronLayout {
+    /// Parameters on the most loaded shard.
+    pub shard: u128,
+    /// fp32 master weights + optimizer states on it.
+    pub optimizer: u128,
+    /// Activations on the first stage (Megatron's formula).
+    pub activations: u128,
+    /// Logits and loss on the last stage (pp > 1).
+    pub last_logits: u128,
+    /// Whether the first stage is the most loaded.
+    pub first_loaded: bool,
+}
+
+/// Megatron's layout: parameters on the most loaded shard (theoretical_memory_usage.py: layers / pp
+/// plus the embedding on the first stage, / tp; the output layer on the last) at 18 B/param or
+/// 6 + 12/DP with the distributed optimizer; activations by Korthikanti et al. 2022.
+#[allow(clippy::too_many_arguments)]
+pub fn megatron_layout(
+    m: &Model,
+    c: &Counts,
+    par: &Parallel,
+    batch: u64,
+    seq: u64,
+    ckpt: Checkpointing,
+    eager: bool,
+    microbatches: u64,
+) -> MegatronLayout {
+    let (tp, pp) = (par.tp as u128, par.pp as u128);
+    let dp = par.dp() as u128;
+    let per_stage_layers = c.layers.div_ceil(pp);
+    let experts_share = if par.ep > 1 { c.experts / pp - c.experts / pp / par.ep as u128 } else { 0 };
+    let other = c.total - c.layers - c.embedding - c.head; // final norm (last stage)
+    let first = (per_stage_layers + c.embedding - experts_share) / tp;
+    let last = (per_stage_layers + other + if c.head > 0 { c.head } else { c.embedding } - experts_share) / tp;
+    let shard = if pp == 1 { (c.total - experts_share) / tp } else { first.max(last) };
+    let bpp = reference::megatron_bytes_per_param(par.distributed_optimizer, dp);
+    let ffn = m.intermediate as f64 * if m.mlp.gated { 1.5 } else { 1.0 };
+    let (mb, s, h) = (batch as f64, (seq / par.cp) as f64, m.hidden as f64);
+    let acts = match (ckpt, par.sp) {
+        // Full recompute keeps each layer's input (2sbh per layer, / tp with SP).
+        (Checkpointing::Full, _) => s * mb * h * 2.0 * m.layers as f64 / if par.sp { par.tp as f64 } else { 1.0 },
+        (_, true) => {
+            let base = reference::megatron_activations(
+                s,
+                mb,
+                h,
+                ffn,
+                m.layers as f64,
+                m.vocab as f64,
+                par.tp as f64,
+                par.pp as f64,
+                par.virtual_stages as f64,
+                microbatches as f64,
+            );
+            // No recompute with eager attention adds the 5as/h softmax/dropout term.
+            if ckpt == Checkpointing::None && eager {
+                base + 5.0 * mb * m.heads as f64 * s * s * m.layers as f64 / par.tp as f64
+            } else {
+                base
+            }
+        }
+        // Without SP, norms and dropouts are replicated: sbh(10 + 24/t) per layer (Table 2).
+        _ => {
+            s * mb * h * (10.0 + (8.0 + 4.0 * ffn / h) / par.tp as f64) * m.layers as f64 / par.pp as f64
+                * (microbatches.min(par.pp)) as f64
+        }
+    };
+    let last_logits = if pp > 1 { (batch * seq / par.cp) as u128 * m.vocab as u128 * 12 / tp } else { 0 };
+    let first_loaded = pp == 1 || 18 * first + acts as u128 >= 18 * last + last_logits;
+    MegatronLayout { shard, optimizer: ((bpp - 6.0) * shard as f64) as u128, activations: acts as u128, last_logits, first_loaded }
+}
+
+/// Model-state bytes on one rank for DeepSpeed and FSDP, as numbers (the planner's hot path
+/// and `estimate_parallel` both use this one function).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct States {
+    /// Resident parameters (16-bit for DeepSpeed, fp32 shard for FSDP).
+    pub params: u128,
+    /// Resident gradients.
+    pub grads: u128,
+    /// DeepSpeed's fp32 gradient copy in the optimizer.
+    pub fp32_grads: u128,
+    /// fp32 master weights (DeepSpeed).
+    pub master: u128,
+    /// Optimizer states.
+    pub states: u128,
+    /// Gathered parameters (ZeRO-3 largest module; FSDP units).
+    pub gathered: u128,
+    /// Communication buffers (ZeRO reduce / prefetch buckets).
+    pub buckets: u128,
+}
+
+impl States {
+    /// Sum.
+    pub fn total(&self) -> u128 {
+        self.params + self.grads + self.fp32_grads + self.master + self.states + self.gathered + self.buckets
+    }
+}
+
+/// Bytes of optimizer state per parameter (Adam-family layout scaled for the others).
+pub fn state_bytes_per_param(opt: Optimizer) -> u128 {
+    match opt {
+        Optimizer::Adamw | Optimizer::Adam => 8,
+        Optimizer::Sgd => 0,
+        Optimizer::SgdMomentum | Optimizer::Lion => 4,
+        Optimizer::Adamw8bit => 2,
+        Optimizer::Adafactor => 1, // factored moments: a bound of ~1 B/param
+    }
+}
+
+/// DeepSpeed ZeRO layout (bf16/fp16 config; runtime/zero/stage_1_and_2.py, stage3.py): 16-bit
+/// params and grads on the GPU; fp32 grads, master params and states in the optimizer,
+/// partitioned over `n` ranks from stage 1 on. `w`: bytes of the 16-bit model (4 for fp32).
+pub fn deepspeed_states(
+    c: &Counts,
+    zero: u8,
+    n: u128,
+    w: u128,
+    state_bytes: u128,
+    offload_optimizer: bool,
+    offload_params: bool,
+) -> States {
+    let p = c.total;
+    let mut st = match zero {
+        0 => States { params: w * p, grads: w * p, fp32_grads: 4 * p, master: 4 * p, states: state_bytes * p, ..States::default() },
+        1 => States {
+            params: w * p,
+            grads: w * p,
+            fp32_grads: 4 * p / n,
+            master: 4 * p / n,
+            states: state_bytes * p / n,
+            ..States::default()
+        },
+        // ZeRO-2 keeps only its 16-bit gradient partition (within DeepSpeed's 18Ψ/N).
+        2 => States {
+            params: w * p,
+            grads: w * p / n,
+            fp32_grads: 4 * p / n,
+            master: 4 * p / n,
+            states: state_bytes * p / n,
+            ..States::default()
+        },
+        // ZeRO-3 gathers the largest module's 16-bit params and grads whole (4 · largest_layer_params).
+        _ => States {
+            params: w * p / n,
+            grads: 0,
+            fp32_grads: 4 * p / n,
+            master: 4 * p / n,
+            states: state_bytes * p / n,
+            gathered: 2 * w * c.largest_tensor,
+            ..States::default()
+        },
+    };
+    // stage3_prefetch_bucket_size 5e7 / reduce_bucket_size 5e8 elements (runtime/zero/config.py defaults).
+    st.buckets = match zero {
+        3 => 50_000_000 * w,
+        1 | 2 => 500_000_000 * w,
+        _ => 0,
+    };
+    if offload_optimizer {
+        st.fp32_grads = 0;
+        st.master = 0;
+        st.states = 0;
+        if zero == 2 {
+            st.grads = 0;
+        }
+    }
+    if offload_params {
+        st.params = 0;
+    }
+    st
+}
+
+/// FSDP layout with MixedPrecision(param_dtype=16-bit): fp32 sharded params, grads and states
+/// (1/`n`), plus the gathered compute copies (torch/distributed/fsdp).
+pub fn fsdp_states(
+    c: &Counts,
+    strategy: FsdpStrategy,
+    n: u128,
+    w: u128,
+    state_bytes: u128,
+    offload_optimizer: bool,
+    offload_params: bool,
+) -> States {
+    let p = c.total;
+    let unit = c.largest_layer.max(c.embedding).max(c.head);
+    let gathered = match strategy {
+        FsdpStrategy::ShardGradOp => w * p,
+        FsdpStrategy::NoShard => 0,
+        // current + prefetched unit, and one unsharded gradient being reduce-scattered
+        _ => 3 * w * unit,
+    };
+    States {
+        params: if offload_params { 0 } else { 4 * p / n },
+        grads: if offload_params { 0 } else { 4 * p / n },
+        states: if offload_optimizer || offload_params { 0 } else { state_bytes * p / n },
+        gathered,
+        ..States::default()
     }
 }
 
@@ -316,13 +552,7 @@ pub fn estimate_parallel(m: &Model, job: &Job, par: &Parallel, microbatches: u64
     let mut cpu_per_node = None;
     let half = job.precision != Precision::Fp32;
     let adam = matches!(job.optimizer, Optimizer::Adamw | Optimizer::Adam);
-    let state_bytes: u128 = match job.optimizer {
-        Optimizer::Adamw | Optimizer::Adam => 8,
-        Optimizer::Sgd => 0,
-        Optimizer::SgdMomentum | Optimizer::Lion => 4,
-        Optimizer::Adamw8bit => 2,
-        Optimizer::Adafactor => 1, // factored: a few bytes per row/column; ~1 B/param is a generous bound
-    };
+    let state_bytes = state_bytes_per_param(job.optimizer);
     let rank;
     // Engines other than DDP run the model itself in 16-bit (DeepSpeed casts the module; FSDP
     // MixedPrecision computes in param_dtype), so activations are those of pure bf16.
@@ -338,7 +568,11 @@ pub fn estimate_parallel(m: &Model, job: &Job, par: &Parallel, microbatches: u64
             }
             if par.gpus > 1 {
                 let g = single.component("gradients").max(c.total as u64 * job.precision.param_dtype().bytes()) as u128;
-                parts.push(("DDP gradient buckets".into(), g, "flat all-reduce buckets, one copy of every gradient (gradient_as_bucket_view=False, torch's default)".into()));
+                parts.push((
+                    "DDP gradient buckets".into(),
+                    g,
+                    "flat all-reduce buckets, one copy of every gradient (gradient_as_bucket_view=False, torch's default)".into(),
+                ));
             }
             rank = if par.gpus > 1 { "every rank (replicas are identical)".to_string() } else { "the only GPU".to_string() };
         }
@@ -347,40 +581,45 @@ pub fn estimate_parallel(m: &Model, job: &Job, par: &Parallel, microbatches: u64
             let p = c.total;
             let prof = activation_profile(m, &act_job(if half { Precision::Bf16 } else { Precision::Fp32 }));
             let w = if half { 2 } else { 4 };
-            // Layout of DeepSpeed's bf16/fp16 training (runtime/zero/stage_1_and_2.py, stage3.py):
-            // 16-bit params and grads on the GPU; fp32 grads, fp32 master params and Adam states in
-            // the optimizer, partitioned from stage 1 on.
-            let (params16, grads16, fp32_grads, master, states) = match par.zero {
-                0 => (w * p, w * p, 4 * p, 4 * p, state_bytes * p),
-                1 => (w * p, w * p, 4 * p / n, 4 * p / n, state_bytes * p / n),
-                2 => (w * p, 0, 4 * p / n, 4 * p / n, state_bytes * p / n),
-                _ => (w * p / n, 0, 4 * p / n, 4 * p / n, state_bytes * p / n),
-            };
-            // ZeRO-2 keeps the 16-bit gradient partition (2Ψ/N, within DeepSpeed's 18); ZeRO-3
-            // gathers the largest module's 16-bit params and grads whole (4 · largest_layer_params).
-            let grads16 = if par.zero == 2 { w * p / n } else { grads16 };
-            let gathered = if par.zero == 3 { 2 * w * c.largest_tensor } else { 0 };
+            let st = deepspeed_states(&c, par.zero, n, w, state_bytes, par.offload_optimizer, par.offload_params);
             let offload = par.offload_optimizer || par.offload_params;
-            parts.push(("parameters (16-bit)".into(), if par.offload_params { 0 } else { params16 }, format!("{} parameters × {w} B{}", c.total, if par.zero == 3 { format!(" / {n} (ZeRO-3)") } else { String::new() })));
-            parts.push(("gradients (16-bit)".into(), grads16, if par.zero >= 2 { format!("partitioned / {n}") } else { "replicated".into() }));
-            if !par.offload_optimizer {
-                parts.push(("gradients (fp32, optimizer)".into(), fp32_grads, "fp32 gradient copy the optimizer steps on".into()));
-                parts.push(("fp32 master weights".into(), master, if par.zero >= 1 { format!("partitioned / {n}") } else { "replicated".into() }));
-                parts.push(("optimizer states".into(), states, format!("{} states{}", job.optimizer.name(), if par.zero >= 1 { format!(", partitioned / {n}") } else { String::new() })));
-            }
-            if par.zero == 3 {
-                parts.push(("ZeRO-3 gathered largest module".into(), gathered, format!("16-bit params + grads of the largest module ({} parameters) gathered whole", c.largest_tensor)));
-                // stage3_prefetch_bucket_size default 5e7 elements (runtime/zero/config.py).
-                parts.push(("ZeRO-3 prefetch bucket".into(), 50_000_000 * w, "stage3_prefetch_bucket_size = 5e7 elements (DeepSpeed default)".into()));
-            } else if par.zero >= 1 {
-                // contiguous_gradients with reduce_bucket_size 5e8 elements (DeepSpeed default).
-                parts.push(("ZeRO reduce bucket".into(), 500_000_000 * w, "contiguous gradient buffer, reduce_bucket_size = 5e8 elements (DeepSpeed default)".into()));
-            }
+            let part = if par.zero >= 1 { format!(", partitioned / {n}") } else { ", replicated".into() };
+            parts.push((
+                "parameters (16-bit)".into(),
+                st.params,
+                format!("{} parameters × {w} B{}", c.total, if par.zero == 3 { format!(" / {n} (ZeRO-3)") } else { String::new() }),
+            ));
+            parts.push((
+                "gradients (16-bit)".into(),
+                st.grads,
+                if par.zero >= 2 { format!("partitioned / {n}") } else { "replicated".into() },
+            ));
+            parts.push(("gradients (fp32, optimizer)".into(), st.fp32_grads, format!("fp32 gradient copy the optimizer steps on{part}")));
+            parts.push(("fp32 master weights".into(), st.master, format!("fp32 params{part}")));
+            parts.push(("optimizer states".into(), st.states, format!("{} states{part}", job.optimizer.name())));
+            parts.push((
+                "ZeRO-3 gathered largest module".into(),
+                st.gathered,
+                format!("16-bit params + grads of the largest module ({} parameters) gathered whole", c.largest_tensor),
+            ));
+            parts.push((
+                if par.zero == 3 { "ZeRO-3 prefetch bucket" } else { "ZeRO reduce bucket" }.into(),
+                st.buckets,
+                if par.zero == 3 {
+                    "stage3_prefetch_bucket_size = 5e7 elements (DeepSpeed default)".into()
+                } else {
+                    "contiguous gradient buffer, reduce_bucket_size = 5e8 elements (DeepSpeed default)".to_string()
+                },
+            ));
             push_activations(&mut parts, &prof);
             if offload {
                 let nodes = par.nodes() as u128;
                 let gpn = par.gpus_per_node.min(par.gpus) as u128;
-                let (_, cpu) = if par.zero == 3 { reference::deepspeed_zero3(p, c.largest_tensor, gpn, nodes, par.offload_optimizer, par.offload_params) } else { reference::deepspeed_zero2(p, gpn, nodes, true) };
+                let (_, cpu) = if par.zero == 3 {
+                    reference::deepspeed_zero3(p, c.largest_tensor, gpn, nodes, par.offload_optimizer, par.offload_params)
+                } else {
+                    reference::deepspeed_zero2(p, gpn, nodes, true)
+                };
                 cpu_per_node = Some(u64::try_from(cpu).unwrap_or(u64::MAX));
                 notes.push("CPU memory per node from DeepSpeed's own estimator (additional_buffer_factor 1.5)".into());
             }
@@ -397,27 +636,20 @@ pub fn estimate_parallel(m: &Model, job: &Job, par: &Parallel, microbatches: u64
             };
             let p = c.total;
             let prof = activation_profile(m, &act_job(if half { Precision::Bf16 } else { Precision::Fp32 }));
-            let unit = c.largest_layer.max(c.embedding).max(c.head);
             let w = if half { 2 } else { 4 };
-            // FSDP keeps fp32 sharded parameters, gradients and optimizer states (1/N each); the
-            // compute copy of a wrapped unit is all-gathered in param_dtype, the current and the
-            // prefetched next (forward/backward_prefetch), and its gradient is reduce-scattered
-            // from an unsharded buffer (torch/distributed/fsdp).
-            parts.push(("parameters (fp32 shard)".into(), if par.offload_params { 0 } else { 4 * p / n }, format!("{p} parameters × 4 B / {n}")));
-            parts.push(("gradients (fp32 shard)".into(), if par.offload_params { 0 } else { 4 * p / n }, format!("/ {n}")));
-            if !par.offload_optimizer && !par.offload_params {
-                parts.push(("optimizer states".into(), state_bytes * p / n, format!("{} states / {n}", job.optimizer.name())));
-            }
-            let gathered = match par.fsdp {
-                FsdpStrategy::ShardGradOp => w * p,
-                FsdpStrategy::NoShard => 0,
-                _ => 2 * w * unit + w * unit,
-            };
-            parts.push(("FSDP gathered parameters".into(), gathered, match par.fsdp {
-                FsdpStrategy::ShardGradOp => "SHARD_GRAD_OP keeps the 16-bit parameters gathered from forward to backward".to_string(),
-                FsdpStrategy::NoShard => "no sharding".to_string(),
-                _ => format!("two all-gathered units (current + prefetch) and one unsharded gradient, unit = {unit} parameters"),
-            }));
+            let st = fsdp_states(&c, par.fsdp, n, w, state_bytes, par.offload_optimizer, par.offload_params);
+            parts.push(("parameters (fp32 shard)".into(), st.params, format!("{p} parameters × 4 B / {n}")));
+            parts.push(("gradients (fp32 shard)".into(), st.grads, format!("/ {n}")));
+            parts.push(("optimizer states".into(), st.states, format!("{} states / {n}", job.optimizer.name())));
+            parts.push((
+                "FSDP gathered parameters".into(),
+                st.gathered,
+                match par.fsdp {
+                    FsdpStrategy::ShardGradOp => "SHARD_GRAD_OP keeps the 16-bit parameters gathered from forward to backward".to_string(),
+                    FsdpStrategy::NoShard => "no sharding".to_string(),
+                    _ => "two all-gathered units (current + prefetch) and one unsharded gradient".to_string(),
+                },
+            ));
             push_activations(&mut parts, &prof);
             if par.offload_optimizer || par.offload_params {
                 let ranks_per_node = par.gpus_per_node.min(par.gpus) as u128;
@@ -427,59 +659,53 @@ pub fn estimate_parallel(m: &Model, job: &Job, par: &Parallel, microbatches: u64
             rank = "every rank (FSDP shards evenly)".into();
         }
         Engine::Megatron => {
-            let tp = par.tp as u128;
-            let pp = par.pp as u128;
-            // Parameters on the most loaded shard (theoretical_memory_usage.py): layers / pp plus the
-            // embedding on the first stage, / tp; an untied output layer adds another vocab×hidden
-            // on the last stage (and on the only one when pp = 1).
-            let per_stage_layers = c.layers.div_ceil(pp);
-            let experts_share = if par.ep > 1 { c.experts / pp - c.experts / pp / par.ep as u128 } else { 0 };
-            let other = c.total - c.layers - c.embedding - c.head; // final norm (last stage)
-            let first = (per_stage_layers + c.embedding - experts_share) / tp;
-            let last = (per_stage_layers + other + if c.head > 0 { c.head } else { c.embedding } - experts_share) / tp;
-            let shard = if pp == 1 { (c.total - experts_share) / tp } else { first.max(last) };
-            let first_loaded = pp == 1 || first >= last;
-            let bpp = reference::megatron_bytes_per_param(par.distributed_optimizer, dp);
-            // bf16 params (2), fp32 main grads (4), fp32 master + Adam (12, or 12/DP distributed).
+            let ml = megatron_layout(
+                m,
+                &c,
+                par,
+                job.batch,
+                job.seq,
+                job.checkpointing,
+                job.attention == crate::job::AttentionImpl::Eager,
+                microbatches,
+            );
+            let shard = ml.shard;
+            let first_loaded = ml.first_loaded;
             parts.push(("parameters (bf16)".into(), 2 * shard, format!("{shard} parameters on this shard × 2 B")));
             parts.push(("gradients (fp32 main_grad)".into(), 4 * shard, "Megatron accumulates gradients in fp32".into()));
-            parts.push(("fp32 master weights + optimizer states".into(), ((bpp - 6.0) * shard as f64) as u128, if par.distributed_optimizer { format!("12 B/param / DP {dp} (distributed optimizer)") } else { "12 B/param".into() }));
-            let ffn = m.intermediate as f64 * if m.mlp.gated { 1.5 } else { 1.0 };
-            let mb = job.batch as f64;
-            let s = (job.seq / par.cp) as f64;
-            let acts = match (job.checkpointing, par.sp) {
-                // Full recompute keeps each layer's input (2sbh per layer, / tp with SP).
-                (Checkpointing::Full, _) => s * mb * m.hidden as f64 * 2.0 * m.layers as f64 / (if par.sp { par.tp as f64 } else { 1.0 }),
-                (Checkpointing::Selective, true) | (_, true) => {
-                    let base = reference::megatron_activations(s, mb, m.hidden as f64, ffn, m.layers as f64, m.vocab as f64, par.tp as f64, par.pp as f64, par.virtual_stages as f64, microbatches as f64);
-                    if job.checkpointing == Checkpointing::None && job.attention == crate::job::AttentionImpl::Eager {
-                        base + 5.0 * mb * m.heads as f64 * s * s * m.layers as f64 / par.tp as f64
-                    } else {
-                        base
-                    }
-                }
-                // Without SP the norms and dropouts are replicated: sbh(10 + 24/t) per layer
-                // (Korthikanti Table 2, selective recompute / flash attention).
-                _ => {
-                    let per_layer = s * mb * m.hidden as f64 * (10.0 + (8.0 + 4.0 * ffn / m.hidden as f64) / par.tp as f64);
-                    let inflight = if par.pp > 1 { (microbatches as f64).min(par.pp as f64) / par.pp as f64 * par.pp as f64 } else { 1.0 };
-                    per_layer * m.layers as f64 / par.pp as f64 * inflight
-                }
-            };
-            parts.push(("activations (Megatron formula)".into(), acts as u128, format!("Korthikanti et al. 2022 as Megatron's theoretical_memory_usage.py: {} in flight on the first stage", if par.pp > 1 { format!("{} micro-batches", microbatches.min(par.pp)) } else { "1 micro-batch".into() })));
-            if par.pp > 1 {
-                // The last stage holds the logits and loss (Megatron's formula counts them at pp = 1 only).
-                let logits = (job.batch * job.seq / par.cp) as u128 * m.vocab as u128 * 4 * 3 / tp;
-                if !first_loaded {
-                    parts.push(("logits & loss (last stage)".into(), logits, "fp32 logits and their gradient, vocab-parallel / tp".into()));
-                }
+            parts.push((
+                "fp32 master weights + optimizer states".into(),
+                ml.optimizer,
+                if par.distributed_optimizer { format!("12 B/param / DP {dp} (distributed optimizer)") } else { "12 B/param".into() },
+            ));
+            parts.push((
+                "activations (Megatron formula)".into(),
+                ml.activations,
+                format!(
+                    "Korthikanti et al. 2022 as Megatron's theoretical_memory_usage.py: {} in flight on the first stage",
+                    if par.pp > 1 { format!("{} micro-batches", microbatches.min(par.pp)) } else { "1 micro-batch".into() }
+                ),
+            ));
+            if !first_loaded {
+                parts.push((
+                    "logits & loss (last stage)".into(),
+                    ml.last_logits,
+                    "fp32 logits and their gradient, vocab-parallel / tp".into(),
+                ));
             }
             rank = if par.pp == 1 {
                 "every rank".into()
             } else if first_loaded {
-                format!("pipeline stage 0: the embedding plus {} layers, and {} micro-batches of activations in flight under 1F1B", m.layers.div_ceil(par.pp), microbatches.min(par.pp))
+                format!(
+                    "pipeline stage 0: the embedding plus {} layers, and {} micro-batches of activations in flight under 1F1B",
+                    m.layers.div_ceil(par.pp),
+                    microbatches.min(par.pp)
+                )
             } else {
-                format!("the last pipeline stage: the output layer ({} parameters) and the logits", if c.head > 0 { c.head } else { c.embedding })
+                format!(
+                    "the last pipeline stage: the output layer ({} parameters) and the logits",
+                    if c.head > 0 { c.head } else { c.embedding }
+                )
             };
         }
     }
@@ -498,7 +724,11 @@ pub fn estimate_parallel(m: &Model, job: &Job, par: &Parallel, microbatches: u64
         ("caching allocator reserve", reserve, format!("assumed {:.0}% of peak allocated", o.allocator_reserve * 100.0)),
         ("CUDA context", o.cuda_context, "assumed".to_string()),
         ("cuBLAS workspace", o.cublas_workspace, "PyTorch defaults".to_string()),
-        ("NCCL buffers", (groups as u64) * par.nccl_buffer, format!("{groups} communicators × {} MiB (stated assumption)", par.nccl_buffer / MIB)),
+        (
+            "NCCL buffers",
+            (groups as u64) * par.nccl_buffer,
+            format!("{groups} communicators × {} MiB (stated assumption)", par.nccl_buffer / MIB),
+        ),
     ] {
         if bytes > 0 {
             components.push(Component { name: name.into(), bytes, kind: Kind::Overhead, detail });
@@ -511,7 +741,11 @@ pub fn estimate_parallel(m: &Model, job: &Job, par: &Parallel, microbatches: u64
 /// Activation side of the peak: the saved activations plus whichever is larger of the logits at
 /// the start of backward and the widest layer's backward (they do not coexist).
 fn push_activations(parts: &mut Vec<(String, u128, String)>, prof: &crate::memory::ActivationProfile) {
-    parts.push(("activations".into(), prof.saved, "saved for backward by the Hugging Face model in 16-bit (same formulas as one GPU)".into()));
+    parts.push((
+        "activations".into(),
+        prof.saved,
+        "saved for backward by the Hugging Face model in 16-bit (same formulas as one GPU)".into(),
+    ));
     if prof.logits >= prof.backward_transient {
         parts.push(("logits & loss".into(), prof.logits, "fp32 log-softmax and its gradients at the start of backward".into()));
     } else {

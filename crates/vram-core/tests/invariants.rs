@@ -79,10 +79,14 @@ proptest! {
         let model = presets::load(MODELS[mi]).unwrap();
         let base = estimate(&model, &job).unwrap();
         let more_batch = estimate(&model, &job.with_batch(job.batch + db)).unwrap();
-        let more_seq = estimate(&model, &Job { seq: job.seq + ds, ..job.clone() }).unwrap();
+        let longer = Job { seq: job.seq + ds, ..job.clone() };
+        let more_seq = estimate(&model, &longer).unwrap();
+        // Crossing a sliding window switches kernels for real (an explicit mask makes fp32 GQA run
+        // memory-efficient attention instead of math): memory may fall there, and only there.
+        let switches = vram_core::memory::activations::sliding_masked(&model, &job, job.seq) != vram_core::memory::activations::sliding_masked(&model, &longer, longer.seq);
         prop_assert!(more_batch.peak_allocated >= base.peak_allocated, "batch {} -> {}: {} -> {}", job.batch, job.batch + db, base.peak_allocated, more_batch.peak_allocated);
-        prop_assert!(more_seq.peak_allocated >= base.peak_allocated, "seq {} -> {}: {} -> {}", job.seq, job.seq + ds, base.peak_allocated, more_seq.peak_allocated);
-        prop_assert!(more_batch.total >= base.total && more_seq.total >= base.total);
+        prop_assert!(switches || more_seq.peak_allocated >= base.peak_allocated, "seq {} -> {}: {} -> {}", job.seq, job.seq + ds, base.peak_allocated, more_seq.peak_allocated);
+        prop_assert!(more_batch.total >= base.total && (switches || more_seq.total >= base.total));
     }
 
     #[test]

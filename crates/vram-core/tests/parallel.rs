@@ -14,7 +14,17 @@ fn ds(zero: u8, gpus: u64, offload_optimizer: bool, offload_params: bool) -> Par
 
 /// GPU model states of a DeepSpeed estimate, in the estimator's terms.
 fn ds_model_states(e: &vram_core::parallel::ParallelEstimate) -> u128 {
-    ["parameters (16-bit)", "gradients (16-bit)", "gradients (fp32, optimizer)", "fp32 master weights", "optimizer states", "ZeRO-3 gathered largest module"].iter().map(|n| comp(e, n)).sum()
+    [
+        "parameters (16-bit)",
+        "gradients (16-bit)",
+        "gradients (fp32, optimizer)",
+        "fp32 master weights",
+        "optimizer states",
+        "ZeRO-3 gathered largest module",
+    ]
+    .iter()
+    .map(|n| comp(e, n))
+    .sum()
 }
 
 #[test]
@@ -30,7 +40,10 @@ fn deepspeed_zero2_is_2p_plus_18p_over_n() {
     }
     // With CPU offload the GPU keeps the 16-bit parameters only (2Ψ).
     let e = estimate_parallel(&m, &Job::train(1, 2048), &ds(2, 8, true, false), 1).unwrap();
-    assert_eq!(comp(&e, "parameters (16-bit)") + comp(&e, "fp32 master weights") + comp(&e, "optimizer states"), reference::deepspeed_zero2(p, 8, 1, true).0);
+    assert_eq!(
+        comp(&e, "parameters (16-bit)") + comp(&e, "fp32 master weights") + comp(&e, "optimizer states"),
+        reference::deepspeed_zero2(p, 8, 1, true).0
+    );
     assert_eq!(e.cpu_per_node.unwrap() as u128, reference::deepspeed_zero2(p, 8, 1, true).1);
 }
 
@@ -57,12 +70,14 @@ fn megatron_bytes_per_parameter() {
     let c = Counts::of(&m);
     let par = Parallel { gpus: 8, engine: Engine::Megatron, tp: 8, sp: true, ..Parallel::single() };
     let e = estimate_parallel(&m, &Job::train(1, 4096), &par, 1).unwrap();
-    let states = comp(&e, "parameters (bf16)") + comp(&e, "gradients (fp32 main_grad)") + comp(&e, "fp32 master weights + optimizer states");
+    let states =
+        comp(&e, "parameters (bf16)") + comp(&e, "gradients (fp32 main_grad)") + comp(&e, "fp32 master weights + optimizer states");
     let shard = c.total / 8;
     assert!((states as f64 / shard as f64 - 18.0).abs() < 1e-6);
     let dist = Parallel { gpus: 64, distributed_optimizer: true, ..par.clone() };
     let e = estimate_parallel(&m, &Job::train(1, 4096), &dist, 1).unwrap();
-    let states = comp(&e, "parameters (bf16)") + comp(&e, "gradients (fp32 main_grad)") + comp(&e, "fp32 master weights + optimizer states");
+    let states =
+        comp(&e, "parameters (bf16)") + comp(&e, "gradients (fp32 main_grad)") + comp(&e, "fp32 master weights + optimizer states");
     assert!((states as f64 / shard as f64 - (6.0 + 12.0 / 8.0)).abs() < 1e-6);
 }
 
@@ -71,7 +86,8 @@ fn megatron_activations_34_sbh_per_layer() {
     // Korthikanti et al. 2022 (arXiv 2205.05198) Table 2: with sequence parallelism and selective
     // recompute, 34·s·b·h / t bytes per layer (GPT-3 style MLP, ffn = 4h).
     let (s, b, h, t) = (2048.0, 1.0, 12288.0, 8.0);
-    let one_layer = reference::megatron_activations(s, b, h, 4.0 * h, 1.0, 51200.0, t, 2.0, 1.0, 2.0) - (8.0 * s * b * 2.0 + s * b * h * 2.0) / t;
+    let one_layer =
+        reference::megatron_activations(s, b, h, 4.0 * h, 1.0, 51200.0, t, 2.0, 1.0, 2.0) - (8.0 * s * b * 2.0 + s * b * h * 2.0) / t;
     assert!((one_layer - 34.0 * s * b * h / t).abs() < 1.0, "{one_layer}");
     // Interleaving (v virtual stages) costs 1 + (p - 1)/(p·v).
     let plain = reference::megatron_activations(s, b, h, 4.0 * h, 96.0, 51200.0, t, 8.0, 1.0, 64.0);
@@ -88,7 +104,9 @@ fn tensor_parallel_divides_the_sharded_terms_exactly() {
         estimate_parallel(&m, &job, &par, 1).unwrap()
     };
     let (one, four) = (at(1), at(4));
-    for name in ["parameters (bf16)", "gradients (fp32 main_grad)", "fp32 master weights + optimizer states", "activations (Megatron formula)"] {
+    for name in
+        ["parameters (bf16)", "gradients (fp32 main_grad)", "fp32 master weights + optimizer states", "activations (Megatron formula)"]
+    {
         let (a, b) = (comp(&one, name), comp(&four, name));
         assert!(a.abs_diff(4 * b) <= 16, "{name}: {a} vs 4 × {b}");
     }
@@ -106,7 +124,9 @@ fn pipeline_names_the_most_loaded_stage() {
 fn fsdp_strategies_order() {
     let m = presets::load("llama-3.1-8b").unwrap();
     let job = Job { precision: Precision::Bf16Mixed, ..Job::train(1, 2048) };
-    let at = |s: FsdpStrategy| estimate_parallel(&m, &job, &Parallel { gpus: 16, engine: Engine::Fsdp, fsdp: s, ..Parallel::single() }, 1).unwrap().peak_allocated;
+    let at = |s: FsdpStrategy| {
+        estimate_parallel(&m, &job, &Parallel { gpus: 16, engine: Engine::Fsdp, fsdp: s, ..Parallel::single() }, 1).unwrap().peak_allocated
+    };
     assert!(at(FsdpStrategy::FullShard) < at(FsdpStrategy::ShardGradOp));
     assert!(at(FsdpStrategy::FullShard) < at(FsdpStrategy::HybridShard));
     assert!(at(FsdpStrategy::HybridShard) < at(FsdpStrategy::NoShard));

@@ -69,14 +69,28 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
             m.sliding_layers
         ));
     }
-    let layer_full: Vec<LayerCoef> = (0..m.layers).map(|i| act::apply_checkpointing(act::layer(m, job, kernel, i), ckpt)).collect();
+    // Layers differ only by kind (dense or MoE, windowed or not): compute each kind once.
+    let kind = |i: u64| (m.is_moe_layer(i), i < m.sliding_layers);
+    let mut coef_cache: Vec<((bool, bool), LayerCoef)> = Vec::new();
+    let layer_full: Vec<LayerCoef> = (0..m.layers)
+        .map(|i| {
+            if let Some((_, c)) = coef_cache.iter().find(|(k, _)| *k == kind(i)) {
+                return *c;
+            }
+            let c = act::apply_checkpointing(act::layer(m, job, kernel, i), ckpt);
+            coef_cache.push((kind(i), c));
+            c
+        })
+        .collect();
     let mask_elems = batch * seq * seq;
     let layer_bytes = |c: &LayerCoef| c.norms * t + c.attention * t + c.mlp * t + c.attention_sq * sq_elems + c.mask_sq * mask_elems;
     let layer_saved: Vec<u128> = match ckpt {
         Checkpointing::Full => (0..m.layers).map(|_| act::checkpointed_layer(job, m) * t).collect(),
         _ => layer_full.iter().map(layer_bytes).collect(),
     };
-    let layer_params: Vec<u128> = (0..m.layers).map(|i| m.layer_parameters(i) as u128).collect();
+    let dense_params = (0..m.layers).find(|i| !m.is_moe_layer(*i)).map_or(0, |i| m.layer_parameters(i) as u128);
+    let moe_params = (0..m.layers).find(|i| m.is_moe_layer(*i)).map_or(0, |i| m.layer_parameters(i) as u128);
+    let layer_params: Vec<u128> = (0..m.layers).map(|i| if m.is_moe_layer(i) { moe_params } else { dense_params }).collect();
     // Half copies of a layer's matmul weights (norm weights and biases are not cast).
     let layer_casts: Vec<u128> = (0..m.layers)
         .map(|i| {
@@ -296,7 +310,13 @@ pub struct ActivationProfile {
 pub fn activation_profile(m: &Model, job: &Job) -> ActivationProfile {
     let (phases, _, _) = phases(m, job);
     let get = |phase: Phase, names: &[&str]| -> u128 {
-        phases.iter().filter(|p| p.phase == phase).flat_map(|p| p.parts.iter()).filter(|(n, _, _)| names.contains(n)).map(|(_, b, _)| *b).sum()
+        phases
+            .iter()
+            .filter(|p| p.phase == phase)
+            .flat_map(|p| p.parts.iter())
+            .filter(|(n, _, _)| names.contains(n))
+            .map(|(_, b, _)| *b)
+            .sum()
     };
     let acts = [ACT_ATTN, ACT_MLP, ACT_NORM, ACT_CKPT, ACT_OTHER];
     ActivationProfile {
