@@ -112,6 +112,8 @@ pub struct PlanRequest<'a> {
     pub throughput: Throughput,
     /// How many plans to keep.
     pub keep: usize,
+    /// Only this engine (for `--emit`).
+    pub only: Option<Engine>,
 }
 
 /// Per-micro-batch activation bytes (saved + max(logits, backward transient) + input) for each
@@ -199,7 +201,11 @@ pub fn search(req: &PlanRequest) -> Result<PlanResult> {
     let mut evaluated = 0u64;
     let mut fitting = 0u64;
     let mut best: Vec<(f64, Plan)> = Vec::new();
+    let only = req.only;
     let mut consider = |par: &Parallel, mb: u64, ck: usize, bytes: u128, dp: u64, extra_comm: f64| {
+        if only.is_some_and(|e| e != par.engine) {
+            return;
+        }
         evaluated += 1;
         if bytes > budget {
             return;

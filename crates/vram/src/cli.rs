@@ -18,6 +18,8 @@ pub enum Command {
     Estimate(EstimateArgs),
     /// Find the largest micro-batch that fits a GPU at a target utilization.
     Fit(FitArgs),
+    /// Search distributed layouts (ZeRO/FSDP/TP/PP/CP) that fit, ranked by estimated step time.
+    Plan(PlanArgs),
     /// List the built-in model presets with their parameter counts.
     Models(ListArgs),
     /// List the GPU catalogue (memory, dense 16-bit TFLOP/s).
@@ -100,12 +102,62 @@ pub struct JobArgs {
     pub json: bool,
 }
 
+/// Distributed layout flags (per-GPU estimate of the most loaded rank).
+#[derive(Debug, Args, Clone, Default)]
+pub struct ParallelArgs {
+    /// Total GPUs (default: nodes × gpus-per-node, or 1).
+    #[arg(long)]
+    pub gpus: Option<u64>,
+    /// Nodes.
+    #[arg(long)]
+    pub nodes: Option<u64>,
+    /// GPUs per node.
+    #[arg(long, default_value_t = 8)]
+    pub gpus_per_node: u64,
+    /// DeepSpeed ZeRO stage: 0, 1, 2 or 3.
+    #[arg(long)]
+    pub zero: Option<u8>,
+    /// Offload to the CPU: optimizer, params (implies optimizer) — DeepSpeed ZeRO / FSDP.
+    #[arg(long)]
+    pub offload: Option<String>,
+    /// FSDP sharding: full_shard, shard_grad_op, hybrid_shard, no_shard.
+    #[arg(long)]
+    pub fsdp: Option<String>,
+    /// Tensor parallel size (Megatron).
+    #[arg(long, default_value_t = 1)]
+    pub tp: u64,
+    /// Pipeline parallel size (Megatron).
+    #[arg(long, default_value_t = 1)]
+    pub pp: u64,
+    /// Megatron sequence parallelism (with --tp).
+    #[arg(long)]
+    pub sp: bool,
+    /// Context parallel size.
+    #[arg(long, default_value_t = 1)]
+    pub cp: u64,
+    /// Expert parallel size (MoE).
+    #[arg(long, default_value_t = 1)]
+    pub ep: u64,
+    /// Virtual pipeline stages per GPU (interleaved 1F1B).
+    #[arg(long, default_value_t = 1)]
+    pub virtual_stages: u64,
+    /// Megatron distributed optimizer.
+    #[arg(long)]
+    pub distributed_optimizer: bool,
+    /// Assumed NCCL buffers per communicator (e.g. 256MiB).
+    #[arg(long)]
+    pub nccl_buffer: Option<String>,
+}
+
 /// `vram estimate`.
 #[derive(Debug, Args)]
 pub struct EstimateArgs {
     /// The job.
     #[command(flatten)]
     pub job: JobArgs,
+    /// Distributed layout.
+    #[command(flatten)]
+    pub parallel: ParallelArgs,
     /// A GPU (`h100`, `a100-40gb`, `rtx-4090`) or a size (`24GiB`, `80GB`): show the share and whether it fits.
     #[arg(long, short = 'g')]
     pub gpu: Option<String>,
@@ -126,4 +178,42 @@ pub struct FitArgs {
     /// Global batch size: the micro-batch must divide it; the rest is gradient accumulation.
     #[arg(long)]
     pub global_batch_size: Option<u64>,
+    /// Model FLOPs utilisation assumed for the tokens/s column.
+    #[arg(long, default_value_t = 0.40)]
+    pub mfu: f64,
+}
+
+/// `vram plan`.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// The job (batch size and checkpointing are searched).
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// A GPU (`h100`, `a100-80gb`, …).
+    #[arg(long, short = 'g')]
+    pub gpu: String,
+    /// Total GPUs.
+    #[arg(long)]
+    pub gpus: u64,
+    /// GPUs per node.
+    #[arg(long, default_value_t = 8)]
+    pub gpus_per_node: u64,
+    /// Global batch in sequences (default: the smallest multiple of the GPU count with ≥ 4M tokens).
+    #[arg(long)]
+    pub global_batch_size: Option<u64>,
+    /// Share of GPU memory a plan may use.
+    #[arg(long, default_value_t = 0.90)]
+    pub target_utilization: f64,
+    /// Model FLOPs utilisation of compute.
+    #[arg(long, default_value_t = 0.40)]
+    pub mfu: f64,
+    /// Network bandwidth per GPU between nodes, GB/s.
+    #[arg(long)]
+    pub inter_node_gbps: Option<f64>,
+    /// How many plans to show.
+    #[arg(long, default_value_t = 5)]
+    pub top: usize,
+    /// Write the best plan for an engine: deepspeed (JSON), accelerate (YAML), torchrun (command).
+    #[arg(long)]
+    pub emit: Option<String>,
 }

@@ -63,6 +63,14 @@ fn run(cli: Cli) -> Result<()> {
         Command::Estimate(a) => {
             let (model, job) = resolve::resolve(&a.job)?;
             let g = a.gpu.as_deref().map(gpu::lookup).transpose()?;
+            if let Some(par) = resolve::resolve_parallel(&a.parallel)? {
+                let est = vram_core::parallel::estimate_parallel(&model, &job, &par, job.grad_accum)?;
+                return if a.job.json {
+                    emit_json(&render::json::parallel(&model, &job, &par, &est, g.as_ref()))
+                } else {
+                    emit(&render::text::parallel(&model, &job, &par, &est, g.as_ref()))
+                };
+            }
             let est = estimate(&model, &job)?;
             let adv = advice::notes(&model, &job, &est)?;
             let mut advice = adv;
@@ -90,6 +98,21 @@ fn run(cli: Cli) -> Result<()> {
                 None => None,
             };
             let alternatives = if f.max_batch.is_none() { advice::alternatives(&model, &job.with_batch(1), f.budget)? } else { Vec::new() };
+            if !(a.mfu > 0.0 && a.mfu <= 1.0) {
+                return Err(resolve::UsageError(format!("invalid --mfu {}: a fraction in (0, 1]", a.mfu)).into());
+            }
+            let throughput = f
+                .rows
+                .iter()
+                .map(|r| {
+                    vram_core::plan::single_gpu_throughput(
+                        &model,
+                        &vram_core::Job { batch: r.batch, grad_accum: r.grad_accum, ..job.clone() },
+                        &g,
+                        a.mfu,
+                    )
+                })
+                .collect();
             let report = FitReport {
                 model: &model,
                 job: &job,
@@ -98,11 +121,63 @@ fn run(cli: Cli) -> Result<()> {
                 global_batch: a.global_batch_size,
                 chosen: chosen.as_ref(),
                 alternatives,
+                throughput,
+                mfu: a.mfu,
             };
             if a.job.json {
                 emit_json(&render::json::fit(&report))
             } else {
                 emit(&render::text::fit(&report))
+            }
+        }
+        Command::Plan(a) => {
+            let (model, job) = resolve::resolve(&a.job)?;
+            let g = gpu::lookup(&a.gpu)?;
+            let mut tp = vram_core::plan::Throughput::for_gpu(&g);
+            tp.mfu = a.mfu;
+            if let Some(bw) = a.inter_node_gbps {
+                tp.inter_node_gbps = bw;
+            }
+            if !(a.mfu > 0.0 && a.mfu <= 1.0) || tp.inter_node_gbps <= 0.0 || !tp.inter_node_gbps.is_finite() {
+                return Err(resolve::UsageError("--mfu must be in (0, 1] and --inter-node-gbps positive".into()).into());
+            }
+            let only = match a.emit.as_deref() {
+                None => None,
+                Some("deepspeed") => Some(vram_core::parallel::Engine::DeepSpeed),
+                Some("accelerate") | Some("torchrun") => None,
+                Some(other) => {
+                    return Err(resolve::UsageError(format!("invalid --emit `{other}`: use deepspeed, accelerate or torchrun")).into())
+                }
+            };
+            let req = vram_core::plan::PlanRequest {
+                model: &model,
+                job: &job,
+                gpu: &g,
+                gpus: a.gpus,
+                gpus_per_node: a.gpus_per_node,
+                global_batch: a.global_batch_size,
+                target: a.target_utilization,
+                throughput: tp,
+                keep: a.top.clamp(1, 100),
+                only,
+            };
+            let result = vram_core::plan::search(&req)?;
+            let Some(best) = result.top.first() else {
+                return Err(anyhow::anyhow!(
+                    "no layout of {} fits {} × {} at {:.0}% (searched {} configurations): add GPUs, shorten --seq-len, or raise --target-utilization",
+                    model.name,
+                    a.gpus,
+                    g.name,
+                    a.target_utilization * 100.0,
+                    result.evaluated
+                ));
+            };
+            match a.emit.as_deref() {
+                Some("deepspeed") => emit_json(&render::emit::deepspeed(best, &job)),
+                Some("accelerate") => emit(&render::emit::accelerate(best, &job)),
+                Some("torchrun") => emit(&format!("{}\n", render::emit::torchrun(best, &job))),
+                _ if a.job.json => emit_json(&render::json::plan(&model, &job, &g, &result)),
+                _ => emit(&render::text::plan(&model, &job, &g, &result)),
             }
         }
         Command::Models(a) => {

@@ -84,3 +84,71 @@ fn parse_bool(s: &str) -> Result<bool> {
         other => Err(UsageError(format!("invalid boolean `{other}`: use true or false")).into()),
     }
 }
+
+/// Resolve the distributed layout flags; `None` when the job is a plain single-GPU one.
+pub fn resolve_parallel(a: &crate::cli::ParallelArgs) -> Result<Option<vram_core::parallel::Parallel>> {
+    use vram_core::parallel::{Engine, FsdpStrategy, Parallel};
+    let any = a.gpus.is_some_and(|g| g > 1)
+        || a.nodes.is_some_and(|n| n > 1)
+        || a.zero.is_some()
+        || a.fsdp.is_some()
+        || a.offload.is_some()
+        || a.tp > 1
+        || a.pp > 1
+        || a.cp > 1
+        || a.ep > 1
+        || a.sp
+        || a.distributed_optimizer;
+    if !any {
+        return Ok(None);
+    }
+    let gpus = a.gpus.unwrap_or(a.nodes.unwrap_or(1) * a.gpus_per_node);
+    let mut p = Parallel {
+        gpus,
+        gpus_per_node: a.gpus_per_node,
+        tp: a.tp,
+        pp: a.pp,
+        cp: a.cp,
+        ep: a.ep,
+        sp: a.sp,
+        virtual_stages: a.virtual_stages,
+        distributed_optimizer: a.distributed_optimizer,
+        ..Parallel::single()
+    };
+    if let Some(n) = a.nodes {
+        if n * a.gpus_per_node != gpus {
+            return Err(UsageError(format!("--nodes {n} × --gpus-per-node {} is not --gpus {gpus}", a.gpus_per_node)).into());
+        }
+    }
+    if let Some(s) = &a.nccl_buffer {
+        p.nccl_buffer = parse_size(s)?;
+    }
+    match (&a.zero, &a.fsdp) {
+        (Some(_), Some(_)) => return Err(UsageError("--zero (DeepSpeed) and --fsdp are two engines: pick one".into()).into()),
+        (Some(z), None) => {
+            p.engine = Engine::DeepSpeed;
+            p.zero = *z;
+        }
+        (None, Some(f)) => {
+            p.engine = Engine::Fsdp;
+            p.fsdp = FsdpStrategy::parse(f)?;
+        }
+        (None, None) => {
+            p.engine = if a.tp > 1 || a.pp > 1 || a.cp > 1 || a.ep > 1 || a.sp || a.distributed_optimizer {
+                Engine::Megatron
+            } else {
+                Engine::Ddp
+            };
+        }
+    }
+    match a.offload.as_deref().map(str::to_ascii_lowercase).as_deref() {
+        None | Some("none") => {}
+        Some("optimizer") | Some("cpu") => p.offload_optimizer = true,
+        Some("params") | Some("param") | Some("all") => {
+            p.offload_optimizer = true;
+            p.offload_params = true;
+        }
+        Some(other) => return Err(UsageError(format!("invalid --offload `{other}`: use optimizer or params")).into()),
+    }
+    Ok(Some(p))
+}

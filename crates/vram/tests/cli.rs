@@ -203,3 +203,177 @@ fn broken_pipe_is_not_an_error() {
     assert!(!err.contains("panicked"), "{err}");
     assert!(status.success(), "exit {status:?}: {err}");
 }
+
+#[test]
+fn parallel_estimate_names_the_rank_and_offload_cpu() {
+    let v = json(&[
+        "estimate",
+        "-m",
+        "llama-3.1-70b",
+        "-s",
+        "4096",
+        "--gpus",
+        "64",
+        "--zero",
+        "3",
+        "--offload",
+        "optimizer",
+        "--checkpointing",
+        "full",
+        "--gpu",
+        "h100",
+    ]);
+    assert_eq!(v["parallel"]["engine"], "deep_speed");
+    assert!(v["rank"].as_str().unwrap().contains("rank"));
+    assert!(v["cpu_per_node_bytes"].as_u64().unwrap() > 0);
+    let sum: u64 = v["components"].as_array().unwrap().iter().map(|c| c["bytes"].as_u64().unwrap()).sum();
+    assert_eq!(sum, v["total_bytes"].as_u64().unwrap());
+    let m = json(&[
+        "estimate",
+        "-m",
+        "llama-3.1-70b",
+        "-s",
+        "4096",
+        "--gpus",
+        "64",
+        "--tp",
+        "8",
+        "--pp",
+        "4",
+        "--sp",
+        "--distributed-optimizer",
+        "--grad-accum",
+        "16",
+    ]);
+    assert_eq!(m["parallel"]["engine"], "megatron");
+    assert!(m["rank"].as_str().unwrap().contains("stage"), "{}", m["rank"]);
+    fails(&["estimate", "-m", "llama-3.1-8b", "--gpus", "8", "--tp", "3"], 2);
+    fails(&["estimate", "-m", "llama-3.1-8b", "--gpus", "8", "--zero", "3", "--fsdp", "full_shard"], 2);
+    fails(&["estimate", "-m", "llama-3.1-8b", "--gpus", "8", "--offload", "disk"], 2);
+}
+
+#[test]
+fn plan_ranks_layouts_that_fit() {
+    let v = json(&["plan", "-m", "llama-3.1-70b", "-g", "h100", "--gpus", "64", "-s", "4096", "--global-batch-size", "512", "--top", "3"]);
+    let plans = v["plans"].as_array().unwrap();
+    assert_eq!(plans.len(), 3);
+    assert!(v["evaluated"].as_u64().unwrap() > 1000);
+    let budget = 0.9 * v["gpu"]["memory_bytes"].as_f64().unwrap();
+    let mut last = f64::INFINITY;
+    for p in plans {
+        assert!(p["per_gpu_bytes"].as_f64().unwrap() <= budget);
+        let tps = p["tokens_per_second"].as_f64().unwrap();
+        assert!(tps <= last, "ranked by throughput");
+        last = tps;
+        // global batch = micro-batch × accumulation × data parallel
+        let dp = p["parallel"]["gpus"].as_u64().unwrap()
+            / (p["parallel"]["tp"].as_u64().unwrap() * p["parallel"]["pp"].as_u64().unwrap() * p["parallel"]["cp"].as_u64().unwrap());
+        assert_eq!(p["micro_batch"].as_u64().unwrap() * p["grad_accum"].as_u64().unwrap() * dp, 512);
+    }
+    let e = fails(&["plan", "-m", "llama-3.1-405b", "-g", "rtx-4090", "--gpus", "2", "-s", "4096"], 1);
+    assert!(e.contains("no layout"), "{e}");
+}
+
+#[test]
+fn emit_deepspeed_is_a_valid_config() {
+    // Keys of deepspeed/runtime/constants.py and runtime/zero/config.py (DeepSpeed config schema).
+    const TOP: &[&str] = &[
+        "train_batch_size",
+        "train_micro_batch_size_per_gpu",
+        "gradient_accumulation_steps",
+        "gradient_clipping",
+        "zero_optimization",
+        "bf16",
+        "fp16",
+        "steps_per_print",
+        "wall_clock_breakdown",
+        "optimizer",
+        "scheduler",
+        "activation_checkpointing",
+    ];
+    const ZERO: &[&str] = &[
+        "stage",
+        "overlap_comm",
+        "contiguous_gradients",
+        "reduce_bucket_size",
+        "allgather_bucket_size",
+        "allgather_partitions",
+        "reduce_scatter",
+        "stage3_prefetch_bucket_size",
+        "stage3_param_persistence_threshold",
+        "stage3_max_live_parameters",
+        "stage3_max_reuse_distance",
+        "stage3_gather_16bit_weights_on_model_save",
+        "offload_optimizer",
+        "offload_param",
+        "sub_group_size",
+    ];
+    const OFFLOAD: &[&str] = &["device", "pin_memory", "nvme_path", "buffer_count", "ratio"];
+    let out = vram()
+        .args([
+            "plan",
+            "-m",
+            "llama-3.1-8b",
+            "-g",
+            "a100-40gb",
+            "--gpus",
+            "16",
+            "-s",
+            "4096",
+            "--global-batch-size",
+            "256",
+            "--emit",
+            "deepspeed",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for k in v.as_object().unwrap().keys() {
+        assert!(TOP.contains(&k.as_str()), "unknown DeepSpeed key {k}");
+    }
+    let z = v["zero_optimization"].as_object().unwrap();
+    for (k, val) in z {
+        assert!(ZERO.contains(&k.as_str()), "unknown zero_optimization key {k}");
+        if k.starts_with("offload") {
+            for ok in val.as_object().unwrap().keys() {
+                assert!(OFFLOAD.contains(&ok.as_str()), "unknown offload key {ok}");
+            }
+        }
+    }
+    assert!((0..=3).contains(&z["stage"].as_u64().unwrap()));
+    assert_eq!(v["bf16"]["enabled"], true);
+    // DeepSpeed requires train_batch_size = micro × accumulation × world size (16 GPUs).
+    assert_eq!(
+        v["train_batch_size"].as_u64().unwrap(),
+        v["train_micro_batch_size_per_gpu"].as_u64().unwrap() * v["gradient_accumulation_steps"].as_u64().unwrap() * 16
+    );
+}
+
+#[test]
+fn emit_accelerate_and_torchrun() {
+    let run = |emit: &str| {
+        let out = vram()
+            .args(["plan", "-m", "llama-3.1-70b", "-g", "h100", "--gpus", "64", "-s", "4096", "--global-batch-size", "512", "--emit", emit])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let yaml = run("accelerate");
+    for key in ["distributed_type:", "num_machines: 8", "num_processes: 64", "mixed_precision: bf16"] {
+        assert!(yaml.contains(key), "{key} missing:\n{yaml}");
+    }
+    let cmd = run("torchrun");
+    assert!(cmd.starts_with("torchrun --nnodes 8 --nproc-per-node 8"), "{cmd}");
+    assert!(cmd.contains("--micro-batch-size") || cmd.contains("--per_device_train_batch_size"), "{cmd}");
+    fails(&["plan", "-m", "gpt2", "-g", "h100", "--gpus", "8", "--emit", "yaml"], 2);
+}
+
+#[test]
+fn fit_reports_throughput() {
+    let v = json(&["fit", "-m", "qwen2.5-0.5b", "-g", "h100", "-s", "2048"]);
+    let t = v["throughput"].as_array().unwrap();
+    assert!(!t.is_empty());
+    assert!(t.iter().all(|r| r["tokens_per_second"].as_f64().unwrap() > 0.0));
+}

@@ -225,38 +225,40 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     bs.add(LOGITS, logits_bwd, logits_detail);
     out.push(bs);
 
-    // Backward through each decoder layer, last to first; keep the worst.
+    // Backward through each decoder layer, last to first; keep the worst. The walk is numeric
+    // (prefix sums); the named breakdown is built once, for the worst layer.
     let head_grad = v * ed * p; // lm_head (or tied embedding) gradient appears first
-    let mut worst: Option<Breakdown> = None;
-    for l in (0..layers).rev() {
-        let mut bd = Breakdown::new(Phase::Backward);
-        base(&mut bd);
-        if !accum {
-            let g: u128 = (layer_params[l + 1..].iter().sum::<u128>() * p + head_grad) / shards;
-            bd.add(GRADS, g, format!("gradients of the lm_head and the {} layers already back-propagated", layers - l - 1));
-        }
+    let layer_walk = |l: usize, bd: Option<&mut Breakdown>| -> u128 {
+        let grads = if accum { 0 } else { (layer_params[l + 1..].iter().sum::<u128>() * p + head_grad) / shards };
         let casts_left: u128 = if ckpt == Checkpointing::Full { 0 } else { layer_casts[..=l].iter().sum() };
-        bd.add(CASTS, casts_left, "half weight copies still saved by layers not yet back-propagated");
-        add_activations(&mut bd, l + 1);
-        bd.add(ACT_OTHER, rope_per_pos * seq, "rotary cos/sin");
-        if ckpt == Checkpointing::Full {
-            let full = act::layer(m, job, kernel, l as u64);
-            bd.add(ACT_RECOMP, layer_bytes(&full) + layer_casts[l], "one decoder layer's activations, recomputed for its backward");
-        }
+        let recomputed = if ckpt == Checkpointing::Full { layer_bytes(&act::layer(m, job, kernel, l as u64)) + layer_casts[l] } else { 0 };
         let (tr_tok, tr_sq) = act::backward_transient(m, job, kernel, l as u64);
         // AMP: the half gradient of each weight copy before it is cast into the fp32 .grad;
         // accumulation: the fresh gradient before it is added into the existing one.
         let grad_tmp = if b.amp { layer_casts[l] } else { 0 } + if accum { layer_params[l] * p / shards } else { 0 };
-        bd.add(
-            BWD_TMP,
-            tr_tok * t + tr_sq * sq_elems + grad_tmp,
-            "residual gradients, the widest op's input gradients, fresh weight gradients",
-        );
-        if worst.as_ref().is_none_or(|w| bd.total() > w.total()) {
-            worst = Some(bd);
+        let tmp = tr_tok * t + tr_sq * sq_elems + grad_tmp;
+        let saved: u128 = layer_saved[..=l].iter().sum();
+        match bd {
+            None => grads + casts_left + recomputed + tmp + saved + rope_per_pos * seq,
+            Some(bd) => {
+                base(bd);
+                if !accum {
+                    bd.add(GRADS, grads, format!("gradients of the lm_head and the {} layers already back-propagated", layers - l - 1));
+                }
+                bd.add(CASTS, casts_left, "half weight copies still saved by layers not yet back-propagated");
+                add_activations(bd, l + 1);
+                bd.add(ACT_OTHER, rope_per_pos * seq, "rotary cos/sin");
+                bd.add(ACT_RECOMP, recomputed, "one decoder layer's activations, recomputed for its backward");
+                bd.add(BWD_TMP, tmp, "residual gradients, the widest op's input gradients, fresh weight gradients");
+                bd.total()
+            }
         }
+    };
+    if let Some(worst) = (0..layers).rev().max_by_key(|l| (layer_walk(*l, None), std::cmp::Reverse(*l))) {
+        let mut bd = Breakdown::new(Phase::Backward);
+        layer_walk(worst, Some(&mut bd));
+        out.push(bd);
     }
-    out.extend(worst);
 
     // End of backward: the embedding gradient is created last (embedding_dense_backward). When the
     // weight already has a .grad (tied LM head, or gradient accumulation), AccumulateGrad adds the

@@ -84,6 +84,8 @@ pub fn fit(r: &FitReport) -> Value {
         "rows": f.rows,
         "estimate": r.chosen.map(estimate_body),
         "alternatives": r.alternatives,
+        "throughput": r.fit.rows.iter().zip(&r.throughput).map(|(row, (tps, step))| json!({"batch": row.batch, "tokens_per_second": tps, "step_seconds": step})).collect::<Vec<_>>(),
+        "mfu": r.mfu,
     })
 }
 
@@ -95,4 +97,47 @@ pub fn models(rows: &[(String, String, String, u64)]) -> Value {
 /// `vram gpus --json`.
 pub fn gpus(list: &[Gpu]) -> Value {
     Value::Array(list.iter().map(gpu).collect())
+}
+
+/// `vram estimate --json` with a distributed layout.
+pub fn parallel(
+    m: &Model,
+    j: &Job,
+    par: &vram_core::parallel::Parallel,
+    e: &vram_core::parallel::ParallelEstimate,
+    g: Option<&Gpu>,
+) -> Value {
+    json!({
+        "vram_version": env!("CARGO_PKG_VERSION"),
+        "model": model(m),
+        "job": job(j),
+        "parallel": par,
+        "rank": e.rank,
+        "components": e.components,
+        "peak_allocated_bytes": e.peak_allocated,
+        "total_bytes": e.total,
+        "cpu_per_node_bytes": e.cpu_per_node,
+        "gpu": g.map(|g| {
+            let mut v = gpu(g);
+            v["utilization"] = json!(e.total as f64 / g.memory as f64);
+            v["fits"] = json!(e.total <= g.memory);
+            v
+        }),
+        "notes": e.notes,
+    })
+}
+
+/// `vram plan --json`.
+pub fn plan(m: &Model, j: &Job, g: &Gpu, r: &vram_core::plan::PlanResult) -> Value {
+    json!({
+        "vram_version": env!("CARGO_PKG_VERSION"),
+        "model": model(m),
+        "job": job(j),
+        "gpu": gpu(g),
+        "evaluated": r.evaluated,
+        "fitting": r.fitting,
+        "global_batch": r.global_batch,
+        "assumptions": r.throughput,
+        "plans": r.top,
+    })
 }

@@ -1,5 +1,6 @@
 //! Renderers: pure functions from a report to text or JSON. No I/O here.
 
+pub mod emit;
 pub mod json;
 pub mod text;
 
@@ -38,4 +39,8 @@ pub struct FitReport<'a> {
     pub chosen: Option<&'a Estimate>,
     /// What would fit when batch 1 does not.
     pub alternatives: Vec<Alternative>,
+    /// (tokens/s, seconds per step) for each row.
+    pub throughput: Vec<(f64, f64)>,
+    /// The MFU assumed for it.
+    pub mfu: f64,
 }

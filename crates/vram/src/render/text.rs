@@ -237,3 +237,126 @@ pub fn gpus(list: &[Gpu]) -> String {
     );
     out
 }
+
+/// `vram estimate` with a distributed layout: the most loaded rank.
+pub fn parallel(
+    model: &Model,
+    job: &Job,
+    par: &vram_core::parallel::Parallel,
+    e: &vram_core::parallel::ParallelEstimate,
+    gpu: Option<&Gpu>,
+) -> String {
+    let mut out = String::new();
+    header(&mut out, model, job);
+    let _ = writeln!(
+        out,
+        "{:?} on {} GPUs ({} nodes × {}): dp {} · tp {} · pp {} · cp {}{}{}{}",
+        par.engine,
+        par.gpus,
+        par.nodes(),
+        par.gpus_per_node.min(par.gpus),
+        e.dp,
+        par.tp,
+        par.pp,
+        par.cp,
+        if par.engine == vram_core::parallel::Engine::DeepSpeed { format!(" · ZeRO-{}", par.zero) } else { String::new() },
+        if par.engine == vram_core::parallel::Engine::Fsdp { format!(" · {:?}", par.fsdp) } else { String::new() },
+        if par.offload_optimizer || par.offload_params { " · CPU offload" } else { "" }
+    );
+    let _ = writeln!(out, "most loaded rank: {}", e.rank);
+    let _ = writeln!(out);
+    let _ = writeln!(out, "  {:<50} {:>10} {:>7}", "component (per GPU)", "GiB", "share");
+    let total = e.total.max(1) as f64;
+    for c in &e.components {
+        let _ = writeln!(out, "  {:<50} {:>10} {:>6.1}%", c.name, gib_cell(c.bytes), c.bytes as f64 / total * 100.0);
+    }
+    let _ = writeln!(out, "  {:<50} {:>10.2}", "peak allocated per GPU", gib(e.peak_allocated));
+    let _ = writeln!(out, "  {:<50} {:>10.2}    = {:.2} GB", "total per GPU (what nvidia-smi shows)", gib(e.total), gb(e.total));
+    if let Some(cpu) = e.cpu_per_node {
+        let _ = writeln!(out, "  {:<50} {:>10.2}    = {:.2} GB", "CPU memory per node (offload)", gib(cpu), gb(cpu));
+    }
+    if let Some(g) = gpu {
+        let util = e.total as f64 / g.memory as f64;
+        let _ = writeln!(out);
+        let _ = writeln!(out, "on {}: {:.1}% — {}", gpu_line(g), util * 100.0, verdict(util));
+    }
+    for n in &e.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    out
+}
+
+/// `vram plan`.
+pub fn plan(model: &Model, job: &Job, gpu: &Gpu, r: &vram_core::plan::PlanResult) -> String {
+    let mut out = String::new();
+    header(&mut out, model, job);
+    let t = &r.throughput;
+    let _ = writeln!(
+        out,
+        "searched {} layouts, {} fit; global batch {} sequences ({:.1}M tokens)",
+        r.evaluated,
+        r.fitting,
+        r.global_batch,
+        (r.global_batch * job.seq) as f64 / 1e6
+    );
+    let _ = writeln!(
+        out,
+        "assumed: MFU {:.0}%, {} GB/s in a node, {} GB/s between nodes, {:.0}% of data-parallel traffic overlapped",
+        t.mfu * 100.0,
+        t.intra_node_gbps,
+        t.inter_node_gbps,
+        t.dp_overlap * 100.0
+    );
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "  {:>2}  {:<22} {:>3} {:>3} {:>3} {:>5} {:>3} {:>6} {:<10} {:>9} {:>9} {:>12}",
+        "#", "engine", "tp", "pp", "cp", "dp", "mb", "accum", "recompute", "GiB/GPU", "s/step", "tokens/s"
+    );
+    for (i, p) in r.top.iter().enumerate() {
+        let par = &p.parallel;
+        let engine = match par.engine {
+            vram_core::parallel::Engine::Ddp => "DDP".to_string(),
+            vram_core::parallel::Engine::DeepSpeed => format!(
+                "DeepSpeed ZeRO-{}{}",
+                par.zero,
+                if par.offload_params {
+                    "+off(p)"
+                } else if par.offload_optimizer {
+                    "+off(o)"
+                } else {
+                    ""
+                }
+            ),
+            vram_core::parallel::Engine::Fsdp => {
+                format!("FSDP {}{}", format!("{:?}", par.fsdp).to_lowercase(), if par.offload_params { "+off" } else { "" })
+            }
+            vram_core::parallel::Engine::Megatron => format!(
+                "Megatron{}{}{}",
+                if par.sp { " SP" } else { "" },
+                if par.distributed_optimizer { " DO" } else { "" },
+                if par.virtual_stages > 1 { format!(" v{}", par.virtual_stages) } else { String::new() }
+            ),
+        };
+        let _ = writeln!(
+            out,
+            "  {:>2}  {:<22} {:>3} {:>3} {:>3} {:>5} {:>3} {:>6} {:<10} {:>9.2} {:>9.2} {:>12.0}",
+            i + 1,
+            engine,
+            par.tp,
+            par.pp,
+            par.cp,
+            par.dp(),
+            p.micro_batch,
+            p.grad_accum,
+            format!("{:?}", p.checkpointing).to_lowercase(),
+            gib(p.per_gpu_bytes),
+            p.step_seconds,
+            p.tokens_per_second
+        );
+        let _ = writeln!(out, "      why: {}", p.reason);
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(out, "on {} · write the best as a config: --emit deepspeed | accelerate | torchrun", gpu_line(gpu));
+    out
+}
