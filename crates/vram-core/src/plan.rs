@@ -131,7 +131,35 @@ fn divisors(n: u64) -> Vec<u64> {
 }
 
 /// Search the layouts.
+/// Everything the search needs that does not depend on the configuration: activation profiles,
+/// the data-parallel layouts' state bytes and traffic, the option lists.
+pub struct Prepared<'a> {
+    req: PlanRequest<'a>,
+    c: Counts,
+    budget: u128,
+    base_overhead: u128,
+    nccl: u128,
+    global: u64,
+    micro_batches: Vec<u64>,
+    acts_pure: [u128; 3],
+    acts_amp: [u128; 3],
+    active: f64,
+    attn_flops_per_token: f64,
+    peak: f64,
+    tp_opts: Vec<u64>,
+    pp_opts: Vec<u64>,
+    cp_opts: Vec<u64>,
+    groups_dp: u128,
+    dp_layouts: Vec<(Parallel, u128, f64, bool)>,
+}
+
+/// Search the layouts.
 pub fn search(req: &PlanRequest) -> Result<PlanResult> {
+    Ok(prepare(req)?.run())
+}
+
+/// Validate the request and precompute what every configuration shares.
+pub fn prepare<'a>(req: &PlanRequest<'a>) -> Result<Prepared<'a>> {
     let m = req.model;
     req.job.validate()?;
     if req.gpus == 0 || req.gpus > 1 << 20 || req.gpus_per_node == 0 {
@@ -183,7 +211,6 @@ pub fn search(req: &PlanRequest) -> Result<PlanResult> {
         g
     });
     let micro_batches: Vec<u64> = divisors(global).into_iter().filter(|b| *b <= 64).collect();
-    let modes = [Checkpointing::None, Checkpointing::Selective, Checkpointing::Full];
     let tp_opts: Vec<u64> = [1, 2, 4, 8, 16].into_iter().filter(|t| *t <= req.gpus_per_node.min(req.gpus) && m.heads % t == 0).collect();
     // Megatron splits layers evenly or, with --decoder-first/last-pipeline-num-layers, unevenly:
     // any pipeline size up to the layer count is a layout (the largest stage holds ceil(L/pp)).
@@ -197,51 +224,6 @@ pub fn search(req: &PlanRequest) -> Result<PlanResult> {
     let cp_opts: Vec<u64> = [1, 2, 4, 8, 16].into_iter().filter(|c| seq % c == 0 && seq / c >= 128).collect();
     let peak = req.gpu.tflops_16bit.max(1.0) * 1e12 * req.throughput.mfu;
     let tp_cfg = req.throughput;
-
-    let mut evaluated = 0u64;
-    let mut fitting = 0u64;
-    let mut best: Vec<(f64, Plan)> = Vec::new();
-    let only = req.only;
-    let mut consider = |par: &Parallel, mb: u64, ck: usize, bytes: u128, dp: u64, extra_comm: f64| {
-        if only.is_some_and(|e| e != par.engine) {
-            return;
-        }
-        evaluated += 1;
-        if bytes > budget {
-            return;
-        }
-        fitting += 1;
-        if global % (mb * dp) != 0 {
-            return;
-        }
-        let accum = global / (mb * dp);
-        let tokens = (global * seq) as f64;
-        let recompute = match modes[ck] {
-            Checkpointing::Full => 8.0 / 6.0,
-            Checkpointing::Selective => 1.02,
-            Checkpointing::None => 1.0,
-        };
-        let compute = (6.0 * active * tokens * recompute + attn_flops_per_token * tokens) / (req.gpus as f64 * peak);
-        let bubble = if par.pp > 1 { (par.pp - 1) as f64 / ((accum * par.virtual_stages) as f64 + (par.pp - 1) as f64) } else { 0.0 };
-        let step = compute / (1.0 - bubble) + extra_comm;
-        let tps = tokens / step;
-        if best.len() < req.keep || tps > best.last().map_or(0.0, |b| b.0) {
-            let plan = Plan {
-                parallel: par.clone(),
-                micro_batch: mb,
-                grad_accum: accum,
-                checkpointing: modes[ck],
-                per_gpu_bytes: bytes as u64,
-                step_seconds: step,
-                tokens_per_second: tps,
-                global_batch: global,
-                reason: String::new(),
-            };
-            let pos = best.partition_point(|b| b.0 >= tps);
-            best.insert(pos, (tps, plan));
-            best.truncate(req.keep);
-        }
-    };
 
     // Data-parallel engines (DDP, DeepSpeed ZeRO 0–3 and offloads, FSDP strategies).
     let dp_all = req.gpus;
@@ -307,99 +289,183 @@ pub fn search(req: &PlanRequest) -> Result<PlanResult> {
             }
         }
     }
-    for (par, states, comm, amp) in &dp_layouts {
-        for &mb in &micro_batches {
-            for ck in 0..3 {
-                let per_mb = if *amp { acts_amp[ck] } else { acts_pure[ck] };
-                let alloc = states + per_mb * mb as u128;
-                let total = alloc + (alloc as f64 * o.allocator_reserve) as u128 + base_overhead + groups_dp * nccl;
-                consider(par, mb, ck, total, dp_all, *comm);
+    Ok(Prepared {
+        req: req.clone(),
+        c,
+        budget,
+        base_overhead,
+        nccl,
+        global,
+        micro_batches,
+        acts_pure,
+        acts_amp,
+        active,
+        attn_flops_per_token,
+        peak,
+        tp_opts,
+        pp_opts,
+        cp_opts,
+        groups_dp,
+        dp_layouts,
+    })
+}
+
+impl Prepared<'_> {
+    /// Number of configurations a run evaluates is reported in its result.
+    pub fn run(&self) -> PlanResult {
+        let req = &self.req;
+        let m = req.model;
+        let c = &self.c;
+        let (budget, base_overhead, nccl, global) = (self.budget, self.base_overhead, self.nccl, self.global);
+        let (acts_pure, acts_amp, active, attn_flops_per_token, peak) =
+            (self.acts_pure, self.acts_amp, self.active, self.attn_flops_per_token, self.peak);
+        let (micro_batches, tp_opts, pp_opts, cp_opts) = (&self.micro_batches, &self.tp_opts, &self.pp_opts, &self.cp_opts);
+        let (groups_dp, dp_layouts) = (self.groups_dp, &self.dp_layouts);
+        let o = req.job.overheads;
+        let seq = req.job.seq;
+        let tp_cfg = req.throughput;
+        let p = c.total as f64;
+        let dp_all = req.gpus;
+        let modes = [Checkpointing::None, Checkpointing::Selective, Checkpointing::Full];
+        let mut evaluated = 0u64;
+        let mut fitting = 0u64;
+        let mut best: Vec<(f64, Plan)> = Vec::new();
+        let only = req.only;
+        let mut consider = |par: &Parallel, mb: u64, ck: usize, bytes: u128, dp: u64, extra_comm: f64| {
+            if only.is_some_and(|e| e != par.engine) {
+                return;
+            }
+            evaluated += 1;
+            if bytes > budget {
+                return;
+            }
+            fitting += 1;
+            if global % (mb * dp) != 0 {
+                return;
+            }
+            let accum = global / (mb * dp);
+            let tokens = (global * seq) as f64;
+            let recompute = match modes[ck] {
+                Checkpointing::Full => 8.0 / 6.0,
+                Checkpointing::Selective => 1.02,
+                Checkpointing::None => 1.0,
+            };
+            let compute = (6.0 * active * tokens * recompute + attn_flops_per_token * tokens) / (req.gpus as f64 * peak);
+            let bubble = if par.pp > 1 { (par.pp - 1) as f64 / ((accum * par.virtual_stages) as f64 + (par.pp - 1) as f64) } else { 0.0 };
+            let step = compute / (1.0 - bubble) + extra_comm;
+            let tps = tokens / step;
+            if best.len() < req.keep || tps > best.last().map_or(0.0, |b| b.0) {
+                let plan = Plan {
+                    parallel: par.clone(),
+                    micro_batch: mb,
+                    grad_accum: accum,
+                    checkpointing: modes[ck],
+                    per_gpu_bytes: bytes as u64,
+                    step_seconds: step,
+                    tokens_per_second: tps,
+                    global_batch: global,
+                    reason: String::new(),
+                };
+                let pos = best.partition_point(|b| b.0 >= tps);
+                best.insert(pos, (tps, plan));
+                best.truncate(req.keep);
+            }
+        };
+
+        for (par, states, comm, amp) in dp_layouts.iter() {
+            for &mb in micro_batches.iter() {
+                for ck in 0..3 {
+                    let per_mb = if *amp { acts_amp[ck] } else { acts_pure[ck] };
+                    let alloc = states + per_mb * mb as u128;
+                    let total = alloc + (alloc as f64 * o.allocator_reserve) as u128 + base_overhead + groups_dp * nccl;
+                    consider(par, mb, ck, total, dp_all, *comm);
+                }
             }
         }
-    }
 
-    // Megatron: TP within a node, PP over layers, CP over the sequence, SP with TP, distributed optimizer.
-    for &tp in &tp_opts {
-        for &pp in &pp_opts {
-            for &cp in &cp_opts {
-                let shards = tp * pp * cp;
-                if shards > req.gpus || req.gpus % shards != 0 {
-                    continue;
-                }
-                let dp = req.gpus / shards;
-                for dist in [false, true] {
-                    if dist && dp == 1 {
-                        continue; // nothing to distribute over
+        // Megatron: TP within a node, PP over layers, CP over the sequence, SP with TP, distributed optimizer.
+        for &tp in tp_opts.iter() {
+            for &pp in pp_opts.iter() {
+                for &cp in cp_opts.iter() {
+                    let shards = tp * pp * cp;
+                    if shards > req.gpus || req.gpus % shards != 0 {
+                        continue;
                     }
-                    for (vs, sp) in [(1u64, true), (2, true), (4, true), (1, false)] {
-                        let bad_interleave = vs > 1 && (pp == 1 || m.layers % (pp * vs) != 0);
-                        // without TP, sequence parallelism means nothing: one variant only
-                        if bad_interleave || (tp == 1 && !sp) {
-                            continue;
+                    let dp = req.gpus / shards;
+                    for dist in [false, true] {
+                        if dist && dp == 1 {
+                            continue; // nothing to distribute over
                         }
-                        let par = Parallel {
-                            gpus: req.gpus,
-                            gpus_per_node: req.gpus_per_node,
-                            engine: Engine::Megatron,
-                            tp,
-                            pp,
-                            cp,
-                            sp: sp && tp > 1,
-                            distributed_optimizer: dist,
-                            virtual_stages: vs,
-                            ..Parallel::single()
-                        };
-                        let groups = [dp > 1, tp > 1, pp > 1, cp > 1].iter().filter(|g| **g).count() as u128;
-                        let dp_bw_m = if dp * tp * cp <= req.gpus_per_node { tp_cfg.intra_node_gbps } else { tp_cfg.inter_node_gbps } * 1e9;
-                        let shard_params = p / (tp * pp) as f64;
-                        let dp_comm = if dp > 1 {
-                            2.0 * (dp - 1) as f64 / dp as f64 * 4.0 * shard_params / dp_bw_m * (1.0 - tp_cfg.dp_overlap)
-                        } else {
-                            0.0
-                        };
-                        for &mb in &micro_batches {
-                            // TP: 4 all-reduces of the activations per layer per micro-batch (Megatron).
-                            let tp_comm = if tp > 1 {
-                                4.0 * 2.0 * (tp - 1) as f64 / tp as f64
-                                    * (mb * seq / cp) as f64
-                                    * m.hidden as f64
-                                    * 2.0
-                                    * (m.layers / pp) as f64
-                                    / (tp_cfg.intra_node_gbps * 1e9)
+                        for (vs, sp) in [(1u64, true), (2, true), (4, true), (1, false)] {
+                            let bad_interleave = vs > 1 && (pp == 1 || m.layers % (pp * vs) != 0);
+                            // without TP, sequence parallelism means nothing: one variant only
+                            if bad_interleave || (tp == 1 && !sp) {
+                                continue;
+                            }
+                            let par = Parallel {
+                                gpus: req.gpus,
+                                gpus_per_node: req.gpus_per_node,
+                                engine: Engine::Megatron,
+                                tp,
+                                pp,
+                                cp,
+                                sp: sp && tp > 1,
+                                distributed_optimizer: dist,
+                                virtual_stages: vs,
+                                ..Parallel::single()
+                            };
+                            let groups = [dp > 1, tp > 1, pp > 1, cp > 1].iter().filter(|g| **g).count() as u128;
+                            let dp_bw_m =
+                                if dp * tp * cp <= req.gpus_per_node { tp_cfg.intra_node_gbps } else { tp_cfg.inter_node_gbps } * 1e9;
+                            let shard_params = p / (tp * pp) as f64;
+                            let dp_comm = if dp > 1 {
+                                2.0 * (dp - 1) as f64 / dp as f64 * 4.0 * shard_params / dp_bw_m * (1.0 - tp_cfg.dp_overlap)
                             } else {
                                 0.0
                             };
-                            for ck in 0..3 {
-                                let micro_per_step = (global / (mb * dp)).max(1);
-                                let ml = megatron_layout(
-                                    m,
-                                    &c,
-                                    &par,
-                                    mb,
-                                    seq,
-                                    [Checkpointing::None, Checkpointing::Selective, Checkpointing::Full][ck],
-                                    false,
-                                    micro_per_step,
-                                );
-                                let states = 2 * ml.shard + 4 * ml.shard + ml.optimizer;
-                                let alloc = states + if ml.first_loaded { ml.activations } else { ml.last_logits.max(ml.activations) };
-                                let total = alloc + (alloc as f64 * o.allocator_reserve) as u128 + base_overhead + groups * nccl;
-                                consider(&par, mb, ck, total, dp, dp_comm + tp_comm * micro_per_step as f64);
+                            for &mb in micro_batches.iter() {
+                                // TP: 4 all-reduces of the activations per layer per micro-batch (Megatron).
+                                let tp_comm = if tp > 1 {
+                                    4.0 * 2.0 * (tp - 1) as f64 / tp as f64
+                                        * (mb * seq / cp) as f64
+                                        * m.hidden as f64
+                                        * 2.0
+                                        * (m.layers / pp) as f64
+                                        / (tp_cfg.intra_node_gbps * 1e9)
+                                } else {
+                                    0.0
+                                };
+                                for ck in 0..3 {
+                                    let micro_per_step = (global / (mb * dp)).max(1);
+                                    let ml = megatron_layout(
+                                        m,
+                                        &c,
+                                        &par,
+                                        mb,
+                                        seq,
+                                        [Checkpointing::None, Checkpointing::Selective, Checkpointing::Full][ck],
+                                        false,
+                                        micro_per_step,
+                                    );
+                                    let states = 2 * ml.shard + 4 * ml.shard + ml.optimizer;
+                                    let alloc = states + if ml.first_loaded { ml.activations } else { ml.last_logits.max(ml.activations) };
+                                    let total = alloc + (alloc as f64 * o.allocator_reserve) as u128 + base_overhead + groups * nccl;
+                                    consider(&par, mb, ck, total, dp, dp_comm + tp_comm * micro_per_step as f64);
+                                }
                             }
                         }
                     }
                 }
             }
         }
+        let mut top: Vec<Plan> = best.into_iter().map(|(_, p)| p).collect();
+        let leader = top.first().map(|p| p.tokens_per_second).unwrap_or(0.0);
+        for p in &mut top {
+            p.reason = reason(p, leader, req.gpu.memory);
+        }
+        PlanResult { evaluated, fitting, global_batch: global, top, throughput: req.throughput }
     }
-    let mut top: Vec<Plan> = best.into_iter().map(|(_, p)| p).collect();
-    let leader = top.first().map(|p| p.tokens_per_second).unwrap_or(0.0);
-    for p in &mut top {
-        p.reason = reason(p, leader, req.gpu.memory);
-    }
-    Ok(PlanResult { evaluated, fitting, global_batch: global, top, throughput: req.throughput })
 }
-
 fn reason(p: &Plan, leader: f64, gpu_mem: u64) -> String {
     let mut why = Vec::new();
     let par = &p.parallel;
