@@ -439,7 +439,7 @@ impl Prepared<'_> {
                                     let micro_per_step = (global / (mb * dp)).max(1);
                                     let ml = megatron_layout(
                                         m,
-                                        &c,
+                                        c,
                                         &par,
                                         mb,
                                         seq,
