@@ -20,6 +20,10 @@ pub enum Command {
     Fit(FitArgs),
     /// Search distributed layouts (ZeRO/FSDP/TP/PP/CP) that fit, ranked by estimated step time.
     Plan(PlanArgs),
+    /// Run a command and measure its GPU memory: peak per GPU, when, a timeline, an OOM verdict.
+    Run(RunArgs),
+    /// Every GPU and every process on it, live (q quits, s sorts), or `--once`.
+    Watch(WatchArgs),
     /// List the built-in model presets with their parameter counts.
     Models(ListArgs),
     /// List the GPU catalogue (memory, dense 16-bit TFLOP/s).
@@ -39,7 +43,7 @@ pub struct ListArgs {
 pub struct JobArgs {
     /// A preset (`vram models`), a config.json, or a model directory (config.json + *.safetensors).
     #[arg(long, short = 'm')]
-    pub model: String,
+    pub model: Option<String>,
     /// `train` (one optimizer step) or `infer` (prefill + KV cache).
     #[arg(long, default_value = "train")]
     pub mode: String,
@@ -216,4 +220,47 @@ pub struct PlanArgs {
     /// Write the best plan for an engine: deepspeed (JSON), accelerate (YAML), torchrun (command).
     #[arg(long)]
     pub emit: Option<String>,
+}
+
+/// `vram run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Sampling interval (e.g. 50ms, 1s).
+    #[arg(long, default_value = "100ms")]
+    pub interval: String,
+    /// Write a JSON report here.
+    #[arg(long)]
+    pub out: Option<std::path::PathBuf>,
+    /// Write the timeline here as it is sampled (.csv, or .jsonl).
+    #[arg(long)]
+    pub timeline: Option<std::path::PathBuf>,
+    /// Write an SVG chart of memory over time here.
+    #[arg(long)]
+    pub svg: Option<std::path::PathBuf>,
+    /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9400).
+    #[arg(long)]
+    pub metrics: Option<String>,
+    /// With --model, also estimate this job (same flags as `vram estimate`) and compare.
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// The command to run, after `--`.
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
+}
+
+/// `vram watch`.
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// Print one snapshot and exit.
+    #[arg(long)]
+    pub once: bool,
+    /// JSON (with --once).
+    #[arg(long)]
+    pub json: bool,
+    /// Refresh interval.
+    #[arg(long, default_value = "1s")]
+    pub interval: String,
+    /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9400).
+    #[arg(long)]
+    pub metrics: Option<String>,
 }

@@ -2,8 +2,12 @@
 
 mod cli;
 mod load;
+mod measure;
+mod metrics;
 mod render;
 mod resolve;
+mod run;
+mod watch;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -25,7 +29,7 @@ fn main() -> ExitCode {
         }
     };
     match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(e) => {
             // `vram … | head` closing the pipe is not an error.
             if e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)) {
@@ -58,8 +62,33 @@ fn emit_json(v: &serde_json::Value) -> Result<()> {
     emit(&format!("{}\n", serde_json::to_string_pretty(v)?))
 }
 
-fn run(cli: Cli) -> Result<()> {
-    match cli.command {
+fn run(cli: Cli) -> Result<u8> {
+    let done: Result<()> = match cli.command {
+        Command::Run(a) => {
+            let estimate = match &a.job.model {
+                Some(_) => {
+                    let (model, job) = resolve::resolve(&a.job)?;
+                    let e = estimate(&model, &job)?;
+                    Some((model.name.clone(), e.peak_allocated, e.total, job.overheads.cuda_context))
+                }
+                None => None,
+            };
+            let code = run::run(run::RunOptions {
+                command: a.command,
+                interval: run::parse_interval(&a.interval)?,
+                out: a.out,
+                timeline: a.timeline,
+                svg: a.svg,
+                metrics: a.metrics,
+                estimate,
+            })?;
+            return Ok(code.clamp(0, 255) as u8);
+        }
+        Command::Watch(a) => {
+            let text = watch::watch(a.once, a.json, run::parse_interval(&a.interval)?, a.metrics)?;
+            emit(&text)?;
+            return Ok(0);
+        }
         Command::Estimate(a) => {
             let (model, job) = resolve::resolve(&a.job)?;
             let g = a.gpu.as_deref().map(gpu::lookup).transpose()?;
@@ -69,7 +98,8 @@ fn run(cli: Cli) -> Result<()> {
                     emit_json(&render::json::parallel(&model, &job, &par, &est, g.as_ref()))
                 } else {
                     emit(&render::text::parallel(&model, &job, &par, &est, g.as_ref()))
-                };
+                }
+                .map(|()| 0);
             }
             let est = estimate(&model, &job)?;
             let adv = advice::notes(&model, &job, &est)?;
@@ -202,5 +232,6 @@ fn run(cli: Cli) -> Result<()> {
                 emit(&render::text::gpus(&list))
             }
         }
-    }
+    };
+    done.map(|()| 0)
 }

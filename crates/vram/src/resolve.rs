@@ -21,7 +21,11 @@ impl std::error::Error for UsageError {}
 
 /// Resolve the model and the job.
 pub fn resolve(a: &JobArgs) -> Result<(Model, Job)> {
-    let model = load_model(&a.model)?;
+    let spec = a
+        .model
+        .as_deref()
+        .ok_or_else(|| UsageError("--model is required: a preset (`vram models`), a config.json or a model directory".into()))?;
+    let model = load_model(spec)?;
     let mode = match a.mode.to_ascii_lowercase().as_str() {
         "train" | "training" => Mode::Train,
         "infer" | "inference" | "serve" => Mode::Infer,

@@ -377,3 +377,103 @@ fn fit_reports_throughput() {
     assert!(!t.is_empty());
     assert!(t.iter().all(|r| r["tokens_per_second"].as_f64().unwrap() > 0.0));
 }
+
+#[test]
+fn run_passes_exit_codes_detects_oom_and_writes_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, tl, svg) = (dir.path().join("r.json"), dir.path().join("t.csv"), dir.path().join("c.svg"));
+    let res = vram()
+        .args([
+            "run",
+            "--interval",
+            "20ms",
+            "--out",
+            out.to_str().unwrap(),
+            "--timeline",
+            tl.to_str().unwrap(),
+            "--svg",
+            svg.to_str().unwrap(),
+            "--",
+        ])
+        .args([
+            "sh",
+            "-c",
+            "echo on-stdout; echo 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.' >&2; sleep 0.2; exit 3",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(res.status.code(), Some(3), "the child's exit code");
+    assert_eq!(String::from_utf8_lossy(&res.stdout), "on-stdout\n", "stdout belongs to the child");
+    let err = String::from_utf8_lossy(&res.stderr);
+    assert!(err.contains("no NVIDIA driver found"), "{err}");
+    assert!(err.contains("OUT OF MEMORY"), "{err}");
+    assert!(err.contains("torch.OutOfMemoryError"), "the child's stderr is passed through");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!(r["exit_code"], 3);
+    assert_eq!(r["oom"], "pytorch");
+    assert_eq!(r["gpu_available"], false);
+    let csv = std::fs::read_to_string(&tl).unwrap();
+    assert!(csv.starts_with("t_ms,gpu,device_used_bytes,job_used_bytes,host_rss_bytes,processes\n"));
+    assert!(csv.lines().count() >= 3, "{csv}");
+    assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
+    // Nothing the user has is overwritten: the same paths again are refused before running.
+    let again = vram().args(["run", "--out", out.to_str().unwrap(), "--", "true"]).output().unwrap();
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("never overwrites"));
+    // A command that cannot start.
+    fails(&["run", "--", "/no/such/program"], 2);
+    fails(&["run", "--interval", "0ms", "--", "true"], 2);
+}
+
+#[test]
+fn run_forwards_signals_and_still_reports() {
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.json");
+    let mut child = Command::new(assert_cmd::cargo::cargo_bin("vram"))
+        .args(["run", "--interval", "20ms", "--out", out.to_str().unwrap(), "--", "sh", "-c", "trap 'exit 42' TERM; sleep 5 & wait $!"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let killed = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(killed.success());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(42), "SIGTERM reached the child, whose exit code vram returns");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!(r["exit_code"], 42);
+}
+
+#[test]
+fn run_serves_prometheus_metrics() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(assert_cmd::cargo::cargo_bin("vram"))
+        .args(["run", "--interval", "20ms", "--metrics", "127.0.0.1:0", "--", "sleep", "1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let url = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|l| l.split("http://").nth(1).map(|s| s.trim_end_matches("/metrics").to_string()))
+        .expect("metrics address printed");
+    let mut conn = std::net::TcpStream::connect(&url).unwrap();
+    conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    conn.read_to_string(&mut resp).unwrap();
+    assert!(resp.starts_with("HTTP/1.1 200 OK"), "{resp}");
+    assert!(resp.contains("text/plain; version=0.0.4"));
+    let status = child.wait().unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn watch_without_a_gpu_says_so() {
+    let e = fails(&["watch", "--once"], 2);
+    assert!(e.contains("no NVIDIA driver found"), "{e}");
+    fails(&["watch", "--once", "--json"], 2);
+}

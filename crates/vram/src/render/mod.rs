@@ -2,6 +2,8 @@
 
 pub mod emit;
 pub mod json;
+pub mod prometheus;
+pub mod svg;
 pub mod text;
 
 use vram_core::advice::Alternative;
