@@ -163,6 +163,7 @@ mod tests {
         let full = tree(me, &read_all());
         let walked: HashSet<u32> = read_tree(me).expect("children files").iter().map(|p| p.pid).collect();
         let _ = child.kill();
+        let _ = child.wait();
         assert!(walked.contains(&child.id()));
         assert!(walked.is_subset(&full) || full.is_subset(&walked), "{walked:?} vs {full:?}");
     }
