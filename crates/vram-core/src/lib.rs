@@ -28,6 +28,7 @@ pub mod parallel;
 pub mod plan;
 pub mod presets;
 pub mod safetensors;
+pub mod tune;
 pub mod units;
 
 pub use config::parse_config;

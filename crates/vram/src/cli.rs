@@ -24,6 +24,8 @@ pub enum Command {
     Run(RunArgs),
     /// Every GPU and every process on it, live (q quits, s sorts), or `--once`.
     Watch(WatchArgs),
+    /// Find the best batch size in the fewest real runs: `-- python train.py --bs {batch}`.
+    Tune(TuneArgs),
     /// List the built-in model presets with their parameter counts.
     Models(ListArgs),
     /// List the GPU catalogue (memory, dense 16-bit TFLOP/s).
@@ -263,4 +265,39 @@ pub struct WatchArgs {
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9400).
     #[arg(long)]
     pub metrics: Option<String>,
+}
+
+/// `vram tune`.
+#[derive(Debug, Args)]
+pub struct TuneArgs {
+    /// The job (its --batch-size is what is searched); the estimate seeds the search.
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// The GPU (`h100`, `24GiB`, …).
+    #[arg(long, short = 'g')]
+    pub gpu: String,
+    /// Share of the GPU the chosen batch may use.
+    #[arg(long, default_value_t = 0.9)]
+    pub target_utilization: f64,
+    /// Safety margin for sequence-length variance (--seq-len is the longest sample).
+    #[arg(long, default_value_t = 0.02)]
+    pub margin: f64,
+    /// Most real runs.
+    #[arg(long, default_value_t = 4)]
+    pub max_trials: usize,
+    /// Per-trial time limit (e.g. 10m); a trial past it is killed.
+    #[arg(long, default_value = "30m")]
+    pub timeout: String,
+    /// NVML sampling interval.
+    #[arg(long, default_value = "100ms")]
+    pub interval: String,
+    /// How a trial's peak is measured: nvml, or child-report (the child prints VRAM_PEAK_BYTES=<n>).
+    #[arg(long, default_value = "nvml")]
+    pub measure: String,
+    /// Global batch size: the micro-batch divides it and {grad_accum} makes up the rest.
+    #[arg(long)]
+    pub global_batch_size: Option<u64>,
+    /// The training command with {batch} (and optionally {grad_accum}), after `--`.
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
 }

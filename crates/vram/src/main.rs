@@ -7,6 +7,7 @@ mod metrics;
 mod render;
 mod resolve;
 mod run;
+mod tune;
 mod watch;
 
 use std::io::Write;
@@ -83,6 +84,38 @@ fn run(cli: Cli) -> Result<u8> {
                 estimate,
             })?;
             return Ok(code.clamp(0, 255) as u8);
+        }
+        Command::Tune(a) => {
+            let (model, job) = resolve::resolve(&a.job)?;
+            let g = gpu::lookup(&a.gpu)?;
+            let measure = match a.measure.as_str() {
+                "nvml" => tune::Measure::Nvml,
+                "child-report" => tune::Measure::ChildReport,
+                other => return Err(resolve::UsageError(format!("invalid --measure `{other}`: use nvml or child-report")).into()),
+            };
+            let global = a.global_batch_size;
+            let est = |b: u64| -> u64 {
+                let accum = global.map_or(job.grad_accum, |gb| (gb / b.max(1)).max(1));
+                estimate(&model, &vram_core::Job { batch: b.max(1), grad_accum: accum, ..job.clone() }).map_or(u64::MAX, |e| e.total)
+            };
+            let report = tune::tune(tune::TuneOptions {
+                command: a.command,
+                gpu_memory: g.memory,
+                target: a.target_utilization,
+                margin: a.margin,
+                max_trials: a.max_trials,
+                timeout: run::parse_duration(&a.timeout, 1.0, 7.0 * 86400.0)?,
+                interval: run::parse_interval(&a.interval)?,
+                measure,
+                global_batch: global,
+                estimate: &est,
+            })?;
+            if a.job.json {
+                emit_json(&serde_json::to_value(&report)?)?;
+            } else {
+                emit(&tune::text(&report, g.memory))?;
+            }
+            return Ok(if report.batch.is_some() { 0 } else { 1 });
         }
         Command::Watch(a) => {
             let text = watch::watch(a.once, a.json, run::parse_interval(&a.interval)?, a.metrics)?;

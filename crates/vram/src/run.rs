@@ -35,8 +35,13 @@ pub struct RunOptions {
     pub estimate: Option<(String, u64, u64, u64)>,
 }
 
-/// Parse `50ms`, `1s`, `0.5s`, `2m`.
+/// Parse `50ms`, `1s`, `0.5s`, `2m` as a sampling interval (5 ms to 1 h).
 pub fn parse_interval(s: &str) -> Result<Duration> {
+    parse_duration(s, 0.005, 3600.0)
+}
+
+/// Parse a duration within [min, max] seconds.
+pub fn parse_duration(s: &str, min: f64, max: f64) -> Result<Duration> {
     let t = s.trim();
     let (num, mult) = if let Some(n) = t.strip_suffix("ms") {
         (n, 0.001)
@@ -44,13 +49,15 @@ pub fn parse_interval(s: &str) -> Result<Duration> {
         (n, 1.0)
     } else if let Some(n) = t.strip_suffix('m') {
         (n, 60.0)
+    } else if let Some(n) = t.strip_suffix('h') {
+        (n, 3600.0)
     } else {
         (t, 1.0)
     };
     let v: f64 = num.trim().parse().map_err(|_| crate::resolve::UsageError(format!("invalid interval `{s}`: use e.g. 50ms, 1s")))?;
     let secs = v * mult;
-    if !(0.005..=3600.0).contains(&secs) {
-        return Err(crate::resolve::UsageError(format!("interval `{s}` must be between 5ms and 1h")).into());
+    if !(min..=max).contains(&secs) {
+        return Err(crate::resolve::UsageError(format!("duration `{s}` must be between {min} s and {max} s")).into());
     }
     Ok(Duration::from_secs_f64(secs))
 }

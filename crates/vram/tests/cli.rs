@@ -477,3 +477,80 @@ fn watch_without_a_gpu_says_so() {
     assert!(e.contains("no NVIDIA driver found"), "{e}");
     fails(&["watch", "--once", "--json"], 2);
 }
+
+#[test]
+fn tune_finds_the_batch_with_a_real_child() {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/stand_in_train.sh");
+    let gib: u64 = 1 << 30;
+    let budget = 72 * gib; // 90% of 80 GiB
+    let out = vram()
+        .args([
+            "tune",
+            "-m",
+            "qwen2.5-0.5b",
+            "-s",
+            "1024",
+            "-g",
+            "80GiB",
+            "--measure",
+            "child-report",
+            "--margin",
+            "0",
+            "--max-trials",
+            "6",
+            "--json",
+            "--",
+        ])
+        .arg(&script)
+        .arg("{batch}")
+        .env("BASE", (10 * gib).to_string())
+        .env("PER_SAMPLE", gib.to_string())
+        .env("LIMIT", (80 * gib).to_string())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let b = v["batch"].as_u64().expect("a batch");
+    assert!(10 * gib + b * gib <= budget, "never above the target");
+    assert!(b >= 55, "close to the optimum 62: {b}");
+    let trials = v["trials"].as_array().unwrap();
+    assert!(trials.len() <= 6);
+    assert!(trials.iter().all(|t| t["peak"].is_null() || t["peak"].as_u64().unwrap() == 10 * gib + t["batch"].as_u64().unwrap() * gib));
+    assert!(v["command"].as_array().unwrap().iter().any(|a| a == &serde_json::json!(b.to_string())));
+    // The OOM trials are recognised as such.
+    assert!(trials.iter().filter(|t| t["oom"] == true).all(|t| 10 * gib + t["batch"].as_u64().unwrap() * gib > 80 * gib));
+}
+
+#[test]
+fn tune_kills_a_trial_past_its_timeout_and_checks_its_command() {
+    let out = vram()
+        .args([
+            "tune",
+            "-m",
+            "gpt2",
+            "-g",
+            "24GiB",
+            "--measure",
+            "child-report",
+            "--timeout",
+            "1s",
+            "--max-trials",
+            "1",
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            "sleep 30 # {batch}",
+        ])
+        .timeout(std::time::Duration::from_secs(20))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "no batch chosen: {}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["trials"][0]["timed_out"], true);
+    assert!(v["trials"][0]["seconds"].as_f64().unwrap() < 10.0, "killed, not waited for");
+    let e = fails(&["tune", "-m", "gpt2", "-g", "24GiB", "--", "python", "train.py"], 2);
+    assert!(e.contains("{batch}"), "{e}");
+    let e = fails(&["tune", "-m", "gpt2", "-g", "24GiB", "--", "train.py", "{batch}"], 2);
+    assert!(e.contains("no NVIDIA driver found"), "nvml measurement needs a driver: {e}");
+}
