@@ -140,7 +140,7 @@ fn run_trial(
         Measure::ChildReport => *reported.lock().expect("lock"),
         Measure::Nvml => peak_nvml,
     };
-    Ok((peak, oom, timed_out, status.code(), start.elapsed().as_secs_f64()))
+    Ok(Outcome { peak, oom, timed_out, code: status.code(), seconds: start.elapsed().as_secs_f64() })
 }
 
 /// Tuning inputs.
@@ -191,7 +191,8 @@ pub fn tune(o: TuneOptions) -> Result<TuneReport> {
             UsageError("the command must contain {batch}, e.g. `-- python train.py --per_device_train_batch_size {batch}`".into()).into()
         );
     }
-    if !(o.target > 0.0 && o.target <= 1.0) || !(0.0..0.5).contains(&o.margin) || o.max_trials == 0 || o.max_trials > 64 {
+    let valid = o.target > 0.0 && o.target <= 1.0 && (0.0..0.5).contains(&o.margin) && (1..=64).contains(&o.max_trials);
+    if !valid {
         return Err(UsageError("--target-utilization must be in (0, 1], --margin in [0, 0.5), --max-trials in 1..=64".into()).into());
     }
     let mut reader = match o.measure {
@@ -237,7 +238,7 @@ pub fn tune(o: TuneOptions) -> Result<TuneReport> {
                 }
                 let cmd = substitute(&o.command, b, accum_for(b));
                 eprintln!("vram tune: trial {} — batch {b}: {}", obs.len() + 1, cmd.join(" "));
-                let (peak, oom, timed_out, code, secs) = run_trial(&cmd, o.measure, &mut reader, o.timeout, o.interval)?;
+                let Outcome { peak, oom, timed_out, code, seconds: secs } = run_trial(&cmd, o.measure, &mut reader, o.timeout, o.interval)?;
                 let failed = oom || timed_out || code != Some(0);
                 if code != Some(0) && !oom && !timed_out && !STOP.load(Ordering::SeqCst) {
                     eprintln!("vram tune: batch {b} exited with {code:?} without an out-of-memory message; counted as not fitting");
