@@ -65,13 +65,16 @@ pub fn parse_report(line: &str) -> Option<u64> {
     line.trim().strip_prefix(REPORT_PREFIX)?.trim().parse().ok()
 }
 
-fn run_trial(
-    cmd: &[String],
-    measure: Measure,
-    reader: &mut Option<nvml::Nvml>,
-    timeout: Duration,
-    interval: Duration,
-) -> Result<(Option<u64>, bool, bool, Option<i32>, f64)> {
+/// What one trial did.
+struct Outcome {
+    peak: Option<u64>,
+    oom: bool,
+    timed_out: bool,
+    code: Option<i32>,
+    seconds: f64,
+}
+
+fn run_trial(cmd: &[String], measure: Measure, reader: &mut Option<nvml::Nvml>, timeout: Duration, interval: Duration) -> Result<Outcome> {
     let (program, args) = cmd.split_first().expect("non-empty");
     let mut child = Command::new(program)
         .args(args)
