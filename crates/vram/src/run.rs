@@ -141,11 +141,7 @@ pub fn run(opts: RunOptions) -> Result<i32> {
     let mut first_job_memory: Vec<(u32, u64)> = Vec::new();
     let status = loop {
         let done = child.try_wait()?;
-        let members = procs::read_tree(pid).unwrap_or_else(|| {
-            let all = procs::read_all();
-            let t = procs::tree(pid, &all);
-            all.into_iter().filter(|p| t.contains(&p.pid)).collect()
-        });
+        let members = procs::job_tree(pid);
         let tree: std::collections::HashSet<u32> = members.iter().map(|p| p.pid).collect();
         let host_rss = members.iter().map(|p| p.rss).sum();
         let gpus: Vec<GpuReading> = match reader.as_mut() {
@@ -156,16 +152,9 @@ pub fn run(opts: RunOptions) -> Result<i32> {
             t_ms: start.elapsed().as_millis() as u64,
             host_rss,
             processes: tree.len() as u32,
-            gpus: gpus
-                .iter()
-                .map(|g| {
-                    let mine: Vec<Option<u64>> = g.processes.iter().filter(|p| tree.contains(&p.pid)).map(|p| p.used).collect();
-                    // The job's memory: the sum over its processes; unknown if any is unreadable
-                    // or none is visible (NVML's host PIDs do not match from inside a container).
-                    let job_used =
-                        if mine.is_empty() || mine.iter().any(Option::is_none) { None } else { Some(mine.iter().flatten().sum()) };
-                    GpuSample { gpu: g.index, device_used: g.memory_used, job_used }
-                })
+            gpus: crate::measure::job_memory(&gpus, &tree)
+                .into_iter()
+                .map(|(gpu, device_used, job_used)| GpuSample { gpu, device_used, job_used })
                 .collect(),
         };
         for g in &sample.gpus {

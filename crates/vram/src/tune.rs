@@ -117,12 +117,10 @@ fn run_trial(cmd: &[String], measure: Measure, reader: &mut Option<nvml::Nvml>, 
         }
         if measure == Measure::Nvml {
             if let Some(r) = reader.as_mut() {
-                let tree =
-                    procs::read_tree(pid).map(|m| m.iter().map(|p| p.pid).collect::<std::collections::HashSet<u32>>()).unwrap_or_default();
-                for g in r.read().unwrap_or_default() {
-                    let mine: u64 = g.processes.iter().filter(|p| tree.contains(&p.pid)).filter_map(|p| p.used).sum();
-                    if mine > 0 {
-                        peak_nvml = Some(peak_nvml.map_or(mine, |x: u64| x.max(mine)));
+                let tree: std::collections::HashSet<u32> = procs::job_tree(pid).iter().map(|p| p.pid).collect();
+                for (_, _, mine) in crate::measure::job_memory(&r.read().unwrap_or_default(), &tree) {
+                    if let Some(m) = mine.filter(|m| *m > 0) {
+                        peak_nvml = Some(peak_nvml.map_or(m, |x: u64| x.max(m)));
                     }
                 }
             }

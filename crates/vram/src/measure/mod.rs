@@ -60,6 +60,19 @@ pub trait GpuReader {
     fn read(&mut self) -> anyhow::Result<Vec<GpuReading>>;
 }
 
+/// The job's memory on each GPU: (gpu, device used, the sum over the job's processes). The
+/// job's share is `None` when any of its processes is unreadable, or none is visible (NVML's host
+/// PIDs do not match /proc from inside a container).
+pub fn job_memory(gpus: &[GpuReading], tree: &std::collections::HashSet<u32>) -> Vec<(u32, u64, Option<u64>)> {
+    gpus.iter()
+        .map(|g| {
+            let mine: Vec<Option<u64>> = g.processes.iter().filter(|p| tree.contains(&p.pid)).map(|p| p.used).collect();
+            let job = if mine.is_empty() || mine.iter().any(Option::is_none) { None } else { Some(mine.iter().flatten().sum()) };
+            (g.index, g.memory_used, job)
+        })
+        .collect()
+}
+
 /// Merge NVML's compute and graphics lists: one PID can appear in both; memory counted once
 /// (the larger reading), `None` only when neither list could read it.
 pub fn merge_processes(compute: &[(u32, Option<u64>)], graphics: &[(u32, Option<u64>)]) -> Vec<ProcReading> {

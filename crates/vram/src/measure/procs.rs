@@ -84,6 +84,15 @@ pub fn read_tree(root: u32) -> Option<Vec<ProcStatus>> {
     Some(out)
 }
 
+/// The job rooted at `root`: its process tree through the children files, or a full scan.
+pub fn job_tree(root: u32) -> Vec<ProcStatus> {
+    read_tree(root).unwrap_or_else(|| {
+        let all = read_all();
+        let t = tree(root, &all);
+        all.into_iter().filter(|p| t.contains(&p.pid)).collect()
+    })
+}
+
 /// `root` and all its descendants.
 pub fn tree(root: u32, table: &[ProcStatus]) -> HashSet<u32> {
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
