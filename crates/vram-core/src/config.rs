@@ -81,6 +81,18 @@ pub fn parse_config(bytes: &[u8], name: &str, file: &str) -> Result<Model> {
     m.model_type = if model_type.is_empty() { "unknown".into() } else { model_type };
     m.use_cache = c.bool("use_cache", true)?;
     m.stored_dtype = c.str("torch_dtype").or_else(|| c.str("dtype")).and_then(|s| DType::from_torch_name(&s));
+    m.max_positions = c.opt(&["max_position_embeddings", "n_positions", "seq_length", "max_sequence_length"])?.unwrap_or(0);
+    // Rotary width: learned positions (GPT-2, OPT) and ALiBi (Falcon-RW, BLOOM) have none;
+    // partial rotary per `partial_rotary_factor` (Phi, StableLM) or `rotary_pct` (GPT-NeoX).
+    let alibi = c.bool("alibi", false)?;
+    m.rotary_dim = match m.attention.mla {
+        Some(mla) => mla.qk_rope_head_dim,
+        None if m.position_embeddings > 0 || alibi => 0,
+        None => {
+            let frac = c.f64("partial_rotary_factor", c.f64("rotary_pct", 1.0)?)?.clamp(0.0, 1.0);
+            (m.head_dim as f64 * frac) as u64
+        }
+    };
     m.warnings.splice(0..0, warnings);
     validate(&m, file)?;
     Ok(m)
@@ -198,6 +210,8 @@ fn base(name: &str) -> Model {
         stored_dtype: None,
         use_cache: true,
         checkpoint_parameters: None,
+        max_positions: 0,
+        rotary_dim: 0,
         warnings: Vec::new(),
     }
 }

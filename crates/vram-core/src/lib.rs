@@ -28,6 +28,7 @@ pub mod parallel;
 pub mod plan;
 pub mod presets;
 pub mod safetensors;
+pub mod serve;
 pub mod tune;
 pub mod units;
 

@@ -188,6 +188,12 @@ pub struct Model {
     pub use_cache: bool,
     /// Exact parameter count read from safetensors headers, when a model directory was given.
     pub checkpoint_parameters: Option<u64>,
+    /// Longest context the model was trained for (`max_position_embeddings`, `n_positions`,
+    /// `seq_length`); 0 when the config does not say.
+    pub max_positions: u64,
+    /// Rotary dimensions per head (`head_dim × partial_rotary_factor`, MLA's
+    /// `qk_rope_head_dim`); 0 for learned or ALiBi positions.
+    pub rotary_dim: u64,
     /// Things the user should know about how this config was read.
     pub warnings: Vec<String>,
 }

@@ -1,0 +1,572 @@
+//! Serving capacity as vLLM itself accounts for it (V1 engine, `vllm serve`), per GPU.
+//!
+//! vLLM sizes its KV-cache pool once at start-up (vllm/v1/worker/gpu_worker.py
+//! `determine_available_memory`, vllm/utils/mem_utils.py `memory_profiling`):
+//!
+//! ```text
+//! requested      = total GPU memory × gpu_memory_utilization
+//! non_kv         = weights + torch peak increase of the profile run + non-torch increase
+//! kv_cache       = requested − non_kv                       ("Available KV cache memory")
+//! num_blocks     = kv_cache // page_size // layers_per_group  (v1/core/kv_cache_utils.py)
+//! ```
+//!
+//! The baseline snapshot is taken after the CUDA context and NCCL communicators exist, so
+//! those sit outside `requested`; CUDA graphs are captured after the pool is allocated and are
+//! not counted either. Both are reported separately as memory beyond the budget.
+
+use serde::Serialize;
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::model::{Model, Role, TensorGroup};
+
+/// How the checkpoint's linear layers are quantised (`--quantization`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Quantization {
+    /// Unquantised, in the model dtype.
+    None,
+    /// AWQ 4-bit, group size 128.
+    Awq,
+    /// GPTQ 4-bit, group size 128, with `g_idx`.
+    Gptq,
+    /// FP8 weights with per-tensor scales.
+    Fp8,
+    /// bitsandbytes NF4 with double quantisation.
+    Bnb4bit,
+}
+
+impl Quantization {
+    /// Parse vLLM's spelling (`awq`, `gptq`, `fp8`, `bitsandbytes`/`bnb-4bit`).
+    pub fn parse(s: &str) -> Result<Self> {
+        Ok(match s.to_ascii_lowercase().as_str() {
+            "none" | "" => Quantization::None,
+            "awq" | "awq_marlin" => Quantization::Awq,
+            "gptq" | "gptq_marlin" => Quantization::Gptq,
+            "fp8" => Quantization::Fp8,
+            "bnb-4bit" | "bitsandbytes" | "bnb" | "nf4" => Quantization::Bnb4bit,
+            other => {
+                return Err(Error::InvalidValue {
+                    what: "quantization".into(),
+                    value: other.into(),
+                    hint: "use awq, gptq, fp8 or bnb-4bit".into(),
+                })
+            }
+        })
+    }
+}
+
+/// Raw settings of a `vllm serve` launch, in vLLM's own terms.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ServeConfig {
+    /// Total memory of one GPU, bytes (what `torch.cuda.mem_get_info` reports as total).
+    pub gpu_memory: u64,
+    /// Whether the GPU is an A100 (vLLM keeps the small scheduler defaults there).
+    pub gpu_is_a100: bool,
+    /// `--gpu-memory-utilization` (vLLM default 0.9).
+    pub gpu_memory_utilization: f64,
+    /// `--tensor-parallel-size`.
+    pub tp: u64,
+    /// `--max-model-len`; `None` = the model's `max_position_embeddings`.
+    pub max_model_len: Option<u64>,
+    /// `--dtype`; `None` = auto (the checkpoint's dtype, float32 checkpoints served in bf16).
+    pub dtype: Option<DType>,
+    /// `--quantization`.
+    pub quantization: Quantization,
+    /// `--kv-cache-dtype`; `None` = auto (the model dtype).
+    pub kv_cache_dtype: Option<DType>,
+    /// `--block-size` (default 16).
+    pub block_size: u64,
+    /// `--max-num-batched-tokens`; `None` = vLLM's default for the GPU.
+    pub max_num_batched_tokens: Option<u64>,
+    /// `--max-num-seqs`; `None` = vLLM's default for the GPU.
+    pub max_num_seqs: Option<u64>,
+    /// Override of the non-torch increase measured by the profile run.
+    pub non_torch_memory: Option<u64>,
+    /// CUDA context per process (outside vLLM's budget).
+    pub cuda_context: u64,
+    /// `--enforce-eager`: no CUDA graphs.
+    pub enforce_eager: bool,
+}
+
+impl ServeConfig {
+    /// vLLM's defaults on a GPU of `gpu_memory` bytes.
+    pub fn new(gpu_memory: u64) -> Self {
+        ServeConfig {
+            gpu_memory,
+            gpu_is_a100: false,
+            gpu_memory_utilization: 0.9,
+            tp: 1,
+            max_model_len: None,
+            dtype: None,
+            quantization: Quantization::None,
+            kv_cache_dtype: None,
+            block_size: 16,
+            max_num_batched_tokens: None,
+            max_num_seqs: None,
+            non_torch_memory: None,
+            cuda_context: 512 * MIB,
+            enforce_eager: false,
+        }
+    }
+}
+
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+/// vLLM pads the vocabulary to a multiple of 64 before splitting it over TP ranks
+/// (vllm/model_executor/layers/vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE).
+const VOCAB_PAD: u64 = 64;
+/// Tokens per fused-MoE chunk (vllm/envs.py VLLM_FUSED_MOE_CHUNK_SIZE default 32768).
+const MOE_CHUNK: u64 = 32_768;
+/// AWQ/GPTQ group size (the published checkpoints' `group_size`).
+const GROUP: u128 = 128;
+
+/// One KV-cache group: layers of one attention type that share a block table.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KvGroup {
+    /// `full` or `sliding`.
+    pub kind: &'static str,
+    /// Layers in the group (padded to the group size).
+    pub layers: u64,
+    /// Sliding window, tokens.
+    pub window: Option<u64>,
+    /// Blocks one request at max-model-len needs in this group.
+    pub blocks_per_request: u64,
+}
+
+/// vLLM's accounting of one GPU (every TP rank is the same).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ServeReport {
+    /// Model dtype served.
+    pub dtype: DType,
+    /// Bytes per KV element.
+    pub kv_dtype_bytes: u64,
+    /// Tensor-parallel ranks.
+    pub tp: u64,
+    /// Max model length.
+    pub max_model_len: u64,
+    /// Tokens of the profile run's forward.
+    pub max_num_batched_tokens: u64,
+    /// Requests of the profile run's sampler.
+    pub max_num_seqs: u64,
+    /// Block size, tokens.
+    pub block_size: u64,
+    /// Weights on this rank (vLLM's "Model loading took"), incl. the rotary cos/sin cache.
+    pub weights_bytes: u64,
+    /// Of which: quantisation scales and zero points.
+    pub quant_scales_bytes: u64,
+    /// Of which: the rotary cos/sin cache buffer.
+    pub rotary_cache_bytes: u64,
+    /// Torch peak increase of the profile run.
+    pub activation_peak_bytes: u64,
+    /// Which moment of the profile run holds that peak.
+    pub activation_peak_at: String,
+    /// Non-torch memory added by the profile run (kernels loaded, NCCL buffers at TP ≥ 2).
+    pub non_torch_bytes: u64,
+    /// weights + activation peak + non-torch ("Total non KV cache memory").
+    pub non_kv_bytes: u64,
+    /// total × gpu_memory_utilization.
+    pub requested_bytes: u64,
+    /// requested − non_kv, floored at 0 ("Available KV cache memory").
+    pub kv_cache_bytes: u64,
+    /// Bytes by which non_kv exceeds the requested memory (0 when it fits).
+    pub shortfall_bytes: u64,
+    /// The KV-cache pool built from `kv_cache_bytes`.
+    #[serde(flatten)]
+    pub pool: KvPool,
+    /// Whether one request at max-model-len fits (vLLM refuses to start otherwise).
+    pub fits: bool,
+    /// CUDA context per process, outside vLLM's budget.
+    pub cuda_context_bytes: u64,
+    /// Stated assumptions and warnings.
+    pub notes: Vec<String>,
+}
+
+impl ServeReport {
+    /// What the process shows in nvidia-smi at least: the budget used plus the context
+    /// (CUDA graphs add more unless `--enforce-eager`).
+    pub fn process_bytes(&self) -> u64 {
+        self.non_kv_bytes.saturating_add(self.kv_cache_bytes).saturating_add(self.cuda_context_bytes)
+    }
+}
+
+fn invalid(what: &str, value: impl ToString, hint: &str) -> Error {
+    Error::InvalidValue { what: what.into(), value: value.to_string(), hint: hint.into() }
+}
+
+/// Reproduce vLLM's start-up accounting for `model` under `cfg`.
+pub fn serve(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
+    if !(cfg.gpu_memory_utilization > 0.0 && cfg.gpu_memory_utilization <= 1.0) {
+        return Err(invalid("--gpu-memory-utilization", cfg.gpu_memory_utilization, "a fraction in (0, 1]"));
+    }
+    let tp = cfg.tp;
+    if tp == 0 || tp > 1024 {
+        return Err(invalid("--tensor-parallel-size", tp, "between 1 and 1024"));
+    }
+    // vLLM requires the attention heads to split evenly (config/parallel verify_with_parallel_config).
+    if m.heads % tp != 0 {
+        return Err(invalid(
+            "--tensor-parallel-size",
+            tp,
+            &format!("vLLM needs it to divide the {} attention heads of {}", m.heads, m.name),
+        ));
+    }
+    if cfg.block_size == 0 || cfg.block_size > 4096 {
+        return Err(invalid("--block-size", cfg.block_size, "vLLM uses 16 (CUDA); 1 to 4096"));
+    }
+    let mut notes = Vec::new();
+    let max_len = match cfg.max_model_len {
+        Some(l) => l,
+        None if m.max_positions > 0 => m.max_positions,
+        None => return Err(invalid("--max-model-len", "(none)", "the config has no max_position_embeddings; pass --max-model-len")),
+    };
+    if max_len == 0 || max_len > 1 << 24 {
+        return Err(invalid("--max-model-len", max_len, "between 1 and 16777216"));
+    }
+    if m.max_positions > 0 && max_len > m.max_positions {
+        notes.push(format!(
+            "--max-model-len {max_len} exceeds the model's max_position_embeddings {}: vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1",
+            m.max_positions
+        ));
+    }
+    // vllm/config/model.py _resolve_auto_dtype: the checkpoint's dtype; float32 served in bf16.
+    let dtype = cfg.dtype.unwrap_or(match m.stored_dtype {
+        Some(DType::F16) => DType::F16,
+        _ => DType::BF16,
+    });
+    let e = dtype.bytes() as u128;
+    let kv_b = cfg.kv_cache_dtype.map_or(dtype.bytes(), DType::bytes);
+    // vllm/engine/arg_utils.py _set_default_args: `vllm serve` on GPUs with ≥ 70 GiB other than
+    // the A100 gets 8192 batched tokens and 1024 sequences; smaller GPUs 2048 and 256.
+    let big = cfg.gpu_memory >= 70 * GIB && !cfg.gpu_is_a100;
+    let batched = cfg.max_num_batched_tokens.unwrap_or(if big { 8192 } else { 2048 });
+    let seqs = cfg.max_num_seqs.unwrap_or(if big { 1024 } else { 256 });
+    if batched == 0 || batched > 1 << 22 || seqs == 0 || seqs > 1 << 20 {
+        return Err(invalid("--max-num-batched-tokens / --max-num-seqs", format!("{batched} / {seqs}"), "positive and below 4M / 1M"));
+    }
+
+    // Weights on one rank.
+    let (mut weights, mut scales) = (0u128, 0u128);
+    for t in m.tensors() {
+        let n = rank_numel(m, &t, tp) * t.count as u128;
+        let quantised = matches!(t.role, Role::Linear | Role::Experts);
+        let (w, s) = match cfg.quantization {
+            _ if !quantised => (n * e, 0),
+            Quantization::None => (n * e, 0),
+            // AWQ/GPTQ: int4 packed in int32, an fp16 scale and a 4-bit zero per group of 128
+            // inputs (vllm/model_executor/layers/quantization/awq.py create_weights); GPTQ adds
+            // an int32 g_idx per input feature (gptq.py).
+            Quantization::Awq => (n / 2, n.div_ceil(GROUP) * 5 / 2),
+            Quantization::Gptq => (n / 2, n.div_ceil(GROUP) * 5 / 2 + 4 * t.cols as u128 * t.count as u128),
+            // fp8.py Fp8LinearMethod: one byte per weight, an fp32 scale per logical shard.
+            Quantization::Fp8 => (n, 3 * 4 * t.count as u128),
+            // bitsandbytes NF4, blocks of 64 with double-quantised absmax: a uint8 per block and
+            // an fp32 per 256 blocks (bitsandbytes functional.quantize_4bit, compress_statistics).
+            Quantization::Bnb4bit => (n / 2, n.div_ceil(64) + n.div_ceil(64 * 256) * 4),
+        };
+        weights += w;
+        scales += s;
+    }
+    // RotaryEmbedding's cos_sin_cache: [max_position_embeddings, rotary_dim] in the model dtype
+    // (vllm/model_executor/layers/rotary_embedding.py); measured in "Model loading took".
+    let rotary = m.max_positions as u128 * m.rotary_dim as u128 * e;
+    let weights_bytes = to_u64(weights + scales + rotary, "weights")?;
+
+    // Profile run (gpu_model_runner.py profile_run): a forward of max_num_batched_tokens tokens,
+    // then the sampler over min(max_num_seqs, tokens) requests while the forward's hidden states
+    // are still referenced.
+    let (fwd, fwd_at) = forward_peak(m, batched, tp, e);
+    let reqs = seqs.min(batched) as u128;
+    let v = m.vocab as u128;
+    let vpad = (m.vocab.div_ceil(VOCAB_PAD) * VOCAB_PAD) as u128;
+    // compute_logits: the rank's [R, V/tp] slice, gathered to [R, V] on TP > 1; the dummy
+    // sampler (temperature 0.5, no top-k/p) converts to fp32, softmaxes and draws an
+    // exponential of the same shape (v1/sample/sampler.py, ops/topk_topp_sampler.py random_sample).
+    let gathered = if tp > 1 { reqs * vpad * e } else { 0 };
+    let sampler = reqs * vpad / tp as u128 * e + gathered + reqs * v * 12 + (batched as u128 + reqs) * m.hidden as u128 * e;
+    let (act, act_at) = if sampler > fwd {
+        (sampler, format!("sampler over {reqs} requests × {} vocabulary (fp32 logits, probabilities, exponential draw)", m.vocab))
+    } else {
+        (fwd, fwd_at)
+    };
+    let activation_peak_bytes = to_u64(act, "profile-run activations")?;
+    // Non-torch increase: lazily loaded kernels and library handles first touched by the profile
+    // run; NCCL allocates its channel buffers at the first all-reduce (NCCL_BUFFSIZE 4 MiB ×
+    // send/recv × channels). Stated assumptions, not measurements; override with --non-torch-memory.
+    let non_torch_bytes = cfg.non_torch_memory.unwrap_or(if tp > 1 { 150 * MIB + 256 * MIB } else { 150 * MIB });
+    let non_kv_bytes = weights_bytes
+        .checked_add(activation_peak_bytes)
+        .and_then(|x| x.checked_add(non_torch_bytes))
+        .ok_or(Error::Overflow { what: "non-KV memory".into() })?;
+    let requested_bytes = (cfg.gpu_memory as f64 * cfg.gpu_memory_utilization) as u64;
+    let kv_cache_bytes = requested_bytes.saturating_sub(non_kv_bytes);
+    let shortfall_bytes = non_kv_bytes.saturating_sub(requested_bytes);
+
+    let pool = kv_pool(
+        m,
+        &PoolSpec {
+            kv_cache_bytes,
+            max_model_len: max_len,
+            max_num_batched_tokens: batched,
+            block_size: cfg.block_size,
+            kv_dtype_bytes: kv_b,
+            tp,
+        },
+    )?;
+    let fits = shortfall_bytes == 0 && pool.num_kv_blocks >= pool.groups.iter().map(|g| g.blocks_per_request).sum::<u64>();
+    if cfg.non_torch_memory.is_none() {
+        notes.push(format!(
+            "non-torch increase assumed {} MiB (kernels first loaded by the profile run{}); pass --non-torch-memory with the value vLLM logs",
+            non_torch_bytes / MIB,
+            if tp > 1 { ", NCCL channel buffers" } else { "" }
+        ));
+    }
+    if !cfg.enforce_eager {
+        notes.push(
+            "CUDA graphs are captured after the KV pool is allocated and are not in vLLM's budget (vLLM logs their size at start-up; --enforce-eager skips them)".into(),
+        );
+    }
+    if m.sliding_layers > 0 && m.sliding_layers < m.layers {
+        notes.push(format!(
+            "hybrid attention: {} sliding-window layers ({} tokens) and {} full layers share one block pool in {} groups",
+            m.sliding_layers,
+            m.sliding_window.unwrap_or(0),
+            m.layers - m.sliding_layers,
+            pool.groups.len()
+        ));
+    }
+    Ok(ServeReport {
+        dtype,
+        kv_dtype_bytes: kv_b,
+        tp,
+        max_model_len: max_len,
+        max_num_batched_tokens: batched,
+        max_num_seqs: seqs,
+        block_size: cfg.block_size,
+        weights_bytes,
+        quant_scales_bytes: to_u64(scales, "scales")?,
+        rotary_cache_bytes: to_u64(rotary, "rotary cache")?,
+        activation_peak_bytes,
+        activation_peak_at: act_at,
+        non_torch_bytes,
+        non_kv_bytes,
+        requested_bytes,
+        kv_cache_bytes,
+        shortfall_bytes,
+        pool,
+        fits,
+        cuda_context_bytes: cfg.cuda_context,
+        notes,
+    })
+}
+
+/// What the block pool is built from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolSpec {
+    /// Bytes available for the KV cache on one GPU.
+    pub kv_cache_bytes: u64,
+    /// `--max-model-len`.
+    pub max_model_len: u64,
+    /// `--max-num-batched-tokens` (sliding-window layers keep window − 1 + this many tokens).
+    pub max_num_batched_tokens: u64,
+    /// `--block-size`.
+    pub block_size: u64,
+    /// Bytes per cached element.
+    pub kv_dtype_bytes: u64,
+    /// Tensor-parallel ranks.
+    pub tp: u64,
+}
+
+/// vLLM's KV-cache block pool on one GPU.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KvPool {
+    /// Bytes of one block of one layer.
+    pub page_size_bytes: u64,
+    /// KV bytes per token over all layers of this rank.
+    pub kv_bytes_per_token: u64,
+    /// Layers per KV-cache group.
+    pub group_size: u64,
+    /// The groups.
+    pub groups: Vec<KvGroup>,
+    /// Blocks in the pool ("num_gpu_blocks").
+    pub num_kv_blocks: u64,
+    /// "GPU KV cache size: N tokens".
+    pub kv_tokens: u64,
+    /// "Maximum concurrency for max_model_len tokens per request".
+    pub max_concurrency: f64,
+    /// The longest max-model-len the pool could serve (vLLM's `estimate_max_model_len`).
+    pub max_model_len_that_fits: u64,
+}
+
+/// Build the block pool from the available bytes (v1/core/kv_cache_utils.py).
+pub fn kv_pool(m: &Model, p: &PoolSpec) -> Result<KvPool> {
+    // Page size (v1/kv_cache_interface.py AttentionSpec.page_size_bytes): K and V (one latent
+    // for MLA) × block_size × KV heads on this rank × head size × dtype bytes. vLLM replicates
+    // KV heads when TP exceeds them (max(1, kv_heads // tp)); MLA's latent is not split.
+    let per_token_layer = match m.attention.mla {
+        Some(mla) => (mla.kv_lora_rank + mla.qk_rope_head_dim) * p.kv_dtype_bytes,
+        None => 2 * (m.kv_heads / p.tp.max(1)).max(1) * m.head_dim * p.kv_dtype_bytes,
+    };
+    let page_size_bytes = per_token_layer * p.block_size;
+    if page_size_bytes == 0 || p.block_size == 0 {
+        return Err(invalid("model", &m.name, "has no KV heads; nothing to cache"));
+    }
+    let bs = p.block_size;
+    let (groups, group_size) = kv_groups(m, p.max_model_len, p.max_num_batched_tokens, bs);
+    // get_num_blocks: available // page_size // layers per group.
+    let num_kv_blocks = p.kv_cache_bytes / page_size_bytes / group_size;
+    // Tokens = num_blocks // number of groups × block_size.
+    let kv_tokens = num_kv_blocks / groups.len() as u64 * bs;
+    // get_max_concurrency_for_kv_cache_config: blocks / blocks one max-length request needs.
+    let per_request: u64 = groups.iter().map(|g| g.blocks_per_request).sum();
+    let max_concurrency = num_kv_blocks as f64 / per_request as f64;
+    // estimate_max_model_len: the longest length whose blocks fit the pool (binary search).
+    let (mut lo, mut hi) = (0u64, p.max_model_len);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        let need: u64 = kv_groups(m, mid, p.max_num_batched_tokens, bs).0.iter().map(|g| g.blocks_per_request).sum();
+        if need <= num_kv_blocks {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    Ok(KvPool {
+        page_size_bytes,
+        kv_bytes_per_token: per_token_layer * m.layers,
+        group_size,
+        groups,
+        num_kv_blocks,
+        kv_tokens,
+        max_concurrency,
+        max_model_len_that_fits: lo,
+    })
+}
+
+fn to_u64(x: u128, what: &str) -> Result<u64> {
+    u64::try_from(x).map_err(|_| Error::Overflow { what: what.into() })
+}
+
+/// Elements of one tensor of `t` held by one TP rank (vLLM's column/row-parallel layers).
+fn rank_numel(m: &Model, t: &TensorGroup, tp: u64) -> u128 {
+    let tp128 = tp as u128;
+    let kv_rank = (m.kv_heads / tp).max(1) as u128 * m.head_dim as u128;
+    let name = t.name.as_str();
+    match t.role {
+        // Norms, routers and learned positions are replicated.
+        Role::Norm | Role::Router | Role::Position => t.numel as u128,
+        // VocabParallelEmbedding / ParallelLMHead: padded vocabulary split over ranks.
+        Role::Embedding | Role::LmHead => (m.vocab.div_ceil(VOCAB_PAD) * VOCAB_PAD) as u128 / tp128 * (t.numel / m.vocab.max(1)) as u128,
+        // QKVParallelLinear replicates KV heads when TP exceeds them.
+        Role::Linear if name.ends_with("k_proj.weight") || name.ends_with("v_proj.weight") => {
+            if name.contains("kv_a_proj") {
+                t.numel as u128
+            } else {
+                kv_rank * t.cols as u128
+            }
+        }
+        Role::Linear if name.contains("qkv_proj") => (m.q_dim() as u128 / tp128 + 2 * kv_rank) * t.cols as u128,
+        // DeepSeek's low-rank down-projections are ReplicatedLinear.
+        Role::Linear if name.contains("q_a_proj") || name.contains("kv_a_proj") => t.numel as u128,
+        _ => (t.numel as u128).div_ceil(tp128),
+    }
+}
+
+/// Peak live bytes of the profile forward over `tokens` tokens on one rank (inference mode,
+/// vLLM's fused kernels), and where it is.
+fn forward_peak(m: &Model, tokens: u64, tp: u64, e: u128) -> (u128, String) {
+    let (t, tp, h) = (tokens as u128, tp as u128, m.hidden as u128);
+    let q = m.q_dim() as u128 / tp;
+    let kv = match m.attention.mla {
+        // MLA in vLLM decompresses K and V per head for prefill (kv_b_proj output).
+        Some(mla) => m.heads as u128 / tp * (mla.qk_nope_head_dim + mla.v_head_dim) as u128,
+        None => 2 * (m.kv_heads as u128 / tp).max(1) * m.head_dim as u128,
+    };
+    // Attention: the layer's input and residual, the qkv projection, the attention output and
+    // o_proj's output.
+    let attn = t * e * (3 * h + q + kv + q);
+    // Dense MLP (LlamaMLP.forward keeps gate_up referenced through down_proj): input, residual,
+    // gate_up [T, 2I/tp], act [T, I/tp], down output. Checked against vLLM's logged
+    // "peak_torch_memory" for Llama-3.1-8B (validation/vllm/logs.jsonl).
+    let i = m.intermediate as u128 / tp;
+    let dense = t * e * (3 * h + if m.mlp.gated { 3 * i } else { 2 * i });
+    let mlp = match &m.moe {
+        Some(moe) if m.moe_layers() > 0 => {
+            // fused_moe.py: per chunk of VLLM_FUSED_MOE_CHUNK_SIZE tokens, cache1 [M, k, 2I/tp]
+            // (sharing a workspace with cache3 [M, k, h]) and cache2 [M·k, I/tp]; fp32 router logits.
+            let chunk = t.min(MOE_CHUNK as u128);
+            let ei = moe.expert_intermediate as u128 / tp;
+            let k = moe.top_k as u128;
+            let routed = chunk * k * e * ((2 * ei).max(h) + ei) + t * moe.experts as u128 * 4;
+            let shared = moe.shared_intermediate as u128 / tp;
+            let shared_out = if shared > 0 { t * e * h } else { 0 };
+            (t * e * 3 * h + routed + shared_out).max(t * e * (3 * h + 3 * shared))
+        }
+        _ => dense,
+    };
+    if attn > mlp {
+        (attn, format!("forward of {tokens} tokens, attention projections"))
+    } else {
+        (mlp, format!("forward of {tokens} tokens, MLP intermediates"))
+    }
+}
+
+/// KV-cache groups (kv_cache_utils.py `_get_kv_cache_groups_uniform_page_size`): one group when
+/// every layer has the same attention type; otherwise each type is cut into groups of the
+/// smallest type's layer count, so every group has the same number of layers.
+fn kv_groups(m: &Model, max_len: u64, batched: u64, bs: u64) -> (Vec<KvGroup>, u64) {
+    let full_blocks = max_len.div_ceil(bs);
+    // SlidingWindowSpec.max_memory_usage_bytes: min(window − 1 + max_num_batched_tokens,
+    // max_model_len) tokens, plus one block for a window straddling a block boundary.
+    let window = m.sliding_window.filter(|_| m.sliding_layers > 0);
+    let sliding_blocks = window.map_or(0, |w| (w.saturating_sub(1) + batched).min(max_len).div_ceil(bs) + 1);
+    let sliding = if window.is_some() { m.sliding_layers.min(m.layers) } else { 0 };
+    let full = m.layers - sliding;
+    if sliding == 0 || full == 0 {
+        let (kind, blocks) = if sliding == 0 { ("full", full_blocks) } else { ("sliding", sliding_blocks) };
+        let layers = full.max(sliding);
+        return (vec![KvGroup { kind, layers, window: if sliding == 0 { None } else { window }, blocks_per_request: blocks }], layers);
+    }
+    let size = full.min(sliding);
+    let mut groups = Vec::new();
+    for _ in 0..full.div_ceil(size) {
+        groups.push(KvGroup { kind: "full", layers: size, window: None, blocks_per_request: full_blocks });
+    }
+    for _ in 0..sliding.div_ceil(size) {
+        groups.push(KvGroup { kind: "sliding", layers: size, window, blocks_per_request: sliding_blocks });
+    }
+    (groups, size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::presets;
+
+    #[test]
+    fn llama_31_8b_weights_match_vllm_log() {
+        // "Loading model weights took 14.9888 GB" (vllm-project/vllm#10517, Llama-3.1-8B-Instruct).
+        let m = presets::load("llama-3.1-8b").unwrap();
+        let r = serve(&m, &ServeConfig::new(24 * GIB)).unwrap();
+        let gib = r.weights_bytes as f64 / GIB as f64;
+        assert!((gib - 14.9888).abs() < 0.00005, "{gib}");
+    }
+
+    #[test]
+    fn tp_splits_weights_and_kv_heads() {
+        let m = presets::load("llama-3.1-70b").unwrap();
+        let one = serve(&m, &ServeConfig { tp: 1, ..ServeConfig::new(80 * GIB) }).unwrap();
+        let four = serve(&m, &ServeConfig { tp: 4, ..ServeConfig::new(80 * GIB) }).unwrap();
+        assert!(four.weights_bytes * 4 > one.weights_bytes && four.weights_bytes * 4 < one.weights_bytes + one.weights_bytes / 50);
+        assert_eq!(four.pool.page_size_bytes * 4, one.pool.page_size_bytes);
+        // 8 KV heads over 16 ranks: replicated, one head per rank.
+        let sixteen = serve(&m, &ServeConfig { tp: 16, ..ServeConfig::new(80 * GIB) }).unwrap();
+        assert_eq!(sixteen.pool.page_size_bytes, 2 * 16 * 128 * 2);
+    }
+
+    #[test]
+    fn bad_tp_is_an_error() {
+        let m = presets::load("qwen2.5-1.5b").unwrap(); // 12 heads
+        assert!(serve(&m, &ServeConfig { tp: 5, ..ServeConfig::new(80 * GIB) }).is_err());
+    }
+}
