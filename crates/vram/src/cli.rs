@@ -26,6 +26,8 @@ pub enum Command {
     Watch(WatchArgs),
     /// Find the best batch size in the fewest real runs: `-- python train.py --bs {batch}`.
     Tune(TuneArgs),
+    /// Serving capacity as vLLM computes it (KV blocks, tokens, concurrency), or llama.cpp for a .gguf.
+    Serve(ServeArgs),
     /// List the built-in model presets with their parameter counts.
     Models(ListArgs),
     /// List the GPU catalogue (memory, dense 16-bit TFLOP/s).
@@ -300,4 +302,69 @@ pub struct TuneArgs {
     /// The training command with {batch} (and optionally {grad_accum}), after `--`.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
+}
+
+/// `vram serve`: flags keep vLLM's (and llama.cpp's) own spelling.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// A preset, a config.json, a model directory, a Hub id (`org/name`) or a `.gguf` file.
+    #[arg(long, short = 'm')]
+    pub model: String,
+    /// A GPU (`h100`, `a100-40gb`, `rtx-4090`) or a size (`24GiB`, `80GB`).
+    #[arg(long, short = 'g')]
+    pub gpu: String,
+    /// Serving engine: vllm (llama.cpp is used for .gguf files).
+    #[arg(long, default_value = "vllm")]
+    pub engine: String,
+    /// vLLM `--tensor-parallel-size`.
+    #[arg(long, alias = "tensor-parallel-size", default_value_t = 1)]
+    pub tp: u64,
+    /// vLLM `--max-model-len` (default: the model's max_position_embeddings).
+    #[arg(long)]
+    pub max_model_len: Option<u64>,
+    /// vLLM `--gpu-memory-utilization`.
+    #[arg(long, default_value_t = 0.9)]
+    pub gpu_memory_utilization: f64,
+    /// vLLM `--dtype`: auto, bfloat16, float16, float32.
+    #[arg(long, default_value = "auto")]
+    pub dtype: String,
+    /// vLLM `--quantization`: awq, gptq, fp8, bnb-4bit.
+    #[arg(long)]
+    pub quantization: Option<String>,
+    /// vLLM `--kv-cache-dtype`: auto or fp8.
+    #[arg(long, default_value = "auto")]
+    pub kv_cache_dtype: String,
+    /// vLLM `--block-size`.
+    #[arg(long, default_value_t = 16)]
+    pub block_size: u64,
+    /// vLLM `--max-num-batched-tokens` (default: vLLM's for this GPU: 8192 on ≥70 GiB non-A100, else 2048).
+    #[arg(long)]
+    pub max_num_batched_tokens: Option<u64>,
+    /// vLLM `--max-num-seqs` (default: 1024 on ≥70 GiB non-A100, else 256).
+    #[arg(long)]
+    pub max_num_seqs: Option<u64>,
+    /// vLLM `--enforce-eager` (no CUDA graphs).
+    #[arg(long)]
+    pub enforce_eager: bool,
+    /// Non-torch memory the profile run adds, as vLLM logs it (default: an assumption, stated).
+    #[arg(long)]
+    pub non_torch_memory: Option<String>,
+    /// CUDA context per process, outside vLLM's budget (default 512MiB).
+    #[arg(long)]
+    pub cuda_context: Option<String>,
+    /// llama.cpp `--n-gpu-layers` / `-ngl` for a .gguf model (default: all).
+    #[arg(long, alias = "ngl")]
+    pub n_gpu_layers: Option<u64>,
+    /// llama.cpp `--ctx-size` / `-c` for a .gguf model (default: the model's context length).
+    #[arg(long, alias = "ctx-size")]
+    pub ctx_size: Option<u64>,
+    /// llama.cpp `--ubatch-size` (default 512).
+    #[arg(long, default_value_t = 512)]
+    pub ubatch_size: u64,
+    /// llama.cpp `--parallel` / `-np`: sequences sharing the context.
+    #[arg(long, default_value_t = 1)]
+    pub parallel: u64,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }

@@ -7,6 +7,7 @@ mod metrics;
 mod render;
 mod resolve;
 mod run;
+mod serve;
 mod tune;
 mod watch;
 
@@ -242,6 +243,11 @@ fn run(cli: Cli) -> Result<u8> {
                 _ if a.job.json => emit_json(&render::json::plan(&model, &job, &g, &result)),
                 _ => emit(&render::text::plan(&model, &job, &g, &result)),
             }
+        }
+        Command::Serve(a) => {
+            let model = load::load_model(&a.model)?;
+            let s = serve::vllm(&a, model)?;
+            return if a.json { emit_json(&render::json::serve(&s)) } else { emit(&render::text::serve(&s)) }.map(|()| 0);
         }
         Command::Models(a) => {
             let rows = presets::PRESETS

@@ -554,3 +554,36 @@ fn tune_kills_a_trial_past_its_timeout_and_checks_its_command() {
     let e = fails(&["tune", "-m", "gpt2", "-g", "24GiB", "--", "train.py", "{batch}"], 2);
     assert!(e.contains("no NVIDIA driver found"), "nvml measurement needs a driver: {e}");
 }
+
+#[test]
+fn serve_reports_vllm_accounting_per_gpu() {
+    let v = json(&["serve", "-m", "llama-3.1-70b", "-g", "h100", "--tensor-parallel-size", "4", "--max-model-len", "16384"]);
+    let gpus = v["gpus"].as_array().unwrap();
+    assert_eq!(gpus.len(), 4);
+    let g = &gpus[0];
+    for k in ["weights_bytes", "activation_peak_bytes", "non_torch_bytes", "non_kv_bytes", "kv_cache_bytes", "num_kv_blocks", "kv_tokens"] {
+        assert!(g[k].as_u64().unwrap() > 0, "{k}");
+    }
+    let sum = g["weights_bytes"].as_u64().unwrap() + g["activation_peak_bytes"].as_u64().unwrap() + g["non_torch_bytes"].as_u64().unwrap();
+    assert_eq!(g["non_kv_bytes"].as_u64().unwrap(), sum);
+    assert_eq!(g["kv_cache_bytes"].as_u64().unwrap(), g["requested_bytes"].as_u64().unwrap() - g["non_kv_bytes"].as_u64().unwrap());
+    assert!(g["max_concurrency"].as_f64().unwrap() > 1.0);
+    // fp8 KV cache: twice the tokens.
+    let f = json(&["serve", "-m", "llama-3.1-70b", "-g", "h100", "--tp", "4", "--max-model-len", "16384", "--kv-cache-dtype", "fp8"]);
+    let ratio = f["gpus"][0]["kv_tokens"].as_f64().unwrap() / g["kv_tokens"].as_f64().unwrap();
+    assert!((ratio - 2.0).abs() < 0.01, "{ratio}");
+
+    let text = vram().args(["serve", "-m", "llama-3.1-70b", "-g", "h100"]).output().unwrap();
+    let out = String::from_utf8_lossy(&text.stdout);
+    assert!(out.contains("does NOT fit"), "{out}");
+    assert!(out.contains("Total non KV cache memory"), "{out}");
+}
+
+#[test]
+fn serve_rejects_bad_settings_clearly() {
+    assert!(fails(&["serve", "-m", "qwen2.5-1.5b", "-g", "h100", "--tp", "5"], 2).contains("divide the 12 attention heads"));
+    assert!(fails(&["serve", "-m", "qwen2.5-1.5b", "-g", "h100", "--gpu-memory-utilization", "1.5"], 2).contains("gpu-memory-utilization"));
+    assert!(fails(&["serve", "-m", "qwen2.5-1.5b", "-g", "h100", "--engine", "sglang"], 2).contains("only vLLM"));
+    assert!(fails(&["serve", "-m", "qwen2.5-1.5b", "-g", "h100", "--kv-cache-dtype", "int3"], 2).contains("kv-cache-dtype"));
+    assert!(fails(&["serve", "-m", "qwen2.5-1.5b", "-g", "h100", "--quantization", "magic"], 2).contains("quantization"));
+}

@@ -141,3 +141,25 @@ pub fn plan(m: &Model, j: &Job, g: &Gpu, r: &vram_core::plan::PlanResult) -> Val
         "plans": r.top,
     })
 }
+
+/// `vram serve --json` (vLLM): one entry per GPU (every TP rank holds the same).
+pub fn serve(s: &crate::serve::VllmServe) -> Value {
+    let r = &s.report;
+    let mut per_gpu = serde_json::to_value(r).unwrap_or(Value::Null);
+    per_gpu["process_bytes_at_least"] = json!(r.process_bytes());
+    let gpus: Vec<Value> = (0..r.tp)
+        .map(|rank| {
+            let mut v = per_gpu.clone();
+            v["rank"] = json!(rank);
+            v
+        })
+        .collect();
+    json!({
+        "vram_version": env!("CARGO_PKG_VERSION"),
+        "engine": "vllm",
+        "model": model(&s.model),
+        "gpu": gpu(&s.gpu),
+        "config": s.config,
+        "gpus": gpus,
+    })
+}

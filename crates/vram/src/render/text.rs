@@ -360,3 +360,109 @@ pub fn plan(model: &Model, job: &Job, gpu: &Gpu, r: &vram_core::plan::PlanResult
     let _ = writeln!(out, "on {} · write the best as a config: --emit deepspeed | accelerate | torchrun", gpu_line(gpu));
     out
 }
+
+/// `vram serve` (vLLM) as a table.
+pub fn serve(s: &crate::serve::VllmServe) -> String {
+    let (m, r, c) = (&s.model, &s.report, &s.config);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} — {} parameters ({}{})",
+        m.name,
+        thousands(m.parameters()),
+        m.model_type,
+        m.stored_dtype.map_or(String::new(), |d| format!(", stored {}", d.torch_name()))
+    );
+    for w in &m.warnings {
+        let _ = writeln!(out, "warning: {w}");
+    }
+    let kv = if r.kv_dtype_bytes == 1 { "fp8".to_string() } else { r.dtype.torch_name().to_string() };
+    let _ = writeln!(
+        out,
+        "vLLM serve on {} · --tensor-parallel-size {} · --max-model-len {} · --dtype {} · --kv-cache-dtype {kv}",
+        gpu_line(&s.gpu),
+        r.tp,
+        r.max_model_len,
+        r.dtype.torch_name()
+    );
+    let _ = writeln!(
+        out,
+        "--gpu-memory-utilization {} · --max-num-batched-tokens {} · --max-num-seqs {} · --block-size {}{}",
+        c.gpu_memory_utilization,
+        r.max_num_batched_tokens,
+        r.max_num_seqs,
+        r.block_size,
+        match c.quantization {
+            vram_core::serve::Quantization::None => String::new(),
+            q => format!(
+                " · --quantization {}",
+                serde_json::to_value(q).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+            ),
+        }
+    );
+    let _ = writeln!(out);
+    let who = if r.tp > 1 { format!("per GPU (each of the {} TP ranks)", r.tp) } else { "per GPU".to_string() };
+    let _ = writeln!(out, "{who:<44} {:>8}", "GiB");
+    let row = |out: &mut String, name: &str, bytes: u64, note: &str| {
+        let _ = writeln!(out, "  {name:<42} {:>8}  {note}", gib_cell(bytes));
+    };
+    let mut wnote = format!("\"Model loading took\"; rotary cos/sin cache {}", gib_cell(r.rotary_cache_bytes));
+    if r.quant_scales_bytes > 0 {
+        wnote.push_str(&format!(", quantization scales {}", gib_cell(r.quant_scales_bytes)));
+    }
+    row(&mut out, "weights", r.weights_bytes, &wnote);
+    row(&mut out, "profile-run activation peak", r.activation_peak_bytes, &r.activation_peak_at);
+    row(&mut out, "non-torch increase", r.non_torch_bytes, "kernels, library handles, NCCL at TP ≥ 2");
+    row(&mut out, "= non-KV memory", r.non_kv_bytes, "vLLM logs it as \"Total non KV cache memory\"");
+    row(&mut out, &format!("requested ({} × total)", c.gpu_memory_utilization), r.requested_bytes, "");
+    row(&mut out, "KV-cache pool", r.kv_cache_bytes, "\"Available KV cache memory\"");
+    let _ = writeln!(
+        out,
+        "  beyond vLLM's budget: CUDA context {} GiB{}; the process shows at least {} GiB ({:.2} GB) in nvidia-smi",
+        gib_cell(r.cuda_context_bytes),
+        if c.enforce_eager { "" } else { " plus CUDA graphs" },
+        gib_cell(r.process_bytes()),
+        gb(r.process_bytes())
+    );
+    let _ = writeln!(out);
+    if r.shortfall_bytes > 0 {
+        let _ = writeln!(
+            out,
+            "does NOT fit: non-KV memory exceeds the requested {} GiB by {} GiB — raise --gpu-memory-utilization, add GPUs (--tensor-parallel-size), quantize, or lower --max-num-batched-tokens",
+            gib_cell(r.requested_bytes),
+            gib_cell(r.shortfall_bytes)
+        );
+    }
+    let p = &r.pool;
+    let _ = writeln!(
+        out,
+        "KV cache: {} bytes per token on this GPU · page {} bytes (block of {} tokens × 1 layer) · {} group{} of {} layers",
+        thousands(p.kv_bytes_per_token),
+        thousands(p.page_size_bytes),
+        r.block_size,
+        p.groups.len(),
+        if p.groups.len() == 1 { "" } else { "s" },
+        p.group_size
+    );
+    let _ = writeln!(
+        out,
+        "  {} blocks · GPU KV cache size: {} tokens · maximum concurrency for {} tokens per request: {:.2}x",
+        thousands(p.num_kv_blocks),
+        thousands(p.kv_tokens),
+        thousands(r.max_model_len),
+        p.max_concurrency
+    );
+    if r.shortfall_bytes == 0 && !r.fits {
+        let _ = writeln!(
+            out,
+            "does NOT fit: one request of {} tokens needs more KV cache than the pool holds; vLLM would refuse to start. The estimated maximum model length is {}: pass --max-model-len {} or raise --gpu-memory-utilization",
+            r.max_model_len,
+            p.max_model_len_that_fits,
+            p.max_model_len_that_fits
+        );
+    }
+    for n in &r.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    out
+}
