@@ -47,6 +47,14 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// A GGUF header is malformed or hostile.
+    #[error("{file}: bad GGUF header: {message}")]
+    Gguf {
+        /// Which file.
+        file: String,
+        /// What is wrong.
+        message: String,
+    },
     /// A user-supplied value (flag) is out of range or not understood.
     #[error("invalid {what} `{value}`: {hint}")]
     InvalidValue {

@@ -20,6 +20,7 @@ pub mod config;
 pub mod dtype;
 pub mod error;
 pub mod fit;
+pub mod gguf;
 pub mod gpu;
 pub mod job;
 pub mod memory;

@@ -26,6 +26,9 @@ pub fn load_model(spec: &str) -> Result<Model> {
         return load_dir(path);
     }
     if path.is_file() {
+        if is_gguf(path) {
+            input!("{spec} is a GGUF file: `vram serve --model {spec} --gpu G` plans it under llama.cpp");
+        }
         let bytes = read_limited(path, MAX_CONFIG)?;
         return Ok(parse_config(&bytes, spec, spec)?);
     }
@@ -105,4 +108,10 @@ fn load_dir(dir: &Path) -> Result<Model> {
         ));
     }
     Ok(model)
+}
+
+/// Whether a file starts with the GGUF magic.
+pub fn is_gguf(path: &Path) -> bool {
+    let mut magic = [0u8; 4];
+    File::open(path).and_then(|mut f| f.read_exact(&mut magic)).is_ok() && &magic == b"GGUF"
 }

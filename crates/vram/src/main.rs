@@ -245,6 +245,11 @@ fn run(cli: Cli) -> Result<u8> {
             }
         }
         Command::Serve(a) => {
+            let path = std::path::Path::new(&a.model);
+            if a.model.to_ascii_lowercase().ends_with(".gguf") || (path.is_file() && load::is_gguf(path)) {
+                let s = serve::llama_cpp(&a, path)?;
+                return if a.json { emit_json(&render::json::llama_cpp(&s)) } else { emit(&render::text::llama_cpp(&s)) }.map(|()| 0);
+            }
             let model = load::load_model(&a.model)?;
             let s = serve::vllm(&a, model)?;
             return if a.json { emit_json(&render::json::serve(&s)) } else { emit(&render::text::serve(&s)) }.map(|()| 0);

@@ -71,3 +71,103 @@ pub fn vllm(a: &ServeArgs, model: Model) -> Result<VllmServe> {
     let report = serve(&model, &config)?;
     Ok(VllmServe { model, gpu: g, config, report })
 }
+
+/// Largest GGUF header read (tokenizer vocabularies and merges reach tens of MB).
+const MAX_GGUF_HEADER: u64 = 256 << 20;
+
+/// Read a `.gguf` file's header only: a growing prefix until the tensor infos end.
+pub fn read_gguf(path: &std::path::Path) -> Result<vram_core::gguf::Gguf> {
+    use std::io::Read;
+    use vram_core::gguf::{parse, Parsed};
+    let shown = path.display().to_string();
+    let mut f = std::fs::File::open(path).map_err(|e| UsageError(format!("cannot open {shown}: {e}")))?;
+    let len = f.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
+    let mut buf = Vec::new();
+    let mut want: u64 = 1 << 20;
+    loop {
+        let have = buf.len() as u64;
+        if want > have {
+            (&mut f).take(want - have).read_to_end(&mut buf).map_err(|e| UsageError(format!("cannot read {shown}: {e}")))?;
+        }
+        match parse(&buf, &shown)? {
+            Parsed::Complete(g) => return Ok(*g),
+            Parsed::NeedMore(n) => {
+                if (buf.len() as u64) < want || n > len {
+                    return Err(UsageError(format!(
+                        "{shown} ends inside its GGUF header ({} bytes, the header needs {n}): the file is truncated",
+                        buf.len()
+                    ))
+                    .into());
+                }
+                if n > MAX_GGUF_HEADER {
+                    return Err(
+                        UsageError(format!("{shown}: the GGUF header claims more than {} MiB; refusing", MAX_GGUF_HEADER >> 20)).into()
+                    );
+                }
+                want = n.max(want * 2).min(MAX_GGUF_HEADER);
+            }
+        }
+    }
+}
+
+/// Everything `vram serve` prints for a GGUF model under llama.cpp.
+pub struct LlamaCppServe {
+    /// File name.
+    pub file: String,
+    /// The header.
+    pub gguf: vram_core::gguf::Gguf,
+    /// Its hyper-parameters.
+    pub hparams: vram_core::gguf::HParams,
+    /// The GPU.
+    pub gpu: Gpu,
+    /// The settings.
+    pub config: vram_core::gguf::LlamaCppConfig,
+    /// The plan at those settings.
+    pub plan: vram_core::gguf::LlamaCppPlan,
+    /// For each number of GPU layers, the longest context that fits the GPU.
+    pub offload_table: Vec<(u64, Option<u64>)>,
+}
+
+/// Plan a llama.cpp launch of a GGUF file.
+pub fn llama_cpp(a: &ServeArgs, path: &std::path::Path) -> Result<LlamaCppServe> {
+    use vram_core::gguf::{llama_cpp, max_ctx, LlamaCppConfig};
+    let file = path.display().to_string();
+    let gguf = read_gguf(path)?;
+    let hparams = gguf.hparams(&file)?;
+    let g = gpu::lookup(&a.gpu)?;
+    let ctx = a.ctx_size.or(a.max_model_len).unwrap_or(4096);
+    let kv_bytes = match a.kv_cache_dtype.to_ascii_lowercase().as_str() {
+        "auto" | "f16" => 2.0,
+        "f32" => 4.0,
+        // ggml block layouts: q8_0 34 B per 32, q4_0 18 B per 32.
+        "q8_0" => 34.0 / 32.0,
+        "q4_0" => 18.0 / 32.0,
+        other => return Err(UsageError(format!("invalid --kv-cache-dtype `{other}` for llama.cpp: use f16, f32, q8_0 or q4_0")).into()),
+    };
+    let cuda_overhead = match &a.cuda_context {
+        Some(c) => parse_size(c)?,
+        None => 512 << 20,
+    };
+    let config = LlamaCppConfig {
+        n_gpu_layers: a.n_gpu_layers.unwrap_or(hparams.layers + 1),
+        ctx,
+        ubatch: a.ubatch_size,
+        parallel: a.parallel,
+        flash_attn: true,
+        kv_bytes,
+        cuda_overhead,
+    };
+    let plan = llama_cpp(&gguf, &hparams, &config)?;
+    let limit = if hparams.context_length > 0 { hparams.context_length } else { 1 << 20 };
+    let mut offload_table = Vec::new();
+    let mut ngl = hparams.layers + 1;
+    loop {
+        offload_table.push((ngl, max_ctx(&gguf, &hparams, &LlamaCppConfig { n_gpu_layers: ngl, ..config }, g.memory, limit)?));
+        if ngl == 0 {
+            break;
+        }
+        let step = (hparams.layers / 8).max(1);
+        ngl = if ngl > hparams.layers { hparams.layers } else { ngl.saturating_sub(step) };
+    }
+    Ok(LlamaCppServe { file, gguf, hparams, gpu: g, config, plan, offload_table })
+}

@@ -587,3 +587,31 @@ fn serve_rejects_bad_settings_clearly() {
     assert!(fails(&["serve", "-m", "qwen2.5-1.5b", "-g", "h100", "--kv-cache-dtype", "int3"], 2).contains("kv-cache-dtype"));
     assert!(fails(&["serve", "-m", "qwen2.5-1.5b", "-g", "h100", "--quantization", "magic"], 2).contains("quantization"));
 }
+
+#[path = "../../vram-core/tests/support/gguf_writer.rs"]
+mod gguf_writer;
+
+#[test]
+fn serve_plans_a_gguf_file_under_llama_cpp() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny-Q4_K_M.gguf");
+    std::fs::write(&path, gguf_writer::tiny_llama().bytes()).unwrap();
+    let p = path.to_str().unwrap();
+    let v = json(&["serve", "-m", p, "-g", "24GiB", "--ctx-size", "8192"]);
+    assert_eq!(v["engine"], "llama.cpp");
+    assert_eq!(v["gguf"]["file_type"], "Q4_K_M");
+    assert_eq!(v["plan"]["ctx"], 8192);
+    assert_eq!(v["plan"]["gpu_kv_bytes"], 4 * 8192 * 2 * 64 * 2);
+    assert!(v["offload_table"].as_array().unwrap().len() >= 5);
+    let none = json(&["serve", "-m", p, "-g", "24GiB", "--n-gpu-layers", "0"]);
+    assert_eq!(none["plan"]["gpu_weights_bytes"], 0);
+    let text = vram().args(["serve", "-m", p, "-g", "rtx-4090"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&text.stdout).contains("--n-gpu-layers → longest --ctx-size"));
+    // Truncated inside the header: a clear error, exit 2.
+    let bytes = gguf_writer::tiny_llama().bytes();
+    let cut = dir.path().join("cut.gguf");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    assert!(fails(&["serve", "-m", cut.to_str().unwrap(), "-g", "h100"], 2).contains("truncated"));
+    // Other commands point to `serve`.
+    assert!(fails(&["estimate", "-m", p], 2).contains("vram serve"));
+}

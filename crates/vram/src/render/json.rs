@@ -163,3 +163,27 @@ pub fn serve(s: &crate::serve::VllmServe) -> Value {
         "gpus": gpus,
     })
 }
+
+/// `vram serve --json` for a GGUF model under llama.cpp.
+pub fn llama_cpp(s: &crate::serve::LlamaCppServe) -> Value {
+    json!({
+        "vram_version": env!("CARGO_PKG_VERSION"),
+        "engine": "llama.cpp",
+        "file": s.file,
+        "gguf": {
+            "version": s.gguf.version,
+            "architecture": s.gguf.architecture(),
+            "file_type": s.gguf.file_type(),
+            "tensors": s.gguf.tensors.len(),
+            "tensor_bytes": s.gguf.tensor_bytes(),
+            "bytes_by_type": s.gguf.bytes_by_type().iter().map(|(t, b)| json!({"type": t, "bytes": b})).collect::<Vec<_>>(),
+            "header_bytes": s.gguf.header_bytes,
+        },
+        "hparams": s.hparams,
+        "gpu": gpu(&s.gpu),
+        "config": s.config,
+        "plan": s.plan,
+        "fits": s.plan.gpu_total_bytes <= s.gpu.memory,
+        "offload_table": s.offload_table.iter().map(|(n, c)| json!({"n_gpu_layers": n, "max_ctx_size": c})).collect::<Vec<_>>(),
+    })
+}

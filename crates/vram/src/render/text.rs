@@ -466,3 +466,65 @@ pub fn serve(s: &crate::serve::VllmServe) -> String {
     }
     out
 }
+
+/// `vram serve` for a GGUF model under llama.cpp.
+pub fn llama_cpp(s: &crate::serve::LlamaCppServe) -> String {
+    let (g, hp, p, c) = (&s.gguf, &s.hparams, &s.plan, &s.config);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} — GGUF v{} · {} · {} · {} tensors, {} GiB ({:.2} GB)",
+        s.file,
+        g.version,
+        hp.architecture,
+        g.file_type().unwrap_or("unknown mix"),
+        g.tensors.len(),
+        gib_cell(g.tensor_bytes()),
+        gb(g.tensor_bytes())
+    );
+    let types: Vec<String> = g.bytes_by_type().iter().map(|(t, b)| format!("{t} {}", gib_cell(*b))).collect();
+    let _ = writeln!(out, "by type (GiB): {}", types.join(" · "));
+    let _ = writeln!(
+        out,
+        "{} layers · {} wide · {} heads / {} KV heads × {} · vocabulary {} · trained context {}",
+        hp.layers, hp.embd, hp.heads, hp.kv_heads, hp.head_k, hp.vocab, hp.context_length
+    );
+    let _ = writeln!(
+        out,
+        "llama.cpp on {} · --n-gpu-layers {} · --ctx-size {} (padded {}) · --ubatch-size {} · --parallel {} · flash attention",
+        gpu_line(&s.gpu),
+        c.n_gpu_layers,
+        c.ctx,
+        p.ctx,
+        c.ubatch,
+        c.parallel
+    );
+    let _ = writeln!(out);
+    let _ = writeln!(out, "{:<44} {:>8} {:>8}", "", "GPU GiB", "RAM GiB");
+    let row = |out: &mut String, name: &str, gpu: u64, cpu: u64| {
+        let _ = writeln!(out, "  {name:<42} {:>8} {:>8}", gib_cell(gpu), gib_cell(cpu));
+    };
+    row(
+        &mut out,
+        &format!("weights ({} of {} layers on GPU{})", p.gpu_layers, hp.layers, if p.output_on_gpu { ", output too" } else { "" }),
+        p.gpu_weights_bytes,
+        p.cpu_weights_bytes,
+    );
+    row(&mut out, "KV cache (f16 unless --kv-cache-dtype)", p.gpu_kv_bytes, p.cpu_kv_bytes);
+    row(&mut out, "compute buffer (modelled)", p.gpu_compute_bytes, 0);
+    row(&mut out, "CUDA context + cuBLAS (assumed)", p.cuda_overhead_bytes, 0);
+    row(&mut out, "total", p.gpu_total_bytes, p.cpu_weights_bytes + p.cpu_kv_bytes);
+    let util = p.gpu_total_bytes as f64 / s.gpu.memory as f64;
+    let _ = writeln!(out, "{:.1}% of {} — {}", util * 100.0, s.gpu.name, verdict(util));
+    let _ = writeln!(out);
+    let _ = writeln!(out, "--n-gpu-layers → longest --ctx-size that fits {}:", s.gpu.name);
+    for (n, ctx) in &s.offload_table {
+        let shown = match ctx {
+            Some(c) => thousands(*c),
+            None => "does not fit".into(),
+        };
+        let label = if *n > hp.layers { format!("{n} (all + output)") } else { n.to_string() };
+        let _ = writeln!(out, "  {label:>16}  {shown}");
+    }
+    out
+}

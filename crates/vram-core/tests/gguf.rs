@@ -1,0 +1,125 @@
+//! GGUF headers written by a small generator (the layout of ggml/docs/gguf.md), parsed back:
+//! metadata, tensor infos and exact bytes per quantisation type, hostile inputs, and llama.cpp's
+//! layer offload plan.
+
+use vram_core::gguf::{self, llama_cpp, max_ctx, LlamaCppConfig, MetaValue, Parsed};
+
+#[path = "support/gguf_writer.rs"]
+mod gguf_writer;
+use gguf_writer::*;
+
+fn parsed(bytes: &[u8]) -> gguf::Gguf {
+    match gguf::parse(bytes, "tiny.gguf").unwrap() {
+        Parsed::Complete(g) => *g,
+        Parsed::NeedMore(n) => panic!("needs {n} bytes"),
+    }
+}
+
+#[test]
+fn exact_bytes_per_quant_type() {
+    let g = parsed(&tiny_llama().bytes());
+    assert_eq!(g.version, 3);
+    assert_eq!(g.architecture(), Some("llama"));
+    assert_eq!(g.file_type(), Some("Q4_K_M"));
+    assert_eq!(g.tensors.len(), 1 + 4 * 9 + 2);
+    // Block layouts (ggml-common.h): Q4_K 144 B / 256, Q5_K 176 / 256, Q6_K 210 / 256,
+    // IQ4_XS 136 / 256, Q8_0 34 / 32, F16 2, F32 4.
+    let by_name = |n: &str| g.tensors.iter().find(|t| t.name == n).unwrap().bytes;
+    assert_eq!(by_name("blk.0.attn_q.weight"), 65_536 / 256 * 144);
+    assert_eq!(by_name("blk.0.attn_v.weight"), 16_384 / 256 * 210);
+    assert_eq!(by_name("blk.0.attn_output.weight"), 65_536 / 256 * 176);
+    assert_eq!(by_name("blk.0.ffn_gate.weight"), 131_072 / 256 * 136);
+    assert_eq!(by_name("blk.0.ffn_up.weight"), 131_072 / 32 * 34);
+    assert_eq!(by_name("output.weight"), 262_144 * 2);
+    assert_eq!(by_name("output_norm.weight"), 1024);
+    let total: u64 = g.bytes_by_type().iter().map(|(_, b)| b).sum();
+    assert_eq!(total, g.tensor_bytes());
+    let hp = g.hparams("tiny.gguf").unwrap();
+    assert_eq!((hp.layers, hp.embd, hp.heads, hp.kv_heads, hp.head_k, hp.vocab, hp.context_length), (4, 256, 8, 2, 32, 1024, 8192));
+    assert!(matches!(g.metadata.get("llama.rope.freq_base"), Some(MetaValue::Float(f)) if *f == 500000.0));
+    // The header ends before the data.
+    assert_eq!(g.header_bytes as usize, tiny_llama().bytes().len() - 64);
+}
+
+#[test]
+fn every_prefix_asks_for_more_never_errors_or_panics() {
+    let bytes = tiny_llama().bytes();
+    let header = bytes.len() - 64;
+    for cut in (4..header).step_by(7) {
+        match gguf::parse(&bytes[..cut], "tiny.gguf").unwrap() {
+            Parsed::NeedMore(n) => assert!(n as usize > cut && n as usize <= header),
+            Parsed::Complete(_) => panic!("complete at {cut} of {header}"),
+        }
+    }
+}
+
+#[test]
+fn hostile_headers_are_clear_errors() {
+    let err = |b: &[u8]| gguf::parse(b, "x.gguf").unwrap_err().to_string();
+    assert!(err(b"GGML\x03\0\0\0").contains("not a GGUF file"));
+    let mut v1 = b"GGUF".to_vec();
+    v1.extend(1u32.to_le_bytes());
+    assert!(err(&v1).contains("version 1"));
+    // Absurd counts.
+    let mut huge = b"GGUF".to_vec();
+    huge.extend(3u32.to_le_bytes());
+    huge.extend(u64::MAX.to_le_bytes());
+    huge.extend(0u64.to_le_bytes());
+    assert!(err(&huge).contains("not a real model"));
+    // A string claiming an exabyte.
+    let mut w = Writer::default();
+    w.str("general.architecture", "llama");
+    let mut b = w.bytes();
+    b[24..32].copy_from_slice(&u64::MAX.to_le_bytes());
+    assert!(err(&b).contains("claims"));
+    // Unknown tensor type, too many dims, partial blocks, overflowing dims.
+    let mut w = Writer::default();
+    w.tensor("t", &[256], 99);
+    assert!(err(&w.bytes()).contains("unknown ggml type 99"));
+    let mut w = Writer::default();
+    w.tensor("t", &[2, 2, 2, 2, 2], F32);
+    assert!(err(&w.bytes()).contains("5 dimensions"));
+    let mut w = Writer::default();
+    w.tensor("t", &[100], Q4_K);
+    assert!(err(&w.bytes()).contains("whole Q4_K blocks"));
+    let mut w = Writer::default();
+    w.tensor("t", &[u64::MAX, 4], F32);
+    assert!(err(&w.bytes()).contains("overflow"));
+}
+
+#[test]
+fn missing_hparams_name_the_key() {
+    let mut w = Writer::default();
+    w.str("general.architecture", "qwen2").u32("qwen2.block_count", 2);
+    let g = parsed(&w.bytes());
+    assert!(g.hparams("m.gguf").unwrap_err().to_string().contains("qwen2.embedding_length"));
+}
+
+#[test]
+fn layer_offload_moves_weights_and_kv_between_gpu_and_cpu() {
+    let g = parsed(&tiny_llama().bytes());
+    let hp = g.hparams("tiny.gguf").unwrap();
+    let cfg = LlamaCppConfig { n_gpu_layers: 999, ctx: 4096, ubatch: 512, parallel: 1, flash_attn: true, kv_bytes: 2.0, cuda_overhead: 0 };
+    let all = llama_cpp(&g, &hp, &cfg).unwrap();
+    let embd = g.tensors.iter().find(|t| t.name == "token_embd.weight").unwrap().bytes;
+    // Everything but the token embeddings on the GPU.
+    assert!(all.output_on_gpu);
+    assert_eq!(all.gpu_weights_bytes + embd, g.tensor_bytes());
+    assert_eq!(all.cpu_weights_bytes, embd);
+    // KV: 4 layers × 4096 × 2 KV heads × (32 + 32) × 2 bytes.
+    assert_eq!(all.gpu_kv_bytes, 4 * 4096 * 2 * 64 * 2);
+    let none = llama_cpp(&g, &hp, &LlamaCppConfig { n_gpu_layers: 0, ..cfg }).unwrap();
+    assert_eq!(none.gpu_weights_bytes + none.gpu_kv_bytes + none.gpu_compute_bytes, 0);
+    assert_eq!(none.cpu_weights_bytes, g.tensor_bytes());
+    let half = llama_cpp(&g, &hp, &LlamaCppConfig { n_gpu_layers: 2, ..cfg }).unwrap();
+    assert_eq!(half.gpu_kv_bytes * 2, all.gpu_kv_bytes);
+    assert!(!half.output_on_gpu);
+    // Context is padded to 256 and the longest context that fits grows as layers leave the GPU.
+    assert_eq!(llama_cpp(&g, &hp, &LlamaCppConfig { ctx: 1000, ..cfg }).unwrap().ctx, 1024);
+    let budget = all.gpu_total_bytes;
+    let c_all = max_ctx(&g, &hp, &cfg, budget, 1 << 20).unwrap().unwrap();
+    let c_half = max_ctx(&g, &hp, &LlamaCppConfig { n_gpu_layers: 2, ..cfg }, budget, 1 << 20).unwrap().unwrap();
+    assert_eq!(c_all, 4096);
+    assert!(c_half > c_all);
+    assert_eq!(max_ctx(&g, &hp, &cfg, 1000, 1 << 20).unwrap(), None);
+}

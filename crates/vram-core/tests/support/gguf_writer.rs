@@ -1,0 +1,111 @@
+//! A GGUF v3 header writer (ggml/docs/gguf.md) for tests: valid files of several quant types.
+#![allow(dead_code)]
+
+/// Writes GGUF v3 headers.
+#[derive(Default)]
+pub struct Writer {
+    kv: Vec<u8>,
+    n_kv: u64,
+    tensors: Vec<u8>,
+    n_tensors: u64,
+}
+
+fn s(out: &mut Vec<u8>, x: &str) {
+    out.extend((x.len() as u64).to_le_bytes());
+    out.extend(x.as_bytes());
+}
+
+impl Writer {
+    pub fn u32(&mut self, k: &str, v: u32) -> &mut Self {
+        s(&mut self.kv, k);
+        self.kv.extend(4u32.to_le_bytes());
+        self.kv.extend(v.to_le_bytes());
+        self.n_kv += 1;
+        self
+    }
+    pub fn f32(&mut self, k: &str, v: f32) -> &mut Self {
+        s(&mut self.kv, k);
+        self.kv.extend(6u32.to_le_bytes());
+        self.kv.extend(v.to_le_bytes());
+        self.n_kv += 1;
+        self
+    }
+    pub fn str(&mut self, k: &str, v: &str) -> &mut Self {
+        s(&mut self.kv, k);
+        self.kv.extend(8u32.to_le_bytes());
+        s(&mut self.kv, v);
+        self.n_kv += 1;
+        self
+    }
+    pub fn tokens(&mut self, n: usize) -> &mut Self {
+        s(&mut self.kv, "tokenizer.ggml.tokens");
+        self.kv.extend(9u32.to_le_bytes());
+        self.kv.extend(8u32.to_le_bytes());
+        self.kv.extend((n as u64).to_le_bytes());
+        for i in 0..n {
+            s(&mut self.kv, &format!("tok{i}"));
+        }
+        self.n_kv += 1;
+        self
+    }
+    pub fn tensor(&mut self, name: &str, dims: &[u64], ggml_type: u32) -> &mut Self {
+        s(&mut self.tensors, name);
+        self.tensors.extend((dims.len() as u32).to_le_bytes());
+        for d in dims {
+            self.tensors.extend(d.to_le_bytes());
+        }
+        self.tensors.extend(ggml_type.to_le_bytes());
+        self.tensors.extend(0u64.to_le_bytes());
+        self.n_tensors += 1;
+        self
+    }
+    pub fn bytes(&self) -> Vec<u8> {
+        let mut out = b"GGUF".to_vec();
+        out.extend(3u32.to_le_bytes());
+        out.extend(self.n_tensors.to_le_bytes());
+        out.extend(self.n_kv.to_le_bytes());
+        out.extend(&self.kv);
+        out.extend(&self.tensors);
+        // Tensor data would follow; a few bytes of it prove the parser stops at the header.
+        out.extend([0xAB; 64]);
+        out
+    }
+}
+
+pub const Q4_K: u32 = 12;
+pub const Q6_K: u32 = 14;
+pub const Q8_0: u32 = 8;
+pub const IQ4_XS: u32 = 23;
+pub const F32: u32 = 0;
+pub const F16: u32 = 1;
+pub const Q5_K: u32 = 13;
+
+/// A 4-layer llama-architecture Q4_K_M-style file: attention in Q4_K, FFN down in Q6_K, the rest mixed.
+pub fn tiny_llama() -> Writer {
+    let mut w = Writer::default();
+    w.str("general.architecture", "llama")
+        .str("general.name", "tiny")
+        .u32("general.file_type", 15)
+        .u32("llama.block_count", 4)
+        .u32("llama.context_length", 8192)
+        .u32("llama.embedding_length", 256)
+        .u32("llama.feed_forward_length", 512)
+        .u32("llama.attention.head_count", 8)
+        .u32("llama.attention.head_count_kv", 2)
+        .f32("llama.rope.freq_base", 500000.0)
+        .tokens(1024);
+    w.tensor("token_embd.weight", &[256, 1024], Q4_K);
+    for i in 0..4 {
+        w.tensor(&format!("blk.{i}.attn_norm.weight"), &[256], F32)
+            .tensor(&format!("blk.{i}.attn_q.weight"), &[256, 256], Q4_K)
+            .tensor(&format!("blk.{i}.attn_k.weight"), &[256, 64], Q4_K)
+            .tensor(&format!("blk.{i}.attn_v.weight"), &[256, 64], Q6_K)
+            .tensor(&format!("blk.{i}.attn_output.weight"), &[256, 256], Q5_K)
+            .tensor(&format!("blk.{i}.ffn_gate.weight"), &[256, 512], IQ4_XS)
+            .tensor(&format!("blk.{i}.ffn_up.weight"), &[256, 512], Q8_0)
+            .tensor(&format!("blk.{i}.ffn_down.weight"), &[512, 256], Q6_K)
+            .tensor(&format!("blk.{i}.ffn_norm.weight"), &[256], F32);
+    }
+    w.tensor("output_norm.weight", &[256], F32).tensor("output.weight", &[256, 1024], F16);
+    w
+}
