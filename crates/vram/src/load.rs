@@ -35,6 +35,9 @@ pub fn load_model(spec: &str) -> Result<Model> {
     if presets::find(spec).is_some() {
         return Ok(presets::load(spec)?);
     }
+    if crate::hub::is_hub_id(spec) {
+        return crate::hub::load(spec);
+    }
     if spec.contains('/') || spec.ends_with(".json") {
         // Looks like a path (or a Hub id, which the Hub issue will fetch); say which.
         match presets::load(spec) {
@@ -46,7 +49,7 @@ pub fn load_model(spec: &str) -> Result<Model> {
     }
 }
 
-fn read_limited(path: &Path, limit: u64) -> Result<Vec<u8>> {
+pub fn read_limited(path: &Path, limit: u64) -> Result<Vec<u8>> {
     let f = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let len = f.metadata().map(|m| m.len()).unwrap_or(0);
     if len > limit {
@@ -57,7 +60,7 @@ fn read_limited(path: &Path, limit: u64) -> Result<Vec<u8>> {
     Ok(buf)
 }
 
-fn load_dir(dir: &Path) -> Result<Model> {
+pub fn load_dir(dir: &Path) -> Result<Model> {
     let cfg_path = dir.join("config.json");
     if !cfg_path.is_file() {
         input!("{} has no config.json; a model directory needs the Hugging Face config.json next to its weights", dir.display());
@@ -96,6 +99,12 @@ fn load_dir(dir: &Path) -> Result<Model> {
         f.read_exact(&mut header).with_context(|| format!("{shown}: cannot read the {n}-byte header"))?;
         summary.add(&parse_header(&header, &shown)?)?;
     }
+    apply_summary(&mut model, &summary);
+    Ok(model)
+}
+
+/// Record what the safetensors headers say: exact element count and stored dtype.
+pub fn apply_summary(model: &mut Model, summary: &CheckpointSummary) {
     let from_config = model.parameters();
     model.checkpoint_parameters = Some(summary.parameters);
     if let Some(d) = summary.main_dtype() {
@@ -107,7 +116,6 @@ fn load_dir(dir: &Path) -> Result<Model> {
             summary.parameters, from_config
         ));
     }
-    Ok(model)
 }
 
 /// Whether a file starts with the GGUF magic.

@@ -1,6 +1,7 @@
 //! `vram`: how much GPU memory a training or inference job takes, before you launch it.
 
 mod cli;
+mod hub;
 mod load;
 mod measure;
 mod metrics;

@@ -8,6 +8,7 @@ pub fn vram() -> Command {
 }
 
 /// Run `vram` with args, expect success, parse stdout as JSON.
+#[allow(dead_code)]
 pub fn json(args: &[&str]) -> serde_json::Value {
     let out = vram().args(args).arg("--json").output().expect("runs");
     assert!(out.status.success(), "vram {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -15,6 +16,7 @@ pub fn json(args: &[&str]) -> serde_json::Value {
 }
 
 /// Run `vram` with args, expect failure with `code`; return stderr.
+#[allow(dead_code)]
 pub fn fails(args: &[&str], code: i32) -> String {
     let out = vram().args(args).output().expect("runs");
     assert_eq!(

@@ -1,0 +1,244 @@
+//! Models straight from the Hugging Face Hub: `config.json` plus only the safetensors headers,
+//! fetched with HTTP range requests the way huggingface_hub's `get_safetensors_metadata` does
+//! (the first 100 KB, a second request when the header is longer, nothing past 100 MB), and
+//! reused from the standard cache (`models--org--name/snapshots/<commit>/`) when present.
+//!
+//! Environment, as huggingface_hub reads it: `HF_ENDPOINT`, `HF_TOKEN` (or the token file under
+//! `HF_HOME`), `HF_HUB_OFFLINE`, `HF_HUB_CACHE` / `HF_HOME` / `XDG_CACHE_HOME`.
+
+use std::io::{IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Result;
+use vram_core::safetensors::{header_len, index_files, parse_header, CheckpointSummary};
+use vram_core::{parse_config, Model};
+
+use crate::load::{apply_summary, load_dir};
+use crate::resolve::UsageError;
+
+/// First bytes requested of each safetensors file (huggingface_hub: 100_000).
+const FIRST_RANGE: u64 = 100_000;
+/// Largest safetensors header accepted (huggingface_hub SAFETENSORS_MAX_HEADER_LENGTH: 100 MB).
+const MAX_HEADER: u64 = 100_000_000;
+/// Largest config.json / index accepted.
+const MAX_JSON: u64 = 64 << 20;
+
+/// Whether `spec` looks like a Hub repository id (`org/name`, optionally `@revision`).
+pub fn is_hub_id(spec: &str) -> bool {
+    let id = spec.split('@').next().unwrap_or(spec);
+    let mut parts = id.split('/');
+    let ok = |p: Option<&str>| {
+        p.is_some_and(|p| {
+            !p.is_empty()
+                && !p.starts_with('.')
+                && p.len() <= 96
+                && p.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        })
+    };
+    ok(parts.next()) && ok(parts.next()) && parts.next().is_none() && !Path::new(spec).exists()
+}
+
+/// Where and how to reach the Hub.
+#[derive(Debug, Clone)]
+pub struct HubEnv {
+    /// `HF_ENDPOINT` (default `https://huggingface.co`).
+    pub endpoint: String,
+    /// `HF_TOKEN`, or the token file.
+    pub token: Option<String>,
+    /// `HF_HUB_OFFLINE`.
+    pub offline: bool,
+    /// The hub cache directory.
+    pub cache: PathBuf,
+}
+
+impl HubEnv {
+    /// Read the environment like huggingface_hub/constants.py.
+    pub fn from_env() -> Self {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        let home = var("HF_HOME").map(PathBuf::from).unwrap_or_else(|| {
+            let xdg = var("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from(var("HOME").unwrap_or_else(|| ".".into())).join(".cache"));
+            xdg.join("huggingface")
+        });
+        let cache = var("HF_HUB_CACHE").or_else(|| var("HUGGINGFACE_HUB_CACHE")).map(PathBuf::from).unwrap_or_else(|| home.join("hub"));
+        let token = var("HF_TOKEN")
+            .or_else(|| var("HUGGING_FACE_HUB_TOKEN"))
+            .or_else(|| std::fs::read_to_string(var("HF_TOKEN_PATH").map(PathBuf::from).unwrap_or_else(|| home.join("token"))).ok())
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty());
+        let offline = var("HF_HUB_OFFLINE").is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"));
+        let endpoint = var("HF_ENDPOINT").unwrap_or_else(|| "https://huggingface.co".into()).trim_end_matches('/').to_string();
+        HubEnv { endpoint, token, offline, cache }
+    }
+}
+
+/// Load `org/name[@revision]`: from the cache when it has the config, else from the Hub.
+pub fn load(spec: &str) -> Result<Model> {
+    let env = HubEnv::from_env();
+    let (repo, rev) = match spec.split_once('@') {
+        Some((r, v)) if !v.is_empty() => (r, v),
+        _ => (spec, "main"),
+    };
+    if let Some(dir) = cached_snapshot(&env.cache, repo, rev) {
+        return load_dir(&dir);
+    }
+    if env.offline {
+        return Err(UsageError(format!(
+            "HF_HUB_OFFLINE is set and {repo} (revision {rev}) is not in the cache at {}: download it once online, or unset HF_HUB_OFFLINE",
+            env.cache.display()
+        ))
+        .into());
+    }
+    fetch(&env, repo, rev)
+}
+
+/// `models--org--name/snapshots/<commit>` holding a config.json, resolving `refs/<rev>`.
+fn cached_snapshot(cache: &Path, repo: &str, rev: &str) -> Option<PathBuf> {
+    let root = cache.join(format!("models--{}", repo.replace('/', "--")));
+    let commit = std::fs::read_to_string(root.join("refs").join(rev)).ok().map(|s| s.trim().to_string()).unwrap_or_else(|| rev.to_string());
+    let dir = root.join("snapshots").join(commit);
+    dir.join("config.json").is_file().then_some(dir)
+}
+
+struct Client<'a> {
+    agent: ureq::Agent,
+    env: &'a HubEnv,
+    repo: &'a str,
+    rev: &'a str,
+    progress: bool,
+}
+
+/// A failed fetch, in the user's terms.
+fn http_error(repo: &str, file: &str, e: ureq::Error, has_token: bool) -> anyhow::Error {
+    match e {
+        ureq::Error::Status(401 | 403, _) => UsageError(format!(
+            "{repo} is gated or private (HTTP 401/403 for {file}): accept its licence on the Hub and {}",
+            if has_token { "check that HF_TOKEN has access to it" } else { "set HF_TOKEN to a token with access" }
+        ))
+        .into(),
+        ureq::Error::Status(404, _) => {
+            UsageError(format!("{repo}: {file} not found on the Hub (HTTP 404): check the repository id and revision")).into()
+        }
+        ureq::Error::Status(code, r) => anyhow::anyhow!("{repo}: fetching {file} failed with HTTP {code} {}", r.status_text()),
+        ureq::Error::Transport(t) => anyhow::anyhow!(
+            "cannot reach the Hub for {repo}/{file}: {t} (set HF_HUB_OFFLINE=1 to use only the local cache, or HF_ENDPOINT for a mirror)"
+        ),
+    }
+}
+
+impl Client<'_> {
+    fn url(&self, file: &str) -> String {
+        format!("{}/{}/resolve/{}/{}", self.env.endpoint, self.repo, self.rev, file)
+    }
+
+    fn get(&self, file: &str, range: Option<(u64, u64)>) -> Result<Option<Vec<u8>>, anyhow::Error> {
+        let mut req = self.agent.get(&self.url(file)).set("User-Agent", concat!("vram/", env!("CARGO_PKG_VERSION")));
+        if let Some(t) = &self.env.token {
+            req = req.set("Authorization", &format!("Bearer {t}"));
+        }
+        let limit = match range {
+            Some((a, b)) => {
+                req = req.set("Range", &format!("bytes={a}-{b}"));
+                b - a + 1
+            }
+            None => MAX_JSON,
+        };
+        match req.call() {
+            Ok(resp) => {
+                let mut buf = Vec::new();
+                // Never read past what was asked, even from a server that ignores Range.
+                resp.into_reader().take(limit).read_to_end(&mut buf)?;
+                Ok(Some(buf))
+            }
+            Err(ureq::Error::Status(404, _)) if file != "config.json" => Ok(None),
+            Err(e) => Err(http_error(self.repo, file, e, self.env.token.is_some())),
+        }
+    }
+
+    fn tick(&self, done: usize, total: usize, file: &str) {
+        if self.progress {
+            let width = 24;
+            let filled = done * width / total.max(1);
+            eprint!("\r\x1b[2Kfetching {} headers [{}{}] {done}/{total} {file}", self.repo, "#".repeat(filled), ".".repeat(width - filled));
+            let _ = std::io::stderr().flush();
+        }
+    }
+
+    /// The safetensors header of `file`: the first 100 KB, then the rest if the header is longer.
+    fn header(&self, file: &str) -> Result<Vec<vram_core::safetensors::TensorInfo>> {
+        let shown = format!("{}/{file}", self.repo);
+        let first = self.get(file, Some((0, FIRST_RANGE - 1)))?.ok_or_else(|| UsageError(format!("{shown}: not found (HTTP 404)")))?;
+        if first.len() < 8 {
+            return Err(UsageError(format!("{shown}: the server sent {} bytes, fewer than the 8-byte header length", first.len())).into());
+        }
+        let n = header_len(&first[..8], &shown)?;
+        if n > MAX_HEADER {
+            return Err(UsageError(format!(
+                "{shown}: header length {n} bytes exceeds the 100 MB limit; refusing (a hostile or corrupt file)"
+            ))
+            .into());
+        }
+        let header = if 8 + n <= first.len() as u64 {
+            first[8..8 + n as usize].to_vec()
+        } else {
+            let rest = self.get(file, Some((8, 8 + n - 1)))?.unwrap_or_default();
+            if rest.len() as u64 != n {
+                return Err(UsageError(format!(
+                    "{shown}: the header is {n} bytes but the server sent {}: truncated file or a server that ignores Range",
+                    rest.len()
+                ))
+                .into());
+            }
+            rest
+        };
+        Ok(parse_header(&header, &shown)?)
+    }
+}
+
+fn fetch(env: &HubEnv, repo: &str, rev: &str) -> Result<Model> {
+    let agent = ureq::AgentBuilder::new()
+        .timeout_connect(Duration::from_secs(10))
+        .timeout_read(Duration::from_secs(60))
+        .redirects(5)
+        .redirect_auth_headers(ureq::RedirectAuthHeaders::SameHost)
+        .build();
+    let c = Client { agent, env, repo, rev, progress: std::io::stderr().is_terminal() };
+    let cfg = c.get("config.json", None)?.unwrap_or_default();
+    let mut model = parse_config(&cfg, repo, &format!("{repo}/config.json"))?;
+    let shards = match c.get("model.safetensors.index.json", None)? {
+        Some(index) => index_files(&index, &format!("{repo}/model.safetensors.index.json"))?,
+        None => vec!["model.safetensors".to_string()],
+    };
+    let mut summary = CheckpointSummary::default();
+    let mut found = 0;
+    for (i, shard) in shards.iter().enumerate() {
+        c.tick(i, shards.len(), shard);
+        match c.header(shard) {
+            Ok(t) => {
+                summary.add(&t)?;
+                found += 1;
+            }
+            // A repository without safetensors (only .bin or GGUF): the config alone is used.
+            Err(e) if shards.len() == 1 && e.to_string().contains("HTTP 404") => {
+                model.warnings.push(format!("{repo} has no model.safetensors: parameters counted from config.json alone"));
+                break;
+            }
+            Err(e) => {
+                if c.progress {
+                    eprintln!();
+                }
+                return Err(e);
+            }
+        }
+    }
+    c.tick(shards.len(), shards.len(), "");
+    if c.progress {
+        eprintln!();
+    }
+    if found > 0 {
+        apply_summary(&mut model, &summary);
+    }
+    Ok(model)
+}
