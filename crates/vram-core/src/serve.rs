@@ -56,6 +56,17 @@ impl Quantization {
     }
 }
 
+/// Which vLLM engine's profile run to reproduce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VllmEngine {
+    /// The V1 engine (vLLM ≥ 0.8 default; the only one since 0.11).
+    V1,
+    /// The legacy V0 engine (vLLM ≤ 0.10 with VLLM_USE_V1=0): no chunked prefill by default and
+    /// a top-k/top-p sampler in the profile run.
+    V0,
+}
+
 /// Raw settings of a `vllm serve` launch, in vLLM's own terms.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ServeConfig {
@@ -87,6 +98,8 @@ pub struct ServeConfig {
     pub cuda_context: u64,
     /// `--enforce-eager`: no CUDA graphs.
     pub enforce_eager: bool,
+    /// Engine generation.
+    pub engine: VllmEngine,
 }
 
 impl ServeConfig {
@@ -107,7 +120,19 @@ impl ServeConfig {
             non_torch_memory: None,
             cuda_context: 512 * MIB,
             enforce_eager: false,
+            engine: VllmEngine::V1,
         }
+    }
+}
+
+/// What CUDA reports as total memory (`cudaMemGetInfo`, which vLLM uses) for a GPU whose
+/// nvidia-smi total is known: the driver keeps back ~434 MiB (nvidia-smi total minus vLLM's
+/// logged `total_gpu_memory`: 430 MiB on an RTX 3090, 438 MiB on an H100 80GB;
+/// validation/vllm/logs.jsonl). Sizes the user typed are taken as CUDA totals.
+pub fn cuda_total(gpu: &crate::gpu::Gpu) -> u64 {
+    match gpu.memory_source {
+        crate::gpu::MemorySource::NvidiaSmi => gpu.memory.saturating_sub(434 * MIB),
+        _ => gpu.memory,
     }
 }
 
@@ -239,8 +264,14 @@ pub fn serve(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
     // vllm/engine/arg_utils.py _set_default_args: `vllm serve` on GPUs with ≥ 70 GiB other than
     // the A100 gets 8192 batched tokens and 1024 sequences; smaller GPUs 2048 and 256.
     let big = cfg.gpu_memory >= 70 * GIB && !cfg.gpu_is_a100;
-    let batched = cfg.max_num_batched_tokens.unwrap_or(if big { 8192 } else { 2048 });
-    let seqs = cfg.max_num_seqs.unwrap_or(if big { 1024 } else { 256 });
+    let (batched, seqs) = match cfg.engine {
+        VllmEngine::V1 => (if big { 8192 } else { 2048 }, if big { 1024 } else { 256 }),
+        // V0 (config.py SchedulerConfig): without chunked prefill, max(max_model_len, 2048)
+        // tokens; chunked prefill (on by default past 32K contexts) 2048; 256 sequences.
+        VllmEngine::V0 => (if max_len > 32_768 { 2048 } else { max_len.max(2048) }, 256),
+    };
+    let batched = cfg.max_num_batched_tokens.unwrap_or(batched);
+    let seqs = cfg.max_num_seqs.unwrap_or(seqs);
     if batched == 0 || batched > 1 << 22 || seqs == 0 || seqs > 1 << 20 {
         return Err(invalid("--max-num-batched-tokens / --max-num-seqs", format!("{batched} / {seqs}"), "positive and below 4M / 1M"));
     }
@@ -279,13 +310,26 @@ pub fn serve(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
     let reqs = seqs.min(batched) as u128;
     let v = m.vocab as u128;
     let vpad = (m.vocab.div_ceil(VOCAB_PAD) * VOCAB_PAD) as u128;
-    // compute_logits: the rank's [R, V/tp] slice, gathered to [R, V] on TP > 1; the dummy
-    // sampler (temperature 0.5, no top-k/p) converts to fp32, softmaxes and draws an
-    // exponential of the same shape (v1/sample/sampler.py, ops/topk_topp_sampler.py random_sample).
+    // compute_logits: the rank's [R, V/tp] slice, gathered to [R, V] on TP > 1.
     let gathered = if tp > 1 { reqs * vpad * e } else { 0 };
-    let sampler = reqs * vpad / tp as u128 * e + gathered + reqs * v * 12 + (batched as u128 + reqs) * m.hidden as u128 * e;
+    let per_logit: u128 = match cfg.engine {
+        // V1's dummy sampler (temperature 0.5, top-k/p skipped) converts to fp32, softmaxes and
+        // draws an exponential of the same shape (v1/sample/sampler.py, topk_topp_sampler.py
+        // random_sample): fp32 logits + probabilities + exponential.
+        VllmEngine::V1 => 12,
+        // V0's profile uses top_k = vocab − 1, top_p = 0.99 (worker/model_runner.py profile_run);
+        // _apply_top_k_top_p keeps as locals the fp32 logits, sorted values (4) and int64
+        // indices (8), softmax and cumsum (4 + 4), two bool masks (1 + 1), the inverse
+        // permutation (8) and the re-gathered logits (4) (model_executor/layers/sampler.py).
+        VllmEngine::V0 => 4 + 4 + 8 + 4 + 4 + 1 + 1 + 8 + 4,
+    };
+    let sampler = reqs * vpad / tp as u128 * e + gathered + reqs * v * per_logit + (batched as u128 + reqs) * m.hidden as u128 * e;
     let (act, act_at) = if sampler > fwd {
-        (sampler, format!("sampler over {reqs} requests × {} vocabulary (fp32 logits, probabilities, exponential draw)", m.vocab))
+        let how = match cfg.engine {
+            VllmEngine::V1 => "fp32 logits, probabilities, exponential draw",
+            VllmEngine::V0 => "top-k/top-p sort, masks and re-gather",
+        };
+        (sampler, format!("sampler over {reqs} requests × {} vocabulary ({how})", m.vocab))
     } else {
         (fwd, fwd_at)
     };

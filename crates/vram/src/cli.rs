@@ -343,6 +343,9 @@ pub struct ServeArgs {
     /// vLLM `--max-num-seqs` (default: 1024 on ≥70 GiB non-A100, else 256).
     #[arg(long)]
     pub max_num_seqs: Option<u64>,
+    /// vLLM engine generation whose profile run to reproduce: v1 (default), or v0 (VLLM_USE_V1=0).
+    #[arg(long, default_value = "v1")]
+    pub vllm_engine: String,
     /// vLLM `--enforce-eager` (no CUDA graphs).
     #[arg(long)]
     pub enforce_eager: bool,

@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use vram_core::gpu::{self, Gpu};
-use vram_core::serve::{serve, Quantization, ServeConfig, ServeReport};
+use vram_core::serve::{cuda_total, serve, Quantization, ServeConfig, ServeReport, VllmEngine};
 use vram_core::units::parse_size;
 use vram_core::{DType, Model};
 
@@ -63,7 +63,12 @@ pub fn vllm(a: &ServeArgs, model: Model) -> Result<VllmServe> {
         max_num_seqs: a.max_num_seqs,
         non_torch_memory: a.non_torch_memory.as_deref().map(parse_size).transpose()?,
         enforce_eager: a.enforce_eager,
-        ..ServeConfig::new(g.memory)
+        engine: match a.vllm_engine.to_ascii_lowercase().as_str() {
+            "v1" | "1" => VllmEngine::V1,
+            "v0" | "0" => VllmEngine::V0,
+            other => return Err(UsageError(format!("invalid --vllm-engine `{other}`: use v1 or v0")).into()),
+        },
+        ..ServeConfig::new(cuda_total(&g))
     };
     if let Some(c) = &a.cuda_context {
         config.cuda_context = parse_size(c)?;

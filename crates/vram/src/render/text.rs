@@ -414,7 +414,12 @@ pub fn serve(s: &crate::serve::VllmServe) -> String {
     row(&mut out, "profile-run activation peak", r.activation_peak_bytes, &r.activation_peak_at);
     row(&mut out, "non-torch increase", r.non_torch_bytes, "kernels, library handles, NCCL at TP ≥ 2");
     row(&mut out, "= non-KV memory", r.non_kv_bytes, "vLLM logs it as \"Total non KV cache memory\"");
-    row(&mut out, &format!("requested ({} × total)", c.gpu_memory_utilization), r.requested_bytes, "");
+    row(
+        &mut out,
+        &format!("requested ({} × CUDA total {:.2})", c.gpu_memory_utilization, gib(c.gpu_memory)),
+        r.requested_bytes,
+        "CUDA total = nvidia-smi total − 434 MiB kept by the driver",
+    );
     row(&mut out, "KV-cache pool", r.kv_cache_bytes, "\"Available KV cache memory\"");
     let _ = writeln!(
         out,
