@@ -77,8 +77,13 @@ pub fn read_tree(root: u32) -> Option<Vec<ProcStatus>> {
         out.push(st);
         let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
         for t in tasks.flatten() {
-            let children = std::fs::read_to_string(t.path().join("children")).ok()?;
-            stack.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+            match std::fs::read_to_string(t.path().join("children")) {
+                Ok(children) => stack.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok())),
+                // The thread exited between listing and reading: nothing to follow.
+                Err(_) if !t.path().exists() => {}
+                // The kernel has no children files (CONFIG_PROC_CHILDREN off): the caller scans.
+                Err(_) => return None,
+            }
         }
     }
     Some(out)
