@@ -2,6 +2,10 @@
 //! quoted from public issues, each with its source) and against numbers derived by hand from
 //! vLLM's source.
 
+#[path = "support/readme.rs"]
+mod readme;
+
+use std::fmt::Write;
 use std::path::PathBuf;
 
 use serde_json::Value;
@@ -37,6 +41,8 @@ fn u(v: &Value, k: &str) -> u64 {
 #[test]
 fn weights_and_profile_activation_match_vllm_logs() {
     let mut checked = 0;
+    let mut table =
+        String::from("\n| logged start-up | weights (vram vs vLLM) | profile-run activation peak | KV pool |\n|---|---|---|---|\n");
     for case in logs().iter().filter(|c| c["activation_peak_gib"].is_number()) {
         let m = model(case["model"].as_str().unwrap());
         let g = gpu::lookup(case["gpu"].as_str().unwrap()).unwrap();
@@ -59,23 +65,28 @@ fn weights_and_profile_activation_match_vllm_logs() {
         // Logged to 4 decimals ("Loading model weights took 14.9888 GB") or to 2.
         let tol = if (logged_w * 100.0).fract().abs() > 1e-9 { 1e-4 } else { 0.006 };
         assert!((w - logged_w).abs() < tol, "{}: weights {w:.4} GiB vs logged {logged_w}", case["id"]);
+        let mut pool = "—".to_string();
         if let Some(kv) = case["kv_cache_gib"].as_f64() {
             let got = r.kv_cache_bytes as f64 / GIB;
             assert!((got - kv).abs() / kv < 0.05, "{}: KV pool {got:.2} GiB vs logged {kv}", case["id"]);
+            pool = format!("{got:.2} vs {kv} GiB");
         }
         let a = r.activation_peak_bytes as f64 / GIB;
         let logged_a = case["activation_peak_gib"].as_f64().unwrap();
-        eprintln!(
-            "{:<24} weights {w:.4} vs {logged_w} GiB · activation {a:.3} vs {logged_a} GiB ({:+.1}%) · KV pool {:.2} GiB",
+        let _ = writeln!(
+            table,
+            "| [{}]({}) ({}) | {w:.4} vs {logged_w} GiB | {a:.3} vs {logged_a} GiB ({:+.1}%) | {pool} |",
             case["id"].as_str().unwrap(),
+            case["source"].as_str().unwrap(),
+            case["engine"].as_str().unwrap(),
             (a / logged_a - 1.0) * 100.0,
-            r.kv_cache_bytes as f64 / GIB
         );
         // Logged to 0.01 GiB; the target is vLLM's own number within 5%.
         assert!((a - logged_a).abs() / logged_a < 0.05, "{}: activation {a:.3} GiB vs logged {logged_a}", case["id"]);
         checked += 1;
     }
     assert!(checked >= 4);
+    readme::sync_section("<!-- serve:begin -->", "<!-- serve:end -->", &table, "vLLM evidence table");
 }
 
 #[test]

@@ -7,6 +7,9 @@
 //! median ≤ 2 trials, worst ≤ 4, never a chosen batch above the target. The README table is
 //! generated here (UPDATE_README=1 rewrites it).
 
+#[path = "support/readme.rs"]
+mod readme;
+
 use vram_core::tune::{Observation, Step, Tuner};
 
 const GIB: f64 = 1073741824.0;
@@ -228,14 +231,5 @@ fn tune_meets_its_targets_and_the_readme_table_is_current() {
     assert!(st.median <= 2, "median {} trials", st.median);
     assert!(st.worst <= 4, "worst {} trials", st.worst);
     let generated = table(&cs);
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md");
-    let readme = std::fs::read_to_string(&path).unwrap();
-    let (Some(a), Some(b)) = (readme.find(BEGIN), readme.find(END)) else { panic!("README.md lacks the tune markers") };
-    if readme[a + BEGIN.len()..b] != generated {
-        if std::env::var_os("UPDATE_README").is_some() {
-            std::fs::write(&path, format!("{}{BEGIN}{generated}{}", &readme[..a], &readme[b..])).unwrap();
-        } else {
-            panic!("README tune table is stale; rerun with UPDATE_README=1. Generated:\n{generated}");
-        }
-    }
+    readme::sync_section(BEGIN, END, &generated, "tune table");
 }

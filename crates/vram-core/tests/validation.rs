@@ -10,6 +10,9 @@
 //! fails and prints the new tables. `UPDATE_README=1 cargo test -p vram-core --test validation`
 //! rewrites them.
 
+#[path = "support/readme.rs"]
+mod readme;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -230,16 +233,5 @@ fn estimator_matches_pytorch_allocations() {
 
     // The README's tables must be the ones these fixtures generate.
     let generated = tables(&points);
-    let readme_path = root().join("README.md");
-    let readme = std::fs::read_to_string(&readme_path).unwrap();
-    let (Some(a), Some(b)) = (readme.find(BEGIN), readme.find(END)) else { panic!("README.md lacks the accuracy markers") };
-    let current = &readme[a + BEGIN.len()..b];
-    if current != generated {
-        if std::env::var_os("UPDATE_README").is_some() {
-            let new = format!("{}{BEGIN}{generated}{}", &readme[..a], &readme[b..]);
-            std::fs::write(&readme_path, new).unwrap();
-        } else {
-            panic!("README accuracy tables are stale; rerun with UPDATE_README=1. Generated:\n{generated}");
-        }
-    }
+    readme::sync_section(BEGIN, END, &generated, "accuracy tables");
 }
