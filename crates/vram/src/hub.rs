@@ -119,7 +119,10 @@ fn http_error(repo: &str, file: &str, e: ureq::Error, has_token: bool) -> anyhow
         ))
         .into(),
         ureq::Error::Status(404, _) => {
-            UsageError(format!("{repo}: {file} not found on the Hub (HTTP 404): check the repository id and revision")).into()
+            UsageError(format!(
+                "{repo}: {file} not found on the Hub (HTTP 404), and no local file or directory has that name: check the repository id, the revision, or the path"
+            ))
+            .into()
         }
         ureq::Error::Status(code, r) => anyhow::anyhow!("{repo}: fetching {file} failed with HTTP {code} {}", r.status_text()),
         ureq::Error::Transport(t) => anyhow::anyhow!(
