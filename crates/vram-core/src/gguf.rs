@@ -346,14 +346,15 @@ impl Gguf {
 
     /// Total bytes of all tensors.
     pub fn tensor_bytes(&self) -> u64 {
-        self.tensors.iter().map(|t| t.bytes).sum()
+        self.tensors.iter().fold(0u64, |a, t| a.saturating_add(t.bytes))
     }
 
     /// Bytes per ggml type, largest first.
     pub fn bytes_by_type(&self) -> Vec<(&'static str, u64)> {
         let mut m: BTreeMap<&'static str, u64> = BTreeMap::new();
         for t in &self.tensors {
-            *m.entry(t.ggml_type).or_default() += t.bytes;
+            let e = m.entry(t.ggml_type).or_default();
+            *e = e.saturating_add(t.bytes);
         }
         let mut v: Vec<_> = m.into_iter().collect();
         v.sort_by_key(|e| std::cmp::Reverse(e.1));
@@ -380,7 +381,8 @@ impl Gguf {
             Some(MetaValue::Array { len, .. }) => Some(*len),
             _ => None,
         });
-        if layers == 0 || layers > 10_000 || heads == 0 || embd == 0 {
+        let dims = [embd, heads, kv_heads, head_k, head_v, self.arch_u64("feed_forward_length").unwrap_or(0)];
+        if layers == 0 || layers > 10_000 || heads == 0 || embd == 0 || dims.iter().any(|&d| d > 1 << 24) {
             return Err(Error::Gguf {
                 file: file.into(),
                 message: format!("implausible dimensions: {layers} layers, {heads} heads, {embd} wide"),
@@ -496,9 +498,9 @@ pub fn llama_cpp(g: &Gguf, hp: &HParams, c: &LlamaCppConfig) -> Result<LlamaCppP
             None => output_on_gpu && !t.name.starts_with("token_embd"),
         };
         if on_gpu {
-            gw += t.bytes;
+            gw = gw.saturating_add(t.bytes);
         } else {
-            cw += t.bytes;
+            cw = cw.saturating_add(t.bytes);
         }
     }
     // n_ctx is padded to 256 (llama-context.cpp: GGML_PAD(n_ctx, 256)).
@@ -508,8 +510,8 @@ pub fn llama_cpp(g: &Gguf, hp: &HParams, c: &LlamaCppConfig) -> Result<LlamaCppP
     // (llama-kv-cache-iswa.cpp keeps min(ctx, window × n_seq + ubatch) there).
     let per_tok = (hp.kv_heads * (hp.head_k + hp.head_v)) as f64 * c.kv_bytes;
     let kv_layer = (ctx as f64 * per_tok) as u64;
-    let gpu_kv = kv_layer * gpu_layers;
-    let cpu_kv = kv_layer * first_gpu;
+    let gpu_kv = kv_layer.saturating_mul(gpu_layers);
+    let cpu_kv = kv_layer.saturating_mul(first_gpu);
     // Compute buffer (ggml-alloc reserves the worst graph for one ubatch): f32 scores
     // [ctx, ubatch, heads] without flash attention, the FFN intermediates, and the output
     // logits [vocab, ubatch] when the output layer is on the GPU. A model, not a measurement.
@@ -518,7 +520,7 @@ pub fn llama_cpp(g: &Gguf, hp: &HParams, c: &LlamaCppConfig) -> Result<LlamaCppP
     let ffn = 3.0 * u * hp.ff as f64 * 4.0;
     let logits = if output_on_gpu { u * hp.vocab as f64 * 4.0 } else { 0.0 };
     let compute = if gpu_layers == 0 && !output_on_gpu { 0 } else { (attn.max(ffn).max(logits) + 4.0 * u * hp.embd as f64 * 4.0) as u64 };
-    let total = gw + gpu_kv + compute + c.cuda_overhead;
+    let total = gw.saturating_add(gpu_kv).saturating_add(compute).saturating_add(c.cuda_overhead);
     Ok(LlamaCppPlan {
         gpu_layers,
         output_on_gpu,

@@ -447,11 +447,14 @@ pub fn kv_pool(m: &Model, p: &PoolSpec) -> Result<KvPool> {
     // Page size (v1/kv_cache_interface.py AttentionSpec.page_size_bytes): K and V (one latent
     // for MLA) × block_size × KV heads on this rank × head size × dtype bytes. vLLM replicates
     // KV heads when TP exceeds them (max(1, kv_heads // tp)); MLA's latent is not split.
+    let overflow = || Error::Overflow { what: "KV-cache page size".into() };
     let per_token_layer = match m.attention.mla {
-        Some(mla) => (mla.kv_lora_rank + mla.qk_rope_head_dim) * p.kv_dtype_bytes,
-        None => 2 * (m.kv_heads / p.tp.max(1)).max(1) * m.head_dim * p.kv_dtype_bytes,
-    };
-    let page_size_bytes = per_token_layer * p.block_size;
+        Some(mla) => (mla.kv_lora_rank + mla.qk_rope_head_dim).checked_mul(p.kv_dtype_bytes),
+        None => (2 * (m.kv_heads / p.tp.max(1)).max(1)).checked_mul(m.head_dim).and_then(|x| x.checked_mul(p.kv_dtype_bytes)),
+    }
+    .ok_or_else(overflow)?;
+    let page_size_bytes = per_token_layer.checked_mul(p.block_size).ok_or_else(overflow)?;
+    let kv_bytes_per_token = per_token_layer.checked_mul(m.layers).ok_or_else(overflow)?;
     if page_size_bytes == 0 || p.block_size == 0 {
         return Err(invalid("model", &m.name, "has no KV heads; nothing to cache"));
     }
@@ -477,7 +480,7 @@ pub fn kv_pool(m: &Model, p: &PoolSpec) -> Result<KvPool> {
     }
     Ok(KvPool {
         page_size_bytes,
-        kv_bytes_per_token: per_token_layer * m.layers,
+        kv_bytes_per_token,
         group_size,
         groups,
         num_kv_blocks,

@@ -123,3 +123,15 @@ fn layer_offload_moves_weights_and_kv_between_gpu_and_cpu() {
     assert!(c_half > c_all);
     assert_eq!(max_ctx(&g, &hp, &cfg, 1000, 1 << 20).unwrap(), None);
 }
+
+#[test]
+fn absurd_hparams_are_refused_not_overflowed() {
+    let mut w = Writer::default();
+    w.str("general.architecture", "llama")
+        .u32("llama.block_count", 4)
+        .u32("llama.embedding_length", 256)
+        .u32("llama.attention.head_count", 8)
+        .u32("llama.attention.head_count_kv", u32::MAX);
+    let g = parsed(&w.bytes());
+    assert!(g.hparams("x.gguf").unwrap_err().to_string().contains("implausible"));
+}

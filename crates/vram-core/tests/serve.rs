@@ -185,3 +185,50 @@ fn a_model_that_does_not_fit_says_by_how_much() {
     assert!(r.shortfall_bytes > 50 << 30);
     assert_eq!(r.kv_cache_bytes, 0);
 }
+
+mod properties {
+    use proptest::prelude::*;
+    use vram_core::serve::{serve, Quantization, ServeConfig};
+    use vram_core::{presets, DType};
+
+    const MODELS: &[&str] = &["gpt2", "qwen2.5-0.5b", "llama-3.1-8b", "llama-3.1-70b", "mixtral-8x7b", "gemma-2-9b", "phi-3-mini"];
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 300, .. ProptestConfig::default() })]
+
+        /// Whatever the settings: no panic; the budget adds up; more memory never means fewer
+        /// blocks; a longer max-model-len never raises concurrency.
+        #[test]
+        fn accounting_adds_up(
+            mi in 0..MODELS.len(),
+            tp in prop_oneof![Just(1u64), Just(2), Just(4), Just(8), Just(3)],
+            gib in 8u64..200,
+            util in 0.3f64..1.0,
+            len in 1u64..200_000,
+            q in 0usize..5,
+            fp8 in any::<bool>(),
+            batched in prop_oneof![Just(None), (1u64..40_000).prop_map(Some)],
+        ) {
+            let m = presets::load(MODELS[mi]).unwrap();
+            let cfg = ServeConfig {
+                tp,
+                gpu_memory_utilization: util,
+                max_model_len: Some(len),
+                quantization: [Quantization::None, Quantization::Awq, Quantization::Gptq, Quantization::Fp8, Quantization::Bnb4bit][q],
+                kv_cache_dtype: fp8.then_some(DType::F8),
+                max_num_batched_tokens: batched,
+                ..ServeConfig::new(gib << 30)
+            };
+            let Ok(r) = serve(&m, &cfg) else { return Ok(()) }; // e.g. TP not dividing the heads
+            prop_assert_eq!(r.non_kv_bytes, r.weights_bytes + r.activation_peak_bytes + r.non_torch_bytes);
+            prop_assert_eq!(r.kv_cache_bytes + r.non_kv_bytes - r.shortfall_bytes, r.requested_bytes);
+            prop_assert!(r.pool.num_kv_blocks * r.pool.page_size_bytes * r.pool.group_size <= r.kv_cache_bytes);
+            prop_assert!(r.pool.max_model_len_that_fits <= len);
+            prop_assert_eq!(r.fits, r.pool.max_model_len_that_fits == len && r.shortfall_bytes == 0);
+            let bigger = serve(&m, &ServeConfig { gpu_memory: (gib + 16) << 30, ..cfg.clone() }).unwrap();
+            prop_assert!(bigger.pool.num_kv_blocks >= r.pool.num_kv_blocks);
+            let longer = serve(&m, &ServeConfig { max_model_len: Some(len * 2), ..cfg.clone() }).unwrap();
+            prop_assert!(longer.pool.max_concurrency <= r.pool.max_concurrency + 1e-12);
+        }
+    }
+}
