@@ -118,7 +118,7 @@ impl ServeConfig {
             max_num_batched_tokens: None,
             max_num_seqs: None,
             non_torch_memory: None,
-            cuda_context: 512 * MIB,
+            cuda_context: crate::job::Overheads::default().cuda_context,
             enforce_eager: false,
             engine: VllmEngine::V1,
         }

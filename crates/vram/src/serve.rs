@@ -140,18 +140,21 @@ pub fn llama_cpp(a: &ServeArgs, path: &std::path::Path) -> Result<LlamaCppServe>
     let gguf = read_gguf(path)?;
     let hparams = gguf.hparams(&file)?;
     let g = gpu::lookup(&a.gpu)?;
+    // llama.cpp's default context (common/common.h `n_ctx = 4096`).
     let ctx = a.ctx_size.or(a.max_model_len).unwrap_or(4096);
-    let kv_bytes = match a.kv_cache_dtype.to_ascii_lowercase().as_str() {
-        "auto" | "f16" => 2.0,
-        "f32" => 4.0,
-        // ggml block layouts: q8_0 34 B per 32, q4_0 18 B per 32.
-        "q8_0" => 34.0 / 32.0,
-        "q4_0" => 18.0 / 32.0,
+    // --cache-type-k/v: ggml types, bytes per element from their block layouts.
+    let kv_type = match a.kv_cache_dtype.to_ascii_lowercase().as_str() {
+        "auto" | "f16" => 1,
+        "f32" => 0,
+        "q8_0" => 8,
+        "q4_0" => 2,
         other => return Err(UsageError(format!("invalid --kv-cache-dtype `{other}` for llama.cpp: use f16, f32, q8_0 or q4_0")).into()),
     };
+    let (_, block, block_bytes) = vram_core::gguf::ggml_type(kv_type).expect("catalogued ggml type");
+    let kv_bytes = block_bytes as f64 / block as f64;
     let cuda_overhead = match &a.cuda_context {
         Some(c) => parse_size(c)?,
-        None => 512 << 20,
+        None => vram_core::Overheads::default().cuda_context,
     };
     let config = LlamaCppConfig {
         n_gpu_layers: a.n_gpu_layers.unwrap_or(hparams.layers + 1),
