@@ -36,7 +36,24 @@ pub fn is_hub_id(spec: &str) -> bool {
                 && p.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
         })
     };
-    ok(parts.next()) && ok(parts.next()) && parts.next().is_none() && !Path::new(spec).exists()
+    let file_like = [".json", ".gguf", ".safetensors", ".bin"].iter().any(|x| id.to_ascii_lowercase().ends_with(x));
+    ok(parts.next()) && ok(parts.next()) && parts.next().is_none() && !file_like && !Path::new(spec).exists()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_hub_id;
+
+    #[test]
+    fn hub_ids_and_paths() {
+        assert!(is_hub_id("Qwen/Qwen2.5-7B-Instruct"));
+        assert!(is_hub_id("meta-llama/Llama-3.1-8B@main"));
+        assert!(!is_hub_id("./config.json"));
+        assert!(!is_hub_id("models/config.json"));
+        assert!(!is_hub_id("a/b/c"));
+        assert!(!is_hub_id("llama-3.1-8b"));
+        assert!(!is_hub_id("org/../etc"));
+    }
 }
 
 /// Where and how to reach the Hub.
@@ -81,6 +98,9 @@ pub fn load(spec: &str) -> Result<Model> {
         Some((r, v)) if !v.is_empty() => (r, v),
         _ => (spec, "main"),
     };
+    if rev.contains("..") || rev.starts_with('/') || !rev.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/')) {
+        return Err(UsageError(format!("invalid revision `{rev}`: a branch, tag or commit hash (letters, digits, - _ . /)")).into());
+    }
     if let Some(dir) = cached_snapshot(&env.cache, repo, rev) {
         return load_dir(&dir);
     }
