@@ -47,16 +47,22 @@ fn job_line(model: &Model, job: &Job) -> String {
 }
 
 fn header(out: &mut String, model: &Model, job: &Job) {
-    let params = model.parameters();
+    model_lines(out, model, Some(&job_line(model, job)));
+}
+
+/// The model's title line, an optional line under it, then its warnings.
+fn model_lines(out: &mut String, model: &Model, under: Option<&str>) {
     let _ = writeln!(
         out,
         "{} — {} parameters ({}{})",
         model.name,
-        thousands(params),
+        thousands(model.parameters()),
         model.model_type,
         model.stored_dtype.map_or(String::new(), |d| format!(", stored {}", d.torch_name()))
     );
-    let _ = writeln!(out, "{}", job_line(model, job));
+    if let Some(line) = under {
+        let _ = writeln!(out, "{line}");
+    }
     for w in &model.warnings {
         let _ = writeln!(out, "warning: {w}");
     }
@@ -365,17 +371,7 @@ pub fn plan(model: &Model, job: &Job, gpu: &Gpu, r: &vram_core::plan::PlanResult
 pub fn serve(s: &crate::serve::VllmServe) -> String {
     let (m, r, c) = (&s.model, &s.report, &s.config);
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{} — {} parameters ({}{})",
-        m.name,
-        thousands(m.parameters()),
-        m.model_type,
-        m.stored_dtype.map_or(String::new(), |d| format!(", stored {}", d.torch_name()))
-    );
-    for w in &m.warnings {
-        let _ = writeln!(out, "warning: {w}");
-    }
+    model_lines(&mut out, m, None);
     let kv = if r.kv_dtype_bytes == 1 { "fp8".to_string() } else { r.dtype.torch_name().to_string() };
     let _ = writeln!(
         out,
