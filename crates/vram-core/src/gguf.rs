@@ -460,6 +460,9 @@ pub struct LlamaCppPlan {
     pub output_on_gpu: bool,
     /// Context after llama.cpp's padding.
     pub ctx: u64,
+    /// Tokens each of the `--parallel` sequences can hold: they share the one context
+    /// (llama-server `n_ctx_slot = n_ctx / n_parallel`).
+    pub ctx_per_sequence: u64,
     /// Model weights in VRAM ("CUDA0 model buffer size").
     pub gpu_weights_bytes: u64,
     /// Model weights left in RAM ("CPU model buffer size"; includes the token embeddings).
@@ -525,6 +528,7 @@ pub fn llama_cpp(g: &Gguf, hp: &HParams, c: &LlamaCppConfig) -> Result<LlamaCppP
         gpu_layers,
         output_on_gpu,
         ctx,
+        ctx_per_sequence: ctx / c.parallel,
         gpu_weights_bytes: gw,
         cpu_weights_bytes: cw,
         gpu_kv_bytes: gpu_kv,

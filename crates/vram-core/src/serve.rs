@@ -357,7 +357,7 @@ pub fn serve(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
             tp,
         },
     )?;
-    let fits = shortfall_bytes == 0 && pool.num_kv_blocks >= pool.groups.iter().map(|g| g.blocks_per_request).sum::<u64>();
+    let fits = shortfall_bytes == 0 && pool.num_kv_blocks >= pool.blocks_per_request();
     if cfg.non_torch_memory.is_none() {
         notes.push(format!(
             "non-torch increase assumed {} MiB (kernels first loaded by the profile run{}); pass --non-torch-memory with the value vLLM logs",
@@ -440,6 +440,13 @@ pub struct KvPool {
     pub max_concurrency: f64,
     /// The longest max-model-len the pool could serve (vLLM's `estimate_max_model_len`).
     pub max_model_len_that_fits: u64,
+}
+
+impl KvPool {
+    /// Blocks one request at max-model-len needs, over all groups.
+    pub fn blocks_per_request(&self) -> u64 {
+        self.groups.iter().map(|g| g.blocks_per_request).sum()
+    }
 }
 
 /// Build the block pool from the available bytes (v1/core/kv_cache_utils.py).

@@ -116,6 +116,9 @@ fn layer_offload_moves_weights_and_kv_between_gpu_and_cpu() {
     assert!(!half.output_on_gpu);
     // Context is padded to 256 and the longest context that fits grows as layers leave the GPU.
     assert_eq!(llama_cpp(&g, &hp, &LlamaCppConfig { ctx: 1000, ..cfg }).unwrap().ctx, 1024);
+    // Parallel sequences share the context; the KV cache does not grow.
+    let four = llama_cpp(&g, &hp, &LlamaCppConfig { parallel: 4, ..cfg }).unwrap();
+    assert_eq!((four.ctx_per_sequence, four.gpu_kv_bytes), (1024, all.gpu_kv_bytes));
     let budget = all.gpu_total_bytes;
     let c_all = max_ctx(&g, &hp, &cfg, budget, 1 << 20).unwrap().unwrap();
     let c_half = max_ctx(&g, &hp, &LlamaCppConfig { n_gpu_layers: 2, ..cfg }, budget, 1 << 20).unwrap().unwrap();

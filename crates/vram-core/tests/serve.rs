@@ -137,8 +137,8 @@ fn hybrid_sliding_layers_by_hand() {
     assert_eq!(pool.page_size_bytes, 131_072);
     assert_eq!(pool.group_size, 21);
     assert_eq!(pool.groups.len(), 2);
-    // blocks = 40 GiB // 131072 // 21 = 15603.
-    assert_eq!(pool.num_kv_blocks, (40u64 << 30) / 131_072 / 21);
+    // blocks = 40 GiB // 131072 // 21 = 327680 // 21 = 15603.
+    assert_eq!(pool.num_kv_blocks, 15_603);
     // tokens = blocks // 2 groups × 16.
     assert_eq!(pool.kv_tokens, pool.num_kv_blocks / 2 * 16);
     // One request: full 8192/16 = 512 blocks; sliding min(4095 + 8192, 8192)/16 + 1 = 513.

@@ -364,7 +364,7 @@ pub struct ServeArgs {
     /// llama.cpp `--ubatch-size` (default 512).
     #[arg(long, default_value_t = 512)]
     pub ubatch_size: u64,
-    /// llama.cpp `--parallel` / `-np`: sequences sharing the context.
+    /// llama.cpp `--parallel` / `-np`: sequences sharing the one --ctx-size (each gets ctx / N).
     #[arg(long, default_value_t = 1)]
     pub parallel: u64,
     /// Print JSON instead of a table.

@@ -189,10 +189,11 @@ impl Client<'_> {
         }
     }
 
-    /// The safetensors header of `file`: the first 100 KB, then the rest if the header is longer.
-    fn header(&self, file: &str) -> Result<Vec<vram_core::safetensors::TensorInfo>> {
+    /// The safetensors header of `file` (`None` when the Hub has no such file): the first 100 KB,
+    /// then the rest if the header is longer.
+    fn header(&self, file: &str) -> Result<Option<Vec<vram_core::safetensors::TensorInfo>>> {
         let shown = format!("{}/{file}", self.repo);
-        let first = self.get(file, Some((0, FIRST_RANGE - 1)))?.ok_or_else(|| UsageError(format!("{shown}: not found (HTTP 404)")))?;
+        let Some(first) = self.get(file, Some((0, FIRST_RANGE - 1)))? else { return Ok(None) };
         if first.len() < 8 {
             return Err(UsageError(format!("{shown}: the server sent {} bytes, fewer than the 8-byte header length", first.len())).into());
         }
@@ -216,7 +217,7 @@ impl Client<'_> {
             }
             rest
         };
-        Ok(parse_header(&header, &shown)?)
+        Ok(Some(parse_header(&header, &shown)?))
     }
 }
 
@@ -235,24 +236,23 @@ fn fetch(env: &HubEnv, repo: &str, rev: &str) -> Result<Model> {
         None => vec!["model.safetensors".to_string()],
     };
     let mut summary = CheckpointSummary::default();
-    let mut found = 0;
     for (i, shard) in shards.iter().enumerate() {
         c.tick(i, shards.len(), shard);
-        match c.header(shard) {
-            Ok(t) => {
+        let result = c.header(shard);
+        if result.is_err() && c.progress {
+            eprintln!();
+        }
+        match result? {
+            Some(t) => {
                 summary.add(&t)?;
-                found += 1;
             }
             // A repository without safetensors (only .bin or GGUF): the config alone is used.
-            Err(e) if shards.len() == 1 && e.to_string().contains("HTTP 404") => {
+            None if shards.len() == 1 && shard == "model.safetensors" => {
                 model.warnings.push(format!("{repo} has no model.safetensors: parameters counted from config.json alone"));
                 break;
             }
-            Err(e) => {
-                if c.progress {
-                    eprintln!();
-                }
-                return Err(e);
+            None => {
+                return Err(UsageError(format!("{repo}: shard {shard} listed by the index is not on the Hub (HTTP 404)")).into());
             }
         }
     }
@@ -260,7 +260,7 @@ fn fetch(env: &HubEnv, repo: &str, rev: &str) -> Result<Model> {
     if c.progress {
         eprintln!();
     }
-    if found > 0 {
+    if summary.tensors > 0 {
         apply_summary(&mut model, &summary);
     }
     Ok(model)

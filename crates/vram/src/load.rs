@@ -49,7 +49,7 @@ pub fn load_model(spec: &str) -> Result<Model> {
     }
 }
 
-pub fn read_limited(path: &Path, limit: u64) -> Result<Vec<u8>> {
+fn read_limited(path: &Path, limit: u64) -> Result<Vec<u8>> {
     let f = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let len = f.metadata().map(|m| m.len()).unwrap_or(0);
     if len > limit {

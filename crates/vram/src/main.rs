@@ -65,6 +65,15 @@ fn emit_json(v: &serde_json::Value) -> Result<()> {
     emit(&format!("{}\n", serde_json::to_string_pretty(v)?))
 }
 
+/// Print a report as JSON or as text; only the chosen renderer runs.
+fn show(json: bool, as_json: impl FnOnce() -> serde_json::Value, as_text: impl FnOnce() -> String) -> Result<()> {
+    if json {
+        emit_json(&as_json())
+    } else {
+        emit(&as_text())
+    }
+}
+
 fn run(cli: Cli) -> Result<u8> {
     let done: Result<()> = match cli.command {
         Command::Run(a) => {
@@ -129,11 +138,11 @@ fn run(cli: Cli) -> Result<u8> {
             let g = a.gpu.as_deref().map(gpu::lookup).transpose()?;
             if let Some(par) = resolve::resolve_parallel(&a.parallel)? {
                 let est = vram_core::parallel::estimate_parallel(&model, &job, &par, job.grad_accum)?;
-                return if a.job.json {
-                    emit_json(&render::json::parallel(&model, &job, &par, &est, g.as_ref()))
-                } else {
-                    emit(&render::text::parallel(&model, &job, &par, &est, g.as_ref()))
-                }
+                return show(
+                    a.job.json,
+                    || render::json::parallel(&model, &job, &par, &est, g.as_ref()),
+                    || render::text::parallel(&model, &job, &par, &est, g.as_ref()),
+                )
                 .map(|()| 0);
             }
             let est = estimate(&model, &job)?;
@@ -148,11 +157,7 @@ fn run(cli: Cli) -> Result<u8> {
                 }
             }
             let report = EstimateReport { model: &model, job: &job, estimate: &est, gpu: g.as_ref(), advice };
-            if a.job.json {
-                emit_json(&render::json::estimate(&report))
-            } else {
-                emit(&render::text::estimate(&report))
-            }
+            show(a.job.json, || render::json::estimate(&report), || render::text::estimate(&report))
         }
         Command::Fit(a) => {
             let (model, job) = resolve::resolve(&a.job)?;
@@ -189,11 +194,7 @@ fn run(cli: Cli) -> Result<u8> {
                 throughput,
                 mfu: a.mfu,
             };
-            if a.job.json {
-                emit_json(&render::json::fit(&report))
-            } else {
-                emit(&render::text::fit(&report))
-            }
+            show(a.job.json, || render::json::fit(&report), || render::text::fit(&report))
         }
         Command::Plan(a) => {
             let (model, job) = resolve::resolve(&a.job)?;
@@ -249,11 +250,11 @@ fn run(cli: Cli) -> Result<u8> {
             let path = std::path::Path::new(&a.model);
             if a.model.to_ascii_lowercase().ends_with(".gguf") || (path.is_file() && load::is_gguf(path)) {
                 let s = serve::llama_cpp(&a, path)?;
-                return if a.json { emit_json(&render::json::llama_cpp(&s)) } else { emit(&render::text::llama_cpp(&s)) }.map(|()| 0);
+                show(a.json, || render::json::llama_cpp(&s), || render::text::llama_cpp(&s))
+            } else {
+                let s = serve::vllm(&a, load::load_model(&a.model)?)?;
+                show(a.json, || render::json::serve(&s), || render::text::serve(&s))
             }
-            let model = load::load_model(&a.model)?;
-            let s = serve::vllm(&a, model)?;
-            return if a.json { emit_json(&render::json::serve(&s)) } else { emit(&render::text::serve(&s)) }.map(|()| 0);
         }
         Command::Models(a) => {
             let rows = presets::PRESETS
@@ -263,19 +264,11 @@ fn run(cli: Cli) -> Result<u8> {
                     Ok((p.name.to_string(), m.model_type.clone(), p.hf_id.to_string(), m.parameters()))
                 })
                 .collect::<Result<Vec<_>>>()?;
-            if a.json {
-                emit_json(&render::json::models(&rows))
-            } else {
-                emit(&render::text::models(&rows))
-            }
+            show(a.json, || render::json::models(&rows), || render::text::models(&rows))
         }
         Command::Gpus(a) => {
             let list = gpu::catalogue();
-            if a.json {
-                emit_json(&render::json::gpus(&list))
-            } else {
-                emit(&render::text::gpus(&list))
-            }
+            show(a.json, || render::json::gpus(&list), || render::text::gpus(&list))
         }
     };
     done.map(|()| 0)

@@ -157,6 +157,8 @@ fn files() -> HashMap<String, Vec<u8>> {
     f.insert("org/sharded/model.safetensors.index.json".into(), serde_json::to_vec(&json!({"weight_map": map})).unwrap());
     f.insert("org/sharded/model-00001-of-00002.safetensors".into(), safetensors(a, 64));
     f.insert("org/sharded/model-00002-of-00002.safetensors".into(), safetensors(&b, 64));
+    // Only .bin weights: the config alone.
+    f.insert("org/binonly/config.json".into(), CONFIG.to_vec());
     // Gated.
     f.insert("gated/qwen/config.json".into(), CONFIG.to_vec());
     f.insert("gated/qwen/model.safetensors".into(), safetensors(&tensors, 64));
@@ -230,6 +232,16 @@ fn sharded_index_and_a_header_past_100_kb() {
     let second: Vec<_> = log.iter().filter(|(p, _)| p.ends_with("model-00002-of-00002.safetensors")).collect();
     assert_eq!(second.len(), 2, "{second:?}");
     assert!(second[1].1.as_deref().unwrap().starts_with("bytes=8-"));
+}
+
+#[test]
+fn a_repository_without_safetensors_uses_the_config() {
+    let hub = serve_hub(files());
+    let home = tempfile::tempdir().unwrap();
+    let v = ok_json(&run(&hub, home.path(), &[], "org/binonly"));
+    assert_eq!(v["model"]["parameters"], 494_032_768);
+    assert!(v["model"]["checkpoint_parameters"].is_null());
+    assert!(v["model"]["warnings"][0].as_str().unwrap().contains("no model.safetensors"));
 }
 
 #[test]

@@ -492,13 +492,14 @@ pub fn llama_cpp(s: &crate::serve::LlamaCppServe) -> String {
     );
     let _ = writeln!(
         out,
-        "llama.cpp on {} · --n-gpu-layers {} · --ctx-size {} (padded {}) · --ubatch-size {} · --parallel {} · flash attention",
+        "llama.cpp on {} · --n-gpu-layers {} · --ctx-size {} (padded {}) · --ubatch-size {} · --parallel {} ({} tokens each) · flash attention",
         gpu_line(&s.gpu),
         c.n_gpu_layers,
         c.ctx,
         p.ctx,
         c.ubatch,
-        c.parallel
+        c.parallel,
+        p.ctx_per_sequence
     );
     let _ = writeln!(out);
     let _ = writeln!(out, "{:<44} {:>8} {:>8}", "", "GPU GiB", "RAM GiB");
