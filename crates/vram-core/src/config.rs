@@ -9,9 +9,11 @@ use serde_json::{Map, Value};
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::model::{Act, Attention, Block, Mla, Mlp, Model, Moe, Norm, QkNorm};
+use crate::model::{Act, Attention, Block, Mla, Mlp, Model, Moe, Norm, QkNorm, QuantizationConfig, RopeScaling};
+use crate::sniff::sniff;
 
-/// Architectures read natively (others with the standard keys are estimated as Llama-like).
+/// Architectures read natively; anything else is an [`Error::UnsupportedArchitecture`] unless
+/// [`ParseOptions::approximate_unknown`] asks for a Llama-style guess.
 pub const KNOWN_MODEL_TYPES: &[&str] = &[
     "llama",
     "mistral",
@@ -40,35 +42,67 @@ pub const KNOWN_MODEL_TYPES: &[&str] = &[
 const MAX_DIM: u64 = 1 << 24;
 /// Largest layer count accepted.
 const MAX_LAYERS: u64 = 10_000;
+/// Longest context accepted in `max_position_embeddings` (2^40 tokens, beyond any model).
+const MAX_POSITIONS: u64 = 1 << 40;
+
+/// Families vram recognises but cannot estimate, with the reason given to the user.
+const UNSUPPORTED: &[(&[&str], &str)] = &[
+    (
+        &["bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2", "modernbert", "camembert", "mpnet", "ernie", "nomic_bert", "xlm"],
+        "encoder models are not supported yet: vram models decoder-only causal LMs",
+    ),
+    (
+        &["t5", "mt5", "umt5", "longt5", "bart", "mbart", "pegasus", "marian", "whisper", "blenderbot", "m2m_100", "nllb-moe", "seamless_m4t", "switch_transformers", "speecht5", "fsmt", "prophetnet"],
+        "encoder-decoder models are not supported yet: vram models decoder-only causal LMs",
+    ),
+    (
+        &["mamba", "mamba2", "falcon_mamba", "rwkv", "recurrent_gemma", "xlstm", "jamba", "zamba", "zamba2", "bamba", "nemotron_h", "granitemoehybrid", "falcon_h1", "lfm2"],
+        "state-space, recurrent and hybrid models are not supported yet: their recurrent state is not a KV cache and their layers are not attention blocks",
+    ),
+    (
+        &["gpt_oss"],
+        "gpt-oss is not supported yet: its experts (num_local_experts, experts_per_token), attention sinks and alternating sliding window are not read, and its experts ship in MXFP4",
+    ),
+    (
+        &["llava", "llava_next", "llava_onevision", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "mllama", "idefics2", "idefics3", "paligemma", "pixtral", "llama4", "clip", "siglip", "vit", "blip-2", "kosmos-2", "phi3_v", "internvl", "chameleon", "gemma3n", "qwen2_5_omni", "smolvlm", "mistral3", "aya_vision", "dinov2", "sam"],
+        "vision and multimodal models are not supported yet: only language models are estimated",
+    ),
+];
+
+/// How a config is read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ParseOptions {
+    /// Estimate an unknown or unsupported architecture as a Llama-style decoder from its
+    /// standard keys instead of failing; the [`Model`] then carries
+    /// [`Model::approximation`] (the CLI's `--approximate-architecture`).
+    pub approximate_unknown: bool,
+}
 
 /// Parse a config.json's bytes into a [`Model`]. `file` names the source in error messages.
+/// Unknown or unsupported architectures are errors; see [`parse_config_with`].
 pub fn parse_config(bytes: &[u8], name: &str, file: &str) -> Result<Model> {
-    let root: Value = serde_json::from_slice(bytes).map_err(|e| Error::Json { file: file.into(), message: e.to_string() })?;
-    let Value::Object(mut obj) = root else {
-        return Err(Error::Json { file: file.into(), message: "the top level must be a JSON object".into() });
+    parse_config_with(bytes, name, file, ParseOptions::default())
+}
+
+/// [`parse_config`] with options (the approximate-architecture opt-in).
+pub fn parse_config_with(bytes: &[u8], name: &str, file: &str, opts: ParseOptions) -> Result<Model> {
+    let mut obj = json_object(bytes, file)?;
+    let quantization = quantization(&obj, file)?;
+    let outer = Outer {
+        model_type: obj.get("model_type").and_then(Value::as_str).unwrap_or_default().to_string(),
+        architectures: obj
+            .get("architectures")
+            .and_then(Value::as_array)
+            .map_or_else(Vec::new, |a| a.iter().filter_map(Value::as_str).map(str::to_string).collect()),
+        unwrapped: false,
     };
     let mut warnings = Vec::new();
-    // Multimodal wrappers (Gemma-3, LLaVA …) keep the language model under `text_config`.
-    if !obj.contains_key("hidden_size") && !obj.contains_key("n_embd") {
-        if let Some(Value::Object(text)) = obj.get("text_config").cloned() {
-            warnings.push("multimodal config: estimating the language model in `text_config` only".to_string());
-            let outer_dtype = obj.get("torch_dtype").cloned();
-            obj = text;
-            if !obj.contains_key("torch_dtype") {
-                if let Some(d) = outer_dtype {
-                    obj.insert("torch_dtype".into(), d);
-                }
-            }
-        }
-    }
+    let outer = unwrap_text_config(&mut obj, outer, &mut warnings);
     let c = Cfg { obj: &obj, file };
     let model_type = c.str("model_type").unwrap_or_default();
-    let known = KNOWN_MODEL_TYPES.contains(&model_type.as_str());
-    if !known {
-        let shown = if model_type.is_empty() { "(none)".to_string() } else { format!("`{model_type}`") };
-        warnings.push(format!(
-            "model_type {shown} is not one vram knows; estimated as a Llama-style decoder (RMSNorm, SwiGLU, rotary) from its standard keys"
-        ));
+    let approximation = check_architecture(&outer, &model_type, file, opts)?;
+    if let Some(why) = &approximation {
+        warnings.push(format!("APPROXIMATE: {why}"));
     }
     let mut m = match model_type.as_str() {
         "gpt2" => gpt2(&c, name)?,
@@ -93,9 +127,204 @@ pub fn parse_config(bytes: &[u8], name: &str, file: &str) -> Result<Model> {
             (m.head_dim as f64 * frac) as u64
         }
     };
+    if m.rotary_dim > 0 {
+        m.rope_scaling = rope_scaling(&c, m.max_positions)?;
+    }
+    if let Some(q) = &quantization {
+        warnings.push(format!(
+            "the checkpoint is pre-quantized ({}); this estimate assumes UNQUANTIZED weights in the chosen precision, so weight memory is overstated",
+            q.describe()
+        ));
+    }
+    m.quantization = quantization;
+    m.approximation = approximation;
     m.warnings.splice(0..0, warnings);
     validate(&m, file)?;
     Ok(m)
+}
+
+/// The top level as a JSON object; a file that is not JSON at all says what it is instead.
+fn json_object(bytes: &[u8], file: &str) -> Result<Map<String, Value>> {
+    let root: Value = serde_json::from_slice(bytes).map_err(|e| {
+        let kind = sniff(bytes);
+        if kind.is_textual() {
+            Error::Json { file: file.into(), message: e.to_string() }
+        } else {
+            Error::NotAConfig { file: file.into(), kind: kind.describe().into(), hint: kind.hint().into() }
+        }
+    })?;
+    match root {
+        Value::Object(obj) => Ok(obj),
+        _ => Err(Error::Json { file: file.into(), message: "the top level must be a JSON object".into() }),
+    }
+}
+
+/// What the top level of a config says, before a multimodal wrapper is unwrapped.
+struct Outer {
+    model_type: String,
+    architectures: Vec<String>,
+    /// The language model was read from `text_config`.
+    unwrapped: bool,
+}
+
+/// Multimodal wrappers (Gemma-3, LLaVA …) keep the language model under `text_config`.
+fn unwrap_text_config(obj: &mut Map<String, Value>, mut outer: Outer, warnings: &mut Vec<String>) -> Outer {
+    if obj.contains_key("hidden_size") || obj.contains_key("n_embd") {
+        return outer;
+    }
+    if let Some(Value::Object(text)) = obj.get("text_config").cloned() {
+        warnings.push("multimodal config: estimating the language model in `text_config` only".to_string());
+        let outer_dtype = obj.get("torch_dtype").cloned();
+        *obj = text;
+        if !obj.contains_key("torch_dtype") {
+            if let Some(d) = outer_dtype {
+                obj.insert("torch_dtype".into(), d);
+            }
+        }
+        outer.unwrapped = true;
+    }
+    outer
+}
+
+/// Refuse what vram cannot estimate, or (with the opt-in) say why the estimate is approximate.
+fn check_architecture(outer: &Outer, model_type: &str, file: &str, opts: ParseOptions) -> Result<Option<String>> {
+    let mut problems: Vec<(String, String)> = Vec::new();
+    if outer.unwrapped && !KNOWN_MODEL_TYPES.contains(&outer.model_type.as_str()) {
+        let reason = family_reason(&outer.model_type)
+            .unwrap_or("multimodal models are not supported yet: the vision tower is not counted, only the language model in `text_config` could be estimated");
+        problems.push((format!("model_type `{}`", outer.model_type), reason.into()));
+    }
+    if !KNOWN_MODEL_TYPES.contains(&model_type) {
+        let what = if model_type.is_empty() { "a config without `model_type`".to_string() } else { format!("model_type `{model_type}`") };
+        let reason = family_reason(model_type).unwrap_or("vram does not know this architecture");
+        problems.push((what, reason.into()));
+    }
+    for arch in &outer.architectures {
+        if let Some(reason) = head_problem(arch, outer.unwrapped) {
+            problems.push((format!("architecture `{arch}`"), reason));
+        }
+    }
+    let Some((what, reason)) = problems.first().cloned() else { return Ok(None) };
+    if !opts.approximate_unknown {
+        return Err(Error::UnsupportedArchitecture {
+            file: file.into(),
+            what,
+            model_type: model_type.into(),
+            reason,
+            supported: KNOWN_MODEL_TYPES.to_vec(),
+        });
+    }
+    let all: Vec<String> = problems.iter().map(|(w, r)| format!("{w}: {r}")).collect();
+    Ok(Some(format!("{}; estimated as a Llama-style decoder (RMSNorm, SwiGLU, rotary) from its standard keys", all.join("; "))))
+}
+
+fn family_reason(model_type: &str) -> Option<&'static str> {
+    UNSUPPORTED.iter().find(|(types, _)| types.contains(&model_type)).map(|(_, r)| *r)
+}
+
+/// Why a class in `architectures` is not a causal LM head, if it is not one. Heads decide the
+/// parameters: a classifier replaces the vocab-sized LM head, a bare `…Model` has none.
+fn head_problem(arch: &str, unwrapped: bool) -> Option<String> {
+    if arch.ends_with("ForCausalLM") || arch.ends_with("LMHeadModel") || (unwrapped && arch.ends_with("ForConditionalGeneration")) {
+        return None;
+    }
+    let what = [
+        ("ForSequenceClassification", "a sequence-classification head replaces the LM head"),
+        ("ForTokenClassification", "a token-classification head replaces the LM head"),
+        ("ForQuestionAnswering", "a question-answering head replaces the LM head"),
+        ("ForMaskedLM", "a masked-LM head belongs to an encoder"),
+        ("ForConditionalGeneration", "conditional generation is an encoder-decoder or multimodal model"),
+        ("Model", "a bare backbone has no LM head (an embedding or reward model?)"),
+    ]
+    .iter()
+    .find(|(suffix, _)| arch.ends_with(suffix))
+    .map_or("it is not a causal-LM class (`…ForCausalLM`)", |(_, w)| w);
+    Some(format!("{what}; vram estimates causal-LM checkpoints (`…ForCausalLM`)"))
+}
+
+/// The checkpoint's `quantization_config` (transformers `utils/quantization_config.py`).
+fn quantization(obj: &Map<String, Value>, file: &str) -> Result<Option<QuantizationConfig>> {
+    let q = match obj.get("quantization_config") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Object(q)) => q,
+        Some(v) => {
+            return Err(Error::BadKey {
+                file: file.into(),
+                key: "quantization_config".into(),
+                value: v.to_string(),
+                hint: "expected an object".into(),
+            })
+        }
+    };
+    let u = |k: &str| q.get(k).and_then(Value::as_u64);
+    let s = |k: &str| q.get(k).and_then(Value::as_str).map(str::to_string);
+    let flag = |k: &str| q.get(k).and_then(Value::as_bool).unwrap_or(false);
+    // compressed-tensors: config_groups.<g>.weights.{num_bits, group_size}.
+    let ct_weights = q.get("config_groups").and_then(Value::as_object).and_then(|g| g.values().find_map(|v| v.get("weights")));
+    let ct = |k: &str| ct_weights.and_then(|w| w.get(k)).and_then(Value::as_u64);
+    let bnb_bits = if flag("load_in_4bit") {
+        Some(4)
+    } else if flag("load_in_8bit") {
+        Some(8)
+    } else {
+        None
+    };
+    let method = s("quant_method")
+        .map(|m| m.to_ascii_lowercase())
+        .or(bnb_bits.map(|_| "bitsandbytes".to_string()))
+        .unwrap_or_else(|| "unknown".into());
+    let implied_bits = match method.as_str() {
+        "fp8" | "fbgemm_fp8" => Some(8),
+        "mxfp4" => Some(4),
+        _ => None,
+    };
+    let block =
+        q.get("weight_block_size").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_u64).fold(1u64, u64::saturating_mul));
+    // MXFP4 shares one E8M0 scale per 32 values (OCP Microscaling spec v1.0).
+    let implied_group = if method == "mxfp4" { Some(32) } else { None };
+    let mut excluded = Vec::new();
+    for k in ["modules_to_not_convert", "ignore", "llm_int8_skip_modules", "ignored_layers"] {
+        if let Some(Value::Array(a)) = q.get(k) {
+            excluded.extend(a.iter().filter_map(Value::as_str).map(str::to_string));
+        }
+    }
+    Ok(Some(QuantizationConfig {
+        bits: u("bits").or(u("w_bit")).or(u("weight_bits")).or(bnb_bits).or(ct("num_bits")).or(implied_bits),
+        group_size: u("group_size").or(u("q_group_size")).or(ct("group_size")).or(block).or(implied_group),
+        format: s("fmt").or(s("bnb_4bit_quant_type")).or(s("format")).or(s("checkpoint_format")).or(s("version")),
+        method,
+        excluded,
+    }))
+}
+
+/// `rope_scaling` (transformers 4.x) or `rope_parameters` (5.x): which extension applies and the
+/// native and extended context (`modeling_rope_utils.py`).
+fn rope_scaling(c: &Cfg, max_positions: u64) -> Result<Option<RopeScaling>> {
+    let Some(Value::Object(r)) = c.get("rope_scaling").or_else(|| c.get("rope_parameters")) else { return Ok(None) };
+    let kind = r.get("rope_type").or_else(|| r.get("type")).and_then(Value::as_str).unwrap_or("default").to_string();
+    if kind == "default" {
+        return Ok(None);
+    }
+    let factor = match r.get("factor") {
+        None | Some(Value::Null) => 1.0,
+        Some(v) => v
+            .as_f64()
+            .filter(|f| f.is_finite() && *f > 0.0 && *f <= 1e6)
+            .ok_or_else(|| c.bad("rope_scaling.factor", v, "expected a positive number"))?,
+    };
+    // Phi-3 longrope keeps original_max_position_embeddings at the top level.
+    let original = r.get("original_max_position_embeddings").and_then(Value::as_u64).or(c.opt(&["original_max_position_embeddings"])?);
+    let native = original.unwrap_or(max_positions).min(MAX_POSITIONS);
+    if native == 0 {
+        return Ok(None);
+    }
+    // Linear, Llama-3 and LongRoPE configs state the reach in max_position_embeddings; dynamic
+    // NTK and YaRN stretch the native context by `factor`.
+    let stretched = match kind.as_str() {
+        "linear" | "llama3" | "longrope" => native,
+        _ => ((native as f64 * factor) as u64).min(MAX_POSITIONS),
+    };
+    Ok(Some(RopeScaling { kind, factor, native_positions: native, extended_positions: stretched.max(max_positions) }))
 }
 
 struct Cfg<'a> {
@@ -213,6 +442,10 @@ fn base(name: &str) -> Model {
         max_positions: 0,
         rotary_dim: 0,
         warnings: Vec::new(),
+        approximation: None,
+        quantization: None,
+        checkpoint_quantization: None,
+        rope_scaling: None,
     }
 }
 

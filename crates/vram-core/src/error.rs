@@ -39,6 +39,31 @@ pub enum Error {
         /// What would be valid.
         hint: String,
     },
+    /// The config describes an architecture vram does not model (unknown, or a known family
+    /// that is not a decoder-only causal LM).
+    #[error("{file}: {what} is not supported: {reason}. Supported model types: {}. To estimate it anyway as a Llama-style decoder (RMSNorm, SwiGLU, rotary; marked APPROXIMATE), pass --approximate-architecture", .supported.join(", "))]
+    UnsupportedArchitecture {
+        /// Which file.
+        file: String,
+        /// What was found (`model_type \`bert\``, `architecture \`LlamaForSequenceClassification\``).
+        what: String,
+        /// The config's `model_type` (empty when absent).
+        model_type: String,
+        /// Why it cannot be estimated (`encoder models are not supported yet`).
+        reason: String,
+        /// The `model_type`s vram reads natively.
+        supported: Vec<&'static str>,
+    },
+    /// A file given as a config.json is another kind of file (GGUF, safetensors, pickle …).
+    #[error("{file} is {kind}, not a config.json: {hint}")]
+    NotAConfig {
+        /// Which file.
+        file: String,
+        /// What it is (`a GGUF file`), from [`crate::sniff::sniff`].
+        kind: String,
+        /// What to pass instead.
+        hint: String,
+    },
     /// A safetensors header is malformed or hostile.
     #[error("{file}: bad safetensors header: {message}")]
     Safetensors {

@@ -30,12 +30,14 @@ pub mod plan;
 pub mod presets;
 pub mod safetensors;
 pub mod serve;
+pub mod sniff;
 pub mod tune;
 pub mod units;
 
-pub use config::parse_config;
+pub use config::{parse_config, parse_config_with, ParseOptions};
 pub use dtype::DType;
 pub use error::{Error, Result};
 pub use job::{AttentionImpl, Checkpointing, Job, Mode, Optimizer, OptimizerImpl, Overheads, Precision};
 pub use memory::{estimate, Component, Estimate, Kind, Phase};
-pub use model::Model;
+pub use model::{Model, QuantizationConfig, RopeScaling};
+pub use sniff::{sniff, FileKind};

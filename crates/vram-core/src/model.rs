@@ -196,6 +196,68 @@ pub struct Model {
     pub rotary_dim: u64,
     /// Things the user should know about how this config was read.
     pub warnings: Vec<String>,
+    /// Set when the architecture was not recognised and the user opted in to a Llama-style
+    /// guess (`ParseOptions::approximate_unknown`): why the numbers are approximate.
+    pub approximation: Option<String>,
+    /// The checkpoint's `quantization_config`: the weights on disk are pre-quantized, while the
+    /// memory model still assumes unquantized weights.
+    pub quantization: Option<QuantizationConfig>,
+    /// Quantized storage seen in the safetensors headers (FP8, packed int4, MXFP4 blocks).
+    pub checkpoint_quantization: Option<String>,
+    /// RoPE context extension (`rope_scaling` / `rope_parameters`), when the config has one.
+    pub rope_scaling: Option<RopeScaling>,
+}
+
+/// A checkpoint's `quantization_config` (transformers `utils/quantization_config.py`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QuantizationConfig {
+    /// `quant_method` as written, lower-case (`fp8`, `awq`, `gptq`, `bitsandbytes`,
+    /// `compressed-tensors`, `mxfp4` …).
+    pub method: String,
+    /// Bits per weight, when the config says (`bits`, `num_bits`, `load_in_4bit` …).
+    pub bits: Option<u64>,
+    /// Weights sharing one scale (`group_size`; MXFP4 blocks of 32; FP8 `weight_block_size`
+    /// as rows × columns).
+    pub group_size: Option<u64>,
+    /// Storage format details (`fmt` e4m3, `version` gemm, `bnb_4bit_quant_type` nf4 …).
+    pub format: Option<String>,
+    /// Modules left unquantized (`modules_to_not_convert`, `ignore`, `llm_int8_skip_modules`).
+    pub excluded: Vec<String>,
+}
+
+/// How RoPE is stretched beyond the pre-training context (transformers
+/// `modeling_rope_utils.py`: linear, dynamic, yarn, llama3, longrope).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RopeScaling {
+    /// `rope_type` / `type`.
+    pub kind: String,
+    /// `factor` (1.0 when the type has none, as longrope's per-dimension factors).
+    pub factor: f64,
+    /// Pre-training context: `original_max_position_embeddings`, else `max_position_embeddings`.
+    pub native_positions: u64,
+    /// Context the scaling reaches: the larger of `max_position_embeddings` and
+    /// native × factor (transformers' YaRN and Llama-3 configs set both equal).
+    pub extended_positions: u64,
+}
+
+impl QuantizationConfig {
+    /// One line for users: what the checkpoint holds and what the estimate assumes.
+    pub fn describe(&self) -> String {
+        let mut s = self.method.clone();
+        if let Some(b) = self.bits {
+            s.push_str(&format!(", {b}-bit"));
+        }
+        if let Some(g) = self.group_size {
+            s.push_str(&format!(", group {g}"));
+        }
+        if let Some(f) = &self.format {
+            s.push_str(&format!(", {f}"));
+        }
+        if !self.excluded.is_empty() {
+            s.push_str(&format!(", {} module pattern(s) left unquantized", self.excluded.len()));
+        }
+        s
+    }
 }
 
 /// What a parameter tensor is, for sharding, quantisation and 8-bit optimisers.
@@ -251,6 +313,40 @@ impl TensorGroup {
 }
 
 impl Model {
+    /// Notes about running `seq_len` tokens through this model: past its trained context, and
+    /// which RoPE scaling (native → extended length) a long context relies on.
+    pub fn context_warnings(&self, seq_len: u64) -> Vec<String> {
+        let mut v = Vec::new();
+        if self.position_embeddings > 0 && seq_len > self.position_embeddings {
+            v.push(format!(
+                "sequence length {seq_len} exceeds the learned position table ({} rows): the model cannot run it at all",
+                self.position_embeddings
+            ));
+            return v;
+        }
+        match &self.rope_scaling {
+            Some(r) => {
+                if seq_len > r.extended_positions {
+                    v.push(format!(
+                        "sequence length {seq_len} exceeds the longest context the {} RoPE scaling reaches ({} tokens): memory is estimated, quality past it is untrained",
+                        r.kind, r.extended_positions
+                    ));
+                } else if seq_len > r.native_positions {
+                    v.push(format!(
+                        "sequence length {seq_len} relies on {} RoPE scaling (factor {}): native context {} tokens, extended to {}",
+                        r.kind, r.factor, r.native_positions, r.extended_positions
+                    ));
+                }
+            }
+            None if self.max_positions > 0 && seq_len > self.max_positions => v.push(format!(
+                "sequence length {seq_len} exceeds max_position_embeddings ({}) and the config has no RoPE scaling: memory is estimated, the model was not trained for it",
+                self.max_positions
+            )),
+            None => {}
+        }
+        v
+    }
+
     /// Whether layer `i` is a mixture-of-experts layer.
     pub fn is_moe_layer(&self, i: u64) -> bool {
         self.moe.as_ref().is_some_and(|m| m.sparse_layers.get(i as usize).copied().unwrap_or(false))

@@ -122,9 +122,12 @@ fn implicit_tie_and_head_dim_traps() {
 }
 
 #[test]
-fn unknown_model_type_is_estimated_with_a_warning() {
-    let m = cfg(r#"{"model_type":"brandnew","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"intermediate_size":128}"#).unwrap();
-    assert!(m.warnings.iter().any(|w| w.contains("brandnew")));
+fn unknown_model_type_is_estimated_only_on_request_and_marked() {
+    let json = r#"{"model_type":"brandnew","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"intermediate_size":128}"#;
+    assert!(matches!(cfg(json), Err(Error::UnsupportedArchitecture { .. })));
+    let opts = vram_core::ParseOptions { approximate_unknown: true };
+    let m = vram_core::parse_config_with(json.as_bytes(), "t", "t.json", opts).unwrap();
+    assert!(m.warnings.iter().any(|w| w.contains("brandnew")) && m.approximation.is_some());
     assert!(m.parameters() > 0);
 }
 
