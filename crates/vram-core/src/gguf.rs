@@ -130,19 +130,31 @@ impl MetaValue {
     }
 }
 
-/// One tensor's header entry.
+/// One tensor's header entry, stored inline (dimensions in a fixed array, no per-tensor
+/// vector) so headers with hundreds of thousands of tensors stay small.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TensorInfo {
-    /// Name (`blk.0.attn_q.weight`).
+    /// Name (`blk.0.attn_q.weight`; ggml allows at most 63 bytes).
     pub name: String,
-    /// Dimensions, innermost first.
-    pub dims: Vec<u64>,
+    /// Dimensions, innermost first; the first `n_dims` are meaningful, the rest 1.
+    pub shape: [u64; 4],
+    /// Number of dimensions (1 to 4).
+    pub n_dims: u8,
     /// ggml type name.
     pub ggml_type: &'static str,
     /// Elements.
     pub numel: u64,
     /// Bytes in the file (exact per the type's block layout).
     pub bytes: u64,
+    /// Offset of the data from the start of the data section.
+    pub offset: u64,
+}
+
+impl TensorInfo {
+    /// Dimensions, innermost first.
+    pub fn dims(&self) -> &[u64] {
+        &self.shape[..self.n_dims as usize]
+    }
 }
 
 /// A parsed GGUF header.
@@ -156,6 +168,8 @@ pub struct Gguf {
     pub tensors: Vec<TensorInfo>,
     /// Bytes of the header (where tensor data begins, before alignment).
     pub header_bytes: u64,
+    /// `general.alignment` (default 32): data starts and every tensor is padded to it.
+    pub alignment: u64,
 }
 
 /// Outcome of parsing a prefix of a file.
@@ -203,13 +217,48 @@ impl<'a> Reader<'a> {
     fn u64(&mut self) -> R<u64> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
     }
-    fn string(&mut self, keep: bool) -> R<String> {
+    /// A GGUF string's bytes, borrowed (nothing is allocated until a caller keeps it).
+    fn str_bytes(&mut self) -> R<&'a [u8]> {
         let n = self.u64()?;
         if n > MAX_ITEMS {
             return Err(self.bad(format!("a string claims {n} bytes")));
         }
-        let s = self.take(n)?;
-        Ok(if keep { String::from_utf8_lossy(&s[..s.len().min(4096)]).into_owned() } else { String::new() })
+        self.take(n)
+    }
+    fn string(&mut self) -> R<String> {
+        let s = self.str_bytes()?;
+        Ok(String::from_utf8_lossy(&s[..s.len().min(4096)]).into_owned())
+    }
+    /// Skip a value of type `t` without allocating.
+    fn skip(&mut self, t: u32, depth: u32) -> R<()> {
+        match t {
+            8 => {
+                self.str_bytes()?;
+            }
+            9 => {
+                let (et, len) = self.array_head(depth)?;
+                self.skip_elements(et, len, depth)?;
+            }
+            _ => {
+                let size = fixed_size(t).ok_or_else(|| self.bad(format!("unknown metadata value type {t}")))?;
+                self.take(size)?;
+            }
+        }
+        Ok(())
+    }
+    fn array_head(&mut self, depth: u32) -> R<(u32, u64)> {
+        if depth > 2 {
+            return Err(self.bad("arrays nested too deeply".into()));
+        }
+        let et = self.u32()?;
+        let len = self.u64()?;
+        if len > MAX_ITEMS {
+            return Err(self.bad(format!("an array claims {len} elements")));
+        }
+        if fixed_size(et).is_none() && et != 8 && et != 9 {
+            return Err(self.bad(format!("unknown metadata array element type {et}")));
+        }
+        Ok((et, len))
     }
     /// Scalar of GGUF value type `t`.
     fn scalar(&mut self, t: u32) -> R<MetaValue> {
@@ -222,7 +271,7 @@ impl<'a> Reader<'a> {
             5 => MetaValue::Int(self.u32()? as i32 as i128),
             6 => MetaValue::Float(f32::from_le_bytes(self.take(4)?.try_into().expect("4")) as f64),
             7 => MetaValue::Bool(self.take(1)?[0] != 0),
-            8 => MetaValue::Str(self.string(true)?),
+            8 => MetaValue::Str(self.string()?),
             10 => MetaValue::Int(self.u64()? as i128),
             11 => MetaValue::Int(self.u64()? as i64 as i128),
             12 => MetaValue::Float(f64::from_le_bytes(self.take(8)?.try_into().expect("8"))),
@@ -233,48 +282,82 @@ impl<'a> Reader<'a> {
         if t != 9 {
             return self.scalar(t);
         }
-        if depth > 2 {
-            return Err(self.bad("arrays nested too deeply".into()));
+        let (et, len) = self.array_head(depth)?;
+        // Integer arrays up to 65536 long keep their values (per-layer head counts); the rest
+        // (token lists, scores, merges) are skipped without allocating.
+        if !matches!(et, 0..=5 | 10 | 11) || len > 65_536 {
+            self.skip_elements(et, len, depth)?;
+            return Ok(MetaValue::Array { len, ints: Vec::new() });
         }
-        let et = self.u32()?;
-        let len = self.u64()?;
-        if len > MAX_ITEMS {
-            return Err(self.bad(format!("an array claims {len} elements")));
-        }
-        let mut ints = Vec::new();
-        // Fixed-size element types are skipped in one step.
-        let fixed = match et {
-            0 | 1 | 7 => Some(1),
-            2 | 3 => Some(2),
-            4..=6 => Some(4),
-            10..=12 => Some(8),
-            _ => None,
-        };
-        match fixed {
-            Some(size) if len > 65_536 || et == 6 || et == 12 || et == 7 => {
-                self.take(len * size)?;
-            }
-            _ => {
-                for _ in 0..len {
-                    if let MetaValue::Int(i) = self.value(et, depth + 1)? {
-                        ints.push(i);
-                    }
-                }
+        let mut ints = Vec::with_capacity(len as usize);
+        for _ in 0..len {
+            if let MetaValue::Int(i) = self.scalar(et)? {
+                ints.push(i);
             }
         }
         Ok(MetaValue::Array { len, ints })
+    }
+    fn skip_elements(&mut self, et: u32, len: u64, depth: u32) -> R<()> {
+        match fixed_size(et) {
+            Some(size) => {
+                self.take(len * size)?;
+            }
+            None => {
+                for _ in 0..len {
+                    self.skip(et, depth + 1)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Bytes of a fixed-size GGUF value type (gguf.md `gguf_metadata_value_type`).
+fn fixed_size(t: u32) -> Option<u64> {
+    match t {
+        0 | 1 | 7 => Some(1),
+        2 | 3 => Some(2),
+        4..=6 => Some(4),
+        10..=12 => Some(8),
+        _ => None,
     }
 }
 
 /// Parse the header in `bytes` (a prefix of the file is enough). `file` names it in errors.
 pub fn parse(bytes: &[u8], file: &str) -> Result<Parsed> {
+    parse_with(bytes, file, None)
+}
+
+/// [`parse`]; with `file_len` (the whole file's size) the tensor data must fit in the file.
+pub fn parse_with(bytes: &[u8], file: &str, file_len: Option<u64>) -> Result<Parsed> {
     let mut r = Reader { b: bytes, pos: 0, file };
     match parse_inner(&mut r) {
-        Ok(g) => Ok(Parsed::Complete(Box::new(g))),
+        Ok(g) => {
+            if let Some(len) = file_len {
+                g.check_file_len(len, file)?;
+            }
+            Ok(Parsed::Complete(Box::new(g)))
+        }
         Err(Fail::Short(n)) => Ok(Parsed::NeedMore(n)),
         Err(Fail::Bad(e)) => Err(e),
     }
 }
+
+/// Metadata kept from a header: `general.*`, the architecture's own keys and the tokenizer's
+/// model and token count. Everything else (merges, scores, unknown keys) is skipped unread.
+fn keep_key(key: &[u8], arch: Option<&[u8]>) -> bool {
+    key.starts_with(b"general.")
+        || key == b"tokenizer.ggml.tokens"
+        || key == b"tokenizer.ggml.model"
+        || arch.is_some_and(|a| key.len() > a.len() && key.starts_with(a) && key[a.len()] == b'.')
+}
+
+/// Most metadata entries kept (real files have well under a hundred).
+const MAX_KEPT_KEYS: usize = 1 << 16;
+/// ggml's GGML_MAX_NAME: tensor names are shorter than 64 bytes (gguf.cpp refuses longer).
+const MAX_NAME: usize = 64;
+/// GGUF_DEFAULT_ALIGNMENT (gguf.h).
+const DEFAULT_ALIGNMENT: u64 = 32;
 
 fn parse_inner(r: &mut Reader) -> R<Gguf> {
     let magic = r.take(4)?;
@@ -290,38 +373,120 @@ fn parse_inner(r: &mut Reader) -> R<Gguf> {
     if n_tensors > 1 << 24 || n_kv > 1 << 24 {
         return Err(r.bad(format!("{n_tensors} tensors / {n_kv} metadata entries is not a real model")));
     }
+    let metadata = read_metadata(r, n_kv)?;
+    let alignment = match metadata.get("general.alignment") {
+        None => DEFAULT_ALIGNMENT,
+        Some(v) => {
+            v.as_u64().filter(|a| a.is_power_of_two()).ok_or_else(|| r.bad(format!("general.alignment {v:?} is not a power of two")))?
+        }
+    };
+    let tensors = read_tensors(r, n_tensors, alignment)?;
+    Ok(Gguf { version, metadata, tensors, header_bytes: r.pos as u64, alignment })
+}
+
+/// Two passes over the metadata: find `general.architecture`, then keep only what
+/// [`keep_key`] selects, allocating nothing for the rest.
+fn read_metadata(r: &mut Reader, n_kv: u64) -> R<BTreeMap<String, MetaValue>> {
+    let start = r.pos;
+    let mut arch = None;
+    for _ in 0..n_kv {
+        let key = r.str_bytes()?;
+        let t = r.u32()?;
+        if key == b"general.architecture" && t == 8 {
+            arch = Some(r.str_bytes()?);
+        } else {
+            r.skip(t, 0)?;
+        }
+    }
+    r.pos = start;
     let mut metadata = BTreeMap::new();
     for _ in 0..n_kv {
-        let key = r.string(true)?;
+        let key = r.str_bytes()?;
         let t = r.u32()?;
+        if !keep_key(key, arch) {
+            r.skip(t, 0)?;
+            continue;
+        }
+        let shown = String::from_utf8_lossy(key).into_owned();
         let v = r.value(t, 0)?;
-        metadata.insert(key, v);
+        if metadata.insert(shown.clone(), v).is_some() {
+            return Err(r.bad(format!("metadata key `{shown}` appears twice")));
+        }
+        if metadata.len() > MAX_KEPT_KEYS {
+            return Err(r.bad(format!("more than {MAX_KEPT_KEYS} general/architecture metadata keys: not a real model")));
+        }
     }
+    Ok(metadata)
+}
+
+/// Tensor infos, checked as gguf.cpp checks them: names under 64 bytes and unique, 1 to 4
+/// dimensions, a known type in whole blocks, and data offsets in order, each tensor starting
+/// where the previous one's data (padded to the alignment) ends.
+fn read_tensors(r: &mut Reader, n_tensors: u64, alignment: u64) -> R<Vec<TensorInfo>> {
     let mut tensors = Vec::with_capacity(n_tensors.min(1 << 16) as usize);
+    let mut expected = 0u64;
     for _ in 0..n_tensors {
-        let name = r.string(true)?;
+        let raw = r.str_bytes()?;
+        if raw.len() >= MAX_NAME {
+            return Err(r.bad(format!("a tensor name is {} bytes; ggml allows at most {}", raw.len(), MAX_NAME - 1)));
+        }
+        let name = String::from_utf8_lossy(raw).into_owned();
         let n_dims = r.u32()?;
         if n_dims == 0 || n_dims > 4 {
             return Err(r.bad(format!("tensor `{name}` has {n_dims} dimensions (ggml allows 1 to 4)")));
         }
-        let mut dims = Vec::with_capacity(n_dims as usize);
+        let mut shape = [1u64; 4];
         let mut numel: u64 = 1;
-        for _ in 0..n_dims {
-            let d = r.u64()?;
-            numel = numel.checked_mul(d).ok_or_else(|| r.bad(format!("tensor `{name}` dimensions overflow")))?;
-            dims.push(d);
+        for d in shape.iter_mut().take(n_dims as usize) {
+            *d = r.u64()?;
+            // gguf.cpp keeps element counts below INT64_MAX.
+            numel = numel
+                .checked_mul(*d)
+                .filter(|n| *n <= i64::MAX as u64)
+                .ok_or_else(|| r.bad(format!("tensor `{name}` dimensions overflow")))?;
         }
         let t = r.u32()?;
-        let _offset = r.u64()?;
+        let offset = r.u64()?;
         let (tname, _, _) = ggml_type(t).ok_or_else(|| r.bad(format!("tensor `{name}` has unknown ggml type {t}")))?;
         let bytes =
             tensor_bytes(t, numel).ok_or_else(|| r.bad(format!("tensor `{name}`: {numel} elements are not whole {tname} blocks")))?;
-        tensors.push(TensorInfo { name, dims, ggml_type: tname, numel, bytes });
+        if offset != expected {
+            return Err(r.bad(format!(
+                "tensor `{name}` has data offset {offset}, expected {expected}: tensor data must follow in order without gaps or overlaps"
+            )));
+        }
+        expected = bytes
+            .checked_next_multiple_of(alignment)
+            .and_then(|b| b.checked_add(offset))
+            .ok_or_else(|| r.bad(format!("tensor `{name}`: data offsets overflow")))?;
+        tensors.push(TensorInfo { name, shape, n_dims: n_dims as u8, ggml_type: tname, numel, bytes, offset });
     }
-    Ok(Gguf { version, metadata, tensors, header_bytes: r.pos as u64 })
+    let mut names: Vec<&str> = tensors.iter().map(|t| t.name.as_str()).collect();
+    names.sort_unstable();
+    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+        return Err(r.bad(format!("tensor `{}` appears twice", w[0])));
+    }
+    Ok(tensors)
 }
 
 impl Gguf {
+    /// Check that the tensor data fits in a file of `file_len` bytes: data starts at the header
+    /// end padded to the alignment, and the last tensor ends inside the file.
+    pub fn check_file_len(&self, file_len: u64, file: &str) -> Result<()> {
+        let data_start = self.header_bytes.checked_next_multiple_of(self.alignment);
+        let end = self.tensors.last().map_or(Some(0), |t| t.offset.checked_add(t.bytes));
+        let need = data_start.zip(end).and_then(|(a, b)| a.checked_add(b)).unwrap_or(u64::MAX);
+        if need > file_len {
+            return Err(Error::Gguf {
+                file: file.into(),
+                message: format!(
+                    "tensor data runs past the end of the file (needs {need} bytes, the file has {file_len}): truncated download?"
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// `general.architecture`.
     pub fn architecture(&self) -> Option<&str> {
         match self.metadata.get("general.architecture") {
@@ -375,6 +540,12 @@ impl Gguf {
         let embd = need("embedding_length")?;
         let heads = need("attention.head_count")?;
         let kv_heads = self.arch_u64("attention.head_count_kv").unwrap_or(heads);
+        if kv_heads == 0 {
+            return Err(Error::Gguf {
+                file: file.into(),
+                message: format!("`{arch}.attention.head_count_kv` is 0: attention needs at least one KV head (the file is corrupt)"),
+            });
+        }
         let head_k = self.arch_u64("attention.key_length").unwrap_or(embd.checked_div(heads).unwrap_or(0));
         let head_v = self.arch_u64("attention.value_length").unwrap_or(head_k);
         let vocab = self.arch_u64("vocab_size").or_else(|| match self.metadata.get("tokenizer.ggml.tokens") {

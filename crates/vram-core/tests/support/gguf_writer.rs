@@ -8,6 +8,22 @@ pub struct Writer {
     n_kv: u64,
     tensors: Vec<u8>,
     n_tensors: u64,
+    /// Where the next tensor's data starts (each padded to the default 32-byte alignment).
+    next_offset: u64,
+}
+
+/// Bytes of `numel` elements of a ggml type (block sizes of ggml-common.h).
+fn type_bytes(ggml_type: u32, numel: u64) -> u64 {
+    match ggml_type {
+        0 => numel.wrapping_mul(4),
+        1 => numel.wrapping_mul(2),
+        8 => numel / 32 * 34,
+        12 => numel / 256 * 144,
+        13 => numel / 256 * 176,
+        14 => numel / 256 * 210,
+        23 => numel / 256 * 136,
+        _ => 0,
+    }
 }
 
 fn s(out: &mut Vec<u8>, x: &str) {
@@ -55,7 +71,9 @@ impl Writer {
             self.tensors.extend(d.to_le_bytes());
         }
         self.tensors.extend(ggml_type.to_le_bytes());
-        self.tensors.extend(0u64.to_le_bytes());
+        self.tensors.extend(self.next_offset.to_le_bytes());
+        let numel = dims.iter().fold(1u64, |a, d| a.wrapping_mul(*d));
+        self.next_offset = self.next_offset.wrapping_add(type_bytes(ggml_type, numel).wrapping_add(31) / 32 * 32);
         self.n_tensors += 1;
         self
     }
