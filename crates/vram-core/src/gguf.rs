@@ -338,7 +338,13 @@ pub fn parse_with(bytes: &[u8], file: &str, file_len: Option<u64>) -> Result<Par
             }
             Ok(Parsed::Complete(Box::new(g)))
         }
-        Err(Fail::Short(n)) => Ok(Parsed::NeedMore(n)),
+        Err(Fail::Short(n)) => match file_len {
+            Some(len) if n > len || bytes.len() as u64 >= len => Err(Error::Gguf {
+                file: file.into(),
+                message: format!("the file ends inside its header ({len} bytes, the header needs at least {n}): truncated download?"),
+            }),
+            _ => Ok(Parsed::NeedMore(n)),
+        },
         Err(Fail::Bad(e)) => Err(e),
     }
 }

@@ -71,6 +71,17 @@ const DTYPE_BITS: &[(&str, u64)] = &[
     ("U64", 64),
 ];
 
+/// Parse a whole safetensors file (or a prefix holding its header, with `file_len` the real
+/// size): the length, the header, and the reference reader's checks.
+pub fn parse_file(bytes: &[u8], file: &str, file_len: Option<u64>) -> Result<Vec<TensorInfo>> {
+    let n = header_len(bytes, file)?;
+    let json = bytes.get(8..).and_then(|b| b.get(..n as usize)).ok_or_else(|| Error::Safetensors {
+        file: file.into(),
+        message: format!("the header claims {n} bytes but only {} follow the length: truncated file?", bytes.len().saturating_sub(8)),
+    })?;
+    parse_header_with(json, file, file_len)
+}
+
 /// Parse the JSON header (the `n` bytes after the length).
 pub fn parse_header(json: &[u8], file: &str) -> Result<Vec<TensorInfo>> {
     parse_header_with(json, file, None)
@@ -138,7 +149,7 @@ impl<'de> Deserialize<'de> for Name<'de> {
         impl<'de> Visitor<'de> for V {
             type Value = Name<'de>;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a tensor name")
+                f.write_str("a string")
             }
             fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> std::result::Result<Self::Value, E> {
                 Ok(Name(Cow::Borrowed(v)))
