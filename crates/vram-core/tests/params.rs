@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 
 use serde_json::Value;
-use vram_core::{parse_config, presets};
+use vram_core::safetensors::CheckpointSummary;
+use vram_core::{parse_config, parse_config_with, presets, Error, ParseOptions};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -25,6 +26,7 @@ fn every_preset_and_architecture_matches_pytorch_exactly() {
         let want = r["parameters"].as_u64().unwrap();
         let bytes = std::fs::read(root().join(r["source"].as_str().unwrap())).unwrap();
         let m = parse_config(&bytes, name, name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(m.approximation.is_none() && m.quantization.is_none(), "{name} read as approximate or quantized");
         let got = m.parameters();
         if got != want {
             failures.push(format!("{name} ({}): vram {got} vs PyTorch {want} (diff {})", m.model_type, got as i128 - want as i128));
@@ -54,4 +56,130 @@ fn issue_reference_counts() {
     ] {
         assert_eq!(presets::load(name).unwrap().parameters(), n, "{name}");
     }
+}
+
+const APPROX: ParseOptions = ParseOptions { approximate_unknown: true };
+
+/// openai/gpt-oss-20b config.json (transformers 4.55), layer_types omitted.
+const GPT_OSS_20B: &str = r#"{"architectures":["GptOssForCausalLM"],"attention_bias":true,"attention_dropout":0.0,"experts_per_token":4,"head_dim":64,"hidden_act":"silu","hidden_size":2880,"initial_context_length":4096,"intermediate_size":2880,"max_position_embeddings":131072,"model_type":"gpt_oss","num_attention_heads":64,"num_experts_per_tok":4,"num_hidden_layers":24,"num_key_value_heads":8,"num_local_experts":32,"quantization_config":{"modules_to_not_convert":["model.layers.*.self_attn","model.layers.*.mlp.router","model.embed_tokens","lm_head"],"quant_method":"mxfp4"},"rms_norm_eps":1e-05,"rope_scaling":{"beta_fast":32.0,"beta_slow":1.0,"factor":32.0,"original_max_position_embeddings":4096,"rope_type":"yarn","truncate":false},"rope_theta":150000,"sliding_window":128,"tie_word_embeddings":false,"torch_dtype":"bfloat16","use_cache":true,"vocab_size":201088}"#;
+
+/// google-bert/bert-base-uncased config.json.
+const BERT_BASE: &str = r#"{"architectures":["BertForMaskedLM"],"attention_probs_dropout_prob":0.1,"hidden_act":"gelu","hidden_dropout_prob":0.1,"hidden_size":768,"initializer_range":0.02,"intermediate_size":3072,"layer_norm_eps":1e-12,"max_position_embeddings":512,"model_type":"bert","num_attention_heads":12,"num_hidden_layers":12,"pad_token_id":0,"type_vocab_size":2,"vocab_size":30522}"#;
+
+/// state-spaces/mamba-130m-hf config.json (abridged to its dimensions).
+const MAMBA_130M: &str = r#"{"architectures":["MambaForCausalLM"],"conv_kernel":4,"expand":2,"hidden_size":768,"intermediate_size":1536,"model_type":"mamba","num_hidden_layers":24,"state_size":16,"time_step_rank":48,"vocab_size":50280}"#;
+
+fn unsupported(json: &str) -> (String, String) {
+    match parse_config(json.as_bytes(), "m", "config.json") {
+        Err(e @ Error::UnsupportedArchitecture { .. }) => {
+            let Error::UnsupportedArchitecture { ref reason, ref supported, .. } = e else { unreachable!() };
+            assert!(supported.contains(&"llama") && supported.contains(&"deepseek_v3"));
+            (reason.clone(), e.to_string())
+        }
+        other => panic!("expected UnsupportedArchitecture, got {other:?}"),
+    }
+}
+
+#[test]
+fn unsupported_families_are_errors_that_say_why() {
+    // Regression: these were estimated as Llama-style decoders with one warning line
+    // (gpt-oss-20b: 2.39B parameters instead of 20.9B; BERT-base 160M instead of 110M).
+    assert!(unsupported(GPT_OSS_20B).0.contains("gpt-oss is not supported yet"));
+    assert!(unsupported(BERT_BASE).0.contains("encoder models are not supported yet"));
+    // Regression: a Mamba config failed on a missing `num_attention_heads`, an unrelated error.
+    assert!(unsupported(MAMBA_130M).0.contains("state-space"));
+    let t5 = r#"{"architectures":["T5ForConditionalGeneration"],"model_type":"t5","d_model":512,"num_layers":6,"num_heads":8,"vocab_size":32128}"#;
+    assert!(unsupported(t5).0.contains("encoder-decoder"));
+    let (_, msg) =
+        unsupported(r#"{"hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"intermediate_size":128}"#);
+    assert!(msg.contains("without `model_type`") && msg.contains("--approximate-architecture"), "{msg}");
+}
+
+#[test]
+fn a_task_head_or_bare_backbone_is_not_read_as_a_causal_lm() {
+    let llama = std::fs::read_to_string(root().join("crates/vram-core/presets/llama-3.2-1b.json")).unwrap();
+    for (arch, why) in [
+        ("LlamaForSequenceClassification", "sequence-classification head"),
+        ("LlamaForTokenClassification", "token-classification head"),
+        ("LlamaModel", "bare backbone"),
+    ] {
+        let json = llama.replace("LlamaForCausalLM", arch);
+        assert!(unsupported(&json).0.contains(why), "{arch}");
+        let m = parse_config_with(json.as_bytes(), "m", "m", APPROX).unwrap();
+        assert!(m.approximation.as_deref().unwrap().contains(arch));
+    }
+}
+
+#[test]
+fn the_approximation_is_opt_in_and_marked() {
+    let m = parse_config_with(GPT_OSS_20B.as_bytes(), "gpt-oss-20b", "config.json", APPROX).unwrap();
+    assert!(m.approximation.as_deref().unwrap().contains("Llama-style"));
+    assert!(m.warnings.iter().any(|w| w.starts_with("APPROXIMATE")));
+    // The quantization and RoPE scaling are still read.
+    let q = m.quantization.as_ref().unwrap();
+    assert_eq!((q.method.as_str(), q.bits, q.group_size, q.excluded.len()), ("mxfp4", Some(4), Some(32), 4));
+    let r = m.rope_scaling.as_ref().unwrap();
+    assert_eq!((r.kind.as_str(), r.native_positions, r.extended_positions), ("yarn", 4096, 131_072));
+    // A multimodal wrapper vram does not know: an error, or the language model alone on request.
+    let llava = r#"{"model_type":"llava","architectures":["LlavaForConditionalGeneration"],"text_config":{"model_type":"llama","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"intermediate_size":128},"vision_config":{"model_type":"clip_vision_model"}}"#;
+    assert!(unsupported(llava).0.contains("multimodal"));
+    let m = parse_config_with(llava.as_bytes(), "m", "m", APPROX).unwrap();
+    assert!(m.approximation.as_deref().unwrap().contains("llava"));
+}
+
+fn with_quant(q: &str) -> vram_core::QuantizationConfig {
+    let json = format!(
+        r#"{{"model_type":"llama","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"intermediate_size":128,"quantization_config":{q}}}"#
+    );
+    let m = parse_config(json.as_bytes(), "m", "m").unwrap();
+    assert!(m.warnings.iter().any(|w| w.contains("pre-quantized") && w.contains("UNQUANTIZED")), "{:?}", m.warnings);
+    m.quantization.unwrap()
+}
+
+#[test]
+fn pre_quantized_checkpoints_are_recorded() {
+    // Regression: DeepSeek-V3's fp8 checkpoint was read as bf16 with no word said.
+    let mut ds: Value = serde_json::from_slice(&std::fs::read(root().join("validation/configs/deepseek-v3.json")).unwrap()).unwrap();
+    ds["quantization_config"] =
+        serde_json::json!({"activation_scheme":"dynamic","fmt":"e4m3","quant_method":"fp8","weight_block_size":[128,128]});
+    let m = parse_config(ds.to_string().as_bytes(), "deepseek-v3", "config.json").unwrap();
+    let q = m.quantization.as_ref().unwrap();
+    assert_eq!((q.method.as_str(), q.bits, q.group_size, q.format.as_deref()), ("fp8", Some(8), Some(128 * 128), Some("e4m3")));
+    assert_eq!(m.parameters(), 671_026_404_352);
+    let awq = with_quant(r#"{"bits":4,"group_size":128,"quant_method":"awq","version":"gemm","zero_point":true}"#);
+    assert_eq!((awq.method.as_str(), awq.bits, awq.group_size, awq.format.as_deref()), ("awq", Some(4), Some(128), Some("gemm")));
+    let gptq = with_quant(r#"{"bits":8,"group_size":-1,"desc_act":false,"quant_method":"gptq"}"#);
+    assert_eq!((gptq.bits, gptq.group_size), (Some(8), None));
+    let bnb = with_quant(r#"{"load_in_4bit":true,"bnb_4bit_quant_type":"nf4","llm_int8_skip_modules":["lm_head"]}"#);
+    assert_eq!((bnb.method.as_str(), bnb.bits, bnb.format.as_deref(), bnb.excluded.len()), ("bitsandbytes", Some(4), Some("nf4"), 1));
+    let ct = with_quant(
+        r#"{"quant_method":"compressed-tensors","format":"pack-quantized","ignore":["lm_head"],"config_groups":{"group_0":{"targets":["Linear"],"weights":{"num_bits":4,"group_size":128,"type":"int"}}}}"#,
+    );
+    assert_eq!((ct.bits, ct.group_size, ct.excluded.len()), (Some(4), Some(128), 1));
+}
+
+#[test]
+fn quantized_safetensors_storage_is_recorded_on_the_model() {
+    let mut m = presets::load("llama-3.2-1b").unwrap();
+    let mut s = CheckpointSummary::default();
+    let header = br#"{"model.layers.0.mlp.down_proj.weight":{"dtype":"F8_E4M3","shape":[4,4],"data_offsets":[0,16]},"model.layers.0.mlp.down_proj.weight_scale_inv":{"dtype":"F32","shape":[1],"data_offsets":[16,20]}}"#;
+    s.add_header(header, "model.safetensors", None).unwrap();
+    s.apply(&mut m);
+    assert_eq!(m.checkpoint_parameters, Some(17));
+    assert!(m.checkpoint_quantization.as_deref().unwrap().contains("FP8 weights: 16"));
+    assert!(m.warnings.iter().any(|w| w.contains("quantized weights")));
+}
+
+#[test]
+fn context_past_the_trained_length_is_named() {
+    // Regression: `-s 10000000` beyond max_position_embeddings gave a number without a word.
+    let l = presets::load("llama-3.1-8b").unwrap();
+    assert!(l.context_warnings(8192).is_empty());
+    let w = l.context_warnings(100_000);
+    assert!(w[0].contains("llama3 RoPE scaling") && w[0].contains("native context 8192") && w[0].contains("131072"), "{w:?}");
+    assert!(l.context_warnings(10_000_000)[0].contains("exceeds the longest context"));
+    let q = presets::load("qwen2.5-7b").unwrap();
+    assert!(q.context_warnings(q.max_positions).is_empty());
+    assert!(q.context_warnings(q.max_positions + 1)[0].contains("max_position_embeddings (131072)"));
+    assert!(presets::load("gpt2").unwrap().context_warnings(2048)[0].contains("cannot run"));
 }
