@@ -100,6 +100,13 @@ pub fn parse_config_with(bytes: &[u8], name: &str, file: &str, opts: ParseOption
     let outer = unwrap_text_config(&mut obj, outer, &mut warnings);
     let c = Cfg { obj: &obj, file };
     let model_type = c.str("model_type").unwrap_or_default();
+    if model_type.is_empty() && !["hidden_size", "n_embd", "d_model"].iter().any(|k| obj.contains_key(*k)) {
+        return Err(Error::MissingKey {
+            file: file.into(),
+            key: "model_type".into(),
+            why: "know the architecture; the file has no model dimensions either, so it is not a model's config.json (tokenizer_config.json, generation_config.json and *.index.json are other files)".into(),
+        });
+    }
     let approximation = check_architecture(&outer, &model_type, file, opts)?;
     if let Some(why) = &approximation {
         warnings.push(format!("APPROXIMATE: {why}"));

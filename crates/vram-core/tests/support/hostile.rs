@@ -211,6 +211,7 @@ pub fn config_cases() -> Vec<Case> {
         case("a Git LFS pointer", b"version https://git-lfs.github.com/spec/v1\noid sha256:00\nsize 12\n".to_vec(), "git lfs pull"),
         case("JSON cut mid-way", b"{\"model_type\": ".to_vec(), "not valid JSON"),
         case("top level array", b"[1, 2]".to_vec(), "JSON object"),
+        case("a safetensors index", br#"{"metadata":{"total_size":16},"weight_map":{"a":"model-00001.safetensors"}}"#.to_vec(), "not a model's config.json"),
         case("YAML", b"model_type: llama\n".to_vec(), "not valid JSON"),
         case("unknown model_type", llama(r#","model_type":"brandnew""#), "vram does not know"),
         case("hidden size 1e30", llama(r#","hidden_size":1e30"#), "hidden_size"),
