@@ -88,15 +88,8 @@ pub fn parse_config(bytes: &[u8], name: &str, file: &str) -> Result<Model> {
 pub fn parse_config_with(bytes: &[u8], name: &str, file: &str, opts: ParseOptions) -> Result<Model> {
     let mut obj = json_object(bytes, file)?;
     let quantization = quantization(&obj, file)?;
-    let outer = Outer {
-        model_type: obj.get("model_type").and_then(Value::as_str).unwrap_or_default().to_string(),
-        architectures: obj
-            .get("architectures")
-            .and_then(Value::as_array)
-            .map_or_else(Vec::new, |a| a.iter().filter_map(Value::as_str).map(str::to_string).collect()),
-        unwrapped: false,
-    };
     let mut warnings = Vec::new();
+    let outer = Outer::read(&obj);
     let outer = unwrap_text_config(&mut obj, outer, &mut warnings);
     let c = Cfg { obj: &obj, file };
     let model_type = c.str("model_type").unwrap_or_default();
@@ -122,6 +115,22 @@ pub fn parse_config_with(bytes: &[u8], name: &str, file: &str, opts: ParseOption
     m.model_type = if model_type.is_empty() { "unknown".into() } else { model_type };
     m.use_cache = c.bool("use_cache", true)?;
     m.stored_dtype = c.str("torch_dtype").or_else(|| c.str("dtype")).and_then(|s| DType::from_torch_name(&s));
+    positions(&c, &mut m)?;
+    if let Some(q) = &quantization {
+        warnings.push(format!(
+            "the checkpoint is pre-quantized ({}); this estimate assumes UNQUANTIZED weights in the chosen precision, so weight memory is overstated",
+            q.describe()
+        ));
+    }
+    m.quantization = quantization;
+    m.approximation = approximation;
+    m.warnings.splice(0..0, warnings);
+    validate(&m, file)?;
+    Ok(m)
+}
+
+/// Trained context, rotary width and RoPE scaling.
+fn positions(c: &Cfg, m: &mut Model) -> Result<()> {
     m.max_positions = c.opt(&["max_position_embeddings", "n_positions", "seq_length", "max_sequence_length"])?.unwrap_or(0);
     // Rotary width: learned positions (GPT-2, OPT) and ALiBi (Falcon-RW, BLOOM) have none;
     // partial rotary per `partial_rotary_factor` (Phi, StableLM) or `rotary_pct` (GPT-NeoX).
@@ -135,19 +144,9 @@ pub fn parse_config_with(bytes: &[u8], name: &str, file: &str, opts: ParseOption
         }
     };
     if m.rotary_dim > 0 {
-        m.rope_scaling = rope_scaling(&c, m.max_positions)?;
+        m.rope_scaling = rope_scaling(c, m.max_positions)?;
     }
-    if let Some(q) = &quantization {
-        warnings.push(format!(
-            "the checkpoint is pre-quantized ({}); this estimate assumes UNQUANTIZED weights in the chosen precision, so weight memory is overstated",
-            q.describe()
-        ));
-    }
-    m.quantization = quantization;
-    m.approximation = approximation;
-    m.warnings.splice(0..0, warnings);
-    validate(&m, file)?;
-    Ok(m)
+    Ok(())
 }
 
 /// The top level as a JSON object; a file that is not JSON at all says what it is instead.
@@ -172,6 +171,17 @@ struct Outer {
     architectures: Vec<String>,
     /// The language model was read from `text_config`.
     unwrapped: bool,
+}
+
+impl Outer {
+    fn read(obj: &Map<String, Value>) -> Outer {
+        let strings = |v: &Vec<Value>| v.iter().filter_map(Value::as_str).map(str::to_string).collect();
+        Outer {
+            model_type: obj.get("model_type").and_then(Value::as_str).unwrap_or_default().to_string(),
+            architectures: obj.get("architectures").and_then(Value::as_array).map_or_else(Vec::new, strings),
+            unwrapped: false,
+        }
+    }
 }
 
 /// Multimodal wrappers (Gemma-3, LLaVA …) keep the language model under `text_config`.
