@@ -221,6 +221,88 @@ fn invalid(what: &str, value: impl ToString, hint: &str) -> Error {
 
 /// Reproduce vLLM's start-up accounting for `model` under `cfg`.
 pub fn serve(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
+    let (max_len, mut notes) = validate(m, cfg)?;
+    let tp = cfg.tp;
+    let dtype = model_dtype(m, cfg);
+    let e = dtype.bytes() as u128;
+    let kv_b = cfg.kv_cache_dtype.map_or(dtype.bytes(), DType::bytes);
+    let (batched, seqs) = scheduler_limits(cfg, max_len)?;
+    let (weights, scales) = rank_weights(m, cfg.quantization, tp, e);
+    // RotaryEmbedding's cos_sin_cache: [max_position_embeddings, rotary_dim] in the model dtype
+    // (vllm/model_executor/layers/rotary_embedding.py); measured in "Model loading took".
+    let rotary = m.max_positions as u128 * m.rotary_dim as u128 * e;
+    let weights_bytes = to_u64(weights + scales + rotary, "weights")?;
+
+    let (act, act_at) = profile_peak(m, cfg.engine, batched, seqs, tp, e);
+    let activation_peak_bytes = to_u64(act, "profile-run activations")?;
+    let non_torch_bytes = cfg.non_torch_memory.unwrap_or(non_torch_default(tp));
+    let non_kv_bytes = weights_bytes
+        .checked_add(activation_peak_bytes)
+        .and_then(|x| x.checked_add(non_torch_bytes))
+        .ok_or(Error::Overflow { what: "non-KV memory".into() })?;
+    let requested_bytes = (cfg.gpu_memory as f64 * cfg.gpu_memory_utilization) as u64;
+    let kv_cache_bytes = requested_bytes.saturating_sub(non_kv_bytes);
+    let shortfall_bytes = non_kv_bytes.saturating_sub(requested_bytes);
+
+    let pool = kv_pool(
+        m,
+        &PoolSpec {
+            kv_cache_bytes,
+            max_model_len: max_len,
+            max_num_batched_tokens: batched,
+            block_size: cfg.block_size,
+            kv_dtype_bytes: kv_b,
+            tp,
+        },
+    )?;
+    let fits = shortfall_bytes == 0 && pool.num_kv_blocks >= pool.blocks_per_request();
+    notes.extend(serve_notes(m, cfg, non_torch_bytes, &pool));
+    Ok(ServeReport {
+        dtype,
+        kv_dtype_bytes: kv_b,
+        tp,
+        max_model_len: max_len,
+        max_num_batched_tokens: batched,
+        max_num_seqs: seqs,
+        block_size: cfg.block_size,
+        weights_bytes,
+        quant_scales_bytes: to_u64(scales, "scales")?,
+        rotary_cache_bytes: to_u64(rotary, "rotary cache")?,
+        activation_peak_bytes,
+        activation_peak_at: act_at,
+        non_torch_bytes,
+        non_kv_bytes,
+        requested_bytes,
+        kv_cache_bytes,
+        shortfall_bytes,
+        pool,
+        fits,
+        cuda_context_bytes: cfg.cuda_context,
+        notes,
+    })
+}
+
+/// vllm/config/model.py _resolve_auto_dtype: the checkpoint's dtype; float32 served in bf16.
+fn model_dtype(m: &Model, cfg: &ServeConfig) -> DType {
+    cfg.dtype.unwrap_or(match m.stored_dtype {
+        Some(DType::F16) => DType::F16,
+        _ => DType::BF16,
+    })
+}
+
+/// Non-torch increase: lazily loaded kernels and library handles first touched by the profile
+/// run; NCCL allocates its channel buffers at the first all-reduce (NCCL_BUFFSIZE 4 MiB ×
+/// send/recv × channels). Stated assumptions, not measurements; override with --non-torch-memory.
+fn non_torch_default(tp: u64) -> u64 {
+    if tp > 1 {
+        150 * MIB + 256 * MIB
+    } else {
+        150 * MIB
+    }
+}
+
+/// The flags vLLM checks before it loads anything, and the context length they imply.
+fn validate(m: &Model, cfg: &ServeConfig) -> Result<(u64, Vec<String>)> {
     if !(cfg.gpu_memory_utilization > 0.0 && cfg.gpu_memory_utilization <= 1.0) {
         return Err(invalid("--gpu-memory-utilization", cfg.gpu_memory_utilization, "a fraction in (0, 1]"));
     }
@@ -254,13 +336,12 @@ pub fn serve(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
             m.max_positions
         ));
     }
-    // vllm/config/model.py _resolve_auto_dtype: the checkpoint's dtype; float32 served in bf16.
-    let dtype = cfg.dtype.unwrap_or(match m.stored_dtype {
-        Some(DType::F16) => DType::F16,
-        _ => DType::BF16,
-    });
-    let e = dtype.bytes() as u128;
-    let kv_b = cfg.kv_cache_dtype.map_or(dtype.bytes(), DType::bytes);
+    Ok((max_len, notes))
+}
+
+/// `--max-num-batched-tokens` and `--max-num-seqs`: the user's, else vLLM's defaults for the
+/// engine generation and GPU. A new engine (another vLLM version, SGLang) adds its row here.
+fn scheduler_limits(cfg: &ServeConfig, max_len: u64) -> Result<(u64, u64)> {
     // vllm/engine/arg_utils.py _set_default_args: `vllm serve` on GPUs with ≥ 70 GiB other than
     // the A100 gets 8192 batched tokens and 1024 sequences; smaller GPUs 2048 and 256.
     let big = cfg.gpu_memory >= 70 * GIB && !cfg.gpu_is_a100;
@@ -275,13 +356,17 @@ pub fn serve(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
     if batched == 0 || batched > 1 << 22 || seqs == 0 || seqs > 1 << 20 {
         return Err(invalid("--max-num-batched-tokens / --max-num-seqs", format!("{batched} / {seqs}"), "positive and below 4M / 1M"));
     }
+    Ok((batched, seqs))
+}
 
-    // Weights on one rank.
+/// Weight and quantisation-scale bytes on one tensor-parallel rank. Pipeline parallelism would
+/// take a slice of the layers here.
+fn rank_weights(m: &Model, quantization: Quantization, tp: u64, e: u128) -> (u128, u128) {
     let (mut weights, mut scales) = (0u128, 0u128);
     for t in m.tensors() {
         let n = rank_numel(m, &t, tp) * t.count as u128;
         let quantised = matches!(t.role, Role::Linear | Role::Experts);
-        let (w, s) = match cfg.quantization {
+        let (w, s) = match quantization {
             _ if !quantised => (n * e, 0),
             Quantization::None => (n * e, 0),
             // AWQ/GPTQ: int4 packed in int32, an fp16 scale and a 4-bit zero per group of 128
@@ -298,11 +383,12 @@ pub fn serve(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
         weights += w;
         scales += s;
     }
-    // RotaryEmbedding's cos_sin_cache: [max_position_embeddings, rotary_dim] in the model dtype
-    // (vllm/model_executor/layers/rotary_embedding.py); measured in "Model loading took".
-    let rotary = m.max_positions as u128 * m.rotary_dim as u128 * e;
-    let weights_bytes = to_u64(weights + scales + rotary, "weights")?;
+    (weights, scales)
+}
 
+/// The profile run's activation peak and where it occurs. Each engine's profiling pass is one
+/// arm of the sampler match.
+fn profile_peak(m: &Model, engine: VllmEngine, batched: u64, seqs: u64, tp: u64, e: u128) -> (u128, String) {
     // Profile run (gpu_model_runner.py profile_run): a forward of max_num_batched_tokens tokens,
     // then the sampler over min(max_num_seqs, tokens) requests while the forward's hidden states
     // are still referenced.
@@ -312,7 +398,7 @@ pub fn serve(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
     let vpad = (m.vocab.div_ceil(VOCAB_PAD) * VOCAB_PAD) as u128;
     // compute_logits: the rank's [R, V/tp] slice, gathered to [R, V] on TP > 1.
     let gathered = if tp > 1 { reqs * vpad * e } else { 0 };
-    let per_logit: u128 = match cfg.engine {
+    let per_logit: u128 = match engine {
         // V1's dummy sampler (temperature 0.5, top-k/p skipped) converts to fp32, softmaxes and
         // draws an exponential of the same shape (v1/sample/sampler.py, topk_topp_sampler.py
         // random_sample): fp32 logits + probabilities + exponential.
@@ -324,45 +410,25 @@ pub fn serve(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
         VllmEngine::V0 => 4 + 4 + 8 + 4 + 4 + 1 + 1 + 8 + 4,
     };
     let sampler = reqs * vpad / tp as u128 * e + gathered + reqs * v * per_logit + (batched as u128 + reqs) * m.hidden as u128 * e;
-    let (act, act_at) = if sampler > fwd {
-        let how = match cfg.engine {
+    if sampler > fwd {
+        let how = match engine {
             VllmEngine::V1 => "fp32 logits, probabilities, exponential draw",
             VllmEngine::V0 => "top-k/top-p sort, masks and re-gather",
         };
         (sampler, format!("sampler over {reqs} requests × {} vocabulary ({how})", m.vocab))
     } else {
         (fwd, fwd_at)
-    };
-    let activation_peak_bytes = to_u64(act, "profile-run activations")?;
-    // Non-torch increase: lazily loaded kernels and library handles first touched by the profile
-    // run; NCCL allocates its channel buffers at the first all-reduce (NCCL_BUFFSIZE 4 MiB ×
-    // send/recv × channels). Stated assumptions, not measurements; override with --non-torch-memory.
-    let non_torch_bytes = cfg.non_torch_memory.unwrap_or(if tp > 1 { 150 * MIB + 256 * MIB } else { 150 * MIB });
-    let non_kv_bytes = weights_bytes
-        .checked_add(activation_peak_bytes)
-        .and_then(|x| x.checked_add(non_torch_bytes))
-        .ok_or(Error::Overflow { what: "non-KV memory".into() })?;
-    let requested_bytes = (cfg.gpu_memory as f64 * cfg.gpu_memory_utilization) as u64;
-    let kv_cache_bytes = requested_bytes.saturating_sub(non_kv_bytes);
-    let shortfall_bytes = non_kv_bytes.saturating_sub(requested_bytes);
+    }
+}
 
-    let pool = kv_pool(
-        m,
-        &PoolSpec {
-            kv_cache_bytes,
-            max_model_len: max_len,
-            max_num_batched_tokens: batched,
-            block_size: cfg.block_size,
-            kv_dtype_bytes: kv_b,
-            tp,
-        },
-    )?;
-    let fits = shortfall_bytes == 0 && pool.num_kv_blocks >= pool.blocks_per_request();
+/// The assumptions the report rests on, said once.
+fn serve_notes(m: &Model, cfg: &ServeConfig, non_torch_bytes: u64, pool: &KvPool) -> Vec<String> {
+    let mut notes = Vec::new();
     if cfg.non_torch_memory.is_none() {
         notes.push(format!(
             "non-torch increase assumed {} MiB (kernels first loaded by the profile run{}); pass --non-torch-memory with the value vLLM logs",
             non_torch_bytes / MIB,
-            if tp > 1 { ", NCCL channel buffers" } else { "" }
+            if cfg.tp > 1 { ", NCCL channel buffers" } else { "" }
         ));
     }
     if !cfg.enforce_eager {
@@ -379,29 +445,7 @@ pub fn serve(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
             pool.groups.len()
         ));
     }
-    Ok(ServeReport {
-        dtype,
-        kv_dtype_bytes: kv_b,
-        tp,
-        max_model_len: max_len,
-        max_num_batched_tokens: batched,
-        max_num_seqs: seqs,
-        block_size: cfg.block_size,
-        weights_bytes,
-        quant_scales_bytes: to_u64(scales, "scales")?,
-        rotary_cache_bytes: to_u64(rotary, "rotary cache")?,
-        activation_peak_bytes,
-        activation_peak_at: act_at,
-        non_torch_bytes,
-        non_kv_bytes,
-        requested_bytes,
-        kv_cache_bytes,
-        shortfall_bytes,
-        pool,
-        fits,
-        cuda_context_bytes: cfg.cuda_context,
-        notes,
-    })
+    notes
 }
 
 /// What the block pool is built from.

@@ -4,7 +4,7 @@ use clap::{Args, Parser, Subcommand};
 
 /// How much GPU memory will this job take? Component by component, before you launch.
 #[derive(Debug, Parser)]
-#[command(name = "vram", version, about, long_about = None, propagate_version = true)]
+#[command(name = "vram", version, about, long_about = None, propagate_version = true, after_help = crate::errors::EXIT_HELP)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]

@@ -5,19 +5,8 @@ use vram_core::units::parse_size;
 use vram_core::{AttentionImpl, Checkpointing, DType, Job, Mode, Model, Optimizer, OptimizerImpl, Overheads, Precision};
 
 use crate::cli::JobArgs;
-use crate::load::load_model;
-
-/// A usage or input error (bad flag, unreadable or malformed file): exit code 2.
-#[derive(Debug)]
-pub struct UsageError(pub String);
-
-impl std::fmt::Display for UsageError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for UsageError {}
+pub use crate::errors::UsageError;
+use crate::source::load_model;
 
 /// Resolve the model and the job.
 pub fn resolve(a: &JobArgs) -> Result<(Model, Job)> {

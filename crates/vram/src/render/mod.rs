@@ -1,10 +1,14 @@
-//! Renderers: pure functions from a report to text or JSON. No I/O here.
+//! Renderers: pure functions from a report to text or JSON, one module per command. No I/O here.
 
+mod common;
 pub mod emit;
-pub mod json;
+pub mod estimate;
+pub mod fit;
+pub mod lists;
+pub mod plan;
 pub mod prometheus;
+pub mod serve;
 pub mod svg;
-pub mod text;
 
 use vram_core::advice::Alternative;
 use vram_core::fit::Fit;

@@ -1,4 +1,5 @@
-//! `vram serve`: resolve vLLM-style flags and run the core's serving accounting.
+//! `vram serve`: resolve vLLM-style (or llama.cpp) flags, run the core's serving accounting,
+//! render. The engine is chosen here; each engine resolves its own flags.
 
 use anyhow::Result;
 use vram_core::gpu::{self, Gpu};
@@ -6,8 +7,22 @@ use vram_core::serve::{cuda_total, serve, Quantization, ServeConfig, ServeReport
 use vram_core::units::parse_size;
 use vram_core::{DType, Model};
 
+use super::show;
 use crate::cli::ServeArgs;
-use crate::resolve::UsageError;
+use crate::errors::UsageError;
+use crate::render;
+
+/// Pick the engine from the model file, resolve, compute, render.
+pub fn run(a: &ServeArgs) -> Result<()> {
+    let path = std::path::Path::new(&a.model);
+    if a.model.to_ascii_lowercase().ends_with(".gguf") || (path.is_file() && crate::source::local::is_gguf(path)) {
+        let s = llama_cpp(a, path)?;
+        show(a.json, || render::serve::llama_cpp_json(&s), || render::serve::llama_cpp_text(&s))
+    } else {
+        let s = vllm(a, crate::source::load_model(&a.model)?)?;
+        show(a.json, || render::serve::vllm_json(&s), || render::serve::vllm_text(&s))
+    }
+}
 
 /// Everything `vram serve` prints for vLLM.
 pub struct VllmServe {
@@ -23,32 +38,9 @@ pub struct VllmServe {
 
 /// Resolve the flags and compute vLLM's accounting.
 pub fn vllm(a: &ServeArgs, model: Model) -> Result<VllmServe> {
-    match a.engine.to_ascii_lowercase().as_str() {
-        "vllm" => {}
-        "sglang" | "tgi" => {
-            return Err(UsageError(format!(
-                "--engine {}: only vLLM's accounting is modelled so far (use --engine vllm; for .gguf files llama.cpp is used)",
-                a.engine
-            ))
-            .into())
-        }
-        other => return Err(UsageError(format!("unknown --engine `{other}`: use vllm")).into()),
-    }
+    check_engine(&a.engine)?;
     let g = gpu::lookup(&a.gpu)?;
-    let dtype = match a.dtype.to_ascii_lowercase().as_str() {
-        "auto" => None,
-        "half" => Some(DType::F16),
-        other => Some(
-            DType::from_torch_name(other)
-                .filter(|d| matches!(d, DType::BF16 | DType::F16 | DType::F32))
-                .ok_or_else(|| UsageError(format!("invalid --dtype `{other}`: use auto, bfloat16, float16 or float32")))?,
-        ),
-    };
-    let kv_cache_dtype = match a.kv_cache_dtype.to_ascii_lowercase().as_str() {
-        "auto" => None,
-        "fp8" | "fp8_e4m3" | "fp8_e5m2" => Some(DType::F8),
-        other => return Err(UsageError(format!("invalid --kv-cache-dtype `{other}`: use auto or fp8 (vLLM's values)")).into()),
-    };
+    let (dtype, kv_cache_dtype) = (vllm_dtype(&a.dtype)?, vllm_kv_dtype(&a.kv_cache_dtype)?);
     let quantization = a.quantization.as_deref().map(Quantization::parse).transpose()?.unwrap_or(Quantization::None);
     let mut config = ServeConfig {
         gpu_is_a100: g.name.starts_with("a100"),
@@ -63,11 +55,7 @@ pub fn vllm(a: &ServeArgs, model: Model) -> Result<VllmServe> {
         max_num_seqs: a.max_num_seqs,
         non_torch_memory: a.non_torch_memory.as_deref().map(parse_size).transpose()?,
         enforce_eager: a.enforce_eager,
-        engine: match a.vllm_engine.to_ascii_lowercase().as_str() {
-            "v1" | "1" => VllmEngine::V1,
-            "v0" | "0" => VllmEngine::V0,
-            other => return Err(UsageError(format!("invalid --vllm-engine `{other}`: use v1 or v0")).into()),
-        },
+        engine: vllm_engine(&a.vllm_engine)?,
         ..ServeConfig::new(cuda_total(&g))
     };
     if let Some(c) = &a.cuda_context {
@@ -77,41 +65,50 @@ pub fn vllm(a: &ServeArgs, model: Model) -> Result<VllmServe> {
     Ok(VllmServe { model, gpu: g, config, report })
 }
 
-/// Largest GGUF header read (tokenizer vocabularies and merges reach tens of MB).
-const MAX_GGUF_HEADER: u64 = 256 << 20;
+/// Only vLLM's accounting is modelled for non-GGUF models.
+fn check_engine(engine: &str) -> Result<()> {
+    match engine.to_ascii_lowercase().as_str() {
+        "vllm" => {}
+        "sglang" | "tgi" => {
+            return Err(UsageError(format!(
+                "--engine {}: only vLLM's accounting is modelled so far (use --engine vllm; for .gguf files llama.cpp is used)",
+                engine
+            ))
+            .into())
+        }
+        other => return Err(UsageError(format!("unknown --engine `{other}`: use vllm")).into()),
+    }
+    Ok(())
+}
 
-/// Read a `.gguf` file's header only: a growing prefix until the tensor infos end.
-pub fn read_gguf(path: &std::path::Path) -> Result<vram_core::gguf::Gguf> {
-    use std::io::Read;
-    use vram_core::gguf::{parse, Parsed};
-    let shown = path.display().to_string();
-    let mut f = std::fs::File::open(path).map_err(|e| UsageError(format!("cannot open {shown}: {e}")))?;
-    let len = f.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
-    let mut buf = Vec::new();
-    let mut want: u64 = 1 << 20;
-    loop {
-        let have = buf.len() as u64;
-        if want > have {
-            (&mut f).take(want - have).read_to_end(&mut buf).map_err(|e| UsageError(format!("cannot read {shown}: {e}")))?;
-        }
-        match parse(&buf, &shown)? {
-            Parsed::Complete(g) => return Ok(*g),
-            Parsed::NeedMore(n) => {
-                if (buf.len() as u64) < want || n > len {
-                    return Err(UsageError(format!(
-                        "{shown} ends inside its GGUF header ({} bytes, the header needs {n}): the file is truncated",
-                        buf.len()
-                    ))
-                    .into());
-                }
-                if n > MAX_GGUF_HEADER {
-                    return Err(
-                        UsageError(format!("{shown}: the GGUF header claims more than {} MiB; refusing", MAX_GGUF_HEADER >> 20)).into()
-                    );
-                }
-                want = n.max(want * 2).min(MAX_GGUF_HEADER);
-            }
-        }
+/// vLLM `--dtype`.
+fn vllm_dtype(s: &str) -> Result<Option<DType>> {
+    Ok(match s.to_ascii_lowercase().as_str() {
+        "auto" => None,
+        "half" => Some(DType::F16),
+        other => Some(
+            DType::from_torch_name(other)
+                .filter(|d| matches!(d, DType::BF16 | DType::F16 | DType::F32))
+                .ok_or_else(|| UsageError(format!("invalid --dtype `{other}`: use auto, bfloat16, float16 or float32")))?,
+        ),
+    })
+}
+
+/// vLLM `--kv-cache-dtype`.
+fn vllm_kv_dtype(s: &str) -> Result<Option<DType>> {
+    match s.to_ascii_lowercase().as_str() {
+        "auto" => Ok(None),
+        "fp8" | "fp8_e4m3" | "fp8_e5m2" => Ok(Some(DType::F8)),
+        other => Err(UsageError(format!("invalid --kv-cache-dtype `{other}`: use auto or fp8 (vLLM's values)")).into()),
+    }
+}
+
+/// `--vllm-engine`.
+fn vllm_engine(s: &str) -> Result<VllmEngine> {
+    match s.to_ascii_lowercase().as_str() {
+        "v1" | "1" => Ok(VllmEngine::V1),
+        "v0" | "0" => Ok(VllmEngine::V0),
+        other => Err(UsageError(format!("invalid --vllm-engine `{other}`: use v1 or v0")).into()),
     }
 }
 
@@ -135,9 +132,9 @@ pub struct LlamaCppServe {
 
 /// Plan a llama.cpp launch of a GGUF file.
 pub fn llama_cpp(a: &ServeArgs, path: &std::path::Path) -> Result<LlamaCppServe> {
-    use vram_core::gguf::{llama_cpp, max_ctx, LlamaCppConfig};
+    use vram_core::gguf::{llama_cpp, LlamaCppConfig};
     let file = path.display().to_string();
-    let gguf = read_gguf(path)?;
+    let gguf = crate::source::gguf::read_gguf(path)?;
     let hparams = gguf.hparams(&file)?;
     let g = gpu::lookup(&a.gpu)?;
     // llama.cpp's default context (common/common.h `n_ctx = 4096`).
@@ -166,16 +163,28 @@ pub fn llama_cpp(a: &ServeArgs, path: &std::path::Path) -> Result<LlamaCppServe>
         cuda_overhead,
     };
     let plan = llama_cpp(&gguf, &hparams, &config)?;
+    let offload_table = offload_table(&gguf, &hparams, &config, g.memory)?;
+    Ok(LlamaCppServe { file, gguf, hparams, gpu: g, config, plan, offload_table })
+}
+
+/// For each number of GPU layers (all + output, then down in eighths), the longest context that fits.
+fn offload_table(
+    gguf: &vram_core::gguf::Gguf,
+    hparams: &vram_core::gguf::HParams,
+    config: &vram_core::gguf::LlamaCppConfig,
+    memory: u64,
+) -> Result<Vec<(u64, Option<u64>)>> {
+    use vram_core::gguf::{max_ctx, LlamaCppConfig};
     let limit = if hparams.context_length > 0 { hparams.context_length } else { 1 << 20 };
     let mut offload_table = Vec::new();
     let mut ngl = hparams.layers + 1;
     loop {
-        offload_table.push((ngl, max_ctx(&gguf, &hparams, &LlamaCppConfig { n_gpu_layers: ngl, ..config }, g.memory, limit)?));
+        offload_table.push((ngl, max_ctx(gguf, hparams, &LlamaCppConfig { n_gpu_layers: ngl, ..*config }, memory, limit)?));
         if ngl == 0 {
             break;
         }
         let step = (hparams.layers / 8).max(1);
         ngl = if ngl > hparams.layers { hparams.layers } else { ngl.saturating_sub(step) };
     }
-    Ok(LlamaCppServe { file, gguf, hparams, gpu: g, config, plan, offload_table })
+    Ok(offload_table)
 }

@@ -14,8 +14,9 @@ use anyhow::Result;
 use vram_core::safetensors::{header_len, index_files, parse_header, CheckpointSummary};
 use vram_core::{parse_config, Model};
 
-use crate::load::{apply_summary, load_dir};
-use crate::resolve::UsageError;
+use super::checkpoint::apply_summary;
+use super::local::load_dir;
+use crate::errors::UsageError;
 
 /// First bytes requested of each safetensors file (huggingface_hub: 100_000).
 const FIRST_RANGE: u64 = 100_000;

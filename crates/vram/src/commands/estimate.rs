@@ -1,0 +1,45 @@
+//! `vram estimate`: one GPU, or the most loaded rank of a distributed layout.
+
+use anyhow::Result;
+use vram_core::gpu::Gpu;
+use vram_core::parallel::{estimate_parallel, Parallel};
+use vram_core::{advice, estimate, gpu, Job, Mode, Model};
+
+use super::show;
+use crate::cli::EstimateArgs;
+use crate::render::{self, EstimateReport};
+use crate::resolve;
+
+/// Resolve, estimate, render.
+pub fn run(a: &EstimateArgs) -> Result<()> {
+    let (model, job) = resolve::resolve(&a.job)?;
+    let g = a.gpu.as_deref().map(gpu::lookup).transpose()?;
+    if let Some(par) = resolve::resolve_parallel(&a.parallel)? {
+        return parallel(a, &model, &job, &par, g.as_ref());
+    }
+    let est = estimate(&model, &job)?;
+    let mut advice = advice::notes(&model, &job, &est)?;
+    if let Some(note) = stored_fp32_note(a, &model, &job) {
+        advice.push(note);
+    }
+    let report = EstimateReport { model: &model, job: &job, estimate: &est, gpu: g.as_ref(), advice };
+    show(a.job.json, || render::estimate::json(&report), || render::estimate::text(&report))
+}
+
+/// A checkpoint published in fp32 is estimated in bf16 for inference unless asked otherwise.
+fn stored_fp32_note(a: &EstimateArgs, model: &Model, job: &Job) -> Option<String> {
+    if job.mode != Mode::Infer || a.job.precision.is_some() {
+        return None;
+    }
+    let d = model.stored_dtype.filter(|d| d.bytes() == 4)?;
+    Some(format!("the checkpoint is stored in {}: estimated in bf16; pass --precision fp32 to load it as published", d.torch_name()))
+}
+
+fn parallel(a: &EstimateArgs, model: &Model, job: &Job, par: &Parallel, g: Option<&Gpu>) -> Result<()> {
+    let est = estimate_parallel(model, job, par, job.grad_accum)?;
+    show(
+        a.job.json,
+        || render::estimate::parallel_json(model, job, par, &est, g),
+        || render::estimate::parallel_text(model, job, par, &est, g),
+    )
+}

@@ -1,0 +1,76 @@
+//! `vram run`, `vram tune` and `vram watch`: arguments → the measuring loops in `run`, `tune`
+//! and `watch` (which own processes and NVML) → output.
+
+use anyhow::Result;
+use vram_core::{estimate, gpu};
+
+use super::{emit, emit_json};
+use crate::cli::{RunArgs, TuneArgs, WatchArgs};
+use crate::errors::usage;
+use crate::{resolve, run, tune, watch};
+
+/// `vram run`: exits with the command's own code.
+pub fn run(a: RunArgs) -> Result<u8> {
+    let estimate = match &a.job.model {
+        Some(_) => {
+            let (model, job) = resolve::resolve(&a.job)?;
+            let e = estimate(&model, &job)?;
+            Some((model.name.clone(), e.peak_allocated, e.total, job.overheads.cuda_context))
+        }
+        None => None,
+    };
+    let code = run::run(run::RunOptions {
+        command: a.command,
+        interval: run::parse_interval(&a.interval)?,
+        out: a.out,
+        timeline: a.timeline,
+        svg: a.svg,
+        metrics: a.metrics,
+        estimate,
+    })?;
+    Ok(code.clamp(0, 255) as u8)
+}
+
+fn measure_kind(s: &str) -> Result<tune::Measure> {
+    match s {
+        "nvml" => Ok(tune::Measure::Nvml),
+        "child-report" => Ok(tune::Measure::ChildReport),
+        other => Err(usage(format!("invalid --measure `{other}`: use nvml or child-report"))),
+    }
+}
+
+/// `vram tune`: 0 when a batch was chosen, 1 when none could be.
+pub fn tune(a: TuneArgs) -> Result<u8> {
+    let (model, job) = resolve::resolve(&a.job)?;
+    let g = gpu::lookup(&a.gpu)?;
+    let measure = measure_kind(&a.measure)?;
+    let global = a.global_batch_size;
+    let est = |b: u64| -> u64 {
+        let accum = global.map_or(job.grad_accum, |gb| (gb / b.max(1)).max(1));
+        estimate(&model, &vram_core::Job { batch: b.max(1), grad_accum: accum, ..job.clone() }).map_or(u64::MAX, |e| e.total)
+    };
+    let report = tune::tune(tune::TuneOptions {
+        command: a.command,
+        gpu_memory: g.memory,
+        target: a.target_utilization,
+        margin: a.margin,
+        max_trials: a.max_trials,
+        timeout: run::parse_duration(&a.timeout, 1.0, 7.0 * 86400.0)?,
+        interval: run::parse_interval(&a.interval)?,
+        measure,
+        global_batch: global,
+        estimate: &est,
+    })?;
+    if a.job.json {
+        emit_json(&serde_json::to_value(&report)?)?;
+    } else {
+        emit(&tune::text(&report, g.memory))?;
+    }
+    Ok(if report.batch.is_some() { 0 } else { 1 })
+}
+
+/// `vram watch`.
+pub fn watch(a: &WatchArgs) -> Result<()> {
+    let text = watch::watch(a.once, a.json, run::parse_interval(&a.interval)?, a.metrics.clone())?;
+    emit(&text)
+}

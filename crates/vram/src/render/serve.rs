@@ -1,0 +1,219 @@
+//! `vram serve`: vLLM's accounting or a llama.cpp plan, as text or JSON.
+
+use std::fmt::Write;
+
+use serde_json::{json, Value};
+use vram_core::units::{gb, gib};
+
+use super::common::{gib_cell, gpu_json, gpu_line, model_json, model_lines, thousands, verdict};
+use crate::commands::serve::{LlamaCppServe, VllmServe};
+
+/// `vram serve` (vLLM) as a table.
+pub fn vllm_text(s: &VllmServe) -> String {
+    let (m, r, c) = (&s.model, &s.report, &s.config);
+    let mut out = String::new();
+    model_lines(&mut out, m, None);
+    let kv = if r.kv_dtype_bytes == 1 { "fp8".to_string() } else { r.dtype.torch_name().to_string() };
+    let _ = writeln!(
+        out,
+        "vLLM serve on {} · --tensor-parallel-size {} · --max-model-len {} · --dtype {} · --kv-cache-dtype {kv}",
+        gpu_line(&s.gpu),
+        r.tp,
+        r.max_model_len,
+        r.dtype.torch_name()
+    );
+    let _ = writeln!(
+        out,
+        "--gpu-memory-utilization {} · --max-num-batched-tokens {} · --max-num-seqs {} · --block-size {}{}",
+        c.gpu_memory_utilization,
+        r.max_num_batched_tokens,
+        r.max_num_seqs,
+        r.block_size,
+        match c.quantization {
+            vram_core::serve::Quantization::None => String::new(),
+            q => format!(
+                " · --quantization {}",
+                serde_json::to_value(q).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+            ),
+        }
+    );
+    let _ = writeln!(out);
+    let who = if r.tp > 1 { format!("per GPU (each of the {} TP ranks)", r.tp) } else { "per GPU".to_string() };
+    let _ = writeln!(out, "{who:<44} {:>8}", "GiB");
+    let row = |out: &mut String, name: &str, bytes: u64, note: &str| {
+        let _ = writeln!(out, "  {name:<42} {:>8}  {note}", gib_cell(bytes));
+    };
+    let mut wnote = format!("\"Model loading took\"; rotary cos/sin cache {}", gib_cell(r.rotary_cache_bytes));
+    if r.quant_scales_bytes > 0 {
+        wnote.push_str(&format!(", quantization scales {}", gib_cell(r.quant_scales_bytes)));
+    }
+    row(&mut out, "weights", r.weights_bytes, &wnote);
+    row(&mut out, "profile-run activation peak", r.activation_peak_bytes, &r.activation_peak_at);
+    row(&mut out, "non-torch increase", r.non_torch_bytes, "kernels, library handles, NCCL at TP ≥ 2");
+    row(&mut out, "= non-KV memory", r.non_kv_bytes, "vLLM logs it as \"Total non KV cache memory\"");
+    row(
+        &mut out,
+        &format!("requested ({} × CUDA total {:.2})", c.gpu_memory_utilization, gib(c.gpu_memory)),
+        r.requested_bytes,
+        "CUDA total = nvidia-smi total − 434 MiB kept by the driver",
+    );
+    row(&mut out, "KV-cache pool", r.kv_cache_bytes, "\"Available KV cache memory\"");
+    let _ = writeln!(
+        out,
+        "  beyond vLLM's budget: CUDA context {} GiB{}; the process shows at least {} GiB ({:.2} GB) in nvidia-smi",
+        gib_cell(r.cuda_context_bytes),
+        if c.enforce_eager { "" } else { " plus CUDA graphs" },
+        gib_cell(r.process_bytes()),
+        gb(r.process_bytes())
+    );
+    let _ = writeln!(out);
+    if r.shortfall_bytes > 0 {
+        let _ = writeln!(
+            out,
+            "does NOT fit: non-KV memory exceeds the requested {} GiB by {} GiB — raise --gpu-memory-utilization, add GPUs (--tensor-parallel-size), quantize, or lower --max-num-batched-tokens",
+            gib_cell(r.requested_bytes),
+            gib_cell(r.shortfall_bytes)
+        );
+    }
+    let p = &r.pool;
+    let _ = writeln!(
+        out,
+        "KV cache: {} bytes per token on this GPU · page {} bytes (block of {} tokens × 1 layer) · {} group{} of {} layers",
+        thousands(p.kv_bytes_per_token),
+        thousands(p.page_size_bytes),
+        r.block_size,
+        p.groups.len(),
+        if p.groups.len() == 1 { "" } else { "s" },
+        p.group_size
+    );
+    let _ = writeln!(
+        out,
+        "  {} blocks · GPU KV cache size: {} tokens · maximum concurrency for {} tokens per request: {:.2}x",
+        thousands(p.num_kv_blocks),
+        thousands(p.kv_tokens),
+        thousands(r.max_model_len),
+        p.max_concurrency
+    );
+    if r.shortfall_bytes == 0 && !r.fits {
+        let _ = writeln!(
+            out,
+            "does NOT fit: one request of {} tokens needs more KV cache than the pool holds; vLLM would refuse to start. The estimated maximum model length is {}: pass --max-model-len {} or raise --gpu-memory-utilization",
+            r.max_model_len,
+            p.max_model_len_that_fits,
+            p.max_model_len_that_fits
+        );
+    }
+    for n in &r.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    out
+}
+
+/// `vram serve --json` (vLLM): one entry per GPU (every TP rank holds the same).
+pub fn vllm_json(s: &VllmServe) -> Value {
+    let r = &s.report;
+    let mut per_gpu = serde_json::to_value(r).unwrap_or(Value::Null);
+    per_gpu["process_bytes_at_least"] = json!(r.process_bytes());
+    let gpus: Vec<Value> = (0..r.tp)
+        .map(|rank| {
+            let mut v = per_gpu.clone();
+            v["rank"] = json!(rank);
+            v
+        })
+        .collect();
+    json!({
+        "vram_version": env!("CARGO_PKG_VERSION"),
+        "engine": "vllm",
+        "model": model_json(&s.model),
+        "gpu": gpu_json(&s.gpu),
+        "config": s.config,
+        "gpus": gpus,
+    })
+}
+
+/// `vram serve` for a GGUF model under llama.cpp.
+pub fn llama_cpp_text(s: &LlamaCppServe) -> String {
+    let (g, hp, p, c) = (&s.gguf, &s.hparams, &s.plan, &s.config);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} — GGUF v{} · {} · {} · {} tensors, {} GiB ({:.2} GB)",
+        s.file,
+        g.version,
+        hp.architecture,
+        g.file_type().unwrap_or("unknown mix"),
+        g.tensors.len(),
+        gib_cell(g.tensor_bytes()),
+        gb(g.tensor_bytes())
+    );
+    let types: Vec<String> = g.bytes_by_type().iter().map(|(t, b)| format!("{t} {}", gib_cell(*b))).collect();
+    let _ = writeln!(out, "by type (GiB): {}", types.join(" · "));
+    let _ = writeln!(
+        out,
+        "{} layers · {} wide · {} heads / {} KV heads × {} · vocabulary {} · trained context {}",
+        hp.layers, hp.embd, hp.heads, hp.kv_heads, hp.head_k, hp.vocab, hp.context_length
+    );
+    let _ = writeln!(
+        out,
+        "llama.cpp on {} · --n-gpu-layers {} · --ctx-size {} (padded {}) · --ubatch-size {} · --parallel {} ({} tokens each) · flash attention",
+        gpu_line(&s.gpu),
+        c.n_gpu_layers,
+        c.ctx,
+        p.ctx,
+        c.ubatch,
+        c.parallel,
+        p.ctx_per_sequence
+    );
+    let _ = writeln!(out);
+    let _ = writeln!(out, "{:<44} {:>8} {:>8}", "", "GPU GiB", "RAM GiB");
+    let row = |out: &mut String, name: &str, gpu: u64, cpu: u64| {
+        let _ = writeln!(out, "  {name:<42} {:>8} {:>8}", gib_cell(gpu), gib_cell(cpu));
+    };
+    row(
+        &mut out,
+        &format!("weights ({} of {} layers on GPU{})", p.gpu_layers, hp.layers, if p.output_on_gpu { ", output too" } else { "" }),
+        p.gpu_weights_bytes,
+        p.cpu_weights_bytes,
+    );
+    row(&mut out, "KV cache (f16 unless --kv-cache-dtype)", p.gpu_kv_bytes, p.cpu_kv_bytes);
+    row(&mut out, "compute buffer (modelled)", p.gpu_compute_bytes, 0);
+    row(&mut out, "CUDA context + cuBLAS (assumed)", p.cuda_overhead_bytes, 0);
+    row(&mut out, "total", p.gpu_total_bytes, p.cpu_weights_bytes + p.cpu_kv_bytes);
+    let util = p.gpu_total_bytes as f64 / s.gpu.memory as f64;
+    let _ = writeln!(out, "{:.1}% of {} — {}", util * 100.0, s.gpu.name, verdict(util));
+    let _ = writeln!(out);
+    let _ = writeln!(out, "--n-gpu-layers → longest --ctx-size that fits {}:", s.gpu.name);
+    for (n, ctx) in &s.offload_table {
+        let shown = match ctx {
+            Some(c) => thousands(*c),
+            None => "does not fit".into(),
+        };
+        let label = if *n > hp.layers { format!("{n} (all + output)") } else { n.to_string() };
+        let _ = writeln!(out, "  {label:>16}  {shown}");
+    }
+    out
+}
+
+/// `vram serve --json` for a GGUF model under llama.cpp.
+pub fn llama_cpp_json(s: &LlamaCppServe) -> Value {
+    json!({
+        "vram_version": env!("CARGO_PKG_VERSION"),
+        "engine": "llama.cpp",
+        "file": s.file,
+        "gguf": {
+            "version": s.gguf.version,
+            "architecture": s.gguf.architecture(),
+            "file_type": s.gguf.file_type(),
+            "tensors": s.gguf.tensors.len(),
+            "tensor_bytes": s.gguf.tensor_bytes(),
+            "bytes_by_type": s.gguf.bytes_by_type().iter().map(|(t, b)| json!({"type": t, "bytes": b})).collect::<Vec<_>>(),
+            "header_bytes": s.gguf.header_bytes,
+        },
+        "hparams": s.hparams,
+        "gpu": gpu_json(&s.gpu),
+        "config": s.config,
+        "plan": s.plan,
+        "fits": s.plan.gpu_total_bytes <= s.gpu.memory,
+        "offload_table": s.offload_table.iter().map(|(n, c)| json!({"n_gpu_layers": n, "max_ctx_size": c})).collect::<Vec<_>>(),
+    })
+}
