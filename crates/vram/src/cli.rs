@@ -48,6 +48,10 @@ pub struct JobArgs {
     /// A preset (`vram models`), a config.json, or a model directory (config.json + *.safetensors).
     #[arg(long, short = 'm')]
     pub model: Option<String>,
+    /// Estimate an unknown or unsupported architecture as a Llama-style decoder from its
+    /// standard config keys; every output is then marked APPROXIMATE.
+    #[arg(long)]
+    pub approximate_architecture: bool,
     /// `train` (one optimizer step) or `infer` (prefill + KV cache).
     #[arg(long, default_value = "train")]
     pub mode: String,
@@ -310,6 +314,9 @@ pub struct ServeArgs {
     /// A preset, a config.json, a model directory, a Hub id (`org/name`) or a `.gguf` file.
     #[arg(long, short = 'm')]
     pub model: String,
+    /// Estimate an unknown or unsupported architecture as a Llama-style decoder (marked APPROXIMATE).
+    #[arg(long)]
+    pub approximate_architecture: bool,
     /// A GPU (`h100`, `a100-40gb`, `rtx-4090`) or a size (`24GiB`, `80GB`).
     #[arg(long, short = 'g')]
     pub gpu: String,

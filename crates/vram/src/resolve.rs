@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use vram_core::units::parse_size;
-use vram_core::{AttentionImpl, Checkpointing, DType, Job, Mode, Model, Optimizer, OptimizerImpl, Overheads, Precision};
+use vram_core::{AttentionImpl, Checkpointing, DType, Job, Mode, Model, Optimizer, OptimizerImpl, Overheads, ParseOptions, Precision};
 
 use crate::cli::JobArgs;
 pub use crate::errors::UsageError;
@@ -14,7 +14,7 @@ pub fn resolve(a: &JobArgs) -> Result<(Model, Job)> {
         .model
         .as_deref()
         .ok_or_else(|| UsageError("--model is required: a preset (`vram models`), a config.json or a model directory".into()))?;
-    let model = load_model(spec)?;
+    let mut model = load_model(spec, ParseOptions { approximate_unknown: a.approximate_architecture })?;
     let mode = match a.mode.to_ascii_lowercase().as_str() {
         "train" | "training" => Mode::Train,
         "infer" | "inference" | "serve" => Mode::Infer,
@@ -67,6 +67,9 @@ pub fn resolve(a: &JobArgs) -> Result<(Model, Job)> {
         overheads,
     };
     job.validate()?;
+    // Past the trained context (or its RoPE scaling's reach) the number is still given, with why.
+    let context = model.context_warnings(job.seq);
+    model.warnings.extend(context);
     Ok((model, job))
 }
 

@@ -596,6 +596,8 @@ fn serve_plans_a_gguf_file_under_llama_cpp() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tiny-Q4_K_M.gguf");
     std::fs::write(&path, gguf_writer::tiny_llama().bytes()).unwrap();
+    // The writer emits the header only; the tensor data it promises (2.3 MB) is a sparse tail.
+    std::fs::File::options().write(true).open(&path).unwrap().set_len(4 << 20).unwrap();
     let p = path.to_str().unwrap();
     let v = json(&["serve", "-m", p, "-g", "24GiB", "--ctx-size", "8192"]);
     assert_eq!(v["engine"], "llama.cpp");

@@ -19,7 +19,7 @@ pub fn run(a: &ServeArgs) -> Result<()> {
         let s = llama_cpp(a, path)?;
         show(a.json, || render::serve::llama_cpp_json(&s), || render::serve::llama_cpp_text(&s))
     } else {
-        let s = vllm(a, crate::source::load_model(&a.model)?)?;
+        let s = vllm(a, crate::source::load_model(&a.model, vram_core::ParseOptions { approximate_unknown: a.approximate_architecture })?)?;
         show(a.json, || render::serve::vllm_json(&s), || render::serve::vllm_text(&s))
     }
 }

@@ -54,7 +54,8 @@ pub fn header(out: &mut String, model: &Model, job: &Job) {
 pub fn model_lines(out: &mut String, model: &Model, under: Option<&str>) {
     let _ = writeln!(
         out,
-        "{} — {} parameters ({}{})",
+        "{}{} — {} parameters ({}{})",
+        if model.approximation.is_some() { "APPROXIMATE: " } else { "" },
         model.name,
         thousands(model.parameters()),
         model.model_type,
@@ -117,6 +118,10 @@ pub fn model_json(m: &Model) -> Value {
         "tied_embeddings": m.tied_embeddings,
         "moe": m.moe.as_ref().map(|x| json!({"experts": x.experts, "top_k": x.top_k})),
         "stored_dtype": m.stored_dtype.map(|d| d.torch_name()),
+        "approximation": m.approximation,
+        "quantization": m.quantization,
+        "checkpoint_quantization": m.checkpoint_quantization,
+        "rope_scaling": m.rope_scaling,
         "warnings": m.warnings,
     })
 }

@@ -10,10 +10,10 @@ const MAX_GGUF_HEADER: u64 = 256 << 20;
 /// Read a `.gguf` file's header only: a growing prefix until the tensor infos end.
 pub fn read_gguf(path: &std::path::Path) -> Result<vram_core::gguf::Gguf> {
     use std::io::Read;
-    use vram_core::gguf::{parse, Parsed};
+    use vram_core::gguf::{parse_with, Parsed};
     let shown = path.display().to_string();
-    let mut f = std::fs::File::open(path).map_err(|e| UsageError(format!("cannot open {shown}: {e}")))?;
-    let len = f.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
+    let mut f = super::local::open_regular(path)?;
+    let len = f.metadata().map_err(|e| UsageError(format!("cannot stat {shown}: {e}")))?.len();
     let mut buf = Vec::new();
     let mut want: u64 = 1 << 20;
     loop {
@@ -21,7 +21,7 @@ pub fn read_gguf(path: &std::path::Path) -> Result<vram_core::gguf::Gguf> {
         if want > have {
             (&mut f).take(want - have).read_to_end(&mut buf).map_err(|e| UsageError(format!("cannot read {shown}: {e}")))?;
         }
-        match parse(&buf, &shown)? {
+        match parse_with(&buf, &shown, Some(len))? {
             Parsed::Complete(g) => return Ok(*g),
             Parsed::NeedMore(n) => {
                 if (buf.len() as u64) < want || n > len {

@@ -11,10 +11,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Result;
-use vram_core::safetensors::{header_len, index_files, parse_header, CheckpointSummary};
-use vram_core::{parse_config, Model};
+use vram_core::safetensors::{header_len, index_files, CheckpointSummary};
+use vram_core::{parse_config_with, Model, ParseOptions};
 
-use super::checkpoint::apply_summary;
 use super::local::load_dir;
 use crate::errors::UsageError;
 
@@ -93,7 +92,7 @@ impl HubEnv {
 }
 
 /// Load `org/name[@revision]`: from the cache when it has the config, else from the Hub.
-pub fn load(spec: &str) -> Result<Model> {
+pub fn load(spec: &str, opts: ParseOptions) -> Result<Model> {
     let env = HubEnv::from_env();
     let (repo, rev) = match spec.split_once('@') {
         Some((r, v)) if !v.is_empty() => (r, v),
@@ -103,7 +102,7 @@ pub fn load(spec: &str) -> Result<Model> {
         return Err(UsageError(format!("invalid revision `{rev}`: a branch, tag or commit hash (letters, digits, - _ . /)")).into());
     }
     if let Some(dir) = cached_snapshot(&env.cache, repo, rev) {
-        return load_dir(&dir);
+        return load_dir(&dir, opts);
     }
     if env.offline {
         return Err(UsageError(format!(
@@ -112,7 +111,7 @@ pub fn load(spec: &str) -> Result<Model> {
         ))
         .into());
     }
-    fetch(&env, repo, rev)
+    fetch(&env, repo, rev, opts)
 }
 
 /// `models--org--name/snapshots/<commit>` holding a config.json, resolving `refs/<rev>`.
@@ -190,9 +189,9 @@ impl Client<'_> {
         }
     }
 
-    /// The safetensors header of `file` (`None` when the Hub has no such file): the first 100 KB,
+    /// The raw safetensors header JSON of `file` (`None` when the Hub has no such file): the first 100 KB,
     /// then the rest if the header is longer.
-    fn header(&self, file: &str) -> Result<Option<Vec<vram_core::safetensors::TensorInfo>>> {
+    fn header(&self, file: &str) -> Result<Option<Vec<u8>>> {
         let shown = format!("{}/{file}", self.repo);
         let Some(first) = self.get(file, Some((0, FIRST_RANGE - 1)))? else { return Ok(None) };
         if first.len() < 8 {
@@ -218,11 +217,11 @@ impl Client<'_> {
             }
             rest
         };
-        Ok(Some(parse_header(&header, &shown)?))
+        Ok(Some(header))
     }
 }
 
-fn fetch(env: &HubEnv, repo: &str, rev: &str) -> Result<Model> {
+fn fetch(env: &HubEnv, repo: &str, rev: &str, opts: ParseOptions) -> Result<Model> {
     let agent = ureq::AgentBuilder::new()
         .timeout_connect(Duration::from_secs(10))
         .timeout_read(Duration::from_secs(60))
@@ -231,7 +230,7 @@ fn fetch(env: &HubEnv, repo: &str, rev: &str) -> Result<Model> {
         .build();
     let c = Client { agent, env, repo, rev, progress: std::io::stderr().is_terminal() };
     let cfg = c.get("config.json", None)?.unwrap_or_default();
-    let mut model = parse_config(&cfg, repo, &format!("{repo}/config.json"))?;
+    let mut model = parse_config_with(&cfg, repo, &format!("{repo}/config.json"), opts)?;
     let shards = match c.get("model.safetensors.index.json", None)? {
         Some(index) => index_files(&index, &format!("{repo}/model.safetensors.index.json"))?,
         None => vec!["model.safetensors".to_string()],
@@ -244,9 +243,8 @@ fn fetch(env: &HubEnv, repo: &str, rev: &str) -> Result<Model> {
             eprintln!();
         }
         match result? {
-            Some(t) => {
-                summary.add(&t)?;
-            }
+            // Range reads give no file length to check against: headers only.
+            Some(header) => summary.add_header(&header, &format!("{repo}/{shard}"), None)?,
             // A repository without safetensors (only .bin or GGUF): the config alone is used.
             None if shards.len() == 1 && shard == "model.safetensors" => {
                 model.warnings.push(format!("{repo} has no model.safetensors: parameters counted from config.json alone"));
@@ -262,7 +260,7 @@ fn fetch(env: &HubEnv, repo: &str, rev: &str) -> Result<Model> {
         eprintln!();
     }
     if summary.tensors > 0 {
-        apply_summary(&mut model, &summary);
+        summary.apply(&mut model);
     }
     Ok(model)
 }

@@ -6,10 +6,9 @@ use std::io::Read;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use vram_core::safetensors::{header_len, index_files, parse_header, CheckpointSummary, TensorInfo};
-use vram_core::{parse_config, Model};
+use vram_core::safetensors::{header_len, index_files, CheckpointSummary};
+use vram_core::{parse_config_with, sniff, FileKind, Model, ParseOptions};
 
-use super::checkpoint::apply_summary;
 use crate::errors::usage;
 
 /// Largest config.json accepted (real ones are a few KB).
@@ -18,18 +17,40 @@ const MAX_CONFIG: u64 = 16 << 20;
 const MAX_INDEX: u64 = 64 << 20;
 
 /// A config.json given as a file.
-pub fn load_config_file(path: &Path) -> Result<Model> {
+pub fn load_config_file(path: &Path, opts: ParseOptions) -> Result<Model> {
     let spec = path.display().to_string();
-    if is_gguf(path) {
-        return Err(usage(format!("{spec} is a GGUF file: `vram serve --model {spec} --gpu G` plans it under llama.cpp")));
+    // Say what a weights file, a GGUF or a saved web page is before any size check.
+    let kind = sniff(&read_prefix(path, 512)?);
+    if !matches!(kind, FileKind::Json | FileKind::Text | FileKind::Empty) {
+        return Err(usage(format!("{spec} is {}, not a config.json: {}", kind.describe(), kind.hint())));
     }
     let bytes = read_limited(path, MAX_CONFIG)?;
-    Ok(parse_config(&bytes, &spec, &spec)?)
+    Ok(parse_config_with(&bytes, &spec, &spec, opts)?)
+}
+
+/// The first `n` bytes of a regular file (fewer if it is shorter).
+fn read_prefix(path: &Path, n: u64) -> Result<Vec<u8>> {
+    let f = open_regular(path)?;
+    let mut buf = Vec::new();
+    f.take(n).read_to_end(&mut buf).with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(buf)
+}
+
+/// Open a file only if it is a regular file: a FIFO, socket or device would block or never end.
+pub fn open_regular(path: &Path) -> Result<File> {
+    let meta = std::fs::metadata(path).with_context(|| format!("cannot open {}", path.display()))?;
+    if !meta.is_file() {
+        return Err(usage(format!(
+            "{} is not a regular file (a FIFO, socket, device or directory): give a config.json, a model directory or a preset",
+            path.display()
+        )));
+    }
+    File::open(path).with_context(|| format!("cannot open {}", path.display()))
 }
 
 /// Read at most `limit` bytes of a file, refusing larger ones.
 pub fn read_limited(path: &Path, limit: u64) -> Result<Vec<u8>> {
-    let f = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let f = open_regular(path)?;
     let len = f.metadata().map(|m| m.len()).unwrap_or(0);
     if len > limit {
         return Err(usage(format!(
@@ -44,7 +65,7 @@ pub fn read_limited(path: &Path, limit: u64) -> Result<Vec<u8>> {
 }
 
 /// A model directory: config.json, then the safetensors headers when there are any.
-pub fn load_dir(dir: &Path) -> Result<Model> {
+pub fn load_dir(dir: &Path, opts: ParseOptions) -> Result<Model> {
     let cfg_path = dir.join("config.json");
     if !cfg_path.is_file() {
         return Err(usage(format!(
@@ -54,16 +75,18 @@ pub fn load_dir(dir: &Path) -> Result<Model> {
     }
     let bytes = read_limited(&cfg_path, MAX_CONFIG)?;
     let name = dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned());
-    let mut model = parse_config(&bytes, &name, &cfg_path.display().to_string())?;
+    let mut model = parse_config_with(&bytes, &name, &cfg_path.display().to_string(), opts)?;
     let shards = shard_names(dir)?;
     if shards.is_empty() {
         return Ok(model);
     }
     let mut summary = CheckpointSummary::default();
     for shard in &shards {
-        summary.add(&read_header(&dir.join(shard))?)?;
+        let p = dir.join(shard);
+        let (header, file_len) = read_header(&p)?;
+        summary.add_header(&header, &p.display().to_string(), Some(file_len))?;
     }
-    apply_summary(&mut model, &summary);
+    summary.apply(&mut model);
     Ok(model)
 }
 
@@ -82,24 +105,23 @@ fn shard_names(dir: &Path) -> Result<Vec<String>> {
     Ok(v)
 }
 
-/// One shard's safetensors header: 8 bytes of length, then that much JSON.
-fn read_header(p: &Path) -> Result<Vec<TensorInfo>> {
+/// One shard's safetensors header (8 bytes of length, then that much JSON) and the file's length.
+fn read_header(p: &Path) -> Result<(Vec<u8>, u64)> {
     let shown = p.display().to_string();
-    let mut f = File::open(p).with_context(|| format!("cannot open shard {shown} listed by the index"))?;
+    let mut f = open_regular(p).with_context(|| format!("cannot open shard {shown} listed by the index"))?;
     let mut first8 = [0u8; 8];
     f.read_exact(&mut first8).with_context(|| format!("{shown}: file shorter than the 8-byte header length"))?;
     let n = header_len(&first8, &shown)?;
-    let file_len = f.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
+    let file_len = f.metadata().with_context(|| format!("cannot stat {shown}"))?.len();
     if n + 8 > file_len {
         return Err(usage(format!("{shown}: header length {n} runs past the end of the file ({file_len} bytes): truncated download?")));
     }
     let mut header = vec![0u8; n as usize];
     f.read_exact(&mut header).with_context(|| format!("{shown}: cannot read the {n}-byte header"))?;
-    Ok(parse_header(&header, &shown)?)
+    Ok((header, file_len))
 }
 
 /// Whether a file starts with the GGUF magic.
 pub fn is_gguf(path: &Path) -> bool {
-    let mut magic = [0u8; 4];
-    File::open(path).and_then(|mut f| f.read_exact(&mut magic)).is_ok() && &magic == b"GGUF"
+    read_prefix(path, 4).is_ok_and(|m| sniff(&m) == FileKind::Gguf)
 }

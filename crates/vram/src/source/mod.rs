@@ -1,11 +1,10 @@
 //! Where a model comes from, in one direction: a source (local file or directory, a built-in
 //! preset, the Hugging Face Hub or its cache) gives raw bytes, the core parses them into a raw
-//! config, and [`checkpoint`] folds the safetensors headers into the normalised [`Model`].
+//! config, and the core folds the safetensors headers into the normalised [`Model`].
 //!
 //! `mod` dispatches; `local` reads files; `hub` fetches (and reuses `local` for cache snapshots);
 //! nothing here calls back up into the dispatcher.
 
-pub mod checkpoint;
 pub mod gguf;
 pub mod hub;
 pub mod local;
@@ -13,24 +12,25 @@ pub mod local;
 use std::path::Path;
 
 use anyhow::Result;
-use vram_core::{presets, Model};
+use vram_core::{presets, Model, ParseOptions};
 
 use crate::errors::usage;
 
-/// Load a model from a path, a preset name or a Hub id.
-pub fn load_model(spec: &str) -> Result<Model> {
+/// Load a model from a path, a preset name or a Hub id. `opts` carries the
+/// approximate-architecture opt-in; presets are always exact.
+pub fn load_model(spec: &str, opts: ParseOptions) -> Result<Model> {
     let path = Path::new(spec);
     if path.is_dir() {
-        return local::load_dir(path);
+        return local::load_dir(path, opts);
     }
-    if path.is_file() {
-        return local::load_config_file(path);
+    if path.exists() {
+        return local::load_config_file(path, opts);
     }
     if presets::find(spec).is_some() {
         return Ok(presets::load(spec)?);
     }
     if hub::is_hub_id(spec) {
-        return hub::load(spec);
+        return hub::load(spec, opts);
     }
     if spec.contains('/') || spec.ends_with(".json") {
         return Err(usage(format!("`{spec}` is neither a file, a directory nor a preset; give a path to a config.json or a model directory, or a preset name (`vram models` lists them)")));
