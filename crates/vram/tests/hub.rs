@@ -284,7 +284,11 @@ fn the_standard_cache_is_used_offline() {
     std::fs::create_dir_all(home.path().join("hub/models--org--cached/refs")).unwrap();
     std::fs::write(home.path().join("hub/models--org--cached/refs/main"), "0123abcd").unwrap();
     std::fs::write(snap.join("config.json"), CONFIG).unwrap();
-    std::fs::write(snap.join("model.safetensors"), safetensors(&qwen_tensors(), 16)).unwrap();
+    // A cached file is whole: header, then exactly the data it promises (a sparse tail here).
+    let st = safetensors(&qwen_tensors(), 0);
+    let data: u64 = qwen_tensors().iter().map(|(_, s)| s.iter().product::<u64>() * 2).sum();
+    std::fs::write(snap.join("model.safetensors"), &st).unwrap();
+    std::fs::File::options().write(true).open(snap.join("model.safetensors")).unwrap().set_len(st.len() as u64 + data).unwrap();
     // No server at all: port 9 on loopback refuses; offline mode must not even try.
     let hub = Hub { port: 9, log: Arc::default() };
     let v = ok_json(&run(&hub, home.path(), &[("HF_HUB_OFFLINE", "1")], "org/cached"));
