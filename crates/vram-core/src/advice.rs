@@ -100,6 +100,13 @@ pub enum Change {
     Gpus(u64),
     /// A shorter sequence: changes the job.
     Sequence(u64),
+    /// A smaller micro-batch with more gradient accumulation: the same effective batch.
+    MicroBatch {
+        /// Micro-batch per GPU.
+        batch: u64,
+        /// Gradient accumulation steps.
+        grad_accum: u64,
+    },
 }
 
 impl Change {
@@ -114,6 +121,10 @@ impl Change {
             Change::Precision(p) => j.precision = p,
             Change::KvFp8 => j.kv_dtype = Some(DType::F8),
             Change::Sequence(s) => j.seq = s,
+            Change::MicroBatch { batch, grad_accum } => {
+                j.batch = batch;
+                j.grad_accum = grad_accum;
+            }
             Change::Gpus(_) => {}
         }
         j
@@ -134,6 +145,9 @@ impl Change {
             Change::KvFp8 => "fp8 KV cache".into(),
             Change::Gpus(n) => format!("{n} GPUs with ZeRO-3 / FSDP full_shard"),
             Change::Sequence(s) => format!("sequence length {s} (changes the job)"),
+            Change::MicroBatch { batch, grad_accum } => {
+                format!("micro-batch {batch} × {grad_accum} accumulation steps (same effective batch)")
+            }
         }
     }
 
@@ -151,6 +165,7 @@ impl Change {
             Change::KvFp8 => "--kv-dtype fp8".into(),
             Change::Gpus(n) => format!("--gpus {n} --fsdp full_shard"),
             Change::Sequence(s) => format!("--seq-len {s}"),
+            Change::MicroBatch { batch, grad_accum } => format!("--batch-size {batch} --grad-accum {grad_accum}"),
         }
     }
 
@@ -172,6 +187,9 @@ impl Change {
             Change::KvFp8 => "vLLM --kv-cache-dtype fp8".into(),
             Change::Gpus(n) => format!("accelerate launch --num_processes {n} with --fsdp \"full_shard auto_wrap\""),
             Change::Sequence(s) => format!("--max_seq_length {s} (TRL max_length)"),
+            Change::MicroBatch { batch, grad_accum } => {
+                format!("--per_device_train_batch_size {batch} --gradient_accumulation_steps {grad_accum}")
+            }
         }
     }
 
@@ -199,6 +217,7 @@ impl Change {
             Change::Precision(_) => (0, 3, "accuracy risk of 4-bit weights"),
             Change::Gpus(_) => (0, 0, "more GPUs, and all-gather / reduce-scatter traffic every layer"),
             Change::Sequence(_) => (0, 0, "changes the job: longer samples are truncated"),
+            Change::MicroBatch { .. } => (1, 0, "more, smaller steps: small micro-batches use the GPU less efficiently"),
         }
     }
 }
@@ -501,4 +520,29 @@ fn shorter_sequence(model: &Model, base: &Job, budget: u64, baseline_total: u64)
     let job = Job { seq, ..base.clone() };
     let e = Eval { total: estimate(model, &job)?.total, max_batch: max_batch(model, &job, budget, MAX_BATCH)? };
     Ok(vec![alternative(&[Change::Sequence(seq)], 1, &e, baseline_total, budget)])
+}
+
+/// For a job whose micro-batch does not fit `budget` (`vram estimate -b N`): the largest smaller
+/// micro-batch, with the gradient accumulation that keeps `batch × grad_accum` (only divisors of
+/// it are exact). Accumulation keeps the gradients alive through forward and backward, which the
+/// estimator counts. `None` when the job fits, is not training, or no smaller micro-batch fits.
+pub fn micro_batch(model: &Model, job: &Job, budget: u64) -> Result<Option<Alternative>> {
+    job.validate()?;
+    let baseline_total = estimate(model, job)?.total;
+    if job.mode != Mode::Train || baseline_total <= budget {
+        return Ok(None);
+    }
+    // Both are validated to ≤ 2^20, so the product cannot overflow; checked all the same.
+    let Some(effective) = job.batch.checked_mul(job.grad_accum) else { return Ok(None) };
+    // Divisors of the effective batch below the current micro-batch, largest first; bounded by
+    // the validated batch (≤ 2^20).
+    for batch in (1..job.batch).rev().filter(|b| effective % b == 0) {
+        let change = Change::MicroBatch { batch, grad_accum: effective / batch };
+        let total = estimate(model, &change.apply(job))?.total;
+        if total <= budget {
+            let e = Eval { total, max_batch: Some(batch) };
+            return Ok(Some(alternative(&[change], 1, &e, baseline_total, budget)));
+        }
+    }
+    Ok(None)
 }

@@ -32,6 +32,10 @@ fn applied(job: &Job, a: &Alternative) -> (Job, u64) {
             Change::KvFp8 => j.kv_dtype = Some(vram_core::DType::F8),
             Change::Gpus(n) => gpus = n,
             Change::Sequence(s) => j.seq = s,
+            Change::MicroBatch { batch, grad_accum } => {
+                j.batch = batch;
+                j.grad_accum = grad_accum;
+            }
         }
     }
     (j, gpus)
@@ -234,6 +238,34 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Whatever batch `fit` chooses, its verdict never asks for a larger one, and agrees with
+    /// the next size: below the sweet spot only because the next size passes the target.
+    #[test]
+    fn fit_verdict_agrees_with_the_choice(
+        mi in 0..MODELS.len(),
+        seq in 64u64..16384,
+        gib in 8u64..200,
+        target in 0.5f64..1.0,
+        global in proptest::option::of(1u64..64),
+    ) {
+        let m = presets::load(MODELS[mi]).unwrap();
+        let f = fit(&m, &Job::train(1, seq), gib * GIB, target, global).unwrap();
+        prop_assert!(!f.verdict.describe().contains("raise the batch"));
+        match &f.chosen {
+            Some(c) => {
+                prop_assert!(f.verdict != Verdict::OutOfMemory && f.verdict != Verdict::OverTarget);
+                if f.verdict == Verdict::LargestWithinTarget {
+                    prop_assert!(c.utilization < 0.85 && f.next.as_ref().is_some_and(|n| n.total > f.budget));
+                }
+            }
+            None => prop_assert!(matches!(f.verdict, Verdict::OutOfMemory | Verdict::OverTarget)),
+        }
+    }
+}
+
 // ---- verdicts (issue 11 item 10) ----
 
 #[test]
@@ -302,4 +334,27 @@ fn verdict_of_a_user_chosen_batch_keeps_the_sweet_spot_scale() {
     assert_eq!(Verdict::of_chosen(0.5, true), Verdict::LargestWithinTarget);
     assert_eq!(Verdict::of_chosen(0.8, false), Verdict::BatchLimit);
     assert_eq!(Verdict::of_chosen(0.9, true), Verdict::SweetSpot);
+}
+
+#[test]
+fn a_batch_that_does_not_fit_gets_a_smaller_micro_batch_with_accumulation() {
+    use vram_core::advice::micro_batch;
+    let m = presets::load("qwen2.5-0.5b").unwrap();
+    let b = budget(H100);
+    let largest = max_batch(&m, &Job::train(1, 2048), b, MAX_BATCH).unwrap().unwrap();
+    let job = Job { grad_accum: 2, ..Job::train(largest * 4, 2048) };
+    let a = micro_batch(&m, &job, b).unwrap().expect("a smaller micro-batch fits");
+    let [Change::MicroBatch { batch, grad_accum }] = a.changes[..] else { panic!("{a:?}") };
+    assert_eq!(batch * grad_accum, job.batch * job.grad_accum, "same effective batch");
+    let j = Job { batch, grad_accum, ..job.clone() };
+    assert_eq!(estimate(&m, &j).unwrap().total, a.total);
+    assert!(a.fits && a.total <= b && a.saving > 0);
+    // The largest such divisor: every larger divisor below the old micro-batch is over budget.
+    let eff = job.batch * job.grad_accum;
+    for d in (batch + 1..job.batch).filter(|d| eff % d == 0) {
+        assert!(estimate(&m, &Job { batch: d, grad_accum: eff / d, ..job.clone() }).unwrap().total > b);
+    }
+    assert!(a.hf_flags.contains("--gradient_accumulation_steps"));
+    // A job that fits gets nothing.
+    assert!(micro_batch(&m, &Job::train(1, 2048), b).unwrap().is_none());
 }
