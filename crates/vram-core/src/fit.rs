@@ -14,6 +14,89 @@ use crate::model::Model;
 /// Largest micro-batch the search will consider.
 pub const MAX_BATCH: u64 = 1 << 20;
 
+/// The one default share of GPU memory that `fit`, `plan` and `tune` aim for.
+///
+/// 0.9 because the total it is compared with already carries the modelled overheads (CUDA
+/// context, cuBLAS workspaces, the caching allocator's reserve: see [`crate::job::Overheads`]),
+/// so the remaining 10% is headroom for what is not modelled (longer samples, fragmentation);
+/// it is also vLLM's `--gpu-memory-utilization` default, which `vram serve` follows. `fit`
+/// used 0.85 while `plan` and `tune` used 0.9, so the same job got two answers.
+pub const DEFAULT_TARGET_UTILIZATION: f64 = 0.9;
+
+/// Above this share of the GPU a job is likely to OOM on longer samples or fragmentation.
+pub const TIGHT_UTILIZATION: f64 = 0.95;
+/// Below this share the card is underused.
+pub const UNDERUSED_UTILIZATION: f64 = 0.70;
+/// The low end of the sweet spot (its high end is [`TIGHT_UTILIZATION`]).
+pub const SWEET_SPOT_LOW: f64 = 0.85;
+
+/// How a total compares with the GPU, decided once here so every command says the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// More than the GPU: out of memory.
+    OutOfMemory,
+    /// Above 95%: fits, but likely to OOM on longer samples or fragmentation.
+    Tight,
+    /// 85–95%.
+    SweetSpot,
+    /// 70–85%, and a larger batch could still fit.
+    BelowSweetSpot,
+    /// Under 70%, and a larger batch could still fit: raise the batch.
+    Underused,
+    /// Batch 1 fits the GPU but not the target share of it.
+    OverTarget,
+    /// Chosen by `fit` as the largest batch within the target: the next size would pass the
+    /// target, so the low share is the step between batch sizes, not an unused card.
+    LargestWithinTarget,
+    /// Chosen by `fit` at the largest size it may choose (every divisor of the global batch, or
+    /// the search limit) and still under the sweet spot: only a larger global batch uses more.
+    BatchLimit,
+}
+
+impl Verdict {
+    /// The verdict for a total at `utilization` (total / GPU memory) whose batch is the user's.
+    pub fn of_utilization(utilization: f64) -> Verdict {
+        if utilization > 1.0 {
+            Verdict::OutOfMemory
+        } else if utilization > TIGHT_UTILIZATION {
+            Verdict::Tight
+        } else if utilization >= SWEET_SPOT_LOW {
+            Verdict::SweetSpot
+        } else if utilization >= UNDERUSED_UTILIZATION {
+            Verdict::BelowSweetSpot
+        } else {
+            Verdict::Underused
+        }
+    }
+
+    /// The verdict for the batch `fit` chose: never "raise the batch", since the next size
+    /// exceeds the target (`next_exceeds_target`) or there is no larger size to choose.
+    pub fn of_chosen(utilization: f64, next_exceeds_target: bool) -> Verdict {
+        match Verdict::of_utilization(utilization) {
+            Verdict::BelowSweetSpot | Verdict::Underused if next_exceeds_target => Verdict::LargestWithinTarget,
+            Verdict::BelowSweetSpot | Verdict::Underused => Verdict::BatchLimit,
+            v => v,
+        }
+    }
+
+    /// One line for a terminal.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Verdict::OutOfMemory => "does NOT fit: out of memory",
+            Verdict::Tight => "fits, but above 95%: likely to OOM on longer samples or fragmentation",
+            Verdict::SweetSpot => "fits, in the 85–95% sweet spot",
+            Verdict::BelowSweetSpot => "fits, below the 85% sweet spot",
+            Verdict::Underused => "fits, under 70%: the card is underused (raise the batch)",
+            Verdict::OverTarget => "batch 1 fits the GPU but not the target utilisation",
+            Verdict::LargestWithinTarget => {
+                "fits; the largest batch within the target: the next size would pass it (the alternatives say what would allow a larger one)"
+            }
+            Verdict::BatchLimit => "fits; the largest batch allowed (global batch or search limit): a larger global batch would use more of the card",
+        }
+    }
+}
+
 /// One row of the utilisation table.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FitRow {
@@ -46,6 +129,8 @@ pub struct Fit {
     pub next: Option<FitRow>,
     /// Utilisation table over a ladder of batch sizes.
     pub rows: Vec<FitRow>,
+    /// The verdict on the chosen batch (`OverTarget` or `OutOfMemory` when batch 1 does not fit the target).
+    pub verdict: Verdict,
 }
 
 fn row(model: &Model, job: &Job, batch: u64, accum: u64, gpu_memory: u64) -> Result<FitRow> {
@@ -103,7 +188,7 @@ pub fn fit(model: &Model, job: &Job, gpu_memory: u64, target: f64, global_batch:
         return Err(Error::InvalidValue {
             what: "target utilization".into(),
             value: target.to_string(),
-            hint: "must be in (0, 1], e.g. 0.85 or 0.9".into(),
+            hint: format!("must be in (0, 1], e.g. {DEFAULT_TARGET_UTILIZATION}"),
         });
     }
     let budget = (gpu_memory as f64 * target).floor() as u64;
@@ -164,5 +249,10 @@ pub fn fit(model: &Model, job: &Job, gpu_memory: u64, target: f64, global_batch:
         Some(b) => Some(row(model, job, b, global_batch.map_or(job.grad_accum, |g| g / b), gpu_memory)?),
         None => None,
     };
-    Ok(Fit { gpu_memory, target_utilization: target, budget, max_batch: max, chosen, next, rows })
+    let verdict = match &chosen {
+        Some(c) => Verdict::of_chosen(c.utilization, next.as_ref().is_some_and(|n| n.total > budget)),
+        None if next.as_ref().is_some_and(|n| n.total <= gpu_memory) => Verdict::OverTarget,
+        None => Verdict::OutOfMemory,
+    };
+    Ok(Fit { gpu_memory, target_utilization: target, budget, max_batch: max, chosen, next, rows, verdict })
 }
