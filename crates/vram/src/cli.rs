@@ -184,8 +184,8 @@ pub struct FitArgs {
     /// A GPU (`h20`, `h100`, `a100-40gb`) or a size (`24GiB`, `80GB`).
     #[arg(long, short = 'g')]
     pub gpu: String,
-    /// Share of the GPU the total may use (0.85–0.95 is the sweet spot).
-    #[arg(long, default_value_t = 0.85)]
+    /// Share of the GPU the total may use (0.85–0.95 is the sweet spot; one default for fit, plan and tune).
+    #[arg(long, default_value_t = vram_core::fit::DEFAULT_TARGET_UTILIZATION)]
     pub target_utilization: f64,
     /// Global batch size: the micro-batch must divide it; the rest is gradient accumulation.
     #[arg(long)]
@@ -214,7 +214,7 @@ pub struct PlanArgs {
     #[arg(long)]
     pub global_batch_size: Option<u64>,
     /// Share of GPU memory a plan may use.
-    #[arg(long, default_value_t = 0.90)]
+    #[arg(long, default_value_t = vram_core::fit::DEFAULT_TARGET_UTILIZATION)]
     pub target_utilization: f64,
     /// Model FLOPs utilisation of compute.
     #[arg(long, default_value_t = 0.40)]
@@ -283,7 +283,7 @@ pub struct TuneArgs {
     #[arg(long, short = 'g')]
     pub gpu: String,
     /// Share of the GPU the chosen batch may use.
-    #[arg(long, default_value_t = 0.9)]
+    #[arg(long, default_value_t = vram_core::fit::DEFAULT_TARGET_UTILIZATION)]
     pub target_utilization: f64,
     /// Safety margin for sequence-length variance (--seq-len is the longest sample).
     #[arg(long, default_value_t = 0.02)]

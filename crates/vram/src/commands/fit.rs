@@ -23,7 +23,13 @@ pub fn run(a: &FitArgs) -> Result<()> {
         Some(c) => Some(estimate(&model, &Job { batch: c.batch, grad_accum: c.grad_accum, ..job.clone() })?),
         None => None,
     };
-    let alternatives = if f.max_batch.is_none() { advice::alternatives(&model, &job.with_batch(1), f.budget)? } else { Vec::new() };
+    // What would fit (batch 1 does not) or raise the batch: every saver re-estimated. With a
+    // global batch the micro-batch must divide it, which the search does not know: skip it there.
+    let search = match a.global_batch_size {
+        None => Some(advice::search(&model, &job.with_batch(1), f.budget)?),
+        Some(_) if f.max_batch.is_none() => Some(advice::search(&model, &job.with_batch(1), f.budget)?),
+        Some(_) => None,
+    };
     let throughput = throughput(&model, &job, &g, &f, a.mfu);
     let report = FitReport {
         model: &model,
@@ -32,7 +38,7 @@ pub fn run(a: &FitArgs) -> Result<()> {
         fit: &f,
         global_batch: a.global_batch_size,
         chosen: chosen.as_ref(),
-        alternatives,
+        search: search.as_ref(),
         throughput,
         mfu: a.mfu,
     };

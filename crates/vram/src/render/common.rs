@@ -87,19 +87,9 @@ pub fn gib_cell(bytes: u64) -> String {
     }
 }
 
-/// Verdict for a utilisation: the 85–95% sweet spot.
+/// Verdict for a utilisation: the 85–95% sweet spot (the scale lives in the core).
 pub fn verdict(util: f64) -> &'static str {
-    if util > 1.0 {
-        "does NOT fit: out of memory"
-    } else if util > 0.95 {
-        "fits, but above 95%: likely to OOM on longer samples or fragmentation"
-    } else if util >= 0.85 {
-        "fits, in the 85–95% sweet spot"
-    } else if util >= 0.70 {
-        "fits, below the 85% sweet spot"
-    } else {
-        "fits, under 70%: the card is underused (raise the batch)"
-    }
+    vram_core::fit::Verdict::of_utilization(util).describe()
 }
 
 /// The model as JSON.

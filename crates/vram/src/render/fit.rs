@@ -3,10 +3,11 @@
 use std::fmt::Write;
 
 use serde_json::{json, Value};
+use vram_core::advice::Search;
 use vram_core::units::gib;
 use vram_core::Mode;
 
-use super::common::{estimate_body, gpu_json, gpu_line, header, job_json, model_json, verdict};
+use super::common::{estimate_body, gpu_json, gpu_line, header, job_json, model_json};
 use super::FitReport;
 
 /// `vram fit` as a table.
@@ -49,7 +50,7 @@ pub fn text(r: &FitReport) -> String {
             if let Some(n) = &f.next {
                 let _ = writeln!(out, "next size {} would need {:.2} GiB ({:.1}%)", n.batch, gib(n.total), n.utilization * 100.0);
             }
-            let _ = writeln!(out, "verdict: {}", verdict(c.utilization));
+            let _ = writeln!(out, "verdict: {}", f.verdict.describe());
             if r.job.mode == Mode::Train {
                 let _ = writeln!(
                     out,
@@ -64,15 +65,50 @@ pub fn text(r: &FitReport) -> String {
         _ => {
             let need = f.next.as_ref().map_or(0, |n| n.total);
             let _ = writeln!(out, "batch 1 does not fit: it needs {:.2} GiB, the target allows {:.2} GiB", gib(need), gib(f.budget));
-            if !r.alternatives.is_empty() {
-                let _ = writeln!(out, "what would change it (total per GPU at batch 1):");
-                for a in &r.alternatives {
-                    let _ = writeln!(out, "  {:>9.2} GiB  {}  {}", gib(a.total), if a.fits { "fits   " } else { "too big" }, a.change);
-                }
-            }
+            let _ = writeln!(out, "verdict: {}", f.verdict.describe());
         }
     }
+    if let Some(s) = r.search.filter(|s| !s.alternatives.is_empty()) {
+        alternatives_text(&mut out, s);
+    }
     out
+}
+
+/// Alternatives the table shows; `--json` has them all.
+const SHOWN: usize = 6;
+
+/// What would let batch 1 fit, or raise the largest batch: each line re-estimated.
+fn alternatives_text(out: &mut String, s: &Search) {
+    let _ = writeln!(out);
+    match s.baseline_max_batch {
+        None => {
+            let _ = writeln!(out, "what would let batch 1 fit (each re-estimated; GiB per GPU at batch 1):");
+        }
+        Some(_) => {
+            let _ = writeln!(out, "what would raise the batch (each re-estimated; GiB per GPU at batch {}):", s.reference_batch);
+        }
+    }
+    for a in s.alternatives.iter().take(SHOWN) {
+        let gpus = if a.gpus > 1 { format!("[{} GPUs] ", a.gpus) } else { String::new() };
+        let job = if a.changes_job { "(changes the job) " } else { "" };
+        let _ = writeln!(
+            out,
+            "  batch {:>4}  {:>8.2} GiB  saves {:>7.2} GiB  {gpus}{job}{}",
+            a.max_batch,
+            gib(a.total),
+            gib(a.saving),
+            a.change
+        );
+        if !a.hf_flags.is_empty() {
+            let _ = writeln!(out, "              HF/TRL: {}", a.hf_flags);
+        }
+        if !a.cost.is_empty() {
+            let _ = writeln!(out, "              cost: {}", a.cost);
+        }
+    }
+    if s.alternatives.len() > SHOWN {
+        let _ = writeln!(out, "  … {} more in --json", s.alternatives.len() - SHOWN);
+    }
 }
 
 /// `vram fit --json`.
@@ -93,7 +129,9 @@ pub fn json(r: &FitReport) -> Value {
         "next": f.next,
         "rows": f.rows,
         "estimate": r.chosen.map(estimate_body),
-        "alternatives": r.alternatives,
+        "verdict": f.verdict,
+        "alternatives": r.search.map(|s| &s.alternatives),
+        "alternatives_reference_batch": r.search.map(|s| s.reference_batch),
         "throughput": r.fit.rows.iter().zip(&r.throughput).map(|(row, (tps, step))| json!({"batch": row.batch, "tokens_per_second": tps, "step_seconds": step})).collect::<Vec<_>>(),
         "mfu": r.mfu,
     })

@@ -10,7 +10,7 @@ pub mod prometheus;
 pub mod serve;
 pub mod svg;
 
-use vram_core::advice::Alternative;
+use vram_core::advice::Search;
 use vram_core::fit::Fit;
 use vram_core::gpu::Gpu;
 use vram_core::{Estimate, Job, Model};
@@ -43,8 +43,8 @@ pub struct FitReport<'a> {
     pub global_batch: Option<u64>,
     /// The estimate at the chosen batch.
     pub chosen: Option<&'a Estimate>,
-    /// What would fit when batch 1 does not.
-    pub alternatives: Vec<Alternative>,
+    /// What would fit when batch 1 does not, or raise the batch when it does.
+    pub search: Option<&'a Search>,
     /// (tokens/s, seconds per step) for each row.
     pub throughput: Vec<(f64, f64)>,
     /// The MFU assumed for it.
