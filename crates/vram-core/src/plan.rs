@@ -13,7 +13,9 @@ use crate::gpu::Gpu;
 use crate::job::{Checkpointing, Job, Precision};
 use crate::memory::activation_profile;
 use crate::model::{Model, Role};
-use crate::parallel::{deepspeed_states, fsdp_states, megatron_layout, state_bytes_per_param, Counts, Engine, FsdpStrategy, Parallel};
+use crate::parallel::{
+    deepspeed_states, fsdp_states, megatron_layout, state_bytes_per_param, Counts, Engine, FsdpStrategy, Parallel, Sharding,
+};
 
 /// Assumptions of the throughput model, all user-settable.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -130,7 +132,15 @@ fn divisors(n: u64) -> Vec<u64> {
     (1..=n).filter(|d| n % d == 0).collect()
 }
 
-/// Search the layouts.
+/// Largest micro-batch per GPU the search tries.
+const MAX_MICRO_BATCH: u64 = 64;
+/// Largest gradient accumulation a plan may use: the bound `Job::validate` puts on `--grad-accum`.
+const MAX_GRAD_ACCUM: u64 = 1 << 20;
+
+/// A data-parallel layout with its per-rank model-state bytes, its communication seconds per
+/// step and whether it runs torch AMP (DDP) rather than a 16-bit module (DeepSpeed, FSDP).
+type DpLayout = (Parallel, u128, f64, bool);
+
 /// Everything the search needs that does not depend on the configuration: activation profiles,
 /// the data-parallel layouts' state bytes and traffic, the option lists.
 pub struct Prepared<'a> {
@@ -150,7 +160,7 @@ pub struct Prepared<'a> {
     pp_opts: Vec<u64>,
     cp_opts: Vec<u64>,
     groups_dp: u128,
-    dp_layouts: Vec<(Parallel, u128, f64, bool)>,
+    dp_layouts: Vec<DpLayout>,
 }
 
 /// Search the layouts.
@@ -160,154 +170,207 @@ pub fn search(req: &PlanRequest) -> Result<PlanResult> {
 
 /// Validate the request and precompute what every configuration shares.
 pub fn prepare<'a>(req: &PlanRequest<'a>) -> Result<Prepared<'a>> {
-    let m = req.model;
+    validate_request(req)?;
+    let (m, seq) = (req.model, req.job.seq);
+    let c = Counts::of(m);
+    let global = global_batch(req)?;
+    let o = req.job.overheads;
+    let pure = if req.job.precision == Precision::Fp32 { Precision::Fp32 } else { Precision::Bf16 };
+    Ok(Prepared {
+        c,
+        budget: (req.gpu.memory as f64 * req.target) as u128,
+        base_overhead: (o.cuda_context + o.cublas_workspace) as u128,
+        nccl: Parallel::single().nccl_buffer as u128,
+        global,
+        micro_batches: micro_batch_options(global),
+        acts_pure: act_per_mb(m, req.job, pure, seq),
+        acts_amp: act_per_mb(m, req.job, req.job.precision, seq),
+        active: active_params(m, &c),
+        // 12·L·s·d_q per token for attention scores and values, halved by causality.
+        attn_flops_per_token: 6.0 * m.layers as f64 * seq as f64 * m.q_dim() as f64,
+        peak: req.gpu.tflops_16bit.max(1.0) * 1e12 * req.throughput.mfu,
+        tp_opts: tp_options(m, req),
+        pp_opts: pp_options(m, req.gpus),
+        cp_opts: cp_options(seq),
+        groups_dp: u128::from(req.gpus > 1),
+        dp_layouts: dp_layouts(req, &c),
+        req: req.clone(),
+    })
+}
+
+fn validate_request(req: &PlanRequest) -> Result<()> {
     req.job.validate()?;
-    if req.gpus == 0 || req.gpus > 1 << 20 || req.gpus_per_node == 0 {
-        return Err(Error::InvalidValue {
-            what: "GPU count".into(),
-            value: req.gpus.to_string(),
-            hint: "must be between 1 and 1048576".into(),
-        });
+    if req.gpus == 0 || req.gpus > 1 << 20 || req.gpus_per_node == 0 || req.gpus_per_node > 1 << 20 {
+        return Err(bad("GPU count", &format!("{} ({} per node)", req.gpus, req.gpus_per_node), "must be between 1 and 1048576"));
     }
     if !(req.target > 0.0 && req.target <= 1.0) {
-        return Err(Error::InvalidValue {
-            what: "target utilization".into(),
-            value: req.target.to_string(),
-            hint: "must be in (0, 1]".into(),
-        });
+        return Err(bad("target utilization", &req.target.to_string(), "must be in (0, 1]"));
     }
-    let c = Counts::of(m);
-    let budget = (req.gpu.memory as f64 * req.target) as u128;
-    let o = req.job.overheads;
-    let base_overhead = (o.cuda_context + o.cublas_workspace) as u128;
-    let nccl = Parallel::single().nccl_buffer as u128;
-    let seq = req.job.seq;
-    let half = req.job.precision != Precision::Fp32;
-    let w: u128 = if half { 2 } else { 4 };
-    let sb = state_bytes_per_param(req.job.optimizer);
-    let pure = if half { Precision::Bf16 } else { Precision::Fp32 };
-    let acts_pure = act_per_mb(m, req.job, pure, seq);
-    let acts_amp = act_per_mb(m, req.job, req.job.precision, seq);
-    let matmul: u128 = m
+    Ok(())
+}
+
+/// The global batch in sequences: the user's, bounded by what the GPUs can reach (micro-batch ≤ 64,
+/// accumulation ≤ 2^20), or the smallest GPU-count multiple with ≥ 4M tokens, the scale of
+/// published LLM pre-training runs (stated in the output).
+fn global_batch(req: &PlanRequest) -> Result<u64> {
+    let Some(g) = req.global_batch else {
+        let want = (4u64 << 20).div_ceil(req.job.seq).max(1);
+        let mut g = req.gpus;
+        while g < want {
+            g = g.saturating_mul(2);
+        }
+        return Ok(g);
+    };
+    let reachable = req.gpus.saturating_mul(MAX_MICRO_BATCH).saturating_mul(MAX_GRAD_ACCUM);
+    if g == 0 || g > reachable {
+        return Err(bad(
+            "global batch size",
+            &g.to_string(),
+            &format!(
+                "must be between 1 and {reachable} sequences ({} GPUs × micro-batch ≤ {MAX_MICRO_BATCH} × ≤ {MAX_GRAD_ACCUM} accumulation steps)",
+                req.gpus
+            ),
+        ));
+    }
+    Ok(g)
+}
+
+/// Micro-batches that divide the global batch: at most 64 candidates whatever its size.
+fn micro_batch_options(global: u64) -> Vec<u64> {
+    (1..=MAX_MICRO_BATCH.min(global)).filter(|b| global % b == 0).collect()
+}
+
+/// TP inside a node, dividing the query and key/value heads (Megatron's arguments.py asserts
+/// `num_query_groups % tensor_model_parallel_size == 0`).
+fn tp_options(m: &Model, req: &PlanRequest) -> Vec<u64> {
+    [1, 2, 4, 8, 16].into_iter().filter(|t| *t <= req.gpus_per_node.min(req.gpus) && m.heads % t == 0 && m.kv_heads % t == 0).collect()
+}
+
+/// Megatron splits layers evenly or, with --decoder-first/last-pipeline-num-layers, unevenly:
+/// any pipeline size up to the layer count is a layout (the largest stage holds ceil(L/pp)).
+fn pp_options(m: &Model, gpus: u64) -> Vec<u64> {
+    divisors(m.layers)
+        .into_iter()
+        .chain([2, 4, 8, 16, 32, 64, 128])
+        .filter(|p| *p <= gpus && *p <= m.layers.min(128))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
+
+fn cp_options(seq: u64) -> Vec<u64> {
+    [1, 2, 4, 8, 16].into_iter().filter(|c| seq % c == 0 && seq / c >= 128).collect()
+}
+
+/// Active parameters per token (MoE: shared parts plus top-k of the routed experts).
+fn active_params(m: &Model, c: &Counts) -> f64 {
+    let active = match &m.moe {
+        Some(x) => c.total - c.experts + c.experts * x.top_k as u128 / x.experts.max(1) as u128,
+        None => c.total,
+    };
+    active as f64
+}
+
+/// Ring collectives move (n-1)/n of the buffer per rank per pass: an all-reduce is two passes
+/// (reduce-scatter + all-gather), ZeRO-3 / FSDP full_shard three (all-gather in forward and in
+/// backward, reduce-scatter of gradients). `passes` × size over the bandwidth, partly overlapped.
+fn collective(passes: f64, bytes: f64, n: u64, bw: f64, overlap: f64) -> f64 {
+    if n > 1 {
+        passes * (n - 1) as f64 / n as f64 * bytes / bw * (1.0 - overlap)
+    } else {
+        0.0
+    }
+}
+
+/// Offload traffic: the shard over PCIe both ways plus CPU Adam (~2 ns/param, DeepSpeedCPUAdam).
+fn offload_seconds(bytes_per_param: f64, params: f64, pcie_gbps: f64) -> f64 {
+    2.0 * bytes_per_param * params / (pcie_gbps * 1e9) + params * 2e-9
+}
+
+/// Data-parallel engines: DDP, DeepSpeed ZeRO 0–3 (with offloads), FSDP strategies.
+fn dp_layouts(req: &PlanRequest, c: &Counts) -> Vec<DpLayout> {
+    let base = Parallel { gpus: req.gpus, gpus_per_node: req.gpus_per_node, ..Parallel::single() };
+    let mut out = vec![ddp_layout(req, c, &base)];
+    out.extend(deepspeed_layouts(req, c, &base));
+    out.extend(fsdp_layouts(req, c, &base));
+    out
+}
+
+fn dp_bandwidth(req: &PlanRequest) -> f64 {
+    let gbps = if req.gpus <= req.gpus_per_node { req.throughput.intra_node_gbps } else { req.throughput.inter_node_gbps };
+    gbps * 1e9
+}
+
+/// DDP: fp32 params + grads + states + foreach temp + autocast copies + flat buckets.
+fn ddp_layout(req: &PlanRequest, c: &Counts, base: &Parallel) -> DpLayout {
+    let matmul: u128 = req
+        .model
         .tensors()
         .iter()
         .filter(|t| matches!(t.role, Role::Linear | Role::Experts | Role::Router | Role::LmHead))
         .map(|t| t.numel as u128 * t.count as u128)
         .sum();
-    // Active parameters per token (MoE: shared parts plus top-k of the routed experts).
-    let active = match &m.moe {
-        Some(x) => c.total - c.experts + c.experts * x.top_k as u128 / x.experts.max(1) as u128,
-        None => c.total,
-    } as f64;
-    let attn_flops_per_token = 6.0 * m.layers as f64 * seq as f64 * m.q_dim() as f64; // 12·L·s·d_q, halved by causality
-                                                                                      // Without a global batch: the smallest GPU-count multiple of sequences holding ≥ 4M tokens,
-                                                                                      // the scale of published LLM pre-training runs (stated in the output).
-    let global = req.global_batch.unwrap_or_else(|| {
-        let want = (4u64 << 20).div_ceil(seq).max(1);
-        let mut g = req.gpus;
-        while g < want {
-            g *= 2;
-        }
-        g
-    });
-    let micro_batches: Vec<u64> = divisors(global).into_iter().filter(|b| *b <= 64).collect();
-    let tp_opts: Vec<u64> = [1, 2, 4, 8, 16].into_iter().filter(|t| *t <= req.gpus_per_node.min(req.gpus) && m.heads % t == 0).collect();
-    // Megatron splits layers evenly or, with --decoder-first/last-pipeline-num-layers, unevenly:
-    // any pipeline size up to the layer count is a layout (the largest stage holds ceil(L/pp)).
-    let pp_opts: Vec<u64> = divisors(m.layers)
-        .into_iter()
-        .chain([2, 4, 8, 16, 32, 64, 128])
-        .filter(|p| *p <= req.gpus && *p <= m.layers.min(128))
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    let cp_opts: Vec<u64> = [1, 2, 4, 8, 16].into_iter().filter(|c| seq % c == 0 && seq / c >= 128).collect();
-    let peak = req.gpu.tflops_16bit.max(1.0) * 1e12 * req.throughput.mfu;
-    let tp_cfg = req.throughput;
+    let sb = state_bytes_per_param(req.job.optimizer);
+    let buckets = if req.gpus > 1 { 4 * c.total } else { 0 };
+    let states = (4 + 4 + sb + 4) * c.total + 2 * matmul + buckets;
+    let comm = collective(2.0, 4.0 * c.total as f64, req.gpus, dp_bandwidth(req), req.throughput.dp_overlap);
+    (base.clone(), states, comm, true)
+}
 
-    // Data-parallel engines (DDP, DeepSpeed ZeRO 0–3 and offloads, FSDP strategies).
-    let dp_all = req.gpus;
-    let dp_bw = if req.gpus <= req.gpus_per_node { tp_cfg.intra_node_gbps } else { tp_cfg.inter_node_gbps } * 1e9;
-    // Ring collectives move (n-1)/n of the buffer per rank per pass: an all-reduce is two passes
-    // (reduce-scatter + all-gather), ZeRO-3 / FSDP full_shard three (all-gather in forward and in
-    // backward, reduce-scatter of gradients). `passes` × size over the bandwidth, partly overlapped.
-    let collective = |passes: f64, bytes: f64, n: u64, bw: f64| {
-        if n > 1 {
-            passes * (n - 1) as f64 / n as f64 * bytes / bw * (1.0 - tp_cfg.dp_overlap)
-        } else {
-            0.0
-        }
-    };
-    let intra_bw = tp_cfg.intra_node_gbps * 1e9;
-    let grad_sync = |bytes: f64, n: u64| collective(2.0, bytes, n, dp_bw);
-    let p = c.total as f64;
-    let groups_dp = u128::from(dp_all > 1);
-    let mut dp_layouts: Vec<(Parallel, u128, f64, bool)> = Vec::new(); // layout, states, comm seconds, runs AMP
-    {
-        let s = Parallel { gpus: req.gpus, gpus_per_node: req.gpus_per_node, ..Parallel::single() };
-        // DDP: fp32 params + grads + states + foreach temp + autocast copies + flat buckets.
-        let ddp = (4 + 4 + sb + 4) * c.total + 2 * matmul + if dp_all > 1 { 4 * c.total } else { 0 };
-        dp_layouts.push((s.clone(), ddp, grad_sync(4.0 * p, dp_all), true));
-        for zero in 0..=3u8 {
-            for (oo, op) in [(false, false), (true, false), (true, true)] {
-                if (oo && zero == 0) || (op && zero != 3) {
-                    continue;
-                }
-                let par = Parallel { engine: Engine::DeepSpeed, zero, offload_optimizer: oo, offload_params: op, ..s.clone() };
-                let st = deepspeed_states(&c, zero, dp_all as u128, w, sb, oo, op).total();
-                let mut comm = if zero == 3 { collective(3.0, w as f64 * p, dp_all, dp_bw) } else { grad_sync(w as f64 * p, dp_all) };
-                if oo || op {
-                    comm += 2.0 * w as f64 * p / dp_all as f64 / (tp_cfg.pcie_gbps * 1e9) + p / dp_all as f64 * 2e-9;
-                    // PCIe both ways + CPU Adam (~2 ns/param)
-                }
-                dp_layouts.push((par, st, comm, false));
+fn deepspeed_layouts(req: &PlanRequest, c: &Counts, base: &Parallel) -> Vec<DpLayout> {
+    let (p, n, t) = (c.total as f64, req.gpus, req.throughput);
+    let mut out = Vec::new();
+    for zero in 0..=3u8 {
+        for (oo, op) in [(false, false), (true, false), (true, true)] {
+            if (oo && zero == 0) || (op && zero != 3) {
+                continue;
             }
-        }
-        for (strategy, n) in [
-            (FsdpStrategy::FullShard, dp_all),
-            (FsdpStrategy::ShardGradOp, dp_all),
-            (FsdpStrategy::HybridShard, req.gpus_per_node.min(dp_all)),
-        ] {
-            for oo in [false, true] {
-                if oo && strategy != FsdpStrategy::FullShard {
-                    continue;
-                }
-                let par = Parallel { engine: Engine::Fsdp, fsdp: strategy, offload_params: oo, offload_optimizer: oo, ..s.clone() };
-                let st = fsdp_states(&c, strategy, n as u128, w, sb, oo, oo).total();
-                let mut comm = match strategy {
-                    FsdpStrategy::ShardGradOp => collective(2.0, w as f64 * p, dp_all, dp_bw),
-                    // hybrid: shard traffic inside the node, a gradient all-reduce across replicas
-                    FsdpStrategy::HybridShard => {
-                        collective(3.0, w as f64 * p, n, intra_bw) + collective(2.0, w as f64 * p / n as f64, dp_all / n.max(1), dp_bw)
-                    }
-                    _ => collective(3.0, w as f64 * p, dp_all, dp_bw),
-                };
-                if oo {
-                    comm += 2.0 * 4.0 * p / n as f64 / (tp_cfg.pcie_gbps * 1e9) + p / n as f64 * 2e-9;
-                }
-                dp_layouts.push((par, st, comm, false));
+            let par = Parallel { engine: Engine::DeepSpeed, zero, offload_optimizer: oo, offload_params: op, ..base.clone() };
+            let s = Sharding::of(req.job, &par, n as u128);
+            let w = s.compute_bytes as f64;
+            let passes = if zero == 3 { 3.0 } else { 2.0 };
+            let mut comm = collective(passes, w * p, n, dp_bandwidth(req), t.dp_overlap);
+            if oo || op {
+                comm += offload_seconds(w, p / n as f64, t.pcie_gbps);
             }
+            out.push((par, deepspeed_states(c, zero, &s).total(), comm, false));
         }
     }
-    Ok(Prepared {
-        req: req.clone(),
-        c,
-        budget,
-        base_overhead,
-        nccl,
-        global,
-        micro_batches,
-        acts_pure,
-        acts_amp,
-        active,
-        attn_flops_per_token,
-        peak,
-        tp_opts,
-        pp_opts,
-        cp_opts,
-        groups_dp,
-        dp_layouts,
-    })
+    out
+}
+
+fn fsdp_layouts(req: &PlanRequest, c: &Counts, base: &Parallel) -> Vec<DpLayout> {
+    let (p, all, t) = (c.total as f64, req.gpus, req.throughput);
+    let (bw, intra) = (dp_bandwidth(req), t.intra_node_gbps * 1e9);
+    let mut out = Vec::new();
+    for strategy in [FsdpStrategy::FullShard, FsdpStrategy::ShardGradOp, FsdpStrategy::HybridShard] {
+        for oo in [false, true] {
+            if oo && strategy != FsdpStrategy::FullShard {
+                continue;
+            }
+            let par = Parallel { engine: Engine::Fsdp, fsdp: strategy, offload_params: oo, offload_optimizer: oo, ..base.clone() };
+            let n = if strategy == FsdpStrategy::HybridShard { req.gpus_per_node.min(all) } else { all };
+            let s = Sharding::of(req.job, &par, n as u128);
+            let w = s.compute_bytes as f64;
+            let mut comm = match strategy {
+                FsdpStrategy::ShardGradOp => collective(2.0, w * p, all, bw, t.dp_overlap),
+                // hybrid: shard traffic inside the node, a gradient all-reduce across replicas
+                FsdpStrategy::HybridShard => {
+                    collective(3.0, w * p, n, intra, t.dp_overlap) + collective(2.0, w * p / n as f64, all / n.max(1), bw, t.dp_overlap)
+                }
+                _ => collective(3.0, w * p, all, bw, t.dp_overlap),
+            };
+            if oo {
+                comm += offload_seconds(s.shard_bytes as f64, p / n as f64, t.pcie_gbps);
+            }
+            out.push((par, fsdp_states(c, strategy, &s).total(), comm, false));
+        }
+    }
+    out
+}
+
+fn bad(what: &str, value: &str, hint: &str) -> Error {
+    Error::InvalidValue { what: what.into(), value: value.into(), hint: hint.into() }
 }
 
 impl Prepared<'_> {
@@ -344,14 +407,15 @@ impl Prepared<'_> {
                 return;
             }
             let accum = global / (mb * dp);
-            let tokens = (global * seq) as f64;
+            let tokens = global as f64 * seq as f64;
             let recompute = match modes[ck] {
                 Checkpointing::Full => 8.0 / 6.0,
                 Checkpointing::Selective => 1.02,
                 Checkpointing::None => 1.0,
             };
             let compute = (6.0 * active * tokens * recompute + attn_flops_per_token * tokens) / (req.gpus as f64 * peak);
-            let bubble = if par.pp > 1 { (par.pp - 1) as f64 / ((accum * par.virtual_stages) as f64 + (par.pp - 1) as f64) } else { 0.0 };
+            let bubble =
+                if par.pp > 1 { (par.pp - 1) as f64 / (accum as f64 * par.virtual_stages as f64 + (par.pp - 1) as f64) } else { 0.0 };
             let step = compute / (1.0 - bubble) + extra_comm;
             let tps = tokens / step;
             if best.len() < req.keep || tps > best.last().map_or(0.0, |b| b.0) {
@@ -483,7 +547,7 @@ fn reason(p: &Plan, leader: f64, gpu_mem: u64) -> String {
                 why.push(format!("TP {} inside a node", par.tp));
             }
             if par.pp > 1 {
-                let bubble = (par.pp - 1) as f64 / ((p.grad_accum * par.virtual_stages) as f64 + (par.pp - 1) as f64);
+                let bubble = (par.pp - 1) as f64 / (p.grad_accum as f64 * par.virtual_stages as f64 + (par.pp - 1) as f64);
                 why.push(format!("PP {} with a {:.0}% bubble", par.pp, bubble * 100.0));
             }
             if par.cp > 1 {
@@ -511,12 +575,8 @@ fn reason(p: &Plan, leader: f64, gpu_mem: u64) -> String {
 /// Estimated tokens/s and seconds per step of a single-GPU job (same throughput model as the
 /// planner: 6·N·tokens FLOPs plus causal attention and recomputation, over peak × MFU).
 pub fn single_gpu_throughput(m: &Model, job: &Job, gpu: &Gpu, mfu: f64) -> (f64, f64) {
-    let c = Counts::of(m);
-    let active = match &m.moe {
-        Some(x) => c.total - c.experts + c.experts * x.top_k as u128 / x.experts.max(1) as u128,
-        None => c.total,
-    } as f64;
-    let tokens = (job.batch * job.seq * job.grad_accum) as f64;
+    let active = active_params(m, &Counts::of(m));
+    let tokens = job.batch as f64 * job.seq as f64 * job.grad_accum as f64;
     let recompute = match job.checkpointing {
         Checkpointing::Full => 8.0 / 6.0,
         Checkpointing::Selective => 1.02,
