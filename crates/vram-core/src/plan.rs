@@ -407,6 +407,9 @@ impl Prepared<'_> {
                 return;
             }
             let accum = global / (mb * dp);
+            if accum > MAX_GRAD_ACCUM {
+                return; // beyond what `--grad-accum` accepts
+            }
             let tokens = global as f64 * seq as f64;
             let recompute = match modes[ck] {
                 Checkpointing::Full => 8.0 / 6.0,
