@@ -373,166 +373,182 @@ fn bad(what: &str, value: &str, hint: &str) -> Error {
     Error::InvalidValue { what: what.into(), value: value.into(), hint: hint.into() }
 }
 
+/// Checkpointing modes in the order of the activation tables.
+const MODES: [Checkpointing; 3] = [Checkpointing::None, Checkpointing::Selective, Checkpointing::Full];
+
+/// What a run has seen so far: counts and the best plans, fastest first.
+#[derive(Default)]
+struct Tally {
+    evaluated: u64,
+    fitting: u64,
+    best: Vec<(f64, Plan)>,
+}
+
+/// One configuration to score: the layout, micro-batch, checkpointing mode (index into
+/// [`MODES`]), per-GPU bytes, data-parallel size and communication seconds outside compute.
+struct Candidate<'p> {
+    par: &'p Parallel,
+    mb: u64,
+    ck: usize,
+    bytes: u128,
+    dp: u64,
+    comm: f64,
+}
+
 impl Prepared<'_> {
-    /// Number of configurations a run evaluates is reported in its result.
+    /// Evaluate every configuration; the number evaluated is reported in the result.
     pub fn run(&self) -> PlanResult {
-        let req = &self.req;
-        let m = req.model;
-        let c = &self.c;
-        let (budget, base_overhead, nccl, global) = (self.budget, self.base_overhead, self.nccl, self.global);
-        let (acts_pure, acts_amp, active, attn_flops_per_token, peak) =
-            (self.acts_pure, self.acts_amp, self.active, self.attn_flops_per_token, self.peak);
-        let (micro_batches, tp_opts, pp_opts, cp_opts) = (&self.micro_batches, &self.tp_opts, &self.pp_opts, &self.cp_opts);
-        let (groups_dp, dp_layouts) = (self.groups_dp, &self.dp_layouts);
-        let o = req.job.overheads;
-        let seq = req.job.seq;
-        let tp_cfg = req.throughput;
-        let p = c.total as f64;
-        let dp_all = req.gpus;
-        let modes = [Checkpointing::None, Checkpointing::Selective, Checkpointing::Full];
-        let mut evaluated = 0u64;
-        let mut fitting = 0u64;
-        let mut best: Vec<(f64, Plan)> = Vec::new();
-        let only = req.only;
-        let mut consider = |par: &Parallel, mb: u64, ck: usize, bytes: u128, dp: u64, extra_comm: f64| {
-            if only.is_some_and(|e| e != par.engine) {
-                return;
-            }
-            evaluated += 1;
-            if bytes > budget {
-                return;
-            }
-            fitting += 1;
-            if global % (mb * dp) != 0 {
-                return;
-            }
-            let accum = global / (mb * dp);
-            if accum > MAX_GRAD_ACCUM {
-                return; // beyond what `--grad-accum` accepts
-            }
-            let tokens = global as f64 * seq as f64;
-            let recompute = match modes[ck] {
-                Checkpointing::Full => 8.0 / 6.0,
-                Checkpointing::Selective => 1.02,
-                Checkpointing::None => 1.0,
-            };
-            let compute = (6.0 * active * tokens * recompute + attn_flops_per_token * tokens) / (req.gpus as f64 * peak);
-            let bubble =
-                if par.pp > 1 { (par.pp - 1) as f64 / (accum as f64 * par.virtual_stages as f64 + (par.pp - 1) as f64) } else { 0.0 };
-            let step = compute / (1.0 - bubble) + extra_comm;
-            let tps = tokens / step;
-            if best.len() < req.keep || tps > best.last().map_or(0.0, |b| b.0) {
-                let plan = Plan {
-                    parallel: par.clone(),
-                    micro_batch: mb,
-                    grad_accum: accum,
-                    checkpointing: modes[ck],
-                    per_gpu_bytes: bytes as u64,
-                    step_seconds: step,
-                    tokens_per_second: tps,
-                    global_batch: global,
-                    reason: String::new(),
-                };
-                let pos = best.partition_point(|b| b.0 >= tps);
-                best.insert(pos, (tps, plan));
-                best.truncate(req.keep);
-            }
-        };
-
-        for (par, states, comm, amp) in dp_layouts.iter() {
-            for &mb in micro_batches.iter() {
-                for ck in 0..3 {
-                    let per_mb = if *amp { acts_amp[ck] } else { acts_pure[ck] };
-                    let alloc = states + per_mb * mb as u128;
-                    let total = alloc + (alloc as f64 * o.allocator_reserve) as u128 + base_overhead + groups_dp * nccl;
-                    consider(par, mb, ck, total, dp_all, *comm);
-                }
-            }
-        }
-
-        // Megatron: TP within a node, PP over layers, CP over the sequence, SP with TP, distributed optimizer.
-        for &tp in tp_opts.iter() {
-            for &pp in pp_opts.iter() {
-                for &cp in cp_opts.iter() {
-                    let shards = tp * pp * cp;
-                    if shards > req.gpus || req.gpus % shards != 0 {
-                        continue;
-                    }
-                    let dp = req.gpus / shards;
-                    for dist in [false, true] {
-                        if dist && dp == 1 {
-                            continue; // nothing to distribute over
-                        }
-                        for (vs, sp) in [(1u64, true), (2, true), (4, true), (1, false)] {
-                            let bad_interleave = vs > 1 && (pp == 1 || m.layers % (pp * vs) != 0);
-                            // without TP, sequence parallelism means nothing: one variant only
-                            if bad_interleave || (tp == 1 && !sp) {
-                                continue;
-                            }
-                            let par = Parallel {
-                                gpus: req.gpus,
-                                gpus_per_node: req.gpus_per_node,
-                                engine: Engine::Megatron,
-                                tp,
-                                pp,
-                                cp,
-                                sp: sp && tp > 1,
-                                distributed_optimizer: dist,
-                                virtual_stages: vs,
-                                ..Parallel::single()
-                            };
-                            let groups = [dp > 1, tp > 1, pp > 1, cp > 1].iter().filter(|g| **g).count() as u128;
-                            let dp_bw_m =
-                                if dp * tp * cp <= req.gpus_per_node { tp_cfg.intra_node_gbps } else { tp_cfg.inter_node_gbps } * 1e9;
-                            let shard_params = p / (tp * pp) as f64;
-                            let dp_comm = if dp > 1 {
-                                2.0 * (dp - 1) as f64 / dp as f64 * 4.0 * shard_params / dp_bw_m * (1.0 - tp_cfg.dp_overlap)
-                            } else {
-                                0.0
-                            };
-                            for &mb in micro_batches.iter() {
-                                // TP: 4 all-reduces of the activations per layer per micro-batch (Megatron).
-                                let tp_comm = if tp > 1 {
-                                    4.0 * 2.0 * (tp - 1) as f64 / tp as f64
-                                        * (mb * seq / cp) as f64
-                                        * m.hidden as f64
-                                        * 2.0
-                                        * (m.layers / pp) as f64
-                                        / (tp_cfg.intra_node_gbps * 1e9)
-                                } else {
-                                    0.0
-                                };
-                                for ck in 0..3 {
-                                    let micro_per_step = (global / (mb * dp)).max(1);
-                                    let ml = megatron_layout(
-                                        m,
-                                        c,
-                                        &par,
-                                        mb,
-                                        seq,
-                                        [Checkpointing::None, Checkpointing::Selective, Checkpointing::Full][ck],
-                                        false,
-                                        micro_per_step,
-                                    );
-                                    let states = 2 * ml.shard + 4 * ml.shard + ml.optimizer;
-                                    let alloc = states + if ml.first_loaded { ml.activations } else { ml.last_logits.max(ml.activations) };
-                                    let total = alloc + (alloc as f64 * o.allocator_reserve) as u128 + base_overhead + groups * nccl;
-                                    consider(&par, mb, ck, total, dp, dp_comm + tp_comm * micro_per_step as f64);
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        let mut top: Vec<Plan> = best.into_iter().map(|(_, p)| p).collect();
+        let mut t = Tally::default();
+        self.run_data_parallel(&mut t);
+        self.run_megatron(&mut t);
+        let mut top: Vec<Plan> = t.best.into_iter().map(|(_, p)| p).collect();
         let leader = top.first().map(|p| p.tokens_per_second).unwrap_or(0.0);
         for p in &mut top {
-            p.reason = reason(p, leader, req.gpu.memory);
+            p.reason = reason(p, leader, self.req.gpu.memory);
         }
-        PlanResult { evaluated, fitting, global_batch: global, top, throughput: req.throughput }
+        PlanResult { evaluated: t.evaluated, fitting: t.fitting, global_batch: self.global, top, throughput: self.req.throughput }
+    }
+
+    /// Allocated bytes plus the allocator reserve and fixed overheads with `groups` communicators.
+    fn with_overheads(&self, alloc: u128, groups: u128) -> u128 {
+        alloc + (alloc as f64 * self.req.job.overheads.allocator_reserve) as u128 + self.base_overhead + groups * self.nccl
+    }
+
+    /// Score one configuration: count it, keep it among the best if it fits and divides the
+    /// global batch.
+    fn consider(&self, t: &mut Tally, x: Candidate) {
+        let req = &self.req;
+        if req.only.is_some_and(|e| e != x.par.engine) {
+            return;
+        }
+        t.evaluated += 1;
+        if x.bytes > self.budget {
+            return;
+        }
+        t.fitting += 1;
+        let global = self.global;
+        if global % (x.mb * x.dp) != 0 {
+            return;
+        }
+        let accum = global / (x.mb * x.dp);
+        if accum > MAX_GRAD_ACCUM {
+            return; // beyond what `--grad-accum` accepts
+        }
+        let (step, tps) = self.step_time(x.par, accum, MODES[x.ck], x.comm);
+        if t.best.len() < req.keep || tps > t.best.last().map_or(0.0, |b| b.0) {
+            let plan = Plan {
+                parallel: x.par.clone(),
+                micro_batch: x.mb,
+                grad_accum: accum,
+                checkpointing: MODES[x.ck],
+                per_gpu_bytes: x.bytes as u64,
+                step_seconds: step,
+                tokens_per_second: tps,
+                global_batch: global,
+                reason: String::new(),
+            };
+            let pos = t.best.partition_point(|b| b.0 >= tps);
+            t.best.insert(pos, (tps, plan));
+            t.best.truncate(req.keep);
+        }
+    }
+
+    /// Seconds per step and tokens/s: 6·N·tokens (× recomputation) plus causal attention over
+    /// GPUs × peak × MFU, stretched by the 1F1B bubble (p-1)/(m·v + p-1), plus communication.
+    fn step_time(&self, par: &Parallel, accum: u64, ck: Checkpointing, comm: f64) -> (f64, f64) {
+        let tokens = self.global as f64 * self.req.job.seq as f64;
+        let recompute = match ck {
+            Checkpointing::Full => 8.0 / 6.0,
+            Checkpointing::Selective => 1.02,
+            Checkpointing::None => 1.0,
+        };
+        let compute = (6.0 * self.active * tokens * recompute + self.attn_flops_per_token * tokens) / (self.req.gpus as f64 * self.peak);
+        let bubble = if par.pp > 1 { (par.pp - 1) as f64 / (accum as f64 * par.virtual_stages as f64 + (par.pp - 1) as f64) } else { 0.0 };
+        let step = compute / (1.0 - bubble) + comm;
+        (step, tokens / step)
+    }
+
+    fn run_data_parallel(&self, t: &mut Tally) {
+        for (par, states, comm, amp) in self.dp_layouts.iter() {
+            for &mb in self.micro_batches.iter() {
+                for ck in 0..3 {
+                    let per_mb = if *amp { self.acts_amp[ck] } else { self.acts_pure[ck] };
+                    let bytes = self.with_overheads(states + per_mb * mb as u128, self.groups_dp);
+                    self.consider(t, Candidate { par, mb, ck, bytes, dp: self.req.gpus, comm: *comm });
+                }
+            }
+        }
+    }
+
+    /// Megatron: TP within a node, PP over layers, CP over the sequence, SP with TP, distributed optimizer.
+    fn run_megatron(&self, t: &mut Tally) {
+        let gpus = self.req.gpus;
+        for &tp in self.tp_opts.iter() {
+            for &pp in self.pp_opts.iter() {
+                for &cp in self.cp_opts.iter() {
+                    let shards = tp * pp * cp;
+                    if shards > gpus || gpus % shards != 0 {
+                        continue;
+                    }
+                    for dist in [false, true] {
+                        // nothing to distribute over with dp 1
+                        if !(dist && gpus / shards == 1) {
+                            self.run_megatron_variants(t, tp, pp, cp, dist);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Interleaving (virtual stages 1, 2, 4) and sequence parallelism for one TP × PP × CP layout.
+    fn run_megatron_variants(&self, t: &mut Tally, tp: u64, pp: u64, cp: u64, dist: bool) {
+        let req = &self.req;
+        for (vs, sp) in [(1u64, true), (2, true), (4, true), (1, false)] {
+            let bad_interleave = vs > 1 && (pp == 1 || req.model.layers % (pp * vs) != 0);
+            // without TP, sequence parallelism means nothing: one variant only
+            if bad_interleave || (tp == 1 && !sp) {
+                continue;
+            }
+            let par = Parallel {
+                gpus: req.gpus,
+                gpus_per_node: req.gpus_per_node,
+                engine: Engine::Megatron,
+                tp,
+                pp,
+                cp,
+                sp: sp && tp > 1,
+                distributed_optimizer: dist,
+                virtual_stages: vs,
+                ..Parallel::single()
+            };
+            self.run_megatron_batches(t, &par);
+        }
+    }
+
+    /// Every micro-batch and checkpointing mode of one Megatron layout.
+    fn run_megatron_batches(&self, t: &mut Tally, par: &Parallel) {
+        let (req, m, tc) = (&self.req, self.req.model, self.req.throughput);
+        let (tp, pp, cp, dp, seq) = (par.tp, par.pp, par.cp, par.dp(), req.job.seq);
+        let groups = [dp > 1, tp > 1, pp > 1, cp > 1].iter().filter(|g| **g).count() as u128;
+        let dp_bw = if dp * tp * cp <= req.gpus_per_node { tc.intra_node_gbps } else { tc.inter_node_gbps } * 1e9;
+        // fp32 gradient all-reduce of this rank's shard over dp.
+        let dp_comm = collective(2.0, 4.0 * self.c.total as f64 / (tp * pp) as f64, dp, dp_bw, tc.dp_overlap);
+        for &mb in self.micro_batches.iter() {
+            // TP: 4 all-reduces of the activations per layer per micro-batch (Megatron), not overlapped.
+            let bytes = (mb * seq / cp) as f64 * m.hidden as f64 * 2.0 * (m.layers / pp) as f64;
+            let tp_comm = collective(4.0 * 2.0, bytes, tp, tc.intra_node_gbps * 1e9, 0.0);
+            let micro_per_step = (self.global / (mb * dp)).max(1);
+            for (ck, mode) in MODES.into_iter().enumerate() {
+                let ml = megatron_layout(m, &self.c, par, mb, seq, mode, false, micro_per_step);
+                let acts = if ml.first_loaded { ml.activations } else { ml.last_logits.max(ml.activations) };
+                let bytes = self.with_overheads(6 * ml.shard + ml.optimizer + acts, groups);
+                self.consider(t, Candidate { par, mb, ck, bytes, dp, comm: dp_comm + tp_comm * micro_per_step as f64 });
+            }
+        }
     }
 }
+
 fn reason(p: &Plan, leader: f64, gpu_mem: u64) -> String {
     let mut why = Vec::new();
     let par = &p.parallel;
