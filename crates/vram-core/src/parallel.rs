@@ -328,7 +328,10 @@ pub struct Counts {
     pub layers: u128,
     /// Routed-expert parameters (within `layers`).
     pub experts: u128,
-    /// Largest single tensor (DeepSpeed ZeRO-3 gathers whole modules: `largest_layer_params`).
+    /// Largest module DeepSpeed ZeRO-3 gathers whole (`largest_layer_params` in its estimator):
+    /// the largest single tensor, or an MoE layer's experts module, whose fused 3-D
+    /// `gate_up_proj` and `down_proj` (transformers v5 `MixtralExperts`-style) are one module's
+    /// own parameters, gathered together at its pre-forward hook.
     pub largest_tensor: u128,
     /// Largest decoder layer (an FSDP unit under transformer auto-wrap).
     pub largest_layer: u128,
@@ -354,9 +357,11 @@ impl Counts {
             experts: sum(&|r| r == Role::Experts),
             largest_tensor: t
                 .iter()
-                .map(|g| if g.role == Role::Experts { g.numel / (m.moe.as_ref().map_or(1, |x| x.experts)) } else { g.numel } as u128)
+                .filter(|g| g.role != Role::Experts)
+                .map(|g| g.numel as u128)
                 .max()
-                .unwrap_or(0),
+                .unwrap_or(0)
+                .max(t.iter().filter(|g| g.role == Role::Experts).map(|g| g.numel as u128).sum()),
             largest_layer: dense.max(moe),
         }
     }

@@ -87,6 +87,9 @@ pub struct PlanResult {
     pub fitting: u64,
     /// Global batch in sequences the plans were evaluated at.
     pub global_batch: u64,
+    /// Tokens per optimizer step (global batch × sequence length; a float: the product can
+    /// exceed u64 for the largest accepted global batches).
+    pub global_tokens: f64,
     /// The best plans, fastest first.
     pub top: Vec<Plan>,
     /// Assumptions used.
@@ -406,7 +409,14 @@ impl Prepared<'_> {
         for p in &mut top {
             p.reason = reason(p, leader, self.req.gpu.memory);
         }
-        PlanResult { evaluated: t.evaluated, fitting: t.fitting, global_batch: self.global, top, throughput: self.req.throughput }
+        PlanResult {
+            evaluated: t.evaluated,
+            fitting: t.fitting,
+            global_batch: self.global,
+            global_tokens: self.global as f64 * self.req.job.seq as f64,
+            top,
+            throughput: self.req.throughput,
+        }
     }
 
     /// Allocated bytes plus the allocator reserve and fixed overheads with `groups` communicators.

@@ -280,3 +280,14 @@ fn the_layout_description_names_every_dimension() {
     let d = meg.describe();
     assert!(d.contains("dp 4 · tp 8 · pp 2 · cp 1 · ep 1") && d.contains("distributed optimizer"), "{d}");
 }
+
+#[test]
+fn zero3_gathers_an_moe_layers_whole_experts_module() {
+    // transformers' MixtralExperts owns gate_up_proj (E, 2F, H) and down_proj (E, H, F); ZeRO-3
+    // gathers a module's own parameters together: 16-bit params + grads of all 8 experts of a layer.
+    let m = mixtral();
+    let e = estimate_parallel(&m, &Job::train(1, 4096), &ds(3, 8, false, false), 1).unwrap();
+    let experts_module: u128 = 3 * 8 * 14336 * 4096;
+    assert_eq!(Counts::of(&m).largest_tensor, experts_module);
+    assert_eq!(comp(&e, "ZeRO-3 gathered largest module"), 2 * 2 * experts_module);
+}

@@ -20,6 +20,11 @@ fn print_figures() {
             }
         }
     }
+    for ep in [1u64, 8] {
+        let par = Parallel { gpus: 8, engine: Engine::Megatron, ep, distributed_optimizer: true, ..Parallel::single() };
+        let e = estimate_parallel(&mixtral, &Job::train(1, 4096), &par, 1).unwrap();
+        println!("mixtral megatron dist-opt ep {ep}: {:.2} GiB per GPU", gib(e.total));
+    }
     let llama = presets::load("llama-3.1-8b").unwrap();
     for precision in [Precision::Bf16Mixed, Precision::Bf16] {
         let job = Job { precision, ..Job::train(1, 4096) };
