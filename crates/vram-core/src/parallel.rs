@@ -493,9 +493,18 @@ pub fn megatron_layout(
     } else {
         12 * shard
     };
+    let acts = megatron_acts(m, par, batch, seq, ckpt, eager, microbatches);
+    let last_logits = if pp > 1 { (batch * seq / par.cp) as u128 * m.vocab as u128 * 12 / tp } else { 0 };
+    let first_loaded = pp == 1 || 18 * first + acts as u128 >= 18 * last + last_logits;
+    MegatronLayout { shard, optimizer, activations: acts as u128, last_logits, first_loaded }
+}
+
+/// Megatron activations on the first stage for one micro-batch size and checkpointing mode
+/// (Korthikanti et al. 2022 Table 2, as theoretical_memory_usage.py).
+fn megatron_acts(m: &Model, par: &Parallel, batch: u64, seq: u64, ckpt: Checkpointing, eager: bool, microbatches: u64) -> f64 {
     let ffn = m.intermediate as f64 * if m.mlp.gated { 1.5 } else { 1.0 };
     let (mb, s, h) = (batch as f64, (seq / par.cp) as f64, m.hidden as f64);
-    let acts = match (ckpt, par.sp) {
+    match (ckpt, par.sp) {
         // Full recompute keeps each layer's input (2sbh per layer, / tp with SP).
         (Checkpointing::Full, _) => s * mb * h * 2.0 * m.layers as f64 / if par.sp { par.tp as f64 } else { 1.0 },
         (_, true) => {
@@ -523,10 +532,7 @@ pub fn megatron_layout(
             s * mb * h * (10.0 + (8.0 + 4.0 * ffn / h) / par.tp as f64) * m.layers as f64 / par.pp as f64
                 * (microbatches.min(par.pp)) as f64
         }
-    };
-    let last_logits = if pp > 1 { (batch * seq / par.cp) as u128 * m.vocab as u128 * 12 / tp } else { 0 };
-    let first_loaded = pp == 1 || 18 * first + acts as u128 >= 18 * last + last_logits;
-    MegatronLayout { shard, optimizer, activations: acts as u128, last_logits, first_loaded }
+    }
 }
 
 /// Model-state bytes on one rank for DeepSpeed and FSDP, as numbers (the planner's hot path
