@@ -162,6 +162,7 @@ pub struct Prepared<'a> {
     tp_opts: Vec<u64>,
     pp_opts: Vec<u64>,
     cp_opts: Vec<u64>,
+    ep_opts: Vec<u64>,
     groups_dp: u128,
     dp_layouts: Vec<DpLayout>,
 }
@@ -195,6 +196,7 @@ pub fn prepare<'a>(req: &PlanRequest<'a>) -> Result<Prepared<'a>> {
         tp_opts: tp_options(m, req),
         pp_opts: pp_options(m, req.gpus),
         cp_opts: cp_options(seq),
+        ep_opts: ep_options(m, req.gpus),
         groups_dp: u128::from(req.gpus > 1),
         dp_layouts: dp_layouts(req, &c),
         req: req.clone(),
@@ -259,6 +261,15 @@ fn pp_options(m: &Model, gpus: u64) -> Vec<u64> {
         .collect::<std::collections::BTreeSet<_>>()
         .into_iter()
         .collect()
+}
+
+/// Megatron-Core expert parallelism for MoE models: sizes dividing the experts (the data-parallel
+/// size is checked per layout); dense models have none.
+fn ep_options(m: &Model, gpus: u64) -> Vec<u64> {
+    match &m.moe {
+        Some(x) => [1, 2, 4, 8, 16, 32, 64, 128].into_iter().filter(|e| *e <= gpus && x.experts % e == 0).collect(),
+        None => vec![1],
+    }
 }
 
 fn cp_options(seq: u64) -> Vec<u64> {
@@ -500,10 +511,13 @@ impl Prepared<'_> {
                     if shards > gpus || gpus % shards != 0 {
                         continue;
                     }
-                    for dist in [false, true] {
-                        // nothing to distribute over with dp 1
-                        if !(dist && gpus / shards == 1) {
-                            self.run_megatron_variants(t, tp, pp, cp, dist);
+                    let dp = gpus / shards;
+                    for &ep in self.ep_opts.iter().filter(|e| dp % **e == 0) {
+                        for dist in [false, true] {
+                            // nothing to distribute over with dp 1
+                            if !(dist && dp == 1) {
+                                self.run_megatron_variants(t, [tp, pp, cp, ep], dist);
+                            }
                         }
                     }
                 }
@@ -511,8 +525,8 @@ impl Prepared<'_> {
         }
     }
 
-    /// Interleaving (virtual stages 1, 2, 4) and sequence parallelism for one TP × PP × CP layout.
-    fn run_megatron_variants(&self, t: &mut Tally, tp: u64, pp: u64, cp: u64, dist: bool) {
+    /// Interleaving (virtual stages 1, 2, 4) and sequence parallelism for one TP × PP × CP × EP layout.
+    fn run_megatron_variants(&self, t: &mut Tally, [tp, pp, cp, ep]: [u64; 4], dist: bool) {
         let req = &self.req;
         for (vs, sp) in [(1u64, true), (2, true), (4, true), (1, false)] {
             let bad_interleave = vs > 1 && (pp == 1 || req.model.layers % (pp * vs) != 0);
@@ -527,6 +541,7 @@ impl Prepared<'_> {
                 tp,
                 pp,
                 cp,
+                ep,
                 sp: sp && tp > 1,
                 distributed_optimizer: dist,
                 virtual_stages: vs,
@@ -536,24 +551,40 @@ impl Prepared<'_> {
         }
     }
 
+    /// Seconds of expert-parallel all-to-all per micro-batch: Megatron-Core's alltoall token
+    /// dispatcher sends each token's top-k copies out and back (dispatch + combine) in forward
+    /// and again in backward, 4 × tokens × top-k × hidden × 2 B × (ep-1)/ep per MoE layer on
+    /// this stage (moe/token_dispatcher.py), at NVLink speed inside a node, not overlapped.
+    fn expert_all_to_all(&self, par: &Parallel, mb: u64) -> f64 {
+        let (m, tc) = (self.req.model, self.req.throughput);
+        let (Some(moe), true) = (&m.moe, par.ep > 1) else { return 0.0 };
+        let tokens = (mb * self.req.job.seq / par.cp) as f64;
+        let bytes = tokens * moe.top_k as f64 * m.hidden as f64 * 2.0 * (m.moe_layers() as f64 / par.pp as f64);
+        let bw = if par.ep * par.tp <= self.req.gpus_per_node { tc.intra_node_gbps } else { tc.inter_node_gbps } * 1e9;
+        collective(4.0, bytes, par.ep, bw, 0.0)
+    }
+
     /// Every micro-batch and checkpointing mode of one Megatron layout.
     fn run_megatron_batches(&self, t: &mut Tally, par: &Parallel) {
         let (req, m, tc) = (&self.req, self.req.model, self.req.throughput);
         let (tp, pp, cp, dp, seq) = (par.tp, par.pp, par.cp, par.dp(), req.job.seq);
-        let groups = [dp > 1, tp > 1, pp > 1, cp > 1].iter().filter(|g| **g).count() as u128;
+        let groups = [dp > 1, tp > 1, pp > 1, cp > 1, par.ep > 1].iter().filter(|g| **g).count() as u128;
         let dp_bw = if dp * tp * cp <= req.gpus_per_node { tc.intra_node_gbps } else { tc.inter_node_gbps } * 1e9;
-        // fp32 gradient all-reduce of this rank's shard over dp.
-        let dp_comm = collective(2.0, 4.0 * self.c.total as f64 / (tp * pp) as f64, dp, dp_bw, tc.dp_overlap);
+        // fp32 gradient all-reduce of this rank's shard (its 1/ep of the experts) over dp.
+        let c = &self.c;
+        let local = (c.total - c.experts + c.experts / par.ep as u128) as f64;
+        let dp_comm = collective(2.0, 4.0 * local / (tp * pp) as f64, dp, dp_bw, tc.dp_overlap);
         for &mb in self.micro_batches.iter() {
             // TP: 4 all-reduces of the activations per layer per micro-batch (Megatron), not overlapped.
             let bytes = (mb * seq / cp) as f64 * m.hidden as f64 * 2.0 * (m.layers / pp) as f64;
             let tp_comm = collective(4.0 * 2.0, bytes, tp, tc.intra_node_gbps * 1e9, 0.0);
             let micro_per_step = (self.global / (mb * dp)).max(1);
+            let comm = dp_comm + (tp_comm + self.expert_all_to_all(par, mb)) * micro_per_step as f64;
             for (ck, mode) in MODES.into_iter().enumerate() {
                 let ml = megatron_layout(m, &self.c, par, mb, seq, mode, false, micro_per_step);
                 let acts = if ml.first_loaded { ml.activations } else { ml.last_logits.max(ml.activations) };
                 let bytes = self.with_overheads(6 * ml.shard + ml.optimizer + acts, groups);
-                self.consider(t, Candidate { par, mb, ck, bytes, dp, comm: dp_comm + tp_comm * micro_per_step as f64 });
+                self.consider(t, Candidate { par, mb, ck, bytes, dp, comm });
             }
         }
     }
@@ -581,6 +612,9 @@ fn reason(p: &Plan, leader: f64, gpu_mem: u64) -> String {
             }
             if par.cp > 1 {
                 why.push(format!("CP {} splits the sequence", par.cp));
+            }
+            if par.ep > 1 {
+                why.push(format!("EP {} splits the experts", par.ep));
             }
             if par.distributed_optimizer {
                 why.push("distributed optimizer".into());
