@@ -198,7 +198,7 @@ pub fn prepare<'a>(req: &PlanRequest<'a>) -> Result<Prepared<'a>> {
         cp_opts: cp_options(seq),
         ep_opts: ep_options(m, req.gpus),
         groups_dp: u128::from(req.gpus > 1),
-        dp_layouts: dp_layouts(req, &c),
+        dp_layouts: dp_layouts(req, &c, global),
         req: req.clone(),
     })
 }
@@ -301,11 +301,19 @@ fn offload_seconds(bytes_per_param: f64, params: f64, pcie_gbps: f64) -> f64 {
     2.0 * bytes_per_param * params / (pcie_gbps * 1e9) + params * 2e-9
 }
 
-/// Data-parallel engines: DDP, DeepSpeed ZeRO 0–3 (with offloads), FSDP strategies.
-fn dp_layouts(req: &PlanRequest, c: &Counts) -> Vec<DpLayout> {
+/// Expert all-to-all seconds for `tokens` on a rank: dispatch + combine in forward and again in
+/// backward (Megatron-Core moe/token_dispatcher.py; DeepSpeed deepspeed/moe/sharded_moe.py
+/// `_AllToAll`), each moving tokens × top-k × hidden × 2 B × (ep-1)/ep per MoE layer, not overlapped.
+fn all_to_all_seconds(m: &Model, tokens: f64, ep: u64, moe_layers: f64, bw: f64) -> f64 {
+    let Some(moe) = &m.moe else { return 0.0 };
+    collective(4.0, tokens * moe.top_k as f64 * m.hidden as f64 * 2.0 * moe_layers, ep, bw, 0.0)
+}
+
+/// Data-parallel engines: DDP, DeepSpeed ZeRO 0–3 (with offloads; with EP for MoE), FSDP strategies.
+fn dp_layouts(req: &PlanRequest, c: &Counts, global: u64) -> Vec<DpLayout> {
     let base = Parallel { gpus: req.gpus, gpus_per_node: req.gpus_per_node, ..Parallel::single() };
     let mut out = vec![ddp_layout(req, c, &base)];
-    out.extend(deepspeed_layouts(req, c, &base));
+    out.extend(deepspeed_layouts(req, c, &base, global));
     out.extend(fsdp_layouts(req, c, &base));
     out
 }
@@ -331,15 +339,17 @@ fn ddp_layout(req: &PlanRequest, c: &Counts, base: &Parallel) -> DpLayout {
     (base.clone(), states, comm, true)
 }
 
-fn deepspeed_layouts(req: &PlanRequest, c: &Counts, base: &Parallel) -> Vec<DpLayout> {
+fn deepspeed_layouts(req: &PlanRequest, c: &Counts, base: &Parallel, global: u64) -> Vec<DpLayout> {
     let (p, n, t) = (c.total as f64, req.gpus, req.throughput);
     let mut out = Vec::new();
-    for zero in 0..=3u8 {
+    // DeepSpeed-MoE expert parallelism (ZeRO 0–2 only: stage 3 refuses MoE layers) for MoE models.
+    let eps: Vec<u64> = ep_options(req.model, n).into_iter().filter(|e| n % e == 0).collect();
+    for (zero, ep) in (0..=3u8).flat_map(|z| eps.iter().map(move |e| (z, *e))) {
         for (oo, op) in [(false, false), (true, false), (true, true)] {
-            if (oo && zero == 0) || (op && zero != 3) {
+            if (oo && zero == 0) || (op && zero != 3) || (ep > 1 && zero == 3) {
                 continue;
             }
-            let par = Parallel { engine: Engine::DeepSpeed, zero, offload_optimizer: oo, offload_params: op, ..base.clone() };
+            let par = Parallel { engine: Engine::DeepSpeed, zero, ep, offload_optimizer: oo, offload_params: op, ..base.clone() };
             let s = Sharding::of(req.job, &par, n as u128);
             let w = s.compute_bytes as f64;
             let passes = if zero == 3 { 3.0 } else { 2.0 };
@@ -347,6 +357,10 @@ fn deepspeed_layouts(req: &PlanRequest, c: &Counts, base: &Parallel) -> Vec<DpLa
             if oo || op {
                 comm += offload_seconds(w, p / n as f64, t.pcie_gbps);
             }
+            // every token of the step, spread over the ranks, crosses the expert all-to-all
+            let tokens_per_rank = global as f64 * req.job.seq as f64 / n as f64;
+            let bw = if ep <= req.gpus_per_node { t.intra_node_gbps * 1e9 } else { dp_bandwidth(req) };
+            comm += all_to_all_seconds(req.model, tokens_per_rank, ep, req.model.moe_layers() as f64, bw);
             out.push((par, deepspeed_states(c, zero, &s).total(), comm, false));
         }
     }
@@ -494,7 +508,9 @@ impl Prepared<'_> {
             for &mb in self.micro_batches.iter() {
                 for ck in 0..3 {
                     let per_mb = if *amp { self.acts_amp[ck] } else { self.acts_pure[ck] };
-                    let bytes = self.with_overheads(states + per_mb * mb as u128, self.groups_dp);
+                    // one more communicator for the expert all-to-all
+                    let groups = self.groups_dp + u128::from(par.ep > 1);
+                    let bytes = self.with_overheads(states + per_mb * mb as u128, groups);
                     self.consider(t, Candidate { par, mb, ck, bytes, dp: self.req.gpus, comm: *comm });
                 }
             }
@@ -557,11 +573,9 @@ impl Prepared<'_> {
     /// this stage (moe/token_dispatcher.py), at NVLink speed inside a node, not overlapped.
     fn expert_all_to_all(&self, par: &Parallel, mb: u64) -> f64 {
         let (m, tc) = (self.req.model, self.req.throughput);
-        let (Some(moe), true) = (&m.moe, par.ep > 1) else { return 0.0 };
         let tokens = (mb * self.req.job.seq / par.cp) as f64;
-        let bytes = tokens * moe.top_k as f64 * m.hidden as f64 * 2.0 * (m.moe_layers() as f64 / par.pp as f64);
         let bw = if par.ep * par.tp <= self.req.gpus_per_node { tc.intra_node_gbps } else { tc.inter_node_gbps } * 1e9;
-        collective(4.0, bytes, par.ep, bw, 0.0)
+        all_to_all_seconds(m, tokens, par.ep, m.moe_layers() as f64 / par.pp as f64, bw)
     }
 
     /// Every micro-batch and checkpointing mode of one Megatron layout.
@@ -596,11 +610,16 @@ fn reason(p: &Plan, leader: f64, gpu_mem: u64) -> String {
     why.push(format!("{:.0}% of the GPU", 100.0 * p.per_gpu_bytes as f64 / gpu_mem as f64));
     match par.engine {
         Engine::Ddp => why.push("plain data parallel: no sharding traffic".into()),
-        Engine::DeepSpeed => why.push(format!(
-            "ZeRO-{} shards {}",
-            par.zero,
-            ["nothing", "optimizer states", "gradients and optimizer states", "everything"][par.zero as usize]
-        )),
+        Engine::DeepSpeed => {
+            why.push(format!(
+                "ZeRO-{} shards {}",
+                par.zero,
+                ["nothing", "optimizer states", "gradients and optimizer states", "everything"][par.zero as usize]
+            ));
+            if par.ep > 1 {
+                why.push(format!("DeepSpeed-MoE EP {} splits the experts", par.ep));
+            }
+        }
         Engine::Fsdp => why.push(format!("FSDP {:?}", par.fsdp).to_lowercase()),
         Engine::Megatron => {
             if par.tp > 1 {
