@@ -13,7 +13,9 @@ use crate::gpu::Gpu;
 use crate::job::{Checkpointing, Job, Precision};
 use crate::memory::activation_profile;
 use crate::model::{Model, Role};
-use crate::parallel::{deepspeed_states, fsdp_states, megatron_layout, state_bytes_per_param, Counts, Engine, FsdpStrategy, Parallel};
+use crate::parallel::{
+    deepspeed_states, fsdp_states, megatron_layout, state_bytes_per_param, Counts, Engine, FsdpStrategy, Parallel, Sharding,
+};
 
 /// Assumptions of the throughput model, all user-settable.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -85,6 +87,9 @@ pub struct PlanResult {
     pub fitting: u64,
     /// Global batch in sequences the plans were evaluated at.
     pub global_batch: u64,
+    /// Tokens per optimizer step (global batch × sequence length; a float: the product can
+    /// exceed u64 for the largest accepted global batches).
+    pub global_tokens: f64,
     /// The best plans, fastest first.
     pub top: Vec<Plan>,
     /// Assumptions used.
@@ -130,7 +135,15 @@ fn divisors(n: u64) -> Vec<u64> {
     (1..=n).filter(|d| n % d == 0).collect()
 }
 
-/// Search the layouts.
+/// Largest micro-batch per GPU the search tries.
+const MAX_MICRO_BATCH: u64 = 64;
+/// Largest gradient accumulation a plan may use: the bound `Job::validate` puts on `--grad-accum`.
+const MAX_GRAD_ACCUM: u64 = 1 << 20;
+
+/// A data-parallel layout with its per-rank model-state bytes, its communication seconds per
+/// step and whether it runs torch AMP (DDP) rather than a 16-bit module (DeepSpeed, FSDP).
+type DpLayout = (Parallel, u128, f64, bool);
+
 /// Everything the search needs that does not depend on the configuration: activation profiles,
 /// the data-parallel layouts' state bytes and traffic, the option lists.
 pub struct Prepared<'a> {
@@ -149,8 +162,9 @@ pub struct Prepared<'a> {
     tp_opts: Vec<u64>,
     pp_opts: Vec<u64>,
     cp_opts: Vec<u64>,
+    ep_opts: Vec<u64>,
     groups_dp: u128,
-    dp_layouts: Vec<(Parallel, u128, f64, bool)>,
+    dp_layouts: Vec<DpLayout>,
 }
 
 /// Search the layouts.
@@ -160,334 +174,466 @@ pub fn search(req: &PlanRequest) -> Result<PlanResult> {
 
 /// Validate the request and precompute what every configuration shares.
 pub fn prepare<'a>(req: &PlanRequest<'a>) -> Result<Prepared<'a>> {
-    let m = req.model;
+    validate_request(req)?;
+    let (m, seq) = (req.model, req.job.seq);
+    let c = Counts::of(m);
+    let global = global_batch(req)?;
+    let o = req.job.overheads;
+    let pure = if req.job.precision == Precision::Fp32 { Precision::Fp32 } else { Precision::Bf16 };
+    Ok(Prepared {
+        c,
+        budget: (req.gpu.memory as f64 * req.target) as u128,
+        base_overhead: (o.cuda_context + o.cublas_workspace) as u128,
+        nccl: Parallel::single().nccl_buffer as u128,
+        global,
+        micro_batches: micro_batch_options(global),
+        acts_pure: act_per_mb(m, req.job, pure, seq),
+        acts_amp: act_per_mb(m, req.job, req.job.precision, seq),
+        active: active_params(m, &c),
+        // 12·L·s·d_q per token for attention scores and values, halved by causality.
+        attn_flops_per_token: 6.0 * m.layers as f64 * seq as f64 * m.q_dim() as f64,
+        peak: req.gpu.tflops_16bit.max(1.0) * 1e12 * req.throughput.mfu,
+        tp_opts: tp_options(m, req),
+        pp_opts: pp_options(m, req.gpus),
+        cp_opts: cp_options(seq),
+        ep_opts: ep_options(m, req.gpus),
+        groups_dp: u128::from(req.gpus > 1),
+        dp_layouts: dp_layouts(req, &c, global),
+        req: req.clone(),
+    })
+}
+
+fn validate_request(req: &PlanRequest) -> Result<()> {
     req.job.validate()?;
-    if req.gpus == 0 || req.gpus > 1 << 20 || req.gpus_per_node == 0 {
-        return Err(Error::InvalidValue {
-            what: "GPU count".into(),
-            value: req.gpus.to_string(),
-            hint: "must be between 1 and 1048576".into(),
-        });
+    if req.gpus == 0 || req.gpus > 1 << 20 || req.gpus_per_node == 0 || req.gpus_per_node > 1 << 20 {
+        return Err(bad("GPU count", &format!("{} ({} per node)", req.gpus, req.gpus_per_node), "must be between 1 and 1048576"));
     }
     if !(req.target > 0.0 && req.target <= 1.0) {
-        return Err(Error::InvalidValue {
-            what: "target utilization".into(),
-            value: req.target.to_string(),
-            hint: "must be in (0, 1]".into(),
-        });
+        return Err(bad("target utilization", &req.target.to_string(), "must be in (0, 1]"));
     }
-    let c = Counts::of(m);
-    let budget = (req.gpu.memory as f64 * req.target) as u128;
-    let o = req.job.overheads;
-    let base_overhead = (o.cuda_context + o.cublas_workspace) as u128;
-    let nccl = Parallel::single().nccl_buffer as u128;
-    let seq = req.job.seq;
-    let half = req.job.precision != Precision::Fp32;
-    let w: u128 = if half { 2 } else { 4 };
-    let sb = state_bytes_per_param(req.job.optimizer);
-    let pure = if half { Precision::Bf16 } else { Precision::Fp32 };
-    let acts_pure = act_per_mb(m, req.job, pure, seq);
-    let acts_amp = act_per_mb(m, req.job, req.job.precision, seq);
-    let matmul: u128 = m
+    Ok(())
+}
+
+/// The global batch in sequences: the user's, bounded by what the GPUs can reach (micro-batch ≤ 64,
+/// accumulation ≤ 2^20), or the smallest GPU-count multiple with ≥ 4M tokens, the scale of
+/// published LLM pre-training runs (stated in the output).
+fn global_batch(req: &PlanRequest) -> Result<u64> {
+    let Some(g) = req.global_batch else {
+        let want = (4u64 << 20).div_ceil(req.job.seq).max(1);
+        let mut g = req.gpus;
+        while g < want {
+            g = g.saturating_mul(2);
+        }
+        return Ok(g);
+    };
+    let reachable = req.gpus.saturating_mul(MAX_MICRO_BATCH).saturating_mul(MAX_GRAD_ACCUM);
+    if g == 0 || g > reachable {
+        return Err(bad(
+            "global batch size",
+            &g.to_string(),
+            &format!(
+                "must be between 1 and {reachable} sequences ({} GPUs × micro-batch ≤ {MAX_MICRO_BATCH} × ≤ {MAX_GRAD_ACCUM} accumulation steps)",
+                req.gpus
+            ),
+        ));
+    }
+    Ok(g)
+}
+
+/// Micro-batches that divide the global batch: at most 64 candidates whatever its size.
+fn micro_batch_options(global: u64) -> Vec<u64> {
+    (1..=MAX_MICRO_BATCH.min(global)).filter(|b| global % b == 0).collect()
+}
+
+/// TP inside a node, dividing the query and key/value heads (Megatron's arguments.py asserts
+/// `num_query_groups % tensor_model_parallel_size == 0`).
+fn tp_options(m: &Model, req: &PlanRequest) -> Vec<u64> {
+    [1, 2, 4, 8, 16].into_iter().filter(|t| *t <= req.gpus_per_node.min(req.gpus) && m.heads % t == 0 && m.kv_heads % t == 0).collect()
+}
+
+/// Megatron splits layers evenly or, with --decoder-first/last-pipeline-num-layers, unevenly:
+/// any pipeline size up to the layer count is a layout (the largest stage holds ceil(L/pp)).
+fn pp_options(m: &Model, gpus: u64) -> Vec<u64> {
+    divisors(m.layers)
+        .into_iter()
+        .chain([2, 4, 8, 16, 32, 64, 128])
+        .filter(|p| *p <= gpus && *p <= m.layers.min(128))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
+
+/// Megatron-Core expert parallelism for MoE models: sizes dividing the experts (the data-parallel
+/// size is checked per layout); dense models have none.
+fn ep_options(m: &Model, gpus: u64) -> Vec<u64> {
+    match &m.moe {
+        Some(x) => [1, 2, 4, 8, 16, 32, 64, 128].into_iter().filter(|e| *e <= gpus && x.experts % e == 0).collect(),
+        None => vec![1],
+    }
+}
+
+fn cp_options(seq: u64) -> Vec<u64> {
+    [1, 2, 4, 8, 16].into_iter().filter(|c| seq % c == 0 && seq / c >= 128).collect()
+}
+
+/// Active parameters per token (MoE: shared parts plus top-k of the routed experts).
+fn active_params(m: &Model, c: &Counts) -> f64 {
+    let active = match &m.moe {
+        Some(x) => c.total - c.experts + c.experts * x.top_k as u128 / x.experts.max(1) as u128,
+        None => c.total,
+    };
+    active as f64
+}
+
+/// Ring collectives move (n-1)/n of the buffer per rank per pass: an all-reduce is two passes
+/// (reduce-scatter + all-gather), ZeRO-3 / FSDP full_shard three (all-gather in forward and in
+/// backward, reduce-scatter of gradients). `passes` × size over the bandwidth, partly overlapped.
+fn collective(passes: f64, bytes: f64, n: u64, bw: f64, overlap: f64) -> f64 {
+    if n > 1 {
+        passes * (n - 1) as f64 / n as f64 * bytes / bw * (1.0 - overlap)
+    } else {
+        0.0
+    }
+}
+
+/// Offload traffic: the shard over PCIe both ways plus CPU Adam (~2 ns/param, DeepSpeedCPUAdam).
+fn offload_seconds(bytes_per_param: f64, params: f64, pcie_gbps: f64) -> f64 {
+    2.0 * bytes_per_param * params / (pcie_gbps * 1e9) + params * 2e-9
+}
+
+/// Expert all-to-all seconds for `tokens` on a rank: dispatch + combine in forward and again in
+/// backward (Megatron-Core moe/token_dispatcher.py; DeepSpeed deepspeed/moe/sharded_moe.py
+/// `_AllToAll`), each moving tokens × top-k × hidden × 2 B × (ep-1)/ep per MoE layer, not overlapped.
+fn all_to_all_seconds(m: &Model, tokens: f64, ep: u64, moe_layers: f64, bw: f64) -> f64 {
+    let Some(moe) = &m.moe else { return 0.0 };
+    collective(4.0, tokens * moe.top_k as f64 * m.hidden as f64 * 2.0 * moe_layers, ep, bw, 0.0)
+}
+
+/// Data-parallel engines: DDP, DeepSpeed ZeRO 0–3 (with offloads; with EP for MoE), FSDP strategies.
+fn dp_layouts(req: &PlanRequest, c: &Counts, global: u64) -> Vec<DpLayout> {
+    let base = Parallel { gpus: req.gpus, gpus_per_node: req.gpus_per_node, ..Parallel::single() };
+    let mut out = vec![ddp_layout(req, c, &base)];
+    out.extend(deepspeed_layouts(req, c, &base, global));
+    out.extend(fsdp_layouts(req, c, &base));
+    out
+}
+
+fn dp_bandwidth(req: &PlanRequest) -> f64 {
+    let gbps = if req.gpus <= req.gpus_per_node { req.throughput.intra_node_gbps } else { req.throughput.inter_node_gbps };
+    gbps * 1e9
+}
+
+/// DDP: fp32 params + grads + states + foreach temp + autocast copies + flat buckets.
+fn ddp_layout(req: &PlanRequest, c: &Counts, base: &Parallel) -> DpLayout {
+    let matmul: u128 = req
+        .model
         .tensors()
         .iter()
         .filter(|t| matches!(t.role, Role::Linear | Role::Experts | Role::Router | Role::LmHead))
         .map(|t| t.numel as u128 * t.count as u128)
         .sum();
-    // Active parameters per token (MoE: shared parts plus top-k of the routed experts).
-    let active = match &m.moe {
-        Some(x) => c.total - c.experts + c.experts * x.top_k as u128 / x.experts.max(1) as u128,
-        None => c.total,
-    } as f64;
-    let attn_flops_per_token = 6.0 * m.layers as f64 * seq as f64 * m.q_dim() as f64; // 12·L·s·d_q, halved by causality
-                                                                                      // Without a global batch: the smallest GPU-count multiple of sequences holding ≥ 4M tokens,
-                                                                                      // the scale of published LLM pre-training runs (stated in the output).
-    let global = req.global_batch.unwrap_or_else(|| {
-        let want = (4u64 << 20).div_ceil(seq).max(1);
-        let mut g = req.gpus;
-        while g < want {
-            g *= 2;
-        }
-        g
-    });
-    let micro_batches: Vec<u64> = divisors(global).into_iter().filter(|b| *b <= 64).collect();
-    let tp_opts: Vec<u64> = [1, 2, 4, 8, 16].into_iter().filter(|t| *t <= req.gpus_per_node.min(req.gpus) && m.heads % t == 0).collect();
-    // Megatron splits layers evenly or, with --decoder-first/last-pipeline-num-layers, unevenly:
-    // any pipeline size up to the layer count is a layout (the largest stage holds ceil(L/pp)).
-    let pp_opts: Vec<u64> = divisors(m.layers)
-        .into_iter()
-        .chain([2, 4, 8, 16, 32, 64, 128])
-        .filter(|p| *p <= req.gpus && *p <= m.layers.min(128))
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    let cp_opts: Vec<u64> = [1, 2, 4, 8, 16].into_iter().filter(|c| seq % c == 0 && seq / c >= 128).collect();
-    let peak = req.gpu.tflops_16bit.max(1.0) * 1e12 * req.throughput.mfu;
-    let tp_cfg = req.throughput;
+    let sb = state_bytes_per_param(req.job.optimizer);
+    let buckets = if req.gpus > 1 { 4 * c.total } else { 0 };
+    let states = (4 + 4 + sb + 4) * c.total + 2 * matmul + buckets;
+    let comm = collective(2.0, 4.0 * c.total as f64, req.gpus, dp_bandwidth(req), req.throughput.dp_overlap);
+    (base.clone(), states, comm, true)
+}
 
-    // Data-parallel engines (DDP, DeepSpeed ZeRO 0–3 and offloads, FSDP strategies).
-    let dp_all = req.gpus;
-    let dp_bw = if req.gpus <= req.gpus_per_node { tp_cfg.intra_node_gbps } else { tp_cfg.inter_node_gbps } * 1e9;
-    // Ring collectives move (n-1)/n of the buffer per rank per pass: an all-reduce is two passes
-    // (reduce-scatter + all-gather), ZeRO-3 / FSDP full_shard three (all-gather in forward and in
-    // backward, reduce-scatter of gradients). `passes` × size over the bandwidth, partly overlapped.
-    let collective = |passes: f64, bytes: f64, n: u64, bw: f64| {
-        if n > 1 {
-            passes * (n - 1) as f64 / n as f64 * bytes / bw * (1.0 - tp_cfg.dp_overlap)
-        } else {
-            0.0
-        }
-    };
-    let intra_bw = tp_cfg.intra_node_gbps * 1e9;
-    let grad_sync = |bytes: f64, n: u64| collective(2.0, bytes, n, dp_bw);
-    let p = c.total as f64;
-    let groups_dp = u128::from(dp_all > 1);
-    let mut dp_layouts: Vec<(Parallel, u128, f64, bool)> = Vec::new(); // layout, states, comm seconds, runs AMP
-    {
-        let s = Parallel { gpus: req.gpus, gpus_per_node: req.gpus_per_node, ..Parallel::single() };
-        // DDP: fp32 params + grads + states + foreach temp + autocast copies + flat buckets.
-        let ddp = (4 + 4 + sb + 4) * c.total + 2 * matmul + if dp_all > 1 { 4 * c.total } else { 0 };
-        dp_layouts.push((s.clone(), ddp, grad_sync(4.0 * p, dp_all), true));
-        for zero in 0..=3u8 {
-            for (oo, op) in [(false, false), (true, false), (true, true)] {
-                if (oo && zero == 0) || (op && zero != 3) {
-                    continue;
-                }
-                let par = Parallel { engine: Engine::DeepSpeed, zero, offload_optimizer: oo, offload_params: op, ..s.clone() };
-                let st = deepspeed_states(&c, zero, dp_all as u128, w, sb, oo, op).total();
-                let mut comm = if zero == 3 { collective(3.0, w as f64 * p, dp_all, dp_bw) } else { grad_sync(w as f64 * p, dp_all) };
-                if oo || op {
-                    comm += 2.0 * w as f64 * p / dp_all as f64 / (tp_cfg.pcie_gbps * 1e9) + p / dp_all as f64 * 2e-9;
-                    // PCIe both ways + CPU Adam (~2 ns/param)
-                }
-                dp_layouts.push((par, st, comm, false));
+fn deepspeed_layouts(req: &PlanRequest, c: &Counts, base: &Parallel, global: u64) -> Vec<DpLayout> {
+    let (p, n, t) = (c.total as f64, req.gpus, req.throughput);
+    let mut out = Vec::new();
+    // DeepSpeed-MoE expert parallelism (ZeRO 0–2 only: stage 3 refuses MoE layers) for MoE models.
+    let eps: Vec<u64> = ep_options(req.model, n).into_iter().filter(|e| n % e == 0).collect();
+    for (zero, ep) in (0..=3u8).flat_map(|z| eps.iter().map(move |e| (z, *e))) {
+        for (oo, op) in [(false, false), (true, false), (true, true)] {
+            if (oo && zero == 0) || (op && zero != 3) || (ep > 1 && zero == 3) {
+                continue;
             }
-        }
-        for (strategy, n) in [
-            (FsdpStrategy::FullShard, dp_all),
-            (FsdpStrategy::ShardGradOp, dp_all),
-            (FsdpStrategy::HybridShard, req.gpus_per_node.min(dp_all)),
-        ] {
-            for oo in [false, true] {
-                if oo && strategy != FsdpStrategy::FullShard {
-                    continue;
-                }
-                let par = Parallel { engine: Engine::Fsdp, fsdp: strategy, offload_params: oo, offload_optimizer: oo, ..s.clone() };
-                let st = fsdp_states(&c, strategy, n as u128, w, sb, oo, oo).total();
-                let mut comm = match strategy {
-                    FsdpStrategy::ShardGradOp => collective(2.0, w as f64 * p, dp_all, dp_bw),
-                    // hybrid: shard traffic inside the node, a gradient all-reduce across replicas
-                    FsdpStrategy::HybridShard => {
-                        collective(3.0, w as f64 * p, n, intra_bw) + collective(2.0, w as f64 * p / n as f64, dp_all / n.max(1), dp_bw)
-                    }
-                    _ => collective(3.0, w as f64 * p, dp_all, dp_bw),
-                };
-                if oo {
-                    comm += 2.0 * 4.0 * p / n as f64 / (tp_cfg.pcie_gbps * 1e9) + p / n as f64 * 2e-9;
-                }
-                dp_layouts.push((par, st, comm, false));
+            let par = Parallel { engine: Engine::DeepSpeed, zero, ep, offload_optimizer: oo, offload_params: op, ..base.clone() };
+            let s = Sharding::of(req.job, &par, n as u128);
+            let w = s.compute_bytes as f64;
+            let passes = if zero == 3 { 3.0 } else { 2.0 };
+            let mut comm = collective(passes, w * p, n, dp_bandwidth(req), t.dp_overlap);
+            if oo || op {
+                comm += offload_seconds(w, p / n as f64, t.pcie_gbps);
             }
+            // every token of the step, spread over the ranks, crosses the expert all-to-all
+            let tokens_per_rank = global as f64 * req.job.seq as f64 / n as f64;
+            let bw = if ep <= req.gpus_per_node { t.intra_node_gbps * 1e9 } else { dp_bandwidth(req) };
+            comm += all_to_all_seconds(req.model, tokens_per_rank, ep, req.model.moe_layers() as f64, bw);
+            out.push((par, deepspeed_states(c, zero, &s).total(), comm, false));
         }
     }
-    Ok(Prepared {
-        req: req.clone(),
-        c,
-        budget,
-        base_overhead,
-        nccl,
-        global,
-        micro_batches,
-        acts_pure,
-        acts_amp,
-        active,
-        attn_flops_per_token,
-        peak,
-        tp_opts,
-        pp_opts,
-        cp_opts,
-        groups_dp,
-        dp_layouts,
-    })
+    out
+}
+
+fn fsdp_layouts(req: &PlanRequest, c: &Counts, base: &Parallel) -> Vec<DpLayout> {
+    let (p, all, t) = (c.total as f64, req.gpus, req.throughput);
+    let (bw, intra) = (dp_bandwidth(req), t.intra_node_gbps * 1e9);
+    let mut out = Vec::new();
+    for strategy in [FsdpStrategy::FullShard, FsdpStrategy::ShardGradOp, FsdpStrategy::HybridShard] {
+        for oo in [false, true] {
+            if oo && strategy != FsdpStrategy::FullShard {
+                continue;
+            }
+            let par = Parallel { engine: Engine::Fsdp, fsdp: strategy, offload_params: oo, offload_optimizer: oo, ..base.clone() };
+            let n = if strategy == FsdpStrategy::HybridShard { req.gpus_per_node.min(all) } else { all };
+            let s = Sharding::of(req.job, &par, n as u128);
+            let w = s.compute_bytes as f64;
+            let mut comm = match strategy {
+                FsdpStrategy::ShardGradOp => collective(2.0, w * p, all, bw, t.dp_overlap),
+                // hybrid: shard traffic inside the node, a gradient all-reduce across replicas
+                FsdpStrategy::HybridShard => {
+                    collective(3.0, w * p, n, intra, t.dp_overlap) + collective(2.0, w * p / n as f64, all / n.max(1), bw, t.dp_overlap)
+                }
+                _ => collective(3.0, w * p, all, bw, t.dp_overlap),
+            };
+            if oo {
+                comm += offload_seconds(s.shard_bytes as f64, p / n as f64, t.pcie_gbps);
+            }
+            out.push((par, fsdp_states(c, strategy, &s).total(), comm, false));
+        }
+    }
+    out
+}
+
+fn bad(what: &str, value: &str, hint: &str) -> Error {
+    Error::InvalidValue { what: what.into(), value: value.into(), hint: hint.into() }
+}
+
+/// Checkpointing modes in the order of the activation tables.
+const MODES: [Checkpointing; 3] = [Checkpointing::None, Checkpointing::Selective, Checkpointing::Full];
+
+/// What a run has seen so far: counts and the best plans, fastest first.
+#[derive(Default)]
+struct Tally {
+    evaluated: u64,
+    fitting: u64,
+    best: Vec<(f64, Plan)>,
+}
+
+/// One configuration to score: the layout, micro-batch, checkpointing mode (index into
+/// [`MODES`]), per-GPU bytes, data-parallel size and communication seconds outside compute.
+struct Candidate<'p> {
+    par: &'p Parallel,
+    mb: u64,
+    ck: usize,
+    bytes: u128,
+    dp: u64,
+    comm: f64,
 }
 
 impl Prepared<'_> {
-    /// Number of configurations a run evaluates is reported in its result.
+    /// Evaluate every configuration; the number evaluated is reported in the result.
     pub fn run(&self) -> PlanResult {
-        let req = &self.req;
-        let m = req.model;
-        let c = &self.c;
-        let (budget, base_overhead, nccl, global) = (self.budget, self.base_overhead, self.nccl, self.global);
-        let (acts_pure, acts_amp, active, attn_flops_per_token, peak) =
-            (self.acts_pure, self.acts_amp, self.active, self.attn_flops_per_token, self.peak);
-        let (micro_batches, tp_opts, pp_opts, cp_opts) = (&self.micro_batches, &self.tp_opts, &self.pp_opts, &self.cp_opts);
-        let (groups_dp, dp_layouts) = (self.groups_dp, &self.dp_layouts);
-        let o = req.job.overheads;
-        let seq = req.job.seq;
-        let tp_cfg = req.throughput;
-        let p = c.total as f64;
-        let dp_all = req.gpus;
-        let modes = [Checkpointing::None, Checkpointing::Selective, Checkpointing::Full];
-        let mut evaluated = 0u64;
-        let mut fitting = 0u64;
-        let mut best: Vec<(f64, Plan)> = Vec::new();
-        let only = req.only;
-        let mut consider = |par: &Parallel, mb: u64, ck: usize, bytes: u128, dp: u64, extra_comm: f64| {
-            if only.is_some_and(|e| e != par.engine) {
-                return;
-            }
-            evaluated += 1;
-            if bytes > budget {
-                return;
-            }
-            fitting += 1;
-            if global % (mb * dp) != 0 {
-                return;
-            }
-            let accum = global / (mb * dp);
-            let tokens = (global * seq) as f64;
-            let recompute = match modes[ck] {
-                Checkpointing::Full => 8.0 / 6.0,
-                Checkpointing::Selective => 1.02,
-                Checkpointing::None => 1.0,
-            };
-            let compute = (6.0 * active * tokens * recompute + attn_flops_per_token * tokens) / (req.gpus as f64 * peak);
-            let bubble = if par.pp > 1 { (par.pp - 1) as f64 / ((accum * par.virtual_stages) as f64 + (par.pp - 1) as f64) } else { 0.0 };
-            let step = compute / (1.0 - bubble) + extra_comm;
-            let tps = tokens / step;
-            if best.len() < req.keep || tps > best.last().map_or(0.0, |b| b.0) {
-                let plan = Plan {
-                    parallel: par.clone(),
-                    micro_batch: mb,
-                    grad_accum: accum,
-                    checkpointing: modes[ck],
-                    per_gpu_bytes: bytes as u64,
-                    step_seconds: step,
-                    tokens_per_second: tps,
-                    global_batch: global,
-                    reason: String::new(),
-                };
-                let pos = best.partition_point(|b| b.0 >= tps);
-                best.insert(pos, (tps, plan));
-                best.truncate(req.keep);
-            }
-        };
-
-        for (par, states, comm, amp) in dp_layouts.iter() {
-            for &mb in micro_batches.iter() {
-                for ck in 0..3 {
-                    let per_mb = if *amp { acts_amp[ck] } else { acts_pure[ck] };
-                    let alloc = states + per_mb * mb as u128;
-                    let total = alloc + (alloc as f64 * o.allocator_reserve) as u128 + base_overhead + groups_dp * nccl;
-                    consider(par, mb, ck, total, dp_all, *comm);
-                }
-            }
-        }
-
-        // Megatron: TP within a node, PP over layers, CP over the sequence, SP with TP, distributed optimizer.
-        for &tp in tp_opts.iter() {
-            for &pp in pp_opts.iter() {
-                for &cp in cp_opts.iter() {
-                    let shards = tp * pp * cp;
-                    if shards > req.gpus || req.gpus % shards != 0 {
-                        continue;
-                    }
-                    let dp = req.gpus / shards;
-                    for dist in [false, true] {
-                        if dist && dp == 1 {
-                            continue; // nothing to distribute over
-                        }
-                        for (vs, sp) in [(1u64, true), (2, true), (4, true), (1, false)] {
-                            let bad_interleave = vs > 1 && (pp == 1 || m.layers % (pp * vs) != 0);
-                            // without TP, sequence parallelism means nothing: one variant only
-                            if bad_interleave || (tp == 1 && !sp) {
-                                continue;
-                            }
-                            let par = Parallel {
-                                gpus: req.gpus,
-                                gpus_per_node: req.gpus_per_node,
-                                engine: Engine::Megatron,
-                                tp,
-                                pp,
-                                cp,
-                                sp: sp && tp > 1,
-                                distributed_optimizer: dist,
-                                virtual_stages: vs,
-                                ..Parallel::single()
-                            };
-                            let groups = [dp > 1, tp > 1, pp > 1, cp > 1].iter().filter(|g| **g).count() as u128;
-                            let dp_bw_m =
-                                if dp * tp * cp <= req.gpus_per_node { tp_cfg.intra_node_gbps } else { tp_cfg.inter_node_gbps } * 1e9;
-                            let shard_params = p / (tp * pp) as f64;
-                            let dp_comm = if dp > 1 {
-                                2.0 * (dp - 1) as f64 / dp as f64 * 4.0 * shard_params / dp_bw_m * (1.0 - tp_cfg.dp_overlap)
-                            } else {
-                                0.0
-                            };
-                            for &mb in micro_batches.iter() {
-                                // TP: 4 all-reduces of the activations per layer per micro-batch (Megatron).
-                                let tp_comm = if tp > 1 {
-                                    4.0 * 2.0 * (tp - 1) as f64 / tp as f64
-                                        * (mb * seq / cp) as f64
-                                        * m.hidden as f64
-                                        * 2.0
-                                        * (m.layers / pp) as f64
-                                        / (tp_cfg.intra_node_gbps * 1e9)
-                                } else {
-                                    0.0
-                                };
-                                for ck in 0..3 {
-                                    let micro_per_step = (global / (mb * dp)).max(1);
-                                    let ml = megatron_layout(
-                                        m,
-                                        c,
-                                        &par,
-                                        mb,
-                                        seq,
-                                        [Checkpointing::None, Checkpointing::Selective, Checkpointing::Full][ck],
-                                        false,
-                                        micro_per_step,
-                                    );
-                                    let states = 2 * ml.shard + 4 * ml.shard + ml.optimizer;
-                                    let alloc = states + if ml.first_loaded { ml.activations } else { ml.last_logits.max(ml.activations) };
-                                    let total = alloc + (alloc as f64 * o.allocator_reserve) as u128 + base_overhead + groups * nccl;
-                                    consider(&par, mb, ck, total, dp, dp_comm + tp_comm * micro_per_step as f64);
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        let mut top: Vec<Plan> = best.into_iter().map(|(_, p)| p).collect();
+        let mut t = Tally::default();
+        self.run_data_parallel(&mut t);
+        self.run_megatron(&mut t);
+        let mut top: Vec<Plan> = t.best.into_iter().map(|(_, p)| p).collect();
         let leader = top.first().map(|p| p.tokens_per_second).unwrap_or(0.0);
         for p in &mut top {
-            p.reason = reason(p, leader, req.gpu.memory);
+            p.reason = reason(p, leader, self.req.gpu.memory);
         }
-        PlanResult { evaluated, fitting, global_batch: global, top, throughput: req.throughput }
+        PlanResult {
+            evaluated: t.evaluated,
+            fitting: t.fitting,
+            global_batch: self.global,
+            global_tokens: self.global as f64 * self.req.job.seq as f64,
+            top,
+            throughput: self.req.throughput,
+        }
+    }
+
+    /// Allocated bytes plus the allocator reserve and fixed overheads with `groups` communicators.
+    fn with_overheads(&self, alloc: u128, groups: u128) -> u128 {
+        alloc + (alloc as f64 * self.req.job.overheads.allocator_reserve) as u128 + self.base_overhead + groups * self.nccl
+    }
+
+    /// Score one configuration: count it, keep it among the best if it fits and divides the
+    /// global batch.
+    fn consider(&self, t: &mut Tally, x: Candidate) {
+        let req = &self.req;
+        if req.only.is_some_and(|e| e != x.par.engine) {
+            return;
+        }
+        t.evaluated += 1;
+        if x.bytes > self.budget {
+            return;
+        }
+        t.fitting += 1;
+        let global = self.global;
+        if global % (x.mb * x.dp) != 0 {
+            return;
+        }
+        let accum = global / (x.mb * x.dp);
+        if accum > MAX_GRAD_ACCUM {
+            return; // beyond what `--grad-accum` accepts
+        }
+        let (step, tps) = self.step_time(x.par, accum, MODES[x.ck], x.comm);
+        if t.best.len() < req.keep || tps > t.best.last().map_or(0.0, |b| b.0) {
+            let plan = Plan {
+                parallel: x.par.clone(),
+                micro_batch: x.mb,
+                grad_accum: accum,
+                checkpointing: MODES[x.ck],
+                per_gpu_bytes: x.bytes as u64,
+                step_seconds: step,
+                tokens_per_second: tps,
+                global_batch: global,
+                reason: String::new(),
+            };
+            let pos = t.best.partition_point(|b| b.0 >= tps);
+            t.best.insert(pos, (tps, plan));
+            t.best.truncate(req.keep);
+        }
+    }
+
+    /// Seconds per step and tokens/s: 6·N·tokens (× recomputation) plus causal attention over
+    /// GPUs × peak × MFU, stretched by the 1F1B bubble (p-1)/(m·v + p-1), plus communication.
+    fn step_time(&self, par: &Parallel, accum: u64, ck: Checkpointing, comm: f64) -> (f64, f64) {
+        let tokens = self.global as f64 * self.req.job.seq as f64;
+        let recompute = match ck {
+            Checkpointing::Full => 8.0 / 6.0,
+            Checkpointing::Selective => 1.02,
+            Checkpointing::None => 1.0,
+        };
+        let compute = (6.0 * self.active * tokens * recompute + self.attn_flops_per_token * tokens) / (self.req.gpus as f64 * self.peak);
+        let bubble = if par.pp > 1 { (par.pp - 1) as f64 / (accum as f64 * par.virtual_stages as f64 + (par.pp - 1) as f64) } else { 0.0 };
+        let step = compute / (1.0 - bubble) + comm;
+        (step, tokens / step)
+    }
+
+    fn run_data_parallel(&self, t: &mut Tally) {
+        for (par, states, comm, amp) in self.dp_layouts.iter() {
+            for &mb in self.micro_batches.iter() {
+                for ck in 0..3 {
+                    let per_mb = if *amp { self.acts_amp[ck] } else { self.acts_pure[ck] };
+                    // one more communicator for the expert all-to-all
+                    let groups = self.groups_dp + u128::from(par.ep > 1);
+                    let bytes = self.with_overheads(states + per_mb * mb as u128, groups);
+                    self.consider(t, Candidate { par, mb, ck, bytes, dp: self.req.gpus, comm: *comm });
+                }
+            }
+        }
+    }
+
+    /// Megatron: TP within a node, PP over layers, CP over the sequence, SP with TP, distributed optimizer.
+    fn run_megatron(&self, t: &mut Tally) {
+        let gpus = self.req.gpus;
+        for &tp in self.tp_opts.iter() {
+            for &pp in self.pp_opts.iter() {
+                for &cp in self.cp_opts.iter() {
+                    let shards = tp * pp * cp;
+                    if shards > gpus || gpus % shards != 0 {
+                        continue;
+                    }
+                    let dp = gpus / shards;
+                    for &ep in self.ep_opts.iter().filter(|e| dp % **e == 0) {
+                        for dist in [false, true] {
+                            // nothing to distribute over with dp 1
+                            if !(dist && dp == 1) {
+                                self.run_megatron_variants(t, [tp, pp, cp, ep], dist);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Interleaving (virtual stages 1, 2, 4) and sequence parallelism for one TP × PP × CP × EP layout.
+    fn run_megatron_variants(&self, t: &mut Tally, [tp, pp, cp, ep]: [u64; 4], dist: bool) {
+        let req = &self.req;
+        for (vs, sp) in [(1u64, true), (2, true), (4, true), (1, false)] {
+            let bad_interleave = vs > 1 && (pp == 1 || req.model.layers % (pp * vs) != 0);
+            // without TP, sequence parallelism means nothing: one variant only
+            if bad_interleave || (tp == 1 && !sp) {
+                continue;
+            }
+            let par = Parallel {
+                gpus: req.gpus,
+                gpus_per_node: req.gpus_per_node,
+                engine: Engine::Megatron,
+                tp,
+                pp,
+                cp,
+                ep,
+                sp: sp && tp > 1,
+                distributed_optimizer: dist,
+                virtual_stages: vs,
+                ..Parallel::single()
+            };
+            self.run_megatron_batches(t, &par);
+        }
+    }
+
+    /// Seconds of expert-parallel all-to-all per micro-batch: Megatron-Core's alltoall token
+    /// dispatcher sends each token's top-k copies out and back (dispatch + combine) in forward
+    /// and again in backward, 4 × tokens × top-k × hidden × 2 B × (ep-1)/ep per MoE layer on
+    /// this stage (moe/token_dispatcher.py), at NVLink speed inside a node, not overlapped.
+    fn expert_all_to_all(&self, par: &Parallel, mb: u64) -> f64 {
+        let (m, tc) = (self.req.model, self.req.throughput);
+        let tokens = (mb * self.req.job.seq / par.cp) as f64;
+        let bw = if par.ep * par.tp <= self.req.gpus_per_node { tc.intra_node_gbps } else { tc.inter_node_gbps } * 1e9;
+        all_to_all_seconds(m, tokens, par.ep, m.moe_layers() as f64 / par.pp as f64, bw)
+    }
+
+    /// Every micro-batch and checkpointing mode of one Megatron layout.
+    fn run_megatron_batches(&self, t: &mut Tally, par: &Parallel) {
+        let (req, m, tc) = (&self.req, self.req.model, self.req.throughput);
+        let (tp, pp, cp, dp, seq) = (par.tp, par.pp, par.cp, par.dp(), req.job.seq);
+        let groups = [dp > 1, tp > 1, pp > 1, cp > 1, par.ep > 1].iter().filter(|g| **g).count() as u128;
+        let dp_bw = if dp * tp * cp <= req.gpus_per_node { tc.intra_node_gbps } else { tc.inter_node_gbps } * 1e9;
+        // fp32 gradient all-reduce of this rank's shard (its 1/ep of the experts) over dp.
+        let c = &self.c;
+        let local = (c.total - c.experts + c.experts / par.ep as u128) as f64;
+        let dp_comm = collective(2.0, 4.0 * local / (tp * pp) as f64, dp, dp_bw, tc.dp_overlap);
+        for &mb in self.micro_batches.iter() {
+            // TP: 4 all-reduces of the activations per layer per micro-batch (Megatron), not overlapped.
+            let bytes = (mb * seq / cp) as f64 * m.hidden as f64 * 2.0 * (m.layers / pp) as f64;
+            let tp_comm = collective(4.0 * 2.0, bytes, tp, tc.intra_node_gbps * 1e9, 0.0);
+            let micro_per_step = (self.global / (mb * dp)).max(1);
+            let comm = dp_comm + (tp_comm + self.expert_all_to_all(par, mb)) * micro_per_step as f64;
+            for (ck, mode) in MODES.into_iter().enumerate() {
+                let ml = megatron_layout(m, &self.c, par, mb, seq, mode, false, micro_per_step);
+                let acts = if ml.first_loaded { ml.activations } else { ml.last_logits.max(ml.activations) };
+                let bytes = self.with_overheads(6 * ml.shard + ml.optimizer + acts, groups);
+                self.consider(t, Candidate { par, mb, ck, bytes, dp, comm });
+            }
+        }
     }
 }
+
 fn reason(p: &Plan, leader: f64, gpu_mem: u64) -> String {
     let mut why = Vec::new();
     let par = &p.parallel;
     why.push(format!("{:.0}% of the GPU", 100.0 * p.per_gpu_bytes as f64 / gpu_mem as f64));
     match par.engine {
         Engine::Ddp => why.push("plain data parallel: no sharding traffic".into()),
-        Engine::DeepSpeed => why.push(format!(
-            "ZeRO-{} shards {}",
-            par.zero,
-            ["nothing", "optimizer states", "gradients and optimizer states", "everything"][par.zero as usize]
-        )),
+        Engine::DeepSpeed => {
+            why.push(format!(
+                "ZeRO-{} shards {}",
+                par.zero,
+                ["nothing", "optimizer states", "gradients and optimizer states", "everything"][par.zero as usize]
+            ));
+            if par.ep > 1 {
+                why.push(format!("DeepSpeed-MoE EP {} splits the experts", par.ep));
+            }
+        }
         Engine::Fsdp => why.push(format!("FSDP {:?}", par.fsdp).to_lowercase()),
         Engine::Megatron => {
             if par.tp > 1 {
                 why.push(format!("TP {} inside a node", par.tp));
             }
             if par.pp > 1 {
-                let bubble = (par.pp - 1) as f64 / ((p.grad_accum * par.virtual_stages) as f64 + (par.pp - 1) as f64);
+                let bubble = (par.pp - 1) as f64 / (p.grad_accum as f64 * par.virtual_stages as f64 + (par.pp - 1) as f64);
                 why.push(format!("PP {} with a {:.0}% bubble", par.pp, bubble * 100.0));
             }
             if par.cp > 1 {
                 why.push(format!("CP {} splits the sequence", par.cp));
+            }
+            if par.ep > 1 {
+                why.push(format!("EP {} splits the experts", par.ep));
             }
             if par.distributed_optimizer {
                 why.push("distributed optimizer".into());
@@ -511,12 +657,8 @@ fn reason(p: &Plan, leader: f64, gpu_mem: u64) -> String {
 /// Estimated tokens/s and seconds per step of a single-GPU job (same throughput model as the
 /// planner: 6·N·tokens FLOPs plus causal attention and recomputation, over peak × MFU).
 pub fn single_gpu_throughput(m: &Model, job: &Job, gpu: &Gpu, mfu: f64) -> (f64, f64) {
-    let c = Counts::of(m);
-    let active = match &m.moe {
-        Some(x) => c.total - c.experts + c.experts * x.top_k as u128 / x.experts.max(1) as u128,
-        None => c.total,
-    } as f64;
-    let tokens = (job.batch * job.seq * job.grad_accum) as f64;
+    let active = active_params(m, &Counts::of(m));
+    let tokens = job.batch as f64 * job.seq as f64 * job.grad_accum as f64;
     let recompute = match job.checkpointing {
         Checkpointing::Full => 8.0 / 6.0,
         Checkpointing::Selective => 1.02,

@@ -162,3 +162,132 @@ proptest! {
         prop_assert!(b.peak_allocated <= a.peak_allocated);
     }
 }
+
+fn mixtral() -> vram_core::Model {
+    presets::load("mixtral-8x7b").unwrap()
+}
+
+#[test]
+fn fsdp_pure_bf16_shards_params_grads_and_states_in_16_bit() {
+    // model.to(bfloat16) without MixedPrecision: the FlatParameter shard, its gradient and
+    // torch.optim's Adam moments (zeros_like(p)) are bf16 — half the bytes of bf16-mixed's fp32 shards.
+    let m = presets::load("llama-3.1-8b").unwrap();
+    let p = Counts::of(&m).total;
+    let par = Parallel { gpus: 8, engine: Engine::Fsdp, fsdp: FsdpStrategy::FullShard, ..Parallel::single() };
+    let at = |precision| estimate_parallel(&m, &Job { precision, ..Job::train(1, 4096) }, &par, 1).unwrap();
+    let (pure, mixed) = (at(Precision::Bf16), at(Precision::Bf16Mixed));
+    assert_eq!(comp(&pure, "parameters (16-bit shard)"), 2 * p / 8);
+    assert_eq!(comp(&pure, "gradients (16-bit shard)"), 2 * p / 8);
+    assert_eq!(comp(&pure, "optimizer states"), 4 * p / 8);
+    assert_eq!(comp(&mixed, "parameters (fp32 shard)"), 4 * p / 8);
+    assert_eq!(comp(&mixed, "optimizer states"), 8 * p / 8);
+    assert!(pure.total < mixed.total);
+    assert!(pure.notes.iter().any(|n| n.contains("FSDP")), "{:?}", pure.notes);
+}
+
+#[test]
+fn deepspeed_pure_bf16_keeps_fp32_master_states_and_says_so() {
+    // DeepSpeed's bf16 optimizer keeps fp32 master weights and states unless
+    // bf16_master_weights_and_grads / bf16_optimizer_states (default false) are set.
+    let m = presets::load("llama-3.1-8b").unwrap();
+    let at = |precision| estimate_parallel(&m, &Job { precision, ..Job::train(1, 4096) }, &ds(3, 8, false, false), 1).unwrap();
+    let (pure, mixed) = (at(Precision::Bf16), at(Precision::Bf16Mixed));
+    assert_eq!(ds_model_states(&pure), ds_model_states(&mixed));
+    assert!(pure.notes.iter().any(|n| n.contains("fp32 master") && n.contains("bf16_master_weights_and_grads")), "{:?}", pure.notes);
+    assert!(mixed.notes.is_empty(), "{:?}", mixed.notes);
+}
+
+#[test]
+fn offload_without_a_sharding_engine_is_refused_naming_the_option() {
+    let ddp = Parallel { gpus: 8, offload_optimizer: true, ..Parallel::single() };
+    let e = ddp.validate_options().unwrap_err().to_string();
+    assert!(e.contains("--zero") && e.contains("--fsdp"), "{e}");
+    let one_gpu = Parallel { offload_optimizer: true, ..Parallel::single() };
+    assert!(one_gpu.validate_options().is_err());
+    let bad = [
+        Parallel { gpus: 8, engine: Engine::Megatron, offload_optimizer: true, ..Parallel::single() },
+        Parallel { gpus: 8, engine: Engine::DeepSpeed, zero: 0, offload_optimizer: true, ..Parallel::single() },
+        Parallel { gpus: 8, engine: Engine::DeepSpeed, zero: 2, offload_optimizer: true, offload_params: true, ..Parallel::single() },
+        Parallel { gpus: 8, engine: Engine::Fsdp, fsdp: FsdpStrategy::NoShard, offload_optimizer: true, ..Parallel::single() },
+        Parallel { gpus: 8, engine: Engine::DeepSpeed, zero: 2, distributed_optimizer: true, ..Parallel::single() },
+        Parallel { gpus: 8, engine: Engine::Megatron, pp: 1, virtual_stages: 2, ..Parallel::single() },
+        Parallel { gpus: 8, engine: Engine::DeepSpeed, zero: 2, ep: 0, ..Parallel::single() },
+    ];
+    for p in bad {
+        assert!(p.validate_options().is_err(), "{p:?}");
+    }
+    for ok in [ds(1, 8, true, false), ds(3, 8, true, true)] {
+        ok.validate_options().unwrap();
+    }
+}
+
+#[test]
+fn huge_layout_products_are_errors_not_overflows() {
+    let p = Parallel { gpus: 8, engine: Engine::Megatron, tp: u64::MAX / 2, pp: 4, ..Parallel::single() };
+    assert!(p.validate_options().is_err());
+    assert_eq!(p.dp(), 0);
+}
+
+#[test]
+fn deepspeed_moe_keeps_only_local_experts_in_16_bit() {
+    // deepspeed/moe/layer.py: num_local_experts = num_experts / ep_size; the expert partitions of
+    // the optimizer live in the expert-data-parallel group of dp / ep ranks (stage_1_and_2.py).
+    let m = mixtral();
+    let c = Counts::of(&m);
+    let job = Job::train(1, 4096);
+    let at = |ep| estimate_parallel(&m, &job, &Parallel { ep, ..ds(2, 8, false, false) }, 1).unwrap();
+    let (one, eight) = (at(1), at(8));
+    assert_eq!(comp(&one, "parameters (16-bit)"), 2 * c.total);
+    assert_eq!(comp(&eight, "parameters (16-bit)"), 2 * (c.total - c.experts + c.experts / 8));
+    // ZeRO-2's partitioned states are Ψ/N either way.
+    assert_eq!(comp(&one, "optimizer states"), comp(&eight, "optimizer states"));
+    assert!(eight.total < one.total);
+}
+
+#[test]
+fn expert_parallel_is_refused_where_the_engine_has_none() {
+    let m = mixtral();
+    let job = Job::train(1, 4096);
+    // runtime/engine.py: assert not self.has_moe_layers, "MoE not supported with Stage 3".
+    let e = estimate_parallel(&m, &job, &Parallel { ep: 8, ..ds(3, 8, false, false) }, 1).unwrap_err().to_string();
+    assert!(e.contains("Stage 3"), "{e}");
+    let fsdp = Parallel { gpus: 8, engine: Engine::Fsdp, fsdp: FsdpStrategy::FullShard, ep: 8, ..Parallel::single() };
+    assert!(estimate_parallel(&m, &job, &fsdp, 1).is_err());
+    // ep must divide the experts (8) and the data-parallel size.
+    assert!(estimate_parallel(&m, &job, &Parallel { ep: 3, ..ds(2, 12, false, false) }, 1).is_err());
+    assert!(estimate_parallel(&m, &job, &Parallel { ep: 16, ..ds(2, 16, false, false) }, 1).is_err());
+}
+
+#[test]
+fn megatron_distributed_optimizer_shards_experts_over_expert_data_parallel() {
+    // Megatron-Core builds the expert optimizer on the expert-data-parallel group (dp / ep ranks).
+    let m = mixtral();
+    let c = Counts::of(&m);
+    let par = Parallel { gpus: 16, engine: Engine::Megatron, ep: 8, distributed_optimizer: true, ..Parallel::single() };
+    let e = estimate_parallel(&m, &Job::train(1, 4096), &par, 1).unwrap();
+    let local_experts = c.experts / 8;
+    let shard = c.total - c.experts + local_experts;
+    assert_eq!(comp(&e, "parameters (bf16)"), 2 * shard);
+    assert_eq!(comp(&e, "fp32 master weights + optimizer states"), 12 * ((shard - local_experts) / 16 + local_experts / 2));
+}
+
+#[test]
+fn the_layout_description_names_every_dimension() {
+    let par = Parallel { ep: 8, ..ds(2, 16, false, false) };
+    let d = par.describe();
+    assert!(d.contains("dp 16") && d.contains("ep 8") && d.contains("ZeRO-2") && d.contains("2 nodes"), "{d}");
+    let meg = Parallel { gpus: 64, engine: Engine::Megatron, tp: 8, pp: 2, sp: true, distributed_optimizer: true, ..Parallel::single() };
+    let d = meg.describe();
+    assert!(d.contains("dp 4 · tp 8 · pp 2 · cp 1 · ep 1") && d.contains("distributed optimizer"), "{d}");
+}
+
+#[test]
+fn zero3_gathers_an_moe_layers_whole_experts_module() {
+    // transformers' MixtralExperts owns gate_up_proj (E, 2F, H) and down_proj (E, H, F); ZeRO-3
+    // gathers a module's own parameters together: 16-bit params + grads of all 8 experts of a layer.
+    let m = mixtral();
+    let e = estimate_parallel(&m, &Job::train(1, 4096), &ds(3, 8, false, false), 1).unwrap();
+    let experts_module: u128 = 3 * 8 * 14336 * 4096;
+    assert_eq!(Counts::of(&m).largest_tensor, experts_module);
+    assert_eq!(comp(&e, "ZeRO-3 gathered largest module"), 2 * 2 * experts_module);
+}
