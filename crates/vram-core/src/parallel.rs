@@ -29,6 +29,18 @@ pub enum Engine {
     Megatron,
 }
 
+impl Engine {
+    /// The name users know the engine by.
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Ddp => "DDP",
+            Engine::DeepSpeed => "DeepSpeed",
+            Engine::Fsdp => "FSDP",
+            Engine::Megatron => "Megatron",
+        }
+    }
+}
+
 /// FSDP sharding strategy (torch `ShardingStrategy` names, HF `--fsdp` spellings).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -44,6 +56,16 @@ pub enum FsdpStrategy {
 }
 
 impl FsdpStrategy {
+    /// The HF / torch spelling (`full_shard`).
+    pub fn hf_name(self) -> &'static str {
+        match self {
+            FsdpStrategy::FullShard => "full_shard",
+            FsdpStrategy::ShardGradOp => "shard_grad_op",
+            FsdpStrategy::HybridShard => "hybrid_shard",
+            FsdpStrategy::NoShard => "no_shard",
+        }
+    }
+
     /// Parse `full_shard`, `shard_grad_op`, `hybrid_shard`, `no_shard`.
     pub fn parse(s: &str) -> Result<Self> {
         Ok(match s.to_ascii_lowercase().replace('-', "_").as_str() {
@@ -133,11 +155,12 @@ impl Parallel {
     /// The layout in one line, every parallel dimension named (for the CLI's header), e.g.
     /// `DeepSpeed on 16 GPUs (2 nodes × 8): dp 16 · tp 1 · pp 1 · cp 1 · ep 8 · ZeRO-2`.
     pub fn describe(&self) -> String {
+        let n = |count: u64, one: &str, many: &str| format!("{count} {}", if count == 1 { one } else { many });
         let mut s = format!(
-            "{:?} on {} GPUs ({} nodes × {}): dp {} · tp {} · pp {} · cp {} · ep {}",
-            self.engine,
-            self.gpus,
-            self.nodes(),
+            "{} on {} ({} × {}): dp {} · tp {} · pp {} · cp {} · ep {}",
+            self.engine.name(),
+            n(self.gpus, "GPU", "GPUs"),
+            n(self.nodes(), "node", "nodes"),
             self.gpus_per_node.min(self.gpus),
             self.dp(),
             self.tp,
@@ -147,12 +170,12 @@ impl Parallel {
         );
         match self.engine {
             Engine::DeepSpeed => s.push_str(&format!(" · ZeRO-{}", self.zero)),
-            Engine::Fsdp => s.push_str(&format!(" · {:?}", self.fsdp)),
+            Engine::Fsdp => s.push_str(&format!(" · {}", self.fsdp.hf_name())),
             Engine::Megatron if self.distributed_optimizer => s.push_str(" · distributed optimizer"),
             _ => {}
         }
         if self.sp {
-            s.push_str(" · SP");
+            s.push_str(" · sequence parallel");
         }
         if self.virtual_stages > 1 {
             s.push_str(&format!(" · {} virtual stages", self.virtual_stages));
@@ -163,6 +186,34 @@ impl Parallel {
             _ => {}
         }
         s
+    }
+
+    /// The engine and its options in a few words, for a table cell (`DeepSpeed ZeRO-2, EP 8`,
+    /// `Megatron, seq-parallel, dist-opt, 4 virtual`).
+    pub fn engine_label(&self) -> String {
+        let mut parts = vec![match self.engine {
+            Engine::DeepSpeed => format!("DeepSpeed ZeRO-{}", self.zero),
+            Engine::Fsdp => format!("FSDP {}", self.fsdp.hf_name()),
+            e => e.name().to_string(),
+        }];
+        if self.sp {
+            parts.push("seq-parallel".into());
+        }
+        if self.distributed_optimizer {
+            parts.push("dist-opt".into());
+        }
+        if self.virtual_stages > 1 {
+            parts.push(format!("{} virtual", self.virtual_stages));
+        }
+        if self.ep > 1 {
+            parts.push(format!("EP {}", self.ep));
+        }
+        match (self.offload_optimizer, self.offload_params) {
+            (_, true) => parts.push("offload opt+params".into()),
+            (true, false) => parts.push("offload opt".into()),
+            _ => {}
+        }
+        parts.join(", ")
     }
 
     /// Check every option-needs-option combination, without a model: the cluster, the engine's

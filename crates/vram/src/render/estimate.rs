@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use serde_json::{json, Value};
 use vram_core::gpu::Gpu;
-use vram_core::parallel::{Engine, Parallel, ParallelEstimate};
+use vram_core::parallel::{Parallel, ParallelEstimate};
 use vram_core::units::{gb, gib};
 use vram_core::{Job, Kind, Model};
 
@@ -74,21 +74,7 @@ pub fn json(r: &EstimateReport) -> Value {
 pub fn parallel_text(model: &Model, job: &Job, par: &Parallel, e: &ParallelEstimate, gpu: Option<&Gpu>) -> String {
     let mut out = String::new();
     header(&mut out, model, job);
-    let _ = writeln!(
-        out,
-        "{:?} on {} GPUs ({} nodes × {}): dp {} · tp {} · pp {} · cp {}{}{}{}",
-        par.engine,
-        par.gpus,
-        par.nodes(),
-        par.gpus_per_node.min(par.gpus),
-        e.dp,
-        par.tp,
-        par.pp,
-        par.cp,
-        if par.engine == Engine::DeepSpeed { format!(" · ZeRO-{}", par.zero) } else { String::new() },
-        if par.engine == Engine::Fsdp { format!(" · {:?}", par.fsdp) } else { String::new() },
-        if par.offload_optimizer || par.offload_params { " · CPU offload" } else { "" }
-    );
+    let _ = writeln!(out, "{}", par.describe());
     let _ = writeln!(out, "most loaded rank: {}", e.rank);
     let _ = writeln!(out);
     let _ = writeln!(out, "  {:<50} {:>10} {:>7}", "component (per GPU)", "GiB", "share");

@@ -20,7 +20,7 @@ pub fn text(model: &Model, job: &Job, gpu: &Gpu, r: &vram_core::plan::PlanResult
         r.evaluated,
         r.fitting,
         r.global_batch,
-        (r.global_batch * job.seq) as f64 / 1e6
+        r.global_tokens / 1e6
     );
     let _ = writeln!(
         out,
@@ -33,37 +33,15 @@ pub fn text(model: &Model, job: &Job, gpu: &Gpu, r: &vram_core::plan::PlanResult
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "  {:>2}  {:<22} {:>3} {:>3} {:>3} {:>5} {:>3} {:>6} {:<10} {:>9} {:>9} {:>12}",
+        "  {:>2}  {:<30} {:>3} {:>3} {:>3} {:>5} {:>3} {:>6} {:<10} {:>9} {:>9} {:>12}",
         "#", "engine", "tp", "pp", "cp", "dp", "mb", "accum", "recompute", "GiB/GPU", "s/step", "tokens/s"
     );
     for (i, p) in r.top.iter().enumerate() {
         let par = &p.parallel;
-        let engine = match par.engine {
-            vram_core::parallel::Engine::Ddp => "DDP".to_string(),
-            vram_core::parallel::Engine::DeepSpeed => format!(
-                "DeepSpeed ZeRO-{}{}",
-                par.zero,
-                if par.offload_params {
-                    "+off(p)"
-                } else if par.offload_optimizer {
-                    "+off(o)"
-                } else {
-                    ""
-                }
-            ),
-            vram_core::parallel::Engine::Fsdp => {
-                format!("FSDP {}{}", format!("{:?}", par.fsdp).to_lowercase(), if par.offload_params { "+off" } else { "" })
-            }
-            vram_core::parallel::Engine::Megatron => format!(
-                "Megatron{}{}{}",
-                if par.sp { " SP" } else { "" },
-                if par.distributed_optimizer { " DO" } else { "" },
-                if par.virtual_stages > 1 { format!(" v{}", par.virtual_stages) } else { String::new() }
-            ),
-        };
+        let engine = par.engine_label();
         let _ = writeln!(
             out,
-            "  {:>2}  {:<22} {:>3} {:>3} {:>3} {:>5} {:>3} {:>6} {:<10} {:>9.2} {:>9.2} {:>12.0}",
+            "  {:>2}  {:<30} {:>3} {:>3} {:>3} {:>5} {:>3} {:>6} {:<10} {:>9.2} {:>9.2} {:>12.0}",
             i + 1,
             engine,
             par.tp,
