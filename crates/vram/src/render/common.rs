@@ -5,6 +5,7 @@ use std::fmt::Write;
 
 use serde_json::{json, Value};
 use vram_core::gpu::{Gpu, MemorySource};
+use vram_core::parallel::{Engine, FsdpStrategy, Parallel};
 use vram_core::units::{gb, gib};
 use vram_core::{Estimate, Job, Mode, Model};
 
@@ -142,4 +143,43 @@ pub fn estimate_body(e: &Estimate) -> Value {
         "attention_kernel": e.attention_kernel,
         "notes": e.notes,
     })
+}
+
+/// `n` with its noun in the right number: "1 GPU", "8 GPUs".
+pub fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// The engine and its options in words a user reads: "DDP", "DeepSpeed ZeRO-3, optimizer
+/// offloaded to CPU", "FSDP full shard", "Megatron-LM, sequence parallel, distributed optimizer".
+pub fn engine_name(par: &Parallel) -> String {
+    let mut parts = vec![match par.engine {
+        Engine::Ddp => "DDP".to_string(),
+        Engine::DeepSpeed => format!("DeepSpeed ZeRO-{}", par.zero),
+        Engine::Fsdp => format!(
+            "FSDP {}",
+            match par.fsdp {
+                FsdpStrategy::FullShard => "full shard",
+                FsdpStrategy::ShardGradOp => "shard gradients and optimizer",
+                FsdpStrategy::HybridShard => "hybrid shard",
+                FsdpStrategy::NoShard => "no shard",
+            }
+        ),
+        Engine::Megatron => "Megatron-LM".to_string(),
+    }];
+    if par.sp {
+        parts.push("sequence parallel".into());
+    }
+    if par.distributed_optimizer {
+        parts.push("distributed optimizer".into());
+    }
+    if par.virtual_stages > 1 {
+        parts.push(format!("{} virtual pipeline stages", par.virtual_stages));
+    }
+    if par.offload_params {
+        parts.push("parameters and optimizer offloaded to CPU".into());
+    } else if par.offload_optimizer {
+        parts.push("optimizer offloaded to CPU".into());
+    }
+    parts.join(", ")
 }

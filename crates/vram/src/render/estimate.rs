@@ -4,11 +4,11 @@ use std::fmt::Write;
 
 use serde_json::{json, Value};
 use vram_core::gpu::Gpu;
-use vram_core::parallel::{Engine, Parallel, ParallelEstimate};
+use vram_core::parallel::{Parallel, ParallelEstimate};
 use vram_core::units::{gb, gib};
 use vram_core::{Job, Kind, Model};
 
-use super::common::{estimate_body, gib_cell, gpu_json, gpu_line, header, job_json, model_json, thousands, verdict};
+use super::common::{count, engine_name, estimate_body, gib_cell, gpu_json, gpu_line, header, job_json, model_json, thousands, verdict};
 use super::EstimateReport;
 
 /// `vram estimate` as a table.
@@ -76,18 +76,15 @@ pub fn parallel_text(model: &Model, job: &Job, par: &Parallel, e: &ParallelEstim
     header(&mut out, model, job);
     let _ = writeln!(
         out,
-        "{:?} on {} GPUs ({} nodes × {}): dp {} · tp {} · pp {} · cp {}{}{}{}",
-        par.engine,
-        par.gpus,
-        par.nodes(),
-        par.gpus_per_node.min(par.gpus),
+        "{} on {} ({} × {}): data parallel {} · tensor parallel {} · pipeline parallel {} · context parallel {}",
+        engine_name(par),
+        count(par.gpus, "GPU", "GPUs"),
+        count(par.nodes(), "node", "nodes"),
+        count(par.gpus_per_node.min(par.gpus), "GPU", "GPUs"),
         e.dp,
         par.tp,
         par.pp,
         par.cp,
-        if par.engine == Engine::DeepSpeed { format!(" · ZeRO-{}", par.zero) } else { String::new() },
-        if par.engine == Engine::Fsdp { format!(" · {:?}", par.fsdp) } else { String::new() },
-        if par.offload_optimizer || par.offload_params { " · CPU offload" } else { "" }
     );
     let _ = writeln!(out, "most loaded rank: {}", e.rank);
     let _ = writeln!(out);

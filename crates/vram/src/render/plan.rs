@@ -7,7 +7,7 @@ use vram_core::gpu::Gpu;
 use vram_core::units::gib;
 use vram_core::{Job, Model};
 
-use super::common::{gpu_json, gpu_line, header, job_json, model_json};
+use super::common::{engine_name, gpu_json, gpu_line, header, job_json, model_json};
 
 /// `vram plan`.
 pub fn text(model: &Model, job: &Job, gpu: &Gpu, r: &vram_core::plan::PlanResult) -> String {
@@ -31,41 +31,20 @@ pub fn text(model: &Model, job: &Job, gpu: &Gpu, r: &vram_core::plan::PlanResult
         t.dp_overlap * 100.0
     );
     let _ = writeln!(out);
+    let _ =
+        writeln!(out, "  tp/pp/cp/dp: tensor, pipeline, context and data parallel sizes · mb: micro-batch · accum: gradient accumulation");
     let _ = writeln!(
         out,
-        "  {:>2}  {:<22} {:>3} {:>3} {:>3} {:>5} {:>3} {:>6} {:<10} {:>9} {:>9} {:>12}",
-        "#", "engine", "tp", "pp", "cp", "dp", "mb", "accum", "recompute", "GiB/GPU", "s/step", "tokens/s"
+        "  {:>2}  {:>3} {:>3} {:>3} {:>5} {:>3} {:>6} {:<10} {:>9} {:>9} {:>12}",
+        "#", "tp", "pp", "cp", "dp", "mb", "accum", "recompute", "GiB/GPU", "s/step", "tokens/s"
     );
     for (i, p) in r.top.iter().enumerate() {
         let par = &p.parallel;
-        let engine = match par.engine {
-            vram_core::parallel::Engine::Ddp => "DDP".to_string(),
-            vram_core::parallel::Engine::DeepSpeed => format!(
-                "DeepSpeed ZeRO-{}{}",
-                par.zero,
-                if par.offload_params {
-                    "+off(p)"
-                } else if par.offload_optimizer {
-                    "+off(o)"
-                } else {
-                    ""
-                }
-            ),
-            vram_core::parallel::Engine::Fsdp => {
-                format!("FSDP {}{}", format!("{:?}", par.fsdp).to_lowercase(), if par.offload_params { "+off" } else { "" })
-            }
-            vram_core::parallel::Engine::Megatron => format!(
-                "Megatron{}{}{}",
-                if par.sp { " SP" } else { "" },
-                if par.distributed_optimizer { " DO" } else { "" },
-                if par.virtual_stages > 1 { format!(" v{}", par.virtual_stages) } else { String::new() }
-            ),
-        };
+        let engine = engine_name(par);
         let _ = writeln!(
             out,
-            "  {:>2}  {:<22} {:>3} {:>3} {:>3} {:>5} {:>3} {:>6} {:<10} {:>9.2} {:>9.2} {:>12.0}",
+            "  {:>2}  {:>3} {:>3} {:>3} {:>5} {:>3} {:>6} {:<10} {:>9.2} {:>9.2} {:>12.0}",
             i + 1,
-            engine,
             par.tp,
             par.pp,
             par.cp,
@@ -77,7 +56,7 @@ pub fn text(model: &Model, job: &Job, gpu: &Gpu, r: &vram_core::plan::PlanResult
             p.step_seconds,
             p.tokens_per_second
         );
-        let _ = writeln!(out, "      why: {}", p.reason);
+        let _ = writeln!(out, "      {engine} — why: {}", p.reason);
     }
     let _ = writeln!(out);
     let _ = writeln!(out, "on {} · write the best as a config: --emit deepspeed | accelerate | torchrun", gpu_line(gpu));

@@ -12,7 +12,7 @@ pub fn read_gguf(path: &std::path::Path) -> Result<vram_core::gguf::Gguf> {
     use std::io::Read;
     use vram_core::gguf::{parse, Parsed};
     let shown = path.display().to_string();
-    let mut f = std::fs::File::open(path).map_err(|e| UsageError(format!("cannot open {shown}: {e}")))?;
+    let mut f = super::local::open_regular(path)?;
     let len = f.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
     let mut buf = Vec::new();
     let mut want: u64 = 1 << 20;

@@ -17,19 +17,57 @@ const MAX_CONFIG: u64 = 16 << 20;
 /// Largest model.safetensors.index.json accepted.
 const MAX_INDEX: u64 = 64 << 20;
 
-/// A config.json given as a file.
+/// A config.json given as a file; weight files and other non-JSON files are named, not parsed.
 pub fn load_config_file(path: &Path) -> Result<Model> {
     let spec = path.display().to_string();
-    if is_gguf(path) {
-        return Err(usage(format!("{spec} is a GGUF file: `vram serve --model {spec} --gpu G` plans it under llama.cpp")));
+    let mut head = Vec::new();
+    open_regular(path)?.take(16).read_to_end(&mut head).with_context(|| format!("cannot read {spec}"))?;
+    if let Some(what) = sniff(&head) {
+        return Err(usage(format!("{spec} {what}")));
     }
     let bytes = read_limited(path, MAX_CONFIG)?;
+    if let Some(c) = bytes.iter().find(|c| !c.is_ascii_whitespace()).filter(|c| **c != b'{') {
+        return Err(usage(format!(
+            "{spec} is not a JSON config (it starts with {:?}): --model takes a config.json, a model directory, a preset or a Hub id",
+            char::from(*c)
+        )));
+    }
     Ok(parse_config(&bytes, &spec, &spec)?)
+}
+
+/// What a weights file is, from its first bytes, and which command reads it.
+fn sniff(head: &[u8]) -> Option<String> {
+    if head.starts_with(b"GGUF") {
+        return Some("is a GGUF file (llama.cpp weights): `vram serve --model FILE.gguf --gpu G` plans it under llama.cpp".into());
+    }
+    // safetensors: an 8-byte little-endian header length, then the JSON header.
+    if head.len() >= 9 && head[8] == b'{' {
+        return Some("is a safetensors weights file: give its directory (config.json + *.safetensors) as --model".into());
+    }
+    // torch.save since PyTorch 1.6 writes a zip archive; older checkpoints are raw pickles (protocol ≥ 2 starts with 0x80).
+    if head.starts_with(b"PK\x03\x04") {
+        return Some(
+            "is a zip archive (a PyTorch .bin/.pt checkpoint from torch.save): give the model directory with its config.json".into(),
+        );
+    }
+    if head.first() == Some(&0x80) {
+        return Some("is a Python pickle (a PyTorch checkpoint): give the model directory with its config.json".into());
+    }
+    None
+}
+
+/// Open a file only if it is a regular file: a FIFO, socket or device would block or never end.
+pub fn open_regular(path: &Path) -> Result<File> {
+    let meta = std::fs::metadata(path).with_context(|| format!("cannot open {}", path.display()))?;
+    if !meta.is_file() {
+        return Err(usage(format!("{} is not a regular file (a FIFO, socket or device?): vram reads only regular files", path.display())));
+    }
+    File::open(path).with_context(|| format!("cannot open {}", path.display()))
 }
 
 /// Read at most `limit` bytes of a file, refusing larger ones.
 pub fn read_limited(path: &Path, limit: u64) -> Result<Vec<u8>> {
-    let f = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let f = open_regular(path)?;
     let len = f.metadata().map(|m| m.len()).unwrap_or(0);
     if len > limit {
         return Err(usage(format!(
@@ -85,7 +123,7 @@ fn shard_names(dir: &Path) -> Result<Vec<String>> {
 /// One shard's safetensors header: 8 bytes of length, then that much JSON.
 fn read_header(p: &Path) -> Result<Vec<TensorInfo>> {
     let shown = p.display().to_string();
-    let mut f = File::open(p).with_context(|| format!("cannot open shard {shown} listed by the index"))?;
+    let mut f = open_regular(p).with_context(|| format!("cannot open shard {shown} listed by the index"))?;
     let mut first8 = [0u8; 8];
     f.read_exact(&mut first8).with_context(|| format!("{shown}: file shorter than the 8-byte header length"))?;
     let n = header_len(&first8, &shown)?;
@@ -101,5 +139,5 @@ fn read_header(p: &Path) -> Result<Vec<TensorInfo>> {
 /// Whether a file starts with the GGUF magic.
 pub fn is_gguf(path: &Path) -> bool {
     let mut magic = [0u8; 4];
-    File::open(path).and_then(|mut f| f.read_exact(&mut magic)).is_ok() && &magic == b"GGUF"
+    open_regular(path).is_ok_and(|mut f| f.read_exact(&mut magic).is_ok()) && &magic == b"GGUF"
 }
