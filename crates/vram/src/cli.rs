@@ -177,6 +177,7 @@ pub struct ParallelArgs {
 
 /// `vram estimate`.
 #[derive(Debug, Args)]
+#[command(after_help = crate::errors::EXIT_HELP)]
 pub struct EstimateArgs {
     /// The job.
     #[command(flatten)]
@@ -194,6 +195,7 @@ pub struct EstimateArgs {
 
 /// `vram fit`.
 #[derive(Debug, Args)]
+#[command(after_help = crate::errors::EXIT_HELP)]
 pub struct FitArgs {
     /// The job (its --batch-size is ignored: it is what is searched).
     #[command(flatten)]
@@ -217,6 +219,7 @@ pub struct FitArgs {
 
 /// `vram plan`.
 #[derive(Debug, Args)]
+#[command(after_help = crate::errors::EXIT_HELP)]
 pub struct PlanArgs {
     /// The job (batch size and checkpointing are searched).
     #[command(flatten)]
@@ -330,6 +333,7 @@ pub struct TuneArgs {
 
 /// `vram serve`: flags keep vLLM's (and llama.cpp's) own spelling.
 #[derive(Debug, Args)]
+#[command(after_help = crate::errors::EXIT_HELP)]
 pub struct ServeArgs {
     /// A preset, a config.json, a model directory, a Hub id (`org/name`) or a `.gguf` file.
     #[arg(long, short = 'm')]
@@ -427,4 +431,19 @@ pub fn llama_cpp_spellings(args: impl IntoIterator<Item = std::ffi::OsString>) -
             a
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::llama_cpp_spellings;
+
+    fn rewrite(args: &[&str]) -> Vec<String> {
+        llama_cpp_spellings(args.iter().map(std::ffi::OsString::from)).into_iter().map(|a| a.into_string().unwrap()).collect()
+    }
+
+    #[test]
+    fn llama_cpp_short_spellings_become_long_flags_before_the_separator() {
+        assert_eq!(rewrite(&["vram", "serve", "-ngl", "9", "-np=2"]), ["vram", "serve", "--n-gpu-layers", "9", "--parallel=2"]);
+        assert_eq!(rewrite(&["vram", "run", "--", "llama-server", "-ngl", "99"]), ["vram", "run", "--", "llama-server", "-ngl", "99"]);
+    }
 }
