@@ -16,6 +16,18 @@ pub fn text(r: &FitReport) -> String {
     header(&mut out, r.model, r.job);
     let _ = writeln!(out, "GPU: {} · target {:.0}% = {:.2} GiB", gpu_line(r.gpu), f.target_utilization * 100.0, gib(f.budget));
     let _ = writeln!(out);
+    rows(&mut out, r);
+    let _ = writeln!(out);
+    match (&f.chosen, f.max_batch) {
+        (Some(c), Some(b)) => chosen(&mut out, r, c, b),
+        _ => no_fit(&mut out, r),
+    }
+    out
+}
+
+/// One row per batch size searched, the largest within target marked.
+fn rows(out: &mut String, r: &FitReport) {
+    let f = r.fit;
     let accum = r.global_batch.is_some();
     let _ =
         writeln!(out, "  {:>6} {:>7} {:>14} {:>12} {:>8}", "batch", if accum { "accum" } else { "" }, "allocated GiB", "total GiB", "util");
@@ -38,41 +50,43 @@ pub fn text(r: &FitReport) -> String {
             row.utilization * 100.0
         );
     }
+}
+
+/// The chosen micro-batch, the next size, the verdict and the Trainer flags.
+fn chosen(out: &mut String, r: &FitReport, c: &vram_core::fit::FitRow, b: u64) {
+    let accum = r.global_batch.is_some();
+    let _ = write!(out, "largest micro-batch: {b} ({:.1}% of the GPU, {:.2} GiB)", c.utilization * 100.0, gib(c.total));
+    if accum {
+        let _ = write!(out, " with gradient accumulation {} (global batch {})", c.grad_accum, r.global_batch.unwrap_or(b));
+    }
     let _ = writeln!(out);
-    match (&f.chosen, f.max_batch) {
-        (Some(c), Some(b)) => {
-            let _ = write!(out, "largest micro-batch: {b} ({:.1}% of the GPU, {:.2} GiB)", c.utilization * 100.0, gib(c.total));
-            if accum {
-                let _ = write!(out, " with gradient accumulation {} (global batch {})", c.grad_accum, r.global_batch.unwrap_or(b));
-            }
-            let _ = writeln!(out);
-            if let Some(n) = &f.next {
-                let _ = writeln!(out, "next size {} would need {:.2} GiB ({:.1}%)", n.batch, gib(n.total), n.utilization * 100.0);
-            }
-            let _ = writeln!(out, "verdict: {}", verdict(c.utilization));
-            if r.job.mode == Mode::Train {
-                let _ = writeln!(
-                    out,
-                    "HF Trainer: --per_device_train_batch_size {b}{}",
-                    if accum { format!(" --gradient_accumulation_steps {}", c.grad_accum) } else { String::new() }
-                );
-            }
-            if let Some(e) = r.chosen {
-                let _ = writeln!(out, "peak at: {} · attention kernel {:?}", e.peak_phase.describe(), e.attention_kernel);
-            }
-        }
-        _ => {
-            let need = f.next.as_ref().map_or(0, |n| n.total);
-            let _ = writeln!(out, "batch 1 does not fit: it needs {:.2} GiB, the target allows {:.2} GiB", gib(need), gib(f.budget));
-            if !r.alternatives.is_empty() {
-                let _ = writeln!(out, "what would change it (total per GPU at batch 1):");
-                for a in &r.alternatives {
-                    let _ = writeln!(out, "  {:>9.2} GiB  {}  {}", gib(a.total), if a.fits { "fits   " } else { "too big" }, a.change);
-                }
-            }
+    if let Some(n) = &r.fit.next {
+        let _ = writeln!(out, "next size {} would need {:.2} GiB ({:.1}%)", n.batch, gib(n.total), n.utilization * 100.0);
+    }
+    let _ = writeln!(out, "verdict: {}", verdict(c.utilization));
+    if r.job.mode == Mode::Train {
+        let _ = writeln!(
+            out,
+            "HF Trainer: --per_device_train_batch_size {b}{}",
+            if accum { format!(" --gradient_accumulation_steps {}", c.grad_accum) } else { String::new() }
+        );
+    }
+    if let Some(e) = r.chosen {
+        let _ = writeln!(out, "peak at: {} · attention kernel {:?}", e.peak_phase.describe(), e.attention_kernel);
+    }
+}
+
+/// Batch 1 does not fit: what it needs, and what would change that.
+fn no_fit(out: &mut String, r: &FitReport) {
+    let f = r.fit;
+    let need = f.next.as_ref().map_or(0, |n| n.total);
+    let _ = writeln!(out, "batch 1 does not fit: it needs {:.2} GiB, the target allows {:.2} GiB", gib(need), gib(f.budget));
+    if !r.alternatives.is_empty() {
+        let _ = writeln!(out, "what would change it (total per GPU at batch 1):");
+        for a in &r.alternatives {
+            let _ = writeln!(out, "  {:>9.2} GiB  {}  {}", gib(a.total), if a.fits { "fits   " } else { "too big" }, a.change);
         }
     }
-    out
 }
 
 /// `vram fit --json`.
