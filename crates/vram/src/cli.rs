@@ -137,7 +137,7 @@ pub struct ParallelArgs {
     /// Nodes (with --gpus-per-node).
     #[arg(long)]
     pub nodes: Option<u64>,
-    /// GPUs per node [default: 8, an HGX/DGX node; sets which traffic crosses nodes].
+    /// GPUs per node: sets which traffic crosses nodes [default with --gpus: 8, an HGX/DGX node; required with --nodes].
     #[arg(long)]
     pub gpus_per_node: Option<u64>,
     /// DeepSpeed ZeRO stage: 0, 1, 2 or 3 (training).
