@@ -36,7 +36,7 @@ impl Engine {
             Engine::Ddp => "DDP",
             Engine::DeepSpeed => "DeepSpeed",
             Engine::Fsdp => "FSDP",
-            Engine::Megatron => "Megatron",
+            Engine::Megatron => "Megatron-LM",
         }
     }
 }
@@ -56,13 +56,13 @@ pub enum FsdpStrategy {
 }
 
 impl FsdpStrategy {
-    /// The HF / torch spelling (`full_shard`).
-    pub fn hf_name(self) -> &'static str {
+    /// The strategy in words (`full shard`).
+    pub fn describe(self) -> &'static str {
         match self {
-            FsdpStrategy::FullShard => "full_shard",
-            FsdpStrategy::ShardGradOp => "shard_grad_op",
-            FsdpStrategy::HybridShard => "hybrid_shard",
-            FsdpStrategy::NoShard => "no_shard",
+            FsdpStrategy::FullShard => "full shard",
+            FsdpStrategy::ShardGradOp => "shard gradients and optimizer",
+            FsdpStrategy::HybridShard => "hybrid shard",
+            FsdpStrategy::NoShard => "no shard",
         }
     }
 
@@ -157,61 +157,46 @@ impl Parallel {
     pub fn describe(&self) -> String {
         let n = |count: u64, one: &str, many: &str| format!("{count} {}", if count == 1 { one } else { many });
         let mut s = format!(
-            "{} on {} ({} × {}): dp {} · tp {} · pp {} · cp {} · ep {}",
-            self.engine.name(),
+            "{} on {} ({} × {}): data parallel {} · tensor parallel {} · pipeline parallel {} · context parallel {}",
+            self.engine_label(),
             n(self.gpus, "GPU", "GPUs"),
             n(self.nodes(), "node", "nodes"),
-            self.gpus_per_node.min(self.gpus),
+            n(self.gpus_per_node.min(self.gpus), "GPU", "GPUs"),
             self.dp(),
             self.tp,
             self.pp,
             self.cp,
-            self.ep
         );
-        match self.engine {
-            Engine::DeepSpeed => s.push_str(&format!(" · ZeRO-{}", self.zero)),
-            Engine::Fsdp => s.push_str(&format!(" · {}", self.fsdp.hf_name())),
-            Engine::Megatron if self.distributed_optimizer => s.push_str(" · distributed optimizer"),
-            _ => {}
-        }
-        if self.sp {
-            s.push_str(" · sequence parallel");
-        }
-        if self.virtual_stages > 1 {
-            s.push_str(&format!(" · {} virtual stages", self.virtual_stages));
-        }
-        match (self.offload_optimizer, self.offload_params) {
-            (_, true) => s.push_str(" · CPU offload (optimizer + params)"),
-            (true, false) => s.push_str(" · CPU offload (optimizer)"),
-            _ => {}
+        if self.ep > 1 {
+            s.push_str(&format!(" · expert parallel {}", self.ep));
         }
         s
     }
 
-    /// The engine and its options in a few words, for a table cell (`DeepSpeed ZeRO-2, EP 8`,
-    /// `Megatron, seq-parallel, dist-opt, 4 virtual`).
+    /// The engine and its options spelled out (`DeepSpeed ZeRO-2, expert parallel 8`,
+    /// `Megatron-LM, sequence parallel, distributed optimizer, 4 virtual pipeline stages`).
     pub fn engine_label(&self) -> String {
         let mut parts = vec![match self.engine {
             Engine::DeepSpeed => format!("DeepSpeed ZeRO-{}", self.zero),
-            Engine::Fsdp => format!("FSDP {}", self.fsdp.hf_name()),
+            Engine::Fsdp => format!("FSDP {}", self.fsdp.describe()),
             e => e.name().to_string(),
         }];
         if self.sp {
-            parts.push("seq-parallel".into());
+            parts.push("sequence parallel".into());
         }
         if self.distributed_optimizer {
-            parts.push("dist-opt".into());
+            parts.push("distributed optimizer".into());
         }
         if self.virtual_stages > 1 {
-            parts.push(format!("{} virtual", self.virtual_stages));
+            parts.push(format!("{} virtual pipeline stages", self.virtual_stages));
         }
         if self.ep > 1 {
-            parts.push(format!("EP {}", self.ep));
+            parts.push(format!("expert parallel {}", self.ep));
         }
-        match (self.offload_optimizer, self.offload_params) {
-            (_, true) => parts.push("offload opt+params".into()),
-            (true, false) => parts.push("offload opt".into()),
-            _ => {}
+        if self.offload_params {
+            parts.push("parameters and optimizer offloaded to CPU".into());
+        } else if self.offload_optimizer {
+            parts.push("optimizer offloaded to CPU".into());
         }
         parts.join(", ")
     }

@@ -22,9 +22,11 @@ pub fn gb(bytes: u64) -> f64 {
     bytes as f64 / GB as f64
 }
 
-/// Parse a memory size such as `24GiB`, `80GB`, `96G`, `40960MiB` or a plain byte count.
+/// Parse a memory size such as `24GiB`, `80GB`, `96G`, `40960MiB` or `512B`.
 ///
-/// Binary suffixes (`KiB`, `MiB`, `GiB`, `TiB`) are powers of two; decimal ones (`KB`, `MB`,
+/// A bare number is refused: `80` could be bytes, GB or GiB, and reading it as bytes turned
+/// `--gpu 80` into an 80-byte GPU. Flags that take bytes by their own definition (vLLM's
+/// `--kv-cache-memory-bytes`) use [`parse_bytes`]. Binary suffixes (`KiB`, `MiB`, `GiB`, `TiB`) are powers of two; decimal ones (`KB`, `MB`,
 /// `GB`, `TB`) are powers of ten. A bare `G`/`M` is read as binary, as `nvidia-smi` and
 /// PyTorch mean it. Fractions are allowed (`79.6GiB`) and rounded down to whole bytes.
 pub fn parse_size(text: &str) -> Result<u64> {
@@ -39,7 +41,14 @@ pub fn parse_size(text: &str) -> Result<u64> {
     };
     let value: f64 = num.parse().map_err(|_| bad())?;
     let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
+        "" => {
+            return Err(Error::InvalidValue {
+                what: "memory size".into(),
+                value: text.into(),
+                hint: format!("a bare number is ambiguous: write {0}GB (10^9 bytes), {0}GiB (2^30 bytes) or {0}B", num),
+            })
+        }
+        "b" => 1,
         "k" | "kib" => KIB,
         "m" | "mib" => MIB,
         "g" | "gib" => GIB,
@@ -61,6 +70,16 @@ pub fn parse_size(text: &str) -> Result<u64> {
     Ok(bytes as u64)
 }
 
+/// Parse a byte count for a flag whose unit is bytes by definition (vLLM's
+/// `--kv-cache-memory-bytes`): a bare integer is bytes; a size with a unit is also accepted.
+pub fn parse_bytes(text: &str) -> Result<u64> {
+    let s = text.trim();
+    if !s.is_empty() && s.chars().all(|c| c.is_ascii_digit() || c == '_') {
+        return parse_size(&format!("{s}B"));
+    }
+    parse_size(text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,13 +90,15 @@ mod tests {
         assert_eq!(parse_size("80GB").unwrap(), 80 * GB);
         assert_eq!(parse_size("96g").unwrap(), 96 * GIB);
         assert_eq!(parse_size("40960MiB").unwrap(), 40 * GIB);
-        assert_eq!(parse_size("1_000").unwrap(), 1000);
+        assert_eq!(parse_size("1_000B").unwrap(), 1000);
+        assert_eq!(parse_bytes("1_000").unwrap(), 1000);
+        assert_eq!(parse_bytes("2GiB").unwrap(), 2 * GIB);
         assert_eq!(parse_size(" 1.5GiB ").unwrap(), 3 * GIB / 2);
     }
 
     #[test]
     fn rejects_garbage() {
-        for bad in ["", "GiB", "12XB", "-5GB", "0", "1e30GB", "nan"] {
+        for bad in ["", "GiB", "12XB", "-5GB", "0", "80", "1e30GB", "nan"] {
             assert!(parse_size(bad).is_err(), "{bad} should fail");
         }
     }

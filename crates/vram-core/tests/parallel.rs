@@ -275,10 +275,16 @@ fn megatron_distributed_optimizer_shards_experts_over_expert_data_parallel() {
 fn the_layout_description_names_every_dimension() {
     let par = Parallel { ep: 8, ..ds(2, 16, false, false) };
     let d = par.describe();
-    assert!(d.contains("dp 16") && d.contains("ep 8") && d.contains("ZeRO-2") && d.contains("2 nodes"), "{d}");
+    assert!(d.contains("data parallel 16") && d.contains("expert parallel 8") && d.contains("ZeRO-2") && d.contains("2 nodes"), "{d}");
     let meg = Parallel { gpus: 64, engine: Engine::Megatron, tp: 8, pp: 2, sp: true, distributed_optimizer: true, ..Parallel::single() };
     let d = meg.describe();
-    assert!(d.contains("dp 4 · tp 8 · pp 2 · cp 1 · ep 1") && d.contains("distributed optimizer"), "{d}");
+    assert!(
+        d.contains("data parallel 4 · tensor parallel 8 · pipeline parallel 2 · context parallel 1")
+            && !d.contains("expert parallel")
+            && d.contains("sequence parallel")
+            && d.contains("distributed optimizer"),
+        "{d}"
+    );
 }
 
 #[test]

@@ -42,18 +42,23 @@ pub struct ListArgs {
     pub json: bool,
 }
 
-/// The job: model and how it is run.
+/// Largest --global-batch-size accepted (2^24 sequences; the largest published runs use ~2^12).
+pub const MAX_GLOBAL_BATCH: u64 = 1 << 24;
+
+/// The job: model and how it is run. Flags that only one mode reads are `Option`s so that
+/// resolution can tell "not given" from "given" and reject them in the other mode.
 #[derive(Debug, Args, Clone)]
 pub struct JobArgs {
-    /// A preset (`vram models`), a config.json, or a model directory (config.json + *.safetensors).
-    #[arg(long, short = 'm')]
+    /// A preset (`vram models`), a config.json, a model directory (config.json + *.safetensors),
+    /// or a Hugging Face Hub id (`org/name[@revision]`).
+    #[arg(long, short = 'm', help_heading = "Model")]
     pub model: Option<String>,
     /// Estimate an unknown or unsupported architecture as a Llama-style decoder from its
     /// standard config keys; every output is then marked APPROXIMATE.
     #[arg(long)]
     pub approximate_architecture: bool,
     /// `train` (one optimizer step) or `infer` (prefill + KV cache).
-    #[arg(long, default_value = "train")]
+    #[arg(long, default_value = "train", help_heading = "Job")]
     pub mode: String,
     /// Micro-batch size per GPU (HF `per_device_train_batch_size`).
     #[arg(
@@ -62,77 +67,90 @@ pub struct JobArgs {
         default_value_t = 1,
         alias = "per-device-train-batch-size",
         alias = "per_device_train_batch_size",
-        alias = "batch"
+        alias = "batch",
+        help_heading = "Job"
     )]
     pub batch_size: u64,
     /// Sequence length in tokens (inference: the whole context, prompt + generated).
-    #[arg(long, short = 's', default_value_t = 2048, alias = "max-seq-length", alias = "context", alias = "max-model-len")]
+    #[arg(
+        long,
+        short = 's',
+        default_value_t = 2048,
+        alias = "max-seq-length",
+        alias = "context",
+        alias = "max-model-len",
+        help_heading = "Job"
+    )]
     pub seq_len: u64,
-    /// fp32, bf16-mixed, fp16-mixed, bf16, fp16; inference also fp8, int8, int4.
-    /// Default: bf16-mixed for training, bf16 for inference.
-    #[arg(long, short = 'p', alias = "dtype")]
-    pub precision: Option<String>,
-    /// adamw, adamw_torch_fused, adam, adamw-8bit, sgd, sgd-momentum, adafactor, lion (HF `optim` names work).
-    #[arg(long, default_value = "adamw", alias = "optim")]
-    pub optimizer: String,
-    /// How torch runs the step: foreach (torch default on CUDA), fused, for-loop.
-    #[arg(long)]
-    pub optimizer_impl: Option<String>,
-    /// Activation checkpointing: none, full (every layer; HF gradient_checkpointing), selective (attention).
-    #[arg(long, default_value = "none", alias = "gradient-checkpointing")]
-    pub checkpointing: String,
-    /// sdpa (PyTorch picks the CUDA kernel), flash_attention_2, eager.
-    #[arg(long, default_value = "sdpa", alias = "attn-implementation", alias = "attn_implementation")]
-    pub attention: String,
-    /// Gradient accumulation steps (HF `gradient_accumulation_steps`).
-    #[arg(long, default_value_t = 1, alias = "gradient-accumulation-steps", alias = "gradient_accumulation_steps")]
-    pub grad_accum: u64,
-    /// Fused/chunked cross-entropy that never materialises the logits (Liger; HF `use_liger_kernel`).
-    #[arg(long, alias = "use-liger-kernel", alias = "use_liger_kernel")]
+    /// Training: gradient accumulation steps (HF `gradient_accumulation_steps`) [default: 1].
+    #[arg(long, alias = "gradient-accumulation-steps", alias = "gradient_accumulation_steps", help_heading = "Job")]
+    pub grad_accum: Option<u64>,
+    /// Training: activation checkpointing: none, full (every layer; HF gradient_checkpointing),
+    /// selective (attention) [default: none].
+    #[arg(long, alias = "gradient-checkpointing", help_heading = "Job")]
+    pub checkpointing: Option<String>,
+    /// Training: fused/chunked cross-entropy that never materialises the logits (Liger; HF `use_liger_kernel`).
+    #[arg(long, alias = "use-liger-kernel", alias = "use_liger_kernel", help_heading = "Job")]
     pub fused_cross_entropy: bool,
-    /// Inference KV-cache dtype: auto (= compute dtype), fp8, bf16, fp16, fp32.
-    #[arg(long, default_value = "auto", alias = "kv-cache-dtype")]
-    pub kv_dtype: String,
-    /// Inference prompt length processed by the prefill (default: the whole --seq-len).
-    #[arg(long)]
-    pub prompt_len: Option<u64>,
-    /// Training forward builds a KV cache (HF `use_cache`; default: the config's value, off with
-    /// gradient checkpointing). Many fine-tuning scripts set it false.
-    #[arg(long, alias = "use_cache")]
+    /// Training: the forward builds a KV cache (HF `use_cache`) [default: the config's value, off
+    /// with gradient checkpointing]. Many fine-tuning scripts set it false.
+    #[arg(long, alias = "use_cache", help_heading = "Job")]
     pub use_cache: Option<String>,
-    /// Assumed CUDA context + library handles per process (e.g. 512MiB).
-    #[arg(long)]
+    /// Inference: prompt length processed by the prefill [default: the whole --seq-len].
+    #[arg(long, help_heading = "Job")]
+    pub prompt_len: Option<u64>,
+    /// sdpa (PyTorch picks the CUDA kernel), flash_attention_2, eager.
+    #[arg(long, default_value = "sdpa", alias = "attn-implementation", alias = "attn_implementation", help_heading = "Job")]
+    pub attention: String,
+    /// fp32, bf16-mixed, fp16-mixed, bf16, fp16; inference also fp8, int8, int4
+    /// [default: bf16-mixed for training, bf16 for inference].
+    #[arg(long, short = 'p', alias = "dtype", help_heading = "Precision & optimizer")]
+    pub precision: Option<String>,
+    /// Training: adamw, adamw_torch_fused, adam, adamw-8bit, sgd, sgd-momentum, adafactor, lion
+    /// (HF `optim` names work) [default: adamw].
+    #[arg(long, alias = "optim", help_heading = "Precision & optimizer")]
+    pub optimizer: Option<String>,
+    /// Training: how torch runs the step: foreach, fused, for-loop [default: foreach, torch's on
+    /// CUDA, or what the --optimizer name implies].
+    #[arg(long, help_heading = "Precision & optimizer")]
+    pub optimizer_impl: Option<String>,
+    /// Inference: KV-cache dtype: auto (= compute dtype), fp8, bf16, fp16, fp32 [default: auto].
+    #[arg(long, alias = "kv-cache-dtype", help_heading = "Precision & optimizer")]
+    pub kv_dtype: Option<String>,
+    /// Assumed CUDA context + library handles per process, with a unit (e.g. 512MiB) [default: 512MiB].
+    #[arg(long, help_heading = "Device assumptions")]
     pub cuda_context: Option<String>,
-    /// Assumed cuBLAS workspaces (e.g. 64MiB).
-    #[arg(long)]
+    /// Assumed cuBLAS workspaces, with a unit [default: 64MiB].
+    #[arg(long, help_heading = "Device assumptions")]
     pub cublas_workspace: Option<String>,
-    /// Assumed caching-allocator reserve as a fraction of peak allocated (e.g. 0.05).
-    #[arg(long)]
+    /// Assumed caching-allocator reserve as a fraction of peak allocated [default: 0.05].
+    #[arg(long, help_heading = "Device assumptions")]
     pub allocator_reserve: Option<f64>,
     /// Print JSON instead of a table.
-    #[arg(long)]
+    #[arg(long, help_heading = "Output")]
     pub json: bool,
 }
 
 /// Distributed layout flags (per-GPU estimate of the most loaded rank).
 #[derive(Debug, Args, Clone, Default)]
+#[command(next_help_heading = "Parallelism")]
 pub struct ParallelArgs {
-    /// Total GPUs (default: nodes × gpus-per-node, or 1).
+    /// Total GPUs [default: --nodes × --gpus-per-node; required for any layout].
     #[arg(long)]
     pub gpus: Option<u64>,
-    /// Nodes.
+    /// Nodes (with --gpus-per-node).
     #[arg(long)]
     pub nodes: Option<u64>,
-    /// GPUs per node.
-    #[arg(long, default_value_t = 8)]
-    pub gpus_per_node: u64,
-    /// DeepSpeed ZeRO stage: 0, 1, 2 or 3.
+    /// GPUs per node: sets which traffic crosses nodes [default with --gpus: 8, an HGX/DGX node; required with --nodes].
+    #[arg(long)]
+    pub gpus_per_node: Option<u64>,
+    /// DeepSpeed ZeRO stage: 0, 1, 2 or 3 (training).
     #[arg(long)]
     pub zero: Option<u8>,
-    /// Offload to the CPU: optimizer, params (implies optimizer) — DeepSpeed ZeRO / FSDP.
+    /// Offload to the CPU: optimizer, params (implies optimizer). Needs --zero or --fsdp.
     #[arg(long)]
     pub offload: Option<String>,
-    /// FSDP sharding: full_shard, shard_grad_op, hybrid_shard, no_shard.
+    /// FSDP sharding: full_shard, shard_grad_op, hybrid_shard, no_shard (training).
     #[arg(long)]
     pub fsdp: Option<String>,
     /// Tensor parallel size (Megatron).
@@ -153,16 +171,17 @@ pub struct ParallelArgs {
     /// Virtual pipeline stages per GPU (interleaved 1F1B).
     #[arg(long, default_value_t = 1)]
     pub virtual_stages: u64,
-    /// Megatron distributed optimizer.
+    /// Megatron distributed optimizer (training).
     #[arg(long)]
     pub distributed_optimizer: bool,
-    /// Assumed NCCL buffers per communicator (e.g. 256MiB).
+    /// Assumed NCCL buffers per communicator, with a unit [default: 256MiB].
     #[arg(long)]
     pub nccl_buffer: Option<String>,
 }
 
 /// `vram estimate`.
 #[derive(Debug, Args)]
+#[command(after_help = crate::errors::EXIT_HELP)]
 pub struct EstimateArgs {
     /// The job.
     #[command(flatten)]
@@ -170,33 +189,41 @@ pub struct EstimateArgs {
     /// Distributed layout.
     #[command(flatten)]
     pub parallel: ParallelArgs,
-    /// A GPU (`h100`, `a100-40gb`, `rtx-4090`) or a size (`24GiB`, `80GB`): show the share and whether it fits.
-    #[arg(long, short = 'g')]
+    /// A GPU (`h100`, `a100-40gb`, `rtx-4090`) or a size with a unit (`24GiB`, `80GB`): show the share and whether it fits.
+    #[arg(long, short = 'g', help_heading = "Device assumptions")]
     pub gpu: Option<String>,
+    /// Exit with code 3 when the job does not fit the --gpu.
+    #[arg(long, requires = "gpu", help_heading = "Output")]
+    pub fail_if_oom: bool,
 }
 
 /// `vram fit`.
 #[derive(Debug, Args)]
+#[command(after_help = crate::errors::EXIT_HELP)]
 pub struct FitArgs {
     /// The job (its --batch-size is ignored: it is what is searched).
     #[command(flatten)]
     pub job: JobArgs,
-    /// A GPU (`h20`, `h100`, `a100-40gb`) or a size (`24GiB`, `80GB`).
-    #[arg(long, short = 'g')]
+    /// A GPU (`h20`, `h100`, `a100-40gb`) or a size with a unit (`24GiB`, `80GB`).
+    #[arg(long, short = 'g', help_heading = "Device assumptions")]
     pub gpu: String,
     /// Share of the GPU the total may use (0.85–0.95 is the sweet spot; one default for fit, plan and tune).
-    #[arg(long, default_value_t = vram_core::fit::DEFAULT_TARGET_UTILIZATION)]
+    #[arg(long, default_value_t = vram_core::fit::DEFAULT_TARGET_UTILIZATION, help_heading = "Job")]
     pub target_utilization: f64,
-    /// Global batch size: the micro-batch must divide it; the rest is gradient accumulation.
-    #[arg(long)]
+    /// Global batch size (1 to 2^24): the micro-batch must divide it; the rest is gradient accumulation.
+    #[arg(long, value_parser = global_batch, help_heading = "Job")]
     pub global_batch_size: Option<u64>,
-    /// Model FLOPs utilisation assumed for the tokens/s column.
-    #[arg(long, default_value_t = 0.40)]
+    /// Model FLOPs utilisation assumed for the tokens/s and s/step columns of --json.
+    #[arg(long, default_value_t = 0.40, help_heading = "Job")]
     pub mfu: f64,
+    /// Exit with code 3 when batch 1 does not fit.
+    #[arg(long, help_heading = "Output")]
+    pub fail_if_oom: bool,
 }
 
 /// `vram plan`.
 #[derive(Debug, Args)]
+#[command(after_help = crate::errors::EXIT_HELP)]
 pub struct PlanArgs {
     /// The job (batch size and checkpointing are searched).
     #[command(flatten)]
@@ -210,8 +237,8 @@ pub struct PlanArgs {
     /// GPUs per node.
     #[arg(long, default_value_t = 8)]
     pub gpus_per_node: u64,
-    /// Global batch in sequences (default: the smallest multiple of the GPU count with ≥ 4M tokens).
-    #[arg(long)]
+    /// Global batch in sequences, 1 to 2^24 (default: the smallest multiple of the GPU count with ≥ 4M tokens).
+    #[arg(long, value_parser = global_batch)]
     pub global_batch_size: Option<u64>,
     /// Share of GPU memory a plan may use.
     #[arg(long, default_value_t = vram_core::fit::DEFAULT_TARGET_UTILIZATION)]
@@ -300,8 +327,8 @@ pub struct TuneArgs {
     /// How a trial's peak is measured: nvml, or child-report (the child prints VRAM_PEAK_BYTES=<n>).
     #[arg(long, default_value = "nvml")]
     pub measure: String,
-    /// Global batch size: the micro-batch divides it and {grad_accum} makes up the rest.
-    #[arg(long)]
+    /// Global batch size (1 to 2^24): the micro-batch divides it and {grad_accum} makes up the rest.
+    #[arg(long, value_parser = global_batch)]
     pub global_batch_size: Option<u64>,
     /// The training command with {batch} (and optionally {grad_accum}), after `--`.
     #[arg(last = true, required = true)]
@@ -310,6 +337,7 @@ pub struct TuneArgs {
 
 /// `vram serve`: flags keep vLLM's (and llama.cpp's) own spelling.
 #[derive(Debug, Args)]
+#[command(after_help = crate::errors::EXIT_HELP)]
 pub struct ServeArgs {
     /// A preset, a config.json, a model directory, a Hub id (`org/name`) or a `.gguf` file.
     #[arg(long, short = 'm')]
@@ -356,25 +384,73 @@ pub struct ServeArgs {
     /// vLLM `--enforce-eager` (no CUDA graphs).
     #[arg(long)]
     pub enforce_eager: bool,
-    /// Non-torch memory the profile run adds, as vLLM logs it (default: an assumption, stated).
+    /// Non-torch memory the profile run adds, as vLLM logs it, with a unit (e.g. 300MiB) [default: an assumption, stated].
     #[arg(long)]
     pub non_torch_memory: Option<String>,
-    /// CUDA context per process, outside vLLM's budget (default 512MiB).
+    /// CUDA context per process, outside vLLM's budget, with a unit [default: 512MiB].
     #[arg(long)]
     pub cuda_context: Option<String>,
-    /// llama.cpp `--n-gpu-layers` / `-ngl` for a .gguf model (default: all).
+    /// llama.cpp `--n-gpu-layers` / `-ngl` (also `--ngl`) for a .gguf model [default: all layers and the output].
     #[arg(long, alias = "ngl")]
     pub n_gpu_layers: Option<u64>,
-    /// llama.cpp `--ctx-size` / `-c` for a .gguf model (default: the model's context length).
-    #[arg(long, alias = "ctx-size")]
+    /// llama.cpp `--ctx-size` / `-c` for a .gguf model [default: --max-model-len, else 4096,
+    /// llama.cpp's own default (common/common.h n_ctx)].
+    #[arg(long, short = 'c')]
     pub ctx_size: Option<u64>,
     /// llama.cpp `--ubatch-size` (default 512).
     #[arg(long, default_value_t = 512)]
     pub ubatch_size: u64,
-    /// llama.cpp `--parallel` / `-np`: sequences sharing the one --ctx-size (each gets ctx / N).
-    #[arg(long, default_value_t = 1)]
+    /// llama.cpp `--parallel` / `-np` (also `--np`): sequences sharing the one --ctx-size (each gets ctx / N).
+    #[arg(long, alias = "np", default_value_t = 1)]
     pub parallel: u64,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--global-batch-size`: a positive number of sequences, at most [`MAX_GLOBAL_BATCH`].
+fn global_batch(s: &str) -> Result<u64, String> {
+    let n: u64 = s.trim().parse().map_err(|_| format!("`{s}` is not a whole number of sequences"))?;
+    if n == 0 || n > MAX_GLOBAL_BATCH {
+        return Err(format!("{n} is outside 1 to {MAX_GLOBAL_BATCH} (2^24) sequences"));
+    }
+    Ok(n)
+}
+
+/// llama.cpp spells some flags with a multi-letter single dash (`-ngl 99`, `-np 4`), which clap
+/// cannot parse as shorts: rewrite them to their long forms, before any `--` separator.
+pub fn llama_cpp_spellings(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut after_separator = false;
+    args.into_iter()
+        .map(|a| {
+            if a == "--" {
+                after_separator = true;
+            }
+            let Some(s) = a.to_str().filter(|_| !after_separator) else { return a };
+            for (short, long) in [("-ngl", "--n-gpu-layers"), ("-np", "--parallel")] {
+                if s == short {
+                    return long.into();
+                }
+                if let Some(v) = s.strip_prefix(short).and_then(|r| r.strip_prefix('=')) {
+                    return format!("{long}={v}").into();
+                }
+            }
+            a
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::llama_cpp_spellings;
+
+    fn rewrite(args: &[&str]) -> Vec<String> {
+        llama_cpp_spellings(args.iter().map(std::ffi::OsString::from)).into_iter().map(|a| a.into_string().unwrap()).collect()
+    }
+
+    #[test]
+    fn llama_cpp_short_spellings_become_long_flags_before_the_separator() {
+        assert_eq!(rewrite(&["vram", "serve", "-ngl", "9", "-np=2"]), ["vram", "serve", "--n-gpu-layers", "9", "--parallel=2"]);
+        assert_eq!(rewrite(&["vram", "run", "--", "llama-server", "-ngl", "99"]), ["vram", "run", "--", "llama-server", "-ngl", "99"]);
+    }
 }

@@ -19,7 +19,7 @@ use clap::Parser;
 use cli::Cli;
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse_from(cli::llama_cpp_spellings(std::env::args_os())) {
         Ok(c) => c,
         Err(e) => {
             let code = if e.use_stderr() { 2 } else { 0 };

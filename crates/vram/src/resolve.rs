@@ -1,54 +1,84 @@
-//! Raw flags → validated core types, once. Every bad value becomes a clear error.
+//! Raw flags → validated core types, once. Every bad value becomes a clear error, and a flag
+//! the chosen mode does not read is refused rather than ignored.
 
 use anyhow::Result;
+use vram_core::gpu::Gpu;
+use vram_core::parallel::{Engine, FsdpStrategy, Parallel};
 use vram_core::units::parse_size;
 use vram_core::{AttentionImpl, Checkpointing, DType, Job, Mode, Model, Optimizer, OptimizerImpl, Overheads, ParseOptions, Precision};
 
-use crate::cli::JobArgs;
+use crate::cli::{JobArgs, ParallelArgs};
+use crate::errors::usage;
 pub use crate::errors::UsageError;
 use crate::source::load_model;
 
+/// GPUs per node when --gpus-per-node is not given: an HGX/DGX node.
+const DEFAULT_GPUS_PER_NODE: u64 = 8;
+
 /// Resolve the model and the job.
 pub fn resolve(a: &JobArgs) -> Result<(Model, Job)> {
-    let spec = a
-        .model
-        .as_deref()
-        .ok_or_else(|| UsageError("--model is required: a preset (`vram models`), a config.json or a model directory".into()))?;
+    let spec =
+        a.model.as_deref().ok_or_else(|| usage("--model is required: a preset (`vram models`), a config.json or a model directory"))?;
+    let mode = mode(&a.mode)?;
+    check_mode_flags(a, mode)?;
     let mut model = load_model(spec, ParseOptions { approximate_unknown: a.approximate_architecture })?;
-    let mode = match a.mode.to_ascii_lowercase().as_str() {
-        "train" | "training" => Mode::Train,
-        "infer" | "inference" | "serve" => Mode::Infer,
-        other => return Err(UsageError(format!("invalid mode `{other}`: use train or infer")).into()),
+    let job = job(a, mode)?;
+    // Past the trained context (or its RoPE scaling's reach) the number is still given, with why.
+    let context = model.context_warnings(job.seq);
+    model.warnings.extend(context);
+    Ok((model, job))
+}
+
+fn mode(s: &str) -> Result<Mode> {
+    match s.to_ascii_lowercase().as_str() {
+        "train" | "training" => Ok(Mode::Train),
+        "infer" | "inference" | "serve" => Ok(Mode::Infer),
+        other => Err(usage(format!("invalid mode `{other}`: use train or infer"))),
+    }
+}
+
+/// The flags given on the command line that the other mode alone reads.
+fn foreign_flags(a: &JobArgs, mode: Mode) -> Vec<&'static str> {
+    let given = |present: bool, flag: &'static str| present.then_some(flag);
+    let flags = match mode {
+        Mode::Infer => vec![
+            given(a.optimizer.is_some(), "--optimizer"),
+            given(a.optimizer_impl.is_some(), "--optimizer-impl"),
+            given(a.grad_accum.is_some(), "--grad-accum"),
+            given(a.checkpointing.is_some(), "--checkpointing"),
+            given(a.fused_cross_entropy, "--fused-cross-entropy"),
+            given(a.use_cache.is_some(), "--use-cache"),
+        ],
+        Mode::Train => vec![given(a.kv_dtype.is_some(), "--kv-dtype"), given(a.prompt_len.is_some(), "--prompt-len")],
     };
+    flags.into_iter().flatten().collect()
+}
+
+/// Refuse training-only flags under `--mode infer` and inference-only ones under training.
+fn check_mode_flags(a: &JobArgs, mode: Mode) -> Result<()> {
+    let foreign = foreign_flags(a, mode);
+    if foreign.is_empty() {
+        return Ok(());
+    }
+    let (only, here) = match mode {
+        Mode::Infer => ("training", "--mode infer has no backward pass or optimizer step"),
+        Mode::Train => ("inference", "pass --mode infer to estimate inference"),
+    };
+    Err(usage(format!(
+        "{} {} only for {only}: {here}; drop {}",
+        foreign.join(", "),
+        if foreign.len() == 1 { "is" } else { "are" },
+        if foreign.len() == 1 { "it" } else { "them" }
+    )))
+}
+
+fn job(a: &JobArgs, mode: Mode) -> Result<Job> {
     let precision = match &a.precision {
         Some(p) => Precision::parse(p)?,
         None if mode == Mode::Train => Precision::Bf16Mixed,
         None => Precision::Bf16,
     };
-    let (optimizer, implied) = Optimizer::parse(&a.optimizer)?;
-    let optimizer_impl = match (&a.optimizer_impl, implied) {
-        (Some(s), _) => OptimizerImpl::parse(s)?,
-        (None, Some(i)) => i,
-        (None, None) => OptimizerImpl::Foreach,
-    };
-    let kv_dtype = match a.kv_dtype.to_ascii_lowercase().as_str() {
-        "auto" => None,
-        "fp8" | "fp8_e4m3" | "fp8_e5m2" | "float8" => Some(DType::F8),
-        other => Some(
-            DType::from_torch_name(other)
-                .ok_or_else(|| UsageError(format!("invalid KV-cache dtype `{other}`: use auto, fp8, bf16, fp16 or fp32")))?,
-        ),
-    };
-    let mut overheads = Overheads::default();
-    if let Some(s) = &a.cuda_context {
-        overheads.cuda_context = parse_size(s)?;
-    }
-    if let Some(s) = &a.cublas_workspace {
-        overheads.cublas_workspace = parse_size(s)?;
-    }
-    if let Some(r) = a.allocator_reserve {
-        overheads.allocator_reserve = r;
-    }
+    let (optimizer, optimizer_impl) = optimizer(a)?;
     let job = Job {
         mode,
         batch: a.batch_size,
@@ -56,35 +86,92 @@ pub fn resolve(a: &JobArgs) -> Result<(Model, Job)> {
         precision,
         optimizer,
         optimizer_impl,
-        checkpointing: Checkpointing::parse(&a.checkpointing)?,
+        checkpointing: Checkpointing::parse(a.checkpointing.as_deref().unwrap_or("none"))?,
         attention: AttentionImpl::parse(&a.attention)?,
-        grad_accum: a.grad_accum,
+        grad_accum: a.grad_accum.unwrap_or(1),
         fused_cross_entropy: a.fused_cross_entropy,
-        kv_dtype,
+        kv_dtype: kv_dtype(a.kv_dtype.as_deref().unwrap_or("auto"))?,
         prompt_len: a.prompt_len,
         use_cache: a.use_cache.as_deref().map(parse_bool).transpose()?,
         model_state_shards: 1,
-        overheads,
+        overheads: overheads(a)?,
     };
     job.validate()?;
-    // Past the trained context (or its RoPE scaling's reach) the number is still given, with why.
-    let context = model.context_warnings(job.seq);
-    model.warnings.extend(context);
-    Ok((model, job))
+    Ok(job)
+}
+
+fn optimizer(a: &JobArgs) -> Result<(Optimizer, OptimizerImpl)> {
+    let (optimizer, implied) = Optimizer::parse(a.optimizer.as_deref().unwrap_or("adamw"))?;
+    let optimizer_impl = match (&a.optimizer_impl, implied) {
+        (Some(s), _) => OptimizerImpl::parse(s)?,
+        (None, Some(i)) => i,
+        (None, None) => OptimizerImpl::Foreach,
+    };
+    Ok((optimizer, optimizer_impl))
+}
+
+fn kv_dtype(s: &str) -> Result<Option<DType>> {
+    match s.to_ascii_lowercase().as_str() {
+        "auto" => Ok(None),
+        "fp8" | "fp8_e4m3" | "fp8_e5m2" | "float8" => Ok(Some(DType::F8)),
+        other => Ok(Some(
+            DType::from_torch_name(other)
+                .ok_or_else(|| usage(format!("invalid KV-cache dtype `{other}`: use auto, fp8, bf16, fp16 or fp32")))?,
+        )),
+    }
+}
+
+fn overheads(a: &JobArgs) -> Result<Overheads> {
+    let mut o = Overheads::default();
+    if let Some(s) = &a.cuda_context {
+        o.cuda_context = size("--cuda-context", s)?;
+    }
+    if let Some(s) = &a.cublas_workspace {
+        o.cublas_workspace = size("--cublas-workspace", s)?;
+    }
+    if let Some(r) = a.allocator_reserve {
+        o.allocator_reserve = r;
+    }
+    Ok(o)
 }
 
 fn parse_bool(s: &str) -> Result<bool> {
     match s.to_ascii_lowercase().as_str() {
         "true" | "1" | "yes" | "on" => Ok(true),
         "false" | "0" | "no" | "off" => Ok(false),
-        other => Err(UsageError(format!("invalid boolean `{other}`: use true or false")).into()),
+        other => Err(usage(format!("invalid boolean `{other}`: use true or false"))),
     }
 }
 
-/// Resolve the distributed layout flags; `None` when the job is a plain single-GPU one.
-pub fn resolve_parallel(a: &crate::cli::ParallelArgs) -> Result<Option<vram_core::parallel::Parallel>> {
-    use vram_core::parallel::{Engine, FsdpStrategy, Parallel};
-    let any = a.gpus.is_some_and(|g| g > 1)
+/// Whether a value is a bare number (no unit): `80`, `80.5`, `1_000`.
+fn is_bare_number(s: &str) -> bool {
+    let s = s.trim();
+    !s.is_empty() && s.chars().all(|c| c.is_ascii_digit() || c == '.' || c == '_')
+}
+
+/// A memory size for `flag`. A bare number is refused: `80` could mean bytes, GB or GiB.
+pub fn size(flag: &str, s: &str) -> Result<u64> {
+    if is_bare_number(s) {
+        let n = s.trim();
+        return Err(usage(format!("{flag} {n}: a bare number is ambiguous; write {n}GB (10^9 bytes), {n}GiB (2^30 bytes) or {n}MiB")));
+    }
+    Ok(parse_size(s)?)
+}
+
+/// `--gpu`: a catalogue name, or a size with its unit.
+pub fn gpu(s: &str) -> Result<Gpu> {
+    if is_bare_number(s) {
+        let n = s.trim();
+        return Err(usage(format!(
+            "--gpu {n}: a bare number is ambiguous; write {n}GB (10^9 bytes), {n}GiB (2^30 bytes), or a GPU name such as h100 (`vram gpus` lists them)"
+        )));
+    }
+    Ok(vram_core::gpu::lookup(s)?)
+}
+
+/// Whether any layout flag asks for more than one plain GPU.
+fn wants_layout(a: &ParallelArgs) -> bool {
+    a.gpus.is_some_and(|g| g > 1)
         || a.nodes.is_some_and(|n| n > 1)
         || a.zero.is_some()
         || a.fsdp.is_some()
@@ -94,14 +181,92 @@ pub fn resolve_parallel(a: &crate::cli::ParallelArgs) -> Result<Option<vram_core
         || a.cp > 1
         || a.ep > 1
         || a.sp
-        || a.distributed_optimizer;
-    if !any {
+        || a.distributed_optimizer
+}
+
+/// Total GPUs: --gpus, or --nodes × --gpus-per-node; never assumed.
+fn gpu_count(a: &ParallelArgs) -> Result<(u64, u64)> {
+    let per_node = a.gpus_per_node.unwrap_or(DEFAULT_GPUS_PER_NODE);
+    if per_node == 0 {
+        return Err(usage("--gpus-per-node 0: a node has at least one GPU"));
+    }
+    let from_nodes = match a.nodes {
+        Some(n) if a.gpus.is_none() && a.gpus_per_node.is_none() => {
+            return Err(usage(format!("--nodes {n} needs --gpus-per-node (or give --gpus): the GPU count is never assumed")))
+        }
+        Some(n) => Some(
+            n.checked_mul(per_node)
+                .ok_or_else(|| usage(format!("--nodes {n} × --gpus-per-node {per_node} overflows: give the real number of nodes")))?,
+        ),
+        None => None,
+    };
+    match (a.gpus, from_nodes) {
+        (Some(g), Some(f)) if g != f => {
+            Err(usage(format!("--nodes {} × --gpus-per-node {per_node} = {f} is not --gpus {g}", a.nodes.unwrap_or(0))))
+        }
+        (Some(g), _) | (None, Some(g)) => Ok((g, per_node)),
+        (None, None) => {
+            Err(usage("a distributed layout needs the GPU count: give --gpus N (or --nodes N with --gpus-per-node M); it is never assumed"))
+        }
+    }
+}
+
+/// The engine the flags name; `--offload` needs one that offloads.
+fn engine(a: &ParallelArgs, p: &mut Parallel) -> Result<()> {
+    match (&a.zero, &a.fsdp) {
+        (Some(_), Some(_)) => return Err(usage("--zero (DeepSpeed) and --fsdp are two engines: pick one")),
+        (Some(z), None) => {
+            p.engine = Engine::DeepSpeed;
+            p.zero = *z;
+        }
+        (None, Some(f)) => {
+            p.engine = Engine::Fsdp;
+            p.fsdp = FsdpStrategy::parse(f)?;
+        }
+        (None, None) if a.offload.is_some() => {
+            return Err(usage("--offload needs an engine that offloads: add --zero 2 or --zero 3 (DeepSpeed), or --fsdp full_shard"))
+        }
+        (None, None) => {
+            let megatron = a.tp > 1 || a.pp > 1 || a.cp > 1 || a.ep > 1 || a.sp || a.distributed_optimizer;
+            p.engine = if megatron { Engine::Megatron } else { Engine::Ddp };
+        }
+    }
+    Ok(())
+}
+
+fn offload(a: &ParallelArgs, p: &mut Parallel) -> Result<()> {
+    match a.offload.as_deref().map(str::to_ascii_lowercase).as_deref() {
+        None | Some("none") => {}
+        Some("optimizer") | Some("cpu") => p.offload_optimizer = true,
+        Some("params") | Some("param") | Some("all") => {
+            p.offload_optimizer = true;
+            p.offload_params = true;
+        }
+        Some(other) => return Err(usage(format!("invalid --offload `{other}`: use optimizer or params"))),
+    }
+    Ok(())
+}
+
+/// Resolve the distributed layout flags; `None` when the job is a plain single-GPU one.
+pub fn resolve_parallel(a: &ParallelArgs, mode: Mode) -> Result<Option<Parallel>> {
+    if !wants_layout(a) {
         return Ok(None);
     }
-    let gpus = a.gpus.unwrap_or(a.nodes.unwrap_or(1) * a.gpus_per_node);
+    if mode == Mode::Infer {
+        let training = [
+            (a.zero.is_some(), "--zero"),
+            (a.fsdp.is_some(), "--fsdp"),
+            (a.offload.is_some(), "--offload"),
+            (a.distributed_optimizer, "--distributed-optimizer"),
+        ];
+        if let Some((_, flag)) = training.iter().find(|(given, _)| *given) {
+            return Err(usage(format!("{flag} shards or offloads training state; --mode infer has none: drop it")));
+        }
+    }
+    let (gpus, gpus_per_node) = gpu_count(a)?;
     let mut p = Parallel {
         gpus,
-        gpus_per_node: a.gpus_per_node,
+        gpus_per_node,
         tp: a.tp,
         pp: a.pp,
         cp: a.cp,
@@ -111,40 +276,10 @@ pub fn resolve_parallel(a: &crate::cli::ParallelArgs) -> Result<Option<vram_core
         distributed_optimizer: a.distributed_optimizer,
         ..Parallel::single()
     };
-    if let Some(n) = a.nodes {
-        if n * a.gpus_per_node != gpus {
-            return Err(UsageError(format!("--nodes {n} × --gpus-per-node {} is not --gpus {gpus}", a.gpus_per_node)).into());
-        }
-    }
     if let Some(s) = &a.nccl_buffer {
-        p.nccl_buffer = parse_size(s)?;
+        p.nccl_buffer = size("--nccl-buffer", s)?;
     }
-    match (&a.zero, &a.fsdp) {
-        (Some(_), Some(_)) => return Err(UsageError("--zero (DeepSpeed) and --fsdp are two engines: pick one".into()).into()),
-        (Some(z), None) => {
-            p.engine = Engine::DeepSpeed;
-            p.zero = *z;
-        }
-        (None, Some(f)) => {
-            p.engine = Engine::Fsdp;
-            p.fsdp = FsdpStrategy::parse(f)?;
-        }
-        (None, None) => {
-            p.engine = if a.tp > 1 || a.pp > 1 || a.cp > 1 || a.ep > 1 || a.sp || a.distributed_optimizer {
-                Engine::Megatron
-            } else {
-                Engine::Ddp
-            };
-        }
-    }
-    match a.offload.as_deref().map(str::to_ascii_lowercase).as_deref() {
-        None | Some("none") => {}
-        Some("optimizer") | Some("cpu") => p.offload_optimizer = true,
-        Some("params") | Some("param") | Some("all") => {
-            p.offload_optimizer = true;
-            p.offload_params = true;
-        }
-        Some(other) => return Err(UsageError(format!("invalid --offload `{other}`: use optimizer or params")).into()),
-    }
+    engine(a, &mut p)?;
+    offload(a, &mut p)?;
     Ok(Some(p))
 }

@@ -3,18 +3,19 @@
 use anyhow::Result;
 use vram_core::gpu::Gpu;
 use vram_core::parallel::{estimate_parallel, Parallel};
-use vram_core::{advice, estimate, gpu, Job, Mode, Model};
+use vram_core::{advice, estimate, Job, Mode, Model};
 
 use super::show;
 use crate::cli::EstimateArgs;
+use crate::errors::DoesNotFit;
 use crate::render::{self, EstimateReport};
 use crate::resolve;
 
 /// Resolve, estimate, render.
 pub fn run(a: &EstimateArgs) -> Result<()> {
     let (model, job) = resolve::resolve(&a.job)?;
-    let g = a.gpu.as_deref().map(gpu::lookup).transpose()?;
-    if let Some(par) = resolve::resolve_parallel(&a.parallel)? {
+    let g = a.gpu.as_deref().map(resolve::gpu).transpose()?;
+    if let Some(par) = resolve::resolve_parallel(&a.parallel, job.mode)? {
         return parallel(a, &model, &job, &par, g.as_ref());
     }
     let est = estimate(&model, &job)?;
@@ -23,7 +24,16 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
         advice.push(note);
     }
     let report = EstimateReport { model: &model, job: &job, estimate: &est, gpu: g.as_ref(), advice };
-    show(a.job.json, || render::estimate::json(&report), || render::estimate::text(&report))
+    show(a.job.json, || render::estimate::json(&report), || render::estimate::text(&report))?;
+    fail_if_oom(a, est.total, g.as_ref())
+}
+
+/// `--fail-if-oom`: exit code 3 when the total exceeds the GPU.
+fn fail_if_oom(a: &EstimateArgs, total: u64, g: Option<&Gpu>) -> Result<()> {
+    match g {
+        Some(g) if a.fail_if_oom && total > g.memory => Err(DoesNotFit.into()),
+        _ => Ok(()),
+    }
 }
 
 /// A checkpoint published in fp32 is estimated in bf16 for inference unless asked otherwise.
@@ -41,5 +51,6 @@ fn parallel(a: &EstimateArgs, model: &Model, job: &Job, par: &Parallel, g: Optio
         a.job.json,
         || render::estimate::parallel_json(model, job, par, &est, g),
         || render::estimate::parallel_text(model, job, par, &est, g),
-    )
+    )?;
+    fail_if_oom(a, est.total, g)
 }

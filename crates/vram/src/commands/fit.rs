@@ -1,13 +1,13 @@
 //! `vram fit`: the largest micro-batch within a target share of one GPU.
 
 use anyhow::Result;
-use vram_core::gpu::{self, Gpu};
+use vram_core::gpu::Gpu;
 use vram_core::plan::single_gpu_throughput;
 use vram_core::{advice, estimate, fit, Job, Model};
 
 use super::show;
 use crate::cli::FitArgs;
-use crate::errors::usage;
+use crate::errors::{usage, DoesNotFit};
 use crate::render::{self, FitReport};
 use crate::resolve;
 
@@ -17,7 +17,7 @@ pub fn run(a: &FitArgs) -> Result<()> {
         return Err(usage(format!("invalid --mfu {}: a fraction in (0, 1]", a.mfu)));
     }
     let (model, job) = resolve::resolve(&a.job)?;
-    let g = gpu::lookup(&a.gpu)?;
+    let g = resolve::gpu(&a.gpu)?;
     let f = fit::fit(&model, &job, g.memory, a.target_utilization, a.global_batch_size)?;
     let chosen = match f.chosen.as_ref() {
         Some(c) => Some(estimate(&model, &Job { batch: c.batch, grad_accum: c.grad_accum, ..job.clone() })?),
@@ -42,7 +42,11 @@ pub fn run(a: &FitArgs) -> Result<()> {
         throughput,
         mfu: a.mfu,
     };
-    show(a.job.json, || render::fit::json(&report), || render::fit::text(&report))
+    show(a.job.json, || render::fit::json(&report), || render::fit::text(&report))?;
+    if a.fail_if_oom && f.max_batch.is_none() {
+        return Err(DoesNotFit.into());
+    }
+    Ok(())
 }
 
 /// (tokens/s, seconds per step) for each searched batch size.

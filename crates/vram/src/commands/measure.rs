@@ -2,7 +2,7 @@
 //! and `watch` (which own processes and NVML) → output.
 
 use anyhow::Result;
-use vram_core::{estimate, gpu};
+use vram_core::estimate;
 
 use super::{emit, emit_json};
 use crate::cli::{RunArgs, TuneArgs, WatchArgs};
@@ -42,7 +42,7 @@ fn measure_kind(s: &str) -> Result<tune::Measure> {
 /// `vram tune`: 0 when a batch was chosen, 1 when none could be.
 pub fn tune(a: TuneArgs) -> Result<u8> {
     let (model, job) = resolve::resolve(&a.job)?;
-    let g = gpu::lookup(&a.gpu)?;
+    let g = resolve::gpu(&a.gpu)?;
     let measure = measure_kind(&a.measure)?;
     let global = a.global_batch_size;
     let est = |b: u64| -> u64 {

@@ -47,7 +47,7 @@ fn throughput(a: &PlanArgs, g: &gpu::Gpu) -> Result<Throughput> {
 /// Resolve, search, render.
 pub fn run(a: &PlanArgs) -> Result<()> {
     let (model, job) = resolve::resolve(&a.job)?;
-    let g = gpu::lookup(&a.gpu)?;
+    let g = resolve::gpu(&a.gpu)?;
     let tp = throughput(a, &g)?;
     let out = output(a)?;
     let req = PlanRequest {

@@ -2,15 +2,15 @@
 //! render. The engine is chosen here; each engine resolves its own flags.
 
 use anyhow::Result;
-use vram_core::gpu::{self, Gpu};
+use vram_core::gpu::Gpu;
 use vram_core::serve::{cuda_total, serve, Quantization, ServeConfig, ServeReport, VllmEngine};
-use vram_core::units::parse_size;
 use vram_core::{DType, Model};
 
 use super::show;
 use crate::cli::ServeArgs;
 use crate::errors::UsageError;
 use crate::render;
+use crate::resolve;
 
 /// Pick the engine from the model file, resolve, compute, render.
 pub fn run(a: &ServeArgs) -> Result<()> {
@@ -39,7 +39,7 @@ pub struct VllmServe {
 /// Resolve the flags and compute vLLM's accounting.
 pub fn vllm(a: &ServeArgs, model: Model) -> Result<VllmServe> {
     check_engine(&a.engine)?;
-    let g = gpu::lookup(&a.gpu)?;
+    let g = resolve::gpu(&a.gpu)?;
     let (dtype, kv_cache_dtype) = (vllm_dtype(&a.dtype)?, vllm_kv_dtype(&a.kv_cache_dtype)?);
     let quantization = a.quantization.as_deref().map(Quantization::parse).transpose()?.unwrap_or(Quantization::None);
     let mut config = ServeConfig {
@@ -53,13 +53,13 @@ pub fn vllm(a: &ServeArgs, model: Model) -> Result<VllmServe> {
         block_size: a.block_size,
         max_num_batched_tokens: a.max_num_batched_tokens,
         max_num_seqs: a.max_num_seqs,
-        non_torch_memory: a.non_torch_memory.as_deref().map(parse_size).transpose()?,
+        non_torch_memory: a.non_torch_memory.as_deref().map(|s| resolve::size("--non-torch-memory", s)).transpose()?,
         enforce_eager: a.enforce_eager,
         engine: vllm_engine(&a.vllm_engine)?,
         ..ServeConfig::new(cuda_total(&g))
     };
     if let Some(c) = &a.cuda_context {
-        config.cuda_context = parse_size(c)?;
+        config.cuda_context = resolve::size("--cuda-context", c)?;
     }
     let report = serve(&model, &config)?;
     Ok(VllmServe { model, gpu: g, config, report })
@@ -136,7 +136,7 @@ pub fn llama_cpp(a: &ServeArgs, path: &std::path::Path) -> Result<LlamaCppServe>
     let file = path.display().to_string();
     let gguf = crate::source::gguf::read_gguf(path)?;
     let hparams = gguf.hparams(&file)?;
-    let g = gpu::lookup(&a.gpu)?;
+    let g = resolve::gpu(&a.gpu)?;
     // llama.cpp's default context (common/common.h `n_ctx = 4096`).
     let ctx = a.ctx_size.or(a.max_model_len).unwrap_or(4096);
     // --cache-type-k/v: ggml types, bytes per element from their block layouts.
@@ -150,7 +150,7 @@ pub fn llama_cpp(a: &ServeArgs, path: &std::path::Path) -> Result<LlamaCppServe>
     let (_, block, block_bytes) = vram_core::gguf::ggml_type(kv_type).expect("catalogued ggml type");
     let kv_bytes = block_bytes as f64 / block as f64;
     let cuda_overhead = match &a.cuda_context {
-        Some(c) => parse_size(c)?,
+        Some(c) => resolve::size("--cuda-context", c)?,
         None => vram_core::Overheads::default().cuda_context,
     };
     let config = LlamaCppConfig {

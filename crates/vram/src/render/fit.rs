@@ -17,6 +17,21 @@ pub fn text(r: &FitReport) -> String {
     header(&mut out, r.model, r.job);
     let _ = writeln!(out, "GPU: {} · target {:.0}% = {:.2} GiB", gpu_line(r.gpu), f.target_utilization * 100.0, gib(f.budget));
     let _ = writeln!(out);
+    rows(&mut out, r);
+    let _ = writeln!(out);
+    match (&f.chosen, f.max_batch) {
+        (Some(c), Some(b)) => chosen(&mut out, r, c, b),
+        _ => no_fit(&mut out, r),
+    }
+    if let Some(s) = r.search.filter(|s| !s.alternatives.is_empty()) {
+        alternatives_text(&mut out, s);
+    }
+    out
+}
+
+/// One row per batch size searched, the largest within target marked.
+fn rows(out: &mut String, r: &FitReport) {
+    let f = r.fit;
     let accum = r.global_batch.is_some();
     let _ =
         writeln!(out, "  {:>6} {:>7} {:>14} {:>12} {:>8}", "batch", if accum { "accum" } else { "" }, "allocated GiB", "total GiB", "util");
@@ -39,43 +54,42 @@ pub fn text(r: &FitReport) -> String {
             row.utilization * 100.0
         );
     }
-    let _ = writeln!(out);
-    match (&f.chosen, f.max_batch) {
-        (Some(c), Some(b)) => {
-            let _ = write!(out, "largest micro-batch: {b} ({:.1}% of the GPU, {:.2} GiB)", c.utilization * 100.0, gib(c.total));
-            if accum {
-                let _ = write!(out, " with gradient accumulation {} (global batch {})", c.grad_accum, r.global_batch.unwrap_or(b));
-            }
-            let _ = writeln!(out);
-            if let Some(n) = &f.next {
-                let _ = writeln!(out, "next size {} would need {:.2} GiB ({:.1}%)", n.batch, gib(n.total), n.utilization * 100.0);
-            }
-            let _ = writeln!(out, "verdict: {}", f.verdict.describe());
-            if r.job.mode == Mode::Train {
-                let _ = writeln!(
-                    out,
-                    "HF Trainer: --per_device_train_batch_size {b}{}",
-                    if accum { format!(" --gradient_accumulation_steps {}", c.grad_accum) } else { String::new() }
-                );
-            }
-            if let Some(e) = r.chosen {
-                let _ = writeln!(out, "peak at: {} · attention kernel {:?}", e.peak_phase.describe(), e.attention_kernel);
-            }
-        }
-        _ => {
-            let need = f.next.as_ref().map_or(0, |n| n.total);
-            let _ = writeln!(out, "batch 1 does not fit: it needs {:.2} GiB, the target allows {:.2} GiB", gib(need), gib(f.budget));
-            let _ = writeln!(out, "verdict: {}", f.verdict.describe());
-        }
-    }
-    if let Some(s) = r.search.filter(|s| !s.alternatives.is_empty()) {
-        alternatives_text(&mut out, s);
-    }
-    out
 }
 
-/// Alternatives the table shows; `--json` has them all.
-const SHOWN: usize = 6;
+/// The chosen micro-batch, the next size, the verdict and the Trainer flags.
+fn chosen(out: &mut String, r: &FitReport, c: &vram_core::fit::FitRow, b: u64) {
+    let accum = r.global_batch.is_some();
+    let _ = write!(out, "largest micro-batch: {b} ({:.1}% of the GPU, {:.2} GiB)", c.utilization * 100.0, gib(c.total));
+    if accum {
+        let _ = write!(out, " with gradient accumulation {} (global batch {})", c.grad_accum, r.global_batch.unwrap_or(b));
+    }
+    let _ = writeln!(out);
+    if let Some(n) = &r.fit.next {
+        let _ = writeln!(out, "next size {} would need {:.2} GiB ({:.1}%)", n.batch, gib(n.total), n.utilization * 100.0);
+    }
+    let _ = writeln!(out, "verdict: {}", r.fit.verdict.describe());
+    if r.job.mode == Mode::Train {
+        let _ = writeln!(
+            out,
+            "HF Trainer: --per_device_train_batch_size {b}{}",
+            if accum { format!(" --gradient_accumulation_steps {}", c.grad_accum) } else { String::new() }
+        );
+    }
+    if let Some(e) = r.chosen {
+        let _ = writeln!(out, "peak at: {} · attention kernel {:?}", e.peak_phase.describe(), e.attention_kernel);
+    }
+}
+
+/// Batch 1 does not fit: what it needs.
+fn no_fit(out: &mut String, r: &FitReport) {
+    let f = r.fit;
+    let need = f.next.as_ref().map_or(0, |n| n.total);
+    let _ = writeln!(out, "batch 1 does not fit: it needs {:.2} GiB, the target allows {:.2} GiB", gib(need), gib(f.budget));
+    let _ = writeln!(out, "verdict: {}", f.verdict.describe());
+}
+
+/// Alternatives the table shows when batch 1 does not fit, and when it does; `--json` has them all.
+const SHOWN: (usize, usize) = (6, 3);
 
 /// What would let batch 1 fit, or raise the largest batch: each line re-estimated.
 fn alternatives_text(out: &mut String, s: &Search) {
@@ -88,7 +102,8 @@ fn alternatives_text(out: &mut String, s: &Search) {
             let _ = writeln!(out, "what would raise the batch (each re-estimated; GiB per GPU at batch {}):", s.reference_batch);
         }
     }
-    for a in s.alternatives.iter().take(SHOWN) {
+    let shown = if s.baseline_max_batch.is_none() { SHOWN.0 } else { SHOWN.1 };
+    for a in s.alternatives.iter().take(shown) {
         let gpus = if a.gpus > 1 { format!("[{} GPUs] ", a.gpus) } else { String::new() };
         let job = if a.changes_job { "(changes the job) " } else { "" };
         let _ = writeln!(
@@ -106,8 +121,8 @@ fn alternatives_text(out: &mut String, s: &Search) {
             let _ = writeln!(out, "              cost: {}", a.cost);
         }
     }
-    if s.alternatives.len() > SHOWN {
-        let _ = writeln!(out, "  … {} more in --json", s.alternatives.len() - SHOWN);
+    if s.alternatives.len() > shown {
+        let _ = writeln!(out, "  … {} more in --json", s.alternatives.len() - shown);
     }
 }
 

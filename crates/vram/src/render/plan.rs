@@ -31,19 +31,20 @@ pub fn text(model: &Model, job: &Job, gpu: &Gpu, r: &vram_core::plan::PlanResult
         t.dp_overlap * 100.0
     );
     let _ = writeln!(out);
+    let _ =
+        writeln!(out, "  tp/pp/cp/dp: tensor, pipeline, context and data parallel sizes · mb: micro-batch · accum: gradient accumulation");
     let _ = writeln!(
         out,
-        "  {:>2}  {:<30} {:>3} {:>3} {:>3} {:>5} {:>3} {:>6} {:<10} {:>9} {:>9} {:>12}",
-        "#", "engine", "tp", "pp", "cp", "dp", "mb", "accum", "recompute", "GiB/GPU", "s/step", "tokens/s"
+        "  {:>2}  {:>3} {:>3} {:>3} {:>5} {:>3} {:>6} {:<10} {:>9} {:>9} {:>12}",
+        "#", "tp", "pp", "cp", "dp", "mb", "accum", "recompute", "GiB/GPU", "s/step", "tokens/s"
     );
     for (i, p) in r.top.iter().enumerate() {
         let par = &p.parallel;
         let engine = par.engine_label();
         let _ = writeln!(
             out,
-            "  {:>2}  {:<30} {:>3} {:>3} {:>3} {:>5} {:>3} {:>6} {:<10} {:>9.2} {:>9.2} {:>12.0}",
+            "  {:>2}  {:>3} {:>3} {:>3} {:>5} {:>3} {:>6} {:<10} {:>9.2} {:>9.2} {:>12.0}",
             i + 1,
-            engine,
             par.tp,
             par.pp,
             par.cp,
@@ -55,7 +56,7 @@ pub fn text(model: &Model, job: &Job, gpu: &Gpu, r: &vram_core::plan::PlanResult
             p.step_seconds,
             p.tokens_per_second
         );
-        let _ = writeln!(out, "      why: {}", p.reason);
+        let _ = writeln!(out, "      {engine} — why: {}", p.reason);
     }
     let _ = writeln!(out);
     let _ = writeln!(out, "on {} · write the best as a config: --emit deepspeed | accelerate | torchrun", gpu_line(gpu));

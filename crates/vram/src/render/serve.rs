@@ -10,12 +10,23 @@ use crate::commands::serve::{LlamaCppServe, VllmServe};
 
 /// `vram serve` (vLLM) as a table.
 pub fn vllm_text(s: &VllmServe) -> String {
-    let (m, r, c) = (&s.model, &s.report, &s.config);
     let mut out = String::new();
-    model_lines(&mut out, m, None);
+    model_lines(&mut out, &s.model, None);
+    vllm_settings(&mut out, s);
+    vllm_budget(&mut out, s);
+    vllm_kv(&mut out, s);
+    for n in &s.report.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    out
+}
+
+/// The launch settings, in vLLM's flag spelling.
+fn vllm_settings(out: &mut String, s: &VllmServe) {
+    let (r, c) = (&s.report, &s.config);
     let kv = if r.kv_dtype_bytes == 1 { "fp8".to_string() } else { r.dtype.torch_name().to_string() };
     let _ = writeln!(
-        out,
+        *out,
         "vLLM serve on {} · --tensor-parallel-size {} · --max-model-len {} · --dtype {} · --kv-cache-dtype {kv}",
         gpu_line(&s.gpu),
         r.tp,
@@ -23,7 +34,7 @@ pub fn vllm_text(s: &VllmServe) -> String {
         r.dtype.torch_name()
     );
     let _ = writeln!(
-        out,
+        *out,
         "--gpu-memory-utilization {} · --max-num-batched-tokens {} · --max-num-seqs {} · --block-size {}{}",
         c.gpu_memory_utilization,
         r.max_num_batched_tokens,
@@ -37,36 +48,41 @@ pub fn vllm_text(s: &VllmServe) -> String {
             ),
         }
     );
-    let _ = writeln!(out);
+}
+
+/// Where the requested memory goes: weights, profile peak, non-torch, the KV pool.
+fn vllm_budget(out: &mut String, s: &VllmServe) {
+    let (r, c) = (&s.report, &s.config);
+    let _ = writeln!(*out);
     let who = if r.tp > 1 { format!("per GPU (each of the {} TP ranks)", r.tp) } else { "per GPU".to_string() };
-    let _ = writeln!(out, "{who:<44} {:>8}", "GiB");
+    let _ = writeln!(*out, "{who:<44} {:>8}", "GiB");
     let row = |out: &mut String, name: &str, bytes: u64, note: &str| {
-        let _ = writeln!(out, "  {name:<42} {:>8}  {note}", gib_cell(bytes));
+        let _ = writeln!(*out, "  {name:<42} {:>8}  {note}", gib_cell(bytes));
     };
     let mut wnote = format!("\"Model loading took\"; rotary cos/sin cache {}", gib_cell(r.rotary_cache_bytes));
     if r.quant_scales_bytes > 0 {
         wnote.push_str(&format!(", quantization scales {}", gib_cell(r.quant_scales_bytes)));
     }
-    row(&mut out, "weights", r.weights_bytes, &wnote);
-    row(&mut out, "profile-run activation peak", r.activation_peak_bytes, &r.activation_peak_at);
-    row(&mut out, "non-torch increase", r.non_torch_bytes, "kernels, library handles, NCCL at TP ≥ 2");
-    row(&mut out, "= non-KV memory", r.non_kv_bytes, "vLLM logs it as \"Total non KV cache memory\"");
+    row(out, "weights", r.weights_bytes, &wnote);
+    row(out, "profile-run activation peak", r.activation_peak_bytes, &r.activation_peak_at);
+    row(out, "non-torch increase", r.non_torch_bytes, "kernels, library handles, NCCL at TP ≥ 2");
+    row(out, "= non-KV memory", r.non_kv_bytes, "vLLM logs it as \"Total non KV cache memory\"");
     row(
-        &mut out,
+        out,
         &format!("requested ({} × CUDA total {:.2})", c.gpu_memory_utilization, gib(c.gpu_memory)),
         r.requested_bytes,
         "CUDA total = nvidia-smi total − 434 MiB kept by the driver",
     );
-    row(&mut out, "KV-cache pool", r.kv_cache_bytes, "\"Available KV cache memory\"");
+    row(out, "KV-cache pool", r.kv_cache_bytes, "\"Available KV cache memory\"");
     let _ = writeln!(
-        out,
+        *out,
         "  beyond vLLM's budget: CUDA context {} GiB{}; the process shows at least {} GiB ({:.2} GB) in nvidia-smi",
         gib_cell(r.cuda_context_bytes),
         if c.enforce_eager { "" } else { " plus CUDA graphs" },
         gib_cell(r.process_bytes()),
         gb(r.process_bytes())
     );
-    let _ = writeln!(out);
+    let _ = writeln!(*out);
     if r.shortfall_bytes > 0 {
         let _ = writeln!(
             out,
@@ -75,9 +91,14 @@ pub fn vllm_text(s: &VllmServe) -> String {
             gib_cell(r.shortfall_bytes)
         );
     }
+}
+
+/// The KV pool in blocks, tokens and concurrency, and whether one request fits.
+fn vllm_kv(out: &mut String, s: &VllmServe) {
+    let r = &s.report;
     let p = &r.pool;
     let _ = writeln!(
-        out,
+        *out,
         "KV cache: {} bytes per token on this GPU · page {} bytes (block of {} tokens × 1 layer) · {} group{} of {} layers",
         thousands(p.kv_bytes_per_token),
         thousands(p.page_size_bytes),
@@ -87,7 +108,7 @@ pub fn vllm_text(s: &VllmServe) -> String {
         p.group_size
     );
     let _ = writeln!(
-        out,
+        *out,
         "  {} blocks · GPU KV cache size: {} tokens · maximum concurrency for {} tokens per request: {:.2}x",
         thousands(p.num_kv_blocks),
         thousands(p.kv_tokens),
@@ -96,17 +117,13 @@ pub fn vllm_text(s: &VllmServe) -> String {
     );
     if r.shortfall_bytes == 0 && !r.fits {
         let _ = writeln!(
-            out,
+            *out,
             "does NOT fit: one request of {} tokens needs more KV cache than the pool holds; vLLM would refuse to start. The estimated maximum model length is {}: pass --max-model-len {} or raise --gpu-memory-utilization",
             r.max_model_len,
             p.max_model_len_that_fits,
             p.max_model_len_that_fits
         );
     }
-    for n in &r.notes {
-        let _ = writeln!(out, "note: {n}");
-    }
-    out
 }
 
 /// `vram serve --json` (vLLM): one entry per GPU (every TP rank holds the same).

@@ -101,8 +101,11 @@ pub fn load(spec: &str, opts: ParseOptions) -> Result<Model> {
     if rev.contains("..") || rev.starts_with('/') || !rev.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/')) {
         return Err(UsageError(format!("invalid revision `{rev}`: a branch, tag or commit hash (letters, digits, - _ . /)")).into());
     }
-    if let Some(dir) = cached_snapshot(&env.cache, repo, rev) {
-        return load_dir(&dir, opts);
+    if let Some((dir, commit)) = cached_snapshot(&env.cache, repo, rev)? {
+        let mut model = load_dir(&dir, opts)?;
+        // Name it as the user knows it, with the short commit, not by the snapshot hash.
+        model.name = format!("{repo}@{}", &commit[..commit.len().min(12)]);
+        return Ok(model);
     }
     if env.offline {
         return Err(UsageError(format!(
@@ -114,12 +117,47 @@ pub fn load(spec: &str, opts: ParseOptions) -> Result<Model> {
     fetch(&env, repo, rev, opts)
 }
 
-/// `models--org--name/snapshots/<commit>` holding a config.json, resolving `refs/<rev>`.
-fn cached_snapshot(cache: &Path, repo: &str, rev: &str) -> Option<PathBuf> {
+/// `models--org--name/snapshots/<commit>` holding a config.json, resolving `refs/<rev>`, with the
+/// commit it names. A ref that is not a plain snapshot name (a crafted `../../etc`) is refused.
+fn cached_snapshot(cache: &Path, repo: &str, rev: &str) -> Result<Option<(PathBuf, String)>> {
     let root = cache.join(format!("models--{}", repo.replace('/', "--")));
-    let commit = std::fs::read_to_string(root.join("refs").join(rev)).ok().map(|s| s.trim().to_string()).unwrap_or_else(|| rev.to_string());
-    let dir = root.join("snapshots").join(commit);
-    dir.join("config.json").is_file().then_some(dir)
+    let ref_file = root.join("refs").join(rev);
+    let commit = match std::fs::read_to_string(&ref_file) {
+        Ok(s) => s.trim().to_string(),
+        Err(_) => rev.to_string(),
+    };
+    if !is_snapshot_name(&commit) {
+        return Err(UsageError(format!(
+            "{} holds `{}`, not a commit hash: the Hugging Face cache is corrupt or tampered with; delete {}",
+            ref_file.display(),
+            commit.escape_debug(),
+            root.display()
+        ))
+        .into());
+    }
+    let dir = root.join("snapshots").join(&commit);
+    Ok(dir.join("config.json").is_file().then_some((dir, commit)))
+}
+
+/// A snapshot directory name: a 40-hex commit, or a plain name with no path separators or `..`.
+fn is_snapshot_name(s: &str) -> bool {
+    let hex = s.len() == 40 && s.chars().all(|c| c.is_ascii_hexdigit());
+    let plain = !s.is_empty()
+        && s.len() <= 128
+        && !s.contains("..")
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    hex || plain
+}
+
+/// The overall deadline for one file from the Hub: `VRAM_HUB_TIMEOUT` seconds, default 120.
+fn hub_timeout() -> Result<Duration> {
+    match std::env::var("VRAM_HUB_TIMEOUT") {
+        Err(_) => Ok(Duration::from_secs(120)),
+        Ok(v) => match v.trim().parse::<u64>() {
+            Ok(s) if (1..=86_400).contains(&s) => Ok(Duration::from_secs(s)),
+            _ => Err(UsageError(format!("VRAM_HUB_TIMEOUT={v}: a whole number of seconds from 1 to 86400")).into()),
+        },
+    }
 }
 
 struct Client<'a> {
@@ -128,6 +166,7 @@ struct Client<'a> {
     repo: &'a str,
     rev: &'a str,
     progress: bool,
+    timeout: Duration,
 }
 
 /// A failed fetch, in the user's terms.
@@ -172,12 +211,24 @@ impl Client<'_> {
             Ok(resp) => {
                 let mut buf = Vec::new();
                 // Never read past what was asked, even from a server that ignores Range.
-                resp.into_reader().take(limit).read_to_end(&mut buf)?;
+                resp.into_reader().take(limit).read_to_end(&mut buf).map_err(|e| self.read_error(file, e))?;
                 Ok(Some(buf))
             }
             Err(ureq::Error::Status(404, _)) if file != "config.json" => Ok(None),
             Err(e) => Err(http_error(self.repo, file, e, self.env.token.is_some())),
         }
+    }
+
+    /// A body that stopped arriving (or arrived too slowly for the deadline), in the user's terms.
+    fn read_error(&self, file: &str, e: std::io::Error) -> anyhow::Error {
+        if matches!(e.kind(), std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock) {
+            return anyhow::anyhow!(
+                "{}/{file}: the Hub did not finish sending it within {} s ({e}); retry, raise VRAM_HUB_TIMEOUT (seconds), or set HF_HUB_OFFLINE=1 to use the cache",
+                self.repo,
+                self.timeout.as_secs()
+            );
+        }
+        anyhow::anyhow!("{}/{file}: reading the response failed: {e}", self.repo)
     }
 
     fn tick(&self, done: usize, total: usize, file: &str) {
@@ -222,13 +273,17 @@ impl Client<'_> {
 }
 
 fn fetch(env: &HubEnv, repo: &str, rev: &str, opts: ParseOptions) -> Result<Model> {
+    let timeout = hub_timeout()?;
     let agent = ureq::AgentBuilder::new()
         .timeout_connect(Duration::from_secs(10))
         .timeout_read(Duration::from_secs(60))
+        // An overall deadline per request, body included: a server trickling a byte every few
+        // seconds never trips the read timeout.
+        .timeout(timeout)
         .redirects(5)
         .redirect_auth_headers(ureq::RedirectAuthHeaders::SameHost)
         .build();
-    let c = Client { agent, env, repo, rev, progress: std::io::stderr().is_terminal() };
+    let c = Client { agent, env, repo, rev, progress: std::io::stderr().is_terminal(), timeout };
     let cfg = c.get("config.json", None)?.unwrap_or_default();
     let mut model = parse_config_with(&cfg, repo, &format!("{repo}/config.json"), opts)?;
     let shards = match c.get("model.safetensors.index.json", None)? {

@@ -21,7 +21,7 @@ pub fn load_config_file(path: &Path, opts: ParseOptions) -> Result<Model> {
     let spec = path.display().to_string();
     // Say what a weights file, a GGUF or a saved web page is before any size check.
     let kind = sniff(&read_prefix(path, 512)?);
-    if !matches!(kind, FileKind::Json | FileKind::Text | FileKind::Empty) {
+    if !matches!(kind, FileKind::Json | FileKind::Empty) {
         return Err(usage(format!("{spec} is {}, not a config.json: {}", kind.describe(), kind.hint())));
     }
     let bytes = read_limited(path, MAX_CONFIG)?;

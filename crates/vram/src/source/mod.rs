@@ -30,10 +30,34 @@ pub fn load_model(spec: &str, opts: ParseOptions) -> Result<Model> {
         return Ok(presets::load(spec)?);
     }
     if hub::is_hub_id(spec) {
-        return hub::load(spec, opts);
+        return match hub::load(spec, opts) {
+            Err(e) if hub::HubEnv::from_env().offline => base_preset(spec)?.ok_or(e),
+            other => other,
+        };
     }
     if spec.contains('/') || spec.ends_with(".json") {
         return Err(usage(format!("`{spec}` is neither a file, a directory nor a preset; give a path to a config.json or a model directory, or a preset name (`vram models` lists them)")));
     }
     Ok(presets::load(spec)?)
+}
+
+/// Suffixes of fine-tuned variants that keep the base model's architecture and size.
+const VARIANT_SUFFIXES: [&str; 3] = ["-instruct", "-chat", "-it"];
+
+/// Offline, `org/Name-Instruct` (or `-Chat`, `-it`) is its base preset: the same architecture
+/// and size, so the same memory. Says so in a warning on the model.
+fn base_preset(spec: &str) -> Result<Option<Model>> {
+    let id = spec.split('@').next().unwrap_or(spec);
+    let lower = id.to_ascii_lowercase();
+    let Some(base) = VARIANT_SUFFIXES.iter().find_map(|s| lower.strip_suffix(s).map(|_| &id[..id.len() - s.len()])) else {
+        return Ok(None);
+    };
+    let Some(p) = presets::find(base) else { return Ok(None) };
+    let mut model = presets::load(p.name)?;
+    model.name = id.to_string();
+    model.warnings.push(format!(
+        "using preset {} (same architecture and size as {id}, so the same memory): HF_HUB_OFFLINE is set and {id} is not in the cache",
+        p.name
+    ));
+    Ok(Some(model))
 }
