@@ -188,7 +188,7 @@ fn tables(points: &[Point]) -> String {
     out.push_str(&row("vram", &|p| p.estimated as f64));
     out.push_str(&row("16 bytes/parameter (mixed-precision Adam rule)", &|p| 16.0 * p.parameters as f64));
     out.push_str(&row("accelerate estimate-memory (8 bytes/parameter for mixed Adam)", &|p| 8.0 * p.parameters as f64));
-    out.push_str(&row("batch × (fp16 params + params × seq/1000) (the seed's rule)", &|p| {
+    out.push_str(&row("batch × (fp16 params + params × seq/1000) (a rule of thumb)", &|p| {
         let pm = 2.0 * p.parameters as f64;
         p.batch as f64 * (pm + pm * p.seq as f64 / 1000.0)
     }));
