@@ -126,7 +126,7 @@ fn run(cli: Cli) -> Result<u8> {
             } else {
                 emit(&tune::text(&report, g.memory))?;
             }
-            return Ok(if report.batch.is_some() { 0 } else { 1 });
+            return Ok(report.exit_code());
         }
         Command::Watch(a) => {
             let text = watch::watch(a.once, a.json, run::parse_interval(&a.interval)?, a.metrics)?;
