@@ -8,9 +8,43 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use util::vram;
-
 const LIMIT: Duration = Duration::from_secs(30);
+
+/// What a bounded run of vram printed and returned.
+struct Ran {
+    code: Option<i32>,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+}
+
+/// Run vram with `args` (and `envs`) for at most LIMIT. Its output is collected on threads and
+/// waited for at most 5 s after it exits, so a background process holding the pipes (the very
+/// defect under test) fails the test instead of hanging it.
+fn bounded(args: &[&str], envs: &[(&str, String)]) -> Ran {
+    use std::io::Read;
+    let mut child = Command::new(assert_cmd::cargo::cargo_bin("vram"))
+        .args(args)
+        .envs(envs.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let collect = |mut r: Box<dyn Read + Send>| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = r.read_to_end(&mut buf);
+            let _ = tx.send(buf);
+        });
+        rx
+    };
+    let out = collect(Box::new(child.stdout.take().unwrap()));
+    let err = collect(Box::new(child.stderr.take().unwrap()));
+    let code = wait_bounded(&mut child, LIMIT);
+    let take = |rx: std::sync::mpsc::Receiver<Vec<u8>>| rx.recv_timeout(Duration::from_secs(5)).unwrap_or_default();
+    Ran { code, stdout: take(out), stderr: take(err) }
+}
 
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hostile_train.sh")
@@ -42,18 +76,13 @@ fn estimate_batch_4() -> u64 {
 /// `vram tune` of gpt2 on 24 GiB, one trial at batch 4 (the global batch), measured by the
 /// child's own report; returns (exit code, JSON report, stderr).
 fn tune(mode_cmd: &[&str], envs: &[(&str, String)]) -> (Option<i32>, serde_json::Value, String) {
-    let mut cmd = vram();
-    cmd.args(["tune", "-m", "gpt2", "-s", "256", "-g", "24GiB", "--global-batch-size", "4", "--measure", "child-report"])
-        .args(["--max-trials", "1", "--timeout", "5s", "--json", "--"])
-        .args(mode_cmd)
-        .timeout(LIMIT);
-    for (k, v) in envs {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().unwrap();
+    let mut args = vec!["tune", "-m", "gpt2", "-s", "256", "-g", "24GiB", "--global-batch-size", "4", "--measure", "child-report"];
+    args.extend(["--max-trials", "1", "--timeout", "5s", "--json", "--"]);
+    args.extend(mode_cmd);
+    let out = bounded(&args, envs);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {err}"));
-    (out.status.code(), v, err)
+    (out.code, v, err)
 }
 
 fn hostile(mode: &str) -> Vec<String> {
@@ -155,14 +184,10 @@ fn run_returns_when_the_command_exits_and_ends_what_it_left_behind() {
     let dir = tempfile::tempdir().unwrap();
     let pidfile = dir.path().join("pid");
     let t = Instant::now();
-    let out = vram()
-        .args(["run", "--interval", "20ms", "--", "sh", "-c"])
-        .arg(format!("sleep 600 & echo $! > {}; exit 0", pidfile.display()))
-        .timeout(LIMIT)
-        .output()
-        .unwrap();
+    let script = format!("sleep 600 & echo $! > {}; exit 0", pidfile.display());
+    let out = bounded(&["run", "--interval", "20ms", "--", "sh", "-c", &script], &[]);
     assert!(t.elapsed() < Duration::from_secs(10), "took {:?}", t.elapsed());
-    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(out.code, Some(0));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("exited with code 0 after 0."), "the command's own duration: {err}");
     assert!(err.contains("left processes running in its group"), "{err}");
@@ -227,8 +252,8 @@ fn run_checks_its_output_paths_before_running_the_command() {
     std::os::unix::fs::symlink(dir.path().join("nowhere/r.json"), &link).unwrap();
     for (flag, path) in [("--out", dir.path().join("missing/r.json")), ("--svg", link.clone()), ("--timeline", dir.path().join("no/t.csv"))]
     {
-        let out = vram().args(["run", flag]).arg(&path).args(["--", "sh", "-c", &touch]).timeout(LIMIT).output().unwrap();
-        assert_eq!(out.status.code(), Some(2), "{flag} {}", path.display());
+        let out = bounded(&["run", flag, path.to_str().unwrap(), "--", "sh", "-c", &touch], &[]);
+        assert_eq!(out.code, Some(2), "{flag} {}", path.display());
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("does not exist") || err.contains("symbolic link to nothing"), "{err}");
         assert!(!marker.exists(), "the command did not run");
@@ -240,15 +265,9 @@ fn run_keeps_the_exit_code_and_the_report_when_writing_fails_afterwards() {
     let dir = tempfile::tempdir().unwrap();
     let sub = dir.path().join("reports");
     std::fs::create_dir(&sub).unwrap();
-    let out = vram()
-        .args(["run", "--out"])
-        .arg(sub.join("r.json"))
-        .args(["--", "sh", "-c"])
-        .arg(format!("rm -r {}; exit 5", sub.display()))
-        .timeout(LIMIT)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(5), "the command's exit code, not vram's");
+    let (report, script) = (sub.join("r.json"), format!("rm -r {}; exit 5", sub.display()));
+    let out = bounded(&["run", "--out", report.to_str().unwrap(), "--", "sh", "-c", &script], &[]);
+    assert_eq!(out.code, Some(5), "the command's exit code, not vram's");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("the JSON report follows here instead"), "{err}");
     assert!(err.contains("\"exit_code\": 5"), "{err}");
