@@ -85,7 +85,8 @@ mod tests {
                 ProcReading { pid: 8, used: None, kind: ProcKind::Compute },
             ],
         };
-        let t = render(&[g.clone()], &|_| Some("python3".into()), Some(&|pid| Some(format!("python \"train{pid}.py\" \\x\ny"))));
+        let t =
+            render(std::slice::from_ref(&g), &|_| Some("python3".into()), Some(&|pid| Some(format!("python \"train{pid}.py\" \\x\ny"))));
         assert!(t.contains("vram_gpu_memory_total_bytes{gpu=\"0\",uuid=\"GPU-1\",name=\"NVIDIA H100 80GB HBM3\"} 85520809984\n"));
         assert!(t.contains("vram_gpu_utilization_ratio{gpu=\"0\"} 0.5\n"));
         assert!(t.contains("vram_gpu_power_watts{gpu=\"0\"} 300.5\n"));
