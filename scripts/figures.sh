@@ -3,7 +3,8 @@
 # README-ready lines naming the machine (CPU model from /proc/cpuinfo, core count):
 #   - the sampler's cost: `benches/sampler.sh` (vram run at 10 Hz around an idle child);
 #   - the planner: `cargo bench -p vram-core --bench plan` (criterion, short measurement).
-# Other jobs on the machine raise both; run it on an idle machine and quote its output whole.
+# Other jobs on the machine raise both (the load averages printed say how busy it was); run it
+# on an idle machine and quote its output whole.
 #   bash scripts/figures.sh [sampler-seconds (default 20)] [criterion measurement seconds (default 3)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,7 +38,7 @@ print(f"the full search for Llama-3.1-405B on 1,024 H100s takes {search}; its ev
 PY
 )
 
-echo "machine: $machine (load average before the runs: $load)"
+echo "machine: $machine (load average before the runs: $load; after: $(cut -d' ' -f1-3 /proc/loadavg))"
 echo
 echo "The sampler is cheap (\`bash benches/sampler.sh $secs\`, on $machine, without a GPU, so NVML calls are not included): $sampler."
 echo
