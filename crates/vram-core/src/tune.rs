@@ -60,6 +60,20 @@ pub fn questioned(measured: u64, estimated: u64) -> bool {
     estimated != u64::MAX && (measured.saturating_mul(QUESTION_FACTOR) < estimated || measured > estimated.saturating_mul(QUESTION_FACTOR))
 }
 
+/// What a trial at `batch` should measure, to question its reading by: the estimate, scaled by
+/// the measured/estimated ratio of the nearest earlier trial with a trusted peak (so a consistently
+/// low or high estimate, which the search calibrates away, does not make later readings suspect).
+pub fn expected(estimate: &dyn Fn(u64) -> u64, batch: u64, trusted: &[Observation]) -> u64 {
+    let est = estimate(batch);
+    let nearest = trusted.iter().filter(|o| !o.failed).filter_map(|o| o.peak.map(|p| (o.batch, p))).min_by_key(|(b, _)| b.abs_diff(batch));
+    match nearest {
+        Some((b, p)) if est != u64::MAX && estimate(b) != u64::MAX && estimate(b) > 0 => {
+            (est as f64 * (p as f64 / estimate(b) as f64)).min(u64::MAX as f64 / 2.0) as u64
+        }
+        _ => est,
+    }
+}
+
 impl Tuner<'_> {
     fn aim(&self) -> f64 {
         self.budget as f64 * (1.0 - self.margin)
@@ -225,6 +239,12 @@ mod tests {
         assert!(!questioned(est / 2, est));
         assert!(!questioned(est * 2, est));
         assert!(!questioned(0, u64::MAX), "no estimate, nothing to question");
+        // An estimate 2.5x high throughout: calibrated by the first trusted trial, not suspect.
+        let est = |b: u64| 25 * b;
+        let trial_1 = Observation { batch: 10, peak: Some(100), failed: false };
+        assert_eq!(expected(&est, 62, &[trial_1]), 620);
+        assert!(!questioned(620, expected(&est, 62, &[trial_1])));
+        assert_eq!(expected(&est, 62, &[]), 1550, "no trusted trial: the estimate itself");
     }
 
     #[test]

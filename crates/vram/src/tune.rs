@@ -271,7 +271,8 @@ pub fn tune(o: TuneOptions) -> Result<TuneReport> {
         }
         let cmd = substitute(&o.command, b, accum_for(b));
         eprintln!("vram tune: trial {} — batch {b}: {}", obs.len() + 1, cmd.join(" "));
-        let t = trial(&cmd, b, accum_for(b), &o, &mut reader)?;
+        let expected = vram_core::tune::expected(o.estimate, b, &obs);
+        let t = trial(&cmd, b, accum_for(b), expected, &o, &mut reader)?;
         let questioned = t.questioned;
         let failed = t.oom || t.timed_out || t.exit_code != Some(0);
         obs.push(Observation { batch: b, peak: if failed { None } else { t.peak }, failed: failed || t.peak.is_none() });
@@ -279,7 +280,7 @@ pub fn tune(o: TuneOptions) -> Result<TuneReport> {
         if questioned {
             // Extrapolating from a reading that cannot be right would choose a batch that cannot fit.
             obs.pop();
-            break (best(&obs), format!("the measurement at batch {b} is more than {}x off the estimate and is not trusted; check how the trial measures its peak", vram_core::tune::QUESTION_FACTOR));
+            break (best(&obs), format!("the measurement at batch {b} is more than {}x off what the estimate expects and is not trusted; check how the trial measures its peak", vram_core::tune::QUESTION_FACTOR));
         }
     };
     signals.close();
@@ -303,7 +304,15 @@ fn stop_on_signals() -> Result<signal_hook::iterator::Handle> {
 }
 
 /// Run batch `b` and say what happened.
-fn trial(cmd: &[String], b: u64, accum: Option<u64>, o: &TuneOptions, reader: &mut Option<nvml::Nvml>) -> Result<TrialReport> {
+/// `expected`: what its reading should be near (see `vram_core::tune::expected`).
+fn trial(
+    cmd: &[String],
+    b: u64,
+    accum: Option<u64>,
+    expected: u64,
+    o: &TuneOptions,
+    reader: &mut Option<nvml::Nvml>,
+) -> Result<TrialReport> {
     let out = run_trial(cmd, o.measure, reader, o.timeout, o.interval)?;
     let stopped = STOP.load(Ordering::SeqCst) != 0;
     if let Some(l) = out.leftovers.describe() {
@@ -316,13 +325,13 @@ fn trial(cmd: &[String], b: u64, accum: Option<u64>, o: &TuneOptions, reader: &m
         );
     }
     let estimated = (o.estimate)(b);
-    let questioned = out.code == Some(0) && out.peak.is_some_and(|p| vram_core::tune::questioned(p, estimated));
+    let questioned = out.code == Some(0) && out.peak.is_some_and(|p| vram_core::tune::questioned(p, expected));
     if let (true, Some(p)) = (questioned, out.peak) {
         eprintln!(
-            "vram tune: warning: batch {b} measured {p} bytes against an estimate of {estimated} bytes ({:.2} GB vs {:.2} GB; GB = 10^9 bytes): \
-             more than {}x off, so the measurement is questioned and not extrapolated from",
+            "vram tune: warning: batch {b} measured {p} bytes where about {expected} bytes were expected ({:.2} GB vs {:.2} GB, GB = 10^9 bytes; \
+             the estimate, calibrated by earlier trials): more than {}x off, so the measurement is questioned and not extrapolated from",
             p as f64 / 1e9,
-            estimated as f64 / 1e9,
+            expected as f64 / 1e9,
             vram_core::tune::QUESTION_FACTOR
         );
     }

@@ -272,3 +272,17 @@ fn run_keeps_the_exit_code_and_the_report_when_writing_fails_afterwards() {
     assert!(err.contains("the JSON report follows here instead"), "{err}");
     assert!(err.contains("\"exit_code\": 5"), "{err}");
 }
+
+#[test]
+fn tune_does_not_choose_a_batch_from_a_reading_of_zero_bytes() {
+    let args = ["tune", "-m", "qwen2.5-0.5b", "-g", "h100", "-s", "512", "--measure", "child-report", "--max-trials", "3", "--json"];
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(["--", "sh", "-c", "echo VRAM_PEAK_BYTES=0 # {batch}"]);
+    let out = bounded(&all, &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {err}"));
+    assert!(v["batch"].is_null(), "a 0-byte reading chose a batch: {v}");
+    assert_eq!(v["trials"].as_array().unwrap().len(), 1, "not extrapolated from");
+    assert!(err.contains("questioned"), "{err}");
+    assert_eq!(out.code, Some(1));
+}
