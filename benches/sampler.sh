@@ -8,11 +8,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs="${1:-20}"
 cargo build -q --release -p vram
+bin="${CARGO_TARGET_DIR:-target}/release/vram"
 measure() {
-  python3 - "$1" <<'PY'
+  python3 - "$1" "$bin" <<'PY'
 import resource, subprocess, sys, time
 t = time.time()
-subprocess.run(["target/release/vram", "run", "--interval", "100ms", "--", "sleep", sys.argv[1]], check=True, stderr=subprocess.DEVNULL)
+subprocess.run([sys.argv[2], "run", "--interval", "100ms", "--", "sleep", sys.argv[1]], check=True, stderr=subprocess.DEVNULL)
 r = resource.getrusage(resource.RUSAGE_CHILDREN)
 print(time.time() - t, r.ru_utime + r.ru_stime, r.ru_maxrss / 1024)
 PY

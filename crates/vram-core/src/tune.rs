@@ -48,6 +48,32 @@ pub struct Tuner<'a> {
     pub estimate: &'a dyn Fn(u64) -> u64,
 }
 
+/// How far a trial's measurement may stray from the estimate before it is questioned: a factor 3
+/// either way. The estimator's worst error on peak allocated memory is 7.1% (README accuracy
+/// table, `crates/vram-core/tests/validation.rs`), so a reading 3x off says the measurement is
+/// wrong (a child reporting 0, NVML missing the job's processes), not the model.
+pub const QUESTION_FACTOR: u64 = 3;
+
+/// Whether `measured` is too far from `estimated` to be trusted (see [`QUESTION_FACTOR`]). An
+/// estimate of `u64::MAX` (the estimator failed) questions nothing.
+pub fn questioned(measured: u64, estimated: u64) -> bool {
+    estimated != u64::MAX && (measured.saturating_mul(QUESTION_FACTOR) < estimated || measured > estimated.saturating_mul(QUESTION_FACTOR))
+}
+
+/// What a trial at `batch` should measure, to question its reading by: the estimate, scaled by
+/// the measured/estimated ratio of the nearest earlier trial with a trusted peak (so a consistently
+/// low or high estimate, which the search calibrates away, does not make later readings suspect).
+pub fn expected(estimate: &dyn Fn(u64) -> u64, batch: u64, trusted: &[Observation]) -> u64 {
+    let est = estimate(batch);
+    let nearest = trusted.iter().filter(|o| !o.failed).filter_map(|o| o.peak.map(|p| (o.batch, p))).min_by_key(|(b, _)| b.abs_diff(batch));
+    match nearest {
+        Some((b, p)) if est != u64::MAX && estimate(b) != u64::MAX && estimate(b) > 0 => {
+            (est as f64 * (p as f64 / estimate(b) as f64)).min(u64::MAX as f64 / 2.0) as u64
+        }
+        _ => est,
+    }
+}
+
 impl Tuner<'_> {
     fn aim(&self) -> f64 {
         self.budget as f64 * (1.0 - self.margin)
@@ -203,6 +229,22 @@ mod tests {
         assert!(truth(b) <= budget);
         assert!(truth(b + 1) > budget, "optimal: {b}");
         assert!(n <= 4, "{n}");
+    }
+
+    #[test]
+    fn readings_far_from_the_estimate_are_questioned() {
+        let est = 1_089_000_000_000;
+        assert!(questioned(0, est), "a child reporting 0 bytes");
+        assert!(questioned(est * 4, est));
+        assert!(!questioned(est / 2, est));
+        assert!(!questioned(est * 2, est));
+        assert!(!questioned(0, u64::MAX), "no estimate, nothing to question");
+        // An estimate 2.5x high throughout: calibrated by the first trusted trial, not suspect.
+        let est = |b: u64| 25 * b;
+        let trial_1 = Observation { batch: 10, peak: Some(100), failed: false };
+        assert_eq!(expected(&est, 62, &[trial_1]), 620);
+        assert!(!questioned(620, expected(&est, 62, &[trial_1])));
+        assert_eq!(expected(&est, 62, &[]), 1550, "no trusted trial: the estimate itself");
     }
 
     #[test]

@@ -275,9 +275,16 @@ pub struct RunArgs {
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9400).
     #[arg(long)]
     pub metrics: Option<String>,
+    /// Export each GPU process's full command line as a metrics label (it can carry paths and
+    /// secrets; default: the process name only).
+    #[arg(long)]
+    pub metrics_command_label: bool,
     /// With --model, also estimate this job (same flags as `vram estimate`) and compare.
     #[command(flatten)]
     pub job: JobArgs,
+    /// Overwrite existing --out/--svg/--timeline files.
+    #[arg(long)]
+    pub force: bool,
     /// The command to run, after `--`.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
@@ -298,6 +305,10 @@ pub struct WatchArgs {
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9400).
     #[arg(long)]
     pub metrics: Option<String>,
+    /// Export each GPU process's full command line as a metrics label (it can carry paths and
+    /// secrets; default: the process name only).
+    #[arg(long)]
+    pub metrics_command_label: bool,
 }
 
 /// `vram tune`.

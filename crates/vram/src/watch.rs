@@ -121,8 +121,9 @@ pub fn json(gpus: &[GpuReading], procs: &[ProcRow]) -> serde_json::Value {
     })
 }
 
-/// Run `vram watch`.
-pub fn watch(once: bool, as_json: bool, interval: Duration, metrics: Option<String>) -> Result<String> {
+/// Run `vram watch`; `command_label`: export full command lines as metrics labels
+/// (`--metrics-command-label`; by default only process names).
+pub fn watch_with(once: bool, as_json: bool, interval: Duration, metrics: Option<String>, command_label: bool) -> Result<String> {
     let mut reader = nvml::open()?;
     let users = procs::parse_passwd(&std::fs::read_to_string("/etc/passwd").unwrap_or_default());
     let mut peaks: HashMap<(u32, u32), u64> = HashMap::new();
@@ -144,7 +145,7 @@ pub fn watch(once: bool, as_json: bool, interval: Duration, metrics: Option<Stri
         let table = procs::read_all();
         let rows = rows(&gpus, &table, &users, &|p| procs::cmdline(p), peaks, sort);
         if metrics.is_some() {
-            *latest.lock().expect("lock") = crate::render::prometheus::render(&gpus, &|p| procs::cmdline(p));
+            *latest.lock().unwrap_or_else(|e| e.into_inner()) = crate::metrics::render(&gpus, command_label);
         }
         Ok((gpus, rows))
     };

@@ -19,15 +19,18 @@ pub fn run(a: RunArgs) -> Result<u8> {
         }
         None => None,
     };
-    let code = run::run(run::RunOptions {
-        command: a.command,
-        interval: run::parse_interval(&a.interval)?,
-        out: a.out,
-        timeline: a.timeline,
-        svg: a.svg,
-        metrics: a.metrics,
-        estimate,
-    })?;
+    let code = run::run_with(
+        run::RunOptions {
+            command: a.command,
+            interval: run::parse_interval(&a.interval)?,
+            out: a.out,
+            timeline: a.timeline,
+            svg: a.svg,
+            metrics: a.metrics,
+            estimate,
+        },
+        run::RunExtras { force: a.force, metrics_command_label: a.metrics_command_label },
+    )?;
     Ok(code.clamp(0, 255) as u8)
 }
 
@@ -39,7 +42,7 @@ fn measure_kind(s: &str) -> Result<tune::Measure> {
     }
 }
 
-/// `vram tune`: 0 when a batch was chosen, 1 when none could be.
+/// `vram tune`: 0 when a batch was chosen, 1 when none could be, 128 + signal when interrupted.
 pub fn tune(a: TuneArgs) -> Result<u8> {
     let (model, job) = resolve::resolve(&a.job)?;
     let g = resolve::gpu(&a.gpu)?;
@@ -66,11 +69,11 @@ pub fn tune(a: TuneArgs) -> Result<u8> {
     } else {
         emit(&tune::text(&report, g.memory))?;
     }
-    Ok(if report.batch.is_some() { 0 } else { 1 })
+    Ok(report.exit_code())
 }
 
 /// `vram watch`.
 pub fn watch(a: &WatchArgs) -> Result<()> {
-    let text = watch::watch(a.once, a.json, run::parse_interval(&a.interval)?, a.metrics.clone())?;
+    let text = watch::watch_with(a.once, a.json, run::parse_interval(&a.interval)?, a.metrics.clone(), a.metrics_command_label)?;
     emit(&text)
 }

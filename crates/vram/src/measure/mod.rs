@@ -1,6 +1,7 @@
 //! Measuring real jobs: GPU readings (NVML), processes (/proc), timelines, OOM detection.
 //! Everything but `nvml.rs` and the `/proc` readers is pure and tested on recorded inputs.
 
+pub mod child;
 pub mod nvml;
 pub mod oom;
 pub mod procs;

@@ -45,9 +45,64 @@ pub fn detect(line: &str) -> Option<Oom> {
     }
 }
 
+/// Finds an OOM message in a byte stream that arrives in arbitrary chunks: each chunk is
+/// scanned together with the unfinished line before it (its last `CARRY` bytes), so a message
+/// split across two reads is still seen, while memory stays bounded on a line that never ends.
+#[derive(Debug, Default)]
+pub struct Scanner {
+    carry: Vec<u8>,
+    found: Option<Oom>,
+}
+
+/// Longest tail of an unfinished line kept for the next chunk; every message `detect` looks for
+/// is far shorter.
+const CARRY: usize = 512;
+
+impl Scanner {
+    /// Scan the next chunk.
+    pub fn feed(&mut self, chunk: &[u8]) {
+        self.carry.extend_from_slice(chunk);
+        let text = String::from_utf8_lossy(&self.carry);
+        for line in text.split(['\n', '\r']) {
+            if self.found.is_none() {
+                self.found = detect(line);
+            }
+        }
+        // Keep only the unfinished last line, at most CARRY bytes of it.
+        let last_break = self.carry.iter().rposition(|b| *b == b'\n' || *b == b'\r').map_or(0, |i| i + 1);
+        let keep_from = last_break.max(self.carry.len().saturating_sub(CARRY));
+        self.carry.drain(..keep_from);
+    }
+
+    /// The first OOM seen, if any.
+    pub fn found(&self) -> Option<Oom> {
+        self.found
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_message_split_across_chunks_is_found() {
+        let mut s = Scanner::default();
+        s.feed(b"step 1\rstep 2 \xff torch.OutOfMem");
+        assert_eq!(s.found(), None);
+        s.feed(b"oryError: CUDA out of memory.");
+        assert_eq!(s.found(), Some(Oom::PyTorch));
+        // A line that never ends keeps memory bounded.
+        let mut s = Scanner::default();
+        for _ in 0..1000 {
+            s.feed(&[b'x'; 4096]);
+        }
+        assert!(s.carry.len() <= CARRY);
+        // Two halves of JAX's message on different lines are not one message.
+        let mut s = Scanner::default();
+        s.feed(b"RESOURCE_EXHAUSTED: too many open files\n");
+        s.feed(b"out of memory?\n");
+        assert_eq!(s.found(), None);
+    }
 
     #[test]
     fn real_error_texts() {

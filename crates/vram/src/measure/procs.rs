@@ -123,6 +123,14 @@ pub fn cmdline(pid: u32) -> Option<String> {
     (!s.is_empty()).then(|| s.join(" "))
 }
 
+/// The name of a process (`/proc/<pid>/comm`: the executable's name, at most 15 bytes), which
+/// unlike the command line carries no arguments (paths, tokens).
+pub fn name(pid: u32) -> Option<String> {
+    let raw = std::fs::read(format!("/proc/{pid}/comm")).ok()?;
+    let s = String::from_utf8_lossy(&raw).trim_end_matches('\n').to_string();
+    (!s.is_empty()).then_some(s)
+}
+
 /// uid → user name from the text of /etc/passwd.
 pub fn parse_passwd(text: &str) -> HashMap<u32, String> {
     text.lines()

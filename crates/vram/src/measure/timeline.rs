@@ -117,12 +117,16 @@ pub struct Writer {
 }
 
 impl Writer {
-    /// Create the file (refusing to overwrite an existing one).
-    pub fn create(path: &std::path::Path) -> anyhow::Result<Writer> {
+    /// Create the file; with `overwrite`, replacing an existing one (`--force`).
+    pub fn create_with(path: &std::path::Path, overwrite: bool) -> anyhow::Result<Writer> {
         let format = if path.extension().is_some_and(|e| e == "jsonl" || e == "json") { Format::Jsonl } else { Format::Csv };
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
+        let mut options = std::fs::OpenOptions::new();
+        if overwrite {
+            options.write(true).create(true).truncate(true);
+        } else {
+            options.write(true).create_new(true);
+        }
+        let file = options
             .open(path)
             .map_err(|e| anyhow::anyhow!("cannot create timeline {}: {e} (it must not exist already)", path.display()))?;
         let mut out = std::io::BufWriter::new(file);

@@ -4,12 +4,18 @@ use std::fmt::Write;
 
 use crate::measure::GpuReading;
 
+/// A label value escaped as the text format requires: backslash, double quote and line feed
+/// (Prometheus "Exposition formats", text format: label_value escaping).
 fn esc(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
-/// The readings as Prometheus metrics; `cmd` names a PID's command for the labels.
-pub fn render(gpus: &[GpuReading], cmd: &dyn Fn(u32) -> Option<String>) -> String {
+/// Names a process for a label.
+pub type Namer<'a> = &'a dyn Fn(u32) -> Option<String>;
+
+/// The readings as Prometheus metrics. Each process is labelled with its name (`process`);
+/// its full command line (`command`: arguments, paths, perhaps tokens) only when `command` is given.
+pub fn render(gpus: &[GpuReading], name: Namer, command: Option<Namer>) -> String {
     let mut o = String::new();
     let metric = |o: &mut String, name: &str, help: &str, kind: &str| {
         let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -44,12 +50,13 @@ pub fn render(gpus: &[GpuReading], cmd: &dyn Fn(u32) -> Option<String>) -> Strin
     metric(&mut o, "vram_process_gpu_memory_bytes", "GPU memory of a process (absent where NVML cannot read it).", "gauge");
     for g in gpus {
         for p in g.processes.iter().filter(|p| p.used.is_some()) {
+            let cmd = command.map(|c| format!(",command=\"{}\"", esc(&c(p.pid).unwrap_or_default()))).unwrap_or_default();
             let _ = writeln!(
                 o,
-                "vram_process_gpu_memory_bytes{{gpu=\"{}\",pid=\"{}\",command=\"{}\"}} {}",
+                "vram_process_gpu_memory_bytes{{gpu=\"{}\",pid=\"{}\",process=\"{}\"{cmd}}} {}",
                 g.index,
                 p.pid,
-                esc(&cmd(p.pid).unwrap_or_default()),
+                esc(&name(p.pid).unwrap_or_default()),
                 p.used.unwrap_or(0)
             );
         }
@@ -78,15 +85,20 @@ mod tests {
                 ProcReading { pid: 8, used: None, kind: ProcKind::Compute },
             ],
         };
-        let t = render(&[g], &|pid| Some(format!("python \"train{pid}.py\"")));
+        let t =
+            render(std::slice::from_ref(&g), &|_| Some("python3".into()), Some(&|pid| Some(format!("python \"train{pid}.py\" \\x\ny"))));
         assert!(t.contains("vram_gpu_memory_total_bytes{gpu=\"0\",uuid=\"GPU-1\",name=\"NVIDIA H100 80GB HBM3\"} 85520809984\n"));
         assert!(t.contains("vram_gpu_utilization_ratio{gpu=\"0\"} 0.5\n"));
         assert!(t.contains("vram_gpu_power_watts{gpu=\"0\"} 300.5\n"));
-        assert!(t.contains("command=\"python \\\"train7.py\\\"\"} 900\n"));
+        assert!(t.contains("process=\"python3\",command=\"python \\\"train7.py\\\" \\\\x\\ny\"} 900\n"), "{t}");
         assert!(!t.contains("pid=\"8\""), "unreadable memory is absent, not 0");
         assert!(!t.contains("vram_gpu_temperature_celsius{"));
         for line in t.lines().filter(|l| !l.starts_with('#')) {
             assert!(line.rsplit(' ').next().unwrap().parse::<f64>().is_ok(), "{line}");
         }
+        // By default a process is named, its command line (arguments, paths) not exported.
+        let t = render(&[g], &|_| Some("python3".into()), None);
+        assert!(t.contains("vram_process_gpu_memory_bytes{gpu=\"0\",pid=\"7\",process=\"python3\"} 900\n"), "{t}");
+        assert!(!t.contains("command="), "{t}");
     }
 }

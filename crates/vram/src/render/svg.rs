@@ -12,8 +12,11 @@ const H: f64 = 360.0;
 const PAD: f64 = 56.0;
 const COLORS: [&str; 8] = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"];
 
+/// Text for an SVG text node: XML's special characters escaped, and control characters (which
+/// XML 1.0 forbids, §2.2 "Characters"; a command line can carry them) shown as `?`.
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    let printable: String = s.chars().map(|c| if c.is_control() && c != '\t' { '?' } else { c }).collect();
+    printable.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
 /// Render the timeline. `limit`: a horizontal line (GPU memory or the estimate), labelled.
@@ -59,6 +62,11 @@ pub fn chart(title: &str, samples: &[Sample], peaks: &[GpuPeak], limit: Option<(
 mod tests {
     use super::*;
     use crate::measure::timeline::{peaks, GpuSample};
+
+    #[test]
+    fn control_characters_do_not_break_the_xml() {
+        assert_eq!(esc("a\u{1}b\n<c>&"), "a?b?&lt;c&gt;&amp;");
+    }
 
     #[test]
     fn well_formed_chart() {

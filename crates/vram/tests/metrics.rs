@@ -1,0 +1,76 @@
+//! The metrics endpoint under idle, slow and too many clients, and on a non-loopback address.
+//! Bounded in time: every socket has a timeout and `vram run` wraps a short `sleep`.
+
+mod util;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// `vram run --metrics 127.0.0.1:0 -- sleep N` and the address it serves.
+fn serving(secs: u32) -> (Child, String) {
+    let mut child = Command::new(assert_cmd::cargo::cargo_bin("vram"))
+        .args(["run", "--interval", "50ms", "--metrics", "127.0.0.1:0", "--", "sleep", &secs.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|l| l.split("http://").nth(1).map(|s| s.trim_end_matches("/metrics").to_string()))
+        .expect("metrics address printed");
+    std::thread::spawn(move || lines.for_each(drop));
+    (child, addr)
+}
+
+fn scrape(addr: &str) -> String {
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    let _ = c.read_to_string(&mut resp);
+    resp
+}
+
+#[test]
+fn idle_and_slow_clients_do_not_hold_up_a_scrape() {
+    let (mut child, addr) = serving(4);
+    let idle: Vec<TcpStream> = (0..5).map(|_| TcpStream::connect(&addr).unwrap()).collect();
+    let mut slow = TcpStream::connect(&addr).unwrap();
+    slow.write_all(b"GET /met").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let t = Instant::now();
+    let resp = scrape(&addr);
+    assert!(resp.starts_with("HTTP/1.1 200 OK"), "{resp}");
+    assert!(t.elapsed() < Duration::from_secs(1), "a scrape behind 6 idle clients took {:?}", t.elapsed());
+    drop((idle, slow));
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn connections_beyond_the_bound_are_turned_away_at_once() {
+    let (mut child, addr) = serving(4);
+    let idle: Vec<TcpStream> = (0..40).map(|_| TcpStream::connect(&addr).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    let resp = scrape(&addr);
+    assert!(resp.starts_with("HTTP/1.1 503"), "{resp}");
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    drop(idle);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn a_non_loopback_address_is_warned_about() {
+    let out = util::vram().args(["run", "--metrics", "0.0.0.0:0", "--", "true"]).timeout(Duration::from_secs(30)).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("warning") && err.contains("other machines"), "{err}");
+    let out = util::vram().args(["run", "--metrics", "127.0.0.1:0", "--", "true"]).timeout(Duration::from_secs(30)).output().unwrap();
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("warning"));
+}
