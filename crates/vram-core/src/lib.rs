@@ -16,6 +16,7 @@
 #![deny(missing_docs)]
 
 pub mod advice;
+pub mod allocator;
 pub mod config;
 pub mod dtype;
 pub mod error;
@@ -26,10 +27,12 @@ pub mod job;
 pub mod memory;
 pub mod model;
 pub mod parallel;
+pub mod pickle;
 pub mod plan;
 pub mod presets;
 pub mod safetensors;
 pub mod serve;
+pub mod snapshot;
 pub mod tune;
 pub mod units;
 

@@ -1,0 +1,49 @@
+//! The allocator model and memory_viz accounting, held to the real snapshots committed in
+//! validation/snapshots/ (origin in its README; expected peaks from memory_viz_peaks.py).
+
+use std::path::PathBuf;
+
+use vram_core::allocator::{replay, AllocConf};
+use vram_core::snapshot::{parse, View};
+
+fn dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../validation/snapshots")
+}
+
+fn fixtures() -> Vec<(String, serde_json::Value)> {
+    let expected: serde_json::Value = serde_json::from_slice(&std::fs::read(dir().join("expected_peaks.json")).unwrap()).unwrap();
+    let mut v: Vec<(String, serde_json::Value)> = expected.as_object().unwrap().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    assert!(v.len() >= 5, "the five public snapshots are committed");
+    v
+}
+
+#[test]
+fn peaks_match_memory_viz() {
+    for (name, exp) in fixtures() {
+        let snap = parse(&std::fs::read(dir().join(&name)).unwrap()).unwrap();
+        for (dev, e) in exp.as_object().unwrap() {
+            let d: usize = dev.parse().unwrap();
+            assert_eq!(snap.timeline(d, View::Allocated).peak, e["peak_allocated_bytes"].as_u64().unwrap(), "{name} allocated");
+            assert_eq!(snap.timeline(d, View::Reserved).peak, e["peak_reserved_bytes"].as_u64().unwrap(), "{name} reserved");
+        }
+    }
+}
+
+#[test]
+fn replayed_reserved_within_5_percent_of_recorded() {
+    for (name, _) in fixtures() {
+        let snap = parse(&std::fs::read(dir().join(&name)).unwrap()).unwrap();
+        for d in snap.devices() {
+            let r = replay(&snap, d, AllocConf::default()).unwrap();
+            println!(
+                "{name} device {d}: replayed {:.3} GiB, recorded {:.3} GiB, error {:+.2}% ({} allocs)",
+                r.model_peak_reserved as f64 / (1u64 << 30) as f64,
+                r.recorded_peak_reserved as f64 / (1u64 << 30) as f64,
+                r.error() * 100.0,
+                r.allocs
+            );
+            assert!(r.error().abs() <= 0.05, "{name}: {r:?}");
+        }
+    }
+}
