@@ -28,6 +28,8 @@ pub enum Command {
     Tune(TuneArgs),
     /// Serving capacity as vLLM computes it (KV blocks, tokens, concurrency), or llama.cpp for a .gguf.
     Serve(ServeArgs),
+    /// Explain a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot): peaks, what was live, fragmentation.
+    Explain(crate::explain::ExplainArgs),
     /// List the built-in model presets with their parameter counts.
     Models(ListArgs),
     /// List the GPU catalogue (memory, dense 16-bit TFLOP/s).

@@ -1,6 +1,7 @@
 //! `vram`: how much GPU memory a training or inference job takes, before you launch it.
 
 mod cli;
+mod explain;
 mod hub;
 mod load;
 mod measure;
@@ -256,6 +257,7 @@ fn run(cli: Cli) -> Result<u8> {
                 show(a.json, || render::json::serve(&s), || render::text::serve(&s))
             }
         }
+        Command::Explain(a) => explain::run(a),
         Command::Models(a) => {
             let rows = presets::PRESETS
                 .iter()
