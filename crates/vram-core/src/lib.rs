@@ -36,9 +36,10 @@ pub mod snapshot;
 pub mod tune;
 pub mod units;
 
+pub use allocator::AllocConf;
 pub use config::parse_config;
 pub use dtype::DType;
 pub use error::{Error, Result};
 pub use job::{AttentionImpl, Checkpointing, Job, Mode, Optimizer, OptimizerImpl, Overheads, Precision};
-pub use memory::{estimate, Component, Estimate, Kind, Phase};
+pub use memory::{estimate, estimate_with, Component, Estimate, Kind, Phase};
 pub use model::Model;

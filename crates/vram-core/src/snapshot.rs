@@ -442,3 +442,301 @@ impl Snapshot {
         d
     }
 }
+
+/// What a live allocation is, inferred from the Python frames that allocated it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Category {
+    /// Model weights (module construction, `.to()`, `.cuda()`, loading).
+    Parameters,
+    /// Weight gradients (`AccumulateGrad` in backward, or still live when the trace ends).
+    Gradients,
+    /// Allocated inside `optimizer.step`.
+    OptimizerState,
+    /// Allocated inside a module's `forward`.
+    Activations,
+    /// Allocated in backward and freed again (activation gradients, workspaces).
+    Temporaries,
+    /// Live before recording started, with no frames to tell.
+    Unknown,
+    /// Frames that match none of the above.
+    Other,
+}
+
+impl Category {
+    /// Human-readable name.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Category::Parameters => "parameters",
+            Category::Gradients => "gradients",
+            Category::OptimizerState => "optimizer state",
+            Category::Activations => "activations",
+            Category::Temporaries => "temporaries",
+            Category::Unknown => "unknown (allocated before recording started)",
+            Category::Other => "other",
+        }
+    }
+}
+
+fn is_python(f: &Frame) -> bool {
+    f.filename.ends_with(".py")
+}
+
+/// Infer the category from a stack (innermost first). A guess by frame names, reported as such.
+pub fn categorize(stack: &[Frame], freed_in_trace: bool) -> Category {
+    if stack.is_empty() {
+        return Category::Unknown;
+    }
+    let any = |p: &dyn Fn(&Frame) -> bool| stack.iter().any(p);
+    if any(&|f| (f.name == "step" || f.name.contains("_step") || f.name == "wrapper") && f.filename.contains("optim")) {
+        return Category::OptimizerState;
+    }
+    if any(&|f| f.name.contains("backward") || f.filename.contains("autograd/") || f.name.contains("AccumulateGrad")) {
+        let grad = any(&|f| f.name.contains("AccumulateGrad") || f.name.contains("accumulate_grad"));
+        return if grad || !freed_in_trace { Category::Gradients } else { Category::Temporaries };
+    }
+    if any(&|f| is_python(f) && (f.name == "forward" || f.name == "_call_impl" || f.name == "generate")) {
+        return Category::Activations;
+    }
+    if any(&|f| {
+        is_python(f)
+            && matches!(f.name.as_str(), "_apply" | "to" | "cuda" | "load_state_dict" | "from_pretrained" | "reset_parameters" | "__init__")
+    }) {
+        return Category::Parameters;
+    }
+    Category::Other
+}
+
+/// `file.py:line:function` of the innermost Python frame outside PyTorch itself (the model or
+/// user code line), as memory_viz `_frame_fmt` writes frames.
+pub fn frame_key(stack: &[Frame]) -> String {
+    let fmt = |f: &Frame| format!("{}:{}:{}", f.filename.rsplit('/').next().unwrap_or(&f.filename), f.line, f.name);
+    let py = || stack.iter().filter(|f| is_python(f));
+    py().find(|f| !f.filename.contains("/torch/")).or_else(|| py().next()).map(fmt).unwrap_or_else(|| {
+        if stack.is_empty() {
+            "<no frames recorded>".into()
+        } else {
+            "<non-python>".into()
+        }
+    })
+}
+
+/// Bytes and count under one key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Group {
+    /// Frame or category name.
+    pub key: String,
+    /// Sum of sizes.
+    pub bytes: u64,
+    /// Number of allocations.
+    pub count: usize,
+}
+
+/// One segment's use at dump time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SegmentUse {
+    /// Base address.
+    pub address: u64,
+    /// Small or large pool.
+    pub pool: &'static str,
+    /// Reserved bytes.
+    pub total: u64,
+    /// Bytes in active blocks.
+    pub active: u64,
+    /// Cached free bytes (total - active).
+    pub free: u64,
+    /// Blocks in the segment.
+    pub blocks: usize,
+}
+
+/// Everything `vram explain` reports for one device.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Explanation {
+    /// CUDA device.
+    pub device: usize,
+    /// Trace entries.
+    pub events: usize,
+    /// memory_viz peak of allocated bytes (requested sizes).
+    pub peak_allocated: u64,
+    /// Trace index of that peak.
+    pub peak_allocated_event: Option<usize>,
+    /// Microseconds between the first traced event and the peak, when timestamps exist.
+    pub peak_allocated_after_us: Option<i64>,
+    /// Reserved bytes (segments) at the allocated peak.
+    pub reserved_at_peak: u64,
+    /// memory_viz peak of reserved bytes (segments).
+    pub peak_reserved: u64,
+    /// Trace index of that peak.
+    pub peak_reserved_event: Option<usize>,
+    /// Live allocations at the allocated peak, by inferred category (largest first).
+    pub by_category: Vec<Group>,
+    /// Live allocations at the allocated peak, by allocating frame (top 10).
+    pub by_frame: Vec<Group>,
+    /// The largest live allocations at the peak (top 10): (bytes, category, frame).
+    pub largest: Vec<(u64, Category, String)>,
+    /// Reserved bytes at dump time.
+    pub final_reserved: u64,
+    /// Active bytes at dump time.
+    pub final_active: u64,
+    /// Segments with the most cached free bytes at dump time (top 10).
+    pub fragmented_segments: Vec<SegmentUse>,
+    /// Number of segments at dump time.
+    pub segments: usize,
+    /// (trace index, allocated, reserved) after each change, at most ~2000 points.
+    pub timeline: Vec<(usize, u64, u64)>,
+}
+
+fn top(map: HashMap<String, (u64, usize)>, n: usize) -> Vec<Group> {
+    let mut v: Vec<Group> = map.into_iter().map(|(key, (bytes, count))| Group { key, bytes, count }).collect();
+    v.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.key.cmp(&b.key)));
+    v.truncate(n);
+    v
+}
+
+impl Snapshot {
+    /// Addresses freed at some point after trace index `at`.
+    fn freed_after(&self, device: usize, at: usize) -> std::collections::HashSet<u64> {
+        let trace = self.traces.get(device).map(Vec::as_slice).unwrap_or(&[]);
+        trace.iter().skip(at.saturating_add(1)).filter(|e| Self::is_free(View::Allocated, e.action)).map(|e| e.addr).collect()
+    }
+
+    /// The full explanation of `device`.
+    pub fn explain(&self, device: usize) -> Explanation {
+        let trace = self.traces.get(device).map(Vec::as_slice).unwrap_or(&[]);
+        let alloc = self.timeline(device, View::Allocated);
+        let reserved = self.timeline(device, View::Reserved);
+        let live = self.live_at(device, alloc.peak_event);
+        let freed = self.freed_after(device, alloc.peak_event.unwrap_or(0));
+        let (mut by_cat, mut by_frame, mut largest) = (HashMap::new(), HashMap::new(), Vec::new());
+        for l in &live {
+            let stack = self.stacks.get(l.stack as usize).map(Vec::as_slice).unwrap_or(&[]);
+            let cat = categorize(stack, freed.contains(&l.addr));
+            let key = frame_key(stack);
+            let e = by_cat.entry(cat.describe().to_string()).or_insert((0, 0));
+            *e = (e.0 + l.size, e.1 + 1);
+            let e = by_frame.entry(key.clone()).or_insert((0, 0));
+            *e = (e.0 + l.size, e.1 + 1);
+            if largest.len() < 10 {
+                largest.push((l.size, cat, key));
+            }
+        }
+        let mut segs: Vec<SegmentUse> = self
+            .segments
+            .iter()
+            .filter(|s| s.device == device as i64)
+            .map(|s| SegmentUse {
+                address: s.address,
+                pool: if s.small { "small" } else { "large" },
+                total: s.total_size,
+                active: s.active(),
+                free: s.total_size.saturating_sub(s.active()),
+                blocks: s.blocks.len(),
+            })
+            .collect();
+        let final_reserved = segs.iter().map(|s| s.total).sum();
+        let final_active = segs.iter().map(|s| s.active).sum();
+        let segments = segs.len();
+        segs.sort_by(|a, b| b.free.cmp(&a.free).then(a.address.cmp(&b.address)));
+        segs.truncate(10);
+        let t0 = trace.iter().find_map(|e| e.time_us);
+        let peak_allocated_after_us = alloc.peak_event.and_then(|i| trace.get(i)?.time_us).zip(t0).map(|(t, s)| t - s);
+        let timeline = merge_timelines(&alloc, &reserved, 2000);
+        let reserved_at_peak = value_at(&reserved, alloc.peak_event);
+        Explanation {
+            device,
+            events: trace.len(),
+            peak_allocated: alloc.peak,
+            peak_allocated_event: alloc.peak_event,
+            peak_allocated_after_us,
+            reserved_at_peak,
+            peak_reserved: reserved.peak,
+            peak_reserved_event: reserved.peak_event,
+            by_category: top(by_cat, usize::MAX),
+            by_frame: top(by_frame, 10),
+            largest,
+            final_reserved,
+            final_active,
+            fragmented_segments: segs,
+            segments,
+            timeline,
+        }
+    }
+}
+
+/// A timeline's total just after trace index `at` (its initial value before any action).
+fn value_at(t: &Timeline, at: Option<usize>) -> u64 {
+    let Some(at) = at else { return t.initial };
+    let i = t.points.partition_point(|(e, _)| *e <= at);
+    if i == 0 {
+        t.initial
+    } else {
+        t.points[i - 1].1
+    }
+}
+
+/// Both timelines on one axis of trace indices, thinned to about `max` points (keeping each
+/// bucket's maximum so no peak disappears from the chart).
+fn merge_timelines(a: &Timeline, r: &Timeline, max: usize) -> Vec<(usize, u64, u64)> {
+    let mut idx: Vec<usize> = a.points.iter().chain(&r.points).map(|p| p.0).collect();
+    idx.sort_unstable();
+    idx.dedup();
+    let all: Vec<(usize, u64, u64)> = idx.iter().map(|&i| (i, value_at(a, Some(i)), value_at(r, Some(i)))).collect();
+    let step = all.len().div_ceil(max.max(1)).max(1);
+    all.chunks(step).map(|c| (c[0].0, c.iter().map(|p| p.1).max().unwrap_or(0), c.iter().map(|p| p.2).max().unwrap_or(0))).collect()
+}
+
+/// One row of the estimate-versus-snapshot comparison.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CompareRow {
+    /// Category (or total).
+    pub what: String,
+    /// What the estimate says, in bytes.
+    pub estimate: u64,
+    /// What the snapshot holds at its peak, in bytes.
+    pub snapshot: u64,
+}
+
+/// Put an estimate beside a snapshot's peak, category by category, and name the largest gap.
+pub fn compare(est: &crate::memory::Estimate, ex: &Explanation) -> (Vec<CompareRow>, String) {
+    let cat_of = |name: &str| {
+        if name.starts_with("parameters") || name.starts_with("autocast") {
+            Category::Parameters
+        } else if name.starts_with("gradients") {
+            Category::Gradients
+        } else if name.starts_with("optimizer states") {
+            Category::OptimizerState
+        } else if name.starts_with("activations") || name.starts_with("logits") || name.starts_with("input") || name.starts_with("KV cache")
+        {
+            Category::Activations
+        } else {
+            Category::Temporaries
+        }
+    };
+    let snap_bytes = |c: Category| ex.by_category.iter().filter(|g| g.key == c.describe()).map(|g| g.bytes).sum::<u64>();
+    let cats = [Category::Parameters, Category::Gradients, Category::OptimizerState, Category::Activations, Category::Temporaries];
+    let mut rows: Vec<CompareRow> = cats
+        .iter()
+        .map(|&c| CompareRow {
+            what: c.describe().into(),
+            estimate: est
+                .components
+                .iter()
+                .filter(|k| k.kind == crate::memory::Kind::Allocated && cat_of(&k.name) == c)
+                .map(|k| k.bytes)
+                .sum(),
+            snapshot: snap_bytes(c),
+        })
+        .collect();
+    let rest: u64 = ex.by_category.iter().filter(|g| !cats.iter().any(|c| c.describe() == g.key)).map(|g| g.bytes).sum();
+    rows.push(CompareRow { what: "other / unknown".into(), estimate: 0, snapshot: rest });
+    let worst = rows.iter().max_by_key(|r| r.estimate.abs_diff(r.snapshot)).map(|r| r.what.clone()).unwrap_or_default();
+    rows.push(CompareRow { what: "peak allocated".into(), estimate: est.peak_allocated, snapshot: ex.peak_allocated });
+    let diff = est.peak_allocated as i128 - ex.peak_allocated as i128;
+    let verdict = format!(
+        "the estimate is {} {:.2} GiB ({:+.1}%) than the snapshot's peak allocated; the largest difference is in {worst} (categories in the snapshot are inferred from stack frames)",
+        if diff >= 0 { "higher by" } else { "lower by" },
+        diff.unsigned_abs() as f64 / (1u64 << 30) as f64,
+        diff as f64 / ex.peak_allocated.max(1) as f64 * 100.0
+    );
+    (rows, verdict)
+}

@@ -47,3 +47,24 @@ fn replayed_reserved_within_5_percent_of_recorded() {
         }
     }
 }
+
+#[test]
+fn estimate_reserve_comes_from_the_allocator_model_with_its_reason() {
+    use vram_core::{estimate, estimate_with, presets, Job};
+    let m = presets::load("gpt2").unwrap();
+    let job = Job::train(4, 1024);
+    let est = estimate(&m, &job).unwrap();
+    let c = est.components.iter().find(|c| c.name == "caching allocator reserve").unwrap();
+    assert!(c.detail.contains("live blocks"), "{}", c.detail);
+    assert!(c.detail.contains("CUDACachingAllocator.cpp"), "{}", c.detail);
+    // Reserved is never below allocated: the reserve is what the model's segments hold beyond it.
+    assert!(est.total >= est.peak_allocated + c.bytes);
+    // expandable_segments maps only what is used: never more reserved than without it.
+    let exp = estimate_with(&m, &job, &AllocConf::parse("expandable_segments:True").unwrap()).unwrap();
+    assert!(exp.component("caching allocator reserve") <= c.bytes, "{} vs {}", exp.component("caching allocator reserve"), c.bytes);
+    // An explicit --allocator-reserve keeps the flat fraction.
+    let mut flat = job.clone();
+    flat.overheads.allocator_reserve = 0.10;
+    let f = estimate(&m, &flat).unwrap();
+    assert_eq!(f.component("caching allocator reserve"), (f.peak_allocated as f64 * 0.10).ceil() as u64);
+}
