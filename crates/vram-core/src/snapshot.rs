@@ -677,10 +677,21 @@ fn value_at(t: &Timeline, at: Option<usize>) -> u64 {
 /// Both timelines on one axis of trace indices, thinned to about `max` points (keeping each
 /// bucket's maximum so no peak disappears from the chart).
 fn merge_timelines(a: &Timeline, r: &Timeline, max: usize) -> Vec<(usize, u64, u64)> {
-    let mut idx: Vec<usize> = a.points.iter().chain(&r.points).map(|p| p.0).collect();
-    idx.sort_unstable();
-    idx.dedup();
-    let all: Vec<(usize, u64, u64)> = idx.iter().map(|&i| (i, value_at(a, Some(i)), value_at(r, Some(i)))).collect();
+    // One linear merge of the two sorted point lists (each holds its value until its next point).
+    let (mut i, mut j, mut va, mut vr) = (0, 0, a.initial, r.initial);
+    let mut all = Vec::with_capacity(a.points.len() + r.points.len());
+    while i < a.points.len() || j < r.points.len() {
+        let next = a.points.get(i).map_or(usize::MAX, |p| p.0).min(r.points.get(j).map_or(usize::MAX, |p| p.0));
+        while i < a.points.len() && a.points[i].0 == next {
+            va = a.points[i].1;
+            i += 1;
+        }
+        while j < r.points.len() && r.points[j].0 == next {
+            vr = r.points[j].1;
+            j += 1;
+        }
+        all.push((next, va, vr));
+    }
     let step = all.len().div_ceil(max.max(1)).max(1);
     all.chunks(step).map(|c| (c[0].0, c.iter().map(|p| p.1).max().unwrap_or(0), c.iter().map(|p| p.2).max().unwrap_or(0))).collect()
 }

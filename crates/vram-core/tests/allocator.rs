@@ -68,3 +68,33 @@ fn estimate_reserve_comes_from_the_allocator_model_with_its_reason() {
     let f = estimate(&m, &flat).unwrap();
     assert_eq!(f.component("caching allocator reserve"), (f.peak_allocated as f64 * 0.10).ceil() as u64);
 }
+
+/// Held to real GPUs: every "point" of validation/gpu/recordings.jsonl (written by
+/// validation/gpu/kit.py on a CUDA machine) must match the estimate's allocated peak within 10%
+/// and its reserved memory (peak allocated + allocator reserve) within 10%.
+#[test]
+fn estimates_hold_to_gpu_recordings() {
+    use vram_core::{estimate, parse_config, Job, Precision};
+    let path = dir().join("../gpu/recordings.jsonl");
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        eprintln!("skipped: no GPU recordings at {} yet (run validation/gpu/kit.py on a CUDA machine)", path.display());
+        return;
+    };
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let r: serde_json::Value = serde_json::from_str(line).unwrap();
+        if r["kind"] != "point" {
+            continue;
+        }
+        let cfg = r["config"].as_str().unwrap();
+        let bytes = std::fs::read(dir().join("../configs").join(cfg)).unwrap();
+        let model = parse_config(&bytes, cfg, cfg).unwrap();
+        let (b, s) = (r["batch"].as_u64().unwrap(), r["seq"].as_u64().unwrap());
+        let mut job = if r["mode"] == "train" { Job::train(b, s) } else { Job::infer(b, s) };
+        job.precision = Precision::parse(r["precision"].as_str().unwrap()).unwrap();
+        let est = estimate(&model, &job).unwrap();
+        let reserved = est.peak_allocated + est.component("caching allocator reserve");
+        let rel = |a: u64, b: u64| (a as f64 - b as f64).abs() / b.max(1) as f64;
+        assert!(rel(est.peak_allocated, r["max_allocated"].as_u64().unwrap()) <= 0.10, "allocated: {line}");
+        assert!(rel(reserved, r["max_reserved"].as_u64().unwrap()) <= 0.10, "reserved: {line}");
+    }
+}
