@@ -42,7 +42,7 @@ pub fn run(a: ExplainArgs) -> Result<()> {
     let cmp = match &a.job.model {
         Some(_) => {
             let (model, job) = crate::resolve::resolve(&a.job)?;
-            let est = vram_core::estimate(&model, &job)?;
+            let est = vram_core::estimate_with(&model, &job, &alloc_conf(None)?)?;
             Some((model.name.clone(), compare(&est, &ex)))
         }
         None => None,
@@ -60,6 +60,16 @@ pub fn run(a: ExplainArgs) -> Result<()> {
     out.write_all(text.as_bytes())?;
     out.flush()?;
     Ok(())
+}
+
+/// The caching-allocator settings of a job: `flag` (e.g. `--alloc-conf`) when given, else the
+/// `PYTORCH_CUDA_ALLOC_CONF` environment variable PyTorch itself reads, else PyTorch's defaults.
+pub fn alloc_conf(flag: Option<&str>) -> Result<vram_core::AllocConf> {
+    let env = std::env::var("PYTORCH_CUDA_ALLOC_CONF").ok();
+    match flag.or(env.as_deref()) {
+        Some(s) => Ok(vram_core::AllocConf::parse(s)?),
+        None => Ok(vram_core::AllocConf::default()),
+    }
 }
 
 /// Parse a snapshot file and explain one device.

@@ -84,3 +84,11 @@ fn estimate_beside_the_snapshot() {
     assert!(rows.iter().any(|r| r["what"] == "peak allocated" && r["snapshot"] == v["peak_allocated"]));
     assert!(v["comparison"]["verdict"].as_str().unwrap().contains("largest difference"));
 }
+
+#[test]
+fn a_bad_alloc_conf_in_the_environment_is_an_error_not_ignored() {
+    let snap = fixture("cs336-wl_medium_128_inference.pickle");
+    let out = vram().env("PYTORCH_CUDA_ALLOC_CONF", "bogus:1").args(["explain", &snap, "--model", "gpt2"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("PYTORCH_CUDA_ALLOC_CONF option `bogus:1`"));
+}
