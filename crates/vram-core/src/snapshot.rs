@@ -491,7 +491,10 @@ pub fn categorize(stack: &[Frame], freed_in_trace: bool) -> Category {
     if any(&|f| (f.name == "step" || f.name.contains("_step") || f.name == "wrapper") && f.filename.contains("optim")) {
         return Category::OptimizerState;
     }
-    if any(&|f| f.name.contains("backward") || f.filename.contains("autograd/") || f.name.contains("AccumulateGrad")) {
+    // Backward runs in the autograd engine: `backward` / `_engine_run_backward` frames, or only
+    // the engine's C++ frames on its worker thread. (`autograd/function.py` alone is a custom
+    // Function's *forward*, e.g. bitsandbytes' matmul, so the file name is not used.)
+    if any(&|f| f.name.contains("backward") || f.name.contains("autograd::Engine") || f.name.contains("AccumulateGrad")) {
         let grad = any(&|f| f.name.contains("AccumulateGrad") || f.name.contains("accumulate_grad"));
         return if grad || !freed_in_trace { Category::Gradients } else { Category::Temporaries };
     }
@@ -750,4 +753,29 @@ pub fn compare(est: &crate::memory::Estimate, ex: &Explanation) -> (Vec<CompareR
         diff as f64 / ex.peak_allocated.max(1) as f64 * 100.0
     );
     (rows, verdict)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(name: &str, file: &str) -> Frame {
+        Frame { name: name.into(), filename: file.into(), line: 1 }
+    }
+
+    #[test]
+    fn custom_autograd_function_forward_is_an_activation() {
+        // Regression: bitsandbytes' MatMul4Bit.forward runs under torch/autograd/function.py.
+        let stack = [
+            f("forward", "/x/bitsandbytes/autograd/_functions.py"),
+            f("apply", "/x/torch/autograd/function.py"),
+            f("forward", "/x/modeling_llama.py"),
+        ];
+        assert_eq!(categorize(&stack, true), Category::Activations);
+        let bwd = [f("torch::autograd::Engine::thread_main", "engine.cpp")];
+        assert_eq!(categorize(&bwd, true), Category::Temporaries);
+        assert_eq!(categorize(&bwd, false), Category::Gradients);
+        assert_eq!(categorize(&[f("step", "/x/torch/optim/adamw.py")], false), Category::OptimizerState);
+        assert_eq!(categorize(&[], false), Category::Unknown);
+    }
 }
