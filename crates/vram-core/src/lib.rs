@@ -16,6 +16,7 @@
 #![deny(missing_docs)]
 
 pub mod advice;
+pub mod allocator;
 pub mod config;
 pub mod dtype;
 pub mod error;
@@ -26,18 +27,21 @@ pub mod job;
 pub mod memory;
 pub mod model;
 pub mod parallel;
+pub mod pickle;
 pub mod plan;
 pub mod presets;
 pub mod safetensors;
 pub mod serve;
+pub mod snapshot;
 pub mod sniff;
 pub mod tune;
 pub mod units;
 
+pub use allocator::AllocConf;
 pub use config::{parse_config, parse_config_with, ParseOptions};
 pub use dtype::DType;
 pub use error::{Error, Result};
 pub use job::{AttentionImpl, Checkpointing, Job, Mode, Optimizer, OptimizerImpl, Overheads, Precision};
-pub use memory::{estimate, Component, Estimate, Kind, Phase};
+pub use memory::{estimate, estimate_with, Component, Estimate, Kind, Phase};
 pub use model::{Model, QuantizationConfig, RopeScaling};
 pub use sniff::{sniff, FileKind};

@@ -28,6 +28,8 @@ pub enum Command {
     Tune(TuneArgs),
     /// Serving capacity as vLLM computes it (KV blocks, tokens, concurrency), or llama.cpp for a .gguf.
     Serve(ServeArgs),
+    /// Explain a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot): peaks, what was live, fragmentation.
+    Explain(crate::explain::ExplainArgs),
     /// List the built-in model presets with their parameter counts.
     Models(ListArgs),
     /// List the GPU catalogue (memory, dense 16-bit TFLOP/s).
@@ -126,6 +128,14 @@ pub struct JobArgs {
     /// Assumed caching-allocator reserve as a fraction of peak allocated [default: 0.05].
     #[arg(long, help_heading = "Device assumptions")]
     pub allocator_reserve: Option<f64>,
+    /// EXPERIMENTAL: simulate PyTorch's caching allocator over an allocation sequence derived
+    /// from the peak phase instead of the flat reserve (reads PYTORCH_CUDA_ALLOC_CONF).
+    #[arg(long, help_heading = "Device assumptions", conflicts_with = "allocator_reserve")]
+    pub allocator_model: bool,
+    /// PYTORCH_CUDA_ALLOC_CONF for --allocator-model (default: the environment's), e.g.
+    /// `expandable_segments:True,max_split_size_mb:512`.
+    #[arg(long, help_heading = "Device assumptions", requires = "allocator_model")]
+    pub alloc_conf: Option<String>,
     /// Print JSON instead of a table.
     #[arg(long, help_heading = "Output")]
     pub json: bool,
@@ -282,7 +292,11 @@ pub struct RunArgs {
     /// With --model, also estimate this job (same flags as `vram estimate`) and compare.
     #[command(flatten)]
     pub job: JobArgs,
-    /// Overwrite existing --out/--svg/--timeline files.
+    /// Record a PyTorch memory snapshot of the command into this file (a startup hook turns on
+    /// torch.cuda.memory._record_memory_history and dumps at exit and on OOM), then explain it.
+    #[arg(long)]
+    pub snapshot: Option<std::path::PathBuf>,
+    /// Overwrite existing --out/--svg/--timeline/--snapshot files.
     #[arg(long)]
     pub force: bool,
     /// The command to run, after `--`.

@@ -3,6 +3,7 @@
 mod cli;
 mod commands;
 mod errors;
+mod explain;
 mod measure;
 mod metrics;
 mod render;

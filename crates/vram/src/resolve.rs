@@ -283,3 +283,14 @@ pub fn resolve_parallel(a: &ParallelArgs, mode: Mode) -> Result<Option<Parallel>
     offload(a, &mut p)?;
     Ok(Some(p))
 }
+
+/// `--allocator-model` is read by a single-GPU `estimate` (and `explain --model`) only: anywhere
+/// else it would be silently ignored, so it is an error naming where it works.
+pub fn reject_allocator_model(a: &JobArgs, command: &str) -> Result<()> {
+    if a.allocator_model {
+        return Err(usage(format!(
+            "--allocator-model is read by a single-GPU `vram estimate` only (experimental), not by {command}: drop it, or run `vram estimate` with it"
+        )));
+    }
+    Ok(())
+}

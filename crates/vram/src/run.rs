@@ -35,6 +35,8 @@ pub struct RunOptions {
     pub metrics: Option<String>,
     /// Estimate to compare with: (model name, estimated allocated, estimated total, its CUDA context assumption).
     pub estimate: Option<(String, u64, u64, u64)>,
+    /// Where a PyTorch child dumps its memory snapshot (`--snapshot`), explained after the run.
+    pub snapshot: Option<PathBuf>,
 }
 
 /// Parse `50ms`, `1s`, `0.5s`, `2m` as a sampling interval (5 ms to 1 h).
@@ -79,13 +81,20 @@ pub fn run_with(opts: RunOptions, extras: RunExtras) -> Result<i32> {
         return Err(UsageError("vram run needs a command after `--`".into()).into());
     }
     // Refuse up front, not after a long run, what cannot be written.
-    for path in [&opts.out, &opts.timeline, &opts.svg].into_iter().flatten() {
+    for path in [&opts.out, &opts.timeline, &opts.svg, &opts.snapshot].into_iter().flatten() {
         check_output(path, extras.force)?;
     }
+    // The hook (a sitecustomize.py on PYTHONPATH) turns on torch's memory history in the child and
+    // dumps the snapshot at exit and on OOM; nothing is installed anywhere else.
+    let hook_dir = std::env::temp_dir().join(format!("vram-snapshot-hook-{}", std::process::id()));
+    let env = match &opts.snapshot {
+        Some(p) => crate::explain::snapshot_env(&hook_dir, p)?,
+        None => Vec::new(),
+    };
     let mut gpu = Gpu::open()?;
     let mut timeline = opts.timeline.as_deref().map(|p| timeline::Writer::create_with(p, extras.force)).transpose()?;
     let latest = start_metrics(opts.metrics.as_deref())?;
-    let mut job = Job::start(&opts.command)?;
+    let mut job = Job::start(&opts.command, &env)?;
     if let Some(e) = &gpu.absent {
         eprintln!("vram: {e:#}");
         eprintln!("vram: running the command anyway; the timeline records host memory only");
@@ -95,6 +104,10 @@ pub fn run_with(opts: RunOptions, extras: RunExtras) -> Result<i32> {
     let (oom, leftovers) = job.finish();
     let report = Report::new(rec, &gpu, oom, leftovers);
     eprint!("{}", report.text(&opts));
+    if let Some(p) = &opts.snapshot {
+        let _ = std::fs::remove_dir_all(&hook_dir);
+        eprint!("\n{}", crate::explain::explain_after_run(p));
+    }
     write_outputs(&opts, &report, extras.force);
     Ok(child::shell_code(&report.rec.status))
 }
@@ -187,8 +200,8 @@ struct Job {
 }
 
 impl Job {
-    fn start(command: &[String]) -> Result<Job> {
-        let mut child = child::spawn(command, Stdio::inherit(), Stdio::inherit(), Stdio::piped())?;
+    fn start(command: &[String], env: &[(String, String)]) -> Result<Job> {
+        let mut child = child::spawn_env(command, env, Stdio::inherit(), Stdio::inherit(), Stdio::piped())?;
         let pgid = child.id() as i32;
         CHILD.store(pgid, Ordering::SeqCst);
         let signals = forward_signals()?;

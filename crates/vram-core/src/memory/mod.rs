@@ -14,6 +14,7 @@ pub use train::{activation_profile, ActivationProfile};
 
 use serde::Serialize;
 
+use crate::allocator::{self, AllocConf};
 use crate::error::{Error, Result};
 use crate::job::{Job, Mode};
 use crate::model::Model;
@@ -138,8 +139,57 @@ impl Breakdown {
     }
 }
 
-/// Estimate the peak GPU memory of `job` on `model` (single GPU).
+/// Estimate the peak GPU memory of `job` on `model` (single GPU), with PyTorch's default
+/// caching-allocator settings.
 pub fn estimate(model: &Model, job: &Job) -> Result<Estimate> {
+    estimate_inner(model, job, None)
+}
+
+/// The caching-allocator reserve. By default the flat `--allocator-reserve` fraction (a stated
+/// assumption, not yet checked on a GPU). With `conf` (the CLI's `--allocator-model`), the
+/// allocator model (crate::allocator) run over a sequence derived from the peak phase — itself
+/// validated by replaying real snapshots, but the derived sequence is not: it is experimental.
+fn reserve(model: &Model, job: &Job, peak: &Breakdown, peak_allocated: u64, conf: Option<&AllocConf>) -> (u64, String) {
+    let f = job.overheads.allocator_reserve;
+    let flat = |why: &str| {
+        (
+            (peak_allocated as f64 * f).ceil() as u64,
+            format!(
+                "assumed {:.0}% of peak allocated{why}: freed blocks PyTorch keeps cached, rounding to 2 MiB segments, fragmentation (--allocator-reserve; --allocator-model simulates it)",
+                f * 100.0
+            ),
+        )
+    };
+    let Some(conf) = conf else { return flat("") };
+    let numels: Vec<u64> = model
+        .tensors()
+        .iter()
+        .flat_map(|t| std::iter::repeat_n(t.numel, t.count.min(allocator::MAX_OPS as u64) as usize))
+        .take(allocator::MAX_OPS)
+        .collect();
+    let parts: Vec<allocator::Part> =
+        peak.parts.iter().map(|(n, b, _)| allocator::Part { name: n, bytes: u64::try_from(*b).unwrap_or(u64::MAX) }).collect();
+    let sim = allocator::derive_sequence(&numels, model.layers, &parts, job.mode == Mode::Train)
+        .and_then(|ops| allocator::simulate(&ops, *conf, None).ok());
+    match sim {
+        Some(r) => (
+            r.peak_reserved.saturating_sub(peak_allocated),
+            format!(
+                "EXPERIMENTAL {}; sequence derived from the peak phase, one tensor per parameter and four per layer activation",
+                r.reason()
+            ),
+        ),
+        None => flat(": the job has too many tensors to simulate the allocator"),
+    }
+}
+
+/// [`estimate`] with the reserve simulated by the caching-allocator model under the given
+/// `PYTORCH_CUDA_ALLOC_CONF` settings (experimental: the derived allocation sequence is unvalidated).
+pub fn estimate_with(model: &Model, job: &Job, conf: &AllocConf) -> Result<Estimate> {
+    estimate_inner(model, job, Some(conf))
+}
+
+fn estimate_inner(model: &Model, job: &Job, conf: Option<&AllocConf>) -> Result<Estimate> {
     job.validate()?;
     let (phases, kernel, notes) = match job.mode {
         Mode::Train => train::phases(model, job),
@@ -153,13 +203,8 @@ pub fn estimate(model: &Model, job: &Job) -> Result<Estimate> {
         components.push(Component { name: (*name).into(), bytes: to_u64(*bytes, name)?, kind: Kind::Allocated, detail: detail.clone() });
     }
     let o = job.overheads;
-    let reserve = (peak_allocated as f64 * o.allocator_reserve).ceil() as u64;
-    components.push(Component {
-        name: "caching allocator reserve".into(),
-        bytes: reserve,
-        kind: Kind::Overhead,
-        detail: format!("assumed {:.0}% of peak allocated: freed blocks PyTorch keeps cached, rounding to 2 MiB segments, fragmentation (--allocator-reserve)", o.allocator_reserve * 100.0),
-    });
+    let (reserve, detail) = reserve(model, job, &peak, peak_allocated, conf);
+    components.push(Component { name: "caching allocator reserve".into(), bytes: reserve, kind: Kind::Overhead, detail });
     components.push(Component {
         name: "CUDA context".into(),
         bytes: o.cuda_context,

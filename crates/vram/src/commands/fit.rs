@@ -16,6 +16,7 @@ pub fn run(a: &FitArgs) -> Result<()> {
     if !(a.mfu > 0.0 && a.mfu <= 1.0) {
         return Err(usage(format!("invalid --mfu {}: a fraction in (0, 1]", a.mfu)));
     }
+    resolve::reject_allocator_model(&a.job, "`vram fit`")?;
     let (model, job) = resolve::resolve(&a.job)?;
     let g = resolve::gpu(&a.gpu)?;
     let f = fit::fit(&model, &job, g.memory, a.target_utilization, a.global_batch_size)?;

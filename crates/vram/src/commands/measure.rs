@@ -13,6 +13,7 @@ use crate::{resolve, run, tune, watch};
 pub fn run(a: RunArgs) -> Result<u8> {
     let estimate = match &a.job.model {
         Some(_) => {
+            resolve::reject_allocator_model(&a.job, "`vram run`")?;
             let (model, job) = resolve::resolve(&a.job)?;
             let e = estimate(&model, &job)?;
             Some((model.name.clone(), e.peak_allocated, e.total, job.overheads.cuda_context))
@@ -28,6 +29,7 @@ pub fn run(a: RunArgs) -> Result<u8> {
             svg: a.svg,
             metrics: a.metrics,
             estimate,
+            snapshot: a.snapshot,
         },
         run::RunExtras { force: a.force, metrics_command_label: a.metrics_command_label },
     )?;
@@ -44,6 +46,7 @@ fn measure_kind(s: &str) -> Result<tune::Measure> {
 
 /// `vram tune`: 0 when a batch was chosen, 1 when none could be, 128 + signal when interrupted.
 pub fn tune(a: TuneArgs) -> Result<u8> {
+    resolve::reject_allocator_model(&a.job, "`vram tune`")?;
     let (model, job) = resolve::resolve(&a.job)?;
     let g = resolve::gpu(&a.gpu)?;
     let measure = measure_kind(&a.measure)?;

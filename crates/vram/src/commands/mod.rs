@@ -25,6 +25,7 @@ pub fn dispatch(command: Command) -> Result<u8> {
         Command::Run(a) => measure::run(a),
         Command::Tune(a) => measure::tune(a),
         Command::Watch(a) => measure::watch(&a).map(|()| 0),
+        Command::Explain(a) => crate::explain::run(a).map(|()| 0),
     }
 }
 

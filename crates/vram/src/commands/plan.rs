@@ -46,6 +46,7 @@ fn throughput(a: &PlanArgs, g: &gpu::Gpu) -> Result<Throughput> {
 
 /// Resolve, search, render.
 pub fn run(a: &PlanArgs) -> Result<()> {
+    resolve::reject_allocator_model(&a.job, "`vram plan`")?;
     let (model, job) = resolve::resolve(&a.job)?;
     let g = resolve::gpu(&a.gpu)?;
     let tp = throughput(a, &g)?;

@@ -23,9 +23,15 @@ pub const PIPE_WAIT: Duration = Duration::from_millis(500);
 /// Start `cmd` as the leader of a new process group (so a terminal's Ctrl-C reaches vram only,
 /// and the whole job can be signalled at once).
 pub fn spawn(cmd: &[String], stdin: Stdio, stdout: Stdio, stderr: Stdio) -> Result<Child> {
+    spawn_env(cmd, &[], stdin, stdout, stderr)
+}
+
+/// [`spawn`] with extra environment variables for the command.
+pub fn spawn_env(cmd: &[String], env: &[(String, String)], stdin: Stdio, stdout: Stdio, stderr: Stdio) -> Result<Child> {
     let (program, args) = cmd.split_first().ok_or_else(|| crate::resolve::UsageError("a command is needed after `--`".into()))?;
     Command::new(program)
         .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(stdin)
         .stdout(stdout)
         .stderr(stderr)

@@ -1,0 +1,497 @@
+//! A pickle reader that can never run code: it understands only the opcodes that build plain
+//! data (dicts, lists, tuples, str, bytes, int, float, bool, None) and refuses every opcode that
+//! imports or calls something (`GLOBAL`, `STACK_GLOBAL`, `REDUCE`, `BUILD`, `INST`, `OBJ`,
+//! `NEWOBJ`, extension codes, persistent ids), naming what the file tried to import.
+//!
+//! That is all a `torch.cuda.memory._snapshot()` needs: the opcodes below are the ones
+//! `pickle.dumps` emits for nested builtins (CPython Lib/pickletools.py documents each) and the
+//! same set PyTorch's own reader `unpickle` in torch/utils/viz/MemoryViz.js accepts.
+//!
+//! Memory is bounded by the input: every object, memo entry and stack slot is created by at
+//! least one input byte, and `BINPUT` indices beyond the input length are refused, so a hostile
+//! file of n bytes can make at most O(n) allocations. Values live in an arena and refer to each
+//! other by index, so shared (memoized) objects are never copied and no traversal recurses.
+
+use thiserror::Error;
+
+/// Why a pickle was refused.
+#[derive(Debug, Error, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum PickleError {
+    /// The pickle wants to import (and so possibly run) something.
+    #[error("refusing to load: pickle imports {module}.{name} (a memory snapshot holds only plain data; this file is not one, or was tampered with)")]
+    Import {
+        /// Module named by the pickle.
+        module: String,
+        /// Attribute named by the pickle.
+        name: String,
+    },
+    /// An opcode that calls or builds objects, or that this reader does not know.
+    #[error("refusing to load: pickle opcode {name} (0x{opcode:02x}) at byte {offset} is not plain data")]
+    Opcode {
+        /// Opcode byte.
+        opcode: u8,
+        /// Its pickletools name, or "unknown".
+        name: &'static str,
+        /// Byte offset in the file.
+        offset: usize,
+    },
+    /// The bytes are not a well-formed pickle.
+    #[error("malformed pickle at byte {offset}: {message}")]
+    Malformed {
+        /// Byte offset in the file.
+        offset: usize,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Index of an object in the [`Pickle`] arena.
+pub type Id = u32;
+
+/// One pickled value. Containers and strings are indices into the arena.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Value {
+    /// Python `None`.
+    None,
+    /// Python `bool`.
+    Bool(bool),
+    /// Python `int` that fits 64 bits.
+    Int(i64),
+    /// Python `float`.
+    Float(f64),
+    /// Python `str`.
+    Str(Id),
+    /// Python `bytes`.
+    Bytes(Id),
+    /// Python `list`.
+    List(Id),
+    /// Python `tuple`.
+    Tuple(Id),
+    /// Python `dict`.
+    Dict(Id),
+}
+
+#[derive(Debug)]
+enum Obj {
+    Str(String),
+    Bytes(Vec<u8>),
+    Seq(Vec<Value>),
+    Dict(Vec<(Value, Value)>),
+}
+
+/// A loaded pickle: the arena of objects and the root value.
+#[derive(Debug)]
+pub struct Pickle {
+    objs: Vec<Obj>,
+    /// The value the pickle evaluates to.
+    pub root: Value,
+}
+
+/// Most nested MARKs accepted (CPython has no limit; real snapshots use a handful).
+const MAX_MARKS: usize = 4096;
+
+impl Pickle {
+    /// The string behind a value, if it is a `str`.
+    pub fn str(&self, v: Value) -> Option<&str> {
+        match (v, self.obj(v)) {
+            (Value::Str(_), Some(Obj::Str(s))) => Some(s),
+            _ => None,
+        }
+    }
+    /// The bytes behind a value, if it is a `bytes`.
+    pub fn bytes(&self, v: Value) -> Option<&[u8]> {
+        match (v, self.obj(v)) {
+            (Value::Bytes(_), Some(Obj::Bytes(b))) => Some(b),
+            _ => None,
+        }
+    }
+    /// The items of a list or tuple.
+    pub fn seq(&self, v: Value) -> Option<&[Value]> {
+        match (v, self.obj(v)) {
+            (Value::List(_) | Value::Tuple(_), Some(Obj::Seq(s))) => Some(s),
+            _ => None,
+        }
+    }
+    /// The (key, value) pairs of a dict, in insertion order.
+    pub fn items(&self, v: Value) -> Option<&[(Value, Value)]> {
+        match (v, self.obj(v)) {
+            (Value::Dict(_), Some(Obj::Dict(d))) => Some(d),
+            _ => None,
+        }
+    }
+    /// `dict[key]` for a string key (the last assignment wins, as in Python).
+    pub fn get(&self, dict: Value, key: &str) -> Option<Value> {
+        self.items(dict)?.iter().rev().find(|(k, _)| self.str(*k) == Some(key)).map(|(_, v)| *v)
+    }
+    fn obj(&self, v: Value) -> Option<&Obj> {
+        match v {
+            Value::Str(i) | Value::Bytes(i) | Value::List(i) | Value::Tuple(i) | Value::Dict(i) => self.objs.get(i as usize),
+            _ => None,
+        }
+    }
+}
+
+/// Parse a pickle (protocols 2 to 5) holding only plain data.
+pub fn load(data: &[u8]) -> Result<Pickle, PickleError> {
+    let mut m = Machine { data, pos: 0, objs: Vec::new(), stack: Vec::new(), marks: Vec::new(), memo: Vec::new() };
+    let root = m.run()?;
+    Ok(Pickle { objs: m.objs, root })
+}
+
+struct Machine<'a> {
+    data: &'a [u8],
+    pos: usize,
+    objs: Vec<Obj>,
+    stack: Vec<Value>,
+    marks: Vec<usize>,
+    memo: Vec<Option<Value>>,
+}
+
+impl<'a> Machine<'a> {
+    fn err(&self, message: impl Into<String>) -> PickleError {
+        PickleError::Malformed { offset: self.pos, message: message.into() }
+    }
+    fn take(&mut self, n: usize) -> Result<&'a [u8], PickleError> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.data.len())
+            .ok_or_else(|| self.err(format!("truncated: {n} more bytes expected")))?;
+        let s = &self.data[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+    fn u8(&mut self) -> Result<u8, PickleError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> Result<usize, PickleError> {
+        let b = self.take(2)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]) as usize)
+    }
+    fn u32(&mut self) -> Result<usize, PickleError> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+    }
+    fn u64(&mut self) -> Result<usize, PickleError> {
+        let b = self.take(8)?;
+        let v = u64::from_le_bytes(b.try_into().expect("8 bytes"));
+        usize::try_from(v).map_err(|_| self.err("length does not fit this machine"))
+    }
+    fn new_obj(&mut self, o: Obj) -> Result<Id, PickleError> {
+        let id = Id::try_from(self.objs.len()).map_err(|_| self.err("more than 2^32 objects"))?;
+        self.objs.push(o);
+        Ok(id)
+    }
+    fn push_str(&mut self, n: usize) -> Result<(), PickleError> {
+        let b = self.take(n)?;
+        let s = std::str::from_utf8(b).map_err(|_| self.err("string is not UTF-8"))?.to_owned();
+        let id = self.new_obj(Obj::Str(s))?;
+        self.stack.push(Value::Str(id));
+        Ok(())
+    }
+    fn push_bytes(&mut self, n: usize) -> Result<(), PickleError> {
+        let b = self.take(n)?.to_vec();
+        let id = self.new_obj(Obj::Bytes(b))?;
+        self.stack.push(Value::Bytes(id));
+        Ok(())
+    }
+    fn pop(&mut self) -> Result<Value, PickleError> {
+        self.stack.pop().ok_or_else(|| self.err("stack underflow"))
+    }
+    fn top(&self) -> Result<Value, PickleError> {
+        self.stack.last().copied().ok_or_else(|| self.err("stack underflow"))
+    }
+    /// Items pushed since the last MARK, removed from the stack.
+    fn pop_mark(&mut self) -> Result<Vec<Value>, PickleError> {
+        let m = self.marks.pop().ok_or_else(|| self.err("no MARK on the stack"))?;
+        if m > self.stack.len() {
+            return Err(self.err("MARK above the stack top"));
+        }
+        Ok(self.stack.split_off(m))
+    }
+    fn seq_mut(&mut self, v: Value) -> Result<&mut Vec<Value>, PickleError> {
+        let err = self.err("APPEND target is not a list");
+        match v {
+            Value::List(i) => match self.objs.get_mut(i as usize) {
+                Some(Obj::Seq(s)) => Ok(s),
+                _ => Err(err),
+            },
+            _ => Err(err),
+        }
+    }
+    fn dict_mut(&mut self, v: Value) -> Result<&mut Vec<(Value, Value)>, PickleError> {
+        let err = self.err("SETITEM target is not a dict");
+        match v {
+            Value::Dict(i) => match self.objs.get_mut(i as usize) {
+                Some(Obj::Dict(d)) => Ok(d),
+                _ => Err(err),
+            },
+            _ => Err(err),
+        }
+    }
+    fn push_seq(&mut self, items: Vec<Value>, list: bool) -> Result<(), PickleError> {
+        let id = self.new_obj(Obj::Seq(items))?;
+        self.stack.push(if list { Value::List(id) } else { Value::Tuple(id) });
+        Ok(())
+    }
+    fn push_dict(&mut self, items: Vec<Value>) -> Result<(), PickleError> {
+        if items.len() % 2 != 0 {
+            return Err(self.err("odd number of items for a dict"));
+        }
+        let pairs = items.chunks_exact(2).map(|p| (p[0], p[1])).collect();
+        let id = self.new_obj(Obj::Dict(pairs))?;
+        self.stack.push(Value::Dict(id));
+        Ok(())
+    }
+    fn memo_put(&mut self, idx: usize) -> Result<(), PickleError> {
+        // Bound: a memo index larger than the input cannot come from a real pickler.
+        if idx > self.data.len() {
+            return Err(self.err(format!("memo index {idx} larger than the file")));
+        }
+        let v = self.top()?;
+        if idx >= self.memo.len() {
+            self.memo.resize(idx + 1, None);
+        }
+        self.memo[idx] = Some(v);
+        Ok(())
+    }
+    fn memo_get(&mut self, idx: usize) -> Result<(), PickleError> {
+        let v = self.memo.get(idx).copied().flatten().ok_or_else(|| self.err(format!("memo index {idx} was never stored")))?;
+        self.stack.push(v);
+        Ok(())
+    }
+    fn long(&mut self, n: usize) -> Result<(), PickleError> {
+        let b = self.take(n)?;
+        if n > 8 {
+            return Err(self.err(format!("integer of {n} bytes does not fit 64 bits")));
+        }
+        let neg = b.last().is_some_and(|&x| x & 0x80 != 0);
+        let mut buf = if neg { [0xffu8; 8] } else { [0u8; 8] };
+        buf[..n].copy_from_slice(b);
+        self.stack.push(Value::Int(i64::from_le_bytes(buf)));
+        Ok(())
+    }
+    /// The text-line argument of GLOBAL / INST (`module\nname\n`).
+    fn line(&mut self) -> Result<String, PickleError> {
+        let rest = &self.data[self.pos..];
+        let n = rest.iter().position(|&c| c == b'\n').ok_or_else(|| self.err("unterminated line"))?;
+        let s = String::from_utf8_lossy(&rest[..n]).into_owned();
+        self.pos += n + 1;
+        Ok(s)
+    }
+    fn refuse_import(&mut self, op: u8) -> PickleError {
+        let named = match op {
+            b'c' | b'i' => self.line().and_then(|m| Ok((m, self.line()?))).ok(),
+            _ => {
+                let n = self.stack.len();
+                let s = |v: Option<&Value>| v.and_then(|v| if let Value::Str(i) = v { self.objs.get(*i as usize) } else { None });
+                match (s(n.checked_sub(2).and_then(|i| self.stack.get(i))), s(self.stack.last())) {
+                    (Some(Obj::Str(m)), Some(Obj::Str(a))) => Some((m.clone(), a.clone())),
+                    _ => None,
+                }
+            }
+        };
+        match named {
+            Some((module, name)) => PickleError::Import { module, name },
+            None => PickleError::Opcode { opcode: op, name: opcode_name(op), offset: self.pos.saturating_sub(1) },
+        }
+    }
+
+    fn run(&mut self) -> Result<Value, PickleError> {
+        loop {
+            let op = self.u8()?;
+            match op {
+                0x80 => {
+                    let v = self.u8()?;
+                    if !(2..=5).contains(&v) {
+                        return Err(self.err(format!("pickle protocol {v} (2 to 5 supported)")));
+                    }
+                }
+                0x95 => {
+                    self.u64()?; // FRAME: a length hint only
+                }
+                b'.' => return self.pop(),
+                b'(' => {
+                    if self.marks.len() >= MAX_MARKS {
+                        return Err(self.err("too many nested MARKs"));
+                    }
+                    self.marks.push(self.stack.len());
+                }
+                b'0' => {
+                    self.pop()?;
+                }
+                b'1' => {
+                    self.pop_mark()?;
+                }
+                b'2' => {
+                    let v = self.top()?;
+                    self.stack.push(v);
+                }
+                b'N' => self.stack.push(Value::None),
+                0x88 => self.stack.push(Value::Bool(true)),
+                0x89 => self.stack.push(Value::Bool(false)),
+                b'J' => {
+                    let b = self.take(4)?;
+                    self.stack.push(Value::Int(i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64));
+                }
+                b'K' => {
+                    let v = self.u8()?;
+                    self.stack.push(Value::Int(v as i64));
+                }
+                b'M' => {
+                    let v = self.u16()?;
+                    self.stack.push(Value::Int(v as i64));
+                }
+                0x8a => {
+                    let n = self.u8()? as usize;
+                    self.long(n)?;
+                }
+                0x8b => {
+                    let n = self.u32()?;
+                    self.long(n)?;
+                }
+                b'G' => {
+                    let b = self.take(8)?;
+                    self.stack.push(Value::Float(f64::from_be_bytes(b.try_into().expect("8 bytes"))));
+                }
+                0x8c => {
+                    let n = self.u8()? as usize;
+                    self.push_str(n)?;
+                }
+                b'X' => {
+                    let n = self.u32()?;
+                    self.push_str(n)?;
+                }
+                0x8d => {
+                    let n = self.u64()?;
+                    self.push_str(n)?;
+                }
+                b'C' => {
+                    let n = self.u8()? as usize;
+                    self.push_bytes(n)?;
+                }
+                b'B' => {
+                    let n = self.u32()?;
+                    self.push_bytes(n)?;
+                }
+                0x8e => {
+                    let n = self.u64()?;
+                    self.push_bytes(n)?;
+                }
+                b']' => self.push_seq(Vec::new(), true)?,
+                b')' => self.push_seq(Vec::new(), false)?,
+                b'}' => self.push_dict(Vec::new())?,
+                b'l' => {
+                    let items = self.pop_mark()?;
+                    self.push_seq(items, true)?;
+                }
+                b't' => {
+                    let items = self.pop_mark()?;
+                    self.push_seq(items, false)?;
+                }
+                b'd' => {
+                    let items = self.pop_mark()?;
+                    self.push_dict(items)?;
+                }
+                0x85..=0x87 => {
+                    let n = (op - 0x84) as usize;
+                    let at = self.stack.len().checked_sub(n).ok_or_else(|| self.err("stack underflow"))?;
+                    let items = self.stack.split_off(at);
+                    self.push_seq(items, false)?;
+                }
+                b'a' => {
+                    let v = self.pop()?;
+                    let list = self.top()?;
+                    self.seq_mut(list)?.push(v);
+                }
+                b'e' => {
+                    let items = self.pop_mark()?;
+                    let list = self.top()?;
+                    self.seq_mut(list)?.extend(items);
+                }
+                b's' => {
+                    let v = self.pop()?;
+                    let k = self.pop()?;
+                    let d = self.top()?;
+                    self.dict_mut(d)?.push((k, v));
+                }
+                b'u' => {
+                    let items = self.pop_mark()?;
+                    if items.len() % 2 != 0 {
+                        return Err(self.err("odd number of items for SETITEMS"));
+                    }
+                    let d = self.top()?;
+                    self.dict_mut(d)?.extend(items.chunks_exact(2).map(|p| (p[0], p[1])));
+                }
+                0x94 => {
+                    let idx = self.memo.len();
+                    self.memo_put(idx)?;
+                }
+                b'q' => {
+                    let idx = self.u8()? as usize;
+                    self.memo_put(idx)?;
+                }
+                b'r' => {
+                    let idx = self.u32()?;
+                    self.memo_put(idx)?;
+                }
+                b'h' => {
+                    let idx = self.u8()? as usize;
+                    self.memo_get(idx)?;
+                }
+                b'j' => {
+                    let idx = self.u32()?;
+                    self.memo_get(idx)?;
+                }
+                b'c' | b'i' | 0x93 => return Err(self.refuse_import(op)),
+                _ => return Err(PickleError::Opcode { opcode: op, name: opcode_name(op), offset: self.pos - 1 }),
+            }
+        }
+    }
+}
+
+/// pickletools names of the opcodes refused, for the error message.
+fn opcode_name(op: u8) -> &'static str {
+    match op {
+        b'R' => "REDUCE",
+        b'b' => "BUILD",
+        b'o' => "OBJ",
+        b'i' => "INST",
+        b'c' => "GLOBAL",
+        0x93 => "STACK_GLOBAL",
+        0x81 => "NEWOBJ",
+        0x92 => "NEWOBJ_EX",
+        0x82..=0x84 => "EXT",
+        b'P' | b'Q' => "PERSID",
+        0x8f => "EMPTY_SET",
+        0x90 => "ADDITEMS",
+        0x91 => "FROZENSET",
+        0x96 => "BYTEARRAY8",
+        0x97 | 0x98 => "NEXT_BUFFER",
+        b'I' | b'L' | b'F' | b'S' | b'V' | b'T' | b'U' => "text-protocol value",
+        _ => "unknown",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_dict() {
+        // pickle.dumps({'a': [1, -2, 3.5, None, True], 'b': (300, 2**40)}, protocol=4)
+        let data = b"\x80\x04\x95(\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x01a\x94]\x94(K\x01J\xfe\xff\xff\xffG@\x0c\x00\x00\x00\x00\x00\x00N\x88e\x8c\x01b\x94M,\x01\x8a\x06\x00\x00\x00\x00\x00\x01\x86\x94u.";
+        let p = load(data).unwrap();
+        let a = p.seq(p.get(p.root, "a").unwrap()).unwrap();
+        assert_eq!(a, &[Value::Int(1), Value::Int(-2), Value::Float(3.5), Value::None, Value::Bool(true)]);
+        let b = p.seq(p.get(p.root, "b").unwrap()).unwrap();
+        assert_eq!(b, &[Value::Int(300), Value::Int(1 << 40)]);
+    }
+
+    #[test]
+    fn truncated_is_an_error() {
+        assert!(matches!(load(b"\x80\x04}\x94(\x8c\x05ab"), Err(PickleError::Malformed { .. })));
+        assert!(load(b"").is_err());
+    }
+}
