@@ -40,7 +40,15 @@ fn examples(lines: &[&str]) -> Vec<Example> {
 
 /// What the command prints, lines right-trimmed (the README keeps no trailing blanks).
 fn real_output(args: &[String]) -> Vec<String> {
-    let out = util::vram().args(args).env("HF_HUB_OFFLINE", "1").output().expect("runs");
+    // From the repository root, as a reader runs them (paths such as validation/… resolve).
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = util::vram().args(args).current_dir(root).env("HF_HUB_OFFLINE", "1").output().expect("runs");
+    assert!(
+        out.status.success() || out.status.code() == Some(3),
+        "README example `vram {}` fails: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).trim_end().lines().map(|l| l.trim_end().to_string()).collect()
 }
 
