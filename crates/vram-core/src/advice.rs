@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::fit::{max_batch, MAX_BATCH};
+use crate::fit::{largest, max_batch, MAX_BATCH};
 use crate::job::{Checkpointing, Job, Mode, Optimizer, OptimizerImpl, Precision};
 use crate::memory::{estimate, Estimate, Phase};
 use crate::model::Model;
@@ -445,28 +445,6 @@ fn pareto(list: Vec<Alternative>) -> Vec<Alternative> {
     };
     let keep: Vec<bool> = (0..list.len()).map(|i| !dominated(i)).collect();
     list.into_iter().zip(keep).filter(|(_, k)| *k).map(|(a, _)| a).collect()
-}
-
-/// Largest `x` in `1..=limit` with `fits(x)`, for `fits` true then false (doubling, bisection).
-fn largest(limit: u64, mut fits: impl FnMut(u64) -> Result<bool>) -> Result<Option<u64>> {
-    if limit == 0 || !fits(1)? {
-        return Ok(None);
-    }
-    let (mut lo, mut hi) = (1u64, 2u64);
-    while hi <= limit && fits(hi)? {
-        lo = hi;
-        hi = hi.saturating_mul(2);
-    }
-    let mut hi = hi.min(limit.saturating_add(1));
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        if fits(mid)? {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    Ok(Some(lo))
 }
 
 /// GPU counts tried: 2–8 on one node, then whole nodes of 8.

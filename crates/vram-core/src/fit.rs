@@ -147,7 +147,12 @@ fn row(model: &Model, job: &Job, batch: u64, accum: u64, gpu_memory: u64) -> Res
 
 /// Largest batch in `1..=limit` with total ≤ budget, by doubling then bisection.
 pub fn max_batch(model: &Model, job: &Job, budget: u64, limit: u64) -> Result<Option<u64>> {
-    let fits = |b: u64| -> Result<bool> { Ok(estimate(model, &job.with_batch(b))?.total <= budget) };
+    largest(limit, |b| Ok(estimate(model, &job.with_batch(b))?.total <= budget))
+}
+
+/// Largest `x` in `1..=limit` with `fits(x)`, for a `fits` that is true up to some point and
+/// false after it (memory grows with the batch): doubling, then bisection.
+pub fn largest(limit: u64, mut fits: impl FnMut(u64) -> Result<bool>) -> Result<Option<u64>> {
     if limit == 0 || !fits(1)? {
         return Ok(None);
     }
@@ -156,7 +161,7 @@ pub fn max_batch(model: &Model, job: &Job, budget: u64, limit: u64) -> Result<Op
         lo = hi;
         hi = hi.saturating_mul(2);
     }
-    let mut hi = hi.min(limit + 1); // first size known (or assumed past limit) not to fit
+    let mut hi = hi.min(limit.saturating_add(1)); // first size known (or assumed past limit) not to fit
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
         if fits(mid)? {
