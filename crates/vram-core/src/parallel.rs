@@ -158,7 +158,7 @@ impl Parallel {
         let n = |count: u64, one: &str, many: &str| format!("{count} {}", if count == 1 { one } else { many });
         let mut s = format!(
             "{} on {} ({} × {}): data parallel {} · tensor parallel {} · pipeline parallel {} · context parallel {}",
-            self.engine_label(),
+            self.label(false),
             n(self.gpus, "GPU", "GPUs"),
             n(self.nodes(), "node", "nodes"),
             n(self.gpus_per_node.min(self.gpus), "GPU", "GPUs"),
@@ -176,6 +176,10 @@ impl Parallel {
     /// The engine and its options spelled out (`DeepSpeed ZeRO-2, expert parallel 8`,
     /// `Megatron-LM, sequence parallel, distributed optimizer, 4 virtual pipeline stages`).
     pub fn engine_label(&self) -> String {
+        self.label(true)
+    }
+
+    fn label(&self, with_ep: bool) -> String {
         let mut parts = vec![match self.engine {
             Engine::DeepSpeed => format!("DeepSpeed ZeRO-{}", self.zero),
             Engine::Fsdp => format!("FSDP {}", self.fsdp.describe()),
@@ -190,7 +194,7 @@ impl Parallel {
         if self.virtual_stages > 1 {
             parts.push(format!("{} virtual pipeline stages", self.virtual_stages));
         }
-        if self.ep > 1 {
+        if with_ep && self.ep > 1 {
             parts.push(format!("expert parallel {}", self.ep));
         }
         if self.offload_params {
