@@ -252,3 +252,16 @@ fn hub_fetches_have_a_deadline() {
     assert!(!out.status.success());
     assert!(err.contains("VRAM_HUB_TIMEOUT"), "{err}");
 }
+
+/// One engine's flags given for a model the other engine serves were silently ignored.
+#[test]
+fn serve_refuses_the_other_engines_flags() {
+    let e = fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "-ngl", "10"], 2);
+    assert!(e.contains("-ngl") && e.contains("llama.cpp flag") && e.contains("--max-model-len"), "{e}");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    std::fs::write(&path, gguf_writer::tiny_llama().bytes()).unwrap();
+    std::fs::File::options().write(true).open(&path).unwrap().set_len(4 << 20).unwrap();
+    let e = fails(&["serve", "-m", path.to_str().unwrap(), "-g", "h100", "--tensor-parallel-size", "2"], 2);
+    assert!(e.contains("--tensor-parallel-size") && e.contains("vLLM flag"), "{e}");
+}

@@ -15,13 +15,47 @@ use crate::resolve;
 /// Pick the engine from the model file, resolve, compute, render.
 pub fn run(a: &ServeArgs) -> Result<()> {
     let path = std::path::Path::new(&a.model);
-    if a.model.to_ascii_lowercase().ends_with(".gguf") || (path.is_file() && crate::source::local::is_gguf(path)) {
+    let gguf = a.model.to_ascii_lowercase().ends_with(".gguf") || (path.is_file() && crate::source::local::is_gguf(path));
+    reject_other_engines_flags(a, gguf)?;
+    if gguf {
         let s = llama_cpp(a, path)?;
         show(a.json, || render::serve::llama_cpp_json(&s), || render::serve::llama_cpp_text(&s))
     } else {
         let s = vllm(a, crate::source::load_model(&a.model, vram_core::ParseOptions { approximate_unknown: a.approximate_architecture })?)?;
         show(a.json, || render::serve::vllm_json(&s), || render::serve::vllm_text(&s))
     }
+}
+
+/// Flags of the engine that does not serve this model would be ignored: refuse them by name.
+fn reject_other_engines_flags(a: &ServeArgs, gguf: bool) -> Result<()> {
+    let given = |present: bool, flag: &'static str| present.then_some(flag);
+    let (foreign, engine, hint): (Vec<_>, _, _) = if gguf {
+        let flags = [
+            given(a.tp != 1, "--tensor-parallel-size"),
+            given(a.quantization.is_some(), "--quantization"),
+            given(a.max_num_seqs.is_some(), "--max-num-seqs"),
+            given(a.max_num_batched_tokens.is_some(), "--max-num-batched-tokens"),
+            given(a.non_torch_memory.is_some(), "--non-torch-memory"),
+            given(a.enforce_eager, "--enforce-eager"),
+        ];
+        (
+            flags.into_iter().flatten().collect(),
+            "vLLM",
+            "a .gguf file is planned under llama.cpp: use --n-gpu-layers/-ngl, --ctx-size/-c, --parallel/-np",
+        )
+    } else {
+        let flags = [given(a.n_gpu_layers.is_some(), "--n-gpu-layers/-ngl"), given(a.ctx_size.is_some(), "--ctx-size/-c")];
+        (
+            flags.into_iter().flatten().collect(),
+            "llama.cpp",
+            "this model is planned under vLLM: use --max-model-len and --gpu-memory-utilization",
+        )
+    };
+    if foreign.is_empty() {
+        return Ok(());
+    }
+    let (verb, noun) = if foreign.len() == 1 { ("is a", "flag") } else { ("are", "flags") };
+    Err(UsageError(format!("{} {verb} {engine} {noun}, not read for this model ({hint})", foreign.join(", "))).into())
 }
 
 /// Everything `vram serve` prints for vLLM.
