@@ -463,6 +463,15 @@ mod tests {
     }
 
     #[test]
+    fn mxfp4_and_bnb8_layouts() {
+        // gpt-oss down_proj of one expert, 2880 × 2880: `_blocks` [2880, 90, 16], `_scales` [2880, 90].
+        assert_eq!(tensor_bytes(Scheme::Mxfp4, 2880, 2880, 2), Stored { weight: 2880 * 90 * 16, scales: 2880 * 90 });
+        assert_eq!(tensor_bytes(Scheme::Bnb8, 4096, 1024, 2), Stored { weight: 4096 * 1024, scales: 4096 * 4 });
+        // bnb nf4 without nested quantization: fp32 absmax per 64 weights, 16-entry fp32 code.
+        assert_eq!(tensor_bytes(Scheme::Bnb4 { double_quant: false }, 64, 64, 2), Stored { weight: 2048, scales: 64 * 4 + 64 });
+    }
+
+    #[test]
     fn awq_llama_8b_q_proj_bytes() {
         // 4096×4096 q_proj, group 128: qweight 8 MiB, qzeros 32·512·4 = 64 KiB, scales 32·4096·2.
         let s = Scheme::Packed { bits: 4, group: Some(128), layout: Layout::Awq, g_idx: false, zero_point: true };

@@ -32,6 +32,7 @@ const LINEARS: [(&str, u64, u64); 7] = [
 /// A safetensors header (JSON) for `tensors` with consecutive data offsets, and its data size.
 fn header(tensors: &[(String, &str, Vec<u64>)]) -> (Vec<u8>, u64) {
     let bits = |d: &str| match d {
+        "I64" => 64,
         "F32" | "I32" => 32,
         "F16" | "BF16" => 16,
         _ => 8,
@@ -141,6 +142,33 @@ fn bnb_nf4_formula_equals_its_headers_less_the_json_blob() {
         ]
     });
     assert_eq!(formula(&m), (header_bytes(&t) - 14 * BLOB) as u128);
+}
+
+#[test]
+fn compressed_tensors_w4a16_formula_equals_its_headers() {
+    // llm-compressor W4A16 (pack-quantized, symmetric, group 128): weight_packed [out, in/8] i32,
+    // weight_scale [out, in/128] bf16, weight_shape [2] i64; lm_head ignored.
+    let m = tiny_llama(json!({"quant_method":"compressed-tensors","format":"pack-quantized","ignore":["lm_head"],
+        "config_groups":{"group_0":{"targets":["Linear"],"weights":{"num_bits":4,"group_size":128,"strategy":"group","symmetric":true,"type":"int"}}}}));
+    let t = checkpoint("BF16", |n, out, inp| {
+        vec![
+            (format!("{n}.weight_packed"), "I32", vec![out, inp / 8]),
+            (format!("{n}.weight_scale"), "BF16", vec![out, inp / 128]),
+            (format!("{n}.weight_shape"), "I64", vec![2]),
+        ]
+    });
+    assert_eq!(formula(&m), header_bytes(&t) as u128);
+}
+
+#[test]
+fn compressed_tensors_w8a8_is_one_byte_with_channel_scales() {
+    let m = tiny_llama(json!({"quant_method":"compressed-tensors","format":"int-quantized",
+        "config_groups":{"group_0":{"targets":["Linear"],"weights":{"num_bits":8,"strategy":"channel","symmetric":true,"type":"int"}}}}));
+    let t = checkpoint("BF16", |n, out, inp| {
+        vec![(format!("{n}.weight"), "I8", vec![out, inp]), (format!("{n}.weight_scale"), "BF16", vec![out, 1])]
+    });
+    assert_eq!(formula(&m), header_bytes(&t) as u128);
+    assert_eq!(Plan::new(m.quantization.as_ref().unwrap()).unwrap().precision(), Precision::Int8);
 }
 
 #[test]
