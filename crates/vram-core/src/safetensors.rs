@@ -348,9 +348,15 @@ impl CheckpointSummary {
         }
     }
 
-    /// The dtype holding most elements.
+    /// The dtype holding most elements; in a quantized checkpoint, the floating-point dtype of
+    /// its unquantized parts (the model dtype engines compute in), not the packed int32 or fp8.
     pub fn main_dtype(&self) -> Option<DType> {
-        self.by_dtype.iter().max_by_key(|(_, n)| **n).and_then(|(d, _)| DType::from_safetensors(d))
+        let float = |d: &str| matches!(d, "F16" | "BF16" | "F32" | "F64");
+        self.by_dtype
+            .iter()
+            .filter(|(d, _)| self.quantized.is_empty() || float(d))
+            .max_by_key(|(_, n)| **n)
+            .and_then(|(d, _)| DType::from_safetensors(d))
     }
 }
 

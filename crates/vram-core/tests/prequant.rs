@@ -256,3 +256,17 @@ fn unknown_methods_are_errors_not_guesses() {
     assert!(Plan::new(m.quantization.as_ref().unwrap()).is_err());
     assert!(serve(&m, &ServeConfig { quantization: Quantization::Checkpoint, ..ServeConfig::new(24 * GIB) }).is_err());
 }
+
+#[test]
+fn a_quantized_checkpoint_keeps_its_float_model_dtype() {
+    // Regression: packed int32 qweight outnumbering the fp16 tensors made the "stored dtype"
+    // int32, and vLLM's auto dtype then fell back to bf16 instead of the checkpoint's fp16.
+    let t = vec![
+        ("model.layers.0.mlp.up_proj.qweight".to_string(), "I32", vec![4096, 512]),
+        ("model.embed_tokens.weight".to_string(), "F16", vec![100, 256]),
+    ];
+    let (json, data) = header(&t);
+    let mut s = CheckpointSummary::default();
+    s.add_header(&json, "m", Some(json.len() as u64 + 8 + data)).unwrap();
+    assert_eq!(s.main_dtype(), Some(vram_core::DType::F16));
+}

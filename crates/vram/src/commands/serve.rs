@@ -76,7 +76,8 @@ fn quantization(flag: Option<&str>, model: &Model) -> Result<Quantization> {
         ("awq", _) => Some(Quantization::Awq),
         ("gptq", _) => Some(Quantization::Gptq),
         ("fp8", _) => Some(Quantization::Fp8),
-        ("bitsandbytes", Some(4)) => Some(Quantization::Bnb4bit),
+        // vLLM's one `bitsandbytes` method reads 4- and 8-bit checkpoints.
+        ("bitsandbytes", _) => Some(Quantization::Bnb4bit),
         _ => None,
     };
     match given {
