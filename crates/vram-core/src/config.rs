@@ -118,7 +118,7 @@ pub fn parse_config_with(bytes: &[u8], name: &str, file: &str, opts: ParseOption
     positions(&c, &mut m)?;
     if let Some(q) = &quantization {
         warnings.push(format!(
-            "the checkpoint is pre-quantized ({}); this estimate assumes UNQUANTIZED weights in the chosen precision, so weight memory is overstated",
+            "the checkpoint is pre-quantized ({}); inference and serving use the stored quantization, while a training estimate assumes UNQUANTIZED weights in the chosen precision (weight memory overstated; LoRA/QLoRA is not modelled)",
             q.describe()
         ));
     }
@@ -311,6 +311,7 @@ fn quantization(obj: &Map<String, Value>, file: &str) -> Result<Option<Quantizat
         format: s("fmt").or(s("bnb_4bit_quant_type")).or(s("format")).or(s("checkpoint_format")).or(s("version")),
         method,
         excluded,
+        raw: q.clone(),
     }))
 }
 
@@ -462,6 +463,7 @@ fn base(name: &str) -> Model {
         approximation: None,
         quantization: None,
         checkpoint_quantization: None,
+        checkpoint_bytes: None,
         rope_scaling: None,
     }
 }

@@ -30,6 +30,7 @@ pub mod parallel;
 pub mod pickle;
 pub mod plan;
 pub mod presets;
+pub mod quant;
 pub mod safetensors;
 pub mod serve;
 pub mod snapshot;

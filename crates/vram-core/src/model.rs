@@ -199,11 +199,13 @@ pub struct Model {
     /// Set when the architecture was not recognised and the user opted in to a Llama-style
     /// guess (`ParseOptions::approximate_unknown`): why the numbers are approximate.
     pub approximation: Option<String>,
-    /// The checkpoint's `quantization_config`: the weights on disk are pre-quantized, while the
-    /// memory model still assumes unquantized weights.
+    /// The checkpoint's `quantization_config`: the weights on disk are pre-quantized; inference
+    /// and serving use that storage (`quant`), training assumes unquantized weights.
     pub quantization: Option<QuantizationConfig>,
     /// Quantized storage seen in the safetensors headers (FP8, packed int4, MXFP4 blocks).
     pub checkpoint_quantization: Option<String>,
+    /// Bytes of all tensors in the safetensors headers (exact stored size, scales included).
+    pub checkpoint_bytes: Option<u64>,
     /// RoPE context extension (`rope_scaling` / `rope_parameters`), when the config has one.
     pub rope_scaling: Option<RopeScaling>,
 }
@@ -223,6 +225,10 @@ pub struct QuantizationConfig {
     pub format: Option<String>,
     /// Modules left unquantized (`modules_to_not_convert`, `ignore`, `llm_int8_skip_modules`).
     pub excluded: Vec<String>,
+    /// The `quantization_config` object as written, for the scheme details `quant::scheme`
+    /// reads (`weight_block_size`, `bnb_4bit_use_double_quant`, `config_groups` …).
+    #[serde(skip)]
+    pub raw: serde_json::Map<String, serde_json::Value>,
 }
 
 /// How RoPE is stretched beyond the pre-training context (transformers

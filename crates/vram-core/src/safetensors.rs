@@ -256,6 +256,8 @@ pub struct CheckpointSummary {
     pub by_dtype: BTreeMap<String, u64>,
     /// Number of tensors.
     pub tensors: u64,
+    /// Bytes of all tensors (the data section), the exact stored size of the weights.
+    pub bytes: u64,
     /// Elements stored quantized, by what gives it away (`F8_E4M3 weights`, `packed int
     /// qweight (GPTQ/AWQ)`, `MXFP4 blocks`).
     pub quantized: BTreeMap<String, u64>,
@@ -301,6 +303,10 @@ impl CheckpointSummary {
         self.parameters = self.parameters.checked_add(n).ok_or_else(overflow)?;
         let e = self.by_dtype.entry(dtype.to_string()).or_default();
         *e = e.checked_add(n).ok_or_else(overflow)?;
+        // Sub-byte dtypes (F4) are rounded up per tensor, as the data offsets require whole bytes.
+        let bits = DTYPE_BITS.iter().find(|(d, _)| *d == dtype).map_or(0, |(_, b)| *b);
+        let b = n.checked_mul(bits).map(|x| x.div_ceil(8)).ok_or_else(overflow)?;
+        self.bytes = self.bytes.checked_add(b).ok_or_else(overflow)?;
         if let Some(q) = storage_quant(name, dtype) {
             let e = self.quantized.entry(q.to_string()).or_default();
             *e = e.saturating_add(n);
@@ -318,17 +324,19 @@ impl CheckpointSummary {
     }
 
     /// Record on `model` what the headers say: exact element count, stored dtype, quantized
-    /// storage (with a warning that the estimate assumes unquantized weights), and any
+    /// storage (inference and serving use it; a training estimate assumes unquantized weights),
+    /// the stored bytes, and any
     /// disagreement with the config's count.
     pub fn apply(&self, model: &mut Model) {
         let from_config = model.parameters();
         model.checkpoint_parameters = Some(self.parameters);
+        model.checkpoint_bytes = Some(self.bytes);
         if let Some(d) = self.main_dtype() {
             model.stored_dtype = Some(d);
         }
         if let Some(q) = self.quantized_storage() {
             model.warnings.push(format!(
-                "the safetensors hold quantized weights ({q}); this estimate assumes UNQUANTIZED weights in the chosen precision"
+                "the safetensors hold quantized weights ({q}); inference and serving use the stored quantization, a training estimate assumes UNQUANTIZED weights in the chosen precision"
             ));
             model.checkpoint_quantization = Some(q);
         }
@@ -340,9 +348,15 @@ impl CheckpointSummary {
         }
     }
 
-    /// The dtype holding most elements.
+    /// The dtype holding most elements; in a quantized checkpoint, the floating-point dtype of
+    /// its unquantized parts (the model dtype engines compute in), not the packed int32 or fp8.
     pub fn main_dtype(&self) -> Option<DType> {
-        self.by_dtype.iter().max_by_key(|(_, n)| **n).and_then(|(d, _)| DType::from_safetensors(d))
+        let float = |d: &str| matches!(d, "F16" | "BF16" | "F32" | "F64");
+        self.by_dtype
+            .iter()
+            .filter(|(d, _)| self.quantized.is_empty() || float(d))
+            .max_by_key(|(_, n)| **n)
+            .and_then(|(d, _)| DType::from_safetensors(d))
     }
 }
 

@@ -34,6 +34,9 @@ pub enum Quantization {
     Fp8,
     /// bitsandbytes NF4 with double quantisation.
     Bnb4bit,
+    /// As the checkpoint's `quantization_config` stores the weights (vLLM reads the method from
+    /// the checkpoint when `--quantization` is not given: config/model.py `_verify_quantization`).
+    Checkpoint,
 }
 
 impl Quantization {
@@ -227,7 +230,14 @@ pub fn serve(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
     let e = dtype.bytes() as u128;
     let kv_b = cfg.kv_cache_dtype.map_or(dtype.bytes(), DType::bytes);
     let (batched, seqs) = scheduler_limits(cfg, max_len)?;
-    let (weights, scales) = rank_weights(m, cfg.quantization, tp, e);
+    let (weights, scales) = match cfg.quantization {
+        Quantization::Checkpoint => {
+            let (w, s, plan_notes) = checkpoint_rank_weights(m, tp, e)?;
+            notes.extend(plan_notes);
+            (w, s)
+        }
+        q => rank_weights(m, q, tp, e),
+    };
     // RotaryEmbedding's cos_sin_cache: [max_position_embeddings, rotary_dim] in the model dtype
     // (vllm/model_executor/layers/rotary_embedding.py); measured in "Model loading took".
     let rotary = m.max_positions as u128 * m.rotary_dim as u128 * e;
@@ -368,7 +378,7 @@ fn rank_weights(m: &Model, quantization: Quantization, tp: u64, e: u128) -> (u12
         let quantised = matches!(t.role, Role::Linear | Role::Experts);
         let (w, s) = match quantization {
             _ if !quantised => (n * e, 0),
-            Quantization::None => (n * e, 0),
+            Quantization::None | Quantization::Checkpoint => (n * e, 0),
             // AWQ/GPTQ: int4 packed in int32, an fp16 scale and a 4-bit zero per group of 128
             // inputs (vllm/model_executor/layers/quantization/awq.py create_weights); GPTQ adds
             // an int32 g_idx per input feature (gptq.py).
@@ -384,6 +394,36 @@ fn rank_weights(m: &Model, quantization: Quantization, tp: u64, e: u128) -> (u12
         scales += s;
     }
     (weights, scales)
+}
+
+/// Weight and scale bytes on one TP rank of a pre-quantized checkpoint: each tensor's stored
+/// bytes (quant.rs) in the share of its elements the rank holds (vLLM shards qweight, scales
+/// and zeros along the same dimension as the weight).
+fn checkpoint_rank_weights(m: &Model, tp: u64, e: u128) -> Result<(u128, u128, Vec<String>)> {
+    let q = m.quantization.as_ref().ok_or_else(|| {
+        invalid(
+            "--quantization",
+            "checkpoint",
+            &format!("{} has no quantization_config; pass --quantization awq|gptq|fp8|bnb-4bit", m.name),
+        )
+    })?;
+    let plan = crate::quant::Plan::new(q)?;
+    let (mut weights, mut scales) = (0u128, 0u128);
+    for (t, layer) in crate::quant::layered_tensors(m) {
+        let count = t.count as u128;
+        let rank = rank_numel(m, &t, tp) * count;
+        if plan.quantizes(&t, layer) && t.numel > 0 {
+            let whole = plan.stored(&t, e);
+            let n = t.numel as u128;
+            weights += whole.weight * rank / n;
+            scales += whole.scales * rank / n;
+        } else {
+            weights += rank * e;
+        }
+    }
+    let mut notes = plan.notes.clone();
+    notes.push(format!("weights: {} as stored (quantization_config)", plan.describe()));
+    Ok((weights, scales, notes))
 }
 
 /// The profile run's activation peak and where it occurs. Each engine's profiling pass is one

@@ -22,7 +22,7 @@ pub fn resolve(a: &JobArgs) -> Result<(Model, Job)> {
     let mode = mode(&a.mode)?;
     check_mode_flags(a, mode)?;
     let mut model = load_model(spec, ParseOptions { approximate_unknown: a.approximate_architecture })?;
-    let job = job(a, mode)?;
+    let job = job(a, mode, &model)?;
     // Past the trained context (or its RoPE scaling's reach) the number is still given, with why.
     let context = model.context_warnings(job.seq);
     model.warnings.extend(context);
@@ -72,11 +72,15 @@ fn check_mode_flags(a: &JobArgs, mode: Mode) -> Result<()> {
     )))
 }
 
-fn job(a: &JobArgs, mode: Mode) -> Result<Job> {
+fn job(a: &JobArgs, mode: Mode, model: &Model) -> Result<Job> {
     let precision = match &a.precision {
         Some(p) => Precision::parse(p)?,
         None if mode == Mode::Train => Precision::Bf16Mixed,
-        None => Precision::Bf16,
+        // A pre-quantized checkpoint is run as stored (its class; the exact layout is quant.rs).
+        None => match &model.quantization {
+            Some(q) => vram_core::quant::Plan::new(q)?.precision(),
+            None => Precision::Bf16,
+        },
     };
     let (optimizer, optimizer_impl) = optimizer(a)?;
     let job = Job {

@@ -7,6 +7,7 @@ use super::{Breakdown, Phase};
 use crate::dtype::DType;
 use crate::job::{Job, Precision};
 use crate::model::{Act, Model, Role};
+use crate::quant::{self, Plan, Stored};
 
 pub(crate) const WEIGHTS: &str = "weights";
 pub(crate) const SCALES: &str = "quantization scales";
@@ -28,26 +29,9 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     let prompt = job.prompt_len.unwrap_or(job.seq) as u128;
     let h = m.hidden as u128;
 
-    // Weights: quantised formats quantise the decoder's linear layers and experts; embeddings,
-    // LM head, norms, biases and routers stay in 16-bit (AWQ/GPTQ/bitsandbytes/fp8 checkpoints).
-    let (mut w, mut scales) = (0u128, 0u128);
-    for t in m.tensors() {
-        let n = t.numel as u128 * t.count as u128;
-        let quantised = matches!(t.role, Role::Linear | Role::Experts);
-        match job.precision {
-            Precision::Fp32 => w += 4 * n,
-            Precision::Int8 | Precision::Fp8 if quantised => {
-                w += n;
-                scales += 4 * t.rows as u128 * t.count as u128; // one fp32 scale per output channel
-            }
-            Precision::Int4 if quantised => {
-                w += n / 2;
-                // per group of 128: fp16 scale + packed 4-bit zero point (AWQ/GPTQ)
-                scales += n.div_ceil(INT4_GROUP) * 5 / 2;
-            }
-            _ => w += 2 * n,
-        }
-    }
+    let weights = weights(m, job, e);
+    notes.extend(weights.notes.iter().cloned());
+    let (w, scales) = (weights.bytes.weight, weights.bytes.scales);
 
     // KV cache per token: keys and values of every layer; sliding-window layers keep the window.
     // MLA in transformers caches decompressed keys [heads, qk_head_dim] and values [heads, v_head_dim].
@@ -136,8 +120,8 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     let input = 2 * batch * ctx * 8; // input_ids + attention_mask
 
     let add_weights = |bd: &mut Breakdown| {
-        bd.add(WEIGHTS, w, format!("{} parameters in {}", m.parameters(), job.precision.name()));
-        bd.add(SCALES, scales, "per-channel (int8/fp8) or per-128-group (int4) scales and zeros");
+        bd.add(WEIGHTS, w, weights.detail.clone());
+        bd.add(SCALES, scales, weights.scales_detail);
         bd.add(INPUT, input, "input_ids and attention_mask, int64");
     };
     let mut pre = Breakdown::new(Phase::Prefill);
@@ -155,4 +139,101 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
         notes.push("fp8 KV cache: 1 byte per element".into());
     }
     (vec![pre, dec], kernel, notes)
+}
+
+/// Weight bytes and how they were obtained.
+struct Weights {
+    bytes: Stored,
+    detail: String,
+    scales_detail: &'static str,
+    notes: Vec<String>,
+}
+
+/// The weights as the checkpoint stores them when it is pre-quantized and `--precision` agrees
+/// (or was not given: resolve picks the checkpoint's class); otherwise in `job.precision`.
+fn weights(m: &Model, job: &Job, e: u128) -> Weights {
+    let params = m.parameters();
+    let mut notes = Vec::new();
+    if let Some(q) = &m.quantization {
+        match Plan::new(q) {
+            Ok(plan) if plan.agrees_with(job.precision) => return stored_weights(m, &plan, e),
+            Ok(plan) => notes.push(contradiction(&plan.describe(), job.precision)),
+            Err(err) => notes.push(format!("{err}; weights estimated in {}", job.precision.name())),
+        }
+    }
+    Weights {
+        bytes: precision_weights(m, job.precision),
+        detail: format!("{params} parameters in {}", job.precision.name()),
+        scales_detail: "per-channel (int8/fp8) or per-128-group (int4) scales and zeros",
+        notes,
+    }
+}
+
+/// What an explicit precision that contradicts the checkpoint means.
+fn contradiction(stored: &str, p: Precision) -> String {
+    if matches!(p, Precision::Fp8 | Precision::Int8 | Precision::Int4) {
+        format!(
+            "the checkpoint is {stored}; --precision {} is honoured: weights estimated as {} (re-quantized), not as stored",
+            p.name(),
+            p.name()
+        )
+    } else {
+        format!("the checkpoint is {stored}; --precision {}: dequantized to {} at load", p.name(), p.name())
+    }
+}
+
+/// The checkpoint's own storage: safetensors header bytes when a model directory was read,
+/// else the scheme's formula (quant.rs).
+fn stored_weights(m: &Model, plan: &Plan, e: u128) -> Weights {
+    let formula = quant::model_bytes(m, plan, e);
+    let mut notes = plan.notes.clone();
+    notes.push(format!("weights: {} as stored (quantization_config)", plan.describe()));
+    let params = m.parameters();
+    match m.checkpoint_bytes {
+        Some(b) => {
+            if b as u128 != formula.total() {
+                notes.push(format!(
+                    "the safetensors headers store {b} bytes of tensors, the {} formula gives {} bytes (extra tensors such as multi-token-prediction layers, or a layout vram does not know); the headers are used",
+                    plan.describe(),
+                    formula.total()
+                ));
+            }
+            Weights {
+                bytes: Stored { weight: b as u128, scales: 0 },
+                detail: format!("{params} parameters; {b} bytes as the safetensors headers store them (scales included)"),
+                scales_detail: "included in the weights (read from the safetensors headers)",
+                notes,
+            }
+        }
+        None => Weights {
+            bytes: formula,
+            detail: format!("{params} parameters, {} as stored", plan.describe()),
+            scales_detail: "the checkpoint's scales, zero points and group indices (quantization_config)",
+            notes,
+        },
+    }
+}
+
+/// Weights converted to `p` at load: quantised formats quantise the decoder's linear layers and
+/// experts; embeddings, LM head, norms, biases and routers stay in 16-bit.
+fn precision_weights(m: &Model, p: Precision) -> Stored {
+    let mut s = Stored::default();
+    for t in m.tensors() {
+        let n = t.numel as u128 * t.count as u128;
+        let quantised = matches!(t.role, Role::Linear | Role::Experts);
+        match p {
+            Precision::Fp32 => s.weight += 4 * n,
+            Precision::Int8 | Precision::Fp8 if quantised => {
+                s.weight += n;
+                s.scales += 4 * t.rows as u128 * t.count as u128; // one fp32 scale per output channel
+            }
+            Precision::Int4 if quantised => {
+                s.weight += n / 2;
+                // per group of 128: fp16 scale + packed 4-bit zero point (AWQ/GPTQ)
+                s.scales += n.div_ceil(INT4_GROUP) * 5 / 2;
+            }
+            _ => s.weight += 2 * n,
+        }
+    }
+    s
 }

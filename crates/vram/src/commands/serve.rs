@@ -75,7 +75,7 @@ pub fn vllm(a: &ServeArgs, model: Model) -> Result<VllmServe> {
     check_engine(&a.engine)?;
     let g = resolve::gpu(&a.gpu)?;
     let (dtype, kv_cache_dtype) = (vllm_dtype(&a.dtype)?, vllm_kv_dtype(&a.kv_cache_dtype)?);
-    let quantization = a.quantization.as_deref().map(Quantization::parse).transpose()?.unwrap_or(Quantization::None);
+    let quantization = quantization(a.quantization.as_deref(), &model)?;
     let mut config = ServeConfig {
         gpu_is_a100: g.name.starts_with("a100"),
         gpu_memory_utilization: a.gpu_memory_utilization,
@@ -97,6 +97,33 @@ pub fn vllm(a: &ServeArgs, model: Model) -> Result<VllmServe> {
     }
     let report = serve(&model, &config)?;
     Ok(VllmServe { model, gpu: g, config, report })
+}
+
+/// `--quantization`, defaulting to the checkpoint's own. vLLM refuses a method that contradicts
+/// the checkpoint's `quantization_config` (config/model.py `_verify_quantization`: "Quantization
+/// method specified in the model config (…) does not match the quantization method specified in
+/// the `quantization` argument (…)"), so vram does too.
+fn quantization(flag: Option<&str>, model: &Model) -> Result<Quantization> {
+    let given = flag.map(Quantization::parse).transpose()?;
+    let Some(q) = &model.quantization else { return Ok(given.unwrap_or(Quantization::None)) };
+    let stored = match (q.method.as_str(), q.bits) {
+        ("awq", _) => Some(Quantization::Awq),
+        ("gptq", _) => Some(Quantization::Gptq),
+        ("fp8", _) => Some(Quantization::Fp8),
+        // vLLM's one `bitsandbytes` method reads 4- and 8-bit checkpoints.
+        ("bitsandbytes", _) => Some(Quantization::Bnb4bit),
+        _ => None,
+    };
+    match given {
+        None => Ok(Quantization::Checkpoint),
+        Some(g) if Some(g) == stored => Ok(Quantization::Checkpoint),
+        Some(_) => Err(UsageError(format!(
+            "--quantization {}: the checkpoint is already quantized ({}) and vLLM refuses a different method; drop --quantization to serve it as stored",
+            flag.unwrap_or_default(),
+            q.describe()
+        ))
+        .into()),
+    }
 }
 
 /// Only vLLM's accounting is modelled for non-GGUF models.

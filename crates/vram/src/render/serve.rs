@@ -41,7 +41,7 @@ fn vllm_settings(out: &mut String, s: &VllmServe) {
         r.max_num_seqs,
         r.block_size,
         match c.quantization {
-            vram_core::serve::Quantization::None => String::new(),
+            vram_core::serve::Quantization::None | vram_core::serve::Quantization::Checkpoint => String::new(),
             q => format!(
                 " · --quantization {}",
                 serde_json::to_value(q).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()

@@ -1,0 +1,148 @@
+//! Pre-quantized checkpoints on the command line: `serve` and `estimate --mode infer` use the
+//! checkpoint's own quantization by default; a contradicting flag is refused (serve, as vLLM
+//! does) or honoured and said (estimate); training keeps its loud warning.
+
+mod util;
+
+use serde_json::{json, Value};
+use util::{fails, json};
+
+fn write_config(dir: &tempfile::TempDir, cfg: &Value) -> String {
+    let p = dir.path().join("config.json");
+    std::fs::write(&p, cfg.to_string()).unwrap();
+    p.display().to_string()
+}
+
+fn deepseek_v3(quantized: bool) -> Value {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../validation/configs/deepseek-v3.json");
+    let mut cfg: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    if quantized {
+        // As deepseek-ai/DeepSeek-V3's config.json ships it.
+        cfg["quantization_config"] = json!({"activation_scheme":"dynamic","fmt":"e4m3","quant_method":"fp8","weight_block_size":[128,128]});
+    }
+    cfg
+}
+
+fn notes(v: &Value) -> String {
+    v["notes"].to_string()
+}
+
+#[test]
+fn deepseek_v3_fp8_serves_on_8_h200_as_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let args =
+        |p: &str| vec!["serve".to_string(), "-m".into(), p.into(), "-g".into(), "h200".into(), "--tensor-parallel-size".into(), "8".into()];
+    let run = |p: &str, extra: &[&str]| {
+        let mut a = args(p);
+        a.extend(extra.iter().map(|s| s.to_string()));
+        json(&a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    // Before: the same model read as bf16 does not fit.
+    let bf16 = run(&write_config(&dir, &deepseek_v3(false)), &[]);
+    assert_eq!(bf16["gpus"][0]["fits"], false, "{bf16}");
+    let p = write_config(&dir, &deepseek_v3(true));
+    let v = run(&p, &[]);
+    let g = &v["gpus"][0];
+    assert_eq!(g["fits"], true, "{v}");
+    let gb = g["weights_bytes"].as_f64().unwrap() / 1e9;
+    assert!((84.0..86.5).contains(&gb), "{gb} GB per rank");
+    assert!(g["notes"].to_string().contains("fp8 block-quantized [128, 128] as stored (quantization_config)"), "{g}");
+    // Naming the checkpoint's own method changes nothing; another method is refused as vLLM refuses it.
+    assert_eq!(run(&p, &["--quantization", "fp8"])["gpus"][0]["weights_bytes"], g["weights_bytes"]);
+    let err = fails(&["serve", "-m", &p, "-g", "h200", "--tensor-parallel-size", "8", "--quantization", "awq"], 2);
+    assert!(err.contains("already quantized") && err.contains("drop --quantization"), "{err}");
+}
+
+#[test]
+fn estimate_infers_with_the_stored_quantization_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write_config(&dir, &deepseek_v3(true));
+    let v = json(&["estimate", "-m", &p, "--mode", "infer", "-s", "4096"]);
+    assert_eq!(v["job"]["precision"], "fp8");
+    assert!(notes(&v).contains("weights: fp8 block-quantized [128, 128] as stored (quantization_config)"), "{v}");
+    let stored = v["components"].as_array().unwrap().iter().find(|c| c["name"] == "weights").unwrap()["bytes"].as_u64().unwrap();
+    // An explicit --precision bf16 is honoured: dequantized at load, twice the bytes of the fp8 parts.
+    let b = json(&["estimate", "-m", &p, "--mode", "infer", "-s", "4096", "--precision", "bf16"]);
+    assert!(notes(&b).contains("dequantized to bf16 at load"), "{b}");
+    let deq = b["components"].as_array().unwrap().iter().find(|c| c["name"] == "weights").unwrap()["bytes"].as_u64().unwrap();
+    assert!(deq > stored * 19 / 10, "{deq} vs {stored}");
+}
+
+#[test]
+fn training_a_quantized_checkpoint_keeps_the_loud_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write_config(&dir, &deepseek_v3(true));
+    let v = json(&["estimate", "-m", &p, "--mode", "train", "-s", "512"]);
+    assert!(v["model"]["warnings"].to_string().contains("UNQUANTIZED"), "{v}");
+    assert_eq!(v["job"]["precision"], "bf16-mixed");
+}
+
+#[test]
+fn an_unknown_quantization_method_is_an_error_unless_a_precision_is_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = json!({"model_type":"llama","hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,
+        "vocab_size":1000,"max_position_embeddings":512,"quantization_config":{"quant_method":"hqq","nbits":4}});
+    let p = write_config(&dir, &cfg);
+    let err = fails(&["estimate", "-m", &p, "--mode", "infer", "-s", "64"], 2);
+    assert!(err.contains("hqq") && err.contains("--precision"), "{err}");
+    json(&["estimate", "-m", &p, "--mode", "infer", "-s", "64", "--precision", "bf16"]);
+    assert!(fails(&["serve", "-m", &p, "-g", "h100"], 2).contains("not modelled"));
+}
+
+/// A safetensors file holding `tensors` (name, dtype, shape), data zeroed.
+fn safetensors(tensors: &[(String, &str, Vec<u64>)]) -> (Vec<u8>, u64) {
+    let mut map = serde_json::Map::new();
+    let mut at = 0u64;
+    for (name, dtype, shape) in tensors {
+        let bytes = if *dtype == "I32" { 4 } else { 2 };
+        let n = shape.iter().product::<u64>() * bytes;
+        map.insert(name.clone(), json!({"dtype": dtype, "shape": shape, "data_offsets": [at, at + n]}));
+        at += n;
+    }
+    let header = Value::Object(map).to_string();
+    let mut f = (header.len() as u64).to_le_bytes().to_vec();
+    f.extend_from_slice(header.as_bytes());
+    f.extend(std::iter::repeat_n(0u8, at as usize));
+    (f, at)
+}
+
+#[test]
+fn a_model_directory_uses_the_header_bytes() {
+    // A tiny AutoAWQ GEMM checkpoint: qweight [in, out/8], qzeros [in/128, out/8], scales [in/128, out].
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = json!({"model_type":"llama","hidden_size":256,"intermediate_size":512,"num_hidden_layers":1,"num_attention_heads":4,
+        "num_key_value_heads":2,"vocab_size":1000,"max_position_embeddings":512,"torch_dtype":"float16",
+        "quantization_config":{"bits":4,"group_size":128,"quant_method":"awq","version":"gemm","zero_point":true}});
+    write_config(&dir, &cfg);
+    let mut t: Vec<(String, &str, Vec<u64>)> = vec![
+        ("model.embed_tokens.weight".into(), "F16", vec![1000, 256]),
+        ("lm_head.weight".into(), "F16", vec![1000, 256]),
+        ("model.norm.weight".into(), "F16", vec![256]),
+        ("model.layers.0.input_layernorm.weight".into(), "F16", vec![256]),
+        ("model.layers.0.post_attention_layernorm.weight".into(), "F16", vec![256]),
+    ];
+    let linears = [
+        ("self_attn.q_proj", 256, 256),
+        ("self_attn.k_proj", 128, 256),
+        ("self_attn.v_proj", 128, 256),
+        ("self_attn.o_proj", 256, 256),
+        ("mlp.gate_proj", 512, 256),
+        ("mlp.up_proj", 512, 256),
+        ("mlp.down_proj", 256, 512),
+    ];
+    for (m, out, inp) in linears {
+        let n = format!("model.layers.0.{m}");
+        t.push((format!("{n}.qweight"), "I32", vec![inp, out / 8]));
+        t.push((format!("{n}.qzeros"), "I32", vec![inp / 128, out / 8]));
+        t.push((format!("{n}.scales"), "F16", vec![inp / 128, out]));
+    }
+    let (file, data) = safetensors(&t);
+    std::fs::write(dir.path().join("model.safetensors"), file).unwrap();
+    let v = json(&["estimate", "-m", dir.path().to_str().unwrap(), "--mode", "infer", "-s", "64"]);
+    let weights = v["components"].as_array().unwrap().iter().find(|c| c["name"] == "weights").unwrap();
+    assert_eq!(weights["bytes"].as_u64().unwrap(), data, "{v}");
+    assert!(weights["detail"].as_str().unwrap().contains("safetensors headers"), "{weights}");
+    // The formula agrees with the headers, so no disagreement is reported.
+    assert!(!notes(&v).contains("formula gives"), "{v}");
+    assert_eq!(v["job"]["precision"], "int4");
+}
