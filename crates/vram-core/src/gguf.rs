@@ -644,6 +644,13 @@ pub struct LlamaCppPlan {
     pub gpu_weights_bytes: u64,
     /// Model weights left in RAM ("CPU model buffer size"; includes the token embeddings).
     pub cpu_weights_bytes: u64,
+    /// Weights that -ngl alone would put on the GPU but the overrides (`--n-cpu-moe`,
+    /// `--cpu-moe`, `-ot …=CPU`) keep in RAM; included in `cpu_weights_bytes`.
+    pub overridden_to_cpu_bytes: u64,
+    /// Weights that -ngl alone would leave in RAM but `-ot …=CUDA0` puts on the GPU.
+    pub overridden_to_gpu_bytes: u64,
+    /// Tensors an override matched.
+    pub overridden_tensors: u64,
     /// KV cache in VRAM ("CUDA0 KV buffer size").
     pub gpu_kv_bytes: u64,
     /// KV cache in RAM (layers not offloaded).
@@ -656,8 +663,14 @@ pub struct LlamaCppPlan {
     pub gpu_total_bytes: u64,
 }
 
-/// Plan llama.cpp's memory for `g` under `c`.
+/// Plan llama.cpp's memory for `g` under `c`, with no tensor overrides.
 pub fn llama_cpp(g: &Gguf, hp: &HParams, c: &LlamaCppConfig) -> Result<LlamaCppPlan> {
+    llama_cpp_with(g, hp, c, &Overrides::default())
+}
+
+/// Plan llama.cpp's memory for `g` under `c` and the tensor overrides `o`
+/// (`-ot`, `--n-cpu-moe`, `--cpu-moe`).
+pub fn llama_cpp_with(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides) -> Result<LlamaCppPlan> {
     if c.ctx == 0 || c.ctx > 1 << 24 || c.ubatch == 0 || c.parallel == 0 || c.parallel > 4096 {
         return Err(Error::InvalidValue {
             what: "llama.cpp settings".into(),
@@ -670,22 +683,11 @@ pub fn llama_cpp(g: &Gguf, hp: &HParams, c: &LlamaCppConfig) -> Result<LlamaCppP
     // (src/llama-model.cpp load_tensors: i_gpu_start = n_layer − n_gpu_layers).
     let first_gpu = hp.layers - gpu_layers;
     let output_on_gpu = c.n_gpu_layers > hp.layers;
-    let (mut gw, mut cw) = (0u64, 0u64);
-    for t in &g.tensors {
-        let on_gpu = match layer_of(&t.name) {
-            Some(i) => i >= first_gpu,
-            // Token embeddings stay on the CPU (get_rows runs there); output and output_norm follow -ngl.
-            None => output_on_gpu && !t.name.starts_with("token_embd"),
-        };
-        if on_gpu {
-            gw = gw.saturating_add(t.bytes);
-        } else {
-            cw = cw.saturating_add(t.bytes);
-        }
-    }
+    let w = place_weights(g, o, first_gpu, output_on_gpu)?;
     // n_ctx is padded to 256 (llama-context.cpp: GGML_PAD(n_ctx, 256)).
     let ctx = c.ctx.div_ceil(256) * 256;
     // KV cache per layer: ctx × (n_embd_k_gqa + n_embd_v_gqa) × type size (llama-kv-cache.cpp);
+    // it follows the layer's device (llama-kv-cache.cpp `model.dev_layer(il)`), never -ot.
     // Every layer is planned at the full context, which is conservative for sliding-window models
     // (llama-kv-cache-iswa.cpp keeps min(ctx, window × n_seq + ubatch) there).
     let per_tok = (hp.kv_heads * (hp.head_k + hp.head_v)) as f64 * c.kv_bytes;
@@ -700,20 +702,63 @@ pub fn llama_cpp(g: &Gguf, hp: &HParams, c: &LlamaCppConfig) -> Result<LlamaCppP
     let ffn = 3.0 * u * hp.ff as f64 * 4.0;
     let logits = if output_on_gpu { u * hp.vocab as f64 * 4.0 } else { 0.0 };
     let compute = if gpu_layers == 0 && !output_on_gpu { 0 } else { (attn.max(ffn).max(logits) + 4.0 * u * hp.embd as f64 * 4.0) as u64 };
-    let total = gw.saturating_add(gpu_kv).saturating_add(compute).saturating_add(c.cuda_overhead);
+    let total = w.gpu.saturating_add(gpu_kv).saturating_add(compute).saturating_add(c.cuda_overhead);
     Ok(LlamaCppPlan {
         gpu_layers,
         output_on_gpu,
         ctx,
         ctx_per_sequence: ctx / c.parallel,
-        gpu_weights_bytes: gw,
-        cpu_weights_bytes: cw,
+        gpu_weights_bytes: w.gpu,
+        cpu_weights_bytes: w.cpu,
+        overridden_to_cpu_bytes: w.to_cpu,
+        overridden_to_gpu_bytes: w.to_gpu,
+        overridden_tensors: w.overridden,
         gpu_kv_bytes: gpu_kv,
         cpu_kv_bytes: cpu_kv,
         gpu_compute_bytes: compute,
         cuda_overhead_bytes: c.cuda_overhead,
         gpu_total_bytes: total,
     })
+}
+
+/// Weight bytes by device, and what the overrides moved.
+#[derive(Default)]
+struct Placed {
+    gpu: u64,
+    cpu: u64,
+    to_cpu: u64,
+    to_gpu: u64,
+    overridden: u64,
+}
+
+/// Place every tensor: an override decides when one matches, else the layer rule of -ngl.
+fn place_weights(g: &Gguf, o: &Overrides, first_gpu: u64, output_on_gpu: bool) -> Result<Placed> {
+    let mut p = Placed::default();
+    for t in &g.tensors {
+        let by_layer = match layer_of(&t.name) {
+            Some(i) => i >= first_gpu,
+            // Token embeddings stay on the CPU (get_rows runs there); output and output_norm follow -ngl.
+            None => output_on_gpu && !t.name.starts_with("token_embd"),
+        };
+        let on_gpu = match o.device_of(&t.name)? {
+            Some(forced) => {
+                p.overridden += 1;
+                match (by_layer, forced) {
+                    (true, false) => p.to_cpu = p.to_cpu.saturating_add(t.bytes),
+                    (false, true) => p.to_gpu = p.to_gpu.saturating_add(t.bytes),
+                    _ => {}
+                }
+                forced
+            }
+            None => by_layer,
+        };
+        if on_gpu {
+            p.gpu = p.gpu.saturating_add(t.bytes);
+        } else {
+            p.cpu = p.cpu.saturating_add(t.bytes);
+        }
+    }
+    Ok(p)
 }
 
 /// `blk.12.attn_q.weight` → 12.
@@ -724,7 +769,12 @@ fn layer_of(name: &str) -> Option<u64> {
 /// The longest context (a multiple of 256) that fits `budget` bytes of VRAM with `c`'s layers,
 /// or `None` when even 256 tokens do not fit.
 pub fn max_ctx(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, budget: u64, limit: u64) -> Result<Option<u64>> {
-    let fits = |ctx: u64| -> Result<bool> { Ok(llama_cpp(g, hp, &LlamaCppConfig { ctx, ..*c })?.gpu_total_bytes <= budget) };
+    max_ctx_with(g, hp, c, &Overrides::default(), budget, limit)
+}
+
+/// [`max_ctx`] with the tensor overrides `o`, placed as [`llama_cpp_with`] places them.
+pub fn max_ctx_with(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides, budget: u64, limit: u64) -> Result<Option<u64>> {
+    let fits = |ctx: u64| -> Result<bool> { Ok(llama_cpp_with(g, hp, &LlamaCppConfig { ctx, ..*c }, o)?.gpu_total_bytes <= budget) };
     if !fits(256)? {
         return Ok(None);
     }
@@ -738,4 +788,120 @@ pub fn max_ctx(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, budget: u64, limit: u
         }
     }
     Ok(Some(lo * 256))
+}
+
+/// llama.cpp's `LLM_FFN_EXPS_REGEX` (common/common.h): the MoE expert weight tensors that
+/// `--cpu-moe` / `--n-cpu-moe` keep on the CPU (`blk.N.ffn_{up,down,gate,gate_up}_{,ch}exps`).
+const FFN_EXPS: &str = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps";
+
+/// Which layers' MoE experts stay in RAM.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CpuMoe {
+    /// Neither flag.
+    #[default]
+    None,
+    /// `--n-cpu-moe N`: the experts of layers 0 to N − 1.
+    FirstLayers(u64),
+    /// `--cpu-moe`: every layer's experts.
+    All,
+}
+
+/// One `-ot PATTERN=BUFTYPE` pair.
+#[derive(Debug, Clone, Serialize)]
+pub struct TensorOverride {
+    /// The regular expression, searched (not anchored) in each tensor name.
+    pub pattern: String,
+    /// The buffer type as given (`CPU`, `CUDA0`).
+    pub buffer_type: String,
+    /// Whether the buffer type is the GPU's.
+    pub on_gpu: bool,
+    #[serde(skip)]
+    regex: regex::Regex,
+}
+
+/// llama.cpp's tensor buffer-type overrides: `-ot` pairs in command-line order, and the MoE flags.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Overrides {
+    /// `-ot` / `--override-tensor` pairs, in order.
+    pub tensor: Vec<TensorOverride>,
+    /// `--n-cpu-moe` / `--cpu-moe`.
+    pub cpu_moe: CpuMoe,
+}
+
+fn bad_override(value: &str, hint: String) -> Error {
+    Error::InvalidValue { what: "--override-tensor".into(), value: value.into(), hint }
+}
+
+/// Parse one `-ot` value: comma-separated `PATTERN=BUFTYPE` pairs, split as llama.cpp's
+/// common/arg.cpp `parse_tensor_buffer_overrides` splits them (on `,`, then the first `=`).
+/// Buffer types: `CPU` (RAM) or `CUDA0` (the one GPU planned).
+pub fn parse_override_tensor(value: &str) -> Result<Vec<TensorOverride>> {
+    let mut out = Vec::new();
+    for pair in value.split(',') {
+        let (pattern, buft) = pair
+            .split_once('=')
+            .ok_or_else(|| bad_override(pair, "write PATTERN=BUFTYPE, e.g. `exps=CPU` (llama.cpp: \"invalid value\")".into()))?;
+        let on_gpu = match buft {
+            "CPU" => false,
+            "CUDA0" => true,
+            b if b.strip_prefix("CUDA").is_some_and(|n| !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit())) => {
+                return Err(bad_override(
+                    pair,
+                    format!("vram plans one GPU, CUDA0; `{b}` is another device (multi-GPU splits are not modelled)"),
+                ))
+            }
+            b => {
+                return Err(bad_override(pair, format!("unknown buffer type `{b}`: use CPU or CUDA0 (llama.cpp's names, case-sensitive)")))
+            }
+        };
+        if pattern.is_empty() {
+            return Err(bad_override(pair, "the pattern before `=` is empty".into()));
+        }
+        let regex = regex::RegexBuilder::new(pattern)
+            .size_limit(1 << 20)
+            .build()
+            .map_err(|e| bad_override(pair, format!("the pattern is not a valid regular expression: {e}")))?;
+        out.push(TensorOverride { pattern: pattern.into(), buffer_type: buft.into(), on_gpu, regex });
+    }
+    Ok(out)
+}
+
+impl Overrides {
+    /// Where the overrides send tensor `name`: `Some(true)` GPU, `Some(false)` RAM, `None` no
+    /// override. llama.cpp takes the first pattern that matches, in command-line order
+    /// (src/llama-model-loader.cpp `create_tensor`: `std::regex_search`, then `break`). vram
+    /// does not keep the order between `-ot` and the MoE flags, so a tensor they send to
+    /// different devices is refused rather than guessed.
+    pub fn device_of(&self, name: &str) -> Result<Option<bool>> {
+        let ot = self.tensor.iter().find(|o| o.regex.is_match(name)).map(|o| o.on_gpu);
+        let moe = self.moe_matches(name).then_some(false);
+        match (ot, moe) {
+            (Some(true), Some(false)) => Err(Error::InvalidValue {
+                what: "--override-tensor with --n-cpu-moe/--cpu-moe".into(),
+                value: name.into(),
+                hint: "-ot sends this expert tensor to CUDA0 and the MoE flag to CPU; llama.cpp takes whichever comes first on its command line. Narrow the -ot pattern or lower --n-cpu-moe".into(),
+            }),
+            (Some(d), _) | (None, Some(d)) => Ok(Some(d)),
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// Whether `--cpu-moe` / `--n-cpu-moe` keep `name` on the CPU: `LLM_FFN_EXPS_REGEX` for
+    /// `--cpu-moe` (common/common.h `llm_ffn_exps_cpu_override`), `blk\.{i}` + it for each
+    /// i < N for `--n-cpu-moe N` (common/common.h `llm_ffn_exps_block_regex`, pushed by
+    /// common/arg.cpp's `--n-cpu-moe` handler).
+    fn moe_matches(&self, name: &str) -> bool {
+        static EXPS: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+        static BLOCK: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+        match self.cpu_moe {
+            CpuMoe::None => false,
+            CpuMoe::All => EXPS.get_or_init(|| regex::Regex::new(FFN_EXPS).expect("constant regex")).is_match(name),
+            CpuMoe::FirstLayers(n) => {
+                let block = BLOCK.get_or_init(|| regex::Regex::new(&format!(r"blk\.(\d+){FFN_EXPS}")).expect("constant regex"));
+                // `%d` prints no leading zeros, so `blk.05` matches no block regex.
+                block.captures_iter(name).any(|c| c[1].parse::<u64>().is_ok_and(|i| i < n && i.to_string() == c[1]))
+            }
+        }
+    }
 }

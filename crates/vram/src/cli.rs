@@ -428,6 +428,16 @@ pub struct ServeArgs {
     /// llama.cpp `--parallel` / `-np` (also `--np`): sequences sharing the one --ctx-size (each gets ctx / N).
     #[arg(long, alias = "np", default_value_t = 1)]
     pub parallel: u64,
+    /// llama.cpp `--n-cpu-moe` / `-ncmoe`: keep the MoE expert weights of the first N layers in RAM.
+    #[arg(long)]
+    pub n_cpu_moe: Option<u64>,
+    /// llama.cpp `--cpu-moe` / `-cmoe`: keep every layer's MoE expert weights in RAM.
+    #[arg(long)]
+    pub cpu_moe: bool,
+    /// llama.cpp `--override-tensor` / `-ot PATTERN=BUFTYPE[,…]` (repeatable): tensors whose name
+    /// matches the regex go to CPU (RAM) or CUDA0 (the GPU); the first match wins.
+    #[arg(long)]
+    pub override_tensor: Vec<String>,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -452,7 +462,13 @@ pub fn llama_cpp_spellings(args: impl IntoIterator<Item = std::ffi::OsString>) -
                 after_separator = true;
             }
             let Some(s) = a.to_str().filter(|_| !after_separator) else { return a };
-            for (short, long) in [("-ngl", "--n-gpu-layers"), ("-np", "--parallel")] {
+            for (short, long) in [
+                ("-ngl", "--n-gpu-layers"),
+                ("-np", "--parallel"),
+                ("-ncmoe", "--n-cpu-moe"),
+                ("-cmoe", "--cpu-moe"),
+                ("-ot", "--override-tensor"),
+            ] {
                 if s == short {
                     return long.into();
                 }
@@ -477,5 +493,13 @@ mod tests {
     fn llama_cpp_short_spellings_become_long_flags_before_the_separator() {
         assert_eq!(rewrite(&["vram", "serve", "-ngl", "9", "-np=2"]), ["vram", "serve", "--n-gpu-layers", "9", "--parallel=2"]);
         assert_eq!(rewrite(&["vram", "run", "--", "llama-server", "-ngl", "99"]), ["vram", "run", "--", "llama-server", "-ngl", "99"]);
+    }
+
+    #[test]
+    fn llama_cpp_moe_spellings_become_long_flags() {
+        assert_eq!(
+            rewrite(&["vram", "serve", "-ncmoe", "3", "-cmoe", "-ot", "exps=CPU", "-ot=a=CUDA0"]),
+            ["vram", "serve", "--n-cpu-moe", "3", "--cpu-moe", "--override-tensor", "exps=CPU", "--override-tensor=a=CUDA0"]
+        );
     }
 }

@@ -44,7 +44,13 @@ fn reject_other_engines_flags(a: &ServeArgs, gguf: bool) -> Result<()> {
             "a .gguf file is planned under llama.cpp: use --n-gpu-layers/-ngl, --ctx-size/-c, --parallel/-np",
         )
     } else {
-        let flags = [given(a.n_gpu_layers.is_some(), "--n-gpu-layers/-ngl"), given(a.ctx_size.is_some(), "--ctx-size/-c")];
+        let flags = [
+            given(a.n_gpu_layers.is_some(), "--n-gpu-layers/-ngl"),
+            given(a.ctx_size.is_some(), "--ctx-size/-c"),
+            given(a.n_cpu_moe.is_some(), "--n-cpu-moe/-ncmoe"),
+            given(a.cpu_moe, "--cpu-moe/-cmoe"),
+            given(!a.override_tensor.is_empty(), "--override-tensor/-ot"),
+        ];
         (
             flags.into_iter().flatten().collect(),
             "llama.cpp",
@@ -185,15 +191,28 @@ pub struct LlamaCppServe {
     pub gpu: Gpu,
     /// The settings.
     pub config: vram_core::gguf::LlamaCppConfig,
+    /// The tensor overrides (`-ot`, `--n-cpu-moe`, `--cpu-moe`).
+    pub overrides: vram_core::gguf::Overrides,
     /// The plan at those settings.
     pub plan: vram_core::gguf::LlamaCppPlan,
     /// For each number of GPU layers, the longest context that fits the GPU.
-    pub offload_table: Vec<(u64, Option<u64>)>,
+    pub offload_table: Vec<OffloadRow>,
+}
+
+/// One row of the offload table, under the given overrides.
+#[derive(serde::Serialize)]
+pub struct OffloadRow {
+    /// `--n-gpu-layers`.
+    pub n_gpu_layers: u64,
+    /// The longest `--ctx-size` that fits, or `None`.
+    pub max_ctx_size: Option<u64>,
+    /// Weights the overrides keep in RAM that -ngl would have put on the GPU.
+    pub overridden_to_cpu_bytes: u64,
 }
 
 /// Plan a llama.cpp launch of a GGUF file.
 pub fn llama_cpp(a: &ServeArgs, path: &std::path::Path) -> Result<LlamaCppServe> {
-    use vram_core::gguf::{llama_cpp, LlamaCppConfig};
+    use vram_core::gguf::{llama_cpp_with, LlamaCppConfig};
     let file = path.display().to_string();
     let gguf = crate::source::gguf::read_gguf(path)?;
     let hparams = gguf.hparams(&file)?;
@@ -223,9 +242,25 @@ pub fn llama_cpp(a: &ServeArgs, path: &std::path::Path) -> Result<LlamaCppServe>
         kv_bytes,
         cuda_overhead,
     };
-    let plan = llama_cpp(&gguf, &hparams, &config)?;
-    let offload_table = offload_table(&gguf, &hparams, &config, g.memory)?;
-    Ok(LlamaCppServe { file, gguf, hparams, gpu: g, config, plan, offload_table })
+    let overrides = overrides(a)?;
+    let plan = llama_cpp_with(&gguf, &hparams, &config, &overrides)?;
+    let offload_table = offload_table(&gguf, &hparams, &config, &overrides, g.memory)?;
+    Ok(LlamaCppServe { file, gguf, hparams, gpu: g, config, overrides, plan, offload_table })
+}
+
+/// `-ot` values in order, then `--cpu-moe` (all layers, so it wins over `--n-cpu-moe`).
+fn overrides(a: &ServeArgs) -> Result<vram_core::gguf::Overrides> {
+    use vram_core::gguf::{parse_override_tensor, CpuMoe, Overrides};
+    let mut tensor = Vec::new();
+    for v in &a.override_tensor {
+        tensor.extend(parse_override_tensor(v)?);
+    }
+    let cpu_moe = match (a.cpu_moe, a.n_cpu_moe) {
+        (true, _) => CpuMoe::All,
+        (false, Some(n)) if n > 0 => CpuMoe::FirstLayers(n),
+        _ => CpuMoe::None,
+    };
+    Ok(Overrides { tensor, cpu_moe })
 }
 
 /// For each number of GPU layers (all + output, then down in eighths), the longest context that fits.
@@ -233,14 +268,20 @@ fn offload_table(
     gguf: &vram_core::gguf::Gguf,
     hparams: &vram_core::gguf::HParams,
     config: &vram_core::gguf::LlamaCppConfig,
+    overrides: &vram_core::gguf::Overrides,
     memory: u64,
-) -> Result<Vec<(u64, Option<u64>)>> {
-    use vram_core::gguf::{max_ctx, LlamaCppConfig};
+) -> Result<Vec<OffloadRow>> {
+    use vram_core::gguf::{llama_cpp_with, max_ctx_with, LlamaCppConfig};
     let limit = if hparams.context_length > 0 { hparams.context_length } else { 1 << 20 };
     let mut offload_table = Vec::new();
     let mut ngl = hparams.layers + 1;
     loop {
-        offload_table.push((ngl, max_ctx(gguf, hparams, &LlamaCppConfig { n_gpu_layers: ngl, ..*config }, memory, limit)?));
+        let c = LlamaCppConfig { n_gpu_layers: ngl, ..*config };
+        offload_table.push(OffloadRow {
+            n_gpu_layers: ngl,
+            max_ctx_size: max_ctx_with(gguf, hparams, &c, overrides, memory, limit)?,
+            overridden_to_cpu_bytes: llama_cpp_with(gguf, hparams, &c, overrides)?.overridden_to_cpu_bytes,
+        });
         if ngl == 0 {
             break;
         }

@@ -172,14 +172,18 @@ pub fn llama_cpp_text(s: &LlamaCppServe) -> String {
     );
     let _ = writeln!(
         out,
-        "llama.cpp on {} · --n-gpu-layers {} · --ctx-size {} (padded {}) · --ubatch-size {} · --parallel {} ({} tokens each) · flash attention",
+        "llama.cpp on {} · --n-gpu-layers {} · --ctx-size {} (padded {}) · --ubatch-size {} · --parallel {} ({} tokens each) · flash attention{}",
         gpu_line(&s.gpu),
         c.n_gpu_layers,
         c.ctx,
         p.ctx,
         c.ubatch,
         c.parallel,
-        p.ctx_per_sequence
+        p.ctx_per_sequence,
+        match override_flags(&s.overrides) {
+            f if f.is_empty() => f,
+            f => format!(" · {f}"),
+        }
     );
     let _ = writeln!(out);
     let _ = writeln!(out, "{:<44} {:>8} {:>8}", "", "GPU GiB", "RAM GiB");
@@ -192,6 +196,7 @@ pub fn llama_cpp_text(s: &LlamaCppServe) -> String {
         p.gpu_weights_bytes,
         p.cpu_weights_bytes,
     );
+    override_rows(&mut out, s);
     row(&mut out, "KV cache (f16 unless --kv-cache-dtype)", p.gpu_kv_bytes, p.cpu_kv_bytes);
     row(&mut out, "compute buffer (modelled)", p.gpu_compute_bytes, 0);
     row(&mut out, "CUDA context + cuBLAS (assumed)", p.cuda_overhead_bytes, 0);
@@ -199,16 +204,70 @@ pub fn llama_cpp_text(s: &LlamaCppServe) -> String {
     let util = p.gpu_total_bytes as f64 / s.gpu.memory as f64;
     let _ = writeln!(out, "{:.1}% of {} — {}", util * 100.0, s.gpu.name, verdict(util));
     let _ = writeln!(out);
-    let _ = writeln!(out, "--n-gpu-layers → longest --ctx-size that fits {}:", s.gpu.name);
-    for (n, ctx) in &s.offload_table {
-        let shown = match ctx {
-            Some(c) => thousands(*c),
+    offload_text(&mut out, s);
+    out
+}
+
+/// The override flags in llama.cpp's spelling, or "" when none.
+fn override_flags(o: &vram_core::gguf::Overrides) -> String {
+    use vram_core::gguf::CpuMoe;
+    let mut f: Vec<String> = o.tensor.iter().map(|t| format!("-ot {}={}", t.pattern, t.buffer_type)).collect();
+    match o.cpu_moe {
+        CpuMoe::None => {}
+        CpuMoe::FirstLayers(n) => f.push(format!("--n-cpu-moe {n}")),
+        CpuMoe::All => f.push("--cpu-moe".into()),
+    }
+    f.join(" ")
+}
+
+/// What the tensor overrides moved, under the weights row.
+fn override_rows(out: &mut String, s: &LlamaCppServe) {
+    let (o, p) = (&s.overrides, &s.plan);
+    let flags = override_flags(o);
+    if flags.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "    {:<40} {:>8} {:>8}",
+        format!("moved to RAM by {flags}"),
+        format!("-{}", gib_cell(p.overridden_to_cpu_bytes)),
+        format!("+{}", gib_cell(p.overridden_to_cpu_bytes))
+    );
+    if p.overridden_to_gpu_bytes > 0 {
+        let _ = writeln!(
+            out,
+            "    {:<40} {:>8} {:>8}",
+            "moved to the GPU by -ot …=CUDA0",
+            format!("+{}", gib_cell(p.overridden_to_gpu_bytes)),
+            format!("-{}", gib_cell(p.overridden_to_gpu_bytes))
+        );
+    }
+    if p.overridden_tensors == 0 {
+        let _ =
+            writeln!(out, "    note: {flags} matched no tensor of this file (no MoE expert tensors `blk.N.ffn_*_exps`?); nothing moved");
+    }
+}
+
+/// --n-gpu-layers → longest context, with the RAM the overrides hold at each.
+fn offload_text(out: &mut String, s: &LlamaCppServe) {
+    let flags = override_flags(&s.overrides);
+    let with = if flags.is_empty() { String::new() } else { format!(" with {flags}") };
+    let _ = writeln!(out, "--n-gpu-layers → longest --ctx-size that fits {}{with}:", s.gpu.name);
+    for r in &s.offload_table {
+        let shown = match r.max_ctx_size {
+            Some(c) => thousands(c),
             None => "does not fit".into(),
         };
-        let label = if *n > hp.layers { format!("{n} (all + output)") } else { n.to_string() };
-        let _ = writeln!(out, "  {label:>16}  {shown}");
+        let n = r.n_gpu_layers;
+        let label = if n > s.hparams.layers { format!("{n} (all + output)") } else { n.to_string() };
+        let moved = if flags.is_empty() {
+            String::new()
+        } else {
+            format!("  ({} GiB kept in RAM by the overrides)", gib_cell(r.overridden_to_cpu_bytes))
+        };
+        let _ = writeln!(out, "  {label:>16}  {shown:>12}{moved}");
     }
-    out
 }
 
 /// `vram serve --json` for a GGUF model under llama.cpp.
@@ -229,8 +288,9 @@ pub fn llama_cpp_json(s: &LlamaCppServe) -> Value {
         "hparams": s.hparams,
         "gpu": gpu_json(&s.gpu),
         "config": s.config,
+        "overrides": s.overrides,
         "plan": s.plan,
         "fits": s.plan.gpu_total_bytes <= s.gpu.memory,
-        "offload_table": s.offload_table.iter().map(|(n, c)| json!({"n_gpu_layers": n, "max_ctx_size": c})).collect::<Vec<_>>(),
+        "offload_table": s.offload_table,
     })
 }
