@@ -1,0 +1,81 @@
+//! `vram serve` of a MoE GGUF with llama.cpp's expert offload flags: `--n-cpu-moe`/`-ncmoe`,
+//! `--cpu-moe`/`-cmoe`, `--override-tensor`/`-ot`, spelled as llama.cpp spells them.
+
+mod util;
+
+#[path = "../../vram-core/tests/support/gguf_writer.rs"]
+mod gguf_writer;
+#[path = "../../vram-core/tests/support/moe_gguf.rs"]
+mod moe_gguf;
+
+use moe_gguf::{EXPERT_BYTES_PER_LAYER, LAYERS};
+use util::{fails, json, vram};
+
+/// The MoE header, padded (sparse) so that the tensor data it promises (about 8 MB) is in the file.
+fn moe_file(dir: &tempfile::TempDir) -> String {
+    let path = dir.path().join("tiny-moe-Q4_K_M.gguf");
+    std::fs::write(&path, moe_gguf::tiny_moe().bytes()).unwrap();
+    std::fs::File::options().write(true).open(&path).unwrap().set_len(16 << 20).unwrap();
+    path.display().to_string()
+}
+
+fn moved(v: &serde_json::Value) -> u64 {
+    v["plan"]["overridden_to_cpu_bytes"].as_u64().unwrap()
+}
+
+#[test]
+fn cpu_moe_and_n_cpu_moe_move_exact_expert_bytes_to_ram() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = moe_file(&dir);
+    let base = json(&["serve", "-m", &p, "-g", "24GiB"]);
+    assert_eq!(moved(&base), 0);
+    for flags in [&["--cpu-moe"][..], &["-cmoe"], &["-ot", "exps=CPU"], &["--override-tensor=exps=CPU"], &["-ncmoe", "99"]] {
+        let v = json(&[&["serve", "-m", &p, "-g", "24GiB"][..], flags].concat());
+        assert_eq!(moved(&v), LAYERS * EXPERT_BYTES_PER_LAYER, "{flags:?}");
+        let gpu = |v: &serde_json::Value| v["plan"]["gpu_weights_bytes"].as_u64().unwrap();
+        assert_eq!(gpu(&base) - gpu(&v), LAYERS * EXPERT_BYTES_PER_LAYER, "{flags:?}");
+    }
+    let three = json(&["serve", "-m", &p, "-g", "24GiB", "--n-cpu-moe", "3"]);
+    assert_eq!(moved(&three), 3 * EXPERT_BYTES_PER_LAYER);
+    assert_eq!(three["overrides"]["cpu_moe"]["first_layers"], 3);
+    // Every row of the offload table is planned with the same overrides.
+    let rows = three["offload_table"].as_array().unwrap();
+    assert_eq!(rows[0]["overridden_to_cpu_bytes"], 3 * EXPERT_BYTES_PER_LAYER);
+    assert_eq!(rows.last().unwrap()["overridden_to_cpu_bytes"], 0);
+}
+
+#[test]
+fn the_table_says_what_the_overrides_moved() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = moe_file(&dir);
+    let out = vram().args(["serve", "-m", &p, "-g", "rtx-4090", "-ncmoe", "3"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("moved to RAM by --n-cpu-moe 3"), "{text}");
+    assert!(text.contains("with --n-cpu-moe 3:"), "{text}");
+    assert!(text.contains("kept in RAM by the overrides"), "{text}");
+}
+
+#[test]
+fn an_override_that_matches_nothing_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dense.gguf");
+    std::fs::write(&path, gguf_writer::tiny_llama().bytes()).unwrap();
+    std::fs::File::options().write(true).open(&path).unwrap().set_len(4 << 20).unwrap();
+    let out = vram().args(["serve", "-m", path.to_str().unwrap(), "-g", "h100", "--cpu-moe"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("matched no tensor"));
+}
+
+#[test]
+fn bad_overrides_exit_2_with_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = moe_file(&dir);
+    let serve = |extra: &[&str]| fails(&[&["serve", "-m", &p, "-g", "h100"][..], extra].concat(), 2);
+    assert!(serve(&["-ot", "exps=GPU"]).contains("unknown buffer type `GPU`: use CPU or CUDA0"));
+    assert!(serve(&["-ot", "blk\\.(1=CPU"]).contains("not a valid regular expression"));
+    assert!(serve(&["-ot", "exps"]).contains("PATTERN=BUFTYPE"));
+    assert!(serve(&["-ot", "exps=CUDA0", "-cmoe"]).contains("command line"));
+    // vLLM models do not read them.
+    let e = fails(&["serve", "-m", "llama-3-8b", "-g", "h100", "--cpu-moe", "-ncmoe", "2"], 2);
+    assert!(e.contains("--n-cpu-moe/-ncmoe, --cpu-moe/-cmoe are llama.cpp flags"), "{e}");
+}
