@@ -79,3 +79,25 @@ fn bad_overrides_exit_2_with_the_fix() {
     let e = fails(&["serve", "-m", "llama-3-8b", "-g", "h100", "--cpu-moe", "-ncmoe", "2"], 2);
     assert!(e.contains("--n-cpu-moe/-ncmoe, --cpu-moe/-cmoe are llama.cpp flags"), "{e}");
 }
+
+/// MoE files get a `--n-cpu-moe` table (0 to all layers), each row placed as llama.cpp places it;
+/// dense files do not.
+#[test]
+fn moe_files_get_an_n_cpu_moe_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = moe_file(&dir);
+    let v = json(&["serve", "-m", &p, "-g", "24GiB"]);
+    let rows = v["n_cpu_moe_table"].as_array().unwrap();
+    assert_eq!(rows.first().unwrap()["n_cpu_moe"], 0);
+    assert_eq!(rows.last().unwrap()["n_cpu_moe"], LAYERS);
+    for r in rows {
+        assert_eq!(r["overridden_to_cpu_bytes"].as_u64().unwrap(), r["n_cpu_moe"].as_u64().unwrap() * EXPERT_BYTES_PER_LAYER);
+    }
+    let total = |r: &serde_json::Value| r["gpu_total_bytes"].as_u64().unwrap();
+    assert_eq!(total(&rows[0]) - total(rows.last().unwrap()), LAYERS * EXPERT_BYTES_PER_LAYER);
+    let dense = dir.path().join("dense.gguf");
+    std::fs::write(&dense, gguf_writer::tiny_llama().bytes()).unwrap();
+    std::fs::File::options().write(true).open(&dense).unwrap().set_len(4 << 20).unwrap();
+    let d = json(&["serve", "-m", dense.to_str().unwrap(), "-g", "24GiB"]);
+    assert_eq!(d["n_cpu_moe_table"], serde_json::json!([]));
+}

@@ -197,6 +197,21 @@ pub struct LlamaCppServe {
     pub plan: vram_core::gguf::LlamaCppPlan,
     /// For each number of GPU layers, the longest context that fits the GPU.
     pub offload_table: Vec<OffloadRow>,
+    /// For MoE files without `-ot`: for each `--n-cpu-moe`, the GPU total and the longest context.
+    pub moe_table: Vec<MoeRow>,
+}
+
+/// One row of the `--n-cpu-moe` table, at the given `--n-gpu-layers` and `--ctx-size`.
+#[derive(serde::Serialize)]
+pub struct MoeRow {
+    /// `--n-cpu-moe`.
+    pub n_cpu_moe: u64,
+    /// Expert weights kept in RAM.
+    pub overridden_to_cpu_bytes: u64,
+    /// Everything on the GPU at the given context.
+    pub gpu_total_bytes: u64,
+    /// The longest `--ctx-size` that fits, or `None`.
+    pub max_ctx_size: Option<u64>,
 }
 
 /// One row of the offload table, under the given overrides.
@@ -245,7 +260,8 @@ pub fn llama_cpp(a: &ServeArgs, path: &std::path::Path) -> Result<LlamaCppServe>
     let overrides = overrides(a)?;
     let plan = llama_cpp_with(&gguf, &hparams, &config, &overrides)?;
     let offload_table = offload_table(&gguf, &hparams, &config, &overrides, g.memory)?;
-    Ok(LlamaCppServe { file, gguf, hparams, gpu: g, config, overrides, plan, offload_table })
+    let moe_table = if overrides.tensor.is_empty() { moe_table(&gguf, &hparams, &config, g.memory)? } else { Vec::new() };
+    Ok(LlamaCppServe { file, gguf, hparams, gpu: g, config, overrides, plan, offload_table, moe_table })
 }
 
 /// `-ot` values in order, then `--cpu-moe` (all layers, so it wins over `--n-cpu-moe`).
@@ -289,4 +305,36 @@ fn offload_table(
         ngl = if ngl > hparams.layers { hparams.layers } else { ngl.saturating_sub(step) };
     }
     Ok(offload_table)
+}
+
+/// For a file with MoE expert tensors: `--n-cpu-moe` from 0 to all layers in eighths, each
+/// planned as llama.cpp places it; empty when `--cpu-moe` matches no tensor (a dense model).
+fn moe_table(
+    gguf: &vram_core::gguf::Gguf,
+    hparams: &vram_core::gguf::HParams,
+    config: &vram_core::gguf::LlamaCppConfig,
+    memory: u64,
+) -> Result<Vec<MoeRow>> {
+    use vram_core::gguf::{llama_cpp_with, max_ctx_with, CpuMoe, Overrides};
+    let limit = if hparams.context_length > 0 { hparams.context_length } else { 1 << 20 };
+    let all = Overrides { tensor: Vec::new(), cpu_moe: CpuMoe::All };
+    if llama_cpp_with(gguf, hparams, config, &all)?.overridden_tensors == 0 {
+        return Ok(Vec::new());
+    }
+    let step = (hparams.layers / 8).max(1);
+    let mut rows = Vec::new();
+    let mut n = 0;
+    while n <= hparams.layers {
+        let o = Overrides { tensor: Vec::new(), cpu_moe: if n == 0 { CpuMoe::None } else { CpuMoe::FirstLayers(n) } };
+        let p = llama_cpp_with(gguf, hparams, config, &o)?;
+        let max_ctx_size = max_ctx_with(gguf, hparams, config, &o, memory, limit)?;
+        rows.push(MoeRow {
+            n_cpu_moe: n,
+            overridden_to_cpu_bytes: p.overridden_to_cpu_bytes,
+            gpu_total_bytes: p.gpu_total_bytes,
+            max_ctx_size,
+        });
+        n = if n < hparams.layers { (n + step).min(hparams.layers) } else { n + 1 };
+    }
+    Ok(rows)
 }

@@ -205,7 +205,31 @@ pub fn llama_cpp_text(s: &LlamaCppServe) -> String {
     let _ = writeln!(out, "{:.1}% of {} — {}", util * 100.0, s.gpu.name, verdict(util));
     let _ = writeln!(out);
     offload_text(&mut out, s);
+    moe_text(&mut out, s);
     out
+}
+
+/// --n-cpu-moe → GPU total at the given context, and the longest context.
+fn moe_text(out: &mut String, s: &LlamaCppServe) {
+    if s.moe_table.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\n--n-cpu-moe → experts in RAM, GPU total at --ctx-size {}, longest --ctx-size that fits {} (at --n-gpu-layers {}):",
+        s.config.ctx, s.gpu.name, s.config.n_gpu_layers
+    );
+    let _ = writeln!(out, "  {:>11}  {:>11}  {:>13}  {:>12}", "--n-cpu-moe", "RAM GiB", "GPU GiB", "max ctx");
+    for r in &s.moe_table {
+        let shown = r.max_ctx_size.map_or_else(|| "does not fit".into(), thousands);
+        let _ = writeln!(
+            out,
+            "  {:>11}  {:>11}  {:>13}  {shown:>12}",
+            r.n_cpu_moe,
+            gib_cell(r.overridden_to_cpu_bytes),
+            gib_cell(r.gpu_total_bytes)
+        );
+    }
 }
 
 /// The override flags in llama.cpp's spelling, or "" when none.
@@ -292,5 +316,6 @@ pub fn llama_cpp_json(s: &LlamaCppServe) -> Value {
         "plan": s.plan,
         "fits": s.plan.gpu_total_bytes <= s.gpu.memory,
         "offload_table": s.offload_table,
+        "n_cpu_moe_table": s.moe_table,
     })
 }
