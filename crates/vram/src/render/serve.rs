@@ -285,12 +285,12 @@ fn offload_text(out: &mut String, s: &LlamaCppServe) {
         };
         let n = r.n_gpu_layers;
         let label = if n > s.hparams.layers { format!("{n} (all + output)") } else { n.to_string() };
-        let moved = if flags.is_empty() {
-            String::new()
+        // Without overrides the rows read as before (no padding, no RAM column).
+        if flags.is_empty() {
+            let _ = writeln!(out, "  {label:>16}  {shown}");
         } else {
-            format!("  ({} GiB kept in RAM by the overrides)", gib_cell(r.overridden_to_cpu_bytes))
-        };
-        let _ = writeln!(out, "  {label:>16}  {shown:>12}{moved}");
+            let _ = writeln!(out, "  {label:>16}  {shown:>12}  ({} GiB kept in RAM by the overrides)", gib_cell(r.overridden_to_cpu_bytes));
+        }
     }
 }
 
