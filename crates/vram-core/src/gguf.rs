@@ -835,7 +835,9 @@ fn bad_override(value: &str, hint: String) -> Error {
 
 /// Parse one `-ot` value: comma-separated `PATTERN=BUFTYPE` pairs, split as llama.cpp's
 /// common/arg.cpp `parse_tensor_buffer_overrides` splits them (on `,`, then the first `=`).
-/// Buffer types: `CPU` (RAM) or `CUDA0` (the one GPU planned).
+/// Buffer types: `CPU` (RAM) or `CUDA0` (the one GPU planned). Patterns are Rust `regex`
+/// syntax, which agrees with llama.cpp's `std::regex` (ECMAScript) on what `-ot` users write
+/// (`.`, `\.`, `*`, `|`, `[0-9]`, groups); lookarounds and backreferences are refused as invalid.
 pub fn parse_override_tensor(value: &str) -> Result<Vec<TensorOverride>> {
     let mut out = Vec::new();
     for pair in value.split(',') {
