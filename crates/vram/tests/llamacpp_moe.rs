@@ -51,7 +51,8 @@ fn the_table_says_what_the_overrides_moved() {
     let out = vram().args(["serve", "-m", &p, "-g", "rtx-4090", "-ncmoe", "3"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("moved to RAM by --n-cpu-moe 3"), "{text}");
+    assert!(text.contains("moved to RAM by the overrides"), "{text}");
+    assert!(text.contains("flash attention · --n-cpu-moe 3"), "{text}");
     assert!(text.contains("with --n-cpu-moe 3:"), "{text}");
     assert!(text.contains("kept in RAM by the overrides"), "{text}");
 }

@@ -254,7 +254,7 @@ fn override_rows(out: &mut String, s: &LlamaCppServe) {
     let _ = writeln!(
         out,
         "    {:<40} {:>8} {:>8}",
-        format!("moved to RAM by {flags}"),
+        "moved to RAM by the overrides",
         format!("-{}", gib_cell(p.overridden_to_cpu_bytes)),
         format!("+{}", gib_cell(p.overridden_to_cpu_bytes))
     );
