@@ -73,17 +73,18 @@ pub enum Value {
 }
 
 #[derive(Debug)]
-enum Obj {
-    Str(String),
-    Bytes(Vec<u8>),
+enum Obj<'a> {
+    // Strings and bytes borrow from the input: no copy, no allocation per string.
+    Str(&'a str),
+    Bytes(&'a [u8]),
     Seq(Vec<Value>),
     Dict(Vec<(Value, Value)>),
 }
 
 /// A loaded pickle: the arena of objects and the root value.
 #[derive(Debug)]
-pub struct Pickle {
-    objs: Vec<Obj>,
+pub struct Pickle<'a> {
+    objs: Vec<Obj<'a>>,
     /// The value the pickle evaluates to.
     pub root: Value,
 }
@@ -91,16 +92,16 @@ pub struct Pickle {
 /// Most nested MARKs accepted (CPython has no limit; real snapshots use a handful).
 const MAX_MARKS: usize = 4096;
 
-impl Pickle {
+impl<'a> Pickle<'a> {
     /// The string behind a value, if it is a `str`.
-    pub fn str(&self, v: Value) -> Option<&str> {
+    pub fn str(&self, v: Value) -> Option<&'a str> {
         match (v, self.obj(v)) {
             (Value::Str(_), Some(Obj::Str(s))) => Some(s),
             _ => None,
         }
     }
     /// The bytes behind a value, if it is a `bytes`.
-    pub fn bytes(&self, v: Value) -> Option<&[u8]> {
+    pub fn bytes(&self, v: Value) -> Option<&'a [u8]> {
         match (v, self.obj(v)) {
             (Value::Bytes(_), Some(Obj::Bytes(b))) => Some(b),
             _ => None,
@@ -124,7 +125,7 @@ impl Pickle {
     pub fn get(&self, dict: Value, key: &str) -> Option<Value> {
         self.items(dict)?.iter().rev().find(|(k, _)| self.str(*k) == Some(key)).map(|(_, v)| *v)
     }
-    fn obj(&self, v: Value) -> Option<&Obj> {
+    fn obj(&self, v: Value) -> Option<&Obj<'a>> {
         match v {
             Value::Str(i) | Value::Bytes(i) | Value::List(i) | Value::Tuple(i) | Value::Dict(i) => self.objs.get(i as usize),
             _ => None,
@@ -133,7 +134,7 @@ impl Pickle {
 }
 
 /// Parse a pickle (protocols 2 to 5) holding only plain data.
-pub fn load(data: &[u8]) -> Result<Pickle, PickleError> {
+pub fn load(data: &[u8]) -> Result<Pickle<'_>, PickleError> {
     let mut m = Machine { data, pos: 0, objs: Vec::new(), stack: Vec::new(), marks: Vec::new(), memo: Vec::new() };
     let root = m.run()?;
     Ok(Pickle { objs: m.objs, root })
@@ -142,7 +143,7 @@ pub fn load(data: &[u8]) -> Result<Pickle, PickleError> {
 struct Machine<'a> {
     data: &'a [u8],
     pos: usize,
-    objs: Vec<Obj>,
+    objs: Vec<Obj<'a>>,
     stack: Vec<Value>,
     marks: Vec<usize>,
     memo: Vec<Option<Value>>,
@@ -178,20 +179,20 @@ impl<'a> Machine<'a> {
         let v = u64::from_le_bytes(b.try_into().expect("8 bytes"));
         usize::try_from(v).map_err(|_| self.err("length does not fit this machine"))
     }
-    fn new_obj(&mut self, o: Obj) -> Result<Id, PickleError> {
+    fn new_obj(&mut self, o: Obj<'a>) -> Result<Id, PickleError> {
         let id = Id::try_from(self.objs.len()).map_err(|_| self.err("more than 2^32 objects"))?;
         self.objs.push(o);
         Ok(id)
     }
     fn push_str(&mut self, n: usize) -> Result<(), PickleError> {
         let b = self.take(n)?;
-        let s = std::str::from_utf8(b).map_err(|_| self.err("string is not UTF-8"))?.to_owned();
+        let s = std::str::from_utf8(b).map_err(|_| self.err("string is not UTF-8"))?;
         let id = self.new_obj(Obj::Str(s))?;
         self.stack.push(Value::Str(id));
         Ok(())
     }
     fn push_bytes(&mut self, n: usize) -> Result<(), PickleError> {
-        let b = self.take(n)?.to_vec();
+        let b = self.take(n)?;
         let id = self.new_obj(Obj::Bytes(b))?;
         self.stack.push(Value::Bytes(id));
         Ok(())
@@ -202,33 +203,73 @@ impl<'a> Machine<'a> {
     fn top(&self) -> Result<Value, PickleError> {
         self.stack.last().copied().ok_or_else(|| self.err("stack underflow"))
     }
-    /// Items pushed since the last MARK, removed from the stack.
-    fn pop_mark(&mut self) -> Result<Vec<Value>, PickleError> {
+    /// Pop the last MARK: the stack length when it was pushed.
+    fn mark(&mut self) -> Result<usize, PickleError> {
         let m = self.marks.pop().ok_or_else(|| self.err("no MARK on the stack"))?;
         if m > self.stack.len() {
             return Err(self.err("MARK above the stack top"));
         }
+        Ok(m)
+    }
+    /// Items pushed since the last MARK, removed from the stack.
+    fn pop_mark(&mut self) -> Result<Vec<Value>, PickleError> {
+        let m = self.mark()?;
         Ok(self.stack.split_off(m))
     }
-    fn seq_mut(&mut self, v: Value) -> Result<&mut Vec<Value>, PickleError> {
-        let err = self.err("APPEND target is not a list");
+    /// The container just below the MARK at `m` (the target of APPENDS / SETITEMS).
+    fn below(&self, m: usize) -> Result<Value, PickleError> {
+        m.checked_sub(1).and_then(|i| self.stack.get(i)).copied().ok_or_else(|| self.err("stack underflow"))
+    }
+    /// Arena index of the list `v`, or an error if it is not one.
+    fn list_index(&self, v: Value) -> Result<usize, PickleError> {
         match v {
-            Value::List(i) => match self.objs.get_mut(i as usize) {
-                Some(Obj::Seq(s)) => Ok(s),
-                _ => Err(err),
-            },
-            _ => Err(err),
+            Value::List(i) if matches!(self.objs.get(i as usize), Some(Obj::Seq(_))) => Ok(i as usize),
+            _ => Err(self.err("APPEND target is not a list")),
         }
     }
-    fn dict_mut(&mut self, v: Value) -> Result<&mut Vec<(Value, Value)>, PickleError> {
-        let err = self.err("SETITEM target is not a dict");
+    /// Arena index of the dict `v`, or an error if it is not one.
+    fn dict_index(&self, v: Value) -> Result<usize, PickleError> {
         match v {
-            Value::Dict(i) => match self.objs.get_mut(i as usize) {
-                Some(Obj::Dict(d)) => Ok(d),
-                _ => Err(err),
-            },
-            _ => Err(err),
+            Value::Dict(i) if matches!(self.objs.get(i as usize), Some(Obj::Dict(_))) => Ok(i as usize),
+            _ => Err(self.err("SETITEM target is not a dict")),
         }
+    }
+    /// APPENDS: move the items above the MARK into the list below it (no temporary vector).
+    fn appends(&mut self) -> Result<(), PickleError> {
+        let m = self.mark()?;
+        let i = self.list_index(self.below(m)?)?;
+        if let Some(Obj::Seq(s)) = self.objs.get_mut(i) {
+            s.extend_from_slice(&self.stack[m..]);
+        }
+        self.stack.truncate(m);
+        Ok(())
+    }
+    /// SETITEMS: move the pairs above the MARK into the dict below it.
+    fn setitems(&mut self) -> Result<(), PickleError> {
+        let m = self.mark()?;
+        if (self.stack.len() - m) % 2 != 0 {
+            return Err(self.err("odd number of items for SETITEMS"));
+        }
+        let i = self.dict_index(self.below(m)?)?;
+        if let Some(Obj::Dict(d)) = self.objs.get_mut(i) {
+            d.extend(self.stack[m..].chunks_exact(2).map(|p| (p[0], p[1])));
+        }
+        self.stack.truncate(m);
+        Ok(())
+    }
+    fn push1(&mut self, list: Value, v: Value) -> Result<(), PickleError> {
+        let i = self.list_index(list)?;
+        if let Some(Obj::Seq(s)) = self.objs.get_mut(i) {
+            s.push(v);
+        }
+        Ok(())
+    }
+    fn set1(&mut self, dict: Value, k: Value, v: Value) -> Result<(), PickleError> {
+        let i = self.dict_index(dict)?;
+        if let Some(Obj::Dict(d)) = self.objs.get_mut(i) {
+            d.push((k, v));
+        }
+        Ok(())
     }
     fn push_seq(&mut self, items: Vec<Value>, list: bool) -> Result<(), PickleError> {
         let id = self.new_obj(Obj::Seq(items))?;
@@ -287,7 +328,7 @@ impl<'a> Machine<'a> {
                 let n = self.stack.len();
                 let s = |v: Option<&Value>| v.and_then(|v| if let Value::Str(i) = v { self.objs.get(*i as usize) } else { None });
                 match (s(n.checked_sub(2).and_then(|i| self.stack.get(i))), s(self.stack.last())) {
-                    (Some(Obj::Str(m)), Some(Obj::Str(a))) => Some((m.clone(), a.clone())),
+                    (Some(Obj::Str(m)), Some(Obj::Str(a))) => Some((m.to_string(), a.to_string())),
                     _ => None,
                 }
             }
@@ -322,7 +363,8 @@ impl<'a> Machine<'a> {
                     self.pop()?;
                 }
                 b'1' => {
-                    self.pop_mark()?;
+                    let m = self.mark()?;
+                    self.stack.truncate(m);
                 }
                 b'2' => {
                     let v = self.top()?;
@@ -403,27 +445,16 @@ impl<'a> Machine<'a> {
                 b'a' => {
                     let v = self.pop()?;
                     let list = self.top()?;
-                    self.seq_mut(list)?.push(v);
+                    self.push1(list, v)?;
                 }
-                b'e' => {
-                    let items = self.pop_mark()?;
-                    let list = self.top()?;
-                    self.seq_mut(list)?.extend(items);
-                }
+                b'e' => self.appends()?,
                 b's' => {
                     let v = self.pop()?;
                     let k = self.pop()?;
                     let d = self.top()?;
-                    self.dict_mut(d)?.push((k, v));
+                    self.set1(d, k, v)?;
                 }
-                b'u' => {
-                    let items = self.pop_mark()?;
-                    if items.len() % 2 != 0 {
-                        return Err(self.err("odd number of items for SETITEMS"));
-                    }
-                    let d = self.top()?;
-                    self.dict_mut(d)?.extend(items.chunks_exact(2).map(|p| (p[0], p[1])));
-                }
+                b'u' => self.setitems()?,
                 0x94 => {
                     let idx = self.memo.len();
                     self.memo_put(idx)?;
