@@ -79,18 +79,61 @@ enum Obj<'a> {
     Bytes(&'a [u8]),
     Seq(Vec<Value>),
     Dict(Vec<(Value, Value)>),
+    /// A dict filled by one SETITEMS with the same keys (the same memoized strings, in the same
+    /// order) as an earlier one, as every trace entry and frame of a snapshot is: the keys are
+    /// stored once in `shapes`, the values at `values[start..start + keys]`. No allocation per
+    /// dict, half the memory of the pairs.
+    Record {
+        shape: u32,
+        start: u32,
+    },
 }
 
 /// A loaded pickle: the arena of objects and the root value.
 #[derive(Debug)]
 pub struct Pickle<'a> {
     objs: Vec<Obj<'a>>,
+    shapes: Vec<Vec<Value>>,
+    values: Vec<Value>,
     /// The value the pickle evaluates to.
     pub root: Value,
 }
 
 /// Most nested MARKs accepted (CPython has no limit; real snapshots use a handful).
 const MAX_MARKS: usize = 4096;
+
+/// Most distinct record shapes (key lists); later dicts are stored as pairs. A snapshot has a
+/// handful (trace entry, frame, block, segment), and the bound keeps the shape search constant.
+const MAX_SHAPES: usize = 64;
+
+/// The (key, value) pairs of a dict, in insertion order.
+pub struct Items<'p> {
+    inner: ItemsInner<'p>,
+}
+
+enum ItemsInner<'p> {
+    Pairs(std::slice::Iter<'p, (Value, Value)>),
+    Record(std::iter::Zip<std::slice::Iter<'p, Value>, std::slice::Iter<'p, Value>>),
+}
+
+impl Iterator for Items<'_> {
+    type Item = (Value, Value);
+    fn next(&mut self) -> Option<(Value, Value)> {
+        match &mut self.inner {
+            ItemsInner::Pairs(it) => it.next().copied(),
+            ItemsInner::Record(it) => it.next().map(|(k, v)| (*k, *v)),
+        }
+    }
+}
+
+impl DoubleEndedIterator for Items<'_> {
+    fn next_back(&mut self) -> Option<(Value, Value)> {
+        match &mut self.inner {
+            ItemsInner::Pairs(it) => it.next_back().copied(),
+            ItemsInner::Record(it) => it.next_back().map(|(k, v)| (*k, *v)),
+        }
+    }
+}
 
 impl<'a> Pickle<'a> {
     /// The string behind a value, if it is a `str`.
@@ -115,15 +158,22 @@ impl<'a> Pickle<'a> {
         }
     }
     /// The (key, value) pairs of a dict, in insertion order.
-    pub fn items(&self, v: Value) -> Option<&[(Value, Value)]> {
-        match (v, self.obj(v)) {
-            (Value::Dict(_), Some(Obj::Dict(d))) => Some(d),
-            _ => None,
-        }
+    pub fn items(&self, v: Value) -> Option<Items<'_>> {
+        let inner = match (v, self.obj(v)?) {
+            (Value::Dict(_), Obj::Dict(d)) => ItemsInner::Pairs(d.iter()),
+            (Value::Dict(_), Obj::Record { shape, start }) => {
+                let keys = self.shapes.get(*shape as usize)?;
+                let start = *start as usize;
+                let values = self.values.get(start..start.checked_add(keys.len())?)?;
+                ItemsInner::Record(keys.iter().zip(values.iter()))
+            }
+            _ => return None,
+        };
+        Some(Items { inner })
     }
     /// `dict[key]` for a string key (the last assignment wins, as in Python).
     pub fn get(&self, dict: Value, key: &str) -> Option<Value> {
-        self.items(dict)?.iter().rev().find(|(k, _)| self.str(*k) == Some(key)).map(|(_, v)| *v)
+        self.items(dict)?.rev().find(|(k, _)| self.str(*k) == Some(key)).map(|(_, v)| v)
     }
     fn obj(&self, v: Value) -> Option<&Obj<'a>> {
         match v {
@@ -135,15 +185,29 @@ impl<'a> Pickle<'a> {
 
 /// Parse a pickle (protocols 2 to 5) holding only plain data.
 pub fn load(data: &[u8]) -> Result<Pickle<'_>, PickleError> {
-    let mut m = Machine { data, pos: 0, objs: Vec::new(), stack: Vec::new(), marks: Vec::new(), memo: Vec::new() };
+    let mut m = Machine {
+        data,
+        pos: 0,
+        objs: Vec::new(),
+        shapes: Vec::new(),
+        last_shape: 0,
+        values: Vec::new(),
+        stack: Vec::new(),
+        marks: Vec::new(),
+        memo: Vec::new(),
+    };
     let root = m.run()?;
-    Ok(Pickle { objs: m.objs, root })
+    Ok(Pickle { objs: m.objs, shapes: m.shapes, values: m.values, root })
 }
 
 struct Machine<'a> {
     data: &'a [u8],
     pos: usize,
     objs: Vec<Obj<'a>>,
+    shapes: Vec<Vec<Value>>,
+    /// The shape the last record used (consecutive dicts usually share one).
+    last_shape: usize,
+    values: Vec<Value>,
     stack: Vec<Value>,
     marks: Vec<usize>,
     memo: Vec<Option<Value>>,
@@ -230,7 +294,7 @@ impl<'a> Machine<'a> {
     /// Arena index of the dict `v`, or an error if it is not one.
     fn dict_index(&self, v: Value) -> Result<usize, PickleError> {
         match v {
-            Value::Dict(i) if matches!(self.objs.get(i as usize), Some(Obj::Dict(_))) => Ok(i as usize),
+            Value::Dict(i) if matches!(self.objs.get(i as usize), Some(Obj::Dict(_) | Obj::Record { .. })) => Ok(i as usize),
             _ => Err(self.err("SETITEM target is not a dict")),
         }
     }
@@ -244,18 +308,56 @@ impl<'a> Machine<'a> {
         self.stack.truncate(m);
         Ok(())
     }
-    /// SETITEMS: move the pairs above the MARK into the dict below it.
+    /// SETITEMS: move the pairs above the MARK into the dict below it (as a record when the
+    /// dict is still empty and its keys repeat a known shape).
     fn setitems(&mut self) -> Result<(), PickleError> {
         let m = self.mark()?;
         if (self.stack.len() - m) % 2 != 0 {
             return Err(self.err("odd number of items for SETITEMS"));
         }
         let i = self.dict_index(self.below(m)?)?;
-        if let Some(Obj::Dict(d)) = self.objs.get_mut(i) {
-            d.extend(self.stack[m..].chunks_exact(2).map(|p| (p[0], p[1])));
+        let fresh = matches!(self.objs.get(i), Some(Obj::Dict(d)) if d.is_empty());
+        if let Some(rec) = fresh.then(|| self.record(m)).flatten() {
+            self.objs[i] = rec;
+        } else {
+            self.unrecord(i);
+            if let Some(Obj::Dict(d)) = self.objs.get_mut(i) {
+                d.extend(self.stack[m..].chunks_exact(2).map(|p| (p[0], p[1])));
+            }
         }
         self.stack.truncate(m);
         Ok(())
+    }
+    /// The items above `m` as a record, if their keys are strings matching (or making) a shape.
+    fn record(&mut self, m: usize) -> Option<Obj<'a>> {
+        let items = &self.stack[m..];
+        let same = |keys: &Vec<Value>| keys.len() * 2 == items.len() && keys.iter().zip(items.iter().step_by(2)).all(|(k, i)| k == i);
+        let shape = match self.shapes.get(self.last_shape).filter(|k| same(k)) {
+            Some(_) => self.last_shape,
+            None => match self.shapes.iter().position(same) {
+                Some(s) => s,
+                None if self.shapes.len() < MAX_SHAPES
+                    && !items.is_empty()
+                    && items.iter().step_by(2).all(|k| matches!(k, Value::Str(_))) =>
+                {
+                    self.shapes.push(items.iter().step_by(2).copied().collect());
+                    self.shapes.len() - 1
+                }
+                None => return None,
+            },
+        };
+        let start = u32::try_from(self.values.len()).ok()?;
+        self.last_shape = shape;
+        self.values.extend(items.iter().skip(1).step_by(2));
+        Some(Obj::Record { shape: shape as u32, start })
+    }
+    /// Turn record `i` back into pairs (it is being added to).
+    fn unrecord(&mut self, i: usize) {
+        if let Some(Obj::Record { shape, start }) = self.objs.get(i) {
+            let keys = &self.shapes[*shape as usize];
+            let vals = &self.values[*start as usize..*start as usize + keys.len()];
+            self.objs[i] = Obj::Dict(keys.iter().copied().zip(vals.iter().copied()).collect());
+        }
     }
     fn push1(&mut self, list: Value, v: Value) -> Result<(), PickleError> {
         let i = self.list_index(list)?;
@@ -266,6 +368,7 @@ impl<'a> Machine<'a> {
     }
     fn set1(&mut self, dict: Value, k: Value, v: Value) -> Result<(), PickleError> {
         let i = self.dict_index(dict)?;
+        self.unrecord(i);
         if let Some(Obj::Dict(d)) = self.objs.get_mut(i) {
             d.push((k, v));
         }

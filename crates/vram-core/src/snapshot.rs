@@ -215,9 +215,9 @@ impl<'a> Reader<'a> {
     /// wins, as in Python); all `None` when `d` is not a dict.
     fn fields<const N: usize>(&self, d: Value, keys: [&str; N]) -> [Option<Value>; N] {
         let mut out = [None; N];
-        for (k, v) in self.p.items(d).unwrap_or(&[]) {
-            if let Some(j) = self.p.str(*k).and_then(|k| keys.iter().position(|x| *x == k)) {
-                out[j] = Some(*v);
+        for (k, v) in self.p.items(d).into_iter().flatten() {
+            if let Some(j) = self.p.str(k).and_then(|k| keys.iter().position(|x| *x == k)) {
+                out[j] = Some(v);
             }
         }
         out
