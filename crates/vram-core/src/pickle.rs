@@ -171,6 +171,22 @@ impl<'a> Pickle<'a> {
         };
         Some(Items { inner })
     }
+    /// A record dict's shape (an index into its key list, see [`Pickle::shape_keys`]) and its
+    /// values; `None` for a dict stored as pairs or anything else.
+    pub fn record(&self, v: Value) -> Option<(u32, &[Value])> {
+        match (v, self.obj(v)?) {
+            (Value::Dict(_), Obj::Record { shape, start }) => {
+                let n = self.shapes.get(*shape as usize)?.len();
+                let start = *start as usize;
+                Some((*shape, self.values.get(start..start.checked_add(n)?)?))
+            }
+            _ => None,
+        }
+    }
+    /// The keys of a record shape, in order.
+    pub fn shape_keys(&self, shape: u32) -> &[Value] {
+        self.shapes.get(shape as usize).map(Vec::as_slice).unwrap_or(&[])
+    }
     /// `dict[key]` for a string key (the last assignment wins, as in Python).
     pub fn get(&self, dict: Value, key: &str) -> Option<Value> {
         self.items(dict)?.rev().find(|(k, _)| self.str(*k) == Some(key)).map(|(_, v)| v)
@@ -559,8 +575,9 @@ impl<'a> Machine<'a> {
                 }
                 b'u' => self.setitems()?,
                 0x94 => {
-                    let idx = self.memo.len();
-                    self.memo_put(idx)?;
+                    // MEMOIZE appends; the bound of memo_put holds as every entry took a byte.
+                    let v = self.top()?;
+                    self.memo.push(Some(v));
                 }
                 b'q' => {
                     let idx = self.u8()? as usize;

@@ -164,7 +164,17 @@ pub struct Snapshot {
 /// Read a snapshot pickle.
 pub fn parse(data: &[u8]) -> Result<Snapshot, SnapshotError> {
     let p = pickle::load(data)?;
-    Reader { p: &p, stacks: Vec::new(), frames: Vec::new(), by_list: Vec::new(), no_list: None, by_dict: Vec::new() }.snapshot()
+    let r = Reader {
+        p: &p,
+        stacks: Vec::new(),
+        frames: Vec::new(),
+        by_list: Vec::new(),
+        no_list: None,
+        by_dict: Vec::new(),
+        event_at: Vec::new(),
+        frame_at: Vec::new(),
+    };
+    r.snapshot()
 }
 
 /// Marks an arena id not interned yet.
@@ -180,6 +190,10 @@ struct Reader<'a> {
     no_list: Option<StackId>,
     /// Frame of each frame dict, by its arena id.
     by_dict: Vec<FrameId>,
+    /// Where the trace-entry fields sit in each record shape, worked out once per shape.
+    event_at: Vec<Option<[Option<u8>; 6]>>,
+    /// The same for frame fields.
+    frame_at: Vec<Option<[Option<u8>; 3]>>,
 }
 
 fn shape(msg: impl Into<String>) -> SnapshotError {
@@ -219,6 +233,32 @@ impl<'a> Reader<'a> {
             if let Some(j) = self.p.str(k).and_then(|k| keys.iter().position(|x| *x == k)) {
                 out[j] = Some(v);
             }
+        }
+        out
+    }
+    /// [`Reader::fields`] for the hot dicts (trace entries, frames): a record's values are
+    /// picked by positions computed once per shape, with no string comparison.
+    fn fields_at<const N: usize>(&self, d: Value, keys: [&str; N], at: &mut Vec<Option<[Option<u8>; N]>>) -> [Option<Value>; N] {
+        let Some((shape, values)) = self.p.record(d).filter(|(_, v)| v.len() <= usize::from(u8::MAX)) else {
+            return self.fields(d, keys);
+        };
+        let s = shape as usize;
+        if s >= at.len() {
+            at.resize(s + 1, None);
+        }
+        let pos = *at[s].get_or_insert_with(|| {
+            let mut pos = [None; N];
+            for (i, k) in self.p.shape_keys(shape).iter().enumerate() {
+                // The last occurrence wins, as in Python; shapes hold at most a few keys.
+                if let Some(j) = self.p.str(*k).and_then(|k| keys.iter().position(|x| *x == k)) {
+                    pos[j] = u8::try_from(i).ok();
+                }
+            }
+            pos
+        });
+        let mut out = [None; N];
+        for (o, p) in out.iter_mut().zip(pos) {
+            *o = p.and_then(|i| values.get(i as usize).copied());
         }
         out
     }
@@ -288,7 +328,10 @@ impl<'a> Reader<'a> {
     }
 
     fn event(&mut self, e: Value) -> Result<TraceEvent, SnapshotError> {
-        let [action, addr, size, stream, time_us, frames] = self.fields(e, ["action", "addr", "size", "stream", "time_us", "frames"]);
+        let mut at = std::mem::take(&mut self.event_at);
+        let [action, addr, size, stream, time_us, frames] =
+            self.fields_at(e, ["action", "addr", "size", "stream", "time_us", "frames"], &mut at);
+        self.event_at = at;
         let action = match self.str(action) {
             Some("alloc") => Action::Alloc,
             Some("free_requested") => Action::FreeRequested,
@@ -350,7 +393,9 @@ impl<'a> Reader<'a> {
                 return Ok(known);
             }
         }
-        let [name, filename, line] = self.fields(f, ["name", "filename", "line"]);
+        let mut at = std::mem::take(&mut self.frame_at);
+        let [name, filename, line] = self.fields_at(f, ["name", "filename", "line"], &mut at);
+        self.frame_at = at;
         let fr = Frame {
             name: self.str(name).unwrap_or("?").to_owned(),
             filename: self.str(filename).unwrap_or("?").to_owned(),
