@@ -11,6 +11,9 @@
 //! least one input byte, and `BINPUT` indices beyond the input length are refused, so a hostile
 //! file of n bytes can make at most O(n) allocations. Values live in an arena and refer to each
 //! other by index, so shared (memoized) objects are never copied and no traversal recurses.
+//! Strings borrow from the input, and dicts that repeat an earlier dict's keys (every trace
+//! entry and frame of a snapshot) keep only their values, so a 100 MB snapshot loads in a few
+//! hundred MB without an allocation per object.
 
 use thiserror::Error;
 
