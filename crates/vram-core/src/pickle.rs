@@ -92,12 +92,80 @@ enum Obj<'a> {
     },
 }
 
+/// A record value in 8 bytes instead of 16: the low 4 bits tag it, the rest hold an int that
+/// fits 60 bits, a bool or an arena id; anything else (larger ints, floats) goes to `spill`.
+/// Halves the largest table of a snapshot (8 values per trace entry).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Packed(u64);
+
+const TAG_BITS: u32 = 4;
+
+impl Packed {
+    fn pack(v: Value, spill: &mut Vec<Value>) -> Packed {
+        let id = |id: Id, tag: u64| Packed((u64::from(id) << TAG_BITS) | tag);
+        match v {
+            Value::None => Packed(0),
+            Value::Bool(b) => Packed(1 + u64::from(b)),
+            Value::Int(i) if (i << TAG_BITS) >> TAG_BITS == i => Packed(((i << TAG_BITS) as u64) | 3),
+            Value::Str(i) => id(i, 4),
+            Value::Bytes(i) => id(i, 5),
+            Value::List(i) => id(i, 6),
+            Value::Tuple(i) => id(i, 7),
+            Value::Dict(i) => id(i, 8),
+            Value::Int(_) | Value::Float(_) => {
+                spill.push(v);
+                Packed(((spill.len() as u64 - 1) << TAG_BITS) | 9)
+            }
+        }
+    }
+    fn unpack(self, spill: &[Value]) -> Value {
+        let (tag, rest) = (self.0 & 0xf, self.0 >> TAG_BITS);
+        match tag {
+            1 => Value::Bool(false),
+            2 => Value::Bool(true),
+            3 => Value::Int((self.0 as i64) >> TAG_BITS),
+            4 => Value::Str(rest as Id),
+            5 => Value::Bytes(rest as Id),
+            6 => Value::List(rest as Id),
+            7 => Value::Tuple(rest as Id),
+            8 => Value::Dict(rest as Id),
+            9 => spill.get(rest as usize).copied().unwrap_or(Value::None),
+            _ => Value::None,
+        }
+    }
+}
+
+/// The values of a record dict (see [`Pickle::record`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Record<'p> {
+    /// Its shape: an index for [`Pickle::shape_keys`].
+    pub shape: u32,
+    values: &'p [Packed],
+    spill: &'p [Value],
+}
+
+impl Record<'_> {
+    /// The value of the `i`-th key of the shape.
+    pub fn get(&self, i: usize) -> Option<Value> {
+        self.values.get(i).map(|p| p.unpack(self.spill))
+    }
+    /// Number of values.
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+    /// Whether the record has no values.
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+}
+
 /// A loaded pickle: the arena of objects and the root value.
 #[derive(Debug)]
 pub struct Pickle<'a> {
     objs: Vec<Obj<'a>>,
     shapes: Vec<Vec<Value>>,
-    values: Vec<Value>,
+    values: Vec<Packed>,
+    spill: Vec<Value>,
     /// The value the pickle evaluates to.
     pub root: Value,
 }
@@ -116,7 +184,7 @@ pub struct Items<'p> {
 
 enum ItemsInner<'p> {
     Pairs(std::slice::Iter<'p, (Value, Value)>),
-    Record(std::iter::Zip<std::slice::Iter<'p, Value>, std::slice::Iter<'p, Value>>),
+    Record(std::iter::Zip<std::slice::Iter<'p, Value>, std::slice::Iter<'p, Packed>>, &'p [Value]),
 }
 
 impl Iterator for Items<'_> {
@@ -124,7 +192,7 @@ impl Iterator for Items<'_> {
     fn next(&mut self) -> Option<(Value, Value)> {
         match &mut self.inner {
             ItemsInner::Pairs(it) => it.next().copied(),
-            ItemsInner::Record(it) => it.next().map(|(k, v)| (*k, *v)),
+            ItemsInner::Record(it, spill) => it.next().map(|(k, v)| (*k, v.unpack(spill))),
         }
     }
 }
@@ -133,7 +201,7 @@ impl DoubleEndedIterator for Items<'_> {
     fn next_back(&mut self) -> Option<(Value, Value)> {
         match &mut self.inner {
             ItemsInner::Pairs(it) => it.next_back().copied(),
-            ItemsInner::Record(it) => it.next_back().map(|(k, v)| (*k, *v)),
+            ItemsInner::Record(it, spill) => it.next_back().map(|(k, v)| (*k, v.unpack(spill))),
         }
     }
 }
@@ -168,7 +236,7 @@ impl<'a> Pickle<'a> {
                 let keys = self.shapes.get(*shape as usize)?;
                 let start = *start as usize;
                 let values = self.values.get(start..start.checked_add(keys.len())?)?;
-                ItemsInner::Record(keys.iter().zip(values.iter()))
+                ItemsInner::Record(keys.iter().zip(values.iter()), &self.spill)
             }
             _ => return None,
         };
@@ -176,12 +244,13 @@ impl<'a> Pickle<'a> {
     }
     /// A record dict's shape (an index into its key list, see [`Pickle::shape_keys`]) and its
     /// values; `None` for a dict stored as pairs or anything else.
-    pub fn record(&self, v: Value) -> Option<(u32, &[Value])> {
+    pub fn record(&self, v: Value) -> Option<Record<'_>> {
         match (v, self.obj(v)?) {
             (Value::Dict(_), Obj::Record { shape, start }) => {
                 let n = self.shapes.get(*shape as usize)?.len();
                 let start = *start as usize;
-                Some((*shape, self.values.get(start..start.checked_add(n)?)?))
+                let values = self.values.get(start..start.checked_add(n)?)?;
+                Some(Record { shape: *shape, values, spill: &self.spill })
             }
             _ => None,
         }
@@ -211,12 +280,13 @@ pub fn load(data: &[u8]) -> Result<Pickle<'_>, PickleError> {
         shapes: Vec::new(),
         last_shape: 0,
         values: Vec::new(),
+        spill: Vec::new(),
         stack: Vec::new(),
         marks: Vec::new(),
         memo: Vec::new(),
     };
     let root = m.run()?;
-    Ok(Pickle { objs: m.objs, shapes: m.shapes, values: m.values, root })
+    Ok(Pickle { objs: m.objs, shapes: m.shapes, values: m.values, spill: m.spill, root })
 }
 
 struct Machine<'a> {
@@ -226,7 +296,8 @@ struct Machine<'a> {
     shapes: Vec<Vec<Value>>,
     /// The shape the last record used (consecutive dicts usually share one).
     last_shape: usize,
-    values: Vec<Value>,
+    values: Vec<Packed>,
+    spill: Vec<Value>,
     stack: Vec<Value>,
     marks: Vec<usize>,
     memo: Vec<Option<Value>>,
@@ -367,7 +438,9 @@ impl<'a> Machine<'a> {
         };
         let start = u32::try_from(self.values.len()).ok()?;
         self.last_shape = shape;
-        self.values.extend(items.iter().skip(1).step_by(2));
+        for v in items.iter().skip(1).step_by(2) {
+            self.values.push(Packed::pack(*v, &mut self.spill));
+        }
         Some(Obj::Record { shape: shape as u32, start })
     }
     /// Turn record `i` back into pairs (it is being added to).
@@ -375,7 +448,7 @@ impl<'a> Machine<'a> {
         if let Some(Obj::Record { shape, start }) = self.objs.get(i) {
             let keys = &self.shapes[*shape as usize];
             let vals = &self.values[*start as usize..*start as usize + keys.len()];
-            self.objs[i] = Obj::Dict(keys.iter().copied().zip(vals.iter().copied()).collect());
+            self.objs[i] = Obj::Dict(keys.iter().copied().zip(vals.iter().map(|v| v.unpack(&self.spill))).collect());
         }
     }
     fn push1(&mut self, list: Value, v: Value) -> Result<(), PickleError> {

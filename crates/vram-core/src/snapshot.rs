@@ -239,10 +239,10 @@ impl<'a> Reader<'a> {
     /// [`Reader::fields`] for the hot dicts (trace entries, frames): a record's values are
     /// picked by positions computed once per shape, with no string comparison.
     fn fields_at<const N: usize>(&self, d: Value, keys: [&str; N], at: &mut Vec<Option<[Option<u8>; N]>>) -> [Option<Value>; N] {
-        let Some((shape, values)) = self.p.record(d).filter(|(_, v)| v.len() <= usize::from(u8::MAX)) else {
+        let Some(rec) = self.p.record(d).filter(|r| r.len() <= usize::from(u8::MAX)) else {
             return self.fields(d, keys);
         };
-        let s = shape as usize;
+        let (shape, s) = (rec.shape, rec.shape as usize);
         if s >= at.len() {
             at.resize(s + 1, None);
         }
@@ -258,7 +258,7 @@ impl<'a> Reader<'a> {
         });
         let mut out = [None; N];
         for (o, p) in out.iter_mut().zip(pos) {
-            *o = p.and_then(|i| values.get(i as usize).copied());
+            *o = p.and_then(|i| rec.get(i as usize));
         }
         out
     }
