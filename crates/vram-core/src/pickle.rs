@@ -717,6 +717,19 @@ mod tests {
     }
 
     #[test]
+    fn packed_values_round_trip() {
+        let mut spill = Vec::new();
+        let edge = [i64::MIN, i64::MAX, (1 << 59) - 1, -(1 << 59), 1 << 59, -(1 << 59) - 1, 0, -1, 0x7f12_3456_7800];
+        let mut vals: Vec<Value> = edge.iter().map(|&i| Value::Int(i)).collect();
+        vals.extend([Value::None, Value::Bool(false), Value::Bool(true), Value::Float(-2.5), Value::Str(u32::MAX)]);
+        vals.extend([Value::Bytes(7), Value::List(0), Value::Tuple(1), Value::Dict(u32::MAX - 1)]);
+        let packed: Vec<Packed> = vals.iter().map(|v| Packed::pack(*v, &mut spill)).collect();
+        let back: Vec<Value> = packed.iter().map(|p| p.unpack(&spill)).collect();
+        assert_eq!(back, vals);
+        assert_eq!(spill.len(), 5, "ints beyond 60 bits and floats are spilled: {spill:?}");
+    }
+
+    #[test]
     fn truncated_is_an_error() {
         assert!(matches!(load(b"\x80\x04}\x94(\x8c\x05ab"), Err(PickleError::Malformed { .. })));
         assert!(load(b"").is_err());
