@@ -318,7 +318,14 @@ impl<'a> Machine<'a> {
         Ok(s)
     }
     fn u8(&mut self) -> Result<u8, PickleError> {
-        Ok(self.take(1)?[0])
+        // The most frequent read (every opcode): no slice, no length arithmetic.
+        match self.data.get(self.pos) {
+            Some(&b) => {
+                self.pos += 1;
+                Ok(b)
+            }
+            None => Err(self.err("truncated: 1 more bytes expected")),
+        }
     }
     fn u16(&mut self) -> Result<usize, PickleError> {
         let b = self.take(2)?;
