@@ -90,3 +90,67 @@ fn setitems_on_a_list_is_refused() {
     let err = load(b"\x80\x04](\x8c\x01aK\x01u.").unwrap_err();
     assert!(err.to_string().contains("SETITEM target is not a dict"), "{err}");
 }
+
+/// A tiny pickler for the snapshot test below: strings memoized and reused as pickle.dumps does.
+struct P {
+    out: Vec<u8>,
+    memo: std::collections::HashMap<String, u8>,
+    next: u8,
+}
+
+impl P {
+    fn memoize(&mut self) {
+        self.out.push(0x94);
+        self.next += 1;
+    }
+    fn s(&mut self, s: &str) {
+        if let Some(&i) = self.memo.get(s) {
+            self.out.extend_from_slice(&[b'h', i]);
+            return;
+        }
+        self.out.extend_from_slice(&[0x8c, s.len() as u8]);
+        self.out.extend_from_slice(s.as_bytes());
+        self.memo.insert(s.into(), self.next);
+        self.memoize();
+    }
+    fn entry(&mut self, items: &[(&str, &str)]) {
+        self.out.push(b'}');
+        self.memoize();
+        self.out.push(b'(');
+        for (k, v) in items {
+            self.s(k);
+            match v.parse::<u16>() {
+                Ok(n) => {
+                    self.out.push(b'M');
+                    self.out.extend_from_slice(&n.to_le_bytes());
+                }
+                Err(_) => self.s(v),
+            }
+        }
+        self.out.push(b'u');
+    }
+}
+
+#[test]
+fn snapshot_fields_read_the_same_from_records_and_pairs() {
+    // Three entries with one key set, `action` given twice (Python keeps the last), then one
+    // with a key set of its own: record positions must pick what a scan of the pairs picks.
+    let mut p = P { out: b"\x80\x04}(".to_vec(), memo: Default::default(), next: 0 };
+    p.s("segments");
+    p.out.extend_from_slice(b"]");
+    p.s("device_traces");
+    p.out.extend_from_slice(b"]](");
+    let dup = [("action", "oom"), ("addr", "2048"), ("size", "512"), ("action", "alloc")];
+    for _ in 0..3 {
+        p.entry(&dup);
+    }
+    p.entry(&[("size", "512"), ("action", "free_completed"), ("addr", "2048")]);
+    p.out.extend_from_slice(b"eau.");
+    let snap = vram_core::snapshot::parse(&p.out).unwrap();
+    let t = &snap.traces[0];
+    assert_eq!(t.len(), 4);
+    for e in &t[..3] {
+        assert_eq!((e.action, e.addr, e.size), (vram_core::snapshot::Action::Alloc, 2048, 512));
+    }
+    assert_eq!((t[3].action, t[3].addr, t[3].size), (vram_core::snapshot::Action::FreeCompleted, 2048, 512));
+}
