@@ -1,12 +1,14 @@
 //! Generate a large synthetic PyTorch memory snapshot and time `snapshot::parse` + `explain`.
 //!
-//! `cargo run --release -p vram-core --example explain_bench -- [MB] [OUT.pickle]`
+//! `cargo run --release -p vram-core --example explain_bench -- [MB | FILE.pickle] [OUT.pickle]`
 //!
-//! Writes a protocol-4 pickle shaped like `torch.cuda.memory._snapshot()` (strings, frame dicts
+//! Builds a protocol-4 pickle shaped like `torch.cuda.memory._snapshot()` (strings, frame dicts
 //! and frame lists memoized as `pickle.dumps` does) of about MB megabytes (default 100), with a
 //! deterministic pseudo-random alloc / free_requested / free_completed workload over 2,000
-//! distinct 40-frame stacks, then prints the time of each phase. With OUT it also writes the
-//! file, so `vram explain OUT` can be timed end to end (`/usr/bin/time -v`).
+//! distinct 40-frame stacks (or reads FILE.pickle instead), then prints the time of each phase:
+//! `pickle::load` alone, `snapshot::parse` (load + conversion) and `explain`. With OUT it also
+//! writes the file, so `vram explain OUT` can be timed end to end
+//! (`/usr/bin/time -f "%e s wall, %U s user, %S s sys, %M KB" vram explain OUT`).
 
 use std::collections::HashMap;
 use std::time::Instant;
