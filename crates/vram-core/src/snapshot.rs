@@ -11,7 +11,10 @@
 //! behind `torch.cuda._memory_viz.trace_plot` and pytorch.org/memory_viz); the committed script
 //! validation/snapshots/memory_viz_peaks.py mirrors it in Python and the tests hold the two equal.
 
-use std::collections::HashMap;
+use std::borrow::Borrow;
+use std::collections::hash_map::RandomState;
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasher, Hasher};
 
 use serde::Serialize;
 use thiserror::Error;
@@ -43,6 +46,9 @@ pub struct Frame {
 
 /// Index into [`Snapshot::stacks`].
 pub type StackId = u32;
+
+/// Index into [`Snapshot::frames`].
+pub type FrameId = u32;
 
 /// State of a block at dump time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -145,8 +151,10 @@ pub struct Snapshot {
     pub segments: Vec<Segment>,
     /// One event list per device.
     pub traces: Vec<Vec<TraceEvent>>,
-    /// Distinct stacks, innermost frame first.
-    pub stacks: Vec<Vec<Frame>>,
+    /// Distinct stacks, innermost frame first, as indices into `frames`.
+    pub stacks: Vec<Vec<FrameId>>,
+    /// Distinct frames (each pickled frame dict read once).
+    pub frames: Vec<Frame>,
     /// `PYTORCH_CUDA_ALLOC_CONF` recorded in the snapshot, when present.
     pub alloc_conf: Option<String>,
     /// Whether the snapshot says expandable segments were on.
@@ -156,39 +164,111 @@ pub struct Snapshot {
 /// Read a snapshot pickle.
 pub fn parse(data: &[u8]) -> Result<Snapshot, SnapshotError> {
     let p = pickle::load(data)?;
-    Reader { p: &p, stacks: Vec::new(), by_list: HashMap::new(), frames: HashMap::new() }.snapshot()
+    let r = Reader {
+        p: &p,
+        stacks: Vec::new(),
+        frames: Vec::new(),
+        by_list: Vec::new(),
+        no_list: None,
+        by_dict: Vec::new(),
+        event_at: Vec::new(),
+        frame_at: Vec::new(),
+    };
+    r.snapshot()
 }
 
+/// Marks an arena id not interned yet.
+const NONE: u32 = u32::MAX;
+
 struct Reader<'a> {
-    p: &'a Pickle,
-    stacks: Vec<Vec<Frame>>,
-    by_list: HashMap<Option<u32>, StackId>,
-    frames: HashMap<u32, Frame>,
+    p: &'a Pickle<'a>,
+    stacks: Vec<Vec<FrameId>>,
+    frames: Vec<Frame>,
+    /// Stack of each frames list, by its arena id (lists are shared through the memo).
+    by_list: Vec<StackId>,
+    /// Stack of entries with no frames list.
+    no_list: Option<StackId>,
+    /// Frame of each frame dict, by its arena id.
+    by_dict: Vec<FrameId>,
+    /// Where the trace-entry fields sit in each record shape, worked out once per shape.
+    event_at: Vec<Option<[Option<u8>; 6]>>,
+    /// The same for frame fields.
+    frame_at: Vec<Option<[Option<u8>; 3]>>,
 }
 
 fn shape(msg: impl Into<String>) -> SnapshotError {
     SnapshotError::Shape(msg.into())
 }
 
+/// `d[key]` as an integer (bools count, as in Python).
+fn int(v: Option<Value>, key: &str, what: &str) -> Result<i64, SnapshotError> {
+    match v {
+        Some(Value::Int(i)) => Ok(i),
+        Some(Value::Bool(b)) => Ok(b as i64),
+        _ => Err(shape(format!("{what} has no integer `{key}`"))),
+    }
+}
+
+/// `d[key]` as a non-negative integer.
+fn uint(v: Option<Value>, key: &str, what: &str) -> Result<u64, SnapshotError> {
+    let v = int(v, key, what)?;
+    u64::try_from(v).map_err(|_| shape(format!("{what} has a negative `{key}` ({v})")))
+}
+
+/// Memo-style table lookup: the entry for arena id `i`, growing the table as needed.
+fn slot(table: &mut Vec<u32>, i: u32) -> &mut u32 {
+    let i = i as usize;
+    if i >= table.len() {
+        table.resize(i + 1, NONE);
+    }
+    &mut table[i]
+}
+
 impl<'a> Reader<'a> {
-    fn int(&self, d: Value, key: &str, what: &str) -> Result<i64, SnapshotError> {
-        match self.p.get(d, key) {
-            Some(Value::Int(i)) => Ok(i),
-            Some(Value::Bool(b)) => Ok(b as i64),
-            _ => Err(shape(format!("{what} has no integer `{key}`"))),
+    /// The values of `keys` in dict `d`, read in one pass over its items (the last assignment
+    /// wins, as in Python); all `None` when `d` is not a dict.
+    fn fields<const N: usize>(&self, d: Value, keys: [&str; N]) -> [Option<Value>; N] {
+        let mut out = [None; N];
+        for (k, v) in self.p.items(d).into_iter().flatten() {
+            if let Some(j) = self.p.str(k).and_then(|k| keys.iter().position(|x| *x == k)) {
+                out[j] = Some(v);
+            }
         }
+        out
     }
-    fn uint(&self, d: Value, key: &str, what: &str) -> Result<u64, SnapshotError> {
-        let v = self.int(d, key, what)?;
-        u64::try_from(v).map_err(|_| shape(format!("{what} has a negative `{key}` ({v})")))
+    /// [`Reader::fields`] for the hot dicts (trace entries, frames): a record's values are
+    /// picked by positions computed once per shape, with no string comparison.
+    fn fields_at<const N: usize>(&self, d: Value, keys: [&str; N], at: &mut Vec<Option<[Option<u8>; N]>>) -> [Option<Value>; N] {
+        let Some(rec) = self.p.record(d).filter(|r| r.len() <= usize::from(u8::MAX)) else {
+            return self.fields(d, keys);
+        };
+        let (shape, s) = (rec.shape, rec.shape as usize);
+        if s >= at.len() {
+            at.resize(s + 1, None);
+        }
+        let pos = *at[s].get_or_insert_with(|| {
+            let mut pos = [None; N];
+            for (i, k) in self.p.shape_keys(shape).iter().enumerate() {
+                // The last occurrence wins, as in Python; shapes hold at most a few keys.
+                if let Some(j) = self.p.str(*k).and_then(|k| keys.iter().position(|x| *x == k)) {
+                    pos[j] = u8::try_from(i).ok();
+                }
+            }
+            pos
+        });
+        let mut out = [None; N];
+        for (o, p) in out.iter_mut().zip(pos) {
+            *o = p.and_then(|i| rec.get(i as usize));
+        }
+        out
     }
-    fn string(&self, d: Value, key: &str) -> Option<&'a str> {
-        let p: &'a Pickle = self.p;
-        p.get(d, key).and_then(|v| p.str(v))
+    fn str(&self, v: Option<Value>) -> Option<&'a str> {
+        let p: &'a Pickle<'a> = self.p;
+        v.and_then(|v| p.str(v))
     }
-    fn list(&self, d: Value, key: &str, what: &str) -> Result<&'a [Value], SnapshotError> {
-        let p: &'a Pickle = self.p;
-        p.get(d, key).and_then(|v| p.seq(v)).ok_or_else(|| shape(format!("{what} has no list `{key}`")))
+    fn list(&self, v: Option<Value>, key: &str, what: &str) -> Result<&'a [Value], SnapshotError> {
+        let p: &'a Pickle<'a> = self.p;
+        v.and_then(|v| p.seq(v)).ok_or_else(|| shape(format!("{what} has no list `{key}`")))
     }
 
     fn snapshot(mut self) -> Result<Snapshot, SnapshotError> {
@@ -196,51 +276,63 @@ impl<'a> Reader<'a> {
         if self.p.items(root).is_none() {
             return Err(shape("the pickle is not a dict"));
         }
-        let segments = self.list(root, "segments", "the snapshot")?.iter().map(|s| self.segment(*s)).collect::<Result<Vec<_>, _>>()?;
+        let [segs, devs, settings] = self.fields(root, ["segments", "device_traces", "allocator_settings"]);
+        let segments = self.list(segs, "segments", "the snapshot")?.iter().map(|s| self.segment(*s)).collect::<Result<Vec<_>, _>>()?;
         let mut traces = Vec::new();
-        let p: &'a Pickle = self.p;
-        if let Some(devs) = p.get(root, "device_traces").and_then(|v| p.seq(v)) {
+        let p: &'a Pickle<'a> = self.p;
+        if let Some(devs) = devs.and_then(|v| p.seq(v)) {
             for dev in devs {
                 let evs = p.seq(*dev).ok_or_else(|| shape("a device trace is not a list"))?;
-                traces.push(evs.iter().map(|e| self.event(*e)).collect::<Result<Vec<_>, _>>()?);
+                let mut out = Vec::with_capacity(evs.len());
+                for e in evs {
+                    out.push(self.event(*e)?);
+                }
+                traces.push(out);
             }
         }
-        let settings = self.p.get(root, "allocator_settings");
-        let alloc_conf = settings.and_then(|s| self.string(s, "PYTORCH_CUDA_ALLOC_CONF")).map(str::to_owned);
-        let expandable_segments = settings.and_then(|s| self.p.get(s, "expandable_segments")) == Some(Value::Bool(true));
-        Ok(Snapshot { segments, traces, stacks: self.stacks, alloc_conf, expandable_segments })
+        let [conf, expandable] = settings.map_or([None, None], |s| self.fields(s, ["PYTORCH_CUDA_ALLOC_CONF", "expandable_segments"]));
+        let alloc_conf = self.str(conf).map(str::to_owned);
+        let expandable_segments = expandable == Some(Value::Bool(true));
+        Ok(Snapshot { segments, traces, stacks: self.stacks, frames: self.frames, alloc_conf, expandable_segments })
     }
 
     fn segment(&mut self, s: Value) -> Result<Segment, SnapshotError> {
-        let address = self.uint(s, "address", "a segment")?;
+        let [address, blocks, device, total_size, stream, segment_type] =
+            self.fields(s, ["address", "blocks", "device", "total_size", "stream", "segment_type"]);
+        let address = uint(address, "address", "a segment")?;
         let mut addr = address;
-        let mut blocks = Vec::new();
-        for &b in self.list(s, "blocks", "a segment")? {
-            let size = self.uint(b, "size", "a block")?;
+        let mut out = Vec::new();
+        for &b in self.list(blocks, "blocks", "a segment")? {
+            let [size, requested_size, state, frames] = self.fields(b, ["size", "requested_size", "state", "frames"]);
+            let size = uint(size, "size", "a block")?;
             // Legacy snapshots lack requested_size: MemoryViz.js annotate_snapshot falls back to size.
-            let requested_size = self.uint(b, "requested_size", "a block").unwrap_or(size);
-            let state = match self.string(b, "state") {
+            let requested_size = uint(requested_size, "requested_size", "a block").unwrap_or(size);
+            let state = match self.str(state) {
                 Some("active_allocated") => BlockState::ActiveAllocated,
                 Some("active_pending_free") => BlockState::ActivePending,
                 Some("inactive") => BlockState::Inactive,
                 other => return Err(shape(format!("a block has state {other:?}"))),
             };
-            let stack = self.stack(self.p.get(b, "frames"))?;
-            blocks.push(Block { address: addr, size, requested_size, state, stack });
+            let stack = self.stack(frames)?;
+            out.push(Block { address: addr, size, requested_size, state, stack });
             addr = addr.checked_add(size).ok_or_else(|| shape("block addresses overflow"))?;
         }
         Ok(Segment {
-            device: self.int(s, "device", "a segment")?,
+            device: int(device, "device", "a segment")?,
             address,
-            total_size: self.uint(s, "total_size", "a segment")?,
-            stream: self.int(s, "stream", "a segment").unwrap_or(0),
-            small: self.string(s, "segment_type") == Some("small"),
-            blocks,
+            total_size: uint(total_size, "total_size", "a segment")?,
+            stream: int(stream, "stream", "a segment").unwrap_or(0),
+            small: self.str(segment_type) == Some("small"),
+            blocks: out,
         })
     }
 
     fn event(&mut self, e: Value) -> Result<TraceEvent, SnapshotError> {
-        let action = match self.string(e, "action") {
+        let mut at = std::mem::take(&mut self.event_at);
+        let [action, addr, size, stream, time_us, frames] =
+            self.fields_at(e, ["action", "addr", "size", "stream", "time_us", "frames"], &mut at);
+        self.event_at = at;
+        let action = match self.str(action) {
             Some("alloc") => Action::Alloc,
             Some("free_requested") => Action::FreeRequested,
             Some("free_completed") => Action::FreeCompleted,
@@ -253,15 +345,14 @@ impl<'a> Reader<'a> {
             Some(_) => Action::Other,
             None => return Err(shape("a trace entry has no `action`")),
         };
-        let addr = if action == Action::Oom { 0 } else { self.uint(e, "addr", "a trace entry")? };
-        let time_us = self.int(e, "time_us", "").ok();
+        let addr = if action == Action::Oom { 0 } else { uint(addr, "addr", "a trace entry")? };
         Ok(TraceEvent {
             action,
             addr,
-            size: self.uint(e, "size", "a trace entry")?,
-            stream: self.int(e, "stream", "").unwrap_or(0),
-            time_us,
-            stack: self.stack(self.p.get(e, "frames"))?,
+            size: uint(size, "size", "a trace entry")?,
+            stream: int(stream, "stream", "").unwrap_or(0),
+            time_us: int(time_us, "time_us", "").ok(),
+            stack: self.stack(frames)?,
         })
     }
 
@@ -271,32 +362,97 @@ impl<'a> Reader<'a> {
             Some(Value::List(i) | Value::Tuple(i)) => Some(i),
             _ => None,
         };
-        if let Some(id) = self.by_list.get(&key) {
-            return Ok(*id);
+        let known = match key {
+            Some(i) => *slot(&mut self.by_list, i),
+            None => self.no_list.unwrap_or(NONE),
+        };
+        if known != NONE {
+            return Ok(known);
         }
-        let mut out = Vec::new();
-        let p: &'a Pickle = self.p;
-        for f in frames.and_then(|v| p.seq(v)).unwrap_or(&[]) {
-            let fkey = if let Value::Dict(i) = f { Some(*i) } else { None };
-            if let Some(fr) = fkey.and_then(|k| self.frames.get(&k)) {
-                out.push(fr.clone());
-                continue;
-            }
-            let fr = Frame {
-                name: self.string(*f, "name").unwrap_or("?").to_owned(),
-                filename: self.string(*f, "filename").unwrap_or("?").to_owned(),
-                line: self.int(*f, "line", "a frame").unwrap_or(0),
-            };
-            if let Some(k) = fkey {
-                self.frames.insert(k, fr.clone());
-            }
-            out.push(fr);
+        let p: &'a Pickle<'a> = self.p;
+        let items = frames.and_then(|v| p.seq(v)).unwrap_or(&[]);
+        let mut out = Vec::with_capacity(items.len());
+        for f in items {
+            out.push(self.frame(*f)?);
         }
-        let id = StackId::try_from(self.stacks.len()).map_err(|_| shape("too many stacks"))?;
+        let id = StackId::try_from(self.stacks.len()).ok().filter(|&i| i != NONE).ok_or_else(|| shape("too many stacks"))?;
         self.stacks.push(out);
-        self.by_list.insert(key, id);
+        match key {
+            Some(i) => *slot(&mut self.by_list, i) = id,
+            None => self.no_list = Some(id),
+        }
         Ok(id)
     }
+
+    /// Intern a frame dict (shared through the memo too, so keyed by its id).
+    fn frame(&mut self, f: Value) -> Result<FrameId, SnapshotError> {
+        let key = if let Value::Dict(i) = f { Some(i) } else { None };
+        if let Some(k) = key {
+            let known = *slot(&mut self.by_dict, k);
+            if known != NONE {
+                return Ok(known);
+            }
+        }
+        let mut at = std::mem::take(&mut self.frame_at);
+        let [name, filename, line] = self.fields_at(f, ["name", "filename", "line"], &mut at);
+        self.frame_at = at;
+        let fr = Frame {
+            name: self.str(name).unwrap_or("?").to_owned(),
+            filename: self.str(filename).unwrap_or("?").to_owned(),
+            line: int(line, "line", "a frame").unwrap_or(0),
+        };
+        let id = FrameId::try_from(self.frames.len()).ok().filter(|&i| i != NONE).ok_or_else(|| shape("too many frames"))?;
+        self.frames.push(fr);
+        if let Some(k) = key {
+            *slot(&mut self.by_dict, k) = id;
+        }
+        Ok(id)
+    }
+}
+
+/// Hash state for device addresses on the hot paths: one folded 128-bit multiply per key (the
+/// mixing foldhash uses) with a per-process seed drawn from std's `RandomState`, instead of
+/// SipHash, which cost about a tenth of `vram explain`'s time on a 1.3 M-entry trace (perf).
+#[derive(Clone, Copy)]
+struct AddrState(u64);
+
+impl Default for AddrState {
+    fn default() -> Self {
+        AddrState(RandomState::new().hash_one(0x5eed_u64))
+    }
+}
+
+impl BuildHasher for AddrState {
+    type Hasher = AddrHasher;
+    fn build_hasher(&self) -> AddrHasher {
+        AddrHasher(self.0)
+    }
+}
+
+struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        let p = u128::from(x ^ self.0) * 0x9e37_79b9_7f4a_7c15_u128;
+        self.0 = (p as u64) ^ ((p >> 64) as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type AddrMap<V> = HashMap<u64, V, AddrState>;
+type AddrSet = HashSet<u64, AddrState>;
+
+/// What was live before a device's trace began, in one view (see [`Snapshot::initial`]).
+struct Initial {
+    pre: Vec<Live>,
+    removes_pre: Vec<bool>,
 }
 
 /// A live allocation in memory_viz's accounting.
@@ -345,9 +501,9 @@ impl Snapshot {
     /// Items live before the trace began: frees with no alloc in the trace, then what is
     /// live at dump time and never allocated in the trace (MemoryViz.js `initially_allocated`).
     /// Returns them with the set of trace indices whose free removes a pre-trace item.
-    fn initial(&self, device: usize, view: View) -> (Vec<Live>, Vec<bool>) {
+    fn initial(&self, device: usize, view: View) -> Initial {
         let trace = self.traces.get(device).map(Vec::as_slice).unwrap_or(&[]);
-        let mut open: HashMap<u64, usize> = HashMap::new();
+        let mut open: AddrMap<usize> = AddrMap::default();
         let mut pre = Vec::new();
         let mut removes_pre = vec![false; trace.len()];
         for (i, e) in trace.iter().enumerate() {
@@ -371,16 +527,21 @@ impl Snapshot {
                 }
             }
         }
-        (pre, removes_pre)
+        Initial { pre, removes_pre }
     }
 
     /// The memory_viz timeline of `device` (MemoryViz.js `process_alloc_data`, all entries drawn).
     pub fn timeline(&self, device: usize, view: View) -> Timeline {
+        self.timeline_from(device, view, &self.initial(device, view))
+    }
+
+    fn timeline_from(&self, device: usize, view: View, init: &Initial) -> Timeline {
         let trace = self.traces.get(device).map(Vec::as_slice).unwrap_or(&[]);
-        let (pre, removes_pre) = self.initial(device, view);
-        let initial: u64 = pre.iter().map(|l| l.size).sum();
-        let mut open: HashMap<u64, u64> = HashMap::new();
-        let (mut total, mut peak, mut peak_event, mut points) = (initial, 0u64, None, Vec::new());
+        let removes_pre = &init.removes_pre;
+        let initial: u64 = init.pre.iter().map(|l| l.size).sum();
+        let mut open: AddrMap<u64> = AddrMap::default();
+        let (mut total, mut peak, mut peak_event) = (initial, 0u64, None);
+        let mut points = Vec::with_capacity(trace.len());
         for (i, e) in trace.iter().enumerate() {
             if Self::is_alloc(view, e.action) {
                 open.insert(e.addr, e.size);
@@ -406,13 +567,16 @@ impl Snapshot {
 
     /// Allocations live right after trace event `at` (memory_viz accounting), largest first.
     pub fn live_at(&self, device: usize, at: Option<usize>) -> Vec<Live> {
+        self.live_from(device, at, &self.initial(device, View::Allocated))
+    }
+
+    fn live_from(&self, device: usize, at: Option<usize>, init: &Initial) -> Vec<Live> {
         let trace = self.traces.get(device).map(Vec::as_slice).unwrap_or(&[]);
-        let (pre, removes_pre) = self.initial(device, View::Allocated);
+        let (pre, removes_pre) = (&init.pre, &init.removes_pre);
         let end = at.map_or(0, |a| a.saturating_add(1)).min(trace.len());
-        let mut live: HashMap<u64, Live> = HashMap::new();
+        let mut live: AddrMap<Live> = AddrMap::default();
         // Pre-trace items freed inside the trace are live until that free.
-        let freed_pre: std::collections::HashSet<u64> =
-            trace[..end].iter().enumerate().filter(|(i, _)| removes_pre[*i]).map(|(_, e)| e.addr).collect();
+        let freed_pre: AddrSet = trace[..end].iter().enumerate().filter(|(i, _)| removes_pre[*i]).map(|(_, e)| e.addr).collect();
         for l in pre.iter().filter(|l| !freed_pre.contains(&l.addr)) {
             live.insert(l.addr, *l);
         }
@@ -483,11 +647,11 @@ fn is_python(f: &Frame) -> bool {
 }
 
 /// Infer the category from a stack (innermost first). A guess by frame names, reported as such.
-pub fn categorize(stack: &[Frame], freed_in_trace: bool) -> Category {
+pub fn categorize<F: Borrow<Frame>>(stack: &[F], freed_in_trace: bool) -> Category {
     if stack.is_empty() {
         return Category::Unknown;
     }
-    let any = |p: &dyn Fn(&Frame) -> bool| stack.iter().any(p);
+    let any = |p: &dyn Fn(&Frame) -> bool| stack.iter().any(|f| p(f.borrow()));
     if any(&|f| (f.name == "step" || f.name.contains("_step") || f.name == "wrapper") && f.filename.contains("optim")) {
         return Category::OptimizerState;
     }
@@ -512,9 +676,9 @@ pub fn categorize(stack: &[Frame], freed_in_trace: bool) -> Category {
 
 /// `file.py:line:function` of the innermost Python frame outside PyTorch itself (the model or
 /// user code line), as memory_viz `_frame_fmt` writes frames.
-pub fn frame_key(stack: &[Frame]) -> String {
+pub fn frame_key<F: Borrow<Frame>>(stack: &[F]) -> String {
     let fmt = |f: &Frame| format!("{}:{}:{}", f.filename.rsplit('/').next().unwrap_or(&f.filename), f.line, f.name);
-    let py = || stack.iter().filter(|f| is_python(f));
+    let py = || stack.iter().map(Borrow::borrow).filter(|f| is_python(f));
     py().find(|f| !f.filename.contains("/torch/")).or_else(|| py().next()).map(fmt).unwrap_or_else(|| {
         if stack.is_empty() {
             "<no frames recorded>".into()
@@ -598,27 +762,43 @@ fn top(map: HashMap<String, (u64, usize)>, n: usize) -> Vec<Group> {
 
 impl Snapshot {
     /// Addresses freed at some point after trace index `at`.
-    fn freed_after(&self, device: usize, at: usize) -> std::collections::HashSet<u64> {
+    fn freed_after(&self, device: usize, at: usize) -> AddrSet {
         let trace = self.traces.get(device).map(Vec::as_slice).unwrap_or(&[]);
         trace.iter().skip(at.saturating_add(1)).filter(|e| Self::is_free(View::Allocated, e.action)).map(|e| e.addr).collect()
+    }
+
+    /// The frames of stack `id`, innermost first (none for an unknown id).
+    pub fn stack_frames(&self, id: StackId) -> Vec<&Frame> {
+        let ids = self.stacks.get(id as usize).map(Vec::as_slice).unwrap_or(&[]);
+        ids.iter().filter_map(|&f| self.frames.get(f as usize)).collect()
     }
 
     /// The full explanation of `device`.
     pub fn explain(&self, device: usize) -> Explanation {
         let trace = self.traces.get(device).map(Vec::as_slice).unwrap_or(&[]);
-        let alloc = self.timeline(device, View::Allocated);
+        let init = self.initial(device, View::Allocated);
+        let alloc = self.timeline_from(device, View::Allocated, &init);
         let reserved = self.timeline(device, View::Reserved);
-        let live = self.live_at(device, alloc.peak_event);
+        let live = self.live_from(device, alloc.peak_event, &init);
         let freed = self.freed_after(device, alloc.peak_event.unwrap_or(0));
         let (mut by_cat, mut by_frame, mut largest) = (HashMap::new(), HashMap::new(), Vec::new());
+        // Category and frame key depend only on the stack (and whether freed): worked out once each.
+        let mut seen: Vec<Option<(String, [Option<Category>; 2])>> = vec![None; self.stacks.len()];
+        let mut stack_of = |id: StackId, freed: bool| {
+            let frames = self.stack_frames(id);
+            let slot = seen.get_mut(id as usize);
+            let (key, cats) = match slot {
+                Some(s) => s.get_or_insert_with(|| (frame_key(&frames), [None; 2])),
+                None => return (categorize(&frames, freed), frame_key(&frames)),
+            };
+            (*cats[freed as usize].get_or_insert_with(|| categorize(&frames, freed)), key.clone())
+        };
         for l in &live {
-            let stack = self.stacks.get(l.stack as usize).map(Vec::as_slice).unwrap_or(&[]);
-            let cat = categorize(stack, freed.contains(&l.addr));
-            let key = frame_key(stack);
-            let e = by_cat.entry(cat.describe().to_string()).or_insert((0, 0));
-            *e = (e.0 + l.size, e.1 + 1);
-            let e = by_frame.entry(key.clone()).or_insert((0, 0));
-            *e = (e.0 + l.size, e.1 + 1);
+            let (cat, key) = stack_of(l.stack, freed.contains(&l.addr));
+            let e = by_cat.entry(cat.describe().to_string()).or_insert((0u64, 0usize));
+            *e = (e.0.saturating_add(l.size), e.1 + 1);
+            let e = by_frame.entry(key.clone()).or_insert((0u64, 0usize));
+            *e = (e.0.saturating_add(l.size), e.1 + 1);
             if largest.len() < 10 {
                 largest.push((l.size, cat, key));
             }
@@ -776,6 +956,6 @@ mod tests {
         assert_eq!(categorize(&bwd, true), Category::Temporaries);
         assert_eq!(categorize(&bwd, false), Category::Gradients);
         assert_eq!(categorize(&[f("step", "/x/torch/optim/adamw.py")], false), Category::OptimizerState);
-        assert_eq!(categorize(&[], false), Category::Unknown);
+        assert_eq!(categorize::<Frame>(&[], false), Category::Unknown);
     }
 }
