@@ -136,11 +136,11 @@ pub fn text(ex: &Explanation, name: &str, cmp: Option<&(String, (Vec<CompareRow>
     let _ = writeln!(s, "  peak reserved   {:>12}  (segments from cudaMalloc; nvidia-smi adds the CUDA context)", size(ex.peak_reserved));
     let _ = writeln!(s, "\nLive at the peak, by category (inferred from stack frames: a guess):");
     for g in &ex.by_category {
-        let _ = writeln!(s, "  {:>12}  {:>6} allocs  {}", size(g.bytes), g.count, g.key);
+        let _ = writeln!(s, "  {:>12}  {:>6} {}  {}", size(g.bytes), g.count, if g.count == 1 { "alloc " } else { "allocs" }, g.key);
     }
     let _ = writeln!(s, "\nLive at the peak, by allocating frame (top {}):", ex.by_frame.len());
     for g in &ex.by_frame {
-        let _ = writeln!(s, "  {:>12}  {:>6} allocs  {}", size(g.bytes), g.count, g.key);
+        let _ = writeln!(s, "  {:>12}  {:>6} {}  {}", size(g.bytes), g.count, if g.count == 1 { "alloc " } else { "allocs" }, g.key);
     }
     let _ = writeln!(s, "\nLargest live allocations at the peak:");
     for (b, c, f) in &ex.largest {
@@ -155,8 +155,16 @@ pub fn text(ex: &Explanation, name: &str, cmp: Option<&(String, (Vec<CompareRow>
         size(ex.final_reserved.saturating_sub(ex.final_active))
     );
     for g in ex.fragmented_segments.iter().filter(|g| g.free > 0) {
-        let _ =
-            writeln!(s, "  segment {:#x} ({}): {} total, {} free in {} blocks", g.address, g.pool, size(g.total), size(g.free), g.blocks);
+        let _ = writeln!(
+            s,
+            "  segment {:#x} ({}): {} total, {} free in {} {}",
+            g.address,
+            g.pool,
+            size(g.total),
+            size(g.free),
+            g.blocks,
+            if g.blocks == 1 { "block" } else { "blocks" }
+        );
     }
     if let Some((model, (rows, verdict))) = cmp {
         let _ = writeln!(s, "\nEstimate for {model} beside the snapshot's peak:");
