@@ -253,8 +253,12 @@ impl QuantizationConfig {
         if let Some(b) = self.bits {
             s.push_str(&format!(", {b}-bit"));
         }
-        if let Some(g) = self.group_size {
-            s.push_str(&format!(", group {g}"));
+        // fp8 block quantization (DeepSeek-V3's `weight_block_size`) names its block, not a group.
+        let block = self.raw.get("weight_block_size").and_then(|v| v.as_array()).filter(|a| a.len() == 2);
+        match (block, self.group_size) {
+            (Some(b), _) => s.push_str(&format!(", block {}×{}", b[0], b[1])),
+            (None, Some(g)) => s.push_str(&format!(", group {g}")),
+            (None, None) => {}
         }
         if let Some(f) = &self.format {
             s.push_str(&format!(", {f}"));
