@@ -1,4 +1,5 @@
-//! The planner over its full space for Llama-3.1-405B on 1,024 H100s, and single estimates.
+//! The planner over its full space for Llama-3.1-405B on 1,024 H100s, single estimates, and
+//! `fit`'s alternatives search.
 //! Targets (issue 4): ≥ 10 million configurations evaluated per second on one core, the whole
 //! search under 100 ms. `cargo bench -p vram-core --bench plan` prints, before criterion's
 //! report, one `README:` line per case (median of 21 timed runs after 3 warm-ups, fixed inputs),
@@ -93,7 +94,19 @@ fn single_estimate(c: &mut Criterion) {
     c.bench_function("estimate/llama-3.1-8b", |b| b.iter(|| estimate(std::hint::black_box(&m), std::hint::black_box(&job)).unwrap()));
 }
 
-criterion_group!(benches, planner, single_estimate);
+/// `fit`'s alternatives search (every saver and combination re-estimated), run on every `vram fit`.
+fn fit_search(c: &mut Criterion) {
+    let budget = (gpu::lookup("h100").unwrap().memory as f64 * vram_core::fit::DEFAULT_TARGET_UTILIZATION) as u64;
+    for (name, seq) in [("llama-3.1-8b", 2048), ("qwen2.5-0.5b", 2048), ("llama-3.1-70b", 4096)] {
+        let m = presets::load(name).unwrap();
+        let job = Job::train(1, seq);
+        c.bench_function(&format!("fit-search/{name}-seq{seq}"), |b| {
+            b.iter(|| vram_core::advice::search(std::hint::black_box(&m), &job, budget).unwrap())
+        });
+    }
+}
+
+criterion_group!(benches, planner, single_estimate, fit_search);
 
 fn main() {
     // `cargo test --benches` runs this binary with `--test`-like flags: keep that quick.

@@ -305,11 +305,6 @@ pub fn search(model: &Model, job: &Job, budget: u64) -> Result<Search> {
     Ok(Search { baseline_max_batch, reference_batch, baseline_total: baseline.total, alternatives })
 }
 
-/// When batch 1 does not fit `budget` (or to raise the batch): the listed alternatives of [`search`].
-pub fn alternatives(model: &Model, job: &Job, budget: u64) -> Result<Vec<Alternative>> {
-    Ok(search(model, job, budget)?.alternatives)
-}
-
 /// The options per dimension; a combination takes at most one from each.
 fn dimensions(job: &Job) -> Vec<Vec<Change>> {
     let adam = matches!(job.optimizer, Optimizer::Adamw | Optimizer::Adam);

@@ -2,8 +2,6 @@
 //! agree with the batch `fit` chose (issue 11 item 10). Every expected batch here comes from
 //! the estimator itself, never a hard-coded figure.
 
-use std::time::Instant;
-
 use proptest::prelude::*;
 use vram_core::advice::{search, Alternative, Change, Search};
 use vram_core::fit::{fit, max_batch, Verdict, DEFAULT_TARGET_UTILIZATION, MAX_BATCH};
@@ -191,19 +189,6 @@ fn a_shorter_sequence_only_as_the_last_resort_and_marked() {
     // The next longer sequence does not fit: it is the longest.
     if let [Change::Sequence(n)] = last.changes[..] {
         assert!(estimate(&m, &Job { seq: n + 1, ..job.clone() }).unwrap().total > b);
-    }
-}
-
-#[test]
-fn search_time_is_small() {
-    // Measured, not asserted tightly: printed for the report; a generous bound catches blow-ups.
-    for (name, seq) in [("llama-3.1-8b", 2048), ("llama-3.1-8b", 8192), ("qwen2.5-0.5b", 2048), ("llama-3.1-70b", 4096)] {
-        let m = presets::load(name).unwrap();
-        let t = Instant::now();
-        let s = search(&m, &Job::train(1, seq), budget(H100)).unwrap();
-        let took = t.elapsed();
-        eprintln!("{name} seq {seq}: {} alternatives in {took:?}", s.alternatives.len());
-        assert!(took.as_secs() < 10, "{took:?}");
     }
 }
 

@@ -1,7 +1,6 @@
 //! `vram plan` on user numbers of any size: the search does not grow with the global batch, and
 //! a global batch nothing can reach is an error, not a hang or an "add GPUs".
 
-use std::time::Instant;
 use vram_core::parallel::{estimate_parallel, Engine};
 use vram_core::plan::{search, PlanRequest, Throughput};
 use vram_core::{gpu, presets, Job};
@@ -33,10 +32,8 @@ fn zero_global_batch_is_an_error() {
 
 #[test]
 fn unreachable_global_batch_is_an_error_not_a_hang() {
-    let t = Instant::now();
     let e = at(Some(u64::MAX)).unwrap_err().to_string();
     assert!(e.contains("global batch") && e.contains("accumulation"), "{e}");
-    assert!(t.elapsed().as_secs() < 5);
 }
 
 #[test]
@@ -45,10 +42,8 @@ fn search_size_does_not_grow_with_the_global_batch() {
     // candidates (1, 2, …, 64): the same work, where the old search enumerated every divisor
     // candidate up to the global batch (2^32: 10.6 s).
     let small = at(Some(1 << 10)).unwrap();
-    let t = Instant::now();
     let big = at(Some(1 << 29)).unwrap();
     assert_eq!(small.evaluated, big.evaluated);
-    assert!(t.elapsed().as_secs() < 5, "{:?}", t.elapsed());
     assert_eq!(big.global_batch, 1 << 29);
     assert!(big.top.iter().all(|p| p.micro_batch * p.grad_accum * p.parallel.dp() == 1 << 29));
     assert!(at(Some(1 << 32)).is_err());

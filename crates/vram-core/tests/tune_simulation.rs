@@ -5,7 +5,7 @@
 //! (start at 128, halve on OOM; or ×0.9 with `reduce_batch_size_fn`); Lightning's
 //! `scale_batch_size` (power: double from 2 until OOM; binsearch: then bisect). Targets for vram:
 //! median ≤ 2 trials, worst ≤ 4, never a chosen batch above the target. The README table is
-//! generated here (UPDATE_README=1 rewrites it).
+//! generated here (VRAM_UPDATE_README=1 rewrites it).
 
 #[path = "support/readme.rs"]
 mod readme;

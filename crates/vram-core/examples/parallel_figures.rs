@@ -1,4 +1,5 @@
-//! Figures quoted in the report and README: run with `--ignored --nocapture`.
+//! The distributed figures the README quotes (Mixtral EP, pure bf16 under sharding), regenerated:
+//! `cargo run -p vram-core --example parallel_figures`.
 
 use vram_core::parallel::{estimate_parallel, Engine, FsdpStrategy, Parallel};
 use vram_core::{presets, units::GIB, Job, Precision};
@@ -7,9 +8,7 @@ fn gib(b: u64) -> f64 {
     b as f64 / GIB as f64
 }
 
-#[test]
-#[ignore = "prints figures"]
-fn print_figures() {
+fn main() {
     let mixtral = presets::load("mixtral-8x7b").unwrap();
     for zero in [2u8, 3] {
         for ep in [1u64, 8] {
