@@ -2,6 +2,9 @@
 //! out as AutoAWQ, AutoGPTQ, DeepSeek-V3 fp8 and bitsandbytes nf4 write them, and serving /
 //! inference defaulting to the checkpoint's own quantization.
 
+#[path = "support/safetensors_writer.rs"]
+mod safetensors_writer;
+use safetensors_writer::header;
 use serde_json::{json, Value};
 use vram_core::quant::{self, Plan};
 use vram_core::safetensors::CheckpointSummary;
@@ -28,24 +31,6 @@ const LINEARS: [(&str, u64, u64); 7] = [
     ("mlp.up_proj", 512, 256),
     ("mlp.down_proj", 256, 512),
 ];
-
-/// A safetensors header (JSON) for `tensors` with consecutive data offsets, and its data size.
-fn header(tensors: &[(String, &str, Vec<u64>)]) -> (Vec<u8>, u64) {
-    let bits = |d: &str| match d {
-        "I64" => 64,
-        "F32" | "I32" => 32,
-        "F16" | "BF16" => 16,
-        _ => 8,
-    };
-    let mut map = serde_json::Map::new();
-    let mut at = 0u64;
-    for (name, dtype, shape) in tensors {
-        let n: u64 = shape.iter().product::<u64>() * bits(dtype) / 8;
-        map.insert(name.clone(), json!({"dtype": dtype, "shape": shape, "data_offsets": [at, at + n]}));
-        at += n;
-    }
-    (Value::Object(map).to_string().into_bytes(), at)
-}
 
 /// Embeddings, LM head and norms in F16/BF16, and each linear layer as `linear` lays it out.
 fn checkpoint(

@@ -4,6 +4,8 @@
 
 mod util;
 
+#[path = "../../vram-core/tests/support/safetensors_writer.rs"]
+mod safetensors_writer;
 use serde_json::{json, Value};
 use util::{fails, json};
 
@@ -89,23 +91,6 @@ fn an_unknown_quantization_method_is_an_error_unless_a_precision_is_given() {
     assert!(fails(&["serve", "-m", &p, "-g", "h100"], 2).contains("not modelled"));
 }
 
-/// A safetensors file holding `tensors` (name, dtype, shape), data zeroed.
-fn safetensors(tensors: &[(String, &str, Vec<u64>)]) -> (Vec<u8>, u64) {
-    let mut map = serde_json::Map::new();
-    let mut at = 0u64;
-    for (name, dtype, shape) in tensors {
-        let bytes = if *dtype == "I32" { 4 } else { 2 };
-        let n = shape.iter().product::<u64>() * bytes;
-        map.insert(name.clone(), json!({"dtype": dtype, "shape": shape, "data_offsets": [at, at + n]}));
-        at += n;
-    }
-    let header = Value::Object(map).to_string();
-    let mut f = (header.len() as u64).to_le_bytes().to_vec();
-    f.extend_from_slice(header.as_bytes());
-    f.extend(std::iter::repeat_n(0u8, at as usize));
-    (f, at)
-}
-
 #[test]
 fn a_model_directory_uses_the_header_bytes() {
     // A tiny AutoAWQ GEMM checkpoint: qweight [in, out/8], qzeros [in/128, out/8], scales [in/128, out].
@@ -136,7 +121,7 @@ fn a_model_directory_uses_the_header_bytes() {
         t.push((format!("{n}.qzeros"), "I32", vec![inp / 128, out / 8]));
         t.push((format!("{n}.scales"), "F16", vec![inp / 128, out]));
     }
-    let (file, data) = safetensors(&t);
+    let (file, data) = safetensors_writer::file(&t);
     std::fs::write(dir.path().join("model.safetensors"), file).unwrap();
     let v = json(&["estimate", "-m", dir.path().to_str().unwrap(), "--mode", "infer", "-s", "64"]);
     let weights = v["components"].as_array().unwrap().iter().find(|c| c["name"] == "weights").unwrap();
