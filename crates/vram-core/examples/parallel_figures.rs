@@ -2,11 +2,8 @@
 //! `cargo run -p vram-core --example parallel_figures`.
 
 use vram_core::parallel::{estimate_parallel, Engine, FsdpStrategy, Parallel};
-use vram_core::{presets, units::GIB, Job, Precision};
-
-fn gib(b: u64) -> f64 {
-    b as f64 / GIB as f64
-}
+use vram_core::units::gib;
+use vram_core::{presets, Job, Precision};
 
 fn main() {
     let mixtral = presets::load("mixtral-8x7b").unwrap();

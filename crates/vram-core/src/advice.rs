@@ -8,7 +8,7 @@
 //! implementation): at most 3·2·2·3·3 jobs, each bisected for its largest batch. It lists a
 //! combination only if every change in it buys batch (dropping any one lowers the largest
 //! batch) and nothing else matches or beats it on batch, bytes saved, compute cost and accuracy
-//! risk. Measured: 8–15 ms in a release build for Llama-3.1-8B on an 80 GB card (2 shared cores).
+//! risk. Its time is benchmarked by `cargo bench -p vram-core --bench plan` (`fit-search/*`).
 
 use serde::Serialize;
 

@@ -59,9 +59,9 @@ pub struct AllocConf {
 
 impl AllocConf {
     /// Parse `PYTORCH_CUDA_ALLOC_CONF` (`key:value` pairs separated by commas, as
-    /// `CUDAAllocatorConfig::parseArgs` reads them). Options that do not change reserved memory
-    /// in this model (`roundup_power2_divisions`, `pinned_*`, `backend`) are refused by name
-    /// only when their value cannot be read; unknown keys are an error, never ignored.
+    /// `CUDAAllocatorConfig::parseArgs` reads them). Options this model does not simulate
+    /// (`roundup_power2_divisions`, `pinned_*`, `backend`, `release_lock_on_cudamalloc`) are always
+    /// refused by name, and unknown keys are an error: none is ever silently ignored.
     pub fn parse(s: &str) -> Result<AllocConf> {
         let mut c = AllocConf::default();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -480,8 +480,6 @@ pub fn simulate(ops: &[Op], conf: AllocConf, capacity: Option<u64>) -> Result<Re
 /// Replaying a snapshot's own allocation trace through the model.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Replay {
-    /// The model's peak reserved bytes.
-    pub model_peak_reserved: u64,
     /// The snapshot's recorded peak reserved bytes (memory_viz segment timeline).
     pub recorded_peak_reserved: u64,
     /// The model's full report.
@@ -493,7 +491,7 @@ pub struct Replay {
 impl Replay {
     /// (model - recorded) / recorded.
     pub fn error(&self) -> f64 {
-        (self.model_peak_reserved as f64 - self.recorded_peak_reserved as f64) / self.recorded_peak_reserved.max(1) as f64
+        (self.model.peak_reserved as f64 - self.recorded_peak_reserved as f64) / self.recorded_peak_reserved.max(1) as f64
     }
 }
 
@@ -527,7 +525,7 @@ pub fn replay(snap: &crate::snapshot::Snapshot, device: usize, conf: AllocConf) 
         last_was_segment_free = e.action == Action::SegmentFree;
     }
     let recorded = snap.timeline(device, View::Reserved).peak;
-    Ok(Replay { model_peak_reserved: a.report().peak_reserved, recorded_peak_reserved: recorded, model: a.report().clone(), allocs })
+    Ok(Replay { recorded_peak_reserved: recorded, model: a.report().clone(), allocs })
 }
 
 /// The named byte counts of the estimate's peak phase, as the derivation below consumes them.

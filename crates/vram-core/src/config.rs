@@ -340,7 +340,9 @@ fn rope_scaling(c: &Cfg, max_positions: u64) -> Result<Option<RopeScaling>> {
     // NTK and YaRN stretch the native context by `factor`.
     let stretched = match kind.as_str() {
         "linear" | "llama3" | "longrope" => native,
-        _ => ((native as f64 * factor) as u64).min(MAX_POSITIONS),
+        "dynamic" | "yarn" | "ntk" => ((native as f64 * factor) as u64).min(MAX_POSITIONS),
+        // Another type (mrope, default …): its reach is not known, so claim none beyond the config's.
+        _ => max_positions,
     };
     Ok(Some(RopeScaling { kind, factor, native_positions: native, extended_positions: stretched.max(max_positions) }))
 }

@@ -19,7 +19,8 @@ pub const MAX_BATCH: u64 = 1 << 20;
 /// 0.9 because the total it is compared with already carries the modelled overheads (CUDA
 /// context, cuBLAS workspaces, the caching allocator's reserve: see [`crate::job::Overheads`]),
 /// so the remaining 10% is headroom for what is not modelled (longer samples, fragmentation);
-/// it is also vLLM's `--gpu-memory-utilization` default, which `vram serve` follows. `fit`
+/// it is also the default of vLLM's `--gpu-memory-utilization` (vLLM's own flag, which
+/// `vram serve` defaults to separately, as vLLM does). `fit`
 /// used 0.85 while `plan` and `tune` used 0.9, so the same job got two answers.
 pub const DEFAULT_TARGET_UTILIZATION: f64 = 0.9;
 

@@ -260,7 +260,15 @@ pub fn scheme(q: &QuantizationConfig) -> Result<Scheme> {
 /// group_size, symmetric, actorder); compressed_tensors/quantization/quant_scheme.py.
 fn compressed_tensors(q: &QuantizationConfig, group: Option<u64>) -> Result<Scheme> {
     let w = ct_weights(q).ok_or_else(|| unsupported(q, "compressed-tensors config has no config_groups.*.weights"))?;
-    let strategy = w.get("strategy").and_then(Value::as_str).unwrap_or("tensor");
+    // Several groups with different weight schemes (e.g. attention 8-bit, MLP 4-bit) would need a
+    // per-module mapping vram does not do: refuse rather than size everything as the first group.
+    let groups = q.raw.get("config_groups").and_then(Value::as_object);
+    if groups.is_some_and(|g| g.values().filter_map(|v| v.get("weights")).any(|other| other != w)) {
+        return Err(unsupported(q, "config_groups hold different weight schemes; mixed compressed-tensors schemes are not modelled"));
+    }
+    // No `strategy`: "group" when a group_size is given, else "tensor"
+    // (compressed_tensors/quantization/quant_args.py, validate_strategy).
+    let strategy = w.get("strategy").and_then(Value::as_str).unwrap_or(if group.is_some() { "group" } else { "tensor" });
     let symmetric = w.get("symmetric").and_then(Value::as_bool).unwrap_or(true);
     let actorder = w.get("actorder").is_some_and(|a| a.as_str() == Some("group") || a.as_bool() == Some(true));
     // Scales in the model's dtype (compressed_tensors/quantization/lifecycle/initialize.py).

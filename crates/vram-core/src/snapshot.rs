@@ -929,7 +929,7 @@ pub fn compare(est: &crate::memory::Estimate, ex: &Explanation) -> (Vec<CompareR
     let verdict = format!(
         "the estimate is {} {:.2} GiB ({:+.1}%) than the snapshot's peak allocated; the largest difference is in {worst} (categories in the snapshot are inferred from stack frames)",
         if diff >= 0 { "higher by" } else { "lower by" },
-        diff.unsigned_abs() as f64 / (1u64 << 30) as f64,
+        crate::units::gib(u64::try_from(diff.unsigned_abs()).unwrap_or(u64::MAX)),
         diff as f64 / ex.peak_allocated.max(1) as f64 * 100.0
     );
     (rows, verdict)

@@ -67,8 +67,7 @@ pub fn sniff(bytes: &[u8]) -> FileKind {
 
 /// A safetensors file: header length between 2 bytes and the 100 MB limit, then `{`.
 fn is_safetensors(b: &[u8]) -> bool {
-    let Some(len) = b.get(..8).and_then(|s| <[u8; 8]>::try_from(s).ok()).map(u64::from_le_bytes) else { return false };
-    (2..=crate::safetensors::MAX_HEADER).contains(&len) && b.get(8) == Some(&b'{')
+    crate::safetensors::header_len(b, "").is_ok_and(|n| n >= 2) && b.get(8) == Some(&b'{')
 }
 
 /// Whether `b` is UTF-8, allowing a character cut at the end.

@@ -38,8 +38,8 @@ fn replayed_reserved_within_5_percent_of_recorded() {
             let r = replay(&snap, d, AllocConf::default()).unwrap();
             println!(
                 "{name} device {d}: replayed {:.3} GiB, recorded {:.3} GiB, error {:+.2}% ({} allocs)",
-                r.model_peak_reserved as f64 / (1u64 << 30) as f64,
-                r.recorded_peak_reserved as f64 / (1u64 << 30) as f64,
+                vram_core::units::gib(r.model.peak_reserved),
+                vram_core::units::gib(r.recorded_peak_reserved),
                 r.error() * 100.0,
                 r.allocs
             );
@@ -76,15 +76,14 @@ fn the_allocator_model_reserve_is_opt_in_and_carries_its_reason() {
 
 /// Held to real GPUs: every "point" of validation/gpu/recordings.jsonl (written by
 /// validation/gpu/kit.py on a CUDA machine) must match the estimate's allocated peak within 10%
-/// and its reserved memory (peak allocated + allocator reserve) within 10%.
+/// and its reserved memory (peak allocated + allocator reserve) within 10%. Ignored until the
+/// first recordings are committed (none yet: no GPU was available); un-ignore it with them.
 #[test]
+#[ignore = "no GPU recordings committed yet: run validation/gpu/kit.py on a CUDA machine, commit recordings.jsonl, remove this ignore"]
 fn estimates_hold_to_gpu_recordings() {
     use vram_core::{estimate, parse_config, Job, Precision};
     let path = dir().join("../gpu/recordings.jsonl");
-    let Ok(text) = std::fs::read_to_string(&path) else {
-        eprintln!("skipped: no GPU recordings at {} yet (run validation/gpu/kit.py on a CUDA machine)", path.display());
-        return;
-    };
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let r: serde_json::Value = serde_json::from_str(line).unwrap();
         if r["kind"] != "point" {

@@ -183,3 +183,15 @@ fn context_past_the_trained_length_is_named() {
     assert!(q.context_warnings(q.max_positions + 1)[0].contains("max_position_embeddings (131072)"));
     assert!(presets::load("gpt2").unwrap().context_warnings(2048)[0].contains("cannot run"));
 }
+
+/// A RoPE scaling type vram does not know (Qwen2-VL's mrope) claims no reach beyond the config's
+/// max_position_embeddings: before, any unknown type stretched it by `factor` without a word.
+#[test]
+fn an_unknown_rope_type_claims_no_extended_reach() {
+    let cfg = br#"{"model_type":"qwen2","architectures":["Qwen2ForCausalLM"],"hidden_size":256,"num_hidden_layers":2,
+        "num_attention_heads":4,"num_key_value_heads":2,"intermediate_size":512,"vocab_size":1000,
+        "max_position_embeddings":32768,"rope_scaling":{"type":"mrope","factor":4.0,"mrope_section":[16,24,24]}}"#;
+    let m = vram_core::parse_config(cfg, "m", "config.json").unwrap();
+    assert_eq!(m.rope_scaling.as_ref().unwrap().extended_positions, 32768);
+    assert!(!m.context_warnings(100_000).is_empty());
+}
