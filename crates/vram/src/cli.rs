@@ -62,17 +62,17 @@ pub struct JobArgs {
     /// `train` (one optimizer step) or `infer` (prefill + KV cache).
     #[arg(long, default_value = "train", help_heading = "Job")]
     pub mode: String,
-    /// Micro-batch size per GPU (HF `per_device_train_batch_size`).
+    /// Micro-batch size per GPU (HF `per_device_train_batch_size`) [default: 1]; fit, plan and
+    /// tune search it.
     #[arg(
         long,
         short = 'b',
-        default_value_t = 1,
         alias = "per-device-train-batch-size",
         alias = "per_device_train_batch_size",
         alias = "batch",
         help_heading = "Job"
     )]
-    pub batch_size: u64,
+    pub batch_size: Option<u64>,
     /// Sequence length in tokens (inference: the whole context, prompt + generated).
     #[arg(
         long,
@@ -259,9 +259,9 @@ pub struct PlanArgs {
     /// Network bandwidth per GPU between nodes, GB/s.
     #[arg(long)]
     pub inter_node_gbps: Option<f64>,
-    /// How many plans to show.
-    #[arg(long, default_value_t = 5)]
-    pub top: usize,
+    /// How many plans to show (1 to 100).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=100))]
+    pub top: u16,
     /// Write the best plan for an engine: deepspeed (JSON), accelerate (YAML), torchrun (command).
     #[arg(long)]
     pub emit: Option<String>,

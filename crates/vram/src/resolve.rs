@@ -85,7 +85,7 @@ fn job(a: &JobArgs, mode: Mode, model: &Model) -> Result<Job> {
     let (optimizer, optimizer_impl) = optimizer(a)?;
     let job = Job {
         mode,
-        batch: a.batch_size,
+        batch: a.batch_size.unwrap_or(1),
         seq: a.seq_len,
         precision,
         optimizer,
@@ -297,4 +297,30 @@ pub fn reject_allocator_model(a: &JobArgs, command: &str) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Flags a searching command decides itself would be silently overridden: refuse them by name.
+/// `fit` and `tune` search the micro-batch (and derive accumulation from `--global-batch-size`);
+/// `plan` also searches accumulation and recomputation.
+pub fn reject_searched_flags(a: &JobArgs, command: &str, global_batch: Option<u64>) -> Result<()> {
+    let plan = command.contains("plan");
+    let given = |present: bool, flag: &'static str| present.then_some(flag);
+    let searched: Vec<&str> = [
+        given(a.batch_size.is_some(), "--batch-size"),
+        given(a.grad_accum.is_some() && (plan || global_batch.is_some()), "--grad-accum"),
+        given(a.checkpointing.is_some() && plan, "--checkpointing"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if searched.is_empty() {
+        return Ok(());
+    }
+    Err(usage(format!(
+        "{} {} chosen by {command} itself (it searches {}); drop {}",
+        searched.join(", "),
+        if searched.len() == 1 { "is" } else { "are" },
+        if plan { "micro-batch, accumulation and recomputation" } else { "the micro-batch; --global-batch-size sets the accumulation" },
+        if searched.len() == 1 { "it" } else { "them" }
+    )))
 }

@@ -265,3 +265,31 @@ fn serve_refuses_the_other_engines_flags() {
     let e = fails(&["serve", "-m", path.to_str().unwrap(), "-g", "h100", "--tensor-parallel-size", "2"], 2);
     assert!(e.contains("--tensor-parallel-size") && e.contains("vLLM flag"), "{e}");
 }
+
+/// Flags a searching command decides itself were accepted and silently overridden.
+#[test]
+fn searched_flags_are_refused_not_overridden() {
+    let e = fails(&["fit", "-m", "qwen2.5-0.5b", "-g", "h100", "-b", "4"], 2);
+    assert!(e.contains("--batch-size") && e.contains("vram fit"), "{e}");
+    let e = fails(&["fit", "-m", "qwen2.5-0.5b", "-g", "h100", "--global-batch-size", "64", "--grad-accum", "4"], 2);
+    assert!(e.contains("--grad-accum"), "{e}");
+    let e = fails(&["plan", "-m", "llama-3.1-8b", "-g", "h100", "--gpus", "8", "--checkpointing", "full", "--grad-accum", "2"], 2);
+    assert!(e.contains("--grad-accum") && e.contains("--checkpointing"), "{e}");
+    let e = fails(&["plan", "-m", "llama-3.1-8b", "-g", "h100", "--gpus", "8", "--top", "0"], 2);
+    assert!(e.contains("--top"), "{e}");
+    // Gradient accumulation without a global batch is the job's own: fit keeps it.
+    json(&["fit", "-m", "qwen2.5-0.5b", "-g", "h100", "--grad-accum", "4"]);
+}
+
+/// vLLM-only and llama.cpp-only flags with defaults were ignored by the other engine.
+#[test]
+fn serve_refuses_more_of_the_other_engines_flags() {
+    let e = fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--ubatch-size", "256"], 2);
+    assert!(e.contains("--ubatch-size"), "{e}");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    std::fs::write(&path, gguf_writer::tiny_llama().bytes()).unwrap();
+    std::fs::File::options().write(true).open(&path).unwrap().set_len(4 << 20).unwrap();
+    let e = fails(&["serve", "-m", path.to_str().unwrap(), "-g", "h100", "--gpu-memory-utilization", "0.8"], 2);
+    assert!(e.contains("--gpu-memory-utilization"), "{e}");
+}

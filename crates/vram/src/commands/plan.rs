@@ -47,6 +47,7 @@ fn throughput(a: &PlanArgs, g: &gpu::Gpu) -> Result<Throughput> {
 /// Resolve, search, render.
 pub fn run(a: &PlanArgs) -> Result<()> {
     resolve::reject_allocator_model(&a.job, "`vram plan`")?;
+    resolve::reject_searched_flags(&a.job, "`vram plan`", a.global_batch_size)?;
     let (model, job) = resolve::resolve(&a.job)?;
     let g = resolve::gpu(&a.gpu)?;
     let tp = throughput(a, &g)?;
@@ -60,7 +61,7 @@ pub fn run(a: &PlanArgs) -> Result<()> {
         global_batch: a.global_batch_size,
         target: a.target_utilization,
         throughput: tp,
-        keep: a.top.clamp(1, 100),
+        keep: usize::from(a.top),
         only: if matches!(out, Output::DeepSpeed) { Some(Engine::DeepSpeed) } else { None },
     };
     let result = search(&req)?;

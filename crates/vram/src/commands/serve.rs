@@ -37,6 +37,12 @@ fn reject_other_engines_flags(a: &ServeArgs, gguf: bool) -> Result<()> {
             given(a.max_num_batched_tokens.is_some(), "--max-num-batched-tokens"),
             given(a.non_torch_memory.is_some(), "--non-torch-memory"),
             given(a.enforce_eager, "--enforce-eager"),
+            given(a.gpu_memory_utilization != 0.9, "--gpu-memory-utilization"),
+            given(a.dtype != "auto", "--dtype"),
+            given(a.block_size != 16, "--block-size"),
+            given(a.vllm_engine != "v1", "--vllm-engine"),
+            given(a.engine != "vllm", "--engine"),
+            given(a.approximate_architecture, "--approximate-architecture"),
         ];
         (
             flags.into_iter().flatten().collect(),
@@ -50,6 +56,8 @@ fn reject_other_engines_flags(a: &ServeArgs, gguf: bool) -> Result<()> {
             given(a.n_cpu_moe.is_some(), "--n-cpu-moe/-ncmoe"),
             given(a.cpu_moe, "--cpu-moe/-cmoe"),
             given(!a.override_tensor.is_empty(), "--override-tensor/-ot"),
+            given(a.ubatch_size != 512, "--ubatch-size"),
+            given(a.parallel != 1, "--parallel/-np"),
         ];
         (
             flags.into_iter().flatten().collect(),
