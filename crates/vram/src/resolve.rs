@@ -324,3 +324,21 @@ pub fn reject_searched_flags(a: &JobArgs, command: &str, global_batch: Option<u6
         if searched.len() == 1 { "it" } else { "them" }
     )))
 }
+
+/// Whether any job flag without a default was given (they only matter together with --model).
+pub fn job_flags_given(a: &JobArgs) -> bool {
+    a.batch_size.is_some()
+        || a.grad_accum.is_some()
+        || a.checkpointing.is_some()
+        || a.use_cache.is_some()
+        || a.prompt_len.is_some()
+        || a.precision.is_some()
+        || a.optimizer.is_some()
+        || a.optimizer_impl.is_some()
+        || a.kv_dtype.is_some()
+        || a.cuda_context.is_some()
+        || a.cublas_workspace.is_some()
+        || a.allocator_reserve.is_some()
+        || a.allocator_model
+        || a.fused_cross_entropy
+}

@@ -293,3 +293,12 @@ fn serve_refuses_more_of_the_other_engines_flags() {
     let e = fails(&["serve", "-m", path.to_str().unwrap(), "-g", "h100", "--gpu-memory-utilization", "0.8"], 2);
     assert!(e.contains("--gpu-memory-utilization"), "{e}");
 }
+
+/// `vram run` read neither `--json` nor, without `--model`, any job flag: both are refused.
+#[test]
+fn run_refuses_flags_it_would_ignore() {
+    let e = fails(&["run", "--json", "--", "true"], 2);
+    assert!(e.contains("--out"), "{e}");
+    let e = fails(&["run", "-b", "8", "--", "true"], 2);
+    assert!(e.contains("--model"), "{e}");
+}

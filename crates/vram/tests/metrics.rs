@@ -45,7 +45,9 @@ fn idle_and_slow_clients_do_not_hold_up_a_scrape() {
     let t = Instant::now();
     let resp = scrape(&addr);
     assert!(resp.starts_with("HTTP/1.1 200 OK"), "{resp}");
-    assert!(t.elapsed() < Duration::from_secs(1), "a scrape behind 6 idle clients took {:?}", t.elapsed());
+    // Served one at a time, the scrape waits out each idle client's 2 s I/O timeout (≥ 12 s; 9.8 s
+    // measured before the fix); concurrently it answers at once. 4 s leaves room for a busy CI.
+    assert!(t.elapsed() < Duration::from_secs(4), "a scrape behind 6 idle clients took {:?}", t.elapsed());
     drop((idle, slow));
     let _ = child.kill();
     let _ = child.wait();
@@ -59,7 +61,7 @@ fn connections_beyond_the_bound_are_turned_away_at_once() {
     let t = Instant::now();
     let resp = scrape(&addr);
     assert!(resp.starts_with("HTTP/1.1 503"), "{resp}");
-    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
     drop(idle);
     let _ = child.kill();
     let _ = child.wait();

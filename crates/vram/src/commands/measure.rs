@@ -11,6 +11,14 @@ use crate::{resolve, run, tune, watch};
 
 /// `vram run`: exits with the command's own code.
 pub fn run(a: RunArgs) -> Result<u8> {
+    if a.job.json {
+        return Err(usage("`vram run` prints its report to stderr and writes JSON with --out run.json; --json is not read here"));
+    }
+    if a.job.model.is_none() && resolve::job_flags_given(&a.job) {
+        return Err(usage(
+            "job flags (--batch-size, --precision, …) describe the estimate to compare with: give --model too, or drop them",
+        ));
+    }
     let estimate = match &a.job.model {
         Some(_) => {
             resolve::reject_allocator_model(&a.job, "`vram run`")?;
