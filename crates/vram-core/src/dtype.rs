@@ -52,6 +52,21 @@ impl DType {
         }
     }
 
+    /// Short name as users type it (`bf16`, `fp32`).
+    pub const fn short_name(self) -> &'static str {
+        match self {
+            DType::F32 => "fp32",
+            DType::F16 => "fp16",
+            DType::BF16 => "bf16",
+            DType::F8 => "fp8",
+            DType::F64 => "fp64",
+            DType::I8 => "int8",
+            DType::I16 => "int16",
+            DType::I32 => "int32",
+            DType::I64 => "int64",
+        }
+    }
+
     /// Parse a config.json `torch_dtype`/`dtype` value (`"bfloat16"`, `"float32"`, `"fp16"` …).
     pub fn from_torch_name(s: &str) -> Option<DType> {
         Some(match s.trim().trim_start_matches("torch.").to_ascii_lowercase().as_str() {

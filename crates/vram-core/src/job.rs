@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::peft::{BaseWeights, Lora};
 use crate::units::MIB;
 
 /// Training or inference.
@@ -103,6 +104,11 @@ pub enum Optimizer {
     Adam,
     /// bitsandbytes `AdamW8bit`: blockwise-quantised 8-bit states.
     Adamw8bit,
+    /// bitsandbytes `PagedAdamW8bit`: 8-bit states in CUDA unified memory (`cudaMallocManaged`),
+    /// outside PyTorch's allocator and evictable to the host under pressure.
+    PagedAdamw8bit,
+    /// bitsandbytes `PagedAdamW32bit`: fp32 states in unified memory.
+    PagedAdamw32bit,
     /// Plain SGD: no state.
     Sgd,
     /// SGD with momentum: one buffer.
@@ -134,7 +140,9 @@ impl Optimizer {
             "adamw" | "adamw-torch" => (Optimizer::Adamw, None),
             "adamw-torch-fused" | "adamw-fused" => (Optimizer::Adamw, Some(OptimizerImpl::Fused)),
             "adam" => (Optimizer::Adam, None),
-            "adamw-8bit" | "adamw8bit" | "adamw-bnb-8bit" | "paged-adamw-8bit" | "adam8bit" => (Optimizer::Adamw8bit, None),
+            "adamw-8bit" | "adamw8bit" | "adamw-bnb-8bit" | "adam8bit" | "adamw-torch-8bit" => (Optimizer::Adamw8bit, None),
+            "paged-adamw-8bit" | "paged-adamw8bit" => (Optimizer::PagedAdamw8bit, None),
+            "paged-adamw-32bit" | "paged-adamw" | "paged-adamw32bit" => (Optimizer::PagedAdamw32bit, None),
             "sgd" => (Optimizer::Sgd, None),
             "sgd-momentum" | "momentum" => (Optimizer::SgdMomentum, None),
             "adafactor" => (Optimizer::Adafactor, None),
@@ -149,6 +157,8 @@ impl Optimizer {
             Optimizer::Adamw => "adamw",
             Optimizer::Adam => "adam",
             Optimizer::Adamw8bit => "adamw-8bit",
+            Optimizer::PagedAdamw8bit => "paged-adamw-8bit",
+            Optimizer::PagedAdamw32bit => "paged-adamw-32bit",
             Optimizer::Sgd => "sgd",
             Optimizer::SgdMomentum => "sgd-momentum",
             Optimizer::Adafactor => "adafactor",
@@ -282,6 +292,14 @@ pub struct Job {
     pub model_state_shards: u64,
     /// Device overheads.
     pub overheads: Overheads,
+    /// LoRA/DoRA adapters on a frozen base (training); `None` = full fine-tuning.
+    pub lora: Option<Lora>,
+    /// How the frozen base of a LoRA job is held (`None`: bf16, as `torch_dtype=bfloat16`;
+    /// fp32 weights under `--precision fp32`).
+    pub base: Option<BaseWeights>,
+    /// torchtune `optimizer_in_bwd`: each parameter is stepped and its gradient freed during
+    /// backward, so gradients never all exist at once.
+    pub optimizer_in_bwd: bool,
 }
 
 impl Job {
@@ -303,6 +321,9 @@ impl Job {
             use_cache: None,
             model_state_shards: 1,
             overheads: Overheads::default(),
+            lora: None,
+            base: None,
+            optimizer_in_bwd: false,
         }
     }
 
@@ -352,8 +373,49 @@ impl Job {
                 "quantised weights are for --mode infer; train with fp32, bf16-mixed, fp16-mixed, bf16 or fp16",
             ));
         }
+        self.validate_peft()?;
         if self.attention == AttentionImpl::Flash && self.precision == Precision::Fp32 {
             return Err(bad("attention", "flash_attention_2", "flash attention needs fp16/bf16; use sdpa or eager with fp32"));
+        }
+        Ok(())
+    }
+}
+
+impl Job {
+    /// LoRA / quantized-base / optimizer_in_bwd combinations that no framework runs.
+    fn validate_peft(&self) -> Result<()> {
+        if let Some(b) = self.base {
+            if b.is_bnb() && self.lora.is_none() {
+                return Err(bad(
+                    "base weights",
+                    &b.describe(),
+                    "bitsandbytes-quantized weights are frozen: full fine-tuning cannot update them; add --peft lora (QLoRA) or drop --load-in-4bit/--load-in-8bit",
+                ));
+            }
+            if b.is_bnb() && self.model_state_shards > 1 {
+                return Err(bad(
+                    "base weights",
+                    &b.describe(),
+                    "sharding a bitsandbytes base (FSDP-QLoRA) is not modelled yet; estimate one GPU",
+                ));
+            }
+        }
+        if self.lora.is_some() && self.mode == Mode::Infer {
+            return Err(bad(
+                "peft",
+                "lora",
+                "LoRA adapters are a training job here; for inference estimate the merged model (drop --peft)",
+            ));
+        }
+        if self.optimizer_in_bwd && self.grad_accum > 1 {
+            return Err(bad(
+                "optimizer_in_bwd",
+                "true",
+                "stepping in backward cannot accumulate gradients (torchtune refuses it too); use --grad-accum 1",
+            ));
+        }
+        if self.optimizer_in_bwd && self.lora.is_none() && self.model_state_shards > 1 {
+            return Err(bad("optimizer_in_bwd", "true", "optimizer-in-backward is modelled on one GPU"));
         }
         Ok(())
     }

@@ -27,6 +27,7 @@ pub mod job;
 pub mod memory;
 pub mod model;
 pub mod parallel;
+pub mod peft;
 pub mod pickle;
 pub mod plan;
 pub mod presets;

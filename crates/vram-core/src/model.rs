@@ -288,6 +288,8 @@ pub enum Role {
     Router,
     /// Norm weights and biases.
     Norm,
+    /// A LoRA/DoRA adapter tensor (trainable, fp32).
+    Adapter,
     /// Linear biases.
     Bias,
 }
@@ -310,10 +312,10 @@ pub struct TensorGroup {
 }
 
 impl TensorGroup {
-    fn vector(name: String, numel: u64, count: u64, role: Role) -> Self {
+    pub(crate) fn vector(name: String, numel: u64, count: u64, role: Role) -> Self {
         TensorGroup { name, numel, count, role, rows: numel, cols: 1 }
     }
-    fn matrix(name: String, stack: u64, out: u64, inp: u64, count: u64, role: Role) -> Self {
+    pub(crate) fn matrix(name: String, stack: u64, out: u64, inp: u64, count: u64, role: Role) -> Self {
         TensorGroup { name, numel: stack * out * inp, count, role, rows: stack * out, cols: stack * inp }
     }
     /// Whether this is a matrix (2-D, or a 3-D expert stack).

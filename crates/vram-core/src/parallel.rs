@@ -606,10 +606,10 @@ impl States {
 /// parameters.
 pub fn state_bytes_per_param(opt: Optimizer) -> u128 {
     match opt {
-        Optimizer::Adamw | Optimizer::Adam => 8,
+        Optimizer::Adamw | Optimizer::Adam | Optimizer::PagedAdamw32bit => 8,
         Optimizer::Sgd => 0,
         Optimizer::SgdMomentum | Optimizer::Lion => 4,
-        Optimizer::Adamw8bit => 2,
+        Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit => 2,
         Optimizer::Adafactor => 1, // factored moments: a bound of ~1 B/param
     }
 }

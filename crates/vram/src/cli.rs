@@ -136,9 +136,81 @@ pub struct JobArgs {
     /// `expandable_segments:True,max_split_size_mb:512`.
     #[arg(long, help_heading = "Device assumptions", requires = "allocator_model")]
     pub alloc_conf: Option<String>,
+    /// LoRA/QLoRA fine-tuning.
+    #[command(flatten)]
+    pub peft: PeftArgs,
     /// Print JSON instead of a table.
     #[arg(long, help_heading = "Output")]
     pub json: bool,
+}
+
+/// LoRA / DoRA adapters and the frozen base's loading (peft, bitsandbytes). TRL's spellings
+/// (`--use_peft`, `--lora_r`, `--load_in_4bit` …) are accepted so its arguments paste as they are.
+#[derive(Debug, Args, Clone, Default)]
+#[command(next_help_heading = "LoRA / QLoRA (training)")]
+pub struct PeftArgs {
+    /// Train adapters on a frozen base: lora or dora.
+    #[arg(long)]
+    pub peft: Option<String>,
+    /// TRL `--use_peft`: LoRA (same as --peft lora).
+    #[arg(long, alias = "use_peft", num_args = 0..=1, default_missing_value = "true")]
+    pub use_peft: Option<String>,
+    /// peft/TRL `use_dora`: DoRA (same as --peft dora).
+    #[arg(long, alias = "use_dora", num_args = 0..=1, default_missing_value = "true")]
+    pub use_dora: Option<String>,
+    /// LoRA rank r [default: 8, as peft].
+    #[arg(long, alias = "lora_r")]
+    pub lora_r: Option<u64>,
+    /// lora_alpha [default: 8, as peft]: scales the update, changes no memory.
+    #[arg(long, alias = "lora_alpha")]
+    pub lora_alpha: Option<f64>,
+    /// lora_dropout [default: 0.0]: above 0 each adapted module keeps a dropout mask.
+    #[arg(long, alias = "lora_dropout")]
+    pub lora_dropout: Option<f64>,
+    /// Modules to adapt: all-linear or names (q_proj,v_proj or q_proj v_proj)
+    /// [default: peft's default for the architecture].
+    #[arg(long, alias = "lora_target_modules", alias = "target-modules", alias = "target_modules", num_args = 1.., value_delimiter = ',')]
+    pub lora_target_modules: Option<Vec<String>>,
+    /// Modules trained in full beside the adapters: embed_tokens, lm_head.
+    #[arg(long, alias = "lora_modules_to_save", alias = "modules-to-save", alias = "modules_to_save", num_args = 1.., value_delimiter = ',')]
+    pub lora_modules_to_save: Option<Vec<String>>,
+    /// dtype the frozen base is loaded in (`torch_dtype`): bf16, fp16, fp32 [default: bf16; fp32
+    /// with --precision fp32].
+    #[arg(long, alias = "torch-dtype", alias = "torch_dtype")]
+    pub base_dtype: Option<String>,
+    /// QLoRA: load the base in 4 bits with bitsandbytes (`BitsAndBytesConfig(load_in_4bit=True)`).
+    #[arg(long, alias = "load_in_4bit", num_args = 0..=1, default_missing_value = "true")]
+    pub load_in_4bit: Option<String>,
+    /// Load the base in 8 bits with bitsandbytes (LLM.int8).
+    #[arg(long, alias = "load_in_8bit", num_args = 0..=1, default_missing_value = "true")]
+    pub load_in_8bit: Option<String>,
+    /// 4-bit data type: nf4 or fp4 [default: nf4, as TRL].
+    #[arg(long, alias = "bnb_4bit_quant_type")]
+    pub bnb_4bit_quant_type: Option<String>,
+    /// Double quantization of the 4-bit block scales (`bnb_4bit_use_double_quant`).
+    #[arg(
+        long,
+        alias = "use_bnb_nested_quant",
+        alias = "bnb-4bit-use-double-quant",
+        alias = "bnb_4bit_use_double_quant",
+        num_args = 0..=1,
+        default_missing_value = "true"
+    )]
+    pub use_bnb_nested_quant: Option<String>,
+    /// dtype 4-bit weights are dequantized to for their matmuls [default: bf16].
+    #[arg(long, alias = "bnb_4bit_compute_dtype")]
+    pub bnb_4bit_compute_dtype: Option<String>,
+    /// Storage dtype of packed 4-bit weights: uint8, or bf16 for FSDP-QLoRA (same bytes) [default: uint8].
+    #[arg(long, alias = "bnb_4bit_quant_storage")]
+    pub bnb_4bit_quant_storage: Option<String>,
+    /// What the script does to a 4/8-bit base's unquantized rest: trl (SFTTrainer with bf16:
+    /// embeddings and LM head bf16, norms fp32) or peft (prepare_model_for_kbit_training alone:
+    /// all fp32) [default: trl].
+    #[arg(long)]
+    pub kbit_prepare: Option<String>,
+    /// torchtune `optimizer_in_bwd`: step each parameter during backward and free its gradient.
+    #[arg(long, alias = "optimizer_in_bwd")]
+    pub optimizer_in_bwd: bool,
 }
 
 /// Distributed layout flags (per-GPU estimate of the most loaded rank).

@@ -4,10 +4,11 @@
 use anyhow::Result;
 use vram_core::gpu::Gpu;
 use vram_core::parallel::{Engine, FsdpStrategy, Parallel};
+use vram_core::peft::{BaseWeights, KbitPrepare, Lora, Method, QuantType, Targets};
 use vram_core::units::parse_size;
 use vram_core::{AttentionImpl, Checkpointing, DType, Job, Mode, Model, Optimizer, OptimizerImpl, Overheads, ParseOptions, Precision};
 
-use crate::cli::{JobArgs, ParallelArgs};
+use crate::cli::{JobArgs, ParallelArgs, PeftArgs};
 use crate::errors::usage;
 pub use crate::errors::UsageError;
 use crate::source::load_model;
@@ -48,6 +49,8 @@ fn foreign_flags(a: &JobArgs, mode: Mode) -> Vec<&'static str> {
             given(a.checkpointing.is_some(), "--checkpointing"),
             given(a.fused_cross_entropy, "--fused-cross-entropy"),
             given(a.use_cache.is_some(), "--use-cache"),
+            given(a.peft.given(), "LoRA/QLoRA flags (--peft, --lora-*, --load-in-4bit …)"),
+            given(a.peft.optimizer_in_bwd, "--optimizer-in-bwd"),
         ],
         Mode::Train => vec![given(a.kv_dtype.is_some(), "--kv-dtype"), given(a.prompt_len.is_some(), "--prompt-len")],
     };
@@ -99,9 +102,145 @@ fn job(a: &JobArgs, mode: Mode, model: &Model) -> Result<Job> {
         use_cache: a.use_cache.as_deref().map(parse_bool).transpose()?,
         model_state_shards: 1,
         overheads: overheads(a)?,
+        lora: lora(&a.peft)?,
+        base: base_weights(&a.peft)?,
+        optimizer_in_bwd: a.peft.optimizer_in_bwd,
     };
     job.validate()?;
     Ok(job)
+}
+
+impl PeftArgs {
+    /// Whether any LoRA/QLoRA flag was given.
+    pub fn given(&self) -> bool {
+        self.peft.is_some()
+            || self.use_peft.is_some()
+            || self.use_dora.is_some()
+            || self.lora_r.is_some()
+            || self.lora_alpha.is_some()
+            || self.lora_dropout.is_some()
+            || self.lora_target_modules.is_some()
+            || self.lora_modules_to_save.is_some()
+            || self.base_dtype.is_some()
+            || self.load_in_4bit.is_some()
+            || self.load_in_8bit.is_some()
+            || self.kbit_prepare.is_some()
+            || self.bnb_given()
+    }
+
+    fn bnb_given(&self) -> bool {
+        self.bnb_4bit_quant_type.is_some()
+            || self.use_bnb_nested_quant.is_some()
+            || self.bnb_4bit_compute_dtype.is_some()
+            || self.bnb_4bit_quant_storage.is_some()
+    }
+}
+
+/// The adapter configuration, or `None` for full fine-tuning. Adapter flags without an adapter
+/// method are refused, never ignored.
+fn lora(p: &PeftArgs) -> Result<Option<Lora>> {
+    let flag = |v: &Option<String>| v.as_deref().map(parse_bool).transpose().map(|b| b.unwrap_or(false));
+    let method = match (&p.peft, flag(&p.use_peft)?, flag(&p.use_dora)?) {
+        (Some(m), _, dora) => {
+            let m = Method::parse(m)?;
+            if dora && m == Method::Lora {
+                return Err(usage("--peft lora and --use-dora disagree: use --peft dora"));
+            }
+            Some(m)
+        }
+        (None, _, true) => Some(Method::Dora),
+        (None, true, false) => Some(Method::Lora),
+        (None, false, false) => None,
+    };
+    let Some(method) = method else {
+        let stray: Vec<&str> = [
+            (p.lora_r.is_some(), "--lora-r"),
+            (p.lora_alpha.is_some(), "--lora-alpha"),
+            (p.lora_dropout.is_some(), "--lora-dropout"),
+            (p.lora_target_modules.is_some(), "--lora-target-modules"),
+            (p.lora_modules_to_save.is_some(), "--lora-modules-to-save"),
+            (p.base_dtype.is_some(), "--base-dtype"),
+        ]
+        .into_iter()
+        .filter_map(|(g, f)| g.then_some(f))
+        .collect();
+        if !stray.is_empty() {
+            return Err(usage(format!(
+                "{} describe LoRA adapters, but no adapter method was given: add --peft lora (or TRL's --use_peft), or drop them for full fine-tuning",
+                stray.join(", ")
+            )));
+        }
+        return Ok(None);
+    };
+    let d = Lora::default();
+    let targets = match &p.lora_target_modules {
+        Some(v) => Targets::parse(&v.join(","))?,
+        None => Targets::Default,
+    };
+    Ok(Some(Lora {
+        method,
+        r: p.lora_r.unwrap_or(d.r),
+        alpha: p.lora_alpha.unwrap_or(d.alpha),
+        dropout: p.lora_dropout.unwrap_or(d.dropout),
+        targets,
+        modules_to_save: p.lora_modules_to_save.clone().unwrap_or_default().into_iter().map(|s| s.trim().to_string()).collect(),
+    }))
+}
+
+fn kbit_prepare(p: &PeftArgs) -> Result<KbitPrepare> {
+    match p.kbit_prepare.as_deref().unwrap_or("trl").to_ascii_lowercase().as_str() {
+        "trl" => Ok(KbitPrepare::Trl),
+        "peft" => Ok(KbitPrepare::Peft),
+        other => Err(usage(format!("invalid --kbit-prepare `{other}`: use trl or peft"))),
+    }
+}
+
+/// How the frozen base is loaded: a dtype, or bitsandbytes 4/8 bits.
+fn base_weights(p: &PeftArgs) -> Result<Option<BaseWeights>> {
+    let on = |v: &Option<String>| v.as_deref().map(parse_bool).transpose().map(|b| b.unwrap_or(false));
+    let dtype = |flag: &str, v: &str| -> Result<DType> {
+        match DType::from_torch_name(v) {
+            Some(d @ (DType::BF16 | DType::F16 | DType::F32)) => Ok(d),
+            _ => Err(usage(format!("invalid {flag} `{v}`: use bf16, fp16 or fp32"))),
+        }
+    };
+    let (four, eight) = (on(&p.load_in_4bit)?, on(&p.load_in_8bit)?);
+    if four && eight {
+        return Err(usage("--load-in-4bit and --load-in-8bit exclude each other: pick one"));
+    }
+    if !four && !eight && p.kbit_prepare.is_some() {
+        return Err(usage("--kbit-prepare describes a 4/8-bit base: add --load-in-4bit or --load-in-8bit, or drop it"));
+    }
+    if !four && p.bnb_given() {
+        return Err(usage("--bnb-4bit-* options describe a 4-bit base: add --load-in-4bit, or drop them"));
+    }
+    if (four || eight) && p.base_dtype.is_some() {
+        return Err(usage(
+            "--base-dtype sets an unquantized base; with --load-in-4bit/8bit the unquantized rest is fp32 after prepare_model_for_kbit_training: drop --base-dtype",
+        ));
+    }
+    if four {
+        let quant_type = match p.bnb_4bit_quant_type.as_deref().unwrap_or("nf4").to_ascii_lowercase().as_str() {
+            "nf4" => QuantType::Nf4,
+            "fp4" => QuantType::Fp4,
+            other => return Err(usage(format!("invalid --bnb-4bit-quant-type `{other}`: use nf4 or fp4"))),
+        };
+        let storage = match p.bnb_4bit_quant_storage.as_deref() {
+            None | Some("uint8") | Some("torch.uint8") => DType::I8,
+            Some(v) => dtype("--bnb-4bit-quant-storage", v)?,
+        };
+        return Ok(Some(BaseWeights::Bnb4 {
+            quant_type,
+            nested: on(&p.use_bnb_nested_quant)?,
+            compute: dtype("--bnb-4bit-compute-dtype", p.bnb_4bit_compute_dtype.as_deref().unwrap_or("bf16"))?,
+            storage,
+            prepare: kbit_prepare(p)?,
+        }));
+    }
+    if eight {
+        return Ok(Some(BaseWeights::Bnb8 { prepare: kbit_prepare(p)? }));
+    }
+    Ok(p.base_dtype.as_deref().map(|v| dtype("--base-dtype", v)).transpose()?.map(|dtype| BaseWeights::Dtype { dtype }))
 }
 
 fn optimizer(a: &JobArgs) -> Result<(Optimizer, OptimizerImpl)> {

@@ -9,8 +9,10 @@
 //! Units: bytes per token (`tok`) and bytes per attention-score element (`sq`, one per
 //! batch × head × query × key). The caller multiplies by tokens and by batch·heads·seq².
 
+use super::lora::{self, LoraActs};
 use crate::job::{AttentionImpl, Checkpointing, Job};
 use crate::model::{Act, Block, Model, Norm, QkNorm};
+use crate::peft::Slot;
 
 /// The attention kernel that really runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -85,17 +87,42 @@ pub struct Bytes {
     pub e: u128,
     /// Residual-stream bytes: fp32 under AMP (fp32 embeddings + bf16 adds promote), else `e`.
     pub r: u128,
-    /// Parameter bytes.
+    /// Parameter bytes (of the norm weights, under LoRA).
     pub p: u128,
+    /// LoRA: the base is frozen (linears save no input, norms no normalised copy) and adapters
+    /// save their own input copies.
+    pub lora: Option<LoraActs>,
 }
 
 impl Bytes {
-    /// From a job's precision.
-    pub fn of(job: &Job) -> Bytes {
+    /// From a job's precision (and, under LoRA, its base dtype and adapters).
+    pub fn of(m: &Model, job: &Job) -> Bytes {
         let e = job.precision.compute_dtype().bytes() as u128;
-        let p = job.precision.param_dtype().bytes() as u128;
         let amp = job.precision.is_mixed();
-        Bytes { amp, e, r: if amp { 4 } else { e }, p }
+        match LoraActs::of(m, job) {
+            // The residual stream has the embedding's dtype (the frozen base's; fp32 after
+            // prepare_model_for_kbit_training), and so do the norm weights.
+            Some(l) => {
+                let r = lora::embedding_dtype(job).bytes() as u128;
+                let p = lora::base_dtype(job).bytes() as u128;
+                Bytes { amp, e, r, p, lora: Some(l) }
+            }
+            None => {
+                let p = job.precision.param_dtype().bytes() as u128;
+                Bytes { amp, e, r: if amp { 4 } else { e }, p, lora: None }
+            }
+        }
+    }
+
+    /// Saved bytes per token of the linears in `slot` reading one `width`-wide tensor of `src`
+    /// bytes (`n` of them in full fine-tuning). Under LoRA a frozen linear saves no input (its
+    /// weight gradient is not needed; `linear` saves the input only for it), an adapted one its
+    /// adapter's copies.
+    fn inputs(&self, slot: Slot, moe_layer: bool, n: u128, src: u128, width: u128) -> u128 {
+        match self.lora {
+            None => self.linear_inputs(n, src) * width,
+            Some(l) => l.saved(l.count(slot, moe_layer).min(n), width),
+        }
     }
 
     /// Saved bytes per element for `n` linears reading one tensor of `src` bytes: under AMP each
@@ -112,7 +139,12 @@ impl Bytes {
 
     /// A norm over `width` elements of `input` bytes: (saved bytes per element, output bytes).
     fn norm(&self, norm: Norm, input: u128) -> (u128, u128) {
+        let frozen = self.lora.is_some();
         match norm {
+            // A frozen weight needs no gradient: `weight * normed` saves the weight, not `normed`;
+            // the fp32 input saved by pow and by the rsqrt multiply remains.
+            Norm::RmsNorm if frozen => (4, input.max(self.p)),
+            Norm::GemmaRmsNorm | Norm::RmsNormFp32Weight if frozen => (4, input),
             // LlamaRMSNorm: x.to(fp32) [saved by pow, mul], normed.to(input_dtype) [saved by weight*];
             // output = weight * normed promotes to the wider of weight and input dtype.
             Norm::RmsNorm => (4 + input, input.max(self.p)),
@@ -179,9 +211,14 @@ fn activation(act: Act, b: &Bytes) -> (u128, u128) {
 /// Saved bytes per intermediate element of one MLP (its input excluded).
 fn mlp_saved_per_elem(m: &Model, b: &Bytes) -> u128 {
     let (inner, out) = activation(m.mlp.act, b);
+    // Under LoRA the output projection is frozen: it saves no input (an adapted one adds its
+    // adapter's copies per token, in `mlp`); relu still saves its own output.
+    let frozen = b.lora.is_some();
     if m.mlp.gated {
         // act out and up out (saved by the product), the product (saved by down_proj).
-        inner + out + b.e + b.linear_inputs(1, out.max(b.e))
+        inner + out + b.e + if frozen { 0 } else { b.linear_inputs(1, out.max(b.e)) }
+    } else if frozen {
+        inner + if m.mlp.act == Act::Relu { out } else { 0 }
     } else {
         // act out, saved by fc2.
         inner + b.linear_inputs(1, out)
@@ -190,7 +227,7 @@ fn mlp_saved_per_elem(m: &Model, b: &Bytes) -> u128 {
 
 /// Activation coefficients of decoder layer `i` with nothing recomputed.
 pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
-    let b = Bytes::of(job);
+    let b = Bytes::of(m, job);
     let h = m.hidden as u128;
     let moe_layer = m.is_moe_layer(i);
     let mut c = LayerCoef::default();
@@ -199,12 +236,21 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
     // --- Attention input -------------------------------------------------------------------
     match m.block {
         // OLMo-2 feeds the raw residual to q/k/v (modeling_olmo2.py).
-        Block::PostNorm => c.norms += b.linear_inputs(attention_readers(m), b.r) * h,
+        Block::PostNorm => c.norms += b.inputs(Slot::AttnIn, moe_layer, attention_readers(m), b.r, h),
         _ => {
             let (saved, out) = b.norm(m.norm, b.r);
             c.norms += saved * h + ln_stats;
-            let parallel_mlp = if m.block == Block::Parallel { mlp_readers(m, moe_layer) } else { 0 };
-            c.norms += b.linear_inputs(attention_readers(m) + parallel_mlp, out) * h;
+            c.norms += b.inputs(Slot::AttnIn, moe_layer, attention_readers(m), out, h);
+            if m.block == Block::Parallel {
+                c.norms += match b.lora {
+                    // Parallel blocks: one tensor read by attention and MLP alike.
+                    None => {
+                        b.linear_inputs(attention_readers(m) + mlp_readers(m, moe_layer), out) * h
+                            - b.linear_inputs(attention_readers(m), out) * h
+                    }
+                    Some(_) => b.inputs(Slot::MlpIn, moe_layer, mlp_readers(m, moe_layer), out, h),
+                };
+            }
         }
     }
 
@@ -213,7 +259,7 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
     // attention on K/V repeated for GQA (transformers' use_gqa_in_sdpa needs no mask), after
     // turning the mask into a float bias it keeps for backward (convert_boolean_attn_mask).
     let masked = i < m.sliding_layers && sliding_masked(m, job, job.seq);
-    let (a, a_sq) = attention(m, job, &b, if masked { Kernel::MemEfficient } else { kernel }, masked);
+    let (a, a_sq) = attention(m, job, &b, if masked { Kernel::MemEfficient } else { kernel }, masked, moe_layer);
     c.attention += a;
     c.attention_sq += a_sq;
     if masked {
@@ -232,7 +278,7 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
     // --- MLP input -----------------------------------------------------------------------------
     match m.block {
         Block::Parallel => {} // shares the attention norm's output, counted above
-        Block::PostNorm => c.norms += b.linear_inputs(mlp_readers(m, moe_layer), b.r) * h,
+        Block::PostNorm => c.norms += b.inputs(Slot::MlpIn, moe_layer, mlp_readers(m, moe_layer), b.r, h),
         Block::ParallelTwoNorms | Block::Sequential | Block::Sandwich => {
             let (mut saved, out) = b.norm(m.norm, b.r);
             if m.block == Block::ParallelTwoNorms && b.r == 4 {
@@ -240,7 +286,7 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
                 saved -= if matches!(m.norm, Norm::LayerNorm { .. }) { saved } else { 4 };
             }
             c.norms += saved * h + ln_stats;
-            c.norms += b.linear_inputs(mlp_readers(m, moe_layer), out) * h;
+            c.norms += b.inputs(Slot::MlpIn, moe_layer, mlp_readers(m, moe_layer), out, h);
         }
     }
 
@@ -257,7 +303,7 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
 }
 
 /// Attention projections' outputs and the kernel's saved tensors, per token and per score.
-fn attention(m: &Model, job: &Job, b: &Bytes, kernel: Kernel, masked: bool) -> (u128, u128) {
+fn attention(m: &Model, job: &Job, b: &Bytes, kernel: Kernel, masked: bool, moe_layer: bool) -> (u128, u128) {
     let e = b.e;
     let heads = m.heads as u128;
     let mut tok: u128 = 0;
@@ -274,11 +320,11 @@ fn attention(m: &Model, job: &Job, b: &Bytes, kernel: Kernel, masked: bool) -> (
         vd = heads * mla.v_head_dim as u128;
         if let Some(r) = mla.q_lora_rank {
             let (saved, out) = b.norm(m.norm, e);
-            tok += saved * r as u128 + b.linear_inputs(1, out) * r as u128;
+            tok += saved * r as u128 + b.inputs(Slot::AttnInner, moe_layer, 1, out, r as u128);
         }
         let kvr = mla.kv_lora_rank as u128;
         let (saved, out) = b.norm(m.norm, e);
-        tok += saved * kvr + b.linear_inputs(1, out) * kvr;
+        tok += saved * kvr + b.inputs(Slot::AttnInner, moe_layer, 1, out, kvr);
         // kv_b output (k_nope and v) stays alive: v is a view of it.
         tok += e * heads * (mla.qk_nope_head_dim as u128 + mla.v_head_dim as u128);
         qk_bytes = b.r.max(e); // cat with the rotary part (residual dtype) promotes
@@ -361,6 +407,15 @@ fn attention(m: &Model, job: &Job, b: &Bytes, kernel: Kernel, masked: bool) -> (
             }
         }
     }
+    if let Some(l) = b.lora {
+        // The attention output: seq² kernels hand o_proj a contiguous copy that only o_proj's
+        // weight gradient needed; flash saves its output itself.
+        let out_w = heads * per_head(vd, m.kv_heads);
+        if kernel.quadratic() {
+            tok -= e * out_w;
+        }
+        tok += l.saved(l.count(Slot::AttnOut, moe_layer), out_w);
+    }
     (tok, sq)
 }
 
@@ -383,32 +438,46 @@ fn mlp(m: &Model, b: &Bytes, moe_layer: bool) -> u128 {
             let router = experts * (e + 4) + k * 16;
             // Each routed token: gathered input copy (saved by the expert linear), the expert MLP,
             // and the expert output saved by the multiply with its routing weight.
-            let gathered = if b.amp { 2 } else { b.r };
+            // Under LoRA the experts are frozen 3-D parameters: the gathered input is not saved.
+            let gathered = if b.lora.is_some() {
+                0
+            } else if b.amp {
+                2
+            } else {
+                b.r
+            };
             let routed = k * (gathered * h + per_elem * ei + e * h);
-            let shared = moe.shared_intermediate as u128 * per_elem + if moe.shared_gate { e * h + 2 * e } else { 0 };
-            router + routed + shared
+            let shared_i = moe.shared_intermediate as u128;
+            let shared = shared_i * per_elem + if moe.shared_gate { e * h + 2 * e } else { 0 };
+            let adapted = b.lora.map_or(0, |l| if shared_i > 0 { l.saved(l.count(Slot::MlpOut, true), shared_i) } else { 0 });
+            router + routed + shared + adapted
         }
-        _ => per_elem * m.intermediate as u128,
+        _ => {
+            let i = m.intermediate as u128;
+            per_elem * i + b.lora.map_or(0, |l| l.saved(l.count(Slot::MlpOut, false), i))
+        }
     }
 }
 
 /// Bytes per token saved once per forward outside the decoder layers: embedding dropout mask,
 /// rotary cos/sin (shared by every layer), the final norm and the LM head's input.
 pub fn outside_layers(m: &Model, job: &Job, batch: u64) -> (u128, u128) {
-    let b = Bytes::of(job);
+    let b = Bytes::of(m, job);
     let h = m.hidden as u128;
     let mut tok = 0;
     if m.hidden_dropout > 0.0 {
         tok += h; // embedding dropout mask (GPT-2 embd_pdrop)
     }
+    // The LM head saves its input for its weight gradient: not when it is frozen (LoRA).
+    let head_saves = |src: u128| if b.lora.is_some_and(|l| !l.head_trained) { 0 } else { b.linear_inputs(1, src) };
     if m.final_norm {
         let (saved, out) = b.norm(m.norm, b.r);
-        tok += saved * h + b.linear_inputs(1, out) * h;
+        tok += saved * h + head_saves(out) * h;
         if matches!(m.norm, Norm::LayerNorm { .. }) {
             tok += 8;
         }
     } else {
-        tok += b.linear_inputs(1, b.r) * h;
+        tok += head_saves(b.r) * h;
     }
     // Rotary cos and sin, [1, seq, head_dim] in the residual dtype (LlamaRotaryEmbedding): per
     // sequence position, not per token, so returned separately.
@@ -420,8 +489,8 @@ pub fn outside_layers(m: &Model, job: &Job, batch: u64) -> (u128, u128) {
 /// Bytes per token per layer the training KV cache holds beyond what attention saves: under
 /// autocast the cache keeps the fp32 rotary keys, while attention saves their half copies.
 pub fn training_cache_extra(m: &Model, job: &Job) -> u128 {
-    let b = Bytes::of(job);
-    if !job.training_cache(m.use_cache) || !b.amp || m.position_embeddings != 0 {
+    let b = Bytes::of(m, job);
+    if !job.training_cache(m.use_cache) || !b.amp || b.r != 4 || m.position_embeddings != 0 {
         return 0;
     }
     let kd = match m.attention.mla {
@@ -434,7 +503,7 @@ pub fn training_cache_extra(m: &Model, job: &Job) -> u128 {
 /// Bytes per token the layer saves when checkpointed: its input only (HF gradient checkpointing
 /// wraps each decoder layer in torch.utils.checkpoint).
 pub fn checkpointed_layer(job: &Job, m: &Model) -> u128 {
-    Bytes::of(job).r * m.hidden as u128
+    Bytes::of(m, job).r * m.hidden as u128
 }
 
 /// Apply selective checkpointing: the attention core's seq² tensors are recomputed, not saved.
@@ -451,7 +520,7 @@ pub fn apply_checkpointing(c: LayerCoef, mode: Checkpointing) -> LayerCoef {
 /// (FlashAttention-2 keeps dq, dk, dv and an fp32 dq accumulator; seq² kernels hold the fp32
 /// gradient of the probabilities and of the scores).
 pub fn backward_transient(m: &Model, job: &Job, kernel: Kernel, i: u64) -> (u128, u128) {
-    let b = Bytes::of(job);
+    let b = Bytes::of(m, job);
     let h = m.hidden as u128;
     let e = b.e;
     let mlp_width = match &m.moe {
@@ -471,8 +540,8 @@ pub fn backward_transient(m: &Model, job: &Job, kernel: Kernel, i: u64) -> (u128
 
 /// Forward transient at the widest op beyond what is saved: for seq² kernels the masked scores
 /// feeding the softmax (promoted to the residual dtype by the float mask).
-pub fn forward_transient_sq(job: &Job, kernel: Kernel) -> u128 {
-    let b = Bytes::of(job);
+pub fn forward_transient_sq(m: &Model, job: &Job, kernel: Kernel) -> u128 {
+    let b = Bytes::of(m, job);
     if kernel.quadratic() {
         b.e.max(b.r)
     } else {

@@ -7,6 +7,7 @@
 
 pub mod activations;
 mod infer;
+mod lora;
 pub mod optimizer;
 mod train;
 
@@ -139,6 +140,11 @@ impl Breakdown {
     }
 }
 
+/// The dtype name of a LoRA job's unquantized frozen base (`bf16` unless set).
+pub fn base_dtype_name(job: &Job) -> &'static str {
+    lora::base_dtype(job).short_name()
+}
+
 /// Estimate the peak GPU memory of `job` on `model` (single GPU), with PyTorch's default
 /// caching-allocator settings.
 pub fn estimate(model: &Model, job: &Job) -> Result<Estimate> {
@@ -191,6 +197,9 @@ pub fn estimate_with(model: &Model, job: &Job, conf: &AllocConf) -> Result<Estim
 
 fn estimate_inner(model: &Model, job: &Job, conf: Option<&AllocConf>) -> Result<Estimate> {
     job.validate()?;
+    if let Some(l) = &job.lora {
+        crate::peft::resolve(model, l)?;
+    }
     let (phases, kernel, notes) = match job.mode {
         Mode::Train => train::phases(model, job),
         Mode::Infer => infer::phases(model, job),
@@ -205,6 +214,17 @@ fn estimate_inner(model: &Model, job: &Job, conf: Option<&AllocConf>) -> Result<
     let o = job.overheads;
     let (reserve, detail) = reserve(model, job, &peak, peak_allocated, conf);
     components.push(Component { name: "caching allocator reserve".into(), bytes: reserve, kind: Kind::Overhead, detail });
+    if job.mode == Mode::Train && optimizer::paged(job) {
+        components.push(Component {
+            name: "paged optimizer states".into(),
+            bytes: u64::try_from(optimizer::states(model, job)).map_err(|_| Error::Overflow { what: "optimizer states".into() })?,
+            kind: Kind::Overhead,
+            detail: format!(
+                "{} states in CUDA unified memory (bitsandbytes paged optimizer): outside torch's allocator, evicted to host RAM when the GPU runs short",
+                job.optimizer.name()
+            ),
+        });
+    }
     components.push(Component {
         name: "CUDA context".into(),
         bytes: o.cuda_context,

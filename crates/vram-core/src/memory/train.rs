@@ -5,11 +5,12 @@ use super::activations::{self as act, Bytes, Kernel, LayerCoef};
 use super::optimizer;
 use super::{Breakdown, Phase};
 use crate::job::{Checkpointing, Job};
-use crate::model::{Model, Role};
+use crate::model::{Model, Role, TensorGroup};
 use crate::units::GIB;
 
 /// Names of training components (stable: JSON users key on them).
 pub(crate) const PARAMS: &str = "parameters";
+pub(crate) const ADAPTERS: &str = "adapter parameters (trainable)";
 pub(crate) const GRADS: &str = "gradients";
 pub(crate) const STATES: &str = "optimizer states";
 pub(crate) const CASTS: &str = "autocast weight copies";
@@ -29,9 +30,7 @@ pub(crate) const CACHE: &str = "KV cache (use_cache during training)";
 pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<String>) {
     let (kernel, kernel_note) = act::choose_kernel(m, job);
     let mut notes: Vec<String> = kernel_note.into_iter().collect();
-    let b = Bytes::of(job);
-    let tensors = m.tensors();
-    let n_params: u128 = tensors.iter().map(|t| t.numel as u128 * t.count as u128).sum();
+    let b = Bytes::of(m, job);
     let (batch, seq) = (job.batch as u128, job.seq as u128);
     let t = batch * seq;
     let sq_elems = batch * m.heads as u128 * seq * seq;
@@ -43,20 +42,13 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
 
     // ZeRO-3 / FSDP full_shard, first order: each GPU holds 1/N of the model states.
     let shards = job.model_state_shards.max(1) as u128;
-    let weights = n_params * p / shards;
-    let grads_all = n_params * p / shards; // .grad matches the parameter dtype
-    let states = optimizer::states(m, job) / shards;
+    let ms = match job.lora {
+        Some(_) => super::lora::model_states(m, job, &b),
+        None => full_states(m, job, &b, shards),
+    };
+    let (weights, grads_all, states, head_cast, casts_all) = (ms.weights, ms.grads, ms.states, ms.head_cast, ms.casts);
     // HF data collator batch: input_ids, labels, attention_mask as int64 [batch, seq].
     let input = 3 * t * 8;
-
-    // Autocast caches a half copy of every weight a matmul reads (linear layers, experts, the
-    // LM head — the tied embedding too); the copies are saved by the matmuls for backward.
-    let linear_numel = |filter: &dyn Fn(Role) -> bool| -> u128 {
-        tensors.iter().filter(|t| filter(t.role)).map(|t| t.numel as u128 * t.count as u128).sum()
-    };
-    let head_cast = if b.amp { 2 * v * ed / shards } else { 0 };
-    let casts_all =
-        if b.amp { 2 * linear_numel(&|r| matches!(r, Role::Linear | Role::Experts | Role::Router)) + head_cast } else { 0 } / shards;
 
     // Per-layer saved activations.
     let ckpt = job.checkpointing;
@@ -88,25 +80,7 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
         Checkpointing::Full => (0..m.layers).map(|_| act::checkpointed_layer(job, m) * t).collect(),
         _ => layer_full.iter().map(layer_bytes).collect(),
     };
-    let dense_params = (0..m.layers).find(|i| !m.is_moe_layer(*i)).map_or(0, |i| m.layer_parameters(i) as u128);
-    let moe_params = (0..m.layers).find(|i| m.is_moe_layer(*i)).map_or(0, |i| m.layer_parameters(i) as u128);
-    let layer_params: Vec<u128> = (0..m.layers).map(|i| if m.is_moe_layer(i) { moe_params } else { dense_params }).collect();
-    // Half copies of a layer's matmul weights (norm weights and biases are not cast).
-    let layer_casts: Vec<u128> = (0..m.layers)
-        .map(|i| {
-            let matmul: u128 = m
-                .layer_inventory(i)
-                .iter()
-                .filter(|t| matches!(t.role, Role::Linear | Role::Experts | Role::Router))
-                .map(|t| t.numel as u128)
-                .sum();
-            if b.amp {
-                2 * matmul
-            } else {
-                0
-            }
-        })
-        .collect();
+    let (layer_grads, layer_casts) = (&ms.layer_grads, &ms.layer_casts);
     let (outside_tok, rope_per_pos) = act::outside_layers(m, job, job.batch);
     let outside = outside_tok * t + rope_per_pos * seq;
 
@@ -152,7 +126,7 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     let (logits_fwd, logits_bwd, logits_detail) = if job.fused_cross_entropy {
         // Liger FusedLinearCrossEntropy: chunks of ~tokens·hidden/vocab rows; grad_input [tokens, hidden]
         // and grad_weight [vocab, hidden] are computed in forward (liger_kernel/ops/fused_linear_cross_entropy.py).
-        let fused = t * h * (e + 8) + v * ed * p;
+        let fused = t * h * (e + 8) + ms.head_grad;
         (fused, fused, "fused linear cross-entropy: grad_input + grad_weight precomputed in forward, fp32 logit chunks".to_string())
     } else {
         // ForCausalLMLoss (transformers loss_utils.py): logits [tokens, vocab] in compute dtype, .float()
@@ -170,7 +144,8 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
 
     let accum = job.grad_accum > 1;
     let base = |bd: &mut Breakdown| {
-        bd.add(PARAMS, weights, format!("{n_params} parameters × {p} B ({})", job.precision.param_dtype().torch_name()));
+        bd.add(PARAMS, weights, ms.weights_detail.clone());
+        bd.add(ADAPTERS, ms.adapters, ms.adapters_detail.clone());
         bd.add(STATES, states, format!("{} states", job.optimizer.name()));
         bd.add(INPUT, input, format!("input_ids, labels, attention_mask: 3 × {t} tokens × 8 B"));
         if accum {
@@ -195,7 +170,7 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
         let mask = if kernel == Kernel::Eager { batch * seq * seq * b.r } else { seq * seq * (1 + e) };
         bd.add(
             FWD_TMP,
-            act::forward_transient_sq(job, kernel) * sq_elems + mask,
+            act::forward_transient_sq(m, job, kernel) * sq_elems + mask + ms.dequant,
             "masked attention scores feeding the softmax, and the causal mask",
         );
         out.push(bd);
@@ -227,16 +202,26 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
 
     // Backward through each decoder layer, last to first; keep the worst. The walk is numeric
     // (prefix sums); the named breakdown is built once, for the worst layer.
-    let head_grad = v * ed * p; // lm_head (or tied embedding) gradient appears first
+    let head_grad = ms.head_grad; // lm_head (or tied embedding) gradient appears first
+                                  // optimizer_in_bwd steps one parameter at a time inside backward: its own gradient and the
+                                  // step's per-parameter temporaries (the for-loop implementation's) are what is added.
+    let in_bwd_step = if job.optimizer_in_bwd {
+        let one = Job { optimizer_impl: crate::job::OptimizerImpl::ForLoop, ..job.clone() };
+        optimizer::step_temporaries(m, &one) / shards + layer_grads.iter().max().copied().unwrap_or(0) / shards / m.layers.max(1) as u128
+    } else {
+        0
+    };
     let layer_walk = |l: usize, bd: Option<&mut Breakdown>| -> u128 {
-        let grads = if accum { 0 } else { (layer_params[l + 1..].iter().sum::<u128>() * p + head_grad) / shards };
+        // optimizer_in_bwd: each gradient is stepped and freed as soon as it is produced
+        // (torchtune training/_optimizer_in_backward: a post-accumulate-grad hook per parameter).
+        let grads = if accum || job.optimizer_in_bwd { 0 } else { (layer_grads[l + 1..].iter().sum::<u128>() + head_grad) / shards };
         let casts_left: u128 = if ckpt == Checkpointing::Full { 0 } else { layer_casts[..=l].iter().sum() };
         let recomputed = if ckpt == Checkpointing::Full { layer_bytes(&act::layer(m, job, kernel, l as u64)) + layer_casts[l] } else { 0 };
         let (tr_tok, tr_sq) = act::backward_transient(m, job, kernel, l as u64);
         // AMP: the half gradient of each weight copy before it is cast into the fp32 .grad;
         // accumulation: the fresh gradient before it is added into the existing one.
-        let grad_tmp = if b.amp { layer_casts[l] } else { 0 } + if accum { layer_params[l] * p / shards } else { 0 };
-        let tmp = tr_tok * t + tr_sq * sq_elems + grad_tmp;
+        let grad_tmp = ms.layer_grad_tmp[l] + if accum { layer_grads[l] / shards } else { 0 };
+        let tmp = tr_tok * t + tr_sq * sq_elems + grad_tmp + ms.dequant + in_bwd_step;
         let saved: u128 = layer_saved[..=l].iter().sum();
         match bd {
             None => grads + casts_left + recomputed + tmp + saved + rope_per_pos * seq,
@@ -265,18 +250,22 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     // two out of place (aten.add.Tensor, seen on real and fake tensors): the old gradient, the new
     // one and their sum exist at once.
     let mut be = Breakdown::new(Phase::BackwardEnd);
-    be.add(PARAMS, weights, format!("{n_params} parameters × {p} B"));
+    be.add(PARAMS, weights, ms.weights_detail.clone());
+    be.add(ADAPTERS, ms.adapters, ms.adapters_detail.clone());
     be.add(STATES, states, format!("{} states", job.optimizer.name()));
     be.add(INPUT, input, "input batch");
-    be.add(GRADS, grads_all, format!("{n_params} gradients × {p} B"));
-    let emb_tmp = if m.tied_embeddings || accum { 2 * v * ed * p / shards } else { 0 };
+    if !job.optimizer_in_bwd {
+        be.add(GRADS, grads_all, ms.grads_detail.clone());
+    }
+    let emb_tmp = if ms.embedding_trained && (m.tied_embeddings || accum) { 2 * v * ed * p / shards } else { 0 };
     be.add(BWD_TMP, emb_tmp, "new embedding gradient and its out-of-place sum with the existing .grad");
     out.push(be);
 
-    // Optimizer step.
+    // Optimizer step (none after backward under optimizer_in_bwd).
     let mut os = Breakdown::new(Phase::OptimizerStep);
-    os.add(PARAMS, weights, format!("{n_params} parameters × {p} B"));
-    os.add(GRADS, grads_all, format!("{n_params} gradients × {p} B"));
+    os.add(PARAMS, weights, ms.weights_detail.clone());
+    os.add(ADAPTERS, ms.adapters, ms.adapters_detail.clone());
+    os.add(GRADS, grads_all, ms.grads_detail.clone());
     os.add(STATES, states, format!("{} states", job.optimizer.name()));
     os.add(INPUT, input, "input batch");
     os.add(
@@ -284,12 +273,81 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
         optimizer::step_temporaries(m, job) / shards,
         format!("{} {:?} step temporaries", job.optimizer.name(), job.optimizer_impl),
     );
-    out.push(os);
+    if !job.optimizer_in_bwd {
+        out.push(os);
+    }
 
     if job.seq > 0 && b.amp && casts_all > 4 * GIB as u128 {
         notes.push("under autocast, half copies of the weights are cached during forward and saved for backward".into());
     }
     (out, kernel, notes)
+}
+
+/// The model-state side of a training step: parameters, gradients, optimizer states and the
+/// half copies of weights autocast makes, whole and per layer.
+pub(crate) struct ModelStates {
+    pub weights: u128,
+    pub weights_detail: String,
+    /// Trainable parameters kept apart from `weights` (LoRA adapters, modules_to_save copies).
+    pub adapters: u128,
+    pub adapters_detail: String,
+    pub grads: u128,
+    pub grads_detail: String,
+    pub states: u128,
+    /// Half copy of the LM head weight (autocast), saved for backward.
+    pub head_cast: u128,
+    /// All half weight copies alive at the end of forward.
+    pub casts: u128,
+    /// Gradient bytes of each decoder layer's trainable parameters.
+    pub layer_grads: Vec<u128>,
+    /// Half weight copies each layer's matmuls save.
+    pub layer_casts: Vec<u128>,
+    /// Gradient temporaries of one layer's backward (the half gradient of each weight copy
+    /// before it is cast into the fp32 `.grad`).
+    pub layer_grad_tmp: Vec<u128>,
+    /// Gradient of the LM head (or the tied embedding), the first one backward creates.
+    pub head_grad: u128,
+    /// Whether the token embedding gets a gradient.
+    pub embedding_trained: bool,
+    /// A weight dequantized for its matmul (bitsandbytes bases), alive inside one linear.
+    pub dequant: u128,
+}
+
+/// Full fine-tuning: every parameter trained in the parameter dtype.
+fn full_states(m: &Model, job: &Job, b: &Bytes, shards: u128) -> ModelStates {
+    let tensors = m.tensors();
+    let p = b.p;
+    let n_params: u128 = tensors.iter().map(|t| t.numel as u128 * t.count as u128).sum();
+    let (v, ed) = (m.vocab as u128, m.embed_dim as u128);
+    // Autocast caches a half copy of every weight a matmul reads (linear layers, experts, the
+    // LM head — the tied embedding too); the copies are saved by the matmuls for backward.
+    let matmul = |ts: &[TensorGroup]| -> u128 {
+        ts.iter().filter(|t| matches!(t.role, Role::Linear | Role::Experts | Role::Router)).map(|t| t.numel as u128 * t.count as u128).sum()
+    };
+    let head_cast = if b.amp { 2 * v * ed / shards } else { 0 };
+    let casts = if b.amp { 2 * matmul(&tensors) + head_cast } else { 0 } / shards;
+    let dense_params = (0..m.layers).find(|i| !m.is_moe_layer(*i)).map_or(0, |i| m.layer_parameters(i) as u128);
+    let moe_params = (0..m.layers).find(|i| m.is_moe_layer(*i)).map_or(0, |i| m.layer_parameters(i) as u128);
+    let layer_grads: Vec<u128> = (0..m.layers).map(|i| p * if m.is_moe_layer(i) { moe_params } else { dense_params }).collect();
+    // Half copies of a layer's matmul weights (norm weights and biases are not cast).
+    let layer_casts: Vec<u128> = (0..m.layers).map(|i| if b.amp { 2 * matmul(&m.layer_inventory(i)) } else { 0 }).collect();
+    ModelStates {
+        weights: n_params * p / shards,
+        weights_detail: format!("{n_params} parameters × {p} B ({})", job.precision.param_dtype().torch_name()),
+        adapters: 0,
+        adapters_detail: String::new(),
+        grads: n_params * p / shards, // .grad matches the parameter dtype
+        grads_detail: format!("{n_params} gradients × {p} B"),
+        states: if optimizer::paged(job) { 0 } else { optimizer::states(m, job) / shards },
+        head_cast,
+        casts,
+        layer_grad_tmp: layer_casts.clone(),
+        layer_grads,
+        layer_casts,
+        head_grad: v * ed * p,
+        embedding_trained: true,
+        dequant: 0,
+    }
 }
 
 /// Activation-side quantities of one micro-batch, for engines that lay out model states their

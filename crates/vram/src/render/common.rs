@@ -44,6 +44,30 @@ pub fn job_line(model: &Model, job: &Job) -> String {
         ),
     }
     .replace("train", if model.moe.is_some() { "train (MoE)" } else { "train" })
+        + &peft_line(model, job)
+}
+
+/// The adapters of a LoRA job on a second line: method, rank, what is adapted, what trains.
+fn peft_line(model: &Model, job: &Job) -> String {
+    let Some(l) = &job.lora else { return String::new() };
+    let Ok(r) = vram_core::peft::resolve(model, l) else { return String::new() };
+    let mut names: Vec<&str> = r.adapted.iter().map(|a| a.name.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    let method = match l.method {
+        vram_core::peft::Method::Lora => "LoRA",
+        vram_core::peft::Method::Dora => "DoRA",
+    };
+    let base = job.base.map_or_else(|| format!("{} (frozen)", vram_core::memory::base_dtype_name(job)), |b| b.describe());
+    format!(
+        "\n{method} r {} on {} ({} modules){}{} · {} trainable parameters · base {base}",
+        l.r,
+        names.join(","),
+        r.modules(),
+        if l.dropout > 0.0 { format!(" · dropout {}", l.dropout) } else { String::new() },
+        if l.modules_to_save.is_empty() { String::new() } else { format!(" · trains {}", l.modules_to_save.join(",")) },
+        thousands(r.adapter_parameters + r.saved_module_parameters),
+    )
 }
 
 pub fn header(out: &mut String, model: &Model, job: &Job) {

@@ -1,0 +1,257 @@
+//! LoRA / DoRA / QLoRA training: what a frozen base plus adapters holds, as peft + HF Trainer
+//! run it. The step's timeline is the full fine-tuning one (train.rs); this file supplies the
+//! model-state side (frozen weights, trainable adapters, their gradients) and the facts the
+//! activation model needs (which linears save an input, what dtype the residual stream has).
+
+use super::activations::Bytes;
+use super::optimizer;
+use super::train::ModelStates;
+use crate::dtype::DType;
+use crate::job::{Job, Precision};
+use crate::model::{Model, Role, TensorGroup};
+use crate::peft::{self, BaseWeights, KbitPrepare, Method, Resolved, Slot};
+
+/// The dtype of the base's unquantized weights: the load dtype, or for bitsandbytes bases fp32,
+/// as peft's `prepare_model_for_kbit_training` casts every non-`Params4bit` fp16/bf16 parameter
+/// (peft/utils/other.py, "cast all non INT8 parameters to fp32").
+pub(crate) fn base_dtype(job: &Job) -> DType {
+    match job.base {
+        Some(BaseWeights::Dtype { dtype }) => dtype,
+        Some(BaseWeights::Bnb4 { .. } | BaseWeights::Bnb8 { .. }) => DType::F32,
+        None if job.precision == Precision::Fp32 => DType::F32,
+        None if job.precision == Precision::Fp16 || job.precision == Precision::Fp16Mixed => DType::F16,
+        None => DType::BF16,
+    }
+}
+
+/// The dtype of the token embedding and LM head: TRL casts them back to bf16 after the kbit
+/// preparation when training in bf16 (trl/trainer/utils.py `peft_module_casting_to_bf16`).
+pub(crate) fn embedding_dtype(job: &Job) -> DType {
+    match job.base.and_then(BaseWeights::prepare) {
+        Some(KbitPrepare::Trl) if job.precision.compute_dtype() == DType::BF16 => DType::BF16,
+        _ => base_dtype(job),
+    }
+}
+
+fn is_embedding(t: &TensorGroup) -> bool {
+    matches!(t.role, Role::Embedding | Role::Position | Role::LmHead)
+}
+
+/// Whether a base tensor is quantized by bitsandbytes: every `nn.Linear` but the output layer
+/// (transformers quantizers/quantizer_bnb_4bit.py: `modules_to_not_convert` defaults to the
+/// output embedding). Embeddings, norms and 3-D expert parameters are not `nn.Linear`.
+fn bnb_quantized(t: &TensorGroup) -> bool {
+    matches!(t.role, Role::Linear | Role::Router)
+}
+
+/// Round a storage up to the caching allocator's 512-byte granule (c10/cuda/CUDACachingAllocator.cpp
+/// `kMinBlockSize`): bitsandbytes' small per-weight tensors (codes, offsets) each take one.
+fn granule(b: u64) -> u128 {
+    b.div_ceil(512) as u128 * 512
+}
+
+/// Bytes of the frozen base on the GPU and how they were counted.
+pub(crate) fn base_bytes(m: &Model, job: &Job) -> (u128, String) {
+    let dense = base_dtype(job).bytes() as u128;
+    let n_all: u128 = m.tensors().iter().map(|t| t.numel as u128 * t.count as u128).sum();
+    match job.base.unwrap_or(BaseWeights::Dtype { dtype: base_dtype(job) }) {
+        BaseWeights::Dtype { dtype } => {
+            (n_all * dense, format!("{n_all} frozen parameters × {} B ({})", dtype.bytes(), dtype.torch_name()))
+        }
+        b @ (BaseWeights::Bnb4 { .. } | BaseWeights::Bnb8 { .. }) => {
+            let (mut quant, mut quant_n, mut rest, mut emb) = (0u128, 0u128, 0u128, 0u128);
+            for t in m.tensors() {
+                if is_embedding(&t) {
+                    emb += t.numel as u128 * t.count as u128;
+                } else if bnb_quantized(&t) {
+                    let per: u128 = match b {
+                        BaseWeights::Bnb4 { nested, .. } => peft::bnb4_tensors(t.numel, nested).into_iter().map(granule).sum(),
+                        _ => peft::bnb8_tensors(t.rows, t.numel).into_iter().map(granule).sum(),
+                    };
+                    quant += per * t.count as u128;
+                    quant_n += t.numel as u128 * t.count as u128;
+                } else {
+                    rest += t.numel as u128 * t.count as u128;
+                }
+            }
+            let ed = embedding_dtype(job);
+            (
+                quant + rest * 4 + emb * ed.bytes() as u128,
+                format!(
+                    "{quant_n} linear weights in {} ({quant} B with block scales); {emb} embedding/LM-head parameters in {}; {rest} others (norms, biases, experts) in fp32 (prepare_model_for_kbit_training)",
+                    b.describe(),
+                    ed.short_name()
+                ),
+            )
+        }
+    }
+}
+
+/// The resolved adapters of a LoRA job (empty for full fine-tuning or an unresolvable config,
+/// which `validate` refuses first).
+pub(crate) fn resolved(m: &Model, job: &Job) -> Option<Resolved> {
+    job.lora.as_ref().and_then(|l| peft::resolve(m, l).ok())
+}
+
+/// What the activation model needs to know about a LoRA job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LoraActs {
+    /// Adapted modules per slot, in dense layers: attention input, MLA inner, attention
+    /// output, MLP input, MLP output.
+    pub dense: [u128; 5],
+    /// The same in MoE layers.
+    pub moe: [u128; 5],
+    /// Rank r.
+    pub r: u128,
+    /// Bytes per element of the input copy each adapted module saves: peft casts the input to
+    /// the adapter's fp32 (tuners_utils.py `_cast_input_dtype`); under autocast lora_A casts it
+    /// back to a half copy, which it saves; without autocast it saves the fp32 copy.
+    pub input: u128,
+    /// `lora_dropout > 0`: `nn.Dropout` keeps a bool mask per adapted input (p = 0 is `nn.Identity`).
+    pub dropout: bool,
+    /// DoRA: the adapted output is recombined with the weight norm; extra saved tensors per token.
+    pub dora: bool,
+    /// The LM head is trained (`modules_to_save`): it saves its input like in full fine-tuning.
+    pub head_trained: bool,
+}
+
+fn slot_index(s: Slot) -> usize {
+    match s {
+        Slot::AttnIn | Slot::Outside => 0,
+        Slot::AttnInner => 1,
+        Slot::AttnOut => 2,
+        Slot::MlpIn => 3,
+        Slot::MlpOut => 4,
+    }
+}
+
+impl LoraActs {
+    /// From a job; `None` for full fine-tuning.
+    pub fn of(m: &Model, job: &Job) -> Option<LoraActs> {
+        let lora = job.lora.as_ref()?;
+        let r = resolved(m, job)?;
+        let mut a = LoraActs {
+            r: lora.r as u128,
+            input: if job.precision.is_mixed() { 2 } else { 4 },
+            dropout: lora.dropout > 0.0,
+            dora: lora.method == Method::Dora,
+            head_trained: lora.modules_to_save.iter().any(|s| s == "lm_head" || (m.tied_embeddings && s == "embed_tokens")),
+            ..LoraActs::default()
+        };
+        for ad in &r.adapted {
+            let slots = if ad.moe_layer { &mut a.moe } else { &mut a.dense };
+            slots[slot_index(ad.slot)] += 1;
+        }
+        Some(a)
+    }
+
+    /// Adapted modules in `slot` of a dense or MoE layer.
+    pub fn count(&self, slot: Slot, moe_layer: bool) -> u128 {
+        (if moe_layer { self.moe } else { self.dense })[slot_index(slot)]
+    }
+
+    /// Bytes per token that `n` adapted modules reading a `width`-wide input save: their input
+    /// copies (plus dropout masks) and the rank-r output of lora_A that lora_B saves (half under
+    /// autocast, like the copies).
+    pub fn saved(&self, n: u128, width: u128) -> u128 {
+        let per_elem = self.input + u128::from(self.dropout);
+        n * (per_elem * width + self.input * self.r)
+    }
+}
+
+/// The model-state side of a LoRA step (train.rs `ModelStates`).
+pub(crate) fn model_states(m: &Model, job: &Job, b: &Bytes) -> ModelStates {
+    let res = resolved(m, job).unwrap_or(Resolved {
+        adapted: Vec::new(),
+        adapter_parameters: 0,
+        saved_module_parameters: 0,
+        trainable: Vec::new(),
+    });
+    let lora = job.lora.as_ref();
+    let base = base_dtype(job).bytes() as u128;
+    let (v, ed) = (m.vocab as u128, m.embed_dim as u128);
+    let adapters = res.adapter_parameters as u128;
+    let saved = res.saved_module_parameters as u128;
+    let saves = |n: &str| lora.is_some_and(|l| l.modules_to_save.iter().any(|s| s == n));
+    let head_trained = saves("lm_head") || (m.tied_embeddings && saves("embed_tokens"));
+    let embedding_trained = saves("embed_tokens") || (m.tied_embeddings && saves("lm_head"));
+    let (frozen, frozen_detail) = base_bytes(m, job);
+    let bnb = job.base.is_some_and(BaseWeights::is_bnb);
+    let dora = lora.is_some_and(|l| l.method == Method::Dora);
+    let rank = lora.map_or(0, |l| l.r as u128);
+    // Per layer kind: adapter parameters, and the base weights the adapted modules wrap.
+    let per_layer = |moe: bool| -> (u128, u128) {
+        res.adapted.iter().filter(|a| a.moe_layer == moe && a.slot != Slot::Outside).fold((0, 0), |(p, w), a| {
+            let own = rank * (a.din + a.dout) as u128 + if dora { a.dout as u128 } else { 0 };
+            (p + own, w + (a.din * a.dout) as u128)
+        })
+    };
+    let (dense, moe) = (per_layer(false), per_layer(true));
+    let frozen_matmul = |i: u64| -> u128 {
+        m.layer_inventory(i).iter().filter(|t| matches!(t.role, Role::Linear | Role::Experts | Role::Router)).map(|t| t.numel as u128).sum()
+    };
+    let input = if b.amp { 2 } else { 4 };
+    let mut layer_casts = Vec::with_capacity(m.layers as usize);
+    let mut layer_grads = Vec::with_capacity(m.layers as usize);
+    for i in 0..m.layers {
+        let (params, wrapped) = if m.is_moe_layer(i) { moe } else { dense };
+        let mut c = 0;
+        if b.amp {
+            // Autocast caches a half copy of each fp32 adapter weight (a leaf that requires grad,
+            // autocast_mode.cpp `cached_cast`); an fp32 frozen base weight is cast per use and the
+            // copy is saved by the matmul for the input gradient.
+            c += 2 * params;
+            if base == 4 && !bnb {
+                c += 2 * frozen_matmul(i);
+            }
+        }
+        if dora {
+            // DoRA (peft/tuners/lora/dora.py forward): `weight.to(x.dtype)` of each wrapped base
+            // weight feeds F.linear(x, weight), which saves it (a half copy under autocast).
+            c += input * wrapped;
+        }
+        layer_casts.push(c);
+        layer_grads.push(4 * params);
+    }
+    let head_fp32 = embedding_dtype(job) == DType::F32 && !head_trained;
+    let head_cast = if b.amp && head_fp32 { 2 * v * ed } else { 0 };
+    let casts = layer_casts.iter().sum::<u128>() + head_cast;
+    // bitsandbytes MatMul4Bit / MatMul8bitLt dequantize the weight to the compute dtype in forward
+    // and again in backward (autograd/_functions.py); the widest linear bounds the transient.
+    let dequant = if bnb {
+        m.tensors().iter().filter(|t| matches!(t.role, Role::Linear | Role::Router)).map(|t| t.numel as u128).max().unwrap_or(0) * b.e
+    } else {
+        0
+    };
+    let trainable = adapters * 4 + saved * base;
+    let states = if optimizer::paged(job) { 0 } else { optimizer::states(m, job) };
+    ModelStates {
+        weights: frozen,
+        weights_detail: format!("frozen base: {frozen_detail}"),
+        adapters: trainable,
+        adapters_detail: format!(
+            "{} {adapters} adapter parameters × 4 B (fp32, peft autocast_adapter_dtype){}",
+            if dora { "DoRA:" } else { "LoRA:" },
+            saved_note(saved, base)
+        ),
+        grads: trainable,
+        grads_detail: format!("gradients of the {} trainable parameters only (adapters fp32)", adapters + saved),
+        states,
+        head_cast,
+        casts,
+        layer_grad_tmp: layer_grads.iter().map(|g| if b.amp { g / 2 } else { 0 }).collect(),
+        layer_grads,
+        layer_casts,
+        head_grad: if head_trained { v * ed * base } else { 0 },
+        embedding_trained,
+        dequant,
+    }
+}
+
+fn saved_note(saved: u128, base: u128) -> String {
+    if saved == 0 {
+        String::new()
+    } else {
+        format!("; {saved} modules_to_save parameters × {base} B (trained copies)")
+    }
+}
