@@ -19,6 +19,7 @@ use crate::job::{Checkpointing, Job, Mode, Optimizer, OptimizerImpl, Precision};
 use crate::memory::{estimate, Estimate, Phase};
 use crate::model::Model;
 use crate::parallel::{estimate_parallel, Engine, FsdpStrategy, Parallel};
+use crate::peft::{BaseWeights, KbitPrepare, Lora, QuantType, Targets};
 use crate::units::gib;
 
 /// Notes on the dominant components of `est` ("logits take 31%: fused cross-entropy would save 9.4 GiB").
@@ -100,6 +101,14 @@ pub enum Change {
     Gpus(u64),
     /// A shorter sequence: changes the job.
     Sequence(u64),
+    /// Train LoRA adapters (peft defaults) on the frozen base instead of every weight.
+    Lora,
+    /// QLoRA: LoRA on a base loaded in 4 bits (bitsandbytes nf4).
+    Qlora,
+    /// A smaller LoRA rank.
+    LoraRank(u64),
+    /// peft's default target modules instead of more.
+    LoraDefaultTargets,
     /// A smaller micro-batch with more gradient accumulation: the same effective batch.
     MicroBatch {
         /// Micro-batch per GPU.
@@ -125,6 +134,30 @@ impl Change {
                 j.batch = batch;
                 j.grad_accum = grad_accum;
             }
+            Change::Lora => {
+                j.lora = Some(Lora::default());
+                j.base = None;
+            }
+            Change::Qlora => {
+                j.lora = j.lora.or_else(|| Some(Lora::default()));
+                j.base = Some(BaseWeights::Bnb4 {
+                    quant_type: QuantType::Nf4,
+                    nested: false,
+                    compute: DType::BF16,
+                    storage: DType::I8,
+                    prepare: KbitPrepare::Trl,
+                });
+            }
+            Change::LoraRank(r) => {
+                if let Some(l) = j.lora.as_mut() {
+                    l.r = r;
+                }
+            }
+            Change::LoraDefaultTargets => {
+                if let Some(l) = j.lora.as_mut() {
+                    l.targets = Targets::Default;
+                }
+            }
             Change::Gpus(_) => {}
         }
         j
@@ -145,6 +178,10 @@ impl Change {
             Change::KvFp8 => "fp8 KV cache".into(),
             Change::Gpus(n) => format!("{n} GPUs with ZeRO-3 / FSDP full_shard"),
             Change::Sequence(s) => format!("sequence length {s} (changes the job)"),
+            Change::Lora => "LoRA adapters on a frozen bf16 base (peft defaults)".into(),
+            Change::Qlora => "QLoRA: LoRA on a 4-bit nf4 base".into(),
+            Change::LoraRank(r) => format!("LoRA rank {r}"),
+            Change::LoraDefaultTargets => "peft's default target modules".into(),
             Change::MicroBatch { batch, grad_accum } => {
                 format!("micro-batch {batch} × {grad_accum} accumulation steps (same effective batch)")
             }
@@ -165,6 +202,10 @@ impl Change {
             Change::KvFp8 => "--kv-dtype fp8".into(),
             Change::Gpus(n) => format!("--gpus {n} --fsdp full_shard"),
             Change::Sequence(s) => format!("--seq-len {s}"),
+            Change::Lora => "--peft lora".into(),
+            Change::Qlora => "--peft lora --load-in-4bit".into(),
+            Change::LoraRank(r) => format!("--lora-r {r}"),
+            Change::LoraDefaultTargets => "(drop --lora-target-modules)".into(),
             Change::MicroBatch { batch, grad_accum } => format!("--batch-size {batch} --grad-accum {grad_accum}"),
         }
     }
@@ -187,6 +228,10 @@ impl Change {
             Change::KvFp8 => "vLLM --kv-cache-dtype fp8".into(),
             Change::Gpus(n) => format!("accelerate launch --num_processes {n} with --fsdp \"full_shard auto_wrap\""),
             Change::Sequence(s) => format!("--max_seq_length {s} (TRL max_length)"),
+            Change::Lora => "--use_peft (TRL)".into(),
+            Change::Qlora => "--use_peft --load_in_4bit (TRL)".into(),
+            Change::LoraRank(r) => format!("--lora_r {r}"),
+            Change::LoraDefaultTargets => "(drop --lora_target_modules)".into(),
             Change::MicroBatch { batch, grad_accum } => {
                 format!("--per_device_train_batch_size {batch} --gradient_accumulation_steps {grad_accum}")
             }
@@ -217,6 +262,16 @@ impl Change {
             Change::Precision(_) => (0, 3, "accuracy risk of 4-bit weights"),
             Change::Gpus(_) => (0, 0, "more GPUs, and all-gather / reduce-scatter traffic every layer"),
             Change::Sequence(_) => (0, 0, "changes the job: longer samples are truncated"),
+            Change::Lora => (0, 3, "trains adapters only: LoRA can trail full fine-tuning on hard targets (Biderman et al. 2024, \"LoRA Learns Less and Forgets Less\")"),
+            Change::Qlora => (
+                1,
+                3,
+                "4-bit base: weights dequantized per matmul (slower step); QLoRA matched 16-bit LoRA in Dettmers et al. 2023; needs bitsandbytes",
+            ),
+            Change::LoraRank(_) => (0, 1, "fewer adapter parameters: a smaller rank can learn less (Hu et al. 2021 found low ranks sufficient)"),
+            Change::LoraDefaultTargets => {
+                (0, 2, "fewer adapted modules: all-linear usually learns more (Dettmers et al. 2023, QLoRA §4)")
+            }
             Change::MicroBatch { .. } => (1, 0, "more, smaller steps: small micro-batches use the GPU less efficiently"),
         }
     }
@@ -251,6 +306,8 @@ pub struct Alternative {
     pub accuracy_cost: u32,
     /// The change alters the job itself (a shorter sequence), not just how it runs.
     pub changes_job: bool,
+    /// The change switches a full fine-tune to another training method (LoRA, QLoRA).
+    pub changes_method: bool,
 }
 
 /// The answer of [`search`].
@@ -296,10 +353,22 @@ pub fn search(model: &Model, job: &Job, budget: u64) -> Result<Search> {
     let base = job.with_batch(reference_batch);
     let baseline = Eval { total: estimate(model, &base)?.total, max_batch: baseline_max_batch };
     let mut alternatives = single_gpu(model, &base, budget, baseline)?;
+    if job.mode == Mode::Train {
+        let peft = peft_alternatives(model, &base, budget, baseline)?;
+        if job.lora.is_some() {
+            // Within LoRA: a 4-bit base, rank and targets compete with the other options.
+            alternatives.extend(peft);
+            alternatives = ranked(alternatives);
+        } else {
+            // Switching a full fine-tune to LoRA changes the training method: listed after the
+            // answers that keep it, never crowding them out.
+            alternatives.extend(ranked(peft).into_iter().map(|a| Alternative { changes_method: true, ..a }));
+        }
+    }
     if job.mode == Mode::Train && job.model_state_shards == 1 {
         alternatives.extend(more_gpus(model, &base, budget, baseline.total)?);
     }
-    if alternatives.iter().all(|a| a.gpus > 1) {
+    if alternatives.iter().all(|a| a.gpus > 1 || a.changes_method) {
         alternatives.extend(shorter_sequence(model, &base, budget, baseline.total)?);
     }
     Ok(Search { baseline_max_batch, reference_batch, baseline_total: baseline.total, alternatives })
@@ -325,7 +394,7 @@ fn dimensions(job: &Job) -> Vec<Vec<Change>> {
     if !job.fused_cross_entropy {
         dims.push(vec![Change::FusedCrossEntropy]);
     }
-    if matches!(job.precision, Precision::Fp32 | Precision::Bf16Mixed | Precision::Fp16Mixed) {
+    if job.lora.is_none() && matches!(job.precision, Precision::Fp32 | Precision::Bf16Mixed | Precision::Fp16Mixed) {
         dims.push(vec![Change::PureBf16]);
     }
     if adam {
@@ -397,11 +466,16 @@ fn single_gpu(model: &Model, base: &Job, budget: u64, baseline: Eval) -> Result<
             out.push(alternative(c, 1, e, baseline.total, budget));
         }
     }
-    let mut out = pareto(out);
+    Ok(ranked(out))
+}
+
+/// Pareto-filter, then order by batch, saving and cost; at most [`MAX_LISTED`].
+fn ranked(list: Vec<Alternative>) -> Vec<Alternative> {
+    let mut out = pareto(list);
     let cost = |a: &Alternative| a.compute_cost.saturating_add(a.accuracy_cost);
     out.sort_by(|a, b| b.max_batch.cmp(&a.max_batch).then(b.saving.cmp(&a.saving)).then(cost(a).cmp(&cost(b))));
     out.truncate(MAX_LISTED);
-    Ok(out)
+    out
 }
 
 fn alternative(changes: &[Change], gpus: u64, e: &Eval, baseline_total: u64, budget: u64) -> Alternative {
@@ -424,6 +498,7 @@ fn alternative(changes: &[Change], gpus: u64, e: &Eval, baseline_total: u64, bud
         compute_cost,
         accuracy_cost,
         changes_job: changes.iter().any(|c| matches!(c, Change::Sequence(_))),
+        changes_method: false,
     }
 }
 
@@ -440,6 +515,50 @@ fn pareto(list: Vec<Alternative>) -> Vec<Alternative> {
     };
     let keep: Vec<bool> = (0..list.len()).map(|i| !dominated(i)).collect();
     list.into_iter().zip(keep).filter(|(_, k)| *k).map(|(a, _)| a).collect()
+}
+
+/// Training-method changes, each alone and with gradient checkpointing: LoRA and QLoRA for a full
+/// fine-tune; for a LoRA job a 4-bit base, a smaller rank, fewer target modules. Listed only
+/// when they raise the largest batch.
+fn peft_alternatives(model: &Model, base: &Job, budget: u64, baseline: Eval) -> Result<Vec<Alternative>> {
+    let mut options: Vec<Change> = Vec::new();
+    match &base.lora {
+        None => options.extend([Change::Lora, Change::Qlora]),
+        Some(l) => {
+            if !base.base.is_some_and(BaseWeights::is_bnb) {
+                options.push(Change::Qlora);
+            }
+            if l.r > 8 {
+                options.push(Change::LoraRank(8));
+            }
+            if l.targets != Targets::Default && crate::peft::default_targets(&model.model_type).is_some() {
+                options.push(Change::LoraDefaultTargets);
+            }
+        }
+    }
+    let ckpt_alone = match base.checkpointing {
+        Checkpointing::Full => None,
+        _ => evaluate(model, base, &[Change::Checkpointing(Checkpointing::Full)], budget)?.max_batch,
+    };
+    let mut out = Vec::new();
+    for o in options {
+        let mut sets = vec![vec![o]];
+        if base.checkpointing != Checkpointing::Full {
+            sets.push(vec![o, Change::Checkpointing(Checkpointing::Full)]);
+        }
+        let mut best: Option<Eval> = None;
+        for c in sets {
+            let e = evaluate(model, base, &c, budget)?;
+            // With checkpointing only when both buy batch: more than the change alone, and more
+            // than checkpointing alone.
+            let needed = c.len() == 1 || e.max_batch > ckpt_alone;
+            if needed && e.max_batch > baseline.max_batch && e.total < baseline.total && best.is_none_or(|b| e.max_batch > b.max_batch) {
+                best = Some(e);
+                out.push(alternative(&c, 1, &e, baseline.total, budget));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// GPU counts tried: 2–8 on one node, then whole nodes of 8.

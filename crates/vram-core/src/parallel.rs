@@ -776,6 +776,20 @@ fn check_request(m: &Model, job: &Job, par: &Parallel) -> Result<()> {
     if job.mode != Mode::Train {
         return Err(bad("mode", "infer", "the parallel model covers training; serving capacity is `vram serve`'s job"));
     }
+    if job.lora.is_some() && !matches!(par.engine, Engine::Ddp | Engine::Fsdp) {
+        return Err(bad(
+            "peft",
+            "lora",
+            "LoRA is modelled on one GPU, with DDP and with FSDP; DeepSpeed and Megatron layouts of a frozen base are not yet: use --fsdp full_shard or plain --gpus N",
+        ));
+    }
+    if job.lora.is_some() && (par.tp > 1 || par.pp > 1 || par.cp > 1 || par.ep > 1) {
+        return Err(bad(
+            "peft",
+            "lora",
+            "LoRA with tensor, pipeline, context or expert parallelism is not modelled: use data parallelism (DDP or FSDP)",
+        ));
+    }
     if job.seq % par.cp != 0 {
         return Err(bad("context parallel size", &par.cp.to_string(), &format!("must divide the sequence length {}", job.seq)));
     }
@@ -821,7 +835,12 @@ fn ddp_rank(m: &Model, job: &Job, par: &Parallel, c: &Counts, microbatches: u64)
         .map(|comp| (comp.name.clone(), comp.bytes as u128, comp.detail.clone()))
         .collect();
     if par.gpus > 1 {
-        let g = single.component("gradients").max(c.total as u64 * job.precision.param_dtype().bytes()) as u128;
+        // Buckets hold the gradients of what trains: every parameter, or LoRA's adapters (fp32).
+        let trainable = match job.lora {
+            Some(_) => single.component(crate::memory::ADAPTERS_COMPONENT),
+            None => c.total as u64 * job.precision.param_dtype().bytes(),
+        };
+        let g = single.component("gradients").max(trainable) as u128;
         parts.push((
             "DDP gradient buckets".into(),
             g,
@@ -910,7 +929,43 @@ fn fsdp_group(par: &Parallel) -> u128 {
     }
 }
 
+/// FSDP with LoRA (`use_orig_params=True`, as peft's FSDP recipe): the frozen base and the
+/// adapters are sharded in their own dtypes, gradients and optimizer states exist for the
+/// adapters only, and each unit is all-gathered as stored (packed 4-bit for FSDP-QLoRA with
+/// `bnb_4bit_quant_storage`, answer.ai fsdp_qlora).
+fn fsdp_lora_rank(m: &Model, job: &Job, par: &Parallel, c: &Counts) -> RankParts {
+    let n = fsdp_group(par).max(1);
+    let single = crate::memory::lora_states(m, job);
+    let unit = c.largest_layer.max(c.embedding).max(c.head);
+    let per_param = single.base / c.total.max(1);
+    let gathered = match par.fsdp {
+        FsdpStrategy::ShardGradOp => single.base,
+        FsdpStrategy::NoShard => 0,
+        _ => 2 * unit * per_param.max(1),
+    };
+    let mut parts: Vec<Part> = vec![
+        ("parameters (frozen base shard)".into(), single.base / n, format!("{} B of frozen base / {n}", single.base)),
+        ("adapter parameters (shard)".into(), single.trainable / n, format!("{} B of fp32 adapters / {n}", single.trainable)),
+        ("gradients (adapter shard)".into(), single.trainable / n, format!("adapters only / {n}")),
+        ("optimizer states".into(), single.states / n, format!("{} states of the adapters / {n}", job.optimizer.name())),
+        (
+            "FSDP gathered parameters".into(),
+            gathered,
+            format!("two all-gathered units (current + prefetch) as stored, ~{per_param} B/param (the base's average)"),
+        ),
+    ];
+    push_activations(&mut parts, &activation_profile(m, &Job { seq: job.seq / par.cp, grad_accum: 1, ..job.clone() }));
+    let notes = vec![
+        "FSDP with LoRA: use_orig_params=True; the frozen base is sharded as loaded, only adapters have gradients and optimizer states"
+            .into(),
+    ];
+    RankParts { parts, rank: "every rank (FSDP shards evenly)".into(), notes, cpu_per_node: None }
+}
+
 fn fsdp_rank(m: &Model, job: &Job, par: &Parallel, c: &Counts) -> RankParts {
+    if job.lora.is_some() {
+        return fsdp_lora_rank(m, job, par, c);
+    }
     let s = Sharding::of(job, par, fsdp_group(par));
     let st = fsdp_states(c, par.fsdp, &s);
     let (n, sb) = (s.n, s.shard_bytes);

@@ -205,6 +205,13 @@ pub fn prepare<'a>(req: &PlanRequest<'a>) -> Result<Prepared<'a>> {
 
 fn validate_request(req: &PlanRequest) -> Result<()> {
     req.job.validate()?;
+    if req.job.lora.is_some() {
+        return Err(bad(
+            "peft",
+            "lora",
+            "plan searches full fine-tuning layouts; for LoRA/QLoRA estimate a layout with `vram estimate --peft lora --gpus N` (DDP, or --fsdp full_shard) or find the batch with `vram fit --peft lora`",
+        ));
+    }
     if req.gpus == 0 || req.gpus > 1 << 20 || req.gpus_per_node == 0 || req.gpus_per_node > 1 << 20 {
         return Err(bad("GPU count", &format!("{} ({} per node)", req.gpus, req.gpus_per_node), "must be between 1 and 1048576"));
     }

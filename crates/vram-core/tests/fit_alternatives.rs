@@ -6,6 +6,7 @@ use proptest::prelude::*;
 use vram_core::advice::{search, Alternative, Change, Search};
 use vram_core::fit::{fit, max_batch, Verdict, DEFAULT_TARGET_UTILIZATION, MAX_BATCH};
 use vram_core::parallel::{estimate_parallel, Engine, FsdpStrategy, Parallel};
+use vram_core::peft::{BaseWeights, KbitPrepare, Lora, QuantType, Targets};
 use vram_core::units::GIB;
 use vram_core::{estimate, presets, Checkpointing, Job, Model, Optimizer, OptimizerImpl, Precision};
 
@@ -34,6 +35,22 @@ fn applied(job: &Job, a: &Alternative) -> (Job, u64) {
                 j.batch = batch;
                 j.grad_accum = grad_accum;
             }
+            Change::Lora => {
+                j.lora = Some(Lora::default());
+                j.base = None;
+            }
+            Change::Qlora => {
+                j.lora = Some(j.lora.clone().unwrap_or_default());
+                j.base = Some(BaseWeights::Bnb4 {
+                    quant_type: QuantType::Nf4,
+                    nested: false,
+                    compute: vram_core::DType::BF16,
+                    storage: vram_core::DType::I8,
+                    prepare: KbitPrepare::Trl,
+                });
+            }
+            Change::LoraRank(r) => j.lora.as_mut().unwrap().r = r,
+            Change::LoraDefaultTargets => j.lora.as_mut().unwrap().targets = Targets::Default,
         }
     }
     (j, gpus)
@@ -101,10 +118,46 @@ fn llama_8b_full_fine_tune_on_80gb_finds_single_gpu_answers() {
     assert!(a.flags.contains("--optimizer adamw-8bit") && a.flags.contains("--precision bf16"), "{}", a.flags);
 }
 
+const RTX4090: u64 = 24 * GIB;
+
+#[test]
+fn a_full_fine_tune_on_24gb_is_offered_lora_and_qlora_re_estimated() {
+    let m = presets::load("llama-3.1-8b").unwrap();
+    let job = Job::train(1, 1024);
+    let s = search(&m, &job, budget(RTX4090)).unwrap();
+    assert_eq!(s.baseline_max_batch, None);
+    check_all(&m, &job, budget(RTX4090), &s);
+    let q = s.alternatives.iter().find(|a| a.changes.contains(&Change::Qlora)).expect("QLoRA offered");
+    assert!(q.hf_flags.contains("--load_in_4bit") && q.flags.contains("--load-in-4bit"), "{q:?}");
+    // Pure bf16 is a full fine-tuning option; never combined with LoRA changes.
+    assert!(!s.alternatives.iter().any(|a| a.changes.contains(&Change::Lora) && a.changes.contains(&Change::PureBf16)));
+}
+
+#[test]
+fn a_lora_job_is_offered_a_4bit_base_and_a_smaller_rank_only_when_they_buy_batch() {
+    let m = presets::load("llama-3.1-8b").unwrap();
+    let lora = Lora { r: 64, targets: Targets::AllLinear, ..Lora::default() };
+    let job = Job { lora: Some(lora), ..Job::train(1, 2048) };
+    let s = search(&m, &job, budget(RTX4090)).unwrap();
+    check_all(&m, &job, budget(RTX4090), &s);
+    assert!(s.alternatives.iter().any(|a| a.changes.contains(&Change::Qlora)), "{:#?}", s.alternatives);
+    // A LoRA job has no fp32 master weights to drop.
+    assert!(!s.alternatives.iter().any(|a| a.changes.contains(&Change::PureBf16)));
+    for a in s.alternatives.iter().filter(|a| a.gpus == 1 && a.changes.len() > 1) {
+        for i in 0..a.changes.len() {
+            let mut less = a.clone();
+            less.changes.remove(i);
+            let (j, _) = applied(&job, &less);
+            let b = max_batch(&m, &j, budget(RTX4090), MAX_BATCH).unwrap();
+            assert!(b < Some(a.max_batch), "{} without {:?} still reaches batch {}", a.change, a.changes[i], a.max_batch);
+        }
+    }
+}
+
 #[test]
 fn alternatives_are_ranked_by_batch_then_saving_then_cost_single_gpu_first() {
     let (_, _, s) = llama8b();
-    let singles: Vec<&Alternative> = s.alternatives.iter().take_while(|a| a.gpus == 1 && !a.changes_job).collect();
+    let singles: Vec<&Alternative> = s.alternatives.iter().take_while(|a| a.gpus == 1 && !a.changes_job && !a.changes_method).collect();
     assert!(!singles.is_empty());
     for w in singles.windows(2) {
         let key = |a: &Alternative| (std::cmp::Reverse(a.max_batch), std::cmp::Reverse(a.saving), a.compute_cost + a.accuracy_cost);
@@ -112,7 +165,7 @@ fn alternatives_are_ranked_by_batch_then_saving_then_cost_single_gpu_first() {
     }
     // After the single-GPU answers: more GPUs (the smallest count, by the parallel estimator).
     let rest = &s.alternatives[singles.len()..];
-    assert!(rest.iter().all(|a| a.gpus > 1 || a.changes_job));
+    assert!(rest.iter().all(|a| a.gpus > 1 || a.changes_job || a.changes_method));
     let multi = rest.iter().find(|a| a.gpus > 1).expect("a multi-GPU answer");
     let (j, n) = applied(&Job::train(1, 2048), multi);
     let m = presets::load("llama-3.1-8b").unwrap();
@@ -185,7 +238,7 @@ fn a_shorter_sequence_only_as_the_last_resort_and_marked() {
     check_all(&m, &job, b, &s);
     let last = s.alternatives.last().expect("a shorter sequence");
     assert!(last.changes_job && matches!(last.changes[..], [Change::Sequence(n)] if n < job.seq), "{last:?}");
-    assert!(s.alternatives.iter().all(|a| a.changes_job || a.gpus > 1), "{:#?}", s.alternatives);
+    assert!(s.alternatives.iter().all(|a| a.changes_job || a.changes_method || a.gpus > 1), "{:#?}", s.alternatives);
     // The next longer sequence does not fit: it is the longest.
     if let [Change::Sequence(n)] = last.changes[..] {
         assert!(estimate(&m, &Job { seq: n + 1, ..job.clone() }).unwrap().total > b);

@@ -140,6 +140,29 @@ impl Breakdown {
     }
 }
 
+/// The name of the trainable-parameters component of a LoRA estimate.
+pub const ADAPTERS_COMPONENT: &str = train::ADAPTERS;
+
+/// Model-state bytes of a LoRA job on one GPU, for engines that shard them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoraStates {
+    /// The frozen base as loaded (quantized storage included).
+    pub base: u128,
+    /// Trainable parameters (fp32 adapters, modules_to_save copies).
+    pub trainable: u128,
+    /// Optimizer states of the trainable parameters (device-resident).
+    pub states: u128,
+}
+
+/// [`LoraStates`] of `job` (all zero when it has no LoRA).
+pub fn lora_states(m: &Model, job: &Job) -> LoraStates {
+    if job.lora.is_none() {
+        return LoraStates { base: 0, trainable: 0, states: 0 };
+    }
+    let ms = lora::model_states(m, job, &activations::Bytes::of(m, job));
+    LoraStates { base: ms.weights, trainable: ms.adapters, states: ms.states }
+}
+
 /// The dtype name of a LoRA job's unquantized frozen base (`bf16` unless set).
 pub fn base_dtype_name(job: &Job) -> &'static str {
     lora::base_dtype(job).short_name()

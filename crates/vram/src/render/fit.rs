@@ -105,7 +105,13 @@ fn alternatives_text(out: &mut String, s: &Search) {
     let shown = if s.baseline_max_batch.is_none() { SHOWN.0 } else { SHOWN.1 };
     for a in s.alternatives.iter().take(shown) {
         let gpus = if a.gpus > 1 { format!("[{} GPUs] ", a.gpus) } else { String::new() };
-        let job = if a.changes_job { "(changes the job) " } else { "" };
+        let job = if a.changes_job {
+            "(changes the job) "
+        } else if a.changes_method {
+            "(changes the training method) "
+        } else {
+            ""
+        };
         let _ = writeln!(
             out,
             "  batch {:>4}  {:>8.2} GiB  saves {:>7.2} GiB  {gpus}{job}{}",
