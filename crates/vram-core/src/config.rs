@@ -118,7 +118,7 @@ pub fn parse_config_with(bytes: &[u8], name: &str, file: &str, opts: ParseOption
     positions(&c, &mut m)?;
     if let Some(q) = &quantization {
         warnings.push(format!(
-            "the checkpoint is pre-quantized ({}); inference and serving use the stored quantization, while a training estimate assumes UNQUANTIZED weights in the chosen precision (weight memory overstated; LoRA/QLoRA is not modelled)",
+            "the checkpoint is pre-quantized ({}); inference, serving and LoRA (--peft lora: the stored weights are the frozen base) use the stored quantization, while a full-fine-tuning estimate assumes UNQUANTIZED weights in the chosen precision (weight memory overstated)",
             q.describe()
         ));
     }

@@ -89,7 +89,14 @@ pub struct JobArgs {
     pub grad_accum: Option<u64>,
     /// Training: activation checkpointing: none, full (every layer; HF gradient_checkpointing),
     /// selective (attention) [default: none].
-    #[arg(long, alias = "gradient-checkpointing", help_heading = "Job")]
+    #[arg(
+        long,
+        alias = "gradient-checkpointing",
+        alias = "gradient_checkpointing",
+        num_args = 0..=1,
+        default_missing_value = "full",
+        help_heading = "Job"
+    )]
     pub checkpointing: Option<String>,
     /// Training: fused/chunked cross-entropy that never materialises the logits (Liger; HF `use_liger_kernel`).
     #[arg(long, alias = "use-liger-kernel", alias = "use_liger_kernel", help_heading = "Job")]

@@ -50,8 +50,33 @@ fn granule(b: u64) -> u128 {
     b.div_ceil(512) as u128 * 512
 }
 
+/// Bytes of a pre-quantized checkpoint (GPTQ, AWQ, fp8, compressed-tensors, bitsandbytes,
+/// mxfp4) used as the frozen base: as its safetensors headers store it when they were read
+/// (exact), else from its `quantization_config` (quant.rs). TRL prepares (upcasts) only models
+/// bitsandbytes quantized at load time, so the rest stays as stored.
+fn prequantized_base(m: &Model, q: &crate::model::QuantizationConfig) -> (u128, String) {
+    if let Some(b) = m.checkpoint_bytes {
+        return (b as u128, format!("pre-quantized checkpoint ({}) as its safetensors headers store it: {b} B (exact)", q.method));
+    }
+    match crate::quant::Plan::new(q) {
+        Ok(plan) => {
+            let e = m.stored_dtype.map_or(2, |d| d.bytes() as u128);
+            let s = crate::quant::model_bytes(m, &plan, e);
+            (
+                s.total(),
+                format!("pre-quantized checkpoint: {} ({} B with scales, from its quantization_config)", plan.describe(), s.total()),
+            )
+        }
+        // Refused before estimating (memory::estimate checks the plan first).
+        Err(_) => (0, String::new()),
+    }
+}
+
 /// Bytes of the frozen base on the GPU and how they were counted.
 pub(crate) fn base_bytes(m: &Model, job: &Job) -> (u128, String) {
+    if let (None, Some(q)) = (job.base, &m.quantization) {
+        return prequantized_base(m, q);
+    }
     let dense = base_dtype(job).bytes() as u128;
     let n_all: u128 = m.tensors().iter().map(|t| t.numel as u128 * t.count as u128).sum();
     match job.base.unwrap_or(BaseWeights::Dtype { dtype: base_dtype(job) }) {

@@ -222,6 +222,16 @@ fn estimate_inner(model: &Model, job: &Job, conf: Option<&AllocConf>) -> Result<
     job.validate()?;
     if let Some(l) = &job.lora {
         crate::peft::resolve(model, l)?;
+        if let Some(q) = &model.quantization {
+            if job.base.is_some() {
+                return Err(Error::InvalidValue {
+                    what: "base weights".into(),
+                    value: job.base.map(|b| b.describe()).unwrap_or_default(),
+                    hint: format!("the checkpoint is already quantized ({}); it is the frozen base as stored: drop --load-in-4bit/--load-in-8bit/--base-dtype", q.method),
+                });
+            }
+            crate::quant::Plan::new(q)?;
+        }
     }
     let (phases, kernel, notes) = match job.mode {
         Mode::Train => train::phases(model, job),

@@ -1,0 +1,166 @@
+//! LoRA / DoRA / QLoRA on the command line (issue 12): TRL arguments paste as they are, bad
+//! combinations are refused naming the fix, a 4-bit base holds exactly bitsandbytes' storage, and
+//! a pre-quantized checkpoint is the frozen base as its headers store it.
+
+mod util;
+
+#[path = "../../vram-core/tests/support/safetensors_writer.rs"]
+mod safetensors_writer;
+use serde_json::{json, Value};
+use util::{fails, json};
+
+fn component(v: &Value, name: &str) -> u64 {
+    v["components"].as_array().unwrap().iter().filter(|c| c["name"] == name).map(|c| c["bytes"].as_u64().unwrap()).sum()
+}
+
+#[test]
+fn trl_arguments_paste_as_they_are() {
+    let v = json(&[
+        "estimate",
+        "-m",
+        "llama-3.2-1b",
+        "--use_peft",
+        "--lora_r",
+        "16",
+        "--lora_alpha",
+        "32",
+        "--lora_dropout",
+        "0.05",
+        "--lora_target_modules",
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "--load_in_4bit",
+        "--bnb_4bit_quant_type",
+        "nf4",
+        "--use_bnb_nested_quant",
+        "--per_device_train_batch_size",
+        "2",
+        "--gradient_checkpointing",
+    ]);
+    assert_eq!(v["job"]["checkpointing"], "full");
+    let l = &v["job"]["lora"];
+    assert_eq!(l["r"], 16);
+    assert_eq!(l["method"], "lora");
+    assert_eq!(l["targets"]["names"], json!(["q_proj", "k_proj", "v_proj", "o_proj"]), "{l}");
+    assert_eq!(v["job"]["base"]["kind"], "bnb4");
+    assert_eq!(v["job"]["base"]["nested"], true);
+    // r·(in + out) per adapted module: q and o are 2048×2048, k and v 2048→512; 16 layers.
+    let per_layer = 16 * ((2048 + 2048) * 2 + (2048 + 512) * 2);
+    assert_eq!(component(&v, "adapter parameters (trainable)"), 16 * per_layer * 4);
+    // `--load_in_4bit True` (HfArgumentParser style) reads the same.
+    let w = json(&["estimate", "-m", "llama-3.2-1b", "--use_peft", "True", "--load_in_4bit", "True"]);
+    assert_eq!(w["job"]["base"]["kind"], "bnb4");
+}
+
+#[test]
+fn bad_combinations_name_the_fix() {
+    let m = ["estimate", "-m", "llama-3.2-1b"];
+    let run = |extra: &[&str]| fails(&[&m[..], extra].concat(), 2);
+    assert!(run(&["--load-in-4bit"]).contains("add --peft lora"));
+    assert!(run(&["--peft", "lora", "--lora-r", "0"]).contains("between 1 and 65536"));
+    let e = run(&["--peft", "lora", "--lora-target-modules", "q_proj,c_attn"]);
+    assert!(e.contains("c_attn") && e.contains("q_proj, up_proj, v_proj"), "{e}");
+    assert!(run(&["--lora-r", "16"]).contains("add --peft lora"));
+    assert!(run(&["--peft", "lora", "--load-in-4bit", "--load-in-8bit"]).contains("pick one"));
+    assert!(run(&["--peft", "lora", "--bnb-4bit-quant-type", "nf4"]).contains("add --load-in-4bit"));
+    assert!(run(&["--peft", "lora", "--mode", "infer"]).contains("only for training"));
+    assert!(run(&["--peft", "qlora"]).contains("--load-in-4bit"));
+    assert!(run(&["--peft", "lora", "--lora-dropout", "1.5"]).contains("probability"));
+    assert!(run(&["--peft", "lora", "--lora-modules-to-save", "mlp"]).contains("embed_tokens"));
+    assert!(run(&["--peft", "lora", "--gpus", "2", "--zero", "3"]).contains("--fsdp full_shard"));
+    assert!(fails(&["plan", "-m", "llama-3.2-1b", "--peft", "lora", "--gpus", "8", "--gpu", "h100"], 2).contains("vram fit --peft lora"));
+    // An architecture peft has no default for needs explicit targets, as peft says.
+    let e = fails(&["estimate", "-m", "phi-3-mini", "--peft", "lora"], 2);
+    assert!(e.contains("--lora-target-modules all-linear") && e.contains("qkv_proj"), "{e}");
+}
+
+/// bitsandbytes' storage of one 4-bit weight, derived here from bitsandbytes/functional.py
+/// `quantize_4bit` (packed uint8 of n/2, fp32 absmax per 64, the 16-entry fp32 code; double
+/// quantization: uint8 absmax, fp32 absmax per 256 of them, the 256-entry code, an offset),
+/// each storage rounded to the caching allocator's 512 B.
+fn bnb4(n: u64, nested: bool) -> u64 {
+    let r = |b: u64| b.div_ceil(512) * 512;
+    let blocks = n.div_ceil(64);
+    let tail = if nested { r(blocks) + r(blocks.div_ceil(256) * 4) + r(1024) + r(4) } else { r(blocks * 4) };
+    r(n / 2) + r(64) + tail
+}
+
+#[test]
+fn a_4bit_base_holds_exactly_what_bitsandbytes_stores() {
+    // Llama-3.2-1B: 16 layers of q,o (2048²), k,v (512×2048), gate,up (8192×2048), down (2048×8192);
+    // the tied embedding (128256×2048) and norms stay unquantized.
+    let linears: Vec<u64> = [2048 * 2048, 512 * 2048, 512 * 2048, 2048 * 2048, 8192 * 2048, 8192 * 2048, 2048 * 8192].to_vec();
+    for nested in [false, true] {
+        let mut args = vec!["estimate", "-m", "llama-3.2-1b", "--peft", "lora", "--load-in-4bit"];
+        if nested {
+            args.push("--use-bnb-nested-quant");
+        }
+        let trl = json(&args);
+        args.extend(["--kbit-prepare", "peft"]);
+        let v = json(&args);
+        let quant: u64 = 16 * linears.iter().map(|n| bnb4(*n, nested)).sum::<u64>();
+        // prepare_model_for_kbit_training: everything not 4-bit in fp32 (embedding, 33 norms of 2048).
+        let rest = (128_256 * 2048 + 33 * 2048) * 4;
+        assert_eq!(component(&v, "parameters"), quant + rest, "nested {nested}");
+        // TRL (the default) puts the embedding back in bf16 after preparing.
+        assert_eq!(component(&trl, "parameters"), quant + 128_256 * 2048 * 2 + 33 * 2048 * 4, "nested {nested}");
+    }
+}
+
+fn write_awq_dir() -> (tempfile::TempDir, u64) {
+    // A tiny AutoAWQ GEMM checkpoint: qweight [in, out/8], qzeros [in/128, out/8], scales [in/128, out].
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = json!({"model_type":"llama","hidden_size":256,"intermediate_size":512,"num_hidden_layers":1,"num_attention_heads":4,
+        "num_key_value_heads":2,"vocab_size":1000,"max_position_embeddings":512,"torch_dtype":"float16",
+        "quantization_config":{"bits":4,"group_size":128,"quant_method":"awq","version":"gemm","zero_point":true}});
+    std::fs::write(dir.path().join("config.json"), cfg.to_string()).unwrap();
+    let mut t: Vec<(String, &str, Vec<u64>)> = vec![
+        ("model.embed_tokens.weight".into(), "F16", vec![1000, 256]),
+        ("lm_head.weight".into(), "F16", vec![1000, 256]),
+        ("model.norm.weight".into(), "F16", vec![256]),
+        ("model.layers.0.input_layernorm.weight".into(), "F16", vec![256]),
+        ("model.layers.0.post_attention_layernorm.weight".into(), "F16", vec![256]),
+    ];
+    for (m, out, inp) in [
+        ("self_attn.q_proj", 256, 256),
+        ("self_attn.k_proj", 128, 256),
+        ("self_attn.v_proj", 128, 256),
+        ("self_attn.o_proj", 256, 256),
+        ("mlp.gate_proj", 512, 256),
+        ("mlp.up_proj", 512, 256),
+        ("mlp.down_proj", 256, 512),
+    ] {
+        let n = format!("model.layers.0.{m}");
+        t.push((format!("{n}.qweight"), "I32", vec![inp, out / 8]));
+        t.push((format!("{n}.qzeros"), "I32", vec![inp / 128, out / 8]));
+        t.push((format!("{n}.scales"), "F16", vec![inp / 128, out]));
+    }
+    let (file, data) = safetensors_writer::file(&t);
+    std::fs::write(dir.path().join("model.safetensors"), file).unwrap();
+    (dir, data)
+}
+
+#[test]
+fn a_prequantized_checkpoint_is_the_frozen_base_as_stored() {
+    let (dir, data) = write_awq_dir();
+    let p = dir.path().to_str().unwrap();
+    let v = json(&["estimate", "-m", p, "--peft", "lora", "-s", "64"]);
+    assert_eq!(component(&v, "parameters"), data, "{v}");
+    let detail = v["components"].as_array().unwrap().iter().find(|c| c["name"] == "parameters").unwrap()["detail"].to_string();
+    assert!(detail.contains("safetensors headers") && detail.contains("exact"), "{detail}");
+    // Quantizing an already quantized checkpoint again is refused.
+    let e = fails(&["estimate", "-m", p, "--peft", "lora", "--load-in-4bit", "-s", "64"], 2);
+    assert!(e.contains("already quantized") && e.contains("drop --load-in-4bit"), "{e}");
+}
+
+#[test]
+fn fsdp_shards_the_frozen_base_and_the_adapters() {
+    let one = json(&["estimate", "-m", "llama-3.1-8b", "--peft", "lora", "--load-in-4bit", "-s", "1024"]);
+    let four =
+        json(&["estimate", "-m", "llama-3.1-8b", "--peft", "lora", "--load-in-4bit", "-s", "1024", "--gpus", "4", "--fsdp", "full_shard"]);
+    let base = component(&one, "parameters");
+    assert_eq!(component(&four, "parameters (frozen base shard)"), base / 4, "{four}");
+    assert_eq!(component(&four, "adapter parameters (shard)"), component(&one, "adapter parameters (trainable)") / 4);
+}
