@@ -103,7 +103,8 @@ impl Bytes {
             // The residual stream has the embedding's dtype (the frozen base's; fp32 after
             // prepare_model_for_kbit_training), and so do the norm weights.
             Some(l) => {
-                let r = lora::embedding_dtype(job).bytes() as u128;
+                // A trained (fp32) embedding copy makes the residual stream fp32.
+                let r = if l.embedding_trained { 4 } else { lora::embedding_dtype(job).bytes() as u128 };
                 let p = lora::base_dtype(job).bytes() as u128;
                 Bytes { amp, e, r, p, lora: Some(l) }
             }
@@ -292,6 +293,9 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
 
     // --- MLP ---------------------------------------------------------------------------------------
     c.mlp += mlp(m, &b, moe_layer);
+    if let Some(l) = b.lora {
+        c.attention += l.dora_tokens(moe_layer, b.e);
+    }
     if m.hidden_dropout > 0.0 {
         c.mlp += h;
     }

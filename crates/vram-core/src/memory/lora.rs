@@ -134,10 +134,14 @@ pub struct LoraActs {
     pub input: u128,
     /// `lora_dropout > 0`: `nn.Dropout` keeps a bool mask per adapted input (p = 0 is `nn.Identity`).
     pub dropout: bool,
-    /// DoRA: the adapted output is recombined with the weight norm; extra saved tensors per token.
-    pub dora: bool,
+    /// DoRA: output features summed over the adapted modules of a dense / an MoE layer. DoRA's
+    /// `(m/‖W‖ - 1) * base_result + m/‖W‖ * lora_result` saves both [tokens, out] tensors for the
+    /// magnitude's gradient (peft/tuners/lora/dora.py `DoraLinearLayer.forward`).
+    pub dora_out: [u128; 2],
     /// The LM head is trained (`modules_to_save`): it saves its input like in full fine-tuning.
     pub head_trained: bool,
+    /// The token embedding is trained (`modules_to_save`).
+    pub embedding_trained: bool,
 }
 
 fn slot_index(s: Slot) -> usize {
@@ -159,15 +163,25 @@ impl LoraActs {
             r: lora.r as u128,
             input: if job.precision.is_mixed() { 2 } else { 4 },
             dropout: lora.dropout > 0.0,
-            dora: lora.method == Method::Dora,
+            dora_out: [0, 0],
             head_trained: lora.modules_to_save.iter().any(|s| s == "lm_head" || (m.tied_embeddings && s == "embed_tokens")),
+            embedding_trained: lora.modules_to_save.iter().any(|s| s == "embed_tokens" || (m.tied_embeddings && s == "lm_head")),
             ..LoraActs::default()
         };
         for ad in &r.adapted {
             let slots = if ad.moe_layer { &mut a.moe } else { &mut a.dense };
             slots[slot_index(ad.slot)] += 1;
+            if lora.method == Method::Dora && ad.slot != Slot::Outside {
+                a.dora_out[usize::from(ad.moe_layer)] += ad.dout as u128;
+            }
         }
         Some(a)
+    }
+
+    /// Bytes per token DoRA saves in a dense or MoE layer: two [tokens, out] tensors of `e`
+    /// bytes per adapted module.
+    pub fn dora_tokens(&self, moe_layer: bool, e: u128) -> u128 {
+        2 * e * self.dora_out[usize::from(moe_layer)]
     }
 
     /// Adapted modules in `slot` of a dense or MoE layer.
@@ -230,15 +244,18 @@ pub(crate) fn model_states(m: &Model, job: &Job, b: &Bytes) -> ModelStates {
                 c += 2 * frozen_matmul(i);
             }
         }
-        if dora {
-            // DoRA (peft/tuners/lora/dora.py forward): `weight.to(x.dtype)` of each wrapped base
-            // weight feeds F.linear(x, weight), which saves it (a half copy under autocast).
+        if dora && lora.is_some_and(|l| l.dropout > 0.0) {
+            // DoRA with dropout (peft/tuners/lora/variants.py DoraLinearVariant.forward: no
+            // base_result): `weight.to(x.dtype)` of each wrapped base weight feeds
+            // F.linear(dropout(x), weight), which saves it (a half copy under autocast).
             c += input * wrapped;
         }
         layer_casts.push(c);
         layer_grads.push(4 * params);
     }
-    let head_fp32 = embedding_dtype(job) == DType::F32 && !head_trained;
+    // An fp32 LM head under autocast is cast to a half copy that its matmul saves: a trained
+    // (fp32) copy is cached, a frozen fp32 one (kbit preparation) cast per use.
+    let head_fp32 = embedding_dtype(job) == DType::F32 || head_trained;
     let head_cast = if b.amp && head_fp32 { 2 * v * ed } else { 0 };
     let casts = layer_casts.iter().sum::<u128>() + head_cast;
     // bitsandbytes MatMul4Bit / MatMul8bitLt dequantize the weight to the compute dtype in forward
@@ -248,7 +265,29 @@ pub(crate) fn model_states(m: &Model, job: &Job, b: &Bytes) -> ModelStates {
     } else {
         0
     };
-    let trainable = adapters * 4 + saved * base;
+    // peft's autocast_adapter_dtype upcasts the modules_to_save copies of a half model to fp32
+    // too (peft/utils/other.py ModulesToSaveWrapper, tuners_utils.py `_cast_adapter_dtype`).
+    let trainable = (adapters + saved) * 4;
+    // DoRA's forward rebuilds each adapted module's weight norm (dora.py get_lora_weight,
+    // get_weight_norm): an identity of in² (fp32, and its half copy under autocast) pushed through
+    // the adapters, the [in, out] LoRA weight and its fp32 copy, the base weight in fp32 and the
+    // sum: transients of the widest adapted module, alive inside that one layer's forward.
+    let dora_transient = if dora {
+        res.adapted
+            .iter()
+            .map(|a| {
+                let (i, o) = (a.din as u128, a.dout as u128);
+                if b.amp {
+                    (6 * i * i).max(2 * i * i + 18 * i * o)
+                } else {
+                    4 * i * i + 16 * i * o
+                }
+            })
+            .max()
+            .unwrap_or(0)
+    } else {
+        0
+    };
     let states = if optimizer::paged(job) { 0 } else { optimizer::states(m, job) };
     ModelStates {
         weights: frozen,
@@ -257,7 +296,7 @@ pub(crate) fn model_states(m: &Model, job: &Job, b: &Bytes) -> ModelStates {
         adapters_detail: format!(
             "{} {adapters} adapter parameters × 4 B (fp32, peft autocast_adapter_dtype){}",
             if dora { "DoRA:" } else { "LoRA:" },
-            saved_note(saved, base)
+            saved_note(saved)
         ),
         grads: trainable,
         grads_detail: format!("gradients of the {} trainable parameters only (adapters fp32)", adapters + saved),
@@ -267,16 +306,17 @@ pub(crate) fn model_states(m: &Model, job: &Job, b: &Bytes) -> ModelStates {
         layer_grad_tmp: layer_grads.iter().map(|g| if b.amp { g / 2 } else { 0 }).collect(),
         layer_grads,
         layer_casts,
-        head_grad: if head_trained { v * ed * base } else { 0 },
+        head_grad: if head_trained { v * ed * 4 } else { 0 },
         embedding_trained,
         dequant,
+        dora_transient,
     }
 }
 
-fn saved_note(saved: u128, base: u128) -> String {
+fn saved_note(saved: u128) -> String {
     if saved == 0 {
         String::new()
     } else {
-        format!("; {saved} modules_to_save parameters × {base} B (trained copies)")
+        format!("; {saved} modules_to_save parameters × 4 B (trained fp32 copies)")
     }
 }

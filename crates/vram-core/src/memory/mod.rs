@@ -52,6 +52,8 @@ pub struct Component {
 pub enum Phase {
     /// Forward pass, inside the widest attention op of the last layer.
     ForwardAttention,
+    /// Inside the last decoder layer's forward (DoRA rebuilding a weight norm).
+    ForwardLayer,
     /// Loss computed: all activations, the autocast weight cache and the logits alive.
     ForwardEnd,
     /// First backward ops (cross-entropy gradient) with every activation still saved.
@@ -73,6 +75,7 @@ impl Phase {
     pub fn describe(self) -> &'static str {
         match self {
             Phase::ForwardAttention => "forward, attention of the last layer",
+            Phase::ForwardLayer => "forward, inside the last layer (DoRA weight norm)",
             Phase::ForwardEnd => "end of forward (loss computed)",
             Phase::BackwardStart => "start of backward (cross-entropy gradient)",
             Phase::Backward => "backward through the decoder layers",

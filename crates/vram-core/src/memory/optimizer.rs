@@ -2,7 +2,7 @@
 //! parameter in full fine-tuning, the adapters (and `modules_to_save` copies) under LoRA.
 
 use crate::job::{Job, Optimizer, OptimizerImpl};
-use crate::model::{Model, Role, TensorGroup};
+use crate::model::{Model, TensorGroup};
 
 /// bitsandbytes keeps 32-bit states for tensors smaller than this (`min_8bit_size`, optim/optimizer.py).
 const BNB_MIN_8BIT_SIZE: u64 = 4096;
@@ -15,22 +15,20 @@ pub(crate) struct Trainable {
     pub bytes: u128,
 }
 
-/// The tensors the optimizer steps. LoRA adapters are fp32 (peft `autocast_adapter_dtype=True`);
-/// `modules_to_save` copies keep the base dtype; in full fine-tuning every parameter is trained in
-/// the parameter dtype. A LoRA configuration that does not resolve was refused by `validate`.
+/// The tensors the optimizer steps. LoRA adapters and `modules_to_save` copies are fp32 (peft
+/// `autocast_adapter_dtype=True`); in full fine-tuning every parameter is trained in the
+/// parameter dtype. A LoRA configuration that does not resolve was refused by `validate`.
 pub(crate) fn trainable(m: &Model, job: &Job) -> Vec<Trainable> {
     let p = job.precision.param_dtype().bytes() as u128;
     match &job.lora {
         None => m.tensors().into_iter().map(|group| Trainable { group, bytes: p }).collect(),
-        Some(lora) => {
-            let base = super::lora::base_dtype(job).bytes() as u128;
-            crate::peft::resolve(m, lora)
-                .map(|r| r.trainable)
-                .unwrap_or_default()
-                .into_iter()
-                .map(|group| Trainable { bytes: if group.role == Role::Adapter { 4 } else { base }, group })
-                .collect()
-        }
+        // Adapters and modules_to_save copies alike are fp32 (peft autocast_adapter_dtype=True).
+        Some(lora) => crate::peft::resolve(m, lora)
+            .map(|r| r.trainable)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|group| Trainable { bytes: 4, group })
+            .collect(),
     }
 }
 

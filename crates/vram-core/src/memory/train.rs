@@ -25,6 +25,7 @@ pub(crate) const INPUT: &str = "input batch";
 pub(crate) const BWD_TMP: &str = "backward temporaries";
 pub(crate) const FWD_TMP: &str = "attention scores (forward)";
 pub(crate) const OPT_TMP: &str = "optimizer step temporaries";
+pub(crate) const DORA_TMP: &str = "DoRA weight-norm temporaries";
 pub(crate) const CACHE: &str = "KV cache (use_cache during training)";
 
 pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<String>) {
@@ -176,6 +177,20 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
         out.push(bd);
     }
 
+    // DoRA: inside the last layer's forward, the widest adapted module rebuilds its weight norm.
+    if ms.dora_transient > 0 {
+        let mut bd = Breakdown::new(Phase::ForwardLayer);
+        base(&mut bd);
+        bd.add(CASTS, casts_all, "half copies of the weights used so far (autocast cache)");
+        add_activations(&mut bd, layers);
+        bd.add(
+            DORA_TMP,
+            ms.dora_transient,
+            "DoRA weight-norm temporaries of the widest adapted module (identity, LoRA weight, fp32 base weight)",
+        );
+        out.push(bd);
+    }
+
     // End of forward: loss computed inside autocast; the whole weight cache is alive.
     let mut fwd = Breakdown::new(Phase::ForwardEnd);
     base(&mut fwd);
@@ -221,7 +236,9 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
         // AMP: the half gradient of each weight copy before it is cast into the fp32 .grad;
         // accumulation: the fresh gradient before it is added into the existing one.
         let grad_tmp = ms.layer_grad_tmp[l] + if accum { layer_grads[l] / shards } else { 0 };
-        let tmp = tr_tok * t + tr_sq * sq_elems + grad_tmp + ms.dequant + in_bwd_step;
+        // Under checkpointing the recomputed forward rebuilds DoRA's weight norms too.
+        let dora = if ckpt == Checkpointing::Full { ms.dora_transient } else { 0 };
+        let tmp = tr_tok * t + tr_sq * sq_elems + grad_tmp + ms.dequant + in_bwd_step + dora;
         let saved: u128 = layer_saved[..=l].iter().sum();
         match bd {
             None => grads + casts_left + recomputed + tmp + saved + rope_per_pos * seq,
@@ -311,6 +328,8 @@ pub(crate) struct ModelStates {
     pub embedding_trained: bool,
     /// A weight dequantized for its matmul (bitsandbytes bases), alive inside one linear.
     pub dequant: u128,
+    /// DoRA's weight-norm temporaries of the widest adapted module, alive inside one layer's forward.
+    pub dora_transient: u128,
 }
 
 /// Full fine-tuning: every parameter trained in the parameter dtype.
@@ -347,6 +366,7 @@ fn full_states(m: &Model, job: &Job, b: &Bytes, shards: u128) -> ModelStates {
         head_grad: v * ed * p,
         embedding_trained: true,
         dequant: 0,
+        dora_transient: 0,
     }
 }
 
