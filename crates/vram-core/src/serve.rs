@@ -103,7 +103,23 @@ pub struct ServeConfig {
     pub enforce_eager: bool,
     /// Engine generation.
     pub engine: VllmEngine,
+    /// `--enable-lora` with its slot settings; `None` without LoRA.
+    pub lora: Option<ServeLora>,
 }
+
+/// vLLM's multi-LoRA settings (vllm/config/lora.py `LoRAConfig`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ServeLora {
+    /// `--max-loras` (default 1): adapters resident on the GPU at once.
+    pub max_loras: u64,
+    /// `--max-lora-rank` (default 16): every slot is allocated at this rank.
+    pub max_lora_rank: u64,
+    /// `--max-cpu-loras` (default: max_loras): adapters cached in host memory.
+    pub max_cpu_loras: u64,
+}
+
+/// Ranks `--max-lora-rank` accepts (vllm/config/lora.py `possible_max_ranks`).
+const LORA_RANKS: [u64; 9] = [1, 8, 16, 32, 64, 128, 256, 320, 512];
 
 impl ServeConfig {
     /// vLLM's defaults on a GPU of `gpu_memory` bytes.
@@ -124,6 +140,7 @@ impl ServeConfig {
             cuda_context: crate::job::Overheads::default().cuda_context,
             enforce_eager: false,
             engine: VllmEngine::V1,
+            lora: None,
         }
     }
 }
@@ -185,6 +202,10 @@ pub struct ServeReport {
     pub quant_scales_bytes: u64,
     /// Of which: the rotary cos/sin cache buffer.
     pub rotary_cache_bytes: u64,
+    /// Of which: `--enable-lora`'s stacked adapter slots, allocated at model load.
+    pub lora_slots_bytes: u64,
+    /// Host memory of `--max-cpu-loras` adapters at the maximum rank (outside the GPU).
+    pub lora_cpu_bytes: u64,
     /// Torch peak increase of the profile run.
     pub activation_peak_bytes: u64,
     /// Which moment of the profile run holds that peak.
@@ -241,9 +262,14 @@ pub fn serve(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
     // RotaryEmbedding's cos_sin_cache: [max_position_embeddings, rotary_dim] in the model dtype
     // (vllm/model_executor/layers/rotary_embedding.py); measured in "Model loading took".
     let rotary = m.max_positions as u128 * m.rotary_dim as u128 * e;
-    let weights_bytes = to_u64(weights + scales + rotary, "weights")?;
+    let (lora_slots, lora_buffer) = match cfg.lora {
+        Some(l) => lora_slots(m, &l, tp, e, batched)?,
+        None => (0, 0),
+    };
+    let weights_bytes = to_u64(weights + scales + rotary + lora_slots, "weights")?;
 
-    let (act, act_at) = profile_peak(m, cfg.engine, batched, seqs, tp, e);
+    let (mut act, act_at) = profile_peak(m, cfg.engine, batched, seqs, tp, e);
+    act += lora_buffer;
     let activation_peak_bytes = to_u64(act, "profile-run activations")?;
     let non_torch_bytes = cfg.non_torch_memory.unwrap_or(non_torch_default(tp));
     let non_kv_bytes = weights_bytes
@@ -278,6 +304,11 @@ pub fn serve(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
         weights_bytes,
         quant_scales_bytes: to_u64(scales, "scales")?,
         rotary_cache_bytes: to_u64(rotary, "rotary cache")?,
+        lora_slots_bytes: to_u64(lora_slots, "LoRA slots")?,
+        lora_cpu_bytes: to_u64(
+            cfg.lora.map_or(0, |l| lora_slots * l.max_cpu_loras as u128 * tp as u128 / l.max_loras.max(1) as u128),
+            "CPU LoRA cache",
+        )?,
         activation_peak_bytes,
         activation_peak_at: act_at,
         non_torch_bytes,
@@ -298,6 +329,42 @@ fn model_dtype(m: &Model, cfg: &ServeConfig) -> DType {
         Some(DType::F16) => DType::F16,
         _ => DType::BF16,
     })
+}
+
+/// `--enable-lora`: every LoRA-capable linear gets `max_loras` slots at `max_lora_rank`, per
+/// slice of a merged projection (vllm/lora/layers/base_linear.py `create_lora_weights`:
+/// lora_a [max_loras, 1, rank, input] and lora_b [max_loras, 1, output, rank] in the model
+/// dtype; column-parallel layers split the output over TP, row-parallel ones the input). The
+/// profile run also allocates punica's fp32 shrink buffer [slices, tokens, rank] inside the
+/// widest LoRA layer (vllm/lora/punica_wrapper/punica_gpu.py `add_lora_linear`). Returns the
+/// slot bytes on one rank and that transient.
+fn lora_slots(m: &Model, l: &ServeLora, tp: u64, e: u128, batched: u64) -> Result<(u128, u128)> {
+    if l.max_loras == 0 || l.max_loras > 1024 {
+        return Err(invalid("--max-loras", l.max_loras, "between 1 and 1024 (vLLM's default is 1)"));
+    }
+    if !LORA_RANKS.contains(&l.max_lora_rank) {
+        return Err(invalid("--max-lora-rank", l.max_lora_rank, "one of 1, 8, 16, 32, 64, 128, 256, 320, 512 (vLLM's LoRAConfig)"));
+    }
+    if l.max_cpu_loras < l.max_loras {
+        return Err(invalid("--max-cpu-loras", l.max_cpu_loras, "at least --max-loras (vLLM refuses fewer)"));
+    }
+    if m.moe.is_some() {
+        return Err(invalid(
+            "--enable-lora",
+            "true",
+            "LoRA slots for fused MoE experts are not modelled yet; estimate without --enable-lora and add the adapters' size by hand",
+        ));
+    }
+    let (n, r, tp) = (l.max_loras as u128, l.max_lora_rank as u128, tp as u128);
+    let mut slots = 0u128;
+    for t in m.tensors().iter().filter(|t| t.role == Role::Linear && t.name.starts_with("layers.")) {
+        let (out, inp) = (t.rows as u128, t.cols as u128);
+        let row_parallel = ["o_proj", "down_proj", "fc2"].iter().any(|k| t.name.contains(k));
+        let (a_in, b_out) = if row_parallel { (inp / tp, out) } else { (inp, out / tp) };
+        slots += t.count as u128 * n * r * (a_in + b_out) * e;
+    }
+    let slices = if m.attention.fused_qkv { 1 } else { 3 };
+    Ok((slots, slices * batched as u128 * r * 4))
 }
 
 /// Non-torch increase: lazily loaded kernels and library handles first touched by the profile

@@ -497,6 +497,18 @@ pub struct ServeArgs {
     /// llama.cpp `--n-gpu-layers` / `-ngl` (also `--ngl`) for a .gguf model [default: all layers and the output].
     #[arg(long, alias = "ngl")]
     pub n_gpu_layers: Option<u64>,
+    /// vLLM `--enable-lora`: reserve GPU slots for LoRA adapters.
+    #[arg(long, alias = "enable_lora")]
+    pub enable_lora: bool,
+    /// vLLM `--max-loras`: adapters on the GPU at once [default: 1].
+    #[arg(long, alias = "max_loras")]
+    pub max_loras: Option<u64>,
+    /// vLLM `--max-lora-rank`: the rank every slot is allocated at [default: 16].
+    #[arg(long, alias = "max_lora_rank")]
+    pub max_lora_rank: Option<u64>,
+    /// vLLM `--max-cpu-loras`: adapters cached in host memory [default: --max-loras].
+    #[arg(long, alias = "max_cpu_loras")]
+    pub max_cpu_loras: Option<u64>,
     /// llama.cpp `--ctx-size` / `-c` for a .gguf model [default: --max-model-len, else 4096,
     /// llama.cpp's own default (common/common.h n_ctx)].
     #[arg(long, short = 'c')]

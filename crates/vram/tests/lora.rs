@@ -164,3 +164,21 @@ fn fsdp_shards_the_frozen_base_and_the_adapters() {
     assert_eq!(component(&four, "parameters (frozen base shard)"), base / 4, "{four}");
     assert_eq!(component(&four, "adapter parameters (shard)"), component(&one, "adapter parameters (trainable)") / 4);
 }
+
+#[test]
+fn vllm_enable_lora_reserves_its_slots() {
+    let base = ["serve", "-m", "llama-3.1-8b", "-g", "h100", "--max-model-len", "8192"];
+    let plain = json(&base);
+    let v = json(&[&base[..], &["--enable-lora", "--max-loras", "4", "--max-lora-rank", "64"]].concat());
+    // vllm/lora/layers/base_linear.py: lora_a [4, 1, 64, in] + lora_b [4, 1, out, 64] in bf16 for
+    // every linear of every layer: q, o 4096→4096; k, v 4096→1024; gate, up 4096→14336; down back.
+    let per_layer: u64 = 2 * (4096 + 4096) + 2 * (4096 + 1024) + 3 * (4096 + 14336);
+    let slots = 32 * 4 * 64 * per_layer * 2;
+    let g = &v["gpus"][0];
+    assert_eq!(g["lora_slots_bytes"].as_u64().unwrap(), slots, "{g}");
+    assert_eq!(g["weights_bytes"].as_u64().unwrap() - plain["gpus"][0]["weights_bytes"].as_u64().unwrap(), slots);
+    assert!(g["kv_cache_bytes"].as_u64().unwrap() < plain["gpus"][0]["kv_cache_bytes"].as_u64().unwrap());
+    assert!(fails(&[&base[..], &["--max-loras", "4"]].concat(), 2).contains("need --enable-lora"));
+    assert!(fails(&[&base[..], &["--enable-lora", "--max-lora-rank", "24"]].concat(), 2).contains("one of 1, 8, 16"));
+    assert!(fails(&["serve", "-m", "mixtral-8x7b", "-g", "h100", "--enable-lora"], 2).contains("MoE"));
+}

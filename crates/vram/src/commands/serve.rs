@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use vram_core::gpu::Gpu;
-use vram_core::serve::{cuda_total, serve, Quantization, ServeConfig, ServeReport, VllmEngine};
+use vram_core::serve::{cuda_total, serve, Quantization, ServeConfig, ServeLora, ServeReport, VllmEngine};
 use vram_core::{DType, Model};
 
 use super::show;
@@ -43,6 +43,10 @@ fn reject_other_engines_flags(a: &ServeArgs, gguf: bool) -> Result<()> {
             given(a.vllm_engine != "v1", "--vllm-engine"),
             given(a.engine != "vllm", "--engine"),
             given(a.approximate_architecture, "--approximate-architecture"),
+            given(a.enable_lora, "--enable-lora"),
+            given(a.max_loras.is_some(), "--max-loras"),
+            given(a.max_lora_rank.is_some(), "--max-lora-rank"),
+            given(a.max_cpu_loras.is_some(), "--max-cpu-loras"),
         ];
         (
             flags.into_iter().flatten().collect(),
@@ -104,6 +108,7 @@ pub fn vllm(a: &ServeArgs, model: Model) -> Result<VllmServe> {
         non_torch_memory: a.non_torch_memory.as_deref().map(|s| resolve::size("--non-torch-memory", s)).transpose()?,
         enforce_eager: a.enforce_eager,
         engine: vllm_engine(&a.vllm_engine)?,
+        lora: serve_lora(a)?,
         ..ServeConfig::new(cuda_total(&g))
     };
     if let Some(c) = &a.cuda_context {
@@ -111,6 +116,19 @@ pub fn vllm(a: &ServeArgs, model: Model) -> Result<VllmServe> {
     }
     let report = serve(&model, &config)?;
     Ok(VllmServe { model, gpu: g, config, report })
+}
+
+/// `--enable-lora` and its slot flags (vLLM's defaults: 1 adapter, rank 16, CPU cache = max_loras);
+/// slot flags without `--enable-lora` are refused, as they would be ignored.
+fn serve_lora(a: &ServeArgs) -> Result<Option<ServeLora>> {
+    if !a.enable_lora {
+        if a.max_loras.is_some() || a.max_lora_rank.is_some() || a.max_cpu_loras.is_some() {
+            return Err(UsageError("--max-loras/--max-lora-rank/--max-cpu-loras need --enable-lora".into()).into());
+        }
+        return Ok(None);
+    }
+    let max_loras = a.max_loras.unwrap_or(1);
+    Ok(Some(ServeLora { max_loras, max_lora_rank: a.max_lora_rank.unwrap_or(16), max_cpu_loras: a.max_cpu_loras.unwrap_or(max_loras) }))
 }
 
 /// `--quantization`, defaulting to the checkpoint's own. vLLM refuses a method that contradicts

@@ -63,6 +63,16 @@ fn vllm_budget(out: &mut String, s: &VllmServe) {
     if r.quant_scales_bytes > 0 {
         wnote.push_str(&format!(", quantization scales {}", gib_cell(r.quant_scales_bytes)));
     }
+    if let Some(l) = c.lora {
+        wnote.push_str(&format!(
+            ", LoRA slots {} ({} × rank {}; {} GiB more in host RAM for {} CPU adapters)",
+            gib_cell(r.lora_slots_bytes),
+            l.max_loras,
+            l.max_lora_rank,
+            gib_cell(r.lora_cpu_bytes),
+            l.max_cpu_loras
+        ));
+    }
     row(out, "weights", r.weights_bytes, &wnote);
     row(out, "profile-run activation peak", r.activation_peak_bytes, &r.activation_peak_at);
     row(out, "non-torch increase", r.non_torch_bytes, "kernels, library handles, NCCL at TP ≥ 2");
