@@ -92,6 +92,10 @@ pub struct Bytes {
     /// LoRA: the base is frozen (linears save no input, norms no normalised copy) and adapters
     /// save their own input copies.
     pub lora: Option<LoraActs>,
+    /// Bytes of a frozen projection's output as the MLP sees it: `e`, except on a bitsandbytes
+    /// base, whose `Linear4bit`/`Linear8bitLt` return `.to(input dtype)` (nn/modules.py
+    /// Linear4bit.forward) and read the fp32 output of the fp32 norms: fp32.
+    pub lin: u128,
 }
 
 impl Bytes {
@@ -103,14 +107,14 @@ impl Bytes {
             // The residual stream has the embedding's dtype (the frozen base's; fp32 after
             // prepare_model_for_kbit_training), and so do the norm weights.
             Some(l) => {
-                // A trained (fp32) embedding copy makes the residual stream fp32.
-                let r = if l.embedding_trained { 4 } else { lora::embedding_dtype(job).bytes() as u128 };
+                let r = lora::embedding_dtype(job).bytes() as u128;
                 let p = lora::base_dtype(job).bytes() as u128;
-                Bytes { amp, e, r, p, lora: Some(l) }
+                let lin = if job.base.is_some_and(crate::peft::BaseWeights::is_bnb) { r.max(p) } else { e };
+                Bytes { amp, e, r, p, lora: Some(l), lin }
             }
             None => {
                 let p = job.precision.param_dtype().bytes() as u128;
-                Bytes { amp, e, r: if amp { 4 } else { e }, p, lora: None }
+                Bytes { amp, e, r: if amp { 4 } else { e }, p, lora: None, lin: e }
             }
         }
     }
@@ -189,7 +193,7 @@ fn mlp_readers(m: &Model, moe_layer: bool) -> u128 {
 
 /// What an activation function saves beyond its output, and its output's bytes, per element.
 fn activation(act: Act, b: &Bytes) -> (u128, u128) {
-    let e = b.e;
+    let e = b.lin;
     match act {
         // silu / native gelu save their input and keep its dtype (not on any autocast list).
         Act::Silu | Act::Gelu => (e, e),
@@ -217,7 +221,7 @@ fn mlp_saved_per_elem(m: &Model, b: &Bytes) -> u128 {
     let frozen = b.lora.is_some();
     if m.mlp.gated {
         // act out and up out (saved by the product), the product (saved by down_proj).
-        inner + out + b.e + if frozen { 0 } else { b.linear_inputs(1, out.max(b.e)) }
+        inner + out + b.lin + if frozen { 0 } else { b.linear_inputs(1, out.max(b.e)) }
     } else if frozen {
         inner + if m.mlp.act == Act::Relu { out } else { 0 }
     } else {
@@ -536,7 +540,7 @@ pub fn backward_transient(m: &Model, job: &Job, kernel: Kernel, i: u64) -> (u128
         }
         _ => m.intermediate as u128,
     };
-    let mlp = 3 * mlp_width * e;
+    let mlp = 3 * mlp_width * b.lin;
     let (qd, kd) = (m.q_dim() as u128, m.kv_dim() as u128);
     let (attn, sq) = if kernel.quadratic() { (e * (qd + 2 * kd), 8) } else { (e * (qd + 2 * kd) + 4 * qd, 0) };
     (2 * b.r * h + mlp.max(attn), sq)

@@ -164,8 +164,8 @@ impl LoraActs {
             input: if job.precision.is_mixed() { 2 } else { 4 },
             dropout: lora.dropout > 0.0,
             dora_out: [0, 0],
-            head_trained: lora.modules_to_save.iter().any(|s| s == "lm_head" || (m.tied_embeddings && s == "embed_tokens")),
-            embedding_trained: lora.modules_to_save.iter().any(|s| s == "embed_tokens" || (m.tied_embeddings && s == "lm_head")),
+            head_trained: lora.modules_to_save.iter().any(|s| s == "lm_head"),
+            embedding_trained: lora.modules_to_save.iter().any(|s| s == "embed_tokens"),
             ..LoraActs::default()
         };
         for ad in &r.adapted {
@@ -212,8 +212,10 @@ pub(crate) fn model_states(m: &Model, job: &Job, b: &Bytes) -> ModelStates {
     let adapters = res.adapter_parameters as u128;
     let saved = res.saved_module_parameters as u128;
     let saves = |n: &str| lora.is_some_and(|l| l.modules_to_save.iter().any(|s| s == n));
-    let head_trained = saves("lm_head") || (m.tied_embeddings && saves("embed_tokens"));
-    let embedding_trained = saves("embed_tokens") || (m.tied_embeddings && saves("lm_head"));
+    // ModulesToSaveWrapper copies the one module named: with tied embeddings the copy of lm_head
+    // is trained while the input embedding keeps the original, frozen tensor (and vice versa).
+    let head_trained = saves("lm_head");
+    let embedding_trained = saves("embed_tokens");
     let (frozen, frozen_detail) = base_bytes(m, job);
     let bnb = job.base.is_some_and(BaseWeights::is_bnb);
     let dora = lora.is_some_and(|l| l.method == Method::Dora);
@@ -253,9 +255,9 @@ pub(crate) fn model_states(m: &Model, job: &Job, b: &Bytes) -> ModelStates {
         layer_casts.push(c);
         layer_grads.push(4 * params);
     }
-    // An fp32 LM head under autocast is cast to a half copy that its matmul saves: a trained
-    // (fp32) copy is cached, a frozen fp32 one (kbit preparation) cast per use.
-    let head_fp32 = embedding_dtype(job) == DType::F32 || head_trained;
+    // An fp32 LM head under autocast is cast to a half copy that its matmul saves: cached when it
+    // is a trained copy, cast per use when frozen (kbit preparation).
+    let head_fp32 = embedding_dtype(job) == DType::F32;
     let head_cast = if b.amp && head_fp32 { 2 * v * ed } else { 0 };
     let casts = layer_casts.iter().sum::<u128>() + head_cast;
     // bitsandbytes MatMul4Bit / MatMul8bitLt dequantize the weight to the compute dtype in forward
@@ -265,9 +267,11 @@ pub(crate) fn model_states(m: &Model, job: &Job, b: &Bytes) -> ModelStates {
     } else {
         0
     };
-    // peft's autocast_adapter_dtype upcasts the modules_to_save copies of a half model to fp32
-    // too (peft/utils/other.py ModulesToSaveWrapper, tuners_utils.py `_cast_adapter_dtype`).
-    let trainable = (adapters + saved) * 4;
+    // modules_to_save copies keep the dtype of the module copied (peft/utils/other.py
+    // ModulesToSaveWrapper deep-copies it; autocast_adapter_dtype only upcasts adapter weights):
+    // measured bf16 on a bf16 base (validation/fixtures/lora.jsonl).
+    let copy = embedding_dtype(job).bytes() as u128;
+    let trainable = adapters * 4 + saved * copy;
     // DoRA's forward rebuilds each adapted module's weight norm (dora.py get_lora_weight,
     // get_weight_norm): an identity of in² (fp32, and its half copy under autocast) pushed through
     // the adapters, the [in, out] LoRA weight and its fp32 copy, the base weight in fp32 and the
@@ -296,7 +300,7 @@ pub(crate) fn model_states(m: &Model, job: &Job, b: &Bytes) -> ModelStates {
         adapters_detail: format!(
             "{} {adapters} adapter parameters × 4 B (fp32, peft autocast_adapter_dtype){}",
             if dora { "DoRA:" } else { "LoRA:" },
-            saved_note(saved)
+            saved_note(saved, copy)
         ),
         grads: trainable,
         grads_detail: format!("gradients of the {} trainable parameters only (adapters fp32)", adapters + saved),
@@ -306,17 +310,17 @@ pub(crate) fn model_states(m: &Model, job: &Job, b: &Bytes) -> ModelStates {
         layer_grad_tmp: layer_grads.iter().map(|g| if b.amp { g / 2 } else { 0 }).collect(),
         layer_grads,
         layer_casts,
-        head_grad: if head_trained { v * ed * 4 } else { 0 },
+        head_grad: if head_trained { v * ed * copy } else { 0 },
         embedding_trained,
         dequant,
         dora_transient,
     }
 }
 
-fn saved_note(saved: u128) -> String {
+fn saved_note(saved: u128, copy: u128) -> String {
     if saved == 0 {
         String::new()
     } else {
-        format!("; {saved} modules_to_save parameters × 4 B (trained fp32 copies)")
+        format!("; {saved} modules_to_save parameters × {copy} B (trained copies)")
     }
 }

@@ -2,7 +2,7 @@
 //! parameter in full fine-tuning, the adapters (and `modules_to_save` copies) under LoRA.
 
 use crate::job::{Job, Optimizer, OptimizerImpl};
-use crate::model::{Model, TensorGroup};
+use crate::model::{Model, Role, TensorGroup};
 
 /// bitsandbytes keeps 32-bit states for tensors smaller than this (`min_8bit_size`, optim/optimizer.py).
 const BNB_MIN_8BIT_SIZE: u64 = 4096;
@@ -15,20 +15,24 @@ pub(crate) struct Trainable {
     pub bytes: u128,
 }
 
-/// The tensors the optimizer steps. LoRA adapters and `modules_to_save` copies are fp32 (peft
-/// `autocast_adapter_dtype=True`); in full fine-tuning every parameter is trained in the
-/// parameter dtype. A LoRA configuration that does not resolve was refused by `validate`.
+/// The tensors the optimizer steps. LoRA adapters are fp32 (peft `autocast_adapter_dtype=True`),
+/// `modules_to_save` copies keep their module's dtype; in full fine-tuning every parameter is
+/// trained in the parameter dtype. A LoRA configuration that does not resolve was refused by `validate`.
 pub(crate) fn trainable(m: &Model, job: &Job) -> Vec<Trainable> {
     let p = job.precision.param_dtype().bytes() as u128;
     match &job.lora {
         None => m.tensors().into_iter().map(|group| Trainable { group, bytes: p }).collect(),
-        // Adapters and modules_to_save copies alike are fp32 (peft autocast_adapter_dtype=True).
-        Some(lora) => crate::peft::resolve(m, lora)
-            .map(|r| r.trainable)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|group| Trainable { bytes: 4, group })
-            .collect(),
+        // Adapters are fp32 (peft autocast_adapter_dtype=True); modules_to_save copies keep the
+        // dtype of the module they copy.
+        Some(lora) => {
+            let copy = super::lora::embedding_dtype(job).bytes() as u128;
+            crate::peft::resolve(m, lora)
+                .map(|r| r.trainable)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|group| Trainable { bytes: if group.role == Role::Adapter { 4 } else { copy }, group })
+                .collect()
+        }
     }
 }
 
