@@ -215,6 +215,10 @@ pub enum Slot {
     MlpOut,
     /// Outside the decoder layers (OPT project_in/out).
     Outside,
+    /// Fused routed experts adapted as a parameter (`target_parameters`, `lora.ParamWrapper`).
+    Experts,
+    /// The MoE router adapted as a parameter.
+    Router,
 }
 
 /// One group of identical modules LoRA adapts.
@@ -232,6 +236,10 @@ pub struct Adapted {
     pub slot: Slot,
     /// Whether it lives in MoE layers (the layer index matters for mixed dense/MoE models).
     pub moe_layer: bool,
+    /// Experts stacked in the parameter (1 for a module).
+    pub experts: u64,
+    /// Rank of this target: `r`, or `2r` for a fused gate_up_proj (peft doubles it).
+    pub rank: u64,
 }
 
 /// What a LoRA configuration adapts on a model, and the parameters that trains.
@@ -290,6 +298,41 @@ pub fn default_targets(model_type: &str) -> Option<&'static [&'static str]> {
     })
 }
 
+/// How transformers 5 re-fused an MoE architecture's experts, which decides what peft adapts
+/// (transformers/conversion_mapping.py `_MODEL_TO_CONVERSION_PATTERN`; peft
+/// utils/transformers_weight_conversion.py `_MOE_TARGET_MODULE_MAPPING`, `_convert_peft_config_moe`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MoePattern {
+    /// Mixtral: the v4 names w1, w3 (fused into gate_up_proj), w2 (down_proj) and gate (the router).
+    Mixtral,
+    /// Qwen2-MoE style: gate_proj, up_proj (gate_up_proj), down_proj and gate.
+    Qwen2Moe,
+}
+
+fn moe_pattern(model_type: &str) -> Option<MoePattern> {
+    match model_type {
+        // `mixtral` converts itself (measured with peft 0.21.2: experts and router adapted).
+        "mixtral" | "minimax" | "minimax_m2" => Some(MoePattern::Mixtral),
+        // qwen2_moe itself has no conversion entry: its experts are not adapted (measured).
+        "deepseek_v2" | "deepseek_v3" | "qwen3_moe" | "glm4_moe" | "olmoe" | "ernie4_5_moe" | "hunyuan_v1_moe" | "qwen3_next" => {
+            Some(MoePattern::Qwen2Moe)
+        }
+        _ => None,
+    }
+}
+
+impl MoePattern {
+    /// v4 name → which v5 parameter it became.
+    fn mapping(self) -> &'static [(&'static str, Slot)] {
+        match self {
+            MoePattern::Mixtral => &[("gate", Slot::Router), ("w1", Slot::Experts), ("w3", Slot::Experts), ("w2", Slot::MlpOut)],
+            MoePattern::Qwen2Moe => {
+                &[("gate", Slot::Router), ("gate_proj", Slot::Experts), ("up_proj", Slot::Experts), ("down_proj", Slot::MlpOut)]
+            }
+        }
+    }
+}
+
 /// One linear module of the model, as LoRA sees it.
 struct Linear {
     name: String,
@@ -306,7 +349,9 @@ struct Linear {
 fn linears(m: &Model) -> Vec<Linear> {
     let mut out = Vec::new();
     let mut push = |t: &TensorGroup, moe_layer: bool, count: u64| {
-        if t.role != Role::Linear && t.role != Role::Router {
+        // The MoE router is a custom module holding a weight in transformers 5 (e.g.
+        // MixtralTopKRouter), not an nn.Linear: only the MoE conversion targets it, as a parameter.
+        if (t.role != Role::Linear && t.role != Role::Router) || t.name.ends_with("mlp.gate.weight") {
             return;
         }
         let Some(stem) = t.name.strip_suffix(".weight") else { return };
@@ -370,29 +415,59 @@ pub fn resolve(model: &Model, lora: &Lora) -> Result<Resolved> {
         },
         Targets::Names(n) => n.clone(),
     };
-    for n in &names {
-        let leaf = n.rsplit('.').next().unwrap_or(n);
-        if !all.iter().any(|l| l.name == leaf) {
-            return Err(bad(
-                "LoRA target module",
-                n,
-                &format!("no module of {} is named so; its linear modules are: {}", model.name, available(&all)),
-            ));
+    let pattern = moe_pattern(&model.model_type).filter(|_| model.moe.is_some());
+    // Names the MoE conversion turns into parameter targets (all-linear includes them all).
+    let mapped: Vec<(&str, Slot)> = pattern.map_or(&[][..], MoePattern::mapping).to_vec();
+    let leaf = |n: &str| n.rsplit('.').next().unwrap_or(n).to_string();
+    let mut param_targets: Vec<Slot> = Vec::new();
+    let mut module_names: Vec<String> = Vec::new();
+    let listed: Vec<String> = if lora.targets == Targets::AllLinear {
+        let mut v: Vec<String> = all.iter().map(|l| l.name.clone()).collect();
+        v.extend(mapped.iter().map(|(n, _)| n.to_string()));
+        v
+    } else {
+        names.iter().map(|n| leaf(n)).collect()
+    };
+    for n in &listed {
+        match mapped.iter().find(|(old, _)| old == n) {
+            Some((_, slot)) => param_targets.push(*slot),
+            None if all.iter().any(|l| &l.name == n) => module_names.push(n.clone()),
+            None => {
+                return Err(bad(
+                    "LoRA target module",
+                    n,
+                    &format!("no module of {} is named so; its linear modules are: {}", model.name, available(&all)),
+                ))
+            }
         }
     }
-    let adapted: Vec<Adapted> = all
+    let mut adapted: Vec<Adapted> = all
         .into_iter()
-        .filter(|l| lora.targets == Targets::AllLinear || names.iter().any(|n| n.rsplit('.').next() == Some(l.name.as_str())))
-        .map(|l| Adapted { name: l.name, din: l.din, dout: l.dout, count: l.count, slot: l.slot, moe_layer: l.moe_layer })
+        .filter(|l| module_names.contains(&l.name))
+        .map(|l| Adapted {
+            name: l.name,
+            din: l.din,
+            dout: l.dout,
+            count: l.count,
+            slot: l.slot,
+            moe_layer: l.moe_layer,
+            experts: 1,
+            rank: lora.r,
+        })
         .collect();
+    if let Some(p) = pattern {
+        adapted.extend(expert_targets(model, lora, p, &listed, &param_targets)?);
+    }
     let mut trainable = Vec::new();
     let mut adapter_parameters = 0u64;
     for a in &adapted {
         // lora_A: Linear(din, r, bias=False); lora_B: Linear(r, dout, bias=False) (layer.py update_layer);
         // DoRA: lora_magnitude_vector of dout (dora.py DoraLinearLayer).
+        // ParamWrapper: lora_A Linear(in, r·experts), lora_B Linear(r·experts, out) (layer.py update_layer).
+        let re = a.rank * a.experts;
         let mut shapes = vec![
-            TensorGroup::matrix(format!("{}.lora_A.weight", a.name), 1, lora.r, a.din, a.count, Role::Adapter),
-            TensorGroup::matrix(format!("{}.lora_B.weight", a.name), 1, a.dout, lora.r, a.count, Role::Adapter),
+            TensorGroup::matrix(format!("{}.lora_A.weight", a.name), 1, re, a.din, a.count, Role::Adapter),
+            TensorGroup::matrix(format!("{}.lora_B.weight", a.name), 1, a.dout, re, a.count, Role::Adapter),
         ];
         if lora.method == Method::Dora {
             shapes.push(TensorGroup::vector(format!("{}.lora_magnitude_vector", a.name), a.dout, a.count, Role::Adapter));
@@ -409,6 +484,50 @@ pub fn resolve(model: &Model, lora: &Lora) -> Result<Resolved> {
         trainable.push(group);
     }
     Ok(Resolved { adapted, adapter_parameters, saved_module_parameters: saved, trainable })
+}
+
+/// The MoE parameters peft adapts after transformers' conversion: the router's weight and the
+/// fused experts, each a `lora.ParamWrapper` (no dropout, no DoRA: peft refuses both), the fused
+/// gate_up_proj at twice the rank (its two v4 projections share it).
+fn expert_targets(model: &Model, lora: &Lora, p: MoePattern, listed: &[String], slots: &[Slot]) -> Result<Vec<Adapted>> {
+    if slots.is_empty() {
+        return Ok(Vec::new());
+    }
+    let fused: Vec<&str> = p.mapping().iter().filter(|(_, s)| *s == Slot::Experts).map(|(n, _)| *n).collect();
+    let present = fused.iter().filter(|n| listed.iter().any(|l| l == *n)).count();
+    if present > 0 && present < fused.len() {
+        return Err(bad(
+            "LoRA target modules",
+            &listed.join(","),
+            &format!(
+                "{} are fused into gate_up_proj on transformers 5: target both or neither (peft refuses one alone)",
+                fused.join(" and ")
+            ),
+        ));
+    }
+    if lora.dropout > 0.0 || lora.method == Method::Dora {
+        return Err(bad(
+            "LoRA configuration",
+            if lora.method == Method::Dora { "dora" } else { "lora_dropout > 0" },
+            "peft adapts this model's fused experts and router as parameters (lora.ParamWrapper), which support neither dropout nor DoRA: set --lora-dropout 0 and --peft lora, or name attention modules only",
+        ));
+    }
+    let moe = model.moe.as_ref().expect("pattern only for MoE models");
+    let (h, e, i, n) = (model.hidden, moe.experts, moe.expert_intermediate, model.moe_layers());
+    let mut v = Vec::new();
+    let mut push = |name: &str, din: u64, dout: u64, experts: u64, rank: u64, slot: Slot| {
+        v.push(Adapted { name: name.into(), din, dout, count: n, slot, moe_layer: true, experts, rank });
+    };
+    if slots.contains(&Slot::Router) {
+        push("gate", h, e, 1, lora.r, Slot::Router);
+    }
+    if slots.contains(&Slot::Experts) {
+        push("experts.gate_up_proj", h, 2 * i, e, 2 * lora.r, Slot::Experts);
+    }
+    if slots.contains(&Slot::MlpOut) {
+        push("experts.down_proj", i, h, e, lora.r, Slot::Experts);
+    }
+    Ok(v)
 }
 
 /// The module a `modules_to_save` entry names (embeddings or the LM head).

@@ -203,8 +203,9 @@ fn activation(act: Act, b: &Bytes) -> (u128, u128) {
         // runs pow in fp32 (autocast_mode.cpp fp32 list), so under AMP it saves an fp32 copy of x,
         // the fp32 tanh output and 1+tanh, and 0.5*x in half; the product comes out fp32.
         // Without autocast: x, tanh, 1+tanh, 0.5*x, all in the compute dtype.
+        // An fp32 input (a bitsandbytes projection's output) keeps all four in fp32.
         Act::GeluPython => {
-            if b.amp {
+            if b.amp && e != 4 {
                 (4 + 4 + 4 + 2, 4)
             } else {
                 (4 * e, e)
@@ -214,11 +215,10 @@ fn activation(act: Act, b: &Bytes) -> (u128, u128) {
 }
 
 /// Saved bytes per intermediate element of one MLP (its input excluded).
-fn mlp_saved_per_elem(m: &Model, b: &Bytes) -> u128 {
+fn mlp_saved_per_elem(m: &Model, b: &Bytes, frozen: bool) -> u128 {
     let (inner, out) = activation(m.mlp.act, b);
     // Under LoRA the output projection is frozen: it saves no input (an adapted one adds its
     // adapter's copies per token, in `mlp`); relu still saves its own output.
-    let frozen = b.lora.is_some();
     if m.mlp.gated {
         // act out and up out (saved by the product), the product (saved by down_proj).
         inner + out + b.lin + if frozen { 0 } else { b.linear_inputs(1, out.max(b.e)) }
@@ -436,7 +436,7 @@ fn per_head(vd: u128, kv_heads: u64) -> u128 {
 fn mlp(m: &Model, b: &Bytes, moe_layer: bool) -> u128 {
     let e = b.e;
     let h = m.hidden as u128;
-    let per_elem = mlp_saved_per_elem(m, b);
+    let per_elem = mlp_saved_per_elem(m, b, b.lora.is_some());
     match (&m.moe, moe_layer) {
         (Some(moe), true) => {
             let k = moe.top_k as u128;
@@ -446,15 +446,18 @@ fn mlp(m: &Model, b: &Bytes, moe_layer: bool) -> u128 {
             let router = experts * (e + 4) + k * 16;
             // Each routed token: gathered input copy (saved by the expert linear), the expert MLP,
             // and the expert output saved by the multiply with its routing weight.
-            // Under LoRA the experts are frozen 3-D parameters: the gathered input is not saved.
-            let gathered = if b.lora.is_some() {
+            // Under LoRA the experts are frozen 3-D parameters: the gathered input is not saved,
+            // unless peft adapts them (a merged weight that needs a gradient: saved as in full FT).
+            let experts_frozen = b.lora.is_some_and(|l| !l.experts_trained);
+            let gathered = if experts_frozen {
                 0
             } else if b.amp {
                 2
             } else {
                 b.r
             };
-            let routed = k * (gathered * h + per_elem * ei + e * h);
+            let expert_elem = if experts_frozen { per_elem } else { mlp_saved_per_elem(m, b, false) };
+            let routed = k * (gathered * h + expert_elem * ei + e * h);
             let shared_i = moe.shared_intermediate as u128;
             let shared = shared_i * per_elem + if moe.shared_gate { e * h + 2 * e } else { 0 };
             let adapted = b.lora.map_or(0, |l| if shared_i > 0 { l.saved(l.count(Slot::MlpOut, true), shared_i) } else { 0 });

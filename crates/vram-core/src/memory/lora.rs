@@ -142,15 +142,21 @@ pub struct LoraActs {
     pub head_trained: bool,
     /// The token embedding is trained (`modules_to_save`).
     pub embedding_trained: bool,
+    /// The fused experts carry LoRA (a ParamWrapper): they compute with a merged weight that needs
+    /// a gradient, so they save their inputs as in full fine-tuning.
+    pub experts_trained: bool,
 }
 
-fn slot_index(s: Slot) -> usize {
+/// The per-token slot of a module adapter (`None` for parameter targets: the experts and the
+/// router hold merged weights, not input copies).
+fn slot_index(s: Slot) -> Option<usize> {
     match s {
-        Slot::AttnIn | Slot::Outside => 0,
-        Slot::AttnInner => 1,
-        Slot::AttnOut => 2,
-        Slot::MlpIn => 3,
-        Slot::MlpOut => 4,
+        Slot::AttnIn | Slot::Outside => Some(0),
+        Slot::AttnInner => Some(1),
+        Slot::AttnOut => Some(2),
+        Slot::MlpIn => Some(3),
+        Slot::MlpOut => Some(4),
+        Slot::Experts | Slot::Router => None,
     }
 }
 
@@ -169,8 +175,12 @@ impl LoraActs {
             ..LoraActs::default()
         };
         for ad in &r.adapted {
+            if ad.slot == Slot::Experts {
+                a.experts_trained = true;
+            }
             let slots = if ad.moe_layer { &mut a.moe } else { &mut a.dense };
-            slots[slot_index(ad.slot)] += 1;
+            let Some(k) = slot_index(ad.slot) else { continue };
+            slots[k] += 1;
             if lora.method == Method::Dora && ad.slot != Slot::Outside {
                 a.dora_out[usize::from(ad.moe_layer)] += ad.dout as u128;
             }
@@ -186,7 +196,7 @@ impl LoraActs {
 
     /// Adapted modules in `slot` of a dense or MoE layer.
     pub fn count(&self, slot: Slot, moe_layer: bool) -> u128 {
-        (if moe_layer { self.moe } else { self.dense })[slot_index(slot)]
+        slot_index(slot).map_or(0, |k| (if moe_layer { self.moe } else { self.dense })[k])
     }
 
     /// Bytes per token that `n` adapted modules reading a `width`-wide input save: their input
@@ -221,12 +231,26 @@ pub(crate) fn model_states(m: &Model, job: &Job, b: &Bytes) -> ModelStates {
     let dora = lora.is_some_and(|l| l.method == Method::Dora);
     let rank = lora.map_or(0, |l| l.r as u128);
     // Per layer kind: adapter parameters, and the base weights the adapted modules wrap.
+    let _ = rank;
     let per_layer = |moe: bool| -> (u128, u128) {
         res.adapted.iter().filter(|a| a.moe_layer == moe && a.slot != Slot::Outside).fold((0, 0), |(p, w), a| {
-            let own = rank * (a.din + a.dout) as u128 + if dora { a.dout as u128 } else { 0 };
-            (p + own, w + (a.din * a.dout) as u128)
+            let own = (a.rank * a.experts) as u128 * (a.din + a.dout) as u128 + if dora { a.dout as u128 } else { 0 };
+            (p + own, w + (a.experts * a.din * a.dout) as u128)
         })
     };
+    // Parameter targets (fused experts, router) compute with W + ΔW built by a parametrization
+    // (peft lora.ParamWrapper `_activate_lora`: einsum of the adapters, added to the weight): the
+    // merged weight requires grad, so the expert matmuls save it for backward, in the compute
+    // dtype, and its gradient is a full-size temporary in backward.
+    let merged: u128 =
+        res.adapted.iter().filter(|a| matches!(a.slot, Slot::Experts | Slot::Router)).map(|a| (a.experts * a.din * a.dout) as u128).sum();
+    let merged_largest: u128 = res
+        .adapted
+        .iter()
+        .filter(|a| matches!(a.slot, Slot::Experts | Slot::Router))
+        .map(|a| (a.experts * a.din * a.dout) as u128)
+        .max()
+        .unwrap_or(0);
     let (dense, moe) = (per_layer(false), per_layer(true));
     let frozen_matmul = |i: u64| -> u128 {
         m.layer_inventory(i).iter().filter(|t| matches!(t.role, Role::Linear | Role::Experts | Role::Router)).map(|t| t.numel as u128).sum()
@@ -251,6 +275,9 @@ pub(crate) fn model_states(m: &Model, job: &Job, b: &Bytes) -> ModelStates {
             // base_result): `weight.to(x.dtype)` of each wrapped base weight feeds
             // F.linear(dropout(x), weight), which saves it (a half copy under autocast).
             c += input * wrapped;
+        }
+        if m.is_moe_layer(i) {
+            c += merged * b.e;
         }
         layer_casts.push(c);
         layer_grads.push(4 * params);
@@ -307,7 +334,9 @@ pub(crate) fn model_states(m: &Model, job: &Job, b: &Bytes) -> ModelStates {
         states,
         head_cast,
         casts,
-        layer_grad_tmp: layer_grads.iter().map(|g| if b.amp { g / 2 } else { 0 }).collect(),
+        layer_grad_tmp: (0..m.layers)
+            .map(|i| if b.amp { layer_grads[i as usize] / 2 } else { 0 } + if m.is_moe_layer(i) { merged_largest * b.e } else { 0 })
+            .collect(),
         layer_grads,
         layer_casts,
         head_grad: if head_trained { v * ed * copy } else { 0 },
