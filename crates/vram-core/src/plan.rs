@@ -169,7 +169,110 @@ pub struct Prepared<'a> {
 
 /// Search the layouts.
 pub fn search(req: &PlanRequest) -> Result<PlanResult> {
+    if req.job.lora.is_some() {
+        return lora_search(req);
+    }
     Ok(prepare(req)?.run())
+}
+
+/// LoRA / QLoRA layouts: the frozen base replicated on every GPU (DDP) or sharded as loaded
+/// (FSDP full_shard, shard_grad_op, hybrid across nodes), with and without checkpointing; for
+/// each, the largest micro-batch dividing the per-GPU batch that fits, by the parallel estimator
+/// itself (`estimate_parallel`: the same numbers `vram estimate --gpus N` prints). The frozen
+/// base has no weight gradients, so a step costs 4·N FLOPs per token (forward and input
+/// gradients; 6·N with recomputation) plus attention; FSDP all-gathers the stored base for
+/// every micro-batch's forward and backward, DDP all-reduces the adapters' gradients once.
+fn lora_search(req: &PlanRequest) -> Result<PlanResult> {
+    validate_request(req)?;
+    let (m, job) = (req.model, req.job);
+    let global = global_batch(req)?;
+    if global % req.gpus != 0 {
+        return Err(bad(
+            "global batch size",
+            &global.to_string(),
+            &format!("must be a multiple of the {} GPUs: LoRA layouts are data parallel", req.gpus),
+        ));
+    }
+    let per_rank = global / req.gpus;
+    let budget = (req.gpu.memory as f64 * req.target) as u64;
+    let base = Parallel { gpus: req.gpus, gpus_per_node: req.gpus_per_node.min(req.gpus), ..Parallel::single() };
+    let mut layouts = vec![Parallel { engine: Engine::Ddp, ..base.clone() }];
+    if req.gpus > 1 {
+        for f in [FsdpStrategy::FullShard, FsdpStrategy::ShardGradOp] {
+            layouts.push(Parallel { engine: Engine::Fsdp, fsdp: f, ..base.clone() });
+        }
+        if req.gpus > req.gpus_per_node {
+            layouts.push(Parallel { engine: Engine::Fsdp, fsdp: FsdpStrategy::HybridShard, ..base.clone() });
+        }
+    }
+    layouts.retain(|p| req.only.is_none_or(|e| e == p.engine));
+    let states = crate::memory::lora_states(m, job);
+    let active = active_params(m, &Counts::of(m));
+    let peak = req.gpu.tflops_16bit.max(1.0) * 1e12 * req.throughput.mfu;
+    let bw = if req.gpus > req.gpus_per_node { req.throughput.inter_node_gbps } else { req.throughput.intra_node_gbps } * 1e9;
+    let (mut evaluated, mut fitting, mut plans) = (0u64, 0u64, Vec::new());
+    for par in &layouts {
+        for ck in [Checkpointing::None, Checkpointing::Full] {
+            let mut best: Option<(u64, u64)> = None;
+            for mb in micro_batch_options(per_rank) {
+                evaluated += 1;
+                let accum = per_rank / mb;
+                let j = Job { batch: mb, checkpointing: ck, grad_accum: accum, ..job.clone() };
+                let total = crate::parallel::estimate_parallel(m, &j, par, accum)?.total;
+                if total > budget {
+                    break; // memory grows with the micro-batch
+                }
+                best = Some((mb, total));
+            }
+            let Some((mb, total)) = best else { continue };
+            fitting += 1;
+            let accum = per_rank / mb;
+            let tokens = global as f64 * job.seq as f64;
+            let recompute = if ck == Checkpointing::Full { 6.0 } else { 4.0 };
+            let attn = 6.0 * m.layers as f64 * job.seq as f64 * m.q_dim() as f64;
+            let compute = (recompute * active + attn) * tokens / (req.gpus as f64 * peak);
+            let comm = match par.engine {
+                // Forward and backward all-gathers of the stored base, per micro-batch (a third
+                // under recomputation), hidden behind compute by the overlap share.
+                Engine::Fsdp if par.fsdp != FsdpStrategy::NoShard => {
+                    let passes = accum as f64 * if ck == Checkpointing::Full { 3.0 } else { 2.0 };
+                    collective(passes, states.base as f64, req.gpus, bw, req.throughput.dp_overlap)
+                }
+                _ => collective(2.0, states.trainable as f64, req.gpus, bw, req.throughput.dp_overlap),
+            };
+            let step = compute + comm;
+            let reason = format!(
+                "{}{}: micro-batch {mb} × {accum} accumulation; frozen base {}",
+                match par.engine {
+                    Engine::Fsdp => format!("FSDP {}", par.fsdp.describe()),
+                    _ => "DDP (base replicated)".to_string(),
+                },
+                if ck == Checkpointing::Full { " + checkpointing" } else { "" },
+                if par.engine == Engine::Fsdp { "sharded as loaded" } else { "on every GPU" },
+            );
+            plans.push(Plan {
+                parallel: par.clone(),
+                micro_batch: mb,
+                grad_accum: accum,
+                checkpointing: ck,
+                per_gpu_bytes: total,
+                step_seconds: step,
+                tokens_per_second: tokens / step,
+                global_batch: global,
+                reason,
+            });
+        }
+    }
+    plans.sort_by(|a, b| b.tokens_per_second.total_cmp(&a.tokens_per_second));
+    plans.truncate(req.keep.max(1));
+    Ok(PlanResult {
+        evaluated,
+        fitting,
+        global_batch: global,
+        global_tokens: global as f64 * job.seq as f64,
+        top: plans,
+        throughput: req.throughput,
+    })
 }
 
 /// Validate the request and precompute what every configuration shares.
@@ -205,11 +308,11 @@ pub fn prepare<'a>(req: &PlanRequest<'a>) -> Result<Prepared<'a>> {
 
 fn validate_request(req: &PlanRequest) -> Result<()> {
     req.job.validate()?;
-    if req.job.lora.is_some() {
+    if req.job.lora.is_some() && matches!(req.only, Some(Engine::DeepSpeed | Engine::Megatron)) {
         return Err(bad(
             "peft",
             "lora",
-            "plan searches full fine-tuning layouts; for LoRA/QLoRA estimate a layout with `vram estimate --peft lora --gpus N` (DDP, or --fsdp full_shard) or find the batch with `vram fit --peft lora`",
+            "LoRA layouts are planned for DDP and FSDP; DeepSpeed and Megatron layouts of a frozen base are not modelled",
         ));
     }
     if req.gpus == 0 || req.gpus > 1 << 20 || req.gpus_per_node == 0 || req.gpus_per_node > 1 << 20 {

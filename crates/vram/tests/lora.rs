@@ -70,7 +70,8 @@ fn bad_combinations_name_the_fix() {
     assert!(run(&["--peft", "lora", "--lora-dropout", "1.5"]).contains("probability"));
     assert!(run(&["--peft", "lora", "--lora-modules-to-save", "mlp"]).contains("embed_tokens"));
     assert!(run(&["--peft", "lora", "--gpus", "2", "--zero", "3"]).contains("--fsdp full_shard"));
-    assert!(fails(&["plan", "-m", "llama-3.2-1b", "--peft", "lora", "--gpus", "8", "--gpu", "h100"], 2).contains("vram fit --peft lora"));
+    assert!(fails(&["plan", "-m", "llama-3.2-1b", "--peft", "lora", "--gpus", "8", "--gpu", "h100", "--emit", "deepspeed"], 2)
+        .contains("DDP and FSDP"));
     // An architecture peft has no default for needs explicit targets, as peft says.
     let e = fails(&["estimate", "-m", "phi-3-mini", "--peft", "lora"], 2);
     assert!(e.contains("--lora-target-modules all-linear") && e.contains("qkv_proj"), "{e}");
@@ -181,4 +182,66 @@ fn vllm_enable_lora_reserves_its_slots() {
     assert!(fails(&[&base[..], &["--max-loras", "4"]].concat(), 2).contains("need --enable-lora"));
     assert!(fails(&[&base[..], &["--enable-lora", "--max-lora-rank", "24"]].concat(), 2).contains("one of 1, 8, 16"));
     assert!(fails(&["serve", "-m", "mixtral-8x7b", "-g", "h100", "--enable-lora"], 2).contains("MoE"));
+}
+
+#[test]
+fn plan_searches_lora_layouts_with_the_parallel_estimator() {
+    let v = json(&["plan", "-m", "llama-3.1-70b", "--peft", "lora", "--load-in-4bit", "--gpus", "8", "--gpu", "h100", "-s", "2048"]);
+    let top = v["plans"].as_array().unwrap();
+    assert!(!top.is_empty(), "{v}");
+    for p in top {
+        let par = &p["parallel"];
+        let engine = par["engine"].as_str().unwrap();
+        assert!(engine == "ddp" || engine == "fsdp", "{p}");
+        // Each plan's memory is what `vram estimate` prints for the same layout.
+        let mb = p["micro_batch"].as_u64().unwrap().to_string();
+        let accum = p["grad_accum"].as_u64().unwrap().to_string();
+        let mut args = vec![
+            "estimate",
+            "-m",
+            "llama-3.1-70b",
+            "--peft",
+            "lora",
+            "--load-in-4bit",
+            "--gpus",
+            "8",
+            "-s",
+            "2048",
+            "-b",
+            &mb,
+            "--grad-accum",
+            &accum,
+        ];
+        if p["checkpointing"] == "full" {
+            args.extend(["--checkpointing", "full"]);
+        }
+        let strategy;
+        if engine == "fsdp" {
+            strategy = par["fsdp"].as_str().unwrap().to_string();
+            args.extend(["--fsdp", &strategy]);
+        }
+        let e = json(&args);
+        assert_eq!(e["total_bytes"], p["per_gpu_bytes"], "{p}");
+    }
+    let cmd = util::vram()
+        .args([
+            "plan",
+            "-m",
+            "llama-3.1-70b",
+            "--peft",
+            "lora",
+            "--load-in-4bit",
+            "--gpus",
+            "8",
+            "--gpu",
+            "h100",
+            "-s",
+            "2048",
+            "--emit",
+            "torchrun",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&cmd.stdout);
+    assert!(text.contains("--use_peft") && text.contains("--load_in_4bit"), "{text}");
 }

@@ -103,6 +103,43 @@ pub fn accelerate(plan: &Plan, job: &Job) -> String {
     y
 }
 
+/// TRL's spelling of a LoRA/QLoRA job (`--use_peft --lora_r 16 …`), empty for full fine-tuning;
+/// under FSDP a 4-bit base is stored as bf16 so FSDP can shard it.
+fn peft_flags(job: &Job, fsdp: bool) -> String {
+    let Some(l) = &job.lora else { return String::new() };
+    let mut c = format!(" --use_peft --lora_r {} --lora_alpha {}", l.r, l.alpha);
+    if l.dropout > 0.0 {
+        c += &format!(" --lora_dropout {}", l.dropout);
+    }
+    if l.method == vram_core::peft::Method::Dora {
+        c += " --use_dora";
+    }
+    match &l.targets {
+        vram_core::peft::Targets::Default => {}
+        vram_core::peft::Targets::AllLinear => c += " --lora_target_modules all-linear",
+        vram_core::peft::Targets::Names(n) => c += &format!(" --lora_target_modules {}", n.join(" ")),
+    }
+    if !l.modules_to_save.is_empty() {
+        c += &format!(" --lora_modules_to_save {}", l.modules_to_save.join(" "));
+    }
+    if let Some(vram_core::peft::BaseWeights::Bnb4 { quant_type, nested, storage, .. }) = job.base {
+        c +=
+            &format!(" --load_in_4bit --bnb_4bit_quant_type {}", if quant_type == vram_core::peft::QuantType::Nf4 { "nf4" } else { "fp4" });
+        if nested {
+            c += " --use_bnb_nested_quant";
+        }
+        // FSDP flattens and shards parameters of one float dtype: FSDP-QLoRA stores the packed
+        // 4-bit weights as bf16 (answer.ai fsdp_qlora; transformers bnb_4bit_quant_storage).
+        if storage == vram_core::DType::BF16 || fsdp {
+            c += " --bnb_4bit_quant_storage bfloat16";
+        }
+    }
+    if matches!(job.base, Some(vram_core::peft::BaseWeights::Bnb8 { .. })) {
+        c += " --load_in_8bit";
+    }
+    c
+}
+
 /// The launch command (`torchrun`), for an HF Trainer script or Megatron's pretrain_gpt.py.
 pub fn torchrun(plan: &Plan, job: &Job) -> String {
     let par = &plan.parallel;
@@ -140,6 +177,7 @@ pub fn torchrun(plan: &Plan, job: &Job) -> String {
             if plan.checkpointing != Checkpointing::None {
                 c += " --gradient_checkpointing";
             }
+            c += &peft_flags(job, par.engine == Engine::Fsdp);
             match par.engine {
                 Engine::DeepSpeed => c += " --deepspeed ds_config.json",
                 Engine::Fsdp => {
