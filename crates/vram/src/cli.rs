@@ -443,9 +443,10 @@ pub struct TuneArgs {
 #[derive(Debug, Args)]
 #[command(after_help = crate::errors::EXIT_HELP)]
 pub struct ServeArgs {
-    /// A preset, a config.json, a model directory, a Hub id (`org/name`) or a `.gguf` file.
+    /// A preset, a config.json, a model directory, a Hub id (`org/name`) or a `.gguf` file
+    /// (or name it inside a pasted command after `--`).
     #[arg(long, short = 'm')]
-    pub model: String,
+    pub model: Option<String>,
     /// Estimate an unknown or unsupported architecture as a Llama-style decoder (marked APPROXIMATE).
     #[arg(long)]
     pub approximate_architecture: bool,
@@ -532,6 +533,19 @@ pub struct ServeArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// A real launch command pasted after `--`, read as its engine reads it: `vllm serve MODEL …`,
+    /// `python -m vllm.entrypoints.openai.api_server --model MODEL …`, `llama-server -m FILE …`.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+/// Parses `vram serve` arguments on their own (a pasted command translated into them).
+#[derive(Debug, clap::Parser)]
+#[command(name = "vram serve")]
+pub struct ServeOnly {
+    /// The arguments.
+    #[command(flatten)]
+    pub args: ServeArgs,
 }
 
 /// `--global-batch-size`: a positive number of sequences, at most [`MAX_GLOBAL_BATCH`].

@@ -4,6 +4,7 @@ pub mod estimate;
 pub mod fit;
 pub mod lists;
 pub mod measure;
+mod paste;
 pub mod plan;
 pub mod serve;
 

@@ -14,14 +14,26 @@ use crate::resolve;
 
 /// Pick the engine from the model file, resolve, compute, render.
 pub fn run(a: &ServeArgs) -> Result<()> {
-    let path = std::path::Path::new(&a.model);
-    let gguf = a.model.to_ascii_lowercase().ends_with(".gguf") || (path.is_file() && crate::source::local::is_gguf(path));
+    if !a.command.is_empty() {
+        let p = super::paste::translate(a)?;
+        return run_with(&p.args, &p.notes);
+    }
+    run_with(a, &[])
+}
+
+fn run_with(a: &ServeArgs, pasted: &[String]) -> Result<()> {
+    let model = a.model.as_deref().ok_or_else(|| UsageError("--model is required (or paste a launch command after `--`)".into()))?;
+    let path = std::path::Path::new(model);
+    let gguf = model.to_ascii_lowercase().ends_with(".gguf") || (path.is_file() && crate::source::local::is_gguf(path));
     reject_other_engines_flags(a, gguf)?;
     if gguf {
-        let s = llama_cpp(a, path)?;
+        let mut s = llama_cpp(a, path)?;
+        s.notes = pasted.to_vec();
         show(a.json, || render::serve::llama_cpp_json(&s), || render::serve::llama_cpp_text(&s))
     } else {
-        let s = vllm(a, crate::source::load_model(&a.model, vram_core::ParseOptions { approximate_unknown: a.approximate_architecture })?)?;
+        let mut s =
+            vllm(a, crate::source::load_model(model, vram_core::ParseOptions { approximate_unknown: a.approximate_architecture })?)?;
+        s.report.notes.splice(0..0, pasted.iter().cloned());
         show(a.json, || render::serve::vllm_json(&s), || render::serve::vllm_text(&s))
     }
 }
@@ -225,6 +237,8 @@ pub struct LlamaCppServe {
     pub offload_table: Vec<OffloadRow>,
     /// For MoE files without `-ot`: for each `--n-cpu-moe`, the GPU total and the longest context.
     pub moe_table: Vec<MoeRow>,
+    /// How a pasted command was read.
+    pub notes: Vec<String>,
 }
 
 /// One row of the `--n-cpu-moe` table, at the given `--n-gpu-layers` and `--ctx-size`.
@@ -287,7 +301,7 @@ pub fn llama_cpp(a: &ServeArgs, path: &std::path::Path) -> Result<LlamaCppServe>
     let plan = llama_cpp_with(&gguf, &hparams, &config, &overrides)?;
     let offload_table = offload_table(&gguf, &hparams, &config, &overrides, g.memory)?;
     let moe_table = if overrides.tensor.is_empty() { moe_table(&gguf, &hparams, &config, g.memory)? } else { Vec::new() };
-    Ok(LlamaCppServe { file, gguf, hparams, gpu: g, config, overrides, plan, offload_table, moe_table })
+    Ok(LlamaCppServe { file, gguf, hparams, gpu: g, config, overrides, plan, offload_table, moe_table, notes: Vec::new() })
 }
 
 /// `-ot` values in order, then `--cpu-moe` (all layers, so it wins over `--n-cpu-moe`).

@@ -162,6 +162,9 @@ pub fn vllm_json(s: &VllmServe) -> Value {
 pub fn llama_cpp_text(s: &LlamaCppServe) -> String {
     let (g, hp, p, c) = (&s.gguf, &s.hparams, &s.plan, &s.config);
     let mut out = String::new();
+    for n in &s.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
     let _ = writeln!(
         out,
         "{} — GGUF v{} · {} · {} · {} tensors, {} GiB ({:.2} GB)",
@@ -309,6 +312,7 @@ pub fn llama_cpp_json(s: &LlamaCppServe) -> Value {
     json!({
         "vram_version": env!("CARGO_PKG_VERSION"),
         "engine": "llama.cpp",
+        "notes": s.notes,
         "file": s.file,
         "gguf": {
             "version": s.gguf.version,

@@ -1,0 +1,285 @@
+//! `vram serve -g GPU -- <a real launch command>`: read a pasted `vllm serve …`,
+//! `python -m vllm.entrypoints.openai.api_server …` or `llama-server …` command line as the
+//! engine reads it, so nobody translates flags. Every flag is accounted for: read, ignored
+//! because it changes no memory (listed), or refused because it changes memory in a way vram
+//! does not model. Flags nobody knows are listed too, never dropped silently.
+
+use anyhow::Result;
+use clap::Parser;
+
+use crate::cli::{ServeArgs, ServeOnly};
+use crate::errors::UsageError;
+
+/// A pasted command translated to `vram serve` arguments, with what was set aside.
+pub struct Pasted {
+    /// The arguments `vram serve` runs with.
+    pub args: ServeArgs,
+    /// Notes for the output: the engine read, flags ignored, flags not understood.
+    pub notes: Vec<String>,
+}
+
+/// vLLM flags vram reads, as `vram serve` spells them (its own spelling is vLLM's).
+const VLLM_VALUE: &[(&str, &str)] = &[
+    ("--tensor-parallel-size", "--tensor-parallel-size"),
+    ("-tp", "--tensor-parallel-size"),
+    ("--max-model-len", "--max-model-len"),
+    ("--gpu-memory-utilization", "--gpu-memory-utilization"),
+    ("--dtype", "--dtype"),
+    ("--quantization", "--quantization"),
+    ("-q", "--quantization"),
+    ("--kv-cache-dtype", "--kv-cache-dtype"),
+    ("--block-size", "--block-size"),
+    ("--max-num-batched-tokens", "--max-num-batched-tokens"),
+    ("--max-num-seqs", "--max-num-seqs"),
+    ("--max-loras", "--max-loras"),
+    ("--max-lora-rank", "--max-lora-rank"),
+    ("--max-cpu-loras", "--max-cpu-loras"),
+];
+const VLLM_FLAG: &[&str] = &["--enforce-eager", "--enable-lora"];
+/// vLLM flags that change no GPU memory vram accounts (network, logging, tokenizer, templates,
+/// loading sources; CUDA graphs are outside vLLM's budget and said in every report).
+const VLLM_NO_MEMORY: &[&str] = &[
+    "--host",
+    "--port",
+    "--served-model-name",
+    "--api-key",
+    "--tokenizer",
+    "--tokenizer-mode",
+    "--revision",
+    "--code-revision",
+    "--tokenizer-revision",
+    "--download-dir",
+    "--load-format",
+    "--seed",
+    "--chat-template",
+    "--response-role",
+    "--uvicorn-log-level",
+    "--tool-call-parser",
+    "--reasoning-parser",
+    "--generation-config",
+    "--root-path",
+    "--ssl-keyfile",
+    "--ssl-certfile",
+    "--max-log-len",
+    "--swap-space",
+    "--max-seq-len-to-capture",
+    "--compilation-config",
+    "-O",
+    "--hf-overrides",
+    "--distributed-executor-backend",
+];
+const VLLM_NO_MEMORY_FLAG: &[&str] = &[
+    "--trust-remote-code",
+    "--disable-log-requests",
+    "--disable-log-stats",
+    "--enable-auto-tool-choice",
+    "--enable-prefix-caching",
+    "--no-enable-prefix-caching",
+    "--enable-chunked-prefill",
+    "--disable-frontend-multiprocessing",
+    "--disable-custom-all-reduce",
+];
+/// vLLM flags that change memory in ways vram does not model yet: refused by name.
+const VLLM_UNMODELLED: &[&str] = &[
+    "--pipeline-parallel-size",
+    "-pp",
+    "--cpu-offload-gb",
+    "--kv-cache-memory-bytes",
+    "--speculative-config",
+    "--enable-expert-parallel",
+    "--limit-mm-per-prompt",
+    "--max-model-len-auto",
+];
+
+/// llama.cpp (`llama-server`, `llama-cli`) flags vram reads.
+const LLAMA_VALUE: &[(&str, &str)] = &[
+    ("-m", "-m"),
+    ("--model", "-m"),
+    ("-ngl", "--n-gpu-layers"),
+    ("--n-gpu-layers", "--n-gpu-layers"),
+    ("--gpu-layers", "--n-gpu-layers"),
+    ("-c", "--ctx-size"),
+    ("--ctx-size", "--ctx-size"),
+    ("-np", "--parallel"),
+    ("--parallel", "--parallel"),
+    ("-ub", "--ubatch-size"),
+    ("--ubatch-size", "--ubatch-size"),
+    ("--n-cpu-moe", "--n-cpu-moe"),
+    ("-ncmoe", "--n-cpu-moe"),
+    ("-ot", "--override-tensor"),
+    ("--override-tensor", "--override-tensor"),
+];
+const LLAMA_FLAG: &[(&str, &str)] = &[("--cpu-moe", "--cpu-moe"), ("-cmoe", "--cpu-moe")];
+const LLAMA_NO_MEMORY: &[&str] = &[
+    "--host",
+    "--port",
+    "-t",
+    "--threads",
+    "-a",
+    "--alias",
+    "--api-key",
+    "--chat-template",
+    "-s",
+    "--seed",
+    "--temp",
+    "-n",
+    "--n-predict",
+];
+const LLAMA_NO_MEMORY_FLAG: &[&str] = &["--jinja", "--verbose", "-v", "--mlock", "--no-mmap", "--metrics", "--cont-batching", "--no-webui"];
+const LLAMA_UNMODELLED: &[&str] =
+    &["-ts", "--tensor-split", "-sm", "--split-mode", "-ctk", "-ctv", "--cache-type-k", "--cache-type-v", "-b", "--batch-size"];
+
+enum Engine {
+    Vllm,
+    LlamaCpp,
+}
+
+/// Translate `a.command` (the tokens after `--`) into `vram serve` arguments.
+pub fn translate(a: &ServeArgs) -> Result<Pasted> {
+    let cmd = &a.command;
+    if a.model.is_some() {
+        return Err(UsageError("give the model either with --model or inside the pasted command, not both".into()).into());
+    }
+    let (engine, rest, mut model) = recognise(cmd)?;
+    let mut out: Vec<String> = Vec::new();
+    let (mut ignored, mut unknown) = (Vec::new(), Vec::new());
+    let mut i = 0;
+    while i < rest.len() {
+        let tok = rest[i].as_str();
+        let (flag, inline) = match tok.split_once('=') {
+            Some((f, v)) if f.starts_with('-') => (f, Some(v.to_string())),
+            _ => (tok, None),
+        };
+        let next = |i: &mut usize| -> Result<String> {
+            if let Some(v) = &inline {
+                return Ok(v.clone());
+            }
+            *i += 1;
+            rest.get(*i).cloned().ok_or_else(|| UsageError(format!("{flag} in the pasted command has no value")).into())
+        };
+        if !flag.starts_with('-') {
+            if model.is_none() && matches!(engine, Engine::Vllm) {
+                model = Some(flag.to_string());
+            } else {
+                unknown.push(flag.to_string());
+            }
+            i += 1;
+            continue;
+        }
+        match engine {
+            Engine::Vllm => {
+                if flag == "--model" {
+                    model = Some(next(&mut i)?);
+                } else if let Some((_, ours)) = VLLM_VALUE.iter().find(|(f, _)| *f == flag) {
+                    out.extend([ours.to_string(), next(&mut i)?]);
+                } else if VLLM_FLAG.contains(&flag) {
+                    out.push(flag.to_string());
+                } else if VLLM_NO_MEMORY.contains(&flag) {
+                    ignored.push(format!("{flag} {}", next(&mut i)?));
+                } else if VLLM_NO_MEMORY_FLAG.contains(&flag) {
+                    ignored.push(flag.to_string());
+                } else if let Some(f) = VLLM_UNMODELLED.iter().find(|f| **f == flag) {
+                    let v = next(&mut i)?;
+                    if !(matches!(*f, "--pipeline-parallel-size" | "-pp" | "--cpu-offload-gb") && (v == "1" || v == "0")) {
+                        return Err(UsageError(format!(
+                            "the pasted vLLM command sets {f} {v}, which changes memory in a way vram does not model yet; drop it to see the rest"
+                        ))
+                        .into());
+                    }
+                    ignored.push(format!("{f} {v} (the default)"));
+                } else {
+                    unknown.push(with_value(flag, inline.as_deref(), &rest, &mut i));
+                }
+            }
+            Engine::LlamaCpp => {
+                if let Some((_, ours)) = LLAMA_VALUE.iter().find(|(f, _)| *f == flag) {
+                    let v = next(&mut i)?;
+                    if *ours == "-m" {
+                        model = Some(v);
+                    } else {
+                        out.extend([ours.to_string(), v]);
+                    }
+                } else if let Some((_, ours)) = LLAMA_FLAG.iter().find(|(f, _)| *f == flag) {
+                    out.push(ours.to_string());
+                } else if LLAMA_NO_MEMORY.contains(&flag) {
+                    ignored.push(format!("{flag} {}", next(&mut i)?));
+                } else if LLAMA_NO_MEMORY_FLAG.contains(&flag) {
+                    ignored.push(flag.to_string());
+                } else if LLAMA_UNMODELLED.contains(&flag) {
+                    return Err(UsageError(format!(
+                        "the pasted llama.cpp command sets {flag}, which changes memory in a way vram does not model yet; drop it to see the rest"
+                    ))
+                    .into());
+                } else {
+                    unknown.push(with_value(flag, inline.as_deref(), &rest, &mut i));
+                }
+            }
+        }
+        i += 1;
+    }
+    let model =
+        model.ok_or_else(|| UsageError("the pasted command names no model (vllm serve MODEL, --model, llama-server -m FILE)".into()))?;
+    let mut argv: Vec<String> = vec!["serve".into(), "--model".into(), model, "--gpu".into(), a.gpu.clone()];
+    if a.json {
+        argv.push("--json".into());
+    }
+    for (flag, v) in [("--non-torch-memory", &a.non_torch_memory), ("--cuda-context", &a.cuda_context)] {
+        if let Some(v) = v {
+            argv.extend([flag.to_string(), v.clone()]);
+        }
+    }
+    argv.extend(out);
+    let args = ServeOnly::try_parse_from(&argv).map_err(|e| UsageError(format!("the pasted command does not translate: {e}")))?.args;
+    let mut notes = vec![format!(
+        "read from the pasted {} command: {}",
+        if matches!(engine, Engine::Vllm) { "vLLM" } else { "llama.cpp" },
+        argv[1..].iter().filter(|s| *s != "--json").cloned().collect::<Vec<_>>().join(" ")
+    )];
+    if !ignored.is_empty() {
+        notes.push(format!("ignored (no effect on GPU memory): {}", ignored.join(", ")));
+    }
+    if !unknown.is_empty() {
+        notes.push(format!("NOT UNDERSTOOD, so not modelled (check they change no memory): {}", unknown.join(", ")));
+    }
+    Ok(Pasted { args, notes })
+}
+
+/// An unknown flag with the value that follows it, if one does (`--foo 3`, `--foo=3`).
+fn with_value(flag: &str, inline: Option<&str>, rest: &[String], i: &mut usize) -> String {
+    if let Some(v) = inline {
+        return format!("{flag}={v}");
+    }
+    match rest.get(*i + 1) {
+        Some(v) if !v.starts_with('-') => {
+            *i += 1;
+            format!("{flag} {v}")
+        }
+        _ => flag.to_string(),
+    }
+}
+
+/// Which engine the command launches, the tokens after the program, and a model given positionally.
+fn recognise(cmd: &[String]) -> Result<(Engine, Vec<String>, Option<String>)> {
+    let prog = |s: &str| s.rsplit('/').next().unwrap_or(s).to_string();
+    let first = cmd.first().map(|s| prog(s)).unwrap_or_default();
+    match first.as_str() {
+        "vllm" if cmd.get(1).map(String::as_str) == Some("serve") => Ok((Engine::Vllm, cmd[2..].to_vec(), None)),
+        "python" | "python3" if cmd.get(1).map(String::as_str) == Some("-m") => match cmd.get(2).map(String::as_str) {
+            Some("vllm.entrypoints.openai.api_server") => Ok((Engine::Vllm, cmd[3..].to_vec(), None)),
+            Some(m) if m.starts_with("sglang") => {
+                Err(UsageError("SGLang's memory accounting is not modelled yet: vram serve reproduces vLLM and llama.cpp".into()).into())
+            }
+            Some(m) => Err(UsageError(format!("`python -m {m}` is not a serving command vram knows (vllm.entrypoints.openai.api_server)")).into()),
+            None => Err(UsageError("the pasted command stops after `python -m`".into()).into()),
+        },
+        "llama-server" | "llama-cli" => Ok((Engine::LlamaCpp, cmd[1..].to_vec(), None)),
+        "ollama" => Err(UsageError(
+            "Ollama is not read from its command line yet: point vram serve at the model's .gguf file with -c/--ctx-size (Ollama's num_ctx)".into(),
+        )
+        .into()),
+        other => Err(UsageError(format!(
+            "`{other}` is not a serving command vram knows: paste `vllm serve MODEL …`, `python -m vllm.entrypoints.openai.api_server --model MODEL …` or `llama-server -m FILE …`"
+        ))
+        .into()),
+    }
+}

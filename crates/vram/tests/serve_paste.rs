@@ -1,0 +1,130 @@
+//! `vram serve -g GPU -- <launch command>`: a pasted vLLM or llama.cpp command is read as the
+//! engine reads it; every flag is read, listed as ignored, refused, or listed as not understood.
+
+mod util;
+
+use util::{fails, json};
+
+/// `json` for a pasted command: `--json` goes before the `--` (after it, it would be the engine's).
+fn pasted(args: &[&str]) -> serde_json::Value {
+    let k = args.iter().position(|a| *a == "--").expect("a pasted command");
+    let out = util::vram().args(&args[..k]).arg("--json").args(&args[k..]).output().expect("runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("valid JSON")
+}
+
+#[test]
+fn a_pasted_vllm_command_equals_the_same_flags_given_to_vram() {
+    let pasted = pasted(&[
+        "serve",
+        "-g",
+        "h100",
+        "--",
+        "vllm",
+        "serve",
+        "qwen2.5-7b",
+        "--tensor-parallel-size",
+        "2",
+        "--max-model-len",
+        "16384",
+        "--gpu-memory-utilization=0.85",
+        "--port",
+        "8000",
+        "--trust-remote-code",
+        "--enable-lora",
+        "--max-lora-rank",
+        "32",
+        "--some-new-flag",
+        "7",
+    ]);
+    let direct = json(&[
+        "serve",
+        "-m",
+        "qwen2.5-7b",
+        "-g",
+        "h100",
+        "--tensor-parallel-size",
+        "2",
+        "--max-model-len",
+        "16384",
+        "--gpu-memory-utilization",
+        "0.85",
+        "--enable-lora",
+        "--max-lora-rank",
+        "32",
+    ]);
+    let (p, d) = (&pasted["gpus"][0], &direct["gpus"][0]);
+    for k in ["weights_bytes", "activation_peak_bytes", "kv_cache_bytes", "num_kv_blocks", "lora_slots_bytes"] {
+        assert_eq!(p[k], d[k], "{k}");
+    }
+    let notes = pasted.to_string();
+    assert!(notes.contains("ignored (no effect on GPU memory): --port 8000, --trust-remote-code"), "{notes}");
+    assert!(notes.contains("NOT UNDERSTOOD") && notes.contains("--some-new-flag 7"), "{notes}");
+}
+
+#[test]
+fn the_openai_entrypoint_and_llama_server_are_read_too() {
+    let v = pasted(&[
+        "serve",
+        "-g",
+        "h100",
+        "--",
+        "python",
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        "llama-3.1-8b",
+        "--max-model-len",
+        "8192",
+    ]);
+    assert_eq!(v["gpus"][0]["max_model_len"], 8192, "{v}");
+}
+
+#[test]
+fn memory_changing_flags_vram_does_not_model_are_refused_by_name() {
+    let e = fails(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--pipeline-parallel-size", "2"], 2);
+    assert!(e.contains("--pipeline-parallel-size 2"), "{e}");
+    // The default value of such a flag changes nothing and is accepted.
+    pasted(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--max-model-len", "8192", "--cpu-offload-gb", "0"]);
+    assert!(fails(&["serve", "-g", "h100", "--", "python", "-m", "sglang.launch_server", "--model-path", "x"], 2).contains("SGLang"));
+    assert!(fails(&["serve", "-g", "h100", "--", "docker", "run", "x"], 2).contains("vllm serve MODEL"));
+    assert!(fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b"], 2).contains("not both"));
+    assert!(fails(&["serve", "-g", "h100", "--", "vllm", "serve", "--port", "8000"], 2).contains("names no model"));
+}
+
+#[path = "../../vram-core/tests/support/gguf_writer.rs"]
+mod gguf_writer;
+#[path = "../../vram-core/tests/support/moe_gguf.rs"]
+mod moe_gguf;
+
+#[test]
+fn a_pasted_llama_server_command_reads_its_short_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny-moe-Q4_K_M.gguf");
+    std::fs::write(&path, moe_gguf::tiny_moe().bytes()).unwrap();
+    std::fs::File::options().write(true).open(&path).unwrap().set_len(16 << 20).unwrap();
+    let p = path.to_str().unwrap();
+    let v = pasted(&[
+        "serve",
+        "-g",
+        "24GiB",
+        "--",
+        "llama-server",
+        "-m",
+        p,
+        "-ngl",
+        "99",
+        "-c",
+        "8192",
+        "-np",
+        "2",
+        "-ncmoe",
+        "3",
+        "--port",
+        "8080",
+    ]);
+    let d = json(&["serve", "-m", p, "-g", "24GiB", "-ngl", "99", "-c", "8192", "-np", "2", "-ncmoe", "3"]);
+    assert_eq!(v["plan"], d["plan"]);
+    assert!(v["notes"].to_string().contains("--port 8080"), "{v}");
+    assert!(fails(&["serve", "-g", "24GiB", "--", "llama-server", "-m", p, "--tensor-split", "1,1"], 2).contains("--tensor-split"));
+}
