@@ -168,6 +168,8 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
         add_activations(&mut bd, layers);
         // Masked scores feeding the softmax, and the 4-D float causal mask eager builds once per forward.
         let mask = if kernel == Kernel::Eager { batch * seq * seq * b.r } else { seq * seq * (1 + e) };
+        // gpt-oss builds a full and a sliding-window 4-D mask (modeling_gpt_oss.py causal_mask_mapping).
+        let mask = if m.attention.sinks && kernel == Kernel::Eager && m.sliding_layers > 0 { 2 * mask } else { mask };
         bd.add(
             FWD_TMP,
             act::forward_transient_sq(m, job, kernel) * sq_elems + mask + ms.dequant,
