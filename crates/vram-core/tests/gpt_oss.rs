@@ -160,3 +160,43 @@ fn incomplete_gpt_oss_configs_are_refused() {
     let err = parse_config(&bytes, "m", "config.json").unwrap_err();
     assert!(matches!(&err, Error::MissingKey { key, .. } if key == "sliding_window"), "{err}");
 }
+
+#[test]
+fn training_phases_match_the_harness_measurements() {
+    // validation/gpt_oss_memory.py: gpt-oss-20b cut to two layers (one sliding, one full), no
+    // quantization_config, eager attention, measured with validation/harness.py (FakeTensorMode,
+    // CUDA's kernel/dtype/allocator choices). The steady-state step's forward and backward peaks
+    // are activation-dominated; each must be within 3% of vram's.
+    use vram_core::{memory::Phase, Checkpointing};
+    let bytes = edited("gpt-oss-20b", |o| {
+        o.insert("num_hidden_layers".into(), 2.into());
+        o.insert("layer_types".into(), serde_json::json!(["sliding_attention", "full_attention"]));
+        o.remove("quantization_config");
+    });
+    let m = parse_config(&bytes, "gpt-oss-2l", "gpt-oss-2l").unwrap();
+    let text = std::fs::read_to_string(root().join("validation/fixtures/gpt_oss_memory.jsonl")).unwrap();
+    let mut worst: f64 = 0.0;
+    let mut n = 0;
+    for line in text.lines().skip(1) {
+        let r: Value = serde_json::from_str(line).unwrap();
+        let job = Job {
+            precision: Precision::parse(r["precision"].as_str().unwrap()).unwrap(),
+            checkpointing: if r["checkpointing"] == true { Checkpointing::Full } else { Checkpointing::None },
+            attention: AttentionImpl::Eager,
+            ..Job::train(r["batch"].as_u64().unwrap(), r["seq"].as_u64().unwrap())
+        };
+        let est = vram_core::estimate(&m, &job).unwrap();
+        let phase = |ps: &[Phase]| est.phases.iter().filter(|p| ps.contains(&p.phase)).map(|p| p.allocated).max().unwrap();
+        let fwd = phase(&[Phase::ForwardAttention, Phase::ForwardEnd]);
+        let bwd = phase(&[Phase::BackwardStart, Phase::Backward, Phase::BackwardEnd]);
+        for (what, ours, measured) in [("forward", fwd, &r["phase_peaks"]["forward1"]), ("backward", bwd, &r["phase_peaks"]["backward1"])] {
+            let measured = measured.as_u64().unwrap();
+            let err = ours as f64 / measured as f64 - 1.0;
+            assert!(err.abs() <= 0.03, "{line}\n{what}: vram {ours} vs measured {measured} ({:+.2}%)", 100.0 * err);
+            worst = worst.max(err.abs());
+            n += 1;
+        }
+    }
+    assert!(n >= 14, "{n} comparisons");
+    eprintln!("gpt-oss phases: worst |error| {:.2}% over {n}", 100.0 * worst);
+}

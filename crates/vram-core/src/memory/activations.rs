@@ -468,12 +468,11 @@ fn per_head(vd: u128, kv_heads: u64) -> u128 {
 /// views of the [S, 2I] projection that the two clamps save (so it stays alive whole: 2 per
 /// element), sigmoid saves its output, `gate * sigmoid` both operands (the clamped gate, the
 /// sigmoid), `(up + 1) * glu` both, and the product is the down projection's saved input.
-fn gpt_oss_gate_per_elem(b: &Bytes) -> u128 {
-    let e = b.e;
-    // [S, 2I] projection (2), clamped gate, sigmoid, glu, up + 1: all in the compute dtype.
-    let gate = 2 * e + 4 * e;
-    // Under LoRA the experts are frozen: the down projection saves no input.
-    gate + if b.lora.is_some() { 0 } else { b.linear_inputs(1, e) }
+/// `x`: bytes of the experts' dtype.
+fn gpt_oss_gate_per_elem(b: &Bytes, x: u128) -> u128 {
+    // [S, 2I] projection (2), clamped gate, sigmoid, glu, up + 1, all in the experts' dtype `x`;
+    // the product is the down projection's input (not saved under LoRA: frozen experts).
+    6 * x + if b.lora.is_some() { 0 } else { x }
 }
 
 /// MLP / MoE saved bytes per token (inputs counted with the norms).
@@ -500,8 +499,17 @@ fn mlp(m: &Model, b: &Bytes, moe_layer: bool) -> u128 {
             } else {
                 b.r
             };
-            let per_elem = if moe.biased { gpt_oss_gate_per_elem(b) } else { per_elem };
-            let routed = k * (gathered * h + per_elem * ei + e * h);
+            let routed = if moe.biased {
+                // gpt-oss experts run in the weights' dtype (fp32 master weights under AMP):
+                // grouped_mm is not autocast-enabled, so transformers casts its input to the weight
+                // dtype instead (integrations/moe.py _grouped_mm). Saved per routed token: that
+                // input, the gate's tensors, and the down output saved by the routing multiply.
+                let x = b.p;
+                let input = if b.lora.is_some() { 0 } else { x };
+                k * (input * h + gpt_oss_gate_per_elem(b, x) * ei + x * h)
+            } else {
+                k * (gathered * h + per_elem * ei + e * h)
+            };
             let shared_i = moe.shared_intermediate as u128;
             let shared = shared_i * per_elem + if moe.shared_gate { e * h + 2 * e } else { 0 };
             let adapted = b.lora.map_or(0, |l| if shared_i > 0 { l.saved(l.count(Slot::MlpOut, true), shared_i) } else { 0 });
@@ -598,9 +606,10 @@ pub fn backward_transient(m: &Model, job: &Job, kernel: Kernel, i: u64) -> (u128
 pub fn forward_transient_sq(m: &Model, job: &Job, kernel: Kernel) -> u128 {
     let b = Bytes::of(m, job);
     if kernel.quadratic() && m.attention.sinks {
-        // gpt-oss eager: at `combined - max` the masked scores, the sink-extended scores and their
-        // shifted copy are alive together (modeling_gpt_oss.py eager_attention_forward).
-        b.e.max(b.r) + 2 * sinks_dtype(&b)
+        // gpt-oss eager (modeling_gpt_oss.py eager_attention_forward): from the softmax to the cast
+        // for @v, the masked scores and the shifted sink-extended scores stay referenced beside the
+        // saved probabilities.
+        b.e.max(b.r) + sinks_dtype(&b)
     } else if kernel.quadratic() {
         b.e.max(b.r)
     } else {
