@@ -36,6 +36,7 @@ pub const KNOWN_MODEL_TYPES: &[&str] = &[
     "olmo2",
     "deepseek_v2",
     "deepseek_v3",
+    "gpt_oss",
 ];
 
 /// Largest dimension accepted from a config (guards absurd or hostile input).
@@ -58,10 +59,6 @@ const UNSUPPORTED: &[(&[&str], &str)] = &[
     (
         &["mamba", "mamba2", "falcon_mamba", "rwkv", "recurrent_gemma", "xlstm", "jamba", "zamba", "zamba2", "bamba", "nemotron_h", "granitemoehybrid", "falcon_h1", "lfm2"],
         "state-space, recurrent and hybrid models are not supported yet: their recurrent state is not a KV cache and their layers are not attention blocks",
-    ),
-    (
-        &["gpt_oss"],
-        "gpt-oss is not supported yet: its experts (num_local_experts, experts_per_token), attention sinks and alternating sliding window are not read, and its experts ship in MXFP4",
     ),
     (
         &["llava", "llava_next", "llava_onevision", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "mllama", "idefics2", "idefics3", "paligemma", "pixtral", "llama4", "clip", "siglip", "vit", "blip-2", "kosmos-2", "phi3_v", "internvl", "chameleon", "gemma3n", "qwen2_5_omni", "smolvlm", "mistral3", "aya_vision", "dinov2", "sam"],
@@ -116,7 +113,12 @@ pub fn parse_config_with(bytes: &[u8], name: &str, file: &str, opts: ParseOption
     m.use_cache = c.bool("use_cache", true)?;
     m.stored_dtype = c.str("torch_dtype").or_else(|| c.str("dtype")).and_then(|s| DType::from_torch_name(&s));
     positions(&c, &mut m)?;
-    if let Some(q) = &quantization {
+    if let Some(q) = quantization.as_ref().filter(|q| q.method == "mxfp4") {
+        warnings.push(format!(
+            "the checkpoint is pre-quantized ({}); inference and serving use the stored quantization; training (full or LoRA) assumes the bf16 weights transformers dequantizes it to (Mxfp4Config(dequantize=True): MXFP4 is not trainable)",
+            q.describe()
+        ));
+    } else if let Some(q) = &quantization {
         warnings.push(format!(
             "the checkpoint is pre-quantized ({}); inference, serving and LoRA (--peft lora: the stored weights are the frozen base) use the stored quantization, while a full-fine-tuning estimate assumes UNQUANTIZED weights in the chosen precision (weight memory overstated)",
             q.describe()
@@ -446,7 +448,15 @@ fn base(name: &str) -> Model {
         embed_dim: 0,
         norm: Norm::RmsNorm,
         block: Block::Sequential,
-        attention: Attention { qkv_bias: false, o_bias: false, fused_qkv: false, qk_norm: QkNorm::None, mla: None, softcap: false },
+        attention: Attention {
+            qkv_bias: false,
+            o_bias: false,
+            fused_qkv: false,
+            qk_norm: QkNorm::None,
+            mla: None,
+            softcap: false,
+            sinks: false,
+        },
         mlp: Mlp { gated: true, fused_gate_up: false, act: Act::Silu, bias: false },
         moe: None,
         final_norm: true,
@@ -493,7 +503,7 @@ fn llama_like(c: &Cfg, name: &str, mt: &str) -> Result<Model> {
     let gemma = mt.starts_with("gemma");
     let default_head_dim = if gemma { 256 } else { m.hidden.checked_div(m.heads).unwrap_or(0) };
     m.head_dim = c.opt(&["head_dim"])?.unwrap_or(default_head_dim);
-    let is_moe_type = matches!(mt, "mixtral" | "qwen2_moe" | "qwen3_moe" | "deepseek_v2" | "deepseek_v3");
+    let is_moe_type = matches!(mt, "mixtral" | "qwen2_moe" | "qwen3_moe" | "deepseek_v2" | "deepseek_v3" | "gpt_oss");
     m.intermediate = match c.opt(&["intermediate_size"])? {
         Some(i) => i,
         None if is_moe_type => 0,
@@ -504,7 +514,8 @@ fn llama_like(c: &Cfg, name: &str, mt: &str) -> Result<Model> {
     m.tied_embeddings = c.bool("tie_word_embeddings", tie_default)?;
     m.attention_dropout = c.dropout(&["attention_dropout"])?;
     m.mlp.act = c.act(&["hidden_activation", "hidden_act"], if gemma { Act::Gelu } else { Act::Silu });
-    let attn_bias = c.bool("attention_bias", false)?;
+    // GptOssConfig defaults attention_bias to true (configuration_gpt_oss.py); the others to false.
+    let attn_bias = c.bool("attention_bias", mt == "gpt_oss")?;
     m.attention.qkv_bias = attn_bias;
     m.attention.o_bias = attn_bias;
     m.mlp.bias = c.bool("mlp_bias", false)?;
@@ -534,6 +545,12 @@ fn llama_like(c: &Cfg, name: &str, mt: &str) -> Result<Model> {
     if mt == "olmo2" {
         m.attention.qk_norm = QkNorm::Full;
         m.block = Block::PostNorm;
+        m.norm = Norm::RmsNormFp32Weight;
+    }
+    if mt == "gpt_oss" {
+        // modeling_gpt_oss.py: GptOssAttention.sinks [heads]; GptOssRMSNorm multiplies the fp32
+        // normalised tensor by its weight before casting back, as OLMo-2's does.
+        m.attention.sinks = true;
         m.norm = Norm::RmsNormFp32Weight;
     }
     if mt == "phi3" {
@@ -580,6 +597,20 @@ fn moe(c: &Cfg, mt: &str, layers: u64) -> Result<Option<Moe>> {
             shared_intermediate: 0,
             shared_gate: false,
             sparse_layers: vec![true; layers as usize],
+            biased: false,
+        },
+        // GptOssConfig (configuration_gpt_oss.py): num_local_experts (alias num_experts),
+        // num_experts_per_tok (the published config also writes experts_per_token), every layer
+        // an MoE block of `intermediate_size` experts. Its class defaults (128 experts, top-4) are
+        // gpt-oss-120b's, so a config without them is refused rather than read as 120b.
+        "gpt_oss" => Moe {
+            experts: c.req(&["num_local_experts", "num_experts"], why)?,
+            top_k: c.req(&["num_experts_per_tok", "experts_per_token"], why)?,
+            expert_intermediate: c.req(&["intermediate_size"], why)?,
+            shared_intermediate: 0,
+            shared_gate: false,
+            sparse_layers: vec![true; layers as usize],
+            biased: true,
         },
         "qwen2_moe" | "qwen3_moe" => {
             let step = c.opt(&["decoder_sparse_step"])?.unwrap_or(1).max(1);
@@ -596,6 +627,7 @@ fn moe(c: &Cfg, mt: &str, layers: u64) -> Result<Option<Moe>> {
                 shared_gate: mt == "qwen2_moe",
                 // modeling_qwen2_moe.py: sparse when not in mlp_only_layers and (i + 1) % step == 0.
                 sparse_layers: (0..layers).map(|i| experts > 0 && !dense.contains(&i) && (i + 1) % step == 0).collect(),
+                biased: false,
             }
         }
         "deepseek_v2" | "deepseek_v3" => {
@@ -611,6 +643,7 @@ fn moe(c: &Cfg, mt: &str, layers: u64) -> Result<Option<Moe>> {
                 shared_gate: false,
                 // modeling_deepseek_v3.py: MoE when i >= first_k_dense_replace and i % moe_layer_freq == 0.
                 sparse_layers: (0..layers).map(|i| experts > 0 && i >= first && i % freq == 0).collect(),
+                biased: false,
             }
         }
         _ => return Ok(None),
@@ -619,11 +652,36 @@ fn moe(c: &Cfg, mt: &str, layers: u64) -> Result<Option<Moe>> {
 }
 
 /// Which layers use a sliding window, from `layer_types`, Gemma's patterns, or a global window.
+///
+/// Only the number of sliding layers is kept, not which ones: activation memory and the KV
+/// cache depend on the count alone (every layer has the same shape), so gpt-oss's and Gemma-2's
+/// alternation (sliding on even layers) is described exactly by `sliding_layers`.
 fn sliding(c: &Cfg, mt: &str, m: &mut Model) -> Result<()> {
-    let window = c.opt(&["sliding_window"])?;
+    let mut window = c.opt(&["sliding_window"])?;
+    if mt == "gpt_oss" && !c.obj.contains_key("sliding_window") {
+        // GptOssConfig.sliding_window defaults to 128 (configuration_gpt_oss.py).
+        window = Some(128);
+    }
     if let Some(Value::Array(types)) = c.get("layer_types") {
+        // transformers validates layer_types against num_hidden_layers (configuration_utils.py
+        // layer_type_validation); gpt-oss knows only these two kinds.
+        let kinds_ok = types.iter().all(|t| matches!(t.as_str(), Some("sliding_attention" | "full_attention")));
+        if mt == "gpt_oss" && (types.len() as u64 != m.layers || !kinds_ok) {
+            return Err(c.bad(
+                "layer_types",
+                &Value::Array(types.clone()),
+                &format!("expected {} entries (num_hidden_layers), each \"sliding_attention\" or \"full_attention\"", m.layers),
+            ));
+        }
         let n = types.iter().filter(|t| t.as_str() == Some("sliding_attention")).count() as u64;
         if n > 0 {
+            if window.is_none() && mt == "gpt_oss" {
+                return Err(Error::MissingKey {
+                    file: c.file.into(),
+                    key: "sliding_window".into(),
+                    why: "size the sliding-window layers that layer_types names (it is null)".into(),
+                });
+            }
             m.sliding_window = window;
             m.sliding_layers = n.min(m.layers);
         }
@@ -634,6 +692,8 @@ fn sliding(c: &Cfg, mt: &str, m: &mut Model) -> Result<()> {
     m.sliding_layers = match mt {
         // Gemma-2 alternates local and global layers, starting with local.
         "gemma2" => m.layers.div_ceil(2),
+        // GptOssConfig without layer_types: layer i slides when (i + 1) % 2 == 1, i.e. even layers.
+        "gpt_oss" => m.layers.div_ceil(2),
         // Gemma-3: every `sliding_window_pattern`-th layer is global (default 6).
         "gemma3" | "gemma3_text" => {
             let p = c.opt(&["sliding_window_pattern"])?.unwrap_or(6).max(1);
@@ -661,7 +721,8 @@ fn gpt2(c: &Cfg, name: &str) -> Result<Model> {
     m.position_embeddings = c.opt(&["n_positions", "max_position_embeddings"])?.unwrap_or(1024);
     m.tied_embeddings = c.bool("tie_word_embeddings", true)?;
     m.norm = Norm::LayerNorm { bias: true };
-    m.attention = Attention { qkv_bias: true, o_bias: true, fused_qkv: true, qk_norm: QkNorm::None, mla: None, softcap: false };
+    m.attention =
+        Attention { qkv_bias: true, o_bias: true, fused_qkv: true, qk_norm: QkNorm::None, mla: None, softcap: false, sinks: false };
     m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["activation_function"], Act::GeluPython), bias: true };
     m.attention_dropout = c.dropout(&["attn_pdrop"])?;
     m.hidden_dropout = c.dropout(&["resid_pdrop"])?;
@@ -681,6 +742,7 @@ fn gpt_neox(c: &Cfg, name: &str) -> Result<Model> {
         qk_norm: QkNorm::None,
         mla: None,
         softcap: false,
+        sinks: false,
     };
     m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["hidden_act"], Act::Gelu), bias: true };
     m.attention_dropout = c.dropout(&["attention_dropout"])?;
@@ -710,7 +772,8 @@ fn falcon(c: &Cfg, name: &str) -> Result<Model> {
         Block::Sequential
     };
     let bias = c.bool("bias", false)?;
-    m.attention = Attention { qkv_bias: bias, o_bias: bias, fused_qkv: true, qk_norm: QkNorm::None, mla: None, softcap: false };
+    m.attention =
+        Attention { qkv_bias: bias, o_bias: bias, fused_qkv: true, qk_norm: QkNorm::None, mla: None, softcap: false, sinks: false };
     m.mlp = Mlp { gated: false, fused_gate_up: false, act: Act::Gelu, bias };
     m.attention_dropout = c.dropout(&["attention_dropout"])?;
     m.hidden_dropout = c.dropout(&["hidden_dropout"])?;
@@ -729,7 +792,8 @@ fn opt(c: &Cfg, name: &str) -> Result<Model> {
     m.tied_embeddings = c.bool("tie_word_embeddings", true)?;
     m.norm = Norm::LayerNorm { bias: c.bool("layer_norm_elementwise_affine", true)? };
     let bias = c.bool("enable_bias", true)?;
-    m.attention = Attention { qkv_bias: bias, o_bias: bias, fused_qkv: false, qk_norm: QkNorm::None, mla: None, softcap: false };
+    m.attention =
+        Attention { qkv_bias: bias, o_bias: bias, fused_qkv: false, qk_norm: QkNorm::None, mla: None, softcap: false, sinks: false };
     m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["activation_function"], Act::Relu), bias };
     m.final_norm = c.bool("do_layer_norm_before", true)? && !c.bool("_remove_final_layer_norm", false)?;
     m.attention_dropout = c.dropout(&["attention_dropout"])?;
@@ -745,7 +809,7 @@ fn phi(c: &Cfg, name: &str) -> Result<Model> {
     m.norm = Norm::LayerNorm { bias: true };
     m.block = Block::Parallel;
     let qk = if c.bool("qk_layernorm", false)? { QkNorm::LayerNormPerHead } else { QkNorm::None };
-    m.attention = Attention { qkv_bias: true, o_bias: true, fused_qkv: false, qk_norm: qk, mla: None, softcap: false };
+    m.attention = Attention { qkv_bias: true, o_bias: true, fused_qkv: false, qk_norm: qk, mla: None, softcap: false, sinks: false };
     m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["hidden_act"], Act::GeluPython), bias: true };
     m.lm_head_bias = true;
     m.attention_dropout = c.dropout(&["attention_dropout"])?;

@@ -110,6 +110,10 @@ pub struct Moe {
     pub shared_gate: bool,
     /// For each layer, whether its MLP is an MoE block (else dense with `intermediate`).
     pub sparse_layers: Vec<bool>,
+    /// gpt-oss experts (transformers models/gpt_oss/modeling_gpt_oss.py): the router is
+    /// `mlp.router` with a bias, every expert has `gate_up_proj_bias` [E, 2I] and
+    /// `down_proj_bias` [E, h], and the gate is gpt-oss's clamped SwiGLU (`_apply_gate`).
+    pub biased: bool,
 }
 
 /// Attention projections.
@@ -127,6 +131,9 @@ pub struct Attention {
     pub mla: Option<Mla>,
     /// `tanh` soft-capping of attention logits (Gemma-2): SDPA/flash cannot run it, eager does.
     pub softcap: bool,
+    /// Learned attention sinks, one logit per query head (gpt-oss `self_attn.sinks`): SDPA
+    /// cannot run them; transformers runs eager attention or a hub flash kernel with sinks.
+    pub sinks: bool,
 }
 
 /// A normalised decoder-only transformer.
@@ -495,6 +502,11 @@ impl Model {
                 Self::linear(v, &l("self_attn.v_proj"), h, kv, a.qkv_bias, count);
             }
             Self::linear(v, &l("self_attn.o_proj"), q, h, a.o_bias, count);
+            if a.sinks {
+                // GptOssAttention.sinks: one logit per query head (modeling_gpt_oss.py), a vector
+                // sharded with the heads like q_proj's bias.
+                v.push(TensorGroup::vector(l("self_attn.sinks"), self.heads, count, Role::Bias));
+            }
             match a.qk_norm {
                 QkNorm::None => {}
                 QkNorm::PerHead => {
@@ -515,10 +527,21 @@ impl Model {
         match &self.moe {
             Some(m) if self.is_moe_layer(i) => {
                 // Router, routed experts stored 3-D ([E, 2I, h] gate_up + [E, h, I] down), shared experts.
-                v.push(TensorGroup::matrix(l("mlp.gate.weight"), 1, m.experts, h, count, Role::Router));
                 let ei = m.expert_intermediate;
+                if m.biased {
+                    // GptOssTopKRouter: weight [E, h] and bias [E]; GptOssExperts stores its weights
+                    // transposed ([E, h, 2I], [E, I, h]: same numel) plus a bias per expert.
+                    v.push(TensorGroup::matrix(l("mlp.router.weight"), 1, m.experts, h, count, Role::Router));
+                    v.push(TensorGroup::vector(l("mlp.router.bias"), m.experts, count, Role::Bias));
+                } else {
+                    v.push(TensorGroup::matrix(l("mlp.gate.weight"), 1, m.experts, h, count, Role::Router));
+                }
                 v.push(TensorGroup::matrix(l("mlp.experts.gate_up_proj"), m.experts, 2 * ei, h, count, Role::Experts));
                 v.push(TensorGroup::matrix(l("mlp.experts.down_proj"), m.experts, h, ei, count, Role::Experts));
+                if m.biased {
+                    v.push(TensorGroup::vector(l("mlp.experts.gate_up_proj_bias"), m.experts * 2 * ei, count, Role::Bias));
+                    v.push(TensorGroup::vector(l("mlp.experts.down_proj_bias"), m.experts * h, count, Role::Bias));
+                }
                 if m.shared_intermediate > 0 {
                     self.mlp_tensors(&l("mlp.shared_experts"), m.shared_intermediate, count, v);
                 }

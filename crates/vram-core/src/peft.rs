@@ -349,9 +349,12 @@ struct Linear {
 fn linears(m: &Model) -> Vec<Linear> {
     let mut out = Vec::new();
     let mut push = |t: &TensorGroup, moe_layer: bool, count: u64| {
-        // The MoE router is a custom module holding a weight in transformers 5 (e.g.
-        // MixtralTopKRouter), not an nn.Linear: only the MoE conversion targets it, as a parameter.
-        if (t.role != Role::Linear && t.role != Role::Router) || t.name.ends_with("mlp.gate.weight") {
+        // The MoE router is a custom module holding a weight in transformers 5 (MixtralTopKRouter,
+        // GptOssTopKRouter), not an nn.Linear: only the MoE conversion targets it, as a parameter.
+        if (t.role != Role::Linear && t.role != Role::Router)
+            || t.name.ends_with("mlp.gate.weight")
+            || t.name.ends_with("mlp.router.weight")
+        {
             return;
         }
         let Some(stem) = t.name.strip_suffix(".weight") else { return };

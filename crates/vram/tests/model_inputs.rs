@@ -6,8 +6,9 @@ mod util;
 
 use util::{fails, json, vram};
 
-/// gpt-oss-20b's real config.json (model_type gpt_oss, MXFP4 experts), abridged to the keys read.
-const GPT_OSS: &str = r#"{"model_type":"gpt_oss","architectures":["GptOssForCausalLM"],"hidden_size":2880,
+/// gpt-oss-20b's config.json (MXFP4 experts), abridged, under a model_type vram does not know
+/// (gpt_oss itself is read natively: tests/gpt_oss.rs).
+const GPT_OSS: &str = r#"{"model_type":"gpt_oss_unknown","architectures":["GptOssForCausalLM"],"hidden_size":2880,
 "num_hidden_layers":24,"num_attention_heads":64,"num_key_value_heads":8,"head_dim":64,"intermediate_size":2880,
 "vocab_size":201088,"num_local_experts":32,"num_experts_per_tok":4,"max_position_embeddings":131072,
 "quantization_config":{"quant_method":"mxfp4","modules_to_not_convert":["model.layers.*.self_attn","model.embed_tokens","lm_head"]}}"#;

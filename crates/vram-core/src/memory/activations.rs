@@ -39,6 +39,23 @@ impl Kernel {
 /// flash for fp16/bf16 with head_dim ≤ 256 and no mask; memory-efficient next, which has no
 /// GQA; math last), after transformers' own choice (`use_gqa_in_sdpa`, Gemma-2 soft-capping).
 pub fn choose_kernel(model: &Model, job: &Job) -> (Kernel, Option<String>) {
+    if model.attention.sinks {
+        // transformers models/gpt_oss/modeling_gpt_oss.py (GptOssPreTrainedModel): `_supports_sdpa =
+        // False`, so the default (sdpa) falls back to eager (modeling_utils.py
+        // get_correct_attn_implementation) and an explicit "sdpa" is refused; flash requests are
+        // redirected to `_compatible_flash_implementations`, hub kernels that take the sinks.
+        return match job.attention {
+            AttentionImpl::Eager => (Kernel::Eager, None),
+            AttentionImpl::Sdpa => (
+                Kernel::Eager,
+                Some("gpt-oss attention sinks: transformers has no sdpa path for gpt-oss (_supports_sdpa = False), so it runs eager attention and stores seq² scores; attn_implementation=\"kernels-community/vllm-flash-attn3\" (--attention flash) avoids them".into()),
+            ),
+            AttentionImpl::Flash => (
+                Kernel::Flash,
+                Some("gpt-oss attention sinks: transformers replaces flash_attention_2 with the hub kernel kernels-community/vllm-flash-attn3 (needs the `kernels` package and a CUDA GPU), counted here as FlashAttention (q, k, v, output and logsumexp saved; its training backward was not measured)".into()),
+            ),
+        };
+    }
     if model.attention.softcap && job.attention != AttentionImpl::Eager {
         return (Kernel::Eager, Some("Gemma-2 attention soft-capping runs in eager attention (sdpa/flash cannot apply it)".into()));
     }
@@ -75,7 +92,11 @@ pub struct LayerCoef {
 /// once the sequence reaches the window (masking_utils.py `_ignore_causal_mask_sdpa`:
 /// `kv_length >= local_attention_size`), which rules out flash on CUDA.
 pub fn sliding_masked(m: &Model, job: &Job, seq: u64) -> bool {
-    job.attention == AttentionImpl::Sdpa && !m.attention.softcap && m.sliding_layers > 0 && m.sliding_window.is_some_and(|w| seq >= w)
+    job.attention == AttentionImpl::Sdpa
+        && !m.attention.softcap
+        && !m.attention.sinks
+        && m.sliding_layers > 0
+        && m.sliding_window.is_some_and(|w| seq >= w)
 }
 
 /// Precision facts the formulas need.
@@ -403,12 +424,23 @@ fn attention(m: &Model, job: &Job, b: &Bytes, kernel: Kernel, masked: bool, moe_
             // eager_attention_forward (modeling_llama.py): repeat_kv, q@k^T, softmax(fp32), cast, @v.
             let v_saved = if m.kv_heads != m.heads { e * groups_expand(vd) } else { v_own };
             tok += q_saved * qd + q_saved * groups_expand(kd) + v_saved + e * heads * per_head(vd, m.kv_heads);
-            if m.attention.softcap {
-                sq += e; // tanh output (Gemma-2 soft-capping)
-            }
-            sq += 4; // softmax(dtype=float32) output
-            if e == 2 {
-                sq += 2; // half copy of the probabilities, saved by the @v matmul
+            if m.attention.sinks {
+                // modeling_gpt_oss.py eager_attention_forward: torch.cat of the scores with the sinks
+                // promotes to the sinks' dtype (fp32 master weights under AMP), minus the row max
+                // (max.dim saves int64 indices per row), softmax in that dtype (saves its output),
+                // the sink column dropped by a view, then cast to v's dtype (a copy only when it
+                // differs) and saved by the @v matmul.
+                tok += 8 * heads;
+                let c = sinks_dtype(b);
+                sq += c + if c != e { e } else { 0 };
+            } else {
+                if m.attention.softcap {
+                    sq += e; // tanh output (Gemma-2 soft-capping)
+                }
+                sq += 4; // softmax(dtype=float32) output
+                if e == 2 {
+                    sq += 2; // half copy of the probabilities, saved by the @v matmul
+                }
             }
             if m.attention_dropout > 0.0 {
                 sq += 1 + if e == 4 { 4 } else { 0 };
@@ -427,9 +459,28 @@ fn attention(m: &Model, job: &Job, b: &Bytes, kernel: Kernel, masked: bool, moe_
     (tok, sq)
 }
 
+/// Bytes of gpt-oss's sink-extended scores: the wider of the compute dtype and the sinks'
+/// parameter dtype (`torch.cat` promotes).
+fn sinks_dtype(b: &Bytes) -> u128 {
+    b.e.max(b.p)
+}
+
 /// Output width of attention: heads × value head dim, given the total value width of kv heads.
 fn per_head(vd: u128, kv_heads: u64) -> u128 {
     vd / (kv_heads as u128).max(1)
+}
+
+/// Saved bytes per intermediate element of one gpt-oss expert (its input excluded).
+/// modeling_gpt_oss.py `GptOssExperts._apply_gate` on the grouped_mm output (integrations/moe.py
+/// grouped_mm_experts_forward, the default experts implementation): gate and up are strided
+/// views of the [S, 2I] projection that the two clamps save (so it stays alive whole: 2 per
+/// element), sigmoid saves its output, `gate * sigmoid` both operands (the clamped gate, the
+/// sigmoid), `(up + 1) * glu` both, and the product is the down projection's saved input.
+/// `x`: bytes of the experts' dtype.
+fn gpt_oss_gate_per_elem(x: u128, frozen: bool) -> u128 {
+    // [S, 2I] projection (2), clamped gate, sigmoid, glu, up + 1, all in the experts' dtype `x`;
+    // the product is the down projection's input (not saved under LoRA: frozen experts).
+    6 * x + if frozen { 0 } else { x }
 }
 
 /// MLP / MoE saved bytes per token (inputs counted with the norms).
@@ -443,7 +494,9 @@ fn mlp(m: &Model, b: &Bytes, moe_layer: bool) -> u128 {
             let ei = moe.expert_intermediate as u128;
             let experts = moe.experts as u128;
             // Router (modeling_mixtral.py MixtralTopKRouter): logits, fp32 softmax (saved), top-k values/ids.
-            let router = experts * (e + 4) + k * 16;
+            // gpt-oss (GptOssTopKRouter): top-k of the logits first (saves int64 ids), then a softmax
+            // over the k values in their own dtype (saves its output); the logits are freed.
+            let router = if moe.biased { k * (8 + e) } else { experts * (e + 4) + k * 16 };
             // Each routed token: gathered input copy (saved by the expert linear), the expert MLP,
             // and the expert output saved by the multiply with its routing weight.
             // Under LoRA the experts are frozen 3-D parameters: the gathered input is not saved,
@@ -456,8 +509,18 @@ fn mlp(m: &Model, b: &Bytes, moe_layer: bool) -> u128 {
             } else {
                 b.r
             };
-            let expert_elem = if experts_frozen { per_elem } else { mlp_saved_per_elem(m, b, false) };
-            let routed = k * (gathered * h + expert_elem * ei + e * h);
+            let routed = if moe.biased {
+                // gpt-oss experts run in the weights' dtype (fp32 master weights under AMP):
+                // grouped_mm is not autocast-enabled, so transformers casts its input to the weight
+                // dtype instead (integrations/moe.py _grouped_mm). Saved per routed token: that
+                // input, the gate's tensors, and the down output saved by the routing multiply.
+                let x = b.p;
+                let input = if experts_frozen { 0 } else { x };
+                k * (input * h + gpt_oss_gate_per_elem(x, experts_frozen) * ei + x * h)
+            } else {
+                let expert_elem = if experts_frozen { per_elem } else { mlp_saved_per_elem(m, b, false) };
+                k * (gathered * h + expert_elem * ei + e * h)
+            };
             let shared_i = moe.shared_intermediate as u128;
             let shared = shared_i * per_elem + if moe.shared_gate { e * h + 2 * e } else { 0 };
             let adapted = b.lora.map_or(0, |l| if shared_i > 0 { l.saved(l.count(Slot::MlpOut, true), shared_i) } else { 0 });
@@ -553,7 +616,12 @@ pub fn backward_transient(m: &Model, job: &Job, kernel: Kernel, i: u64) -> (u128
 /// feeding the softmax (promoted to the residual dtype by the float mask).
 pub fn forward_transient_sq(m: &Model, job: &Job, kernel: Kernel) -> u128 {
     let b = Bytes::of(m, job);
-    if kernel.quadratic() {
+    if kernel.quadratic() && m.attention.sinks {
+        // gpt-oss eager (modeling_gpt_oss.py eager_attention_forward): from the softmax to the cast
+        // for @v, the masked scores and the shifted sink-extended scores stay referenced beside the
+        // saved probabilities.
+        b.e.max(b.r) + sinks_dtype(&b)
+    } else if kernel.quadratic() {
         b.e.max(b.r)
     } else {
         0

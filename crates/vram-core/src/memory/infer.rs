@@ -189,6 +189,14 @@ fn stored_weights(m: &Model, plan: &Plan, e: u128) -> Weights {
     let mut notes = plan.notes.clone();
     notes.push(format!("weights: {} as stored (quantization_config)", plan.describe()));
     let params = m.parameters();
+    if plan.scheme == quant::Scheme::Mxfp4 {
+        // transformers quantizers/quantizer_mxfp4.py validate_environment: without these it sets
+        // dequantize=True and loads every weight in bf16.
+        notes.push(format!(
+            "transformers keeps MXFP4 experts only with triton >= 3.4 and the `kernels` package on a GPU of compute capability >= 7.5; otherwise it dequantizes them to bf16 at load ({:.2} GiB of weights): --precision bf16 estimates that",
+            (params as f64 * 2.0) / (1u64 << 30) as f64
+        ));
+    }
     match m.checkpoint_bytes {
         Some(b) => {
             if b as u128 != formula.total() {

@@ -75,7 +75,11 @@ fn prequantized_base(m: &Model, q: &crate::model::QuantizationConfig) -> (u128, 
 /// Bytes of the frozen base on the GPU and how they were counted.
 pub(crate) fn base_bytes(m: &Model, job: &Job) -> (u128, String) {
     if let (None, Some(q)) = (job.base, &m.quantization) {
-        return prequantized_base(m, q);
+        // transformers cannot train on MXFP4 (quantizer_mxfp4.py is_trainable = False): the recipe
+        // loads it with Mxfp4Config(dequantize=True), a bf16 base.
+        if q.method != "mxfp4" {
+            return prequantized_base(m, q);
+        }
     }
     let dense = base_dtype(job).bytes() as u128;
     let n_all: u128 = m.tensors().iter().map(|t| t.numel as u128 * t.count as u128).sum();

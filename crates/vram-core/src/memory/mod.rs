@@ -225,7 +225,7 @@ fn estimate_inner(model: &Model, job: &Job, conf: Option<&AllocConf>) -> Result<
     job.validate()?;
     if let Some(l) = &job.lora {
         crate::peft::resolve(model, l)?;
-        if let Some(q) = &model.quantization {
+        if let Some(q) = model.quantization.as_ref().filter(|q| q.method != "mxfp4") {
             if job.base.is_some() {
                 return Err(Error::InvalidValue {
                     what: "base weights".into(),

@@ -169,6 +169,8 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
         add_activations(&mut bd, layers);
         // Masked scores feeding the softmax, and the 4-D float causal mask eager builds once per forward.
         let mask = if kernel == Kernel::Eager { batch * seq * seq * b.r } else { seq * seq * (1 + e) };
+        // gpt-oss builds a full and a sliding-window 4-D mask (modeling_gpt_oss.py causal_mask_mapping).
+        let mask = if m.attention.sinks && kernel == Kernel::Eager && m.sliding_layers > 0 { 2 * mask } else { mask };
         bd.add(
             FWD_TMP,
             act::forward_transient_sq(m, job, kernel) * sq_elems + mask + ms.dequant,
@@ -340,8 +342,14 @@ fn full_states(m: &Model, job: &Job, b: &Bytes, shards: u128) -> ModelStates {
     let (v, ed) = (m.vocab as u128, m.embed_dim as u128);
     // Autocast caches a half copy of every weight a matmul reads (linear layers, experts, the
     // LM head — the tied embedding too); the copies are saved by the matmuls for backward.
+    // gpt-oss's experts are not cast: grouped_mm is not autocast-enabled and transformers casts
+    // the input to the weights' dtype instead (integrations/moe.py _grouped_mm).
+    let uncast_experts = m.moe.as_ref().is_some_and(|x| x.biased);
     let matmul = |ts: &[TensorGroup]| -> u128 {
-        ts.iter().filter(|t| matches!(t.role, Role::Linear | Role::Experts | Role::Router)).map(|t| t.numel as u128 * t.count as u128).sum()
+        ts.iter()
+            .filter(|t| matches!(t.role, Role::Linear | Role::Router) || (t.role == Role::Experts && !uncast_experts))
+            .map(|t| t.numel as u128 * t.count as u128)
+            .sum()
     };
     let head_cast = if b.amp { 2 * v * ed / shards } else { 0 };
     let casts = if b.amp { 2 * matmul(&tensors) + head_cast } else { 0 } / shards;
