@@ -83,6 +83,10 @@ pub struct ServeConfig {
     pub tp: u64,
     /// `--max-model-len`; `None` = the model's `max_position_embeddings`.
     pub max_model_len: Option<u64>,
+    /// `--max-model-len auto` (or -1): the longest length whose blocks fit the pool, at most the
+    /// model's (vllm/v1/core/kv_cache_utils.py: with auto, max_model_len becomes
+    /// `estimate_max_model_len` instead of refusing to start).
+    pub max_model_len_auto: bool,
     /// `--dtype`; `None` = auto (the checkpoint's dtype, float32 checkpoints served in bf16).
     pub dtype: Option<DType>,
     /// `--quantization`.
@@ -130,6 +134,7 @@ impl ServeConfig {
             gpu_memory_utilization: 0.9,
             tp: 1,
             max_model_len: None,
+            max_model_len_auto: false,
             dtype: None,
             quantization: Quantization::None,
             kv_cache_dtype: None,
@@ -245,6 +250,28 @@ fn invalid(what: &str, value: impl ToString, hint: &str) -> Error {
 
 /// Reproduce vLLM's start-up accounting for `model` under `cfg`.
 pub fn serve(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
+    if !cfg.max_model_len_auto {
+        return serve_at(m, cfg);
+    }
+    // auto: the model's length if one request fits, else the longest that does (the pool
+    // depends on the length only through sliding-window groups: re-run at the chosen length).
+    let first = serve_at(m, &ServeConfig { max_model_len_auto: false, ..cfg.clone() })?;
+    if first.fits {
+        return Ok(first);
+    }
+    let longest = first.pool.max_model_len_that_fits;
+    if longest == 0 {
+        return Ok(first);
+    }
+    let mut r = serve_at(m, &ServeConfig { max_model_len: Some(longest), max_model_len_auto: false, ..cfg.clone() })?;
+    r.notes.insert(
+        0,
+        format!("--max-model-len auto: {} tokens do not fit one request; the longest that does is {longest}", first.max_model_len),
+    );
+    Ok(r)
+}
+
+fn serve_at(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
     let (max_len, mut notes) = validate(m, cfg)?;
     let tp = cfg.tp;
     let dtype = model_dtype(m, cfg);

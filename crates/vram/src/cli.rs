@@ -459,9 +459,10 @@ pub struct ServeArgs {
     /// vLLM `--tensor-parallel-size`.
     #[arg(long, alias = "tensor-parallel-size", default_value_t = 1)]
     pub tp: u64,
-    /// vLLM `--max-model-len` (default: the model's max_position_embeddings).
-    #[arg(long)]
-    pub max_model_len: Option<u64>,
+    /// vLLM `--max-model-len`: tokens, or `auto` (also -1): the longest that fits, as vLLM picks it
+    /// (default: the model's max_position_embeddings).
+    #[arg(long, value_parser = max_model_len, allow_negative_numbers = true)]
+    pub max_model_len: Option<MaxModelLen>,
     /// vLLM `--gpu-memory-utilization`.
     #[arg(long, default_value_t = 0.9)]
     pub gpu_memory_utilization: f64,
@@ -546,6 +547,22 @@ pub struct ServeOnly {
     /// The arguments.
     #[command(flatten)]
     pub args: ServeArgs,
+}
+
+/// vLLM's `--max-model-len`: a length, or `auto` / `-1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaxModelLen {
+    /// This many tokens.
+    Tokens(u64),
+    /// The longest that fits the KV pool.
+    Auto,
+}
+
+fn max_model_len(s: &str) -> Result<MaxModelLen, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "auto" | "-1" => Ok(MaxModelLen::Auto),
+        t => t.replace('_', "").parse().map(MaxModelLen::Tokens).map_err(|_| format!("`{s}` is not a number of tokens or `auto`")),
+    }
 }
 
 /// `--global-batch-size`: a positive number of sequences, at most [`MAX_GLOBAL_BATCH`].

@@ -128,3 +128,19 @@ fn a_pasted_llama_server_command_reads_its_short_flags() {
     assert!(v["notes"].to_string().contains("--port 8080"), "{v}");
     assert!(fails(&["serve", "-g", "24GiB", "--", "llama-server", "-m", p, "--tensor-split", "1,1"], 2).contains("--tensor-split"));
 }
+
+#[test]
+fn max_model_len_auto_picks_the_longest_that_fits() {
+    let plain = json(&["serve", "-m", "llama-3.1-70b", "-g", "h100", "--tensor-parallel-size", "2"]);
+    let g = &plain["gpus"][0];
+    assert_eq!(g["fits"], false, "{g}");
+    let longest = g["max_model_len_that_fits"].as_u64().unwrap();
+    for spelling in ["auto", "-1"] {
+        let v = json(&["serve", "-m", "llama-3.1-70b", "-g", "h100", "--tensor-parallel-size", "2", "--max-model-len", spelling]);
+        assert_eq!(v["gpus"][0]["max_model_len"].as_u64(), Some(longest), "{spelling}");
+        assert_eq!(v["gpus"][0]["fits"], true);
+    }
+    // A model that fits keeps its own length.
+    let small = json(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--max-model-len", "auto"]);
+    assert_eq!(small["gpus"][0]["max_model_len"], 131072);
+}

@@ -7,7 +7,7 @@ use vram_core::serve::{cuda_total, serve, Quantization, ServeConfig, ServeLora, 
 use vram_core::{DType, Model};
 
 use super::show;
-use crate::cli::ServeArgs;
+use crate::cli::{MaxModelLen, ServeArgs};
 use crate::errors::UsageError;
 use crate::render;
 use crate::resolve;
@@ -110,7 +110,11 @@ pub fn vllm(a: &ServeArgs, model: Model) -> Result<VllmServe> {
         gpu_is_a100: g.name.starts_with("a100"),
         gpu_memory_utilization: a.gpu_memory_utilization,
         tp: a.tp,
-        max_model_len: a.max_model_len,
+        max_model_len: match a.max_model_len {
+            Some(MaxModelLen::Tokens(n)) => Some(n),
+            _ => None,
+        },
+        max_model_len_auto: a.max_model_len == Some(MaxModelLen::Auto),
         dtype,
         quantization,
         kv_cache_dtype,
@@ -273,7 +277,17 @@ pub fn llama_cpp(a: &ServeArgs, path: &std::path::Path) -> Result<LlamaCppServe>
     let hparams = gguf.hparams(&file)?;
     let g = resolve::gpu(&a.gpu)?;
     // llama.cpp's default context (common/common.h `n_ctx = 4096`).
-    let ctx = a.ctx_size.or(a.max_model_len).unwrap_or(4096);
+    let ctx = match (a.ctx_size, a.max_model_len) {
+        (Some(c), _) => c,
+        (None, Some(MaxModelLen::Tokens(n))) => n,
+        (None, Some(MaxModelLen::Auto)) => {
+            return Err(UsageError(
+                "--max-model-len auto is vLLM's; for llama.cpp give --ctx-size/-c (0 = the model's trained context)".into(),
+            )
+            .into())
+        }
+        (None, None) => 4096,
+    };
     // --cache-type-k/v: ggml types, bytes per element from their block layouts.
     let kv_type = match a.kv_cache_dtype.to_ascii_lowercase().as_str() {
         "auto" | "f16" => 1,
