@@ -125,7 +125,8 @@ def _training_arguments(args: Any, subcommand: str) -> Dict[str, Any]:
     for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "optim"):
         if getattr(args, name, None) is not None:
             kw[name] = getattr(args, name)
-    if getattr(args, "gradient_checkpointing", False):
+    # transformers 5 renamed gradient_checkpointing to activation_checkpointing (old name deprecated).
+    if getattr(args, "activation_checkpointing", False) or getattr(args, "gradient_checkpointing", False):
         kw["gradient_checkpointing"] = True
     if getattr(args, "use_liger_kernel", False):
         kw["use_liger_kernel"] = True
@@ -423,9 +424,9 @@ class Plan:
         if b is None:
             return f"Plan(no layout fits; searched {self.evaluated})"
         return (
-            f"Plan({self.fitting} of {self.evaluated} layouts fit; best: {json.dumps(b.get('parallel'))}, "
-            f"micro-batch {b.get('micro_batch')} x {b.get('grad_accum')} accumulation, "
-            f"{_gib(b.get('per_gpu_bytes'))} per GPU, {b.get('tokens_per_second', 0):.0f} tokens/s)"
+            f"Plan({self.fitting} of {self.evaluated} layouts fit; best: micro-batch {b.get('micro_batch')} "
+            f"x {b.get('grad_accum')} accumulation, {_gib(b.get('per_gpu_bytes'))} per GPU, "
+            f"{b.get('tokens_per_second', 0):.0f} tokens/s: {b.get('reason')})"
         )
 
 
@@ -458,7 +459,7 @@ class Serve:
             return (
                 f"Serve({self.engine}, {fits}: weights {_gib(g.get('weights_bytes'))}, "
                 f"KV cache {_gib(g.get('kv_cache_bytes'))} = {g.get('kv_tokens')} tokens, "
-                f"max concurrency {g.get('max_concurrency')} per GPU)"
+                f"max concurrency {g.get('max_concurrency', 0):.1f}x)"
             )
         plan = self._json.get("plan") or {}
         return f"Serve({self.engine}, {fits}: {plan.get('gpu_layers')} layers on the GPU, {_gib(plan.get('gpu_total_bytes'))})"
