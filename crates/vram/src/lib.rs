@@ -116,3 +116,46 @@ pub fn flags(subcommand: &str) -> Option<Vec<Flag>> {
             .collect(),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{flags, run_cli_captured};
+
+    #[test]
+    fn a_captured_run_returns_the_report_the_error_and_the_exit_code() {
+        let ok = run_cli_captured(["vram", "gpus", "--json"]);
+        assert_eq!((ok.code, ok.error.as_str()), (0, ""));
+        let gpus: serde_json::Value = serde_json::from_str(&ok.stdout).expect("the report is JSON");
+        assert!(gpus.as_array().is_some_and(|a| !a.is_empty()));
+
+        let bad = run_cli_captured(["vram", "estimate", "--model", "qwen2.5-1.5b", "--precision", "fp12", "--json"]);
+        assert_eq!(bad.code, 2);
+        assert!(bad.error.starts_with("invalid precision `fp12`"), "{}", bad.error);
+        assert!(bad.stdout.is_empty());
+
+        let usage = run_cli_captured(["vram", "estimate", "--bogus"]);
+        assert_eq!(usage.code, 2);
+        assert!(usage.error.starts_with("unexpected argument '--bogus' found"), "{}", usage.error);
+
+        let version = run_cli_captured(["vram", "--version"]);
+        assert_eq!((version.code, version.stdout.trim()), (0, concat!("vram ", env!("CARGO_PKG_VERSION"))));
+    }
+
+    #[test]
+    fn captures_do_not_leak_into_the_next_run() {
+        let first = run_cli_captured(["vram", "models", "--json"]);
+        let second = run_cli_captured(["vram", "models", "--json"]);
+        assert_eq!(first, second);
+    }
+
+    #[test]
+    fn flags_are_read_from_the_parser_with_their_aliases() {
+        let estimate = flags("estimate").expect("a subcommand");
+        let find = |long: &str| estimate.iter().find(|f| f.long == long).unwrap_or_else(|| panic!("--{long}"));
+        assert!(find("seq-len").takes_value);
+        assert!(find("seq-len").aliases.iter().any(|a| a == "max-seq-length"));
+        assert!(find("batch-size").aliases.iter().any(|a| a == "per_device_train_batch_size"));
+        assert!(!find("fused-cross-entropy").takes_value);
+        assert!(flags("no-such-command").is_none());
+    }
+}
