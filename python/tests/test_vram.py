@@ -112,6 +112,9 @@ class EstimateMatchesTheCli(unittest.TestCase):
         est = vram.estimate(cfg, seq_len=256)
         self.assertGreater(est.total, 0)
         self.assertEqual(est.to_dict()["model"]["model_type"], d["model_type"])
+        self.assertEqual(est.model, "llama")  # the CLI's name is the temporary path
+        self.assertTrue(est.to_dict()["model"]["name"].endswith("config.json"))
+        self.assertEqual(vram.estimate(d, seq_len=256).total, est.total)  # a plain dict too
 
     def test_fit_plan_serve(self):
         f = vram.fit("qwen2.5-1.5b", gpu="h20", seq_len=4096, precision="fp16-mixed", target_utilization=0.9)

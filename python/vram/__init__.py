@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from . import _vram
@@ -175,6 +175,8 @@ class _Model:
 
     def __init__(self, model: Any):
         self._tmp: Optional[tempfile.TemporaryDirectory] = None
+        #: For a config object: its name (the CLI names the model by the temporary path).
+        self.label: Optional[str] = None
         if isinstance(model, (str, os.PathLike)):
             self.value = os.fspath(model)
             return
@@ -189,7 +191,8 @@ class _Model:
             raise TypeError(
                 f"model must be a preset or Hub name, a path, a transformers PretrainedConfig or model, or a config dict; got {type(model).__name__}"
             )
-        name = str(d.get("_name_or_path") or d.get("model_type") or "model").rstrip("/").split("/")[-1] or "model"
+        self.label = str(d.get("_name_or_path") or d.get("model_type") or "model")
+        name = self.label.rstrip("/").split("/")[-1] or "model"
         self._tmp = tempfile.TemporaryDirectory(prefix="vram-")
         folder = os.path.join(self._tmp.name, name)
         os.makedirs(folder)
@@ -257,9 +260,15 @@ def run_json(*args: str) -> Any:
     return json.loads(_vram.run_json(argv))
 
 
-def _run(subcommand: str, model: Any, kw: Mapping[str, Any]) -> Dict[str, Any]:
-    with _Model(model) as m:
-        return json.loads(_vram.run_json(_argv(subcommand, m, kw)))
+def _run(subcommand: str, model: Any, kw: Mapping[str, Any]) -> Tuple[Dict[str, Any], Optional[str]]:
+    """The command's JSON, and the name of a model given as a config object (else None)."""
+    m = _Model(model)
+    with m as path:
+        return json.loads(_vram.run_json(_argv(subcommand, path, kw))), m.label
+
+
+def _named(result: Any, label: Optional[str]) -> Any:
+    return result if label is None else replace(result, model=label)
 
 
 # --- results ---------------------------------------------------------------------------------
@@ -295,6 +304,8 @@ def _top(components: List[Component], n: int = 3) -> str:
 class Estimate:
     """`vram estimate --json`: the peak of one GPU (or the most loaded rank of a layout)."""
 
+    #: The model's name (for a config object: its ``_name_or_path`` or ``model_type``; the CLI,
+    #: in ``to_dict()``, names it by the temporary config.json it read).
     model: str
     components: List[Component]
     #: Sum of the allocated components: what torch.cuda.max_memory_allocated() reports.
@@ -476,17 +487,22 @@ def estimate(model: Any, **kw: Any) -> Estimate:
     spellings accepted), ``bf16``/``fp16``, ``args=TrainingArguments(...)`` and
     ``peft_config=LoraConfig(...)``.
     """
-    return Estimate.from_json(_run("estimate", model, kw))
+    v, label = _run("estimate", model, kw)
+    return _named(Estimate.from_json(v), label)
 
 
 def fit(model: Any, gpu: str, **kw: Any) -> Fit:
     """`vram fit`: the largest micro-batch within ``target_utilization`` x the GPU's memory."""
-    return Fit.from_json(_run("fit", model, {"gpu": gpu, **kw}))
+    v, label = _run("fit", model, {"gpu": gpu, **kw})
+    f = Fit.from_json(v)
+    if label is not None and f.estimate is not None:
+        f = replace(f, estimate=replace(f.estimate, model=label))
+    return _named(f, label)
 
 
 def plan(model: Any, gpus: int, gpu: str, **kw: Any) -> Plan:
     """`vram plan`: every DDP / ZeRO / FSDP / Megatron layout on ``gpus`` x ``gpu`` that fits, ranked."""
-    return Plan.from_json(_run("plan", model, {"gpus": gpus, "gpu": gpu, **kw}))
+    return Plan.from_json(_run("plan", model, {"gpus": gpus, "gpu": gpu, **kw})[0])
 
 
 def serve(model: Any, gpu: str, **kw: Any) -> Serve:
@@ -494,4 +510,4 @@ def serve(model: Any, gpu: str, **kw: Any) -> Serve:
     for key in ("args", "training_args", "peft_config", "lora_config", "bf16", "fp16"):
         if key in kw:
             raise TypeError(f"vram.serve() got an unexpected keyword argument '{key}' (serving reads no training settings)")
-    return Serve.from_json(_run("serve", model, {"gpu": gpu, **kw}))
+    return Serve.from_json(_run("serve", model, {"gpu": gpu, **kw})[0])

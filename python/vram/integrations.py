@@ -158,7 +158,7 @@ def _make_class() -> type:
             job = est.to_dict()["job"]
             self.log(
                 f"vram: estimate (batch {job['batch']}, seq {job['seq']} from {source}, {job['precision']}, "
-                f"{job['optimizer']}, checkpointing {job['checkpointing']}): {est!r}"
+                f"{job['optimizer']} ({job['optimizer_impl']}), checkpointing {job['checkpointing']}): {est!r}"
             )
             if est.gpu_memory is None:
                 self.log(f"vram: fit check skipped: {why}")
