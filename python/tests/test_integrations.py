@@ -115,6 +115,16 @@ class TrainerCallbackOnCpu(unittest.TestCase):
         full = vram.estimate(config, seq_len=16, per_device_train_batch_size=2, precision="fp32")
         self.assertLess(est.total, full.total)
 
+    def test_warns_when_the_job_will_not_fit(self):
+        from vram.integrations import VramTrainerCallback
+
+        lines = []
+        cb = VramTrainerCallback(log=lines.append, gpu="256MiB")  # smaller than the CUDA context
+        trainer = transformers.Trainer(model=self.model, args=self.args(), train_dataset=self.data, callbacks=[cb])
+        with self.assertWarnsRegex(UserWarning, r"needs about .* GiB but --gpu 256MiB has 0\.25 GiB"):
+            trainer.train()
+        self.assertFalse(cb.estimate.fits)
+
     def test_unknown_keyword_fails_at_construction(self):
         from vram.integrations import VramTrainerCallback
 

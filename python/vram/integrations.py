@@ -150,6 +150,8 @@ def _make_class() -> type:
                 config, kw, source = job_from_trainer(args, model, train_dataloader, **self.estimate_kw)
                 if gpu is not None and "gpu" not in kw:
                     kw["gpu"] = gpu
+                elif "gpu" in kw:
+                    self.gpu_name, why = f"--gpu {kw['gpu']}", ""
                 self.estimate = estimate(config, **kw)
             except (VramError, ValueError, TypeError) as e:
                 self.log(f"vram: cannot estimate this job: {e}")
