@@ -59,11 +59,7 @@ pub fn run(a: ExplainArgs) -> Result<()> {
     } else {
         text(&ex, &a.snapshot.display().to_string(), cmp.as_ref())
     };
-    use std::io::Write as _;
-    let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())?;
-    out.flush()?;
-    Ok(())
+    crate::commands::emit(&text)
 }
 
 /// The caching-allocator settings of a job: `flag` (e.g. `--alloc-conf`) when given, else the

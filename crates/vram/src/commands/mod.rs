@@ -8,6 +8,7 @@ mod paste;
 pub mod plan;
 pub mod serve;
 
+use std::cell::RefCell;
 use std::io::Write;
 
 use anyhow::Result;
@@ -30,8 +31,32 @@ pub fn dispatch(command: Command) -> Result<u8> {
     }
 }
 
+thread_local! {
+    /// Where [`emit`] writes while [`capture`] runs on this thread (in-process callers), else stdout.
+    static CAPTURED: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Run `f` with everything [`emit`] writes collected into a string instead of stdout.
+pub fn capture<T>(f: impl FnOnce() -> T) -> (T, String) {
+    /// Restores the outer destination even if `f` unwinds.
+    struct Restore(Option<Option<String>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let outer = self.0.take().flatten();
+            CAPTURED.with(|c| c.replace(outer));
+        }
+    }
+    let _restore = Restore(Some(CAPTURED.with(|c| c.replace(Some(String::new())))));
+    let value = f();
+    let text = CAPTURED.with(|c| c.replace(Some(String::new()))).unwrap_or_default();
+    (value, text)
+}
+
 /// Write to stdout and flush (a closed pipe surfaces as an error `main` treats as success).
 pub fn emit(text: &str) -> Result<()> {
+    if CAPTURED.with(|c| c.borrow_mut().as_mut().map(|buf| buf.push_str(text)).is_some()) {
+        return Ok(());
+    }
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())?;
     out.flush()?;

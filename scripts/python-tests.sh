@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The Python package end to end, from a clean checkout: build the abi3 wheel with maturin,
+# install it into a fresh virtual environment, and run python/tests against it (the API's
+# JSON is compared with the `vram` binary built from the same checkout).
+#
+#   scripts/python-tests.sh
+#
+# Environment: PYTHON (interpreter for the venvs, default python3), VRAM_PY_WORK (scratch
+# directory, default a new /tmp/vram-py.XXXXXX), VRAM_TORCH_PYTHON (an interpreter that has
+# torch + transformers: the Trainer-callback tests run with it; without it they skip, loudly),
+# CARGO_TARGET_DIR as for cargo.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+py=${PYTHON:-python3}
+work=${VRAM_PY_WORK:-$(mktemp -d /tmp/vram-py.XXXXXX)}
+start=$(date +%s)
+step() { echo "python-tests: [$(($(date +%s) - start))s] $*"; }
+
+step "build tools into $work/build (maturin, pytest)"
+"$py" -m venv "$work/build"
+"$work/build/bin/pip" install --quiet --disable-pip-version-check "maturin>=1.5,<2"
+
+step "the vram binary the tests compare with (cargo build -p vram)"
+cargo build --quiet -p vram --locked
+export VRAM_BIN="${CARGO_TARGET_DIR:-$repo/target}/debug/vram"
+
+step "the wheel (maturin build --release)"
+rm -rf "$work/wheels"
+"$work/build/bin/maturin" build --quiet --release --locked -o "$work/wheels"
+wheel=$(ls "$work"/wheels/vram-*-abi3-*.whl)
+echo "  $(basename "$wheel")"
+
+step "a fresh venv with the wheel and pytest"
+rm -rf "$work/test"
+"$py" -m venv "$work/test"
+"$work/test/bin/pip" install --quiet --disable-pip-version-check "$wheel" pytest
+
+step "python/tests (installed wheel; run from $work so the source tree is not imported)"
+cd "$work"
+"$work/test/bin/python" -m pytest -q -p no:cacheprovider "$repo/python/tests"
+
+if [ -n "${VRAM_TORCH_PYTHON:-}" ]; then
+  step "Trainer callback with $VRAM_TORCH_PYTHON (torch + transformers), the wheel on PYTHONPATH"
+  site=$("$work/test/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  PYTHONPATH="$site" "$VRAM_TORCH_PYTHON" -m unittest discover -s "$repo/python/tests" -p 'test_integrations.py' -v
+else
+  echo "python-tests: note: VRAM_TORCH_PYTHON unset: the Trainer-callback tests above skipped (no torch in the test venv)"
+fi
+step "done"
