@@ -88,7 +88,12 @@ pub(crate) fn base_bytes(m: &Model, job: &Job) -> (u128, String) {
             (n_all * dense, format!("{n_all} frozen parameters × {} B ({})", dtype.bytes(), dtype.torch_name()))
         }
         b @ (BaseWeights::Bnb4 { .. } | BaseWeights::Bnb8 { .. }) => {
-            let (mut quant, mut quant_n, mut rest, mut emb) = (0u128, 0u128, 0u128, 0u128);
+            let (mut quant, mut quant_n, mut rest, mut emb, mut biases) = (0u128, 0u128, 0u128, 0u128, 0u128);
+            // Only Linear4bit's forward recasts its bias; Linear8bitLt's stays as prepared.
+            let compute = match b {
+                BaseWeights::Bnb4 { compute, .. } => Some(compute),
+                _ => None,
+            };
             for t in m.tensors() {
                 if is_embedding(&t) {
                     emb += t.numel as u128 * t.count as u128;
@@ -99,13 +104,18 @@ pub(crate) fn base_bytes(m: &Model, job: &Job) -> (u128, String) {
                     };
                     quant += per * t.count as u128;
                     quant_n += t.numel as u128 * t.count as u128;
+                } else if let (Some(compute), true) = (compute, t.role == Role::Bias && t.name.starts_with("layers.")) {
+                    // A quantized linear's bias: upcast to fp32 by the preparation, then cast in
+                    // place to the compute dtype by its first forward (bitsandbytes nn/modules.py
+                    // Linear4bit.forward `bias.data = bias.data.to(x.dtype)`): bf16 at the peak.
+                    biases += granule(t.numel * compute.bytes()) * t.count as u128;
                 } else {
                     rest += t.numel as u128 * t.count as u128;
                 }
             }
             let ed = embedding_dtype(job);
             (
-                quant + rest * 4 + emb * ed.bytes() as u128,
+                quant + biases + rest * 4 + emb * ed.bytes() as u128,
                 format!(
                     "{quant_n} linear weights in {} ({quant} B with block scales); {emb} embedding/LM-head parameters in {}; {rest} others (norms, biases, experts) in fp32 (prepare_model_for_kbit_training)",
                     b.describe(),
