@@ -109,6 +109,9 @@ pub struct ServeConfig {
     pub engine: VllmEngine,
     /// `--enable-lora` with its slot settings; `None` without LoRA.
     pub lora: Option<ServeLora>,
+    /// `--kv-cache-memory-bytes`: the KV pool set directly instead of from
+    /// `--gpu-memory-utilization` (vllm/v1/worker/gpu_worker.py determine_available_memory).
+    pub kv_cache_memory_bytes: Option<u64>,
 }
 
 /// vLLM's multi-LoRA settings (vllm/config/lora.py `LoRAConfig`).
@@ -146,6 +149,7 @@ impl ServeConfig {
             enforce_eager: false,
             engine: VllmEngine::V1,
             lora: None,
+            kv_cache_memory_bytes: None,
         }
     }
 }
@@ -303,9 +307,22 @@ fn serve_at(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
         .checked_add(activation_peak_bytes)
         .and_then(|x| x.checked_add(non_torch_bytes))
         .ok_or(Error::Overflow { what: "non-KV memory".into() })?;
-    let requested_bytes = (cfg.gpu_memory as f64 * cfg.gpu_memory_utilization) as u64;
-    let kv_cache_bytes = requested_bytes.saturating_sub(non_kv_bytes);
-    let shortfall_bytes = non_kv_bytes.saturating_sub(requested_bytes);
+    let (requested_bytes, kv_cache_bytes, shortfall_bytes) = match cfg.kv_cache_memory_bytes {
+        // The pool is what was asked for; the process needs non-KV + pool of the whole GPU.
+        Some(kv) => {
+            let need = non_kv_bytes.saturating_add(kv);
+            (need, kv, need.saturating_sub(cfg.gpu_memory.saturating_sub(cfg.cuda_context)))
+        }
+        None => {
+            let requested = (cfg.gpu_memory as f64 * cfg.gpu_memory_utilization) as u64;
+            (requested, requested.saturating_sub(non_kv_bytes), non_kv_bytes.saturating_sub(requested))
+        }
+    };
+    if let Some(kv) = cfg.kv_cache_memory_bytes {
+        notes.push(format!(
+            "--kv-cache-memory-bytes {kv}: the KV pool is set directly; --gpu-memory-utilization does not size it, and vLLM does not check that weights + activations + pool fit the GPU (vram does)"
+        ));
+    }
 
     let pool = kv_pool(
         m,

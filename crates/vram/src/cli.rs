@@ -499,6 +499,10 @@ pub struct ServeArgs {
     /// llama.cpp `--n-gpu-layers` / `-ngl` (also `--ngl`) for a .gguf model [default: all layers and the output].
     #[arg(long, alias = "ngl")]
     pub n_gpu_layers: Option<u64>,
+    /// vLLM `--kv-cache-memory-bytes`: the KV-cache pool, in bytes (a unit also accepted);
+    /// replaces --gpu-memory-utilization for sizing it.
+    #[arg(long)]
+    pub kv_cache_memory_bytes: Option<String>,
     /// vLLM `--enable-lora`: reserve GPU slots for LoRA adapters.
     #[arg(long, alias = "enable_lora")]
     pub enable_lora: bool,

@@ -144,3 +144,17 @@ fn max_model_len_auto_picks_the_longest_that_fits() {
     let small = json(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--max-model-len", "auto"]);
     assert_eq!(small["gpus"][0]["max_model_len"], 131072);
 }
+
+#[test]
+fn kv_cache_memory_bytes_sets_the_pool_directly() {
+    let v = json(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--max-model-len", "8192", "--kv-cache-memory-bytes", "20GiB"]);
+    let g = &v["gpus"][0];
+    assert_eq!(g["kv_cache_bytes"].as_u64(), Some(20 << 30));
+    assert_eq!(g["requested_bytes"].as_u64().unwrap(), g["non_kv_bytes"].as_u64().unwrap() + (20 << 30));
+    // Bytes by definition: a bare number is bytes, as vLLM reads it.
+    let b = json(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--max-model-len", "8192", "--kv-cache-memory-bytes", "21474836480"]);
+    assert_eq!(b["gpus"][0]["kv_cache_bytes"], g["kv_cache_bytes"]);
+    // A pool larger than the GPU does not fit.
+    let big = json(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--max-model-len", "8192", "--kv-cache-memory-bytes", "90GiB"]);
+    assert_eq!(big["gpus"][0]["fits"], false);
+}

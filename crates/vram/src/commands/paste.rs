@@ -34,6 +34,7 @@ const VLLM_VALUE: &[(&str, &str)] = &[
     ("--max-loras", "--max-loras"),
     ("--max-lora-rank", "--max-lora-rank"),
     ("--max-cpu-loras", "--max-cpu-loras"),
+    ("--kv-cache-memory-bytes", "--kv-cache-memory-bytes"),
 ];
 const VLLM_FLAG: &[&str] = &["--enforce-eager", "--enable-lora"];
 /// vLLM flags that change no GPU memory vram accounts (network, logging, tokenizer, templates,
@@ -84,7 +85,6 @@ const VLLM_UNMODELLED: &[&str] = &[
     "--pipeline-parallel-size",
     "-pp",
     "--cpu-offload-gb",
-    "--kv-cache-memory-bytes",
     "--speculative-config",
     "--enable-expert-parallel",
     "--limit-mm-per-prompt",

@@ -56,6 +56,7 @@ fn reject_other_engines_flags(a: &ServeArgs, gguf: bool) -> Result<()> {
             given(a.engine != "vllm", "--engine"),
             given(a.approximate_architecture, "--approximate-architecture"),
             given(a.enable_lora, "--enable-lora"),
+            given(a.kv_cache_memory_bytes.is_some(), "--kv-cache-memory-bytes"),
             given(a.max_loras.is_some(), "--max-loras"),
             given(a.max_lora_rank.is_some(), "--max-lora-rank"),
             given(a.max_cpu_loras.is_some(), "--max-cpu-loras"),
@@ -125,6 +126,7 @@ pub fn vllm(a: &ServeArgs, model: Model) -> Result<VllmServe> {
         enforce_eager: a.enforce_eager,
         engine: vllm_engine(&a.vllm_engine)?,
         lora: serve_lora(a)?,
+        kv_cache_memory_bytes: a.kv_cache_memory_bytes.as_deref().map(vram_core::units::parse_bytes).transpose()?,
         ..ServeConfig::new(cuda_total(&g))
     };
     if let Some(c) = &a.cuda_context {

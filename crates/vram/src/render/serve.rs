@@ -77,12 +77,21 @@ fn vllm_budget(out: &mut String, s: &VllmServe) {
     row(out, "profile-run activation peak", r.activation_peak_bytes, &r.activation_peak_at);
     row(out, "non-torch increase", r.non_torch_bytes, "kernels, library handles, NCCL at TP ≥ 2");
     row(out, "= non-KV memory", r.non_kv_bytes, "vLLM logs it as \"Total non KV cache memory\"");
-    row(
-        out,
-        &format!("requested ({} × CUDA total {:.2})", c.gpu_memory_utilization, gib(c.gpu_memory)),
-        r.requested_bytes,
-        "CUDA total = nvidia-smi total − 434 MiB kept by the driver",
-    );
+    if c.kv_cache_memory_bytes.is_some() {
+        row(
+            out,
+            "needed (non-KV + --kv-cache-memory-bytes)",
+            r.requested_bytes,
+            &format!("of a CUDA total of {:.2} GiB", gib(c.gpu_memory)),
+        );
+    } else {
+        row(
+            out,
+            &format!("requested ({} × CUDA total {:.2})", c.gpu_memory_utilization, gib(c.gpu_memory)),
+            r.requested_bytes,
+            "CUDA total = nvidia-smi total − 434 MiB kept by the driver",
+        );
+    }
     row(out, "KV-cache pool", r.kv_cache_bytes, "\"Available KV cache memory\"");
     let _ = writeln!(
         *out,
