@@ -531,7 +531,7 @@ fn peft_alternatives(model: &Model, base: &Job, budget: u64, baseline: Eval) -> 
             if l.r > 8 {
                 options.push(Change::LoraRank(8));
             }
-            if l.targets != Targets::Default && crate::peft::default_targets(&model.model_type).is_some() {
+            if l.targets != Targets::Default {
                 options.push(Change::LoraDefaultTargets);
             }
         }
@@ -542,6 +542,10 @@ fn peft_alternatives(model: &Model, base: &Job, budget: u64, baseline: Eval) -> 
     };
     let mut out = Vec::new();
     for o in options {
+        // An option peft itself would refuse on this model (no default targets) is not offered.
+        if o.apply(base).lora.as_ref().is_some_and(|l| crate::peft::resolve(model, l).is_err()) {
+            continue;
+        }
         let mut sets = vec![vec![o]];
         if base.checkpointing != Checkpointing::Full {
             sets.push(vec![o, Change::Checkpointing(Checkpointing::Full)]);

@@ -402,6 +402,19 @@ pub fn resolve(model: &Model, lora: &Lora) -> Result<Resolved> {
     let all = linears(model);
     let names: Vec<String> = match &lora.targets {
         Targets::AllLinear => Vec::new(),
+        // peft 0.21 converts an MoE model's config for transformers 5 before it fills in the
+        // default targets, leaving none (NoMatchingPeftModuleError; measured in
+        // validation/fixtures/peft_targets.json).
+        Targets::Default if model.moe.is_some() && moe_pattern(&model.model_type).is_some() => {
+            return Err(bad(
+                "LoRA target modules",
+                "default",
+                &format!(
+                    "peft 0.21 finds no default target modules for {} on transformers 5 (NoMatchingPeftModuleError: its MoE conversion runs first); pass --lora-target-modules, e.g. q_proj,v_proj or all-linear",
+                    model.model_type
+                ),
+            ))
+        }
         Targets::Default => match default_targets(&model.model_type) {
             Some(d) => d.iter().map(|s| s.to_string()).collect(),
             None => {
