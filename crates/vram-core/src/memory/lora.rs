@@ -41,7 +41,10 @@ fn is_embedding(t: &TensorGroup) -> bool {
 /// (transformers quantizers/quantizer_bnb_4bit.py: `modules_to_not_convert` defaults to the
 /// output embedding). Embeddings, norms and 3-D expert parameters are not `nn.Linear`.
 fn bnb_quantized(t: &TensorGroup) -> bool {
-    matches!(t.role, Role::Linear | Role::Router)
+    // The MoE router is a custom module holding a weight in transformers 5 (not nn.Linear): left
+    // as it is, like the fused 3-D experts; a shared-expert gate is an nn.Linear and quantized.
+    let router = t.name.ends_with("mlp.gate.weight") || t.name.ends_with("mlp.router.weight");
+    matches!(t.role, Role::Linear | Role::Router) && !router
 }
 
 /// Round a storage up to the caching allocator's 512-byte granule (c10/cuda/CUDACachingAllocator.cpp
@@ -266,8 +269,10 @@ pub(crate) fn model_states(m: &Model, job: &Job, b: &Bytes) -> ModelStates {
         .max()
         .unwrap_or(0);
     let (dense, moe) = (per_layer(false), per_layer(true));
+    // Fused experts run through grouped_mm, which autocast does not cast (transformers
+    // integrations/moe.py): no half copies of them.
     let frozen_matmul = |i: u64| -> u128 {
-        m.layer_inventory(i).iter().filter(|t| matches!(t.role, Role::Linear | Role::Experts | Role::Router)).map(|t| t.numel as u128).sum()
+        m.layer_inventory(i).iter().filter(|t| matches!(t.role, Role::Linear | Role::Router)).map(|t| t.numel as u128).sum()
     };
     let input = if b.amp { 2 } else { 4 };
     let mut layer_casts = Vec::with_capacity(m.layers as usize);
@@ -301,6 +306,10 @@ pub(crate) fn model_states(m: &Model, job: &Job, b: &Bytes) -> ModelStates {
     let head_fp32 = embedding_dtype(job) == DType::F32;
     let head_cast = if b.amp && head_fp32 { 2 * v * ed } else { 0 };
     let casts = layer_casts.iter().sum::<u128>() + head_cast;
+    // The cache holds the adapters' half copies only (frozen weights are cast per use); the LM
+    // head sits outside the checkpointed layers, so its saved copy stays.
+    let cached =
+        if b.amp { 2 * (0..m.layers).map(|i| if m.is_moe_layer(i) { moe.0 } else { dense.0 }).sum::<u128>() } else { 0 } + head_cast;
     // bitsandbytes MatMul4Bit / MatMul8bitLt dequantize the weight to the compute dtype in forward
     // and again in backward (autograd/_functions.py); the widest linear bounds the transient.
     let dequant = if bnb {
@@ -348,6 +357,7 @@ pub(crate) fn model_states(m: &Model, job: &Job, b: &Bytes) -> ModelStates {
         states,
         head_cast,
         casts,
+        casts_cached: cached,
         layer_grad_tmp: (0..m.layers)
             .map(|i| if b.amp { layer_grads[i as usize] / 2 } else { 0 } + if m.is_moe_layer(i) { merged_largest * b.e } else { 0 })
             .collect(),

@@ -48,6 +48,9 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
         None => full_states(m, job, &b, shards),
     };
     let (weights, grads_all, states, head_cast, casts_all) = (ms.weights, ms.grads, ms.states, ms.head_cast, ms.casts);
+    // Weight copies alive through the forward: all of them, or under full checkpointing only the
+    // autocast cache's (copies a matmul saved are dropped by the checkpoint and remade in backward).
+    let casts_fwd = if job.checkpointing == Checkpointing::Full { ms.casts_cached } else { casts_all };
     // HF data collator batch: input_ids, labels, attention_mask as int64 [batch, seq].
     let input = 3 * t * 8;
 
@@ -165,7 +168,7 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     if kernel.quadratic() || masked_any {
         let mut bd = Breakdown::new(Phase::ForwardAttention);
         base(&mut bd);
-        bd.add(CASTS, casts_all, "half copies of the weights used so far (autocast cache)");
+        bd.add(CASTS, casts_fwd, "half copies of the weights used so far (autocast cache)");
         add_activations(&mut bd, layers);
         // Masked scores feeding the softmax, and the 4-D float causal mask eager builds once per forward.
         let mask = if kernel == Kernel::Eager { batch * seq * seq * b.r } else { seq * seq * (1 + e) };
@@ -183,7 +186,7 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     if ms.dora_transient > 0 {
         let mut bd = Breakdown::new(Phase::ForwardLayer);
         base(&mut bd);
-        bd.add(CASTS, casts_all, "half copies of the weights used so far (autocast cache)");
+        bd.add(CASTS, casts_fwd, "half copies of the weights used so far (autocast cache)");
         add_activations(&mut bd, layers);
         bd.add(
             DORA_TMP,
@@ -196,7 +199,7 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     // End of forward: loss computed inside autocast; the whole weight cache is alive.
     let mut fwd = Breakdown::new(Phase::ForwardEnd);
     base(&mut fwd);
-    fwd.add(CASTS, casts_all, "half copies of every matmul weight (autocast cache, alive until autocast exits)");
+    fwd.add(CASTS, casts_fwd, "half copies of every matmul weight (autocast cache, alive until autocast exits)");
     add_activations(&mut fwd, layers);
     fwd.add(ACT_OTHER, outside, "final norm, lm_head input, rotary cos/sin");
     fwd.add(LOGITS, logits_fwd, logits_detail.clone());
@@ -317,6 +320,9 @@ pub(crate) struct ModelStates {
     pub head_cast: u128,
     /// All half weight copies alive at the end of forward.
     pub casts: u128,
+    /// Of those, the ones the autocast cache holds (leaf weights that require grad), which full
+    /// checkpointing does not drop: all of them in full fine-tuning.
+    pub casts_cached: u128,
     /// Gradient bytes of each decoder layer's trainable parameters.
     pub layer_grads: Vec<u128>,
     /// Half weight copies each layer's matmuls save.
@@ -368,6 +374,7 @@ fn full_states(m: &Model, job: &Job, b: &Bytes, shards: u128) -> ModelStates {
         states: if optimizer::paged(job) { 0 } else { optimizer::states(m, job) / shards },
         head_cast,
         casts,
+        casts_cached: casts,
         layer_grad_tmp: layer_casts.clone(),
         layer_grads,
         layer_casts,
