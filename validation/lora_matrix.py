@@ -1,0 +1,189 @@
+"""Run the LoRA / DoRA / QLoRA matrix and append measurements to fixtures/lora.jsonl.
+
+Resumable: points already in the file (by id) are skipped. Points run one at a time in a worker
+process (recycled every 8 points; a worker that dies is recorded as that point's error and
+replaced). A failed point is recorded with its error, never dropped.
+
+    /work/venv/bin/python validation/lora_matrix.py --workers 1        (~30-40 min)
+    /work/venv/bin/python validation/lora_matrix.py --only gpt2
+"""
+import argparse
+import concurrent.futures as cf
+import json
+import multiprocessing as mp
+import os
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+OUT = os.path.join(HERE, "fixtures", "lora.jsonl")
+sys.path.insert(0, HERE)
+from run_matrix import MODELS  # noqa: E402
+
+DEV = ["llama-3.2-1b", "qwen2.5-0.5b", "mistral-7b"]
+HELDOUT = ["qwen2.5-1.5b", "phi-3-mini", "gemma-3-1b", "llama-3.1-8b", "qwen3-8b", "olmo-2-7b", "gpt2",
+           "qwen1.5-moe-a2.7b", "starcoder2-3b"]
+BIG = {"mistral-7b", "llama-3.1-8b", "qwen3-8b", "olmo-2-7b"}
+# the "q_proj, v_proj"-style explicit list, spelled as each architecture names its modules
+PAIR = {"gpt2": ["c_attn"], "phi-3-mini": ["qkv_proj"]}
+NF4 = {"bits": 4, "quant_type": "nf4", "nested": True, "compute_dtype": "bf16"}
+NF4_FLAT = {"bits": 4, "quant_type": "nf4", "nested": False, "compute_dtype": "bf16"}
+FP4 = {"bits": 4, "quant_type": "fp4", "nested": True, "compute_dtype": "bf16"}
+
+
+def points():
+    out = []
+
+    def add(model, batch, seq, method="lora", r=8, targets=None, dropout=0.0, ck=False, base="bf16", ac="bf16",
+            impl="foreach", mts=None, quant=None):
+        if targets == "pair":
+            targets = PAIR.get(model, ["q_proj", "v_proj"])
+        out.append(dict(model=model, set="dev" if model in DEV else "heldout", mode="train", batch=batch, seq=seq,
+                        base_dtype=base, autocast=ac, method=method, r=r, alpha=2 * r, dropout=dropout,
+                        target_modules=targets, modules_to_save=mts, quant=quant, optimizer="adamw", impl=impl,
+                        checkpointing=ck, attention="sdpa"))
+
+    for m in DEV + HELDOUT:
+        if m not in BIG:
+            add(m, 1, 512)
+            add(m, 4, 1024)
+            add(m, 2, 2048)
+            add(m, 4, 1024, ck=True)
+            add(m, 8, 2048, ck=True)
+            add(m, 1, 4096, ck=True)
+            add(m, 2, 1024, r=16, targets="all-linear")
+            add(m, 4, 2048, r=16, targets="all-linear", ck=True)
+            add(m, 2, 1024, r=64, targets="pair", dropout=0.05)
+            add(m, 4, 1024, r=64, targets="pair", dropout=0.05, ck=True)
+            add(m, 2, 1024, method="dora")
+            add(m, 4, 1024, method="dora", r=16, targets="all-linear", ck=True)
+            add(m, 2, 1024, base="fp32")
+            add(m, 2, 2048, r=16, targets="all-linear", base="fp32", ck=True)
+            add(m, 4, 1024, ac=None)
+            add(m, 2, 2048, r=16, targets="all-linear", ac=None, ck=True)
+            add(m, 4, 1024, r=16, targets="all-linear", impl="fused")
+            add(m, 2, 1024, mts=["lm_head"])
+            add(m, 4, 1024, r=16, targets="all-linear", ck=True, quant=NF4)
+            add(m, 2, 1024, quant=NF4)
+            add(m, 8, 2048, r=64, targets="all-linear", dropout=0.05, ck=True, quant=NF4)
+            add(m, 2, 1024, method="dora", r=16, targets="all-linear", ck=True, quant=NF4)
+            add(m, 4, 2048, r=16, targets="all-linear", ck=True, quant=NF4_FLAT)
+            add(m, 2, 1024, ck=True, quant=FP4)
+            add(m, 1, 4096, r=16, targets="all-linear", ck=True, quant=NF4)
+            add(m, 4, 1024, r=16, targets="all-linear", ck=True, quant=NF4, impl="fused")
+        else:
+            add(m, 1, 1024, r=16)
+            add(m, 2, 2048, r=16, ck=True)
+            add(m, 1, 4096, r=16, ck=True)
+            add(m, 1, 2048, r=16, targets="all-linear", ck=True)
+            add(m, 2, 1024, r=64, targets="pair", dropout=0.05, ck=True)
+            add(m, 1, 1024, method="dora", r=16, ck=True)
+            add(m, 1, 1024, r=16, base="fp32", ck=True)
+            add(m, 1, 2048, r=16, ac=None, ck=True)
+            add(m, 2, 1024, r=16, targets="all-linear", impl="fused", ck=True)
+            add(m, 1, 2048, r=16, targets="all-linear", ck=True, quant=NF4)
+            add(m, 2, 2048, r=64, targets="all-linear", ck=True, quant=NF4)
+            add(m, 4, 1024, r=16, ck=True, quant=NF4_FLAT)
+            add(m, 1, 2048, method="dora", r=16, targets="all-linear", ck=True, quant=NF4)
+    for p in out:
+        p["id"] = "|".join(f"{k}={json.dumps(p[k], sort_keys=True)}" for k in sorted(p))
+    return out
+
+
+def run(point):
+    import lora
+
+    cfg = json.load(open(os.path.join(ROOT, MODELS[point["model"]])))
+    t = time.time()
+    try:
+        r = lora.train_lora(cfg, point["batch"], point["seq"], method=point["method"], r=point["r"],
+                            alpha=point["alpha"], dropout=point["dropout"], target_modules=point["target_modules"],
+                            modules_to_save=point["modules_to_save"], base_dtype=point["base_dtype"],
+                            autocast=point["autocast"], checkpointing=point["checkpointing"],
+                            optimizer=point["optimizer"], impl=point["impl"], attention=point["attention"],
+                            quant=point["quant"])
+    except Exception as e:  # recorded, never silently dropped
+        r = {"error": f"{type(e).__name__}: {e}"[:1000], "traceback": traceback.format_exc()[-2000:]}
+    r["seconds"] = round(time.time() - t, 2)
+    return {**point, "source": MODELS[point["model"]], **r}
+
+
+META = {
+    "command": "python validation/lora_matrix.py --workers 1",
+    "fake_tensor": True,
+    "rounding": "each storage rounded up to 512 bytes",
+    "setup": "HF Trainer (transformers 5.23) + peft LoraConfig: model built with dtype=base_dtype; QLoRA: "
+             "qlora_shim.quantize_model + peft.prepare_model_for_kbit_training(use_gradient_checkpointing="
+             "checkpointing) as TRL SFTTrainer calls it; get_peft_model (autocast_adapter_dtype=True); "
+             "checkpointing as Trainer: activation_checkpointing_enable(None) -> use_reentrant=False + "
+             "enable_input_require_grads; bf16 autocast emulated on CPU with CUDA's fp32 op list; torch AdamW over "
+             "trainable params; two steps, peak over both",
+    "emulated": [
+        "SDPA kernel choice, dropout, autocast fp32 list: harness.py (see README)",
+        "bitsandbytes 4-bit storage made by the real bnb.functional.quantize_4bit through its register_fake ops "
+        "(exact shapes/dtypes); the packed weight is a fake tensor whose class is named Params4bit (bnb's own "
+        "class cannot wrap a fake tensor)",
+        "bitsandbytes::gemm_4bit CUDA kernel: dequant fallback (fp32 absmax for nested, B_dq [N,K] in compute dtype, "
+        "F.linear) for M > 1536 or when bnb's sm90 heuristic says so (H100 properties assumed), else the fused "
+        "kernel's output only; backward is bnb's own MatMul4Bit.backward (dequantize_4bit fake ops)",
+        "torch.is_autocast_enabled() without a device (CUDA) answers the emulated autocast state",
+    ],
+    "approximate": [
+        "in-kernel workspaces (cuBLAS, flash, bitsandbytes kernels) and the CUDA context are not captured",
+        "8-bit (LLM.int8) is not emulated",
+    ],
+    "categories": ["frozen parameters", "trainable parameters", "gradients", "optimizer states",
+                   "optimizer temporaries", "activations", "inputs", "quantized weights"],
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--only", help="only points of this model")
+    args = ap.parse_args()
+    done = set()
+    if os.path.exists(OUT):
+        for line in open(OUT):
+            rec = json.loads(line)
+            if "id" in rec and not rec.get("technique"):
+                done.add(rec["id"])
+    else:
+        import bitsandbytes
+        import peft
+        import torch
+        import transformers
+        with open(OUT, "w") as f:
+            f.write(json.dumps({"_meta": {"torch": torch.__version__, "transformers": transformers.__version__,
+                                          "peft": peft.__version__, "bitsandbytes": bitsandbytes.__version__,
+                                          **META}}) + "\n")
+    todo = [p for p in points() if p["id"] not in done and (not args.only or p["model"] == args.only)]
+    print(f"{len(done)} done, {len(todo)} to run", file=sys.stderr, flush=True)
+    ctx = mp.get_context("spawn")
+    pool = None
+    with open(OUT, "a") as f:
+        for i, p in enumerate(todo, 1):
+            if pool is None:
+                pool = cf.ProcessPoolExecutor(args.workers, mp_context=ctx, max_tasks_per_child=8)
+            t = time.time()
+            try:
+                rec = pool.submit(run, p).result()
+            except Exception as e:  # the worker died: record it, start a new one
+                rec = {**p, "source": MODELS[p["model"]], "error": f"worker died: {type(e).__name__}: {e}",
+                       "seconds": round(time.time() - t, 2)}
+                pool.shutdown(wait=False, cancel_futures=True)
+                pool = None
+            f.write(json.dumps(rec) + "\n")
+            f.flush()
+            status = rec["error"][:200] if "error" in rec else f"{rec['peak_allocated'] / 2**30:.3f} GiB"
+            print(f"[{i}/{len(todo)}] {p['model']} {p['method']} r{p['r']} {p['target_modules']} q={bool(p['quant'])} "
+                  f"ck={p['checkpointing']} b{p['batch']} s{p['seq']} {rec['seconds']}s {status}",
+                  file=sys.stderr, flush=True)
+    if pool is not None:
+        pool.shutdown()
+
+
+if __name__ == "__main__":
+    main()
