@@ -30,6 +30,11 @@ BIG = {"mistral-7b", "llama-3.1-8b", "qwen3-8b", "olmo-2-7b"}
 PAIR = {"gpt2": ["c_attn"], "phi-3-mini": ["qkv_proj"]}
 NF4 = {"bits": 4, "quant_type": "nf4", "nested": True, "compute_dtype": "bf16"}
 NF4_FLAT = {"bits": 4, "quant_type": "nf4", "nested": False, "compute_dtype": "bf16"}
+# model types with no entry in peft's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+# (peft/utils/constants.py:67-109): peft refuses target_modules=None for them ("Please specify
+# `target_modules`"); one point per model records that refusal, the others name the attention
+# pair a user would write
+NO_PEFT_DEFAULT = {"phi-3-mini", "olmo-2-7b", "qwen1.5-moe-a2.7b", "starcoder2-3b"}
 FP4 = {"bits": 4, "quant_type": "fp4", "nested": True, "compute_dtype": "bf16"}
 
 
@@ -37,7 +42,9 @@ def points():
     out = []
 
     def add(model, batch, seq, method="lora", r=8, targets=None, dropout=0.0, ck=False, base="bf16", ac="bf16",
-            impl="foreach", mts=None, quant=None):
+            impl="foreach", mts=None, quant=None, keep_default=False):
+        if targets is None and model in NO_PEFT_DEFAULT and not keep_default:
+            targets = "pair"
         if targets == "pair":
             targets = PAIR.get(model, ["q_proj", "v_proj"])
         out.append(dict(model=model, set="dev" if model in DEV else "heldout", mode="train", batch=batch, seq=seq,
@@ -45,7 +52,16 @@ def points():
                         target_modules=targets, modules_to_save=mts, quant=quant, optimizer="adamw", impl=impl,
                         checkpointing=ck, attention="sdpa"))
 
+    # the report's representative points first
+    add("llama-3.2-1b", 4, 1024)
+    add("llama-3.2-1b", 4, 1024, ck=True)
+    add("llama-3.2-1b", 4, 1024, quant=NF4)
+    add("llama-3.2-1b", 4, 1024, ck=True, quant=NF4)
+    add("llama-3.2-1b", 4, 1024, ck=True, quant=NF4_FLAT)
+    head = len(out)
     for m in DEV + HELDOUT:
+        if m in NO_PEFT_DEFAULT:
+            add(m, 1, 512, keep_default=True)  # records peft's refusal
         if m not in BIG:
             add(m, 1, 512)
             add(m, 4, 1024)
@@ -87,6 +103,23 @@ def points():
             add(m, 2, 2048, r=64, targets="all-linear", ck=True, quant=NF4)
             add(m, 4, 1024, r=16, ck=True, quant=NF4_FLAT)
             add(m, 1, 2048, method="dora", r=16, targets="all-linear", ck=True, quant=NF4)
+    # round-robin over models, so that a partial run covers every model
+    by_model = {}
+    for p in out[head:]:
+        by_model.setdefault(p["model"], []).append(p)
+    rest = []
+    for i in range(max(len(v) for v in by_model.values())):
+        for v in by_model.values():
+            if i < len(v):
+                rest.append(v[i])
+    out = out[:head] + rest
+    seen, uniq = set(), []
+    for p in out:
+        p["id"] = "|".join(f"{k}={json.dumps(p[k], sort_keys=True)}" for k in sorted(p))
+        if p["id"] not in seen:
+            seen.add(p["id"])
+            uniq.append(p)
+    return uniq
     for p in out:
         p["id"] = "|".join(f"{k}={json.dumps(p[k], sort_keys=True)}" for k in sorted(p))
     return out
@@ -139,11 +172,63 @@ META = {
 }
 
 
+TECHNIQUE_OUT = os.path.join(HERE, "fixtures", "lora_technique.jsonl")
+TINY = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512}
+
+
+def technique_cases():
+    base = dict(model="tiny-llama-gqa", batch=2, seq=64, method="lora", r=8, alpha=16, dropout=0.0,
+                target_modules=None, modules_to_save=None, base_dtype="bf16", autocast="bf16", checkpointing=False,
+                impl="foreach", quant=None)
+    for kw in [{}, {"checkpointing": True}, {"base_dtype": "fp32"}, {"base_dtype": "fp32", "autocast": None},
+               {"autocast": None}, {"dropout": 0.05, "r": 16, "alpha": 32, "target_modules": "all-linear"},
+               {"method": "dora"}, {"method": "dora", "checkpointing": True, "target_modules": "all-linear"},
+               {"modules_to_save": ["lm_head"]}, {"impl": "fused"},
+               {"quant": NF4}, {"quant": NF4, "checkpointing": True}, {"quant": NF4_FLAT, "target_modules": "all-linear"},
+               {"quant": FP4, "method": "dora"}]:
+        yield {**base, **kw, "technique": True}
+
+
+def technique():
+    """Real CPU tensors vs FakeTensorMode on a tiny Llama: the tracked peaks must be equal."""
+    import lora
+    import torch
+    with open(TECHNIQUE_OUT, "w") as f:
+        f.write(json.dumps({"_meta": {"torch": torch.__version__, "command": "python validation/lora_matrix.py --technique",
+                                      "note": "real CPU tensors (bitsandbytes' CPU kernels for quantize/dequantize) "
+                                              "vs fake tensors, same emulation; equal peaks check the fake-mode "
+                                              "method and that bnb's register_fake shapes match its kernels"}}) + "\n")
+        for case in technique_cases():
+            kw = {k: case[k] for k in ("method", "r", "alpha", "dropout", "target_modules", "modules_to_save",
+                                       "base_dtype", "autocast", "checkpointing", "impl", "quant")}
+            t = time.time()
+            rec = dict(case)
+            try:
+                real = lora.train_lora(TINY, case["batch"], case["seq"], fake=False, **kw)
+                fake = lora.train_lora(TINY, case["batch"], case["seq"], fake=True, **kw)
+                rec.update(real_peak=real["peak_allocated"], fake_peak=fake["peak_allocated"],
+                           real_phase=real["peak_phase"], fake_phase=fake["peak_phase"],
+                           real_categories=real["categories_at_peak"], fake_categories=fake["categories_at_peak"],
+                           equal=real["peak_allocated"] == fake["peak_allocated"])
+            except Exception as e:
+                rec.update(error=f"{type(e).__name__}: {e}"[:1000], traceback=traceback.format_exc()[-2000:])
+            rec["seconds"] = round(time.time() - t, 2)
+            f.write(json.dumps(rec) + "\n")
+            f.flush()
+            print(json.dumps({k: rec.get(k) for k in ("method", "quant", "base_dtype", "autocast", "checkpointing",
+                                                       "real_peak", "fake_peak", "equal", "error")}),
+                  file=sys.stderr, flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--only", help="only points of this model")
+    ap.add_argument("--technique", action="store_true", help="real vs fake on a tiny model")
     args = ap.parse_args()
+    if args.technique:
+        return technique()
     done = set()
     if os.path.exists(OUT):
         for line in open(OUT):

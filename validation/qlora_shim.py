@@ -155,6 +155,9 @@ _peft_dora.deepcopy = _dora_deepcopy
 
 
 def make_params4bit(packed, qs, nested, quant_type, module):
+    if not isinstance(packed, FakeTensor):  # real tensors (the technique check): bnb's own class
+        return bnb.nn.Params4bit(packed, requires_grad=False, quant_state=qs, blocksize=64, compress_statistics=nested,
+                                 quant_type=quant_type, quant_storage=torch.uint8, module=module, bnb_quantized=True)
     p = torch.nn.Parameter(packed, requires_grad=False)
     p.__class__ = Params4bit
     p.quant_state, p.blocksize, p.compress_statistics = qs, 64, nested
