@@ -221,12 +221,64 @@ def technique():
                   file=sys.stderr, flush=True)
 
 
+TARGETS_OUT = os.path.join(HERE, "fixtures", "peft_targets.json")
+
+
+def peft_targets():
+    """peft's default LoRA targets per model_type, and for every config in crates/vram-core/presets
+    and validation/configs what peft adapts (default targets and "all-linear") with the trainable
+    parameter counts get_nb_trainable_parameters reports, LoRA and DoRA, r=8 and r=16. peft runs
+    on a meta-device model (no measurement)."""
+    import glob
+
+    import peft
+    import torch
+    import transformers
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as MAPPING
+
+    import lora
+
+    paths = sorted(glob.glob(os.path.join(ROOT, "crates/vram-core/presets/*.json"))) + \
+        sorted(glob.glob(os.path.join(ROOT, "validation/configs/*.json")))
+    configs, types = {}, set()
+    for path in paths:
+        raw = json.load(open(path))
+        types.add(raw["model_type"])
+        entry = {"model_type": raw["model_type"]}
+        for label, targets in (("default", None), ("all-linear", "all-linear")):
+            try:
+                entry[label] = lora.targets_info(raw, targets)
+            except Exception as e:
+                entry[label] = {"error": f"{type(e).__name__}: {e}"[:300]}
+        configs[os.path.relpath(path, ROOT)] = entry
+        print(os.path.relpath(path, ROOT), json.dumps(entry)[:160], file=sys.stderr, flush=True)
+    doc = {
+        "_meta": {"peft": peft.__version__, "transformers": transformers.__version__, "torch": torch.__version__,
+                  "command": "python validation/lora_matrix.py --targets",
+                  "source": "peft/utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING; counts from "
+                            "get_peft_model(meta model, LoraConfig(r, lora_alpha=2r, target_modules, use_dora, "
+                            "task_type=CAUSAL_LM)) with each (method, r) as its own adapter (add_adapter + "
+                            "set_adapter) and get_nb_trainable_parameters()[0]; base_parameters = the model's "
+                            "parameter count; 'all-linear' excludes the output layer "
+                            "(peft/tuners/tuners_utils.py _maybe_include_all_linear_layers)",
+                  "note": "a model_type without a mapping entry makes peft refuse target_modules=None (error recorded)"},
+        "default_targets": {t: MAPPING.get(t) for t in sorted(types)},
+        "configs": configs,
+    }
+    with open(TARGETS_OUT, "w") as f:
+        json.dump(doc, f, indent=1, sort_keys=False)
+        f.write("\n")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--only", help="only points of this model")
     ap.add_argument("--technique", action="store_true", help="real vs fake on a tiny model")
+    ap.add_argument("--targets", action="store_true", help="write fixtures/peft_targets.json")
     args = ap.parse_args()
+    if args.targets:
+        return peft_targets()
     if args.technique:
         return technique()
     done = set()
