@@ -203,30 +203,36 @@ def train_lora(raw_config, batch, seq, *, method="lora", r=8, alpha=16, dropout=
 
 def targets_info(raw_config, target_modules, ranks=(8, 16), methods=("lora", "dora")):
     """Adapter facts from peft itself on a meta-device model (no measurement). One model per
-    target set; every (method, r) is a separate peft adapter (get_peft_model, then add_adapter),
+    (target set, method); every r is a separate peft adapter (get_peft_model, then add_adapter),
     made the only trainable one with set_adapter, and get_nb_trainable_parameters() is read for
-    it. low_cpu_mem_usage=True skips the (irrelevant) adapter initialisation."""
+    it. low_cpu_mem_usage=True skips the (irrelevant) adapter initialisation. An error (peft
+    refusing) is recorded per method."""
     from peft import LoraConfig, get_peft_model
     from transformers import AutoConfig, AutoModelForCausalLM
     raw = dict(raw_config)
     cfg = AutoConfig.for_model(raw.pop("model_type"), **raw)
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
-    out, pm = {}, None
+    out = {}
     for method in methods:
-        for r in ranks:
-            name = f"{method}_r{r}"
-            lcfg = LoraConfig(r=r, lora_alpha=2 * r, target_modules=target_modules, use_dora=method == "dora",
-                              task_type="CAUSAL_LM")
-            if pm is None:
-                pm = get_peft_model(model, lcfg, adapter_name=name, low_cpu_mem_usage=True)
-                info = adapter_info(pm)
-                out.update(adapted_modules=info["adapted_modules"], adapted_names=info["adapted_names"],
-                           base_parameters=info["all_parameters"] - info["trainable_parameters"])
-            else:
-                pm.add_adapter(name, lcfg, low_cpu_mem_usage=True)
-            pm.set_adapter(name)
-            out[f"trainable_{name}"] = int(pm.get_nb_trainable_parameters()[0])
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+        pm = None
+        try:
+            for r in ranks:
+                name = f"{method}_r{r}"
+                lcfg = LoraConfig(r=r, lora_alpha=2 * r, target_modules=target_modules, use_dora=method == "dora",
+                                  task_type="CAUSAL_LM")
+                if pm is None:
+                    pm = get_peft_model(model, lcfg, adapter_name=name, low_cpu_mem_usage=True)
+                    info = adapter_info(pm)
+                    out.setdefault("adapted_modules", info["adapted_modules"])
+                    out.setdefault("adapted_names", info["adapted_names"])
+                    out.setdefault("base_parameters", info["all_parameters"] - info["trainable_parameters"])
+                else:
+                    pm.add_adapter(name, lcfg, low_cpu_mem_usage=True)
+                pm.set_adapter(name)
+                out[f"trainable_{name}"] = int(pm.get_nb_trainable_parameters()[0])
+        except Exception as e:
+            out[f"{method}_error"] = f"{type(e).__name__}: {e}"[:300]
     return out
 
 
