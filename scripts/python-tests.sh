@@ -47,7 +47,7 @@ cd "$work"
 if [ -n "${VRAM_TORCH_PYTHON:-}" ]; then
   step "Trainer callback with $VRAM_TORCH_PYTHON (torch + transformers), the wheel on PYTHONPATH"
   site=$("$work/test/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  PYTHONPATH="$site" "$VRAM_TORCH_PYTHON" -m unittest discover -s "$repo/python/tests" -p 'test_integrations.py' -v
+  PYTHONPATH="$site" "$VRAM_TORCH_PYTHON" -m unittest discover -s "$repo/python/tests" -p 'test_[im]*.py' -v
 else
   echo "python-tests: note: VRAM_TORCH_PYTHON unset: the Trainer-callback tests above skipped (no torch in the test venv)"
 fi

@@ -25,6 +25,8 @@ from . import _vram
 from ._vram import VramError
 
 __all__ = [
+    "measure",
+    "Measurement",
     "VramError",
     "Estimate",
     "Component",
@@ -511,3 +513,20 @@ def serve(model: Any, gpu: str, **kw: Any) -> Serve:
         if key in kw:
             raise TypeError(f"vram.serve() got an unexpected keyword argument '{key}' (serving reads no training settings)")
     return Serve.from_json(_run("serve", model, {"gpu": gpu, **kw})[0])
+
+
+def measure(module, example_inputs, **kwargs):
+    """Measure any `torch.nn.Module` under FakeTensorMode on the CPU (no GPU, no memory used):
+    the peak of live tensor bytes of `steps` training steps (or one forward with train=False)
+    and what made it up. See `vram._measure.measure` for the arguments. Needs torch."""
+    from ._measure import measure as _m
+
+    return _m(module, example_inputs, **kwargs)
+
+
+def __getattr__(name):
+    if name == "Measurement":
+        from ._measure import Measurement
+
+        return Measurement
+    raise AttributeError(name)
