@@ -89,9 +89,16 @@ done
 [[ -n $url ]] || fail "vram web printed no URL: $(cat "$work/server.log")"
 echo "web-test: $($browser --version 2>/dev/null) against $url"
 
-page() { # URL suffix → the DOM after the page computed
-  "$browser" --headless=new --disable-gpu --no-sandbox --user-data-dir="$work/profile" \
-    --virtual-time-budget=10000 --dump-dom "$url$1" 2>/dev/null
+page() { # URL suffix → the DOM once the page is done (body data-ready), tried up to 3 times
+  local dom
+  for _ in 1 2 3; do
+    # A fresh profile each time: a profile still held by a closing browser would hand the URL
+    # to that process and print nothing.
+    dom=$("$browser" --headless=new --disable-gpu --no-sandbox --user-data-dir="$(mktemp -d -p "$work")" \
+      --virtual-time-budget=10000 --dump-dom "$url$1" 2>/dev/null || true)
+    [[ $dom == *'data-ready="'* ]] && break
+  done
+  printf '%s\n' "$dom"
 }
 attr() { # DOM, element id, attribute → value
   python3 -c 'import re, sys; m = re.search(r"<[^>]*\bid=\"%s\"[^>]*\b%s=\"([^\"]*)\"" % (sys.argv[2], sys.argv[3]), open(sys.argv[1]).read()); print(m.group(1) if m else "")' "$1" "$2" "$3"
@@ -99,6 +106,7 @@ attr() { # DOM, element id, attribute → value
 text() { # DOM, element id → its text
   python3 -c 'import html, re, sys; m = re.search(r"<([a-z0-9]+)[^>]*\bid=\"%s\"[^>]*>(.*?)</\1>" % sys.argv[2], open(sys.argv[1]).read(), re.S); print(html.unescape(re.sub("<[^>]+>", "", m.group(2))) if m else "")' "$1" "$2"
 }
+b64() { python3 -c 'import base64, sys; print(base64.urlsafe_b64encode(sys.argv[1].encode()).decode().rstrip("="))' "$1"; }
 cli_field() { grep -m1 "\"$1\":" | grep -o -- '-\?[0-9][0-9]*' | head -1; }
 
 page "?$query" >"$work/estimate.html"
@@ -115,6 +123,22 @@ cli_batch=$("$vram" fit --model qwen2.5-1.5b --seq-len 4096 --precision fp16-mix
 [[ $shown_batch == "$cli_batch" ]] || fail "largest batch: page '$shown_batch', CLI $cli_batch"
 echo "web-test: page = CLI: total $shown_total bytes ($(text "$work/estimate.html" total-bytes)), peak allocated $shown_peak bytes, largest batch $shown_batch"
 
+# A config.json carried in the link (as a dropped file is) is the same model as its preset.
+page "?$query&config_name=config.json#config=$(b64 "$(cat crates/vram-core/presets/qwen2.5-1.5b.json)")" >"$work/config.html"
+[[ $(attr "$work/config.html" total-bytes data-bytes) == "$cli_total" ]] ||
+  fail "config.json in the link: page total '$(attr "$work/config.html" total-bytes data-bytes)', CLI $cli_total (error: '$(text "$work/config.html" error)')"
+echo "web-test: config.json in the link = the preset: total $cli_total bytes"
+
+# Inference and vLLM serving: the KV-cache pool in tokens, as `vram serve` computes it.
+page "?model=llama-3.1-8b&gpu=h100&mode=infer&seq_len=8192&batch_size=4&max_model_len=8192" >"$work/serve.html"
+shown_kv=$(attr "$work/serve.html" kv-tokens data-tokens)
+cli_kv=$("$vram" serve --model llama-3.1-8b --gpu h100 --max-model-len 8192 --json | cli_field kv_tokens)
+shown_infer=$(attr "$work/serve.html" total-bytes data-bytes)
+cli_infer=$("$vram" estimate --model llama-3.1-8b --gpu h100 --mode infer --seq-len 8192 --batch-size 4 --json | cli_field total_bytes)
+[[ $shown_kv == "$cli_kv" ]] || fail "vLLM KV tokens: page '$shown_kv', CLI $cli_kv (error: '$(text "$work/serve.html" error)')"
+[[ $shown_infer == "$cli_infer" ]] || fail "inference total: page '$shown_infer', CLI $cli_infer"
+echo "web-test: inference total $shown_infer bytes and vLLM KV pool $shown_kv tokens = CLI"
+
 expect_error() { # what, URL suffix, text the error must contain
   page "$2" >"$work/bad.html"
   local e; e=$(text "$work/bad.html" error)
@@ -122,7 +146,6 @@ expect_error() { # what, URL suffix, text the error must contain
   [[ $(attr "$work/bad.html" total-bytes data-bytes) == "" ]] || fail "$1: an answer is shown beside the error"
   echo "web-test: $1 → $e"
 }
-b64() { python3 -c 'import base64, sys; print(base64.urlsafe_b64encode(sys.argv[1].encode()).decode().rstrip("="))' "$1"; }
 expect_error "config without hidden_size" "?gpu=h20&config_name=bad.json#config=$(b64 '{"model_type": "llama"}')" 'bad.json has no `hidden_size`'
 expect_error "config that is not JSON" "?config_name=broken.json#config=$(b64 '{"model_type": ')" 'broken.json is not valid JSON'
 expect_error "unknown preset" "?model=llama-9b&gpu=h100" 'llama-9b'
@@ -133,7 +156,7 @@ echo "web-test: sizes: vram.wasm $(wc -c <web/vram.wasm) bytes, app.js $(wc -c <
 if [[ ${VRAM_WEB_TIMING:-0} == 1 ]]; then
   # Real time (no virtual clock): the page logs its time to first answer on the console.
   for i in 1 2 3; do
-    timeout 8 "$browser" --headless=new --disable-gpu --no-sandbox --user-data-dir="$work/profile" \
+    timeout 8 "$browser" --headless=new --disable-gpu --no-sandbox --user-data-dir="$(mktemp -d -p "$work")" \
       --enable-logging=stderr --v=0 "$url?$query" 2>&1 | grep -o 'vram-timing[^"]*' | sed "s/^/web-test: run $i: /" || true
   done
 fi

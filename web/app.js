@@ -291,10 +291,15 @@ function renderServe(s) {
   body.replaceChildren(...rows.map(([n, b]) => el('tr', {}, el('td', {}, n), el('td', { class: 'num' }, size(b)))));
   const p = $('serve-summary');
   p.className = r.fits ? '' : 'oom';
-  p.textContent = `${s.gpus.length > 1 ? `per GPU (each of ${s.gpus.length} TP ranks) · ` : ''}` +
-    `--max-model-len ${thousands(r.max_model_len)} · ${thousands(r.num_kv_blocks)} KV blocks = ${thousands(r.kv_tokens)} tokens · ` +
-    `maximum concurrency ${Number(r.max_concurrency).toFixed(2)}× · ` +
-    (r.fits ? 'fits.' : `does NOT fit: the longest --max-model-len that does is ${thousands(r.max_model_len_that_fits)}.`);
+  p.replaceChildren(`${s.gpus.length > 1 ? `per GPU (each of ${s.gpus.length} TP ranks) · ` : ''}` +
+    `--max-model-len ${thousands(r.max_model_len)} · ${thousands(r.num_kv_blocks)} KV blocks = `,
+  el('span', { id: 'kv-tokens', 'data-tokens': String(r.kv_tokens) }, thousands(r.kv_tokens)),
+  ` tokens · maximum concurrency ${Number(r.max_concurrency).toFixed(2)}× · ` +
+    (r.fits
+      ? 'fits.'
+      : r.shortfall_bytes > 0
+        ? `does NOT fit: non-KV memory exceeds the requested ${size(r.requested_bytes)} by ${size(r.shortfall_bytes)} — raise --gpu-memory-utilization, add GPUs (--tensor-parallel-size) or quantize.`
+        : `does NOT fit: one request of ${thousands(r.max_model_len)} tokens needs more KV cache than the pool holds; the longest --max-model-len that fits is ${thousands(r.max_model_len_that_fits)}.`));
 }
 
 function showError(msg) {
@@ -376,6 +381,7 @@ async function main() {
   } catch (e) {
     $('status').textContent = '';
     showError(e.message);
+    document.body.dataset.ready = 'error';
     return;
   }
   $('timing').dataset.wasmLoadMs = performance.now().toFixed(1);
