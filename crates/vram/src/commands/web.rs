@@ -45,12 +45,9 @@ pub fn run(a: &WebArgs) -> Result<()> {
 /// built vram.wasm.
 fn page_dir(given: Option<&Path>) -> Result<PathBuf> {
     let dir = given.map_or_else(|| PathBuf::from(DEFAULT_DIR), Path::to_path_buf);
-    let shown = given.map_or_else(|| "the repository's web/".to_string(), |d| d.display().to_string());
+    let shown = given.map_or_else(|| format!("the repository's web/ ({})", dir.display()), |d| d.display().to_string());
     if !dir.join("index.html").is_file() {
-        return Err(usage(format!(
-            "{shown} ({}) has no index.html: pass --dir with the page's directory (web/ in the vram repository)",
-            dir.display()
-        )));
+        return Err(usage(format!("{shown} has no index.html: pass --dir with the page's directory (web/ in the vram repository)")));
     }
     if !dir.join("vram.wasm").is_file() {
         return Err(usage(format!(
