@@ -34,6 +34,8 @@ pub enum Command {
     Models(ListArgs),
     /// List the GPU catalogue (memory, dense 16-bit TFLOP/s).
     Gpus(ListArgs),
+    /// Serve the browser page (web/, built by scripts/build-web.sh) on 127.0.0.1.
+    Web(crate::commands::web::WebArgs),
 }
 
 /// `--json` only.

@@ -7,6 +7,7 @@ pub mod measure;
 mod paste;
 pub mod plan;
 pub mod serve;
+pub mod web;
 
 use std::cell::RefCell;
 use std::io::Write;
@@ -28,6 +29,7 @@ pub fn dispatch(command: Command) -> Result<u8> {
         Command::Tune(a) => measure::tune(a),
         Command::Watch(a) => measure::watch(&a).map(|()| 0),
         Command::Explain(a) => crate::explain::run(a).map(|()| 0),
+        Command::Web(a) => web::run(&a).map(|()| 0),
     }
 }
 
