@@ -122,6 +122,9 @@ pub struct ServeConfig {
     pub gpu_memory: u64,
     /// Whether the GPU is an A100 (vLLM keeps the small scheduler defaults there).
     pub gpu_is_a100: bool,
+    /// Whether the GPU is a Hopper/Blackwell SXM part on an NVSwitch (H100 SXM, H200, H800, H20,
+    /// B200, GB200), where NCCL's NVLink-SHARP buffers make TP ≥ 2 non-torch memory large.
+    pub gpu_nvswitch: bool,
     /// `--gpu-memory-utilization` (vLLM default 0.9).
     pub gpu_memory_utilization: f64,
     /// `--tensor-parallel-size`.
@@ -185,6 +188,7 @@ impl ServeConfig {
         ServeConfig {
             gpu_memory,
             gpu_is_a100: false,
+            gpu_nvswitch: false,
             gpu_memory_utilization: 0.9,
             tp: 1,
             pp: 1,
@@ -217,6 +221,12 @@ pub fn cuda_total(gpu: &crate::gpu::Gpu) -> u64 {
         crate::gpu::MemorySource::NvidiaSmi => gpu.memory.saturating_sub(434 * MIB),
         _ => gpu.memory,
     }
+}
+
+/// Whether a GPU of vram's table (gpu.rs names) is a Hopper/Blackwell SXM part on an NVSwitch:
+/// H100 SXM, H200, H800, H20, B200, GB200 (not the PCIe or NVL-bridge H100).
+pub fn nvswitch_gpu(name: &str) -> bool {
+    matches!(name, "h100-80gb" | "h200" | "h800" | "h20" | "b200" | "gb200")
 }
 
 const MIB: u64 = 1 << 20;
@@ -402,7 +412,7 @@ fn serve_at(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
     let e = dtype.bytes() as u128;
     let kv_b = cfg.kv_cache_dtype.map_or(dtype.bytes(), DType::bytes);
     let (batched, seqs) = scheduler_limits(cfg, max_len)?;
-    let non_torch_bytes = cfg.non_torch_memory.unwrap_or(non_torch_default(tp));
+    let non_torch_bytes = cfg.non_torch_memory.unwrap_or(non_torch_default(tp, cfg.gpu_nvswitch));
     let cuda_graph = cuda_graph_estimate(cfg);
     let parts = pp_layers(m.layers, cfg.pp);
     let mut ranks = Vec::with_capacity(parts.len());
@@ -636,17 +646,23 @@ fn lora_slots(m: &Model, l: &ServeLora, tp: u64, e: u128, batched: u64) -> Resul
 }
 
 /// Non-torch increase: lazily loaded kernels and library handles first touched by the profile
-/// run (150 MiB, a stated assumption); at TP ≥ 2 also NCCL's channel buffers and vLLM's custom
-/// all-reduce buffers (vllm/distributed/device_communicators/custom_all_reduce.py). The TP
-/// share, 1.79 GiB per GPU, is an empirical constant: the difference between the non-torch
-/// memory vLLM logged for Llama-3-8B on an H100 at TP 2 (3.58 GiB) and at TP 1 (1.79 GiB),
-/// vllm-project/vllm#10511 (validation/vllm/logs.jsonl, dev set). Override with
-/// --non-torch-memory.
-fn non_torch_default(tp: u64) -> u64 {
-    if tp > 1 {
-        150 * MIB + TP_NON_TORCH
-    } else {
-        150 * MIB
+/// run (150 MiB, a stated assumption), plus at TP ≥ 2 the buffers of NCCL and of vLLM's custom
+/// all-reduce (vllm/distributed/device_communicators/custom_all_reduce.py). Both TP shares are
+/// empirical constants from the dev-set logs (validation/vllm/logs.jsonl):
+/// - Hopper/Blackwell on an NVSwitch: 1.79 GiB more per GPU — the difference between the
+///   non-torch memory vLLM logged for Llama-3-8B on H100 at TP 2 (3.58 GiB) and at TP 1
+///   (1.79 GiB), vllm-project/vllm#10511. That NCCL's NVLink-SHARP buffers are the cause is an
+///   interpretation (they exist only on NVSwitch systems of that generation).
+/// - other GPUs: 256 MiB more, which covers every other multi-GPU log in the set (total 0.34 to
+///   0.43 GiB on 4× A100-40GB, vllm-project/vllm#16570; 0.25 GiB on 2× RTX 4090,
+///   vllm-project/vllm#13061; 0.20 GiB on RTX 3090s, vllm-project/vllm#14447).
+///
+/// Override with --non-torch-memory.
+pub fn non_torch_default(tp: u64, nvswitch: bool) -> u64 {
+    match (tp > 1, nvswitch) {
+        (true, true) => 150 * MIB + TP_NON_TORCH,
+        (true, false) => 150 * MIB + 256 * MIB,
+        _ => 150 * MIB,
     }
 }
 
@@ -869,9 +885,14 @@ fn profile_peak(m: &Model, engine: VllmEngine, batched: u64, seqs: u64, tp: u64,
 fn serve_notes(m: &Model, cfg: &ServeConfig, non_torch_bytes: u64, cuda_graph: u64, pool: &KvPool) -> Vec<String> {
     let mut notes = Vec::new();
     if cfg.non_torch_memory.is_none() {
-        notes.push(if cfg.tp > 1 {
+        notes.push(if cfg.tp > 1 && cfg.gpu_nvswitch {
             format!(
-                "non-torch increase assumed {} MiB at TP ≥ 2: 150 MiB of kernels plus 1.79 GiB of NCCL and custom all-reduce buffers, an empirical figure (Llama-3-8B on H100: 3.58 GiB at TP 2 vs 1.79 GiB at TP 1, vllm-project/vllm#10511); PCIe GPUs without NVLink log less (0.25 GiB on 2× RTX 4090, vllm-project/vllm#13061); pass --non-torch-memory with the value vLLM logs",
+                "non-torch increase assumed {} MiB at TP ≥ 2 on an NVSwitch GPU: 150 MiB of kernels plus 1.79 GiB of NCCL and custom all-reduce buffers, an empirical figure (Llama-3-8B on H100: 3.58 GiB at TP 2 vs 1.79 GiB at TP 1, vllm-project/vllm#10511); pass --non-torch-memory with the value vLLM logs",
+                non_torch_bytes / MIB
+            )
+        } else if cfg.tp > 1 {
+            format!(
+                "non-torch increase assumed {} MiB at TP ≥ 2: 150 MiB of kernels plus 256 MiB of NCCL buffers, covering the multi-GPU logs without NVSwitch (0.20–0.43 GiB on A100-40GB, RTX 4090, RTX 3090); pass --non-torch-memory with the value vLLM logs",
                 non_torch_bytes / MIB
             )
         } else {

@@ -112,6 +112,7 @@ pub fn vllm(a: &ServeArgs, model: Model) -> Result<VllmServe> {
     let quantization = quantization(a.quantization.as_deref(), &model)?;
     let mut config = ServeConfig {
         gpu_is_a100: g.name.starts_with("a100"),
+        gpu_nvswitch: vram_core::serve::nvswitch_gpu(&g.name),
         gpu_memory_utilization: a.gpu_memory_utilization,
         tp: a.tp,
         pp: a.pipeline_parallel_size,
