@@ -70,6 +70,51 @@ pub enum VllmEngine {
     V0,
 }
 
+/// The vLLM release whose start-up accounting to reproduce (`--vllm-version`). Only the rules
+/// that change GPU memory are kept per version; each is cited where it is applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct VllmVersion {
+    /// Major version (0).
+    pub major: u32,
+    /// Minor version.
+    pub minor: u32,
+}
+
+impl VllmVersion {
+    /// The newest release whose rules vram models (the default).
+    pub const NEWEST: VllmVersion = VllmVersion { major: 0, minor: 21 };
+    /// The oldest release vram reads (V0 engine logs of 0.6.x are in the evidence set).
+    pub const OLDEST: VllmVersion = VllmVersion { major: 0, minor: 6 };
+    /// First release with the V1 engine on by default.
+    pub const V1_DEFAULT: VllmVersion = VllmVersion { major: 0, minor: 8 };
+    /// First release that subtracts its CUDA-graph estimate from the KV budget by default
+    /// (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, added opt-in by vllm-project/vllm#30515,
+    /// default-on since v0.21 as vLLM's own start-up note says, quoted in
+    /// eugr/spark-vllm-docker#396; the default is debated in vllm-project/vllm#45178).
+    pub const CUDA_GRAPH_ESTIMATE: VllmVersion = VllmVersion { major: 0, minor: 21 };
+
+    /// Parse `0.21`, `0.21.1`, `v0.10.2rc1`: the major and minor numbers.
+    pub fn parse(s: &str) -> Result<Self> {
+        let bad = || invalid("--vllm-version", s, "a vLLM release such as 0.10, 0.17 or 0.21");
+        let t = s.trim().trim_start_matches('v');
+        let mut it = t.split('.');
+        let major = it.next().and_then(|x| x.parse::<u32>().ok()).ok_or_else(bad)?;
+        let minor_s: String = it.next().ok_or_else(bad)?.chars().take_while(char::is_ascii_digit).collect();
+        let minor = minor_s.parse::<u32>().map_err(|_| bad())?;
+        let v = VllmVersion { major, minor };
+        if v < Self::OLDEST {
+            return Err(invalid("--vllm-version", s, "vram models vLLM 0.6 and later"));
+        }
+        Ok(v)
+    }
+}
+
+impl std::fmt::Display for VllmVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
 /// Raw settings of a `vllm serve` launch, in vLLM's own terms.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ServeConfig {
@@ -77,10 +122,19 @@ pub struct ServeConfig {
     pub gpu_memory: u64,
     /// Whether the GPU is an A100 (vLLM keeps the small scheduler defaults there).
     pub gpu_is_a100: bool,
+    /// Whether the GPU is a Hopper/Blackwell SXM part on an NVSwitch (H100 SXM, H200, H800, H20,
+    /// B200, GB200), where NCCL's NVLink-SHARP buffers make TP ≥ 2 non-torch memory large.
+    pub gpu_nvswitch: bool,
     /// `--gpu-memory-utilization` (vLLM default 0.9).
     pub gpu_memory_utilization: f64,
     /// `--tensor-parallel-size`.
     pub tp: u64,
+    /// `--pipeline-parallel-size`.
+    pub pp: u64,
+    /// `--vllm-version`: whose accounting rules to follow.
+    pub vllm_version: VllmVersion,
+    /// Override of the CUDA-graph memory estimate vLLM ≥ 0.21 subtracts from the KV budget.
+    pub cuda_graph_memory: Option<u64>,
     /// `--max-model-len`; `None` = the model's `max_position_embeddings`.
     pub max_model_len: Option<u64>,
     /// `--max-model-len auto` (or -1): the longest length whose blocks fit the pool, at most the
@@ -134,8 +188,12 @@ impl ServeConfig {
         ServeConfig {
             gpu_memory,
             gpu_is_a100: false,
+            gpu_nvswitch: false,
             gpu_memory_utilization: 0.9,
             tp: 1,
+            pp: 1,
+            vllm_version: VllmVersion::NEWEST,
+            cuda_graph_memory: None,
             max_model_len: None,
             max_model_len_auto: false,
             dtype: None,
@@ -163,6 +221,12 @@ pub fn cuda_total(gpu: &crate::gpu::Gpu) -> u64 {
         crate::gpu::MemorySource::NvidiaSmi => gpu.memory.saturating_sub(434 * MIB),
         _ => gpu.memory,
     }
+}
+
+/// Whether a GPU of vram's table (gpu.rs names) is a Hopper/Blackwell SXM part on an NVSwitch:
+/// H100 SXM, H200, H800, H20, B200, GB200 (not the PCIe or NVL-bridge H100).
+pub fn nvswitch_gpu(name: &str) -> bool {
+    matches!(name, "h100-80gb" | "h200" | "h800" | "h20" | "b200" | "gb200")
 }
 
 const MIB: u64 = 1 << 20;
@@ -197,6 +261,18 @@ pub struct ServeReport {
     pub kv_dtype_bytes: u64,
     /// Tensor-parallel ranks.
     pub tp: u64,
+    /// Pipeline-parallel stages.
+    pub pp: u64,
+    /// The pipeline stage this report is for: the one with the fewest KV blocks, which sets every
+    /// stage's block count (0 without pipeline parallelism).
+    pub pp_rank: u64,
+    /// Every pipeline stage (one entry without pipeline parallelism).
+    pub pp_ranks: Vec<PpRankReport>,
+    /// The vLLM release whose rules were applied.
+    pub vllm_version: String,
+    /// Of the activation peak: the CUDA-graph memory estimate vLLM ≥ 0.21 adds to it before sizing
+    /// the KV cache (0 when not applied).
+    pub cuda_graph_estimate_bytes: u64,
     /// Max model length.
     pub max_model_len: u64,
     /// Tokens of the profile run's forward.
@@ -240,6 +316,21 @@ pub struct ServeReport {
     pub notes: Vec<String>,
 }
 
+/// One pipeline stage's share (vllm/distributed/utils.py get_pp_indices).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PpRankReport {
+    /// Stage index.
+    pub rank: u64,
+    /// Decoder layers on the stage.
+    pub layers: u64,
+    /// Weights on one GPU of the stage.
+    pub weights_bytes: u64,
+    /// Profile-run activation peak on the stage (the sampler runs on the last stage only).
+    pub activation_peak_bytes: u64,
+    /// KV blocks the stage's own memory would allow.
+    pub num_kv_blocks: u64,
+}
+
 impl ServeReport {
     /// What the process shows in nvidia-smi at least: the budget used plus the context
     /// (CUDA graphs add more unless `--enforce-eager`).
@@ -275,6 +366,45 @@ pub fn serve(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
     Ok(r)
 }
 
+/// One pipeline stage: its decoder layers, and whether it holds the input embedding (first) and
+/// the final norm, LM head and sampler (last).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stage {
+    rank: u64,
+    layers: u64,
+    first: bool,
+    last: bool,
+}
+
+/// Layers per pipeline stage, as vllm/distributed/utils.py `get_pp_indices` splits them:
+/// `layers // pp` each, and the remainder one each to partitions[-2], [-3], … — never the last
+/// stage, which also holds the final norm and the LM head (VLLM_PP_LAYER_PARTITION unset).
+pub fn pp_layers(layers: u64, pp: u64) -> Vec<u64> {
+    let pp = pp.max(1) as usize;
+    let mut parts = vec![layers / pp as u64; pp];
+    let rem = (layers % pp as u64) as usize;
+    for i in 2..rem + 2 {
+        parts[pp - i] += 1;
+    }
+    parts
+}
+
+/// The budget of one GPU of one stage.
+struct RankCalc {
+    weights: u128,
+    scales: u128,
+    rotary: u128,
+    lora_slots: u128,
+    activation: u64,
+    activation_at: String,
+    cuda_graph: u64,
+    non_kv: u64,
+    requested: u64,
+    kv_cache: u64,
+    shortfall: u64,
+    pool: KvPool,
+}
+
 fn serve_at(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
     let (max_len, mut notes) = validate(m, cfg)?;
     let tp = cfg.tp;
@@ -282,90 +412,194 @@ fn serve_at(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
     let e = dtype.bytes() as u128;
     let kv_b = cfg.kv_cache_dtype.map_or(dtype.bytes(), DType::bytes);
     let (batched, seqs) = scheduler_limits(cfg, max_len)?;
-    let (weights, scales) = match cfg.quantization {
-        Quantization::Checkpoint => {
-            let (w, s, plan_notes) = checkpoint_rank_weights(m, tp, e)?;
-            notes.extend(plan_notes);
-            (w, s)
-        }
-        q => rank_weights(m, q, tp, e),
-    };
-    // RotaryEmbedding's cos_sin_cache: [max_position_embeddings, rotary_dim] in the model dtype
-    // (vllm/model_executor/layers/rotary_embedding.py); measured in "Model loading took".
-    let rotary = m.max_positions as u128 * m.rotary_dim as u128 * e;
-    let (lora_slots, lora_buffer) = match cfg.lora {
-        Some(l) => lora_slots(m, &l, tp, e, batched)?,
-        None => (0, 0),
-    };
-    let weights_bytes = to_u64(weights + scales + rotary + lora_slots, "weights")?;
-
-    let (mut act, act_at) = profile_peak(m, cfg.engine, batched, seqs, tp, e);
-    act += lora_buffer;
-    let activation_peak_bytes = to_u64(act, "profile-run activations")?;
-    let non_torch_bytes = cfg.non_torch_memory.unwrap_or(non_torch_default(tp));
-    let non_kv_bytes = weights_bytes
-        .checked_add(activation_peak_bytes)
-        .and_then(|x| x.checked_add(non_torch_bytes))
-        .ok_or(Error::Overflow { what: "non-KV memory".into() })?;
-    let (requested_bytes, kv_cache_bytes, shortfall_bytes) = match cfg.kv_cache_memory_bytes {
-        // The pool is what was asked for; the process needs non-KV + pool of the whole GPU.
-        Some(kv) => {
-            let need = non_kv_bytes.saturating_add(kv);
-            (need, kv, need.saturating_sub(cfg.gpu_memory.saturating_sub(cfg.cuda_context)))
-        }
-        None => {
-            let requested = (cfg.gpu_memory as f64 * cfg.gpu_memory_utilization) as u64;
-            (requested, requested.saturating_sub(non_kv_bytes), non_kv_bytes.saturating_sub(requested))
-        }
-    };
+    let non_torch_bytes = cfg.non_torch_memory.unwrap_or(non_torch_default(tp, cfg.gpu_nvswitch));
+    let cuda_graph = cuda_graph_estimate(cfg);
+    let parts = pp_layers(m.layers, cfg.pp);
+    let mut ranks = Vec::with_capacity(parts.len());
+    for (r, &layers) in parts.iter().enumerate() {
+        let stage = Stage { rank: r as u64, layers, first: r == 0, last: r + 1 == parts.len() };
+        ranks.push(rank_accounting(m, cfg, &stage, &mut notes, Spec { e, kv_b, batched, seqs, max_len, non_torch_bytes, cuda_graph })?);
+    }
+    // Every stage gets the same number of blocks, the smallest any stage can hold
+    // (vllm/v1/core/kv_cache_utils.py unify_kv_cache_configs): report that stage.
+    let at = (0..ranks.len()).min_by_key(|&i| (ranks[i].pool.num_kv_blocks, u64::MAX - ranks[i].non_kv)).unwrap_or(0);
+    let pp_ranks: Vec<PpRankReport> = ranks
+        .iter()
+        .zip(&parts)
+        .enumerate()
+        .map(|(i, (c, &layers))| {
+            Ok(PpRankReport {
+                rank: i as u64,
+                layers,
+                weights_bytes: to_u64(c.weights + c.scales + c.rotary + c.lora_slots, "weights")?,
+                activation_peak_bytes: c.activation,
+                num_kv_blocks: c.pool.num_kv_blocks,
+            })
+        })
+        .collect::<Result<_>>()?;
+    let c = ranks.swap_remove(at);
+    if cfg.pp > 1 {
+        let worst = pp_ranks.iter().max_by_key(|r| r.weights_bytes + r.activation_peak_bytes).map_or(0, |r| r.rank);
+        notes.push(format!(
+            "pipeline parallelism: layers per stage {:?} (get_pp_indices); embedding on stage 0, final norm, LM head and sampler on stage {}; stage {worst} holds the most non-KV memory; stage {at} has the fewest KV blocks and sets every stage's count",
+            parts,
+            cfg.pp - 1
+        ));
+    }
+    let weights_bytes = to_u64(c.weights + c.scales + c.rotary + c.lora_slots, "weights")?;
     if let Some(kv) = cfg.kv_cache_memory_bytes {
         notes.push(format!(
             "--kv-cache-memory-bytes {kv}: the KV pool is set directly; --gpu-memory-utilization does not size it, and vLLM does not check that weights + activations + pool fit the GPU (vram does)"
         ));
     }
-
-    let pool = kv_pool(
-        m,
-        &PoolSpec {
-            kv_cache_bytes,
-            max_model_len: max_len,
-            max_num_batched_tokens: batched,
-            block_size: cfg.block_size,
-            kv_dtype_bytes: kv_b,
-            tp,
-        },
-    )?;
-    let fits = shortfall_bytes == 0 && pool.num_kv_blocks >= pool.blocks_per_request();
-    notes.extend(serve_notes(m, cfg, non_torch_bytes, &pool));
+    let fits = c.shortfall == 0 && c.pool.num_kv_blocks >= c.pool.blocks_per_request();
+    notes.extend(serve_notes(m, cfg, non_torch_bytes, c.cuda_graph, &c.pool));
     Ok(ServeReport {
         dtype,
         kv_dtype_bytes: kv_b,
         tp,
+        pp: cfg.pp,
+        pp_rank: at as u64,
+        pp_ranks,
+        vllm_version: cfg.vllm_version.to_string(),
+        cuda_graph_estimate_bytes: c.cuda_graph,
         max_model_len: max_len,
         max_num_batched_tokens: batched,
         max_num_seqs: seqs,
         block_size: cfg.block_size,
         weights_bytes,
-        quant_scales_bytes: to_u64(scales, "scales")?,
-        rotary_cache_bytes: to_u64(rotary, "rotary cache")?,
-        lora_slots_bytes: to_u64(lora_slots, "LoRA slots")?,
+        quant_scales_bytes: to_u64(c.scales, "scales")?,
+        rotary_cache_bytes: to_u64(c.rotary, "rotary cache")?,
+        lora_slots_bytes: to_u64(c.lora_slots, "LoRA slots")?,
         lora_cpu_bytes: to_u64(
-            cfg.lora.map_or(0, |l| lora_slots * l.max_cpu_loras as u128 * tp as u128 / l.max_loras.max(1) as u128),
+            cfg.lora.map_or(0, |l| c.lora_slots * l.max_cpu_loras as u128 * tp as u128 / l.max_loras.max(1) as u128),
             "CPU LoRA cache",
         )?,
-        activation_peak_bytes,
-        activation_peak_at: act_at,
+        activation_peak_bytes: c.activation,
+        activation_peak_at: c.activation_at,
         non_torch_bytes,
-        non_kv_bytes,
-        requested_bytes,
-        kv_cache_bytes,
-        shortfall_bytes,
-        pool,
+        non_kv_bytes: c.non_kv,
+        requested_bytes: c.requested,
+        kv_cache_bytes: c.kv_cache,
+        shortfall_bytes: c.shortfall,
+        pool: c.pool,
         fits,
         cuda_context_bytes: cfg.cuda_context,
         notes,
     })
 }
+
+/// What every stage shares.
+#[derive(Clone, Copy)]
+struct Spec {
+    e: u128,
+    kv_b: u64,
+    batched: u64,
+    seqs: u64,
+    max_len: u64,
+    non_torch_bytes: u64,
+    cuda_graph: u64,
+}
+
+fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<String>, s: Spec) -> Result<RankCalc> {
+    let (tp, e) = (cfg.tp, s.e);
+    let (weights, scales) = match cfg.quantization {
+        Quantization::Checkpoint => {
+            let (w, sc, plan_notes) = checkpoint_rank_weights(m, tp, e)?;
+            notes.extend(plan_notes);
+            (w, sc)
+        }
+        q => rank_weights(m, q, tp, e, stage),
+    };
+    // RotaryEmbedding's cos_sin_cache: [max_position_embeddings, rotary_dim] in the model dtype
+    // (vllm/model_executor/layers/rotary_embedding.py); measured in "Model loading took". get_rope
+    // caches one instance per process, so every stage holds it once.
+    let rotary = m.max_positions as u128 * m.rotary_dim as u128 * e;
+    let (lora_slots, lora_buffer) = match cfg.lora {
+        Some(l) => lora_slots(m, &l, tp, e, s.batched)?,
+        None => (0, 0),
+    };
+    let weights_bytes = to_u64(weights + scales + rotary + lora_slots, "weights")?;
+    let (mut act, mut act_at) = profile_peak(m, cfg.engine, s.batched, s.seqs, tp, e, stage.last);
+    act += lora_buffer;
+    // vLLM ≥ 0.21 adds its CUDA-graph estimate to the peak activation memory before sizing the KV
+    // cache (vllm/v1/worker/gpu_worker.py determine_available_memory:
+    // `peak_activation_memory = torch_peak_increase + cudagraph_memory_estimate_applied`).
+    act += s.cuda_graph as u128;
+    if s.cuda_graph > 0 {
+        act_at = format!("{act_at}, plus the CUDA-graph estimate {:.2} GiB", s.cuda_graph as f64 / GIB as f64);
+    }
+    let activation = to_u64(act, "profile-run activations")?;
+    let non_kv = weights_bytes
+        .checked_add(activation)
+        .and_then(|x| x.checked_add(s.non_torch_bytes))
+        .ok_or(Error::Overflow { what: "non-KV memory".into() })?;
+    let (requested, kv_cache, shortfall) = match cfg.kv_cache_memory_bytes {
+        // The pool is what was asked for; the process needs non-KV + pool of the whole GPU.
+        Some(kv) => {
+            let need = non_kv.saturating_add(kv);
+            (need, kv, need.saturating_sub(cfg.gpu_memory.saturating_sub(cfg.cuda_context)))
+        }
+        None => {
+            let requested = (cfg.gpu_memory as f64 * cfg.gpu_memory_utilization) as u64;
+            (requested, requested.saturating_sub(non_kv), non_kv.saturating_sub(requested))
+        }
+    };
+    let mut staged = m.clone();
+    staged.layers = stage.layers;
+    if m.sliding_layers >= m.layers {
+        staged.sliding_layers = stage.layers;
+    }
+    let pool = kv_pool(
+        &staged,
+        &PoolSpec {
+            kv_cache_bytes: kv_cache,
+            max_model_len: s.max_len,
+            max_num_batched_tokens: s.batched,
+            block_size: cfg.block_size,
+            kv_dtype_bytes: s.kv_b,
+            tp,
+        },
+    )?;
+    Ok(RankCalc {
+        weights,
+        scales,
+        rotary,
+        lora_slots,
+        activation,
+        activation_at: act_at,
+        cuda_graph: s.cuda_graph,
+        non_kv,
+        requested,
+        kv_cache,
+        shortfall,
+        pool,
+    })
+}
+
+/// The CUDA-graph memory vLLM subtracts from the KV budget: from v0.21 on, unless
+/// `--enforce-eager` (no graphs) or `--kv-cache-memory-bytes` (no profiling of the budget), on
+/// the V1 engine. The estimate is measured on the GPU by capturing two graphs per mode and
+/// extrapolating (vllm/v1/worker/gpu_model_runner.py profile_cudagraph_memory, quoted in
+/// vllm-project/vllm#45178); vram cannot derive it from the model, so without
+/// `--cuda-graph-memory` it assumes 0.71 GiB, the larger of the two graph captures logged in
+/// public issues (“Graph capturing finished in 3 secs, took 0.71 GiB”, vllm-project/vllm#29137;
+/// “took 0.45 GiB”, run-ai/runai-model-streamer#67). A stated assumption, not a measurement of
+/// your model.
+fn cuda_graph_estimate(cfg: &ServeConfig) -> u64 {
+    let applies = cfg.vllm_version >= VllmVersion::CUDA_GRAPH_ESTIMATE
+        && cfg.engine == VllmEngine::V1
+        && !cfg.enforce_eager
+        && cfg.kv_cache_memory_bytes.is_none();
+    if applies {
+        cfg.cuda_graph_memory.unwrap_or(ASSUMED_CUDA_GRAPH)
+    } else {
+        0
+    }
+}
+
+/// 0.71 GiB (see `cuda_graph_estimate`).
+const ASSUMED_CUDA_GRAPH: u64 = 727 * MIB;
 
 /// vllm/config/model.py _resolve_auto_dtype: the checkpoint's dtype; float32 served in bf16.
 fn model_dtype(m: &Model, cfg: &ServeConfig) -> DType {
@@ -412,15 +646,28 @@ fn lora_slots(m: &Model, l: &ServeLora, tp: u64, e: u128, batched: u64) -> Resul
 }
 
 /// Non-torch increase: lazily loaded kernels and library handles first touched by the profile
-/// run; NCCL allocates its channel buffers at the first all-reduce (NCCL_BUFFSIZE 4 MiB ×
-/// send/recv × channels). Stated assumptions, not measurements; override with --non-torch-memory.
-fn non_torch_default(tp: u64) -> u64 {
-    if tp > 1 {
-        150 * MIB + 256 * MIB
-    } else {
-        150 * MIB
+/// run (150 MiB, a stated assumption), plus at TP ≥ 2 the buffers of NCCL and of vLLM's custom
+/// all-reduce (vllm/distributed/device_communicators/custom_all_reduce.py). Both TP shares are
+/// empirical constants from the dev-set logs (validation/vllm/logs.jsonl):
+/// - Hopper/Blackwell on an NVSwitch: 1.79 GiB more per GPU — the difference between the
+///   non-torch memory vLLM logged for Llama-3-8B on H100 at TP 2 (3.58 GiB) and at TP 1
+///   (1.79 GiB), vllm-project/vllm#10511. That NCCL's NVLink-SHARP buffers are the cause is an
+///   interpretation (they exist only on NVSwitch systems of that generation).
+/// - other GPUs: 256 MiB more, which covers every other multi-GPU log in the set (total 0.34 to
+///   0.43 GiB on 4× A100-40GB, vllm-project/vllm#16570; 0.25 GiB on 2× RTX 4090,
+///   vllm-project/vllm#13061; 0.20 GiB on RTX 3090s, vllm-project/vllm#14447).
+///
+/// Override with --non-torch-memory.
+pub fn non_torch_default(tp: u64, nvswitch: bool) -> u64 {
+    match (tp > 1, nvswitch) {
+        (true, true) => 150 * MIB + TP_NON_TORCH,
+        (true, false) => 150 * MIB + 256 * MIB,
+        _ => 150 * MIB,
     }
 }
+
+/// 3.58 − 1.79 GiB (see `non_torch_default`).
+const TP_NON_TORCH: u64 = 1833 * MIB;
 
 /// The flags vLLM checks before it loads anything, and the context length they imply.
 fn validate(m: &Model, cfg: &ServeConfig) -> Result<(u64, Vec<String>)> {
@@ -438,6 +685,44 @@ fn validate(m: &Model, cfg: &ServeConfig) -> Result<(u64, Vec<String>)> {
             tp,
             &format!("vLLM needs it to divide the {} attention heads of {}", m.heads, m.name),
         ));
+    }
+    if cfg.engine == VllmEngine::V1 && cfg.vllm_version < VllmVersion::V1_DEFAULT {
+        return Err(invalid(
+            "--vllm-version",
+            cfg.vllm_version,
+            "the V1 engine is modelled from vLLM 0.8; for older releases pass --vllm-engine v0",
+        ));
+    }
+    let pp = cfg.pp;
+    if pp == 0 || pp > m.layers.max(1) {
+        return Err(invalid("--pipeline-parallel-size", pp, &format!("between 1 and the {} layers of {}", m.layers, m.name)));
+    }
+    if pp > 1 {
+        let refuse = |why: &str| {
+            Err(invalid(
+                "--pipeline-parallel-size",
+                pp,
+                &format!("{why}; vram does not model that split yet (estimate with --pipeline-parallel-size 1)"),
+            ))
+        };
+        if m.sliding_layers > 0 && m.sliding_layers < m.layers {
+            return refuse("the model mixes sliding-window and full-attention layers, whose stages hold different mixes");
+        }
+        if m.moe_layers() > 0 && m.moe_layers() < m.layers {
+            return refuse("the model mixes dense and MoE layers, whose stages differ in size");
+        }
+        if m.embed_dim != m.hidden {
+            return refuse("the model projects its embeddings (project_in / project_out)");
+        }
+        if cfg.lora.is_some() {
+            return refuse("with --enable-lora");
+        }
+        if cfg.quantization == Quantization::Checkpoint {
+            return refuse("with a pre-quantized checkpoint read tensor by tensor");
+        }
+        if m.tensors().iter().any(|t| t.name.starts_with("layers.") && t.count % m.layers.max(1) != 0) {
+            return refuse("the model's layers are not all alike");
+        }
     }
     if cfg.block_size == 0 || cfg.block_size > 4096 {
         return Err(invalid("--block-size", cfg.block_size, "vLLM uses 16 (CUDA); 1 to 4096"));
@@ -480,12 +765,19 @@ fn scheduler_limits(cfg: &ServeConfig, max_len: u64) -> Result<(u64, u64)> {
     Ok((batched, seqs))
 }
 
-/// Weight and quantisation-scale bytes on one tensor-parallel rank. Pipeline parallelism would
-/// take a slice of the layers here.
-fn rank_weights(m: &Model, quantization: Quantization, tp: u64, e: u128) -> (u128, u128) {
+/// Weight and quantisation-scale bytes on one tensor-parallel rank of one pipeline stage. A stage
+/// builds only its own decoder layers (the others are PPMissingLayer); the input embedding lives
+/// on the first stage, the final norm and LM head on the last, and a tied embedding also on the
+/// last, where it serves as the LM head (vllm/model_executor/models/llama.py LlamaModel and
+/// LlamaForCausalLM: `is_first_rank or (tie_word_embeddings and is_last_rank)`).
+fn rank_weights(m: &Model, quantization: Quantization, tp: u64, e: u128, stage: &Stage) -> (u128, u128) {
     let (mut weights, mut scales) = (0u128, 0u128);
     for t in m.tensors() {
-        let n = rank_numel(m, &t, tp) * t.count as u128;
+        let (num, den) = stage_share(m, &t, stage);
+        if num == 0 {
+            continue;
+        }
+        let n = rank_numel(m, &t, tp) * t.count as u128 * num / den;
         let quantised = matches!(t.role, Role::Linear | Role::Experts);
         let (w, s) = match quantization {
             _ if !quantised => (n * e, 0),
@@ -505,6 +797,20 @@ fn rank_weights(m: &Model, quantization: Quantization, tp: u64, e: u128) -> (u12
         scales += s;
     }
     (weights, scales)
+}
+
+/// The share of tensor group `t` a pipeline stage holds, as numerator / denominator.
+fn stage_share(m: &Model, t: &TensorGroup, stage: &Stage) -> (u128, u128) {
+    if t.name.starts_with("layers.") {
+        return (stage.layers as u128, m.layers.max(1) as u128);
+    }
+    let held = match t.role {
+        Role::Embedding => stage.first || (m.tied_embeddings && stage.last),
+        Role::Position => stage.first,
+        // The final norm, the LM head and its bias.
+        _ => stage.last,
+    };
+    (held as u128, 1)
 }
 
 /// Weight and scale bytes on one TP rank of a pre-quantized checkpoint: each tensor's stored
@@ -539,11 +845,14 @@ fn checkpoint_rank_weights(m: &Model, tp: u64, e: u128) -> Result<(u128, u128, V
 
 /// The profile run's activation peak and where it occurs. Each engine's profiling pass is one
 /// arm of the sampler match.
-fn profile_peak(m: &Model, engine: VllmEngine, batched: u64, seqs: u64, tp: u64, e: u128) -> (u128, String) {
+fn profile_peak(m: &Model, engine: VllmEngine, batched: u64, seqs: u64, tp: u64, e: u128, last: bool) -> (u128, String) {
     // Profile run (gpu_model_runner.py profile_run): a forward of max_num_batched_tokens tokens,
     // then the sampler over min(max_num_seqs, tokens) requests while the forward's hidden states
-    // are still referenced.
+    // are still referenced — on the last pipeline stage only (`if get_pp_group().is_last_rank`).
     let (fwd, fwd_at) = forward_peak(m, batched, tp, e);
+    if !last {
+        return (fwd, fwd_at);
+    }
     let reqs = seqs.min(batched) as u128;
     let v = m.vocab as u128;
     let vpad = (m.vocab.div_ceil(VOCAB_PAD) * VOCAB_PAD) as u128;
@@ -573,18 +882,48 @@ fn profile_peak(m: &Model, engine: VllmEngine, batched: u64, seqs: u64, tp: u64,
 }
 
 /// The assumptions the report rests on, said once.
-fn serve_notes(m: &Model, cfg: &ServeConfig, non_torch_bytes: u64, pool: &KvPool) -> Vec<String> {
+fn serve_notes(m: &Model, cfg: &ServeConfig, non_torch_bytes: u64, cuda_graph: u64, pool: &KvPool) -> Vec<String> {
     let mut notes = Vec::new();
     if cfg.non_torch_memory.is_none() {
-        notes.push(format!(
-            "non-torch increase assumed {} MiB (kernels first loaded by the profile run{}); pass --non-torch-memory with the value vLLM logs",
-            non_torch_bytes / MIB,
-            if cfg.tp > 1 { ", NCCL channel buffers" } else { "" }
-        ));
+        notes.push(if cfg.tp > 1 && cfg.gpu_nvswitch {
+            format!(
+                "non-torch increase assumed {} MiB at TP ≥ 2 on an NVSwitch GPU: 150 MiB of kernels plus 1.79 GiB of NCCL and custom all-reduce buffers, an empirical figure (Llama-3-8B on H100: 3.58 GiB at TP 2 vs 1.79 GiB at TP 1, vllm-project/vllm#10511); pass --non-torch-memory with the value vLLM logs",
+                non_torch_bytes / MIB
+            )
+        } else if cfg.tp > 1 {
+            format!(
+                "non-torch increase assumed {} MiB at TP ≥ 2: 150 MiB of kernels plus 256 MiB of NCCL buffers, covering the multi-GPU logs without NVSwitch (0.20–0.43 GiB on A100-40GB, RTX 4090, RTX 3090); pass --non-torch-memory with the value vLLM logs",
+                non_torch_bytes / MIB
+            )
+        } else {
+            format!(
+                "non-torch increase assumed {} MiB (kernels first loaded by the profile run){}; pass --non-torch-memory with the value vLLM logs",
+                non_torch_bytes / MIB,
+                if cfg.pp > 1 { "; NCCL send/recv buffers of pipeline parallelism are not in this assumption" } else { "" }
+            )
+        });
     }
-    if !cfg.enforce_eager {
+    if cuda_graph > 0 {
+        notes.push(format!(
+            "vLLM ≥ 0.21 adds its CUDA-graph estimate to the activation peak before sizing the KV cache; assumed {:.2} GiB{} (the estimate is measured on the GPU at start-up; pass --cuda-graph-memory with the value vLLM logs, or --vllm-version 0.20 for the older accounting)",
+            cuda_graph as f64 / GIB as f64,
+            if cfg.cuda_graph_memory.is_some() { " as given" } else { ", the larger of two graph captures logged in public issues" }
+        ));
+    } else if !cfg.enforce_eager {
         notes.push(
             "CUDA graphs are captured after the KV pool is allocated and are not in vLLM's budget (vLLM logs their size at start-up; --enforce-eager skips them)".into(),
+        );
+    }
+    if cfg.vllm_version > VllmVersion::NEWEST {
+        notes.push(format!(
+            "--vllm-version {}: the rules of {} (the newest vram models) are applied; later changes to vLLM's accounting are not modelled",
+            cfg.vllm_version,
+            VllmVersion::NEWEST
+        ));
+    }
+    if cfg.engine == VllmEngine::V1 && cfg.vllm_version >= (VllmVersion { major: 0, minor: 17 }) {
+        notes.push(
+            "vLLM ≥ 0.17's profile-run activation peak is reported about 60% below earlier releases (issue 14); vram's peak follows the 0.8–0.16 profile run and is not yet re-derived for it, so the KV pool shown errs small by up to that difference".into(),
         );
     }
     if m.sliding_layers > 0 && m.sliding_layers < m.layers {

@@ -9,7 +9,9 @@ use std::fmt::Write;
 use std::path::PathBuf;
 
 use serde_json::Value;
-use vram_core::serve::{cuda_total, kv_pool, serve, PoolSpec, Quantization, ServeConfig, VllmEngine};
+use vram_core::serve::{
+    cuda_total, kv_pool, non_torch_default, nvswitch_gpu, serve, PoolSpec, Quantization, ServeConfig, VllmEngine, VllmVersion,
+};
 use vram_core::{gpu, parse_config, presets, Model};
 
 const GIB: f64 = (1u64 << 30) as f64;
@@ -41,9 +43,8 @@ fn u(v: &Value, k: &str) -> u64 {
 #[test]
 fn weights_and_profile_activation_match_vllm_logs() {
     let mut checked = 0;
-    let mut table =
-        String::from("\n| logged start-up | weights (vram vs vLLM) | profile-run activation peak | KV pool |\n|---|---|---|---|\n");
-    for case in logs().iter().filter(|c| c["activation_peak_gib"].is_number()) {
+    let full = |c: &&Value| c["activation_peak_gib"].is_number() && c["model"].is_string() && c["total_gib"].is_number();
+    for case in logs().iter().filter(full) {
         let m = model(case["model"].as_str().unwrap());
         let g = gpu::lookup(case["gpu"].as_str().unwrap()).unwrap();
         let total = cuda_total(&g) as f64 / GIB;
@@ -65,34 +66,23 @@ fn weights_and_profile_activation_match_vllm_logs() {
         // Logged to 4 decimals ("Loading model weights took 14.9888 GB") or to 2.
         let tol = if (logged_w * 100.0).fract().abs() > 1e-9 { 1e-4 } else { 0.006 };
         assert!((w - logged_w).abs() < tol, "{}: weights {w:.4} GiB vs logged {logged_w}", case["id"]);
-        let mut pool = "—".to_string();
         if let Some(kv) = case["kv_cache_gib"].as_f64() {
             let got = r.kv_cache_bytes as f64 / GIB;
             assert!((got - kv).abs() / kv < 0.05, "{}: KV pool {got:.2} GiB vs logged {kv}", case["id"]);
-            pool = format!("{got:.2} vs {kv} GiB");
         }
         let a = r.activation_peak_bytes as f64 / GIB;
         let logged_a = case["activation_peak_gib"].as_f64().unwrap();
-        let _ = writeln!(
-            table,
-            "| [{}]({}) ({}) | {w:.4} vs {logged_w} GiB | {a:.3} vs {logged_a} GiB ({:+.1}%) | {pool} |",
-            case["id"].as_str().unwrap(),
-            case["source"].as_str().unwrap(),
-            case["engine"].as_str().unwrap(),
-            (a / logged_a - 1.0) * 100.0,
-        );
         // Logged to 0.01 GiB; the target is vLLM's own number within 5%.
         assert!((a - logged_a).abs() / logged_a < 0.05, "{}: activation {a:.3} GiB vs logged {logged_a}", case["id"]);
         checked += 1;
     }
     assert!(checked >= 4);
-    readme::sync_section("<!-- serve:begin -->", "<!-- serve:end -->", &table, "vLLM evidence table");
 }
 
 #[test]
 fn block_pool_matches_vllm_logs() {
     let mut checked = 0;
-    for case in logs().into_iter().filter(|c| c["max_concurrency"].is_number()) {
+    for case in logs().into_iter().filter(|c| c["max_concurrency"].is_number() && c["kv_cache_gib"].is_number() && c["model"].is_string()) {
         let m = model(case["model"].as_str().unwrap());
         let logged_kv = case["kv_cache_gib"].as_f64().unwrap();
         let max_len = u(&case, "max_model_len");
@@ -124,6 +114,178 @@ fn block_pool_matches_vllm_logs() {
         checked += 1;
     }
     assert_eq!(checked, 3);
+}
+
+/// One log's errors: vram's defaults (nothing logged fed back) against what vLLM printed.
+#[derive(Default)]
+struct Errors {
+    non_torch: Option<(f64, f64)>,
+    non_kv: Option<(f64, f64)>,
+    tokens: Option<(f64, f64)>,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// The accounting before this change: TP ≥ 2 non-torch 150 + 256 MiB on every GPU, no CUDA-graph
+/// estimate (vLLM < 0.21 rules).
+fn before(cfg: &ServeConfig) -> ServeConfig {
+    let old = if cfg.tp > 1 { (150 + 256) << 20 } else { 150 << 20 };
+    ServeConfig { non_torch_memory: Some(old), vllm_version: VllmVersion { major: 0, minor: 20 }, ..cfg.clone() }
+}
+
+/// Every log in validation/vllm/logs.jsonl, dev and held-out, against vram's defaults, before and
+/// after the version/TP rules. Error bounds (stated, held on both sets):
+/// - non-torch memory per GPU: within 0.30 GiB of the log (a GPU-independent constant cannot be
+///   closer: TP 1 logs run from 0.03 to 0.35 GiB); logs from before vllm-project/vllm#11809, whose
+///   non-torch figure also counts the allocator's free reserve, are left out of this one;
+/// - non-KV memory per GPU (weights + activation peak + non-torch, of the rank that sets the
+///   pool): within 13% of the log (the two H100 logs of vllm-project/vllm#10511 carry the
+///   pre-#11809 non-torch figure, 1.6 GiB above vram's);
+/// - KV tokens: within 12% of the log.
+#[test]
+fn accuracy_against_logs() {
+    let gib = |b: u64| b as f64 / GIB;
+    let mut table = String::from(
+        "\n| logged start-up | set | GPU × TP | weights · activation peak (vram vs vLLM, GiB) | non-torch per GPU (vram default vs vLLM) | non-KV per GPU (vram vs vLLM) | KV tokens (vram vs vLLM) |\n|---|---|---|---|---|---|---|\n",
+    );
+    let mut by_set: std::collections::BTreeMap<String, Vec<Errors>> = Default::default();
+    for case in logs() {
+        let id = case["id"].as_str().unwrap();
+        let set = case["set"].as_str().unwrap_or("dev").to_string();
+        let tp = case["tp"].as_u64();
+        let multi = tp.map_or(case["multi_gpu"].as_bool().unwrap_or(false), |t| t > 1);
+        let gpu_name = case["gpu"].as_str();
+        let nvs = gpu_name.is_some_and(nvswitch_gpu);
+        let mut e = Errors::default();
+        let mut cells = ["—".to_string(), "—".to_string(), "—".to_string(), "—".to_string()];
+        if let Some(nt) = case["non_torch_gib"].as_f64().filter(|_| case["non_torch_measure"].is_null()) {
+            let tp_eff = if multi { 2 } else { 1 };
+            let after = gib(non_torch_default(tp_eff, nvs));
+            let old = if multi { (150.0 + 256.0) / 1024.0 } else { 150.0 / 1024.0 };
+            e.non_torch = Some((old - nt, after - nt));
+            cells[0] = format!("{after:.2} vs {nt} GiB");
+        } else if let Some(nt) = case["non_torch_gib"].as_f64() {
+            cells[0] = format!("{:.2} vs {nt} GiB (pre-#11809 measure)", gib(non_torch_default(if multi { 2 } else { 1 }, nvs)));
+        }
+        let g = gpu_name.and_then(|n| gpu::lookup(n).ok());
+        if let (Some(spec), Some(g)) = (case["model"].as_str(), g) {
+            let m = model(spec);
+            let engine = if case["engine"] == "vllm-v0" { VllmEngine::V0 } else { VllmEngine::V1 };
+            let version = case["vllm_version"].as_str().map(|v| VllmVersion::parse(v).unwrap()).unwrap_or(match engine {
+                VllmEngine::V0 => VllmVersion { major: 0, minor: 6 },
+                VllmEngine::V1 => VllmVersion::NEWEST,
+            });
+            let cfg = ServeConfig {
+                tp: tp.unwrap_or(1),
+                max_model_len: case["max_model_len"].as_u64(),
+                max_num_batched_tokens: case["max_num_batched_tokens"].as_u64(),
+                max_num_seqs: case["max_num_seqs"].as_u64(),
+                gpu_memory_utilization: case["gpu_memory_utilization"].as_f64().unwrap(),
+                engine,
+                vllm_version: version,
+                gpu_is_a100: g.name.starts_with("a100"),
+                gpu_nvswitch: nvs,
+                ..ServeConfig::new(cuda_total(&g))
+            };
+            let (a, b) = (serve(&m, &cfg).unwrap(), serve(&m, &before(&cfg)).unwrap());
+            let parts = ["weights_gib", "activation_peak_gib", "non_torch_gib"].map(|k| case[k].as_f64());
+            if let (Some(w), Some(act)) = (parts[0], parts[1]) {
+                cells[3] = format!("{:.4} vs {w} · {:.3} vs {act}", gib(a.weights_bytes), gib(a.activation_peak_bytes));
+            }
+            let logged_non_kv = if let Some(b) = case["bottleneck_non_kv_gib"].as_f64() {
+                Some(b)
+            } else if parts.iter().all(Option::is_some) {
+                Some(parts.iter().flatten().sum::<f64>())
+            } else {
+                match (
+                    case["total_gib"].as_f64().or(case["requested_gib"].as_f64().map(|r| r / cfg.gpu_memory_utilization)),
+                    case["kv_cache_gib"].as_f64(),
+                ) {
+                    (Some(t), Some(kv)) => Some(t * cfg.gpu_memory_utilization - kv),
+                    _ => None,
+                }
+            };
+            if let Some(l) = logged_non_kv {
+                e.non_kv = Some((gib(b.non_kv_bytes) / l - 1.0, gib(a.non_kv_bytes) / l - 1.0));
+                cells[1] = format!("{:.2} vs {l:.2} GiB ({:+.1}%)", gib(a.non_kv_bytes), (gib(a.non_kv_bytes) / l - 1.0) * 100.0);
+            }
+            if let Some(t) = case["kv_tokens"].as_u64() {
+                let t = t as f64;
+                e.tokens = Some((b.pool.kv_tokens as f64 / t - 1.0, a.pool.kv_tokens as f64 / t - 1.0));
+                cells[2] = format!("{} vs {t} ({:+.1}%)", a.pool.kv_tokens, (a.pool.kv_tokens as f64 / t - 1.0) * 100.0);
+            }
+        }
+        // Logged block pools: concurrency is blocks / blocks one max-model-len request needs.
+        if let (Some(blocks), Some(conc), Some(len)) =
+            (case["num_kv_blocks"].as_u64(), case["max_concurrency"].as_f64(), case["max_model_len"].as_u64())
+        {
+            let got = blocks as f64 / len.div_ceil(16) as f64;
+            assert!((got - conc).abs() < 0.006, "{id}: {blocks} blocks give {got:.3}x, vLLM logged {conc}x");
+        }
+        let _ = writeln!(
+            table,
+            "| [{id}]({}) ({}{}) | {set} | {} × {} | {} | {} | {} | {} |",
+            case["source"].as_str().unwrap(),
+            case["engine"].as_str().unwrap(),
+            case["vllm_version"].as_str().map(|v| format!(" {v}")).unwrap_or_default(),
+            gpu_name.unwrap_or("?"),
+            tp.map_or("?".into(), |t| t.to_string()),
+            cells[3],
+            cells[0],
+            cells[1],
+            cells[2],
+        );
+        by_set.entry(set).or_default().push(e);
+    }
+    let mut summary = String::new();
+    for (set, errs) in &by_set {
+        let pick = |f: &dyn Fn(&Errors) -> Option<(f64, f64)>, after: bool| -> Vec<f64> {
+            errs.iter().filter_map(f).map(|(b, a)| if after { a } else { b }.abs()).collect()
+        };
+        for (name, f, unit) in [
+            ("non-torch", &(|e: &Errors| e.non_torch) as &dyn Fn(&Errors) -> Option<(f64, f64)>, "GiB"),
+            ("non-KV", &|e: &Errors| e.non_kv, "%"),
+            ("KV tokens", &|e: &Errors| e.tokens, "%"),
+        ] {
+            let (b, a) = (pick(f, false), pick(f, true));
+            if a.is_empty() {
+                continue;
+            }
+            let s = if unit == "%" { 100.0 } else { 1.0 };
+            let max = |v: &[f64]| v.iter().cloned().fold(0.0, f64::max);
+            let _ = writeln!(
+                summary,
+                "{set} {name} (n={}): median {:.2}{unit} → {:.2}{unit}, max {:.2}{unit} → {:.2}{unit}",
+                a.len(),
+                median(b.clone()) * s,
+                median(a.clone()) * s,
+                max(&b) * s,
+                max(&a) * s
+            );
+            let bound = match name {
+                "non-torch" => 0.30,
+                "non-KV" => 0.13,
+                _ => 0.12,
+            };
+            assert!(max(&a) <= bound, "{set} {name}: max error {:.3} above the stated bound {bound}\n{table}", max(&a));
+        }
+    }
+    eprintln!("{table}\n{summary}");
+    table.push_str(&format!(
+        "\nvram's defaults, nothing logged fed back (before → after the version and TP rules):\n\n```text\n{summary}```\n"
+    ));
+    readme::sync_section("<!-- serve:begin -->", "<!-- serve:end -->", &table, "vLLM evidence table");
 }
 
 /// Numbers worked by hand from vLLM's source for a Gemma-2-9B on an H100 80GB.
@@ -230,5 +392,46 @@ mod properties {
             let longer = serve(&m, &ServeConfig { max_model_len: Some(len * 2), ..cfg.clone() }).unwrap();
             prop_assert!(longer.pool.max_concurrency <= r.pool.max_concurrency + 1e-12);
         }
+    }
+}
+
+/// Pipeline stages: vLLM's layer split, embedding on the first stage, LM head on the last.
+mod pipeline {
+    use vram_core::presets;
+    use vram_core::serve::{pp_layers, serve, ServeConfig};
+
+    #[test]
+    fn layers_split_as_get_pp_indices() {
+        // vllm/distributed/utils.py get_pp_indices: the remainder goes to partitions[-2], [-3], …
+        assert_eq!(pp_layers(80, 2), [40, 40]);
+        assert_eq!(pp_layers(61, 4), [15, 15, 16, 15]);
+        assert_eq!(pp_layers(32, 3), [11, 11, 10]);
+        assert_eq!(pp_layers(28, 1), [28]);
+    }
+
+    #[test]
+    fn stage_weights_add_up_to_the_model() {
+        for (name, tied) in [("llama-3.1-70b", false), ("llama-3.2-1b", true)] {
+            let m = presets::load(name).unwrap();
+            let base = ServeConfig { max_model_len: Some(8192), ..ServeConfig::new(80 << 30) };
+            let one = serve(&m, &base).unwrap();
+            let two = serve(&m, &ServeConfig { pp: 2, ..base.clone() }).unwrap();
+            let sum: u64 = two.pp_ranks.iter().map(|r| r.weights_bytes).sum();
+            // Each stage holds the rotary cache once; a tied embedding is on both ends.
+            let embed = if tied { m.vocab.div_ceil(64) * 64 * m.hidden * 2 } else { 0 };
+            assert_eq!(sum, one.weights_bytes + one.rotary_cache_bytes + embed, "{name}");
+            // The last stage runs the sampler; the first does not.
+            assert!(two.pp_ranks[0].activation_peak_bytes <= two.pp_ranks[1].activation_peak_bytes);
+            // Half the layers: half the KV bytes per token.
+            assert_eq!(two.pool.kv_bytes_per_token * 2, one.pool.kv_bytes_per_token);
+        }
+    }
+
+    #[test]
+    fn unmodelled_splits_are_errors() {
+        let gemma = presets::load("gemma-2-9b").unwrap();
+        assert!(serve(&gemma, &ServeConfig { pp: 2, ..ServeConfig::new(80 << 30) }).is_err());
+        let mixtral = presets::load("mixtral-8x7b").unwrap(); // every layer MoE: fine
+        assert!(serve(&mixtral, &ServeConfig { pp: 2, max_model_len: Some(4096), ..ServeConfig::new(80 << 30) }).is_ok());
     }
 }

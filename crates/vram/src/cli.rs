@@ -461,6 +461,18 @@ pub struct ServeArgs {
     /// vLLM `--tensor-parallel-size`.
     #[arg(long, alias = "tensor-parallel-size", default_value_t = 1)]
     pub tp: u64,
+    /// vLLM `--pipeline-parallel-size` / `-pp`: layers split over stages as vLLM splits them; the
+    /// stage with the fewest KV blocks is reported.
+    #[arg(long, alias = "pp", default_value_t = 1)]
+    pub pipeline_parallel_size: u64,
+    /// vLLM release whose start-up accounting to follow (e.g. 0.10, 0.17, 0.21) [default: 0.21,
+    /// the newest modelled].
+    #[arg(long)]
+    pub vllm_version: Option<String>,
+    /// CUDA-graph memory vLLM ≥ 0.21 estimates and subtracts from the KV budget, with a unit
+    /// (e.g. 1.2GiB) [default: an assumption, stated].
+    #[arg(long)]
+    pub cuda_graph_memory: Option<String>,
     /// vLLM `--max-model-len`: tokens, or `auto` (also -1): the longest that fits, as vLLM picks it
     /// (default: the model's max_position_embeddings).
     #[arg(long, value_parser = max_model_len, allow_negative_numbers = true)]
@@ -596,6 +608,7 @@ pub fn llama_cpp_spellings(args: impl IntoIterator<Item = std::ffi::OsString>) -
                 ("-ncmoe", "--n-cpu-moe"),
                 ("-cmoe", "--cpu-moe"),
                 ("-ot", "--override-tensor"),
+                ("-pp", "--pipeline-parallel-size"),
             ] {
                 if s == short {
                     return long.into();

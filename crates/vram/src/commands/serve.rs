@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use vram_core::gpu::Gpu;
-use vram_core::serve::{cuda_total, serve, Quantization, ServeConfig, ServeLora, ServeReport, VllmEngine};
+use vram_core::serve::{cuda_total, serve, Quantization, ServeConfig, ServeLora, ServeReport, VllmEngine, VllmVersion};
 use vram_core::{DType, Model};
 
 use super::show;
@@ -44,6 +44,9 @@ fn reject_other_engines_flags(a: &ServeArgs, gguf: bool) -> Result<()> {
     let (foreign, engine, hint): (Vec<_>, _, _) = if gguf {
         let flags = [
             given(a.tp != 1, "--tensor-parallel-size"),
+            given(a.pipeline_parallel_size != 1, "--pipeline-parallel-size"),
+            given(a.vllm_version.is_some(), "--vllm-version"),
+            given(a.cuda_graph_memory.is_some(), "--cuda-graph-memory"),
             given(a.quantization.is_some(), "--quantization"),
             given(a.max_num_seqs.is_some(), "--max-num-seqs"),
             given(a.max_num_batched_tokens.is_some(), "--max-num-batched-tokens"),
@@ -109,8 +112,12 @@ pub fn vllm(a: &ServeArgs, model: Model) -> Result<VllmServe> {
     let quantization = quantization(a.quantization.as_deref(), &model)?;
     let mut config = ServeConfig {
         gpu_is_a100: g.name.starts_with("a100"),
+        gpu_nvswitch: vram_core::serve::nvswitch_gpu(&g.name),
         gpu_memory_utilization: a.gpu_memory_utilization,
         tp: a.tp,
+        pp: a.pipeline_parallel_size,
+        vllm_version: a.vllm_version.as_deref().map(VllmVersion::parse).transpose()?.unwrap_or(VllmVersion::NEWEST),
+        cuda_graph_memory: a.cuda_graph_memory.as_deref().map(|s| resolve::size("--cuda-graph-memory", s)).transpose()?,
         max_model_len: match a.max_model_len {
             Some(MaxModelLen::Tokens(n)) => Some(n),
             _ => None,

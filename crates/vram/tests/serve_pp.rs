@@ -1,0 +1,72 @@
+//! `vram serve --pipeline-parallel-size` / `-pp` and `--vllm-version`: the stage vLLM sizes the
+//! pool by, the version rules, and the combinations vram refuses by name (exit 2).
+
+mod util;
+
+use util::{fails, json};
+
+const GIB: u64 = 1 << 30;
+
+#[test]
+fn pipeline_stages_are_reported_with_the_one_that_sets_the_pool() {
+    let v = json(&["serve", "-m", "llama-3.1-70b", "-g", "h100", "--tp", "2", "-pp", "2", "--max-model-len", "16384"]);
+    let g = &v["gpus"][0];
+    assert_eq!(g["pp"], 2);
+    let ranks = g["pp_ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), 2);
+    assert_eq!(ranks[0]["layers"], 40);
+    assert_eq!(ranks[1]["layers"], 40);
+    // The last stage holds the LM head and the sampler: more non-KV memory, fewer blocks.
+    assert_eq!(g["pp_rank"], 1);
+    assert!(ranks[1]["num_kv_blocks"].as_u64() < ranks[0]["num_kv_blocks"].as_u64());
+    assert_eq!(g["num_kv_blocks"], ranks[1]["num_kv_blocks"]);
+    // The long spelling and the short one are the same flag.
+    let long =
+        json(&["serve", "-m", "llama-3.1-70b", "-g", "h100", "--tp", "2", "--pipeline-parallel-size", "2", "--max-model-len", "16384"]);
+    assert_eq!(long["gpus"][0]["kv_tokens"], g["kv_tokens"]);
+    // Half the layers per stage: about half the weights of TP 2 alone.
+    let one = json(&["serve", "-m", "llama-3.1-70b", "-g", "h100", "--tp", "2", "--max-model-len", "16384"]);
+    let (w1, w2) = (one["gpus"][0]["weights_bytes"].as_u64().unwrap(), g["weights_bytes"].as_u64().unwrap());
+    assert!(w2 * 2 > w1 && w2 * 2 < w1 + w1 / 20, "{w1} {w2}");
+}
+
+#[test]
+fn pipeline_splits_vram_does_not_model_are_refused_by_name() {
+    let e = fails(&["serve", "-m", "gemma-2-9b", "-g", "h100", "-pp", "2"], 2);
+    assert!(e.contains("--pipeline-parallel-size") && e.contains("sliding-window"), "{e}");
+    let e = fails(&["serve", "-m", "llama-3.2-1b", "-g", "h100", "-pp", "64"], 2);
+    assert!(e.contains("--pipeline-parallel-size"), "{e}");
+}
+
+#[test]
+fn vllm_version_selects_the_cuda_graph_rule() {
+    let args = ["serve", "-m", "qwen2.5-7b", "-g", "h100", "--max-model-len", "8192"];
+    let new = json(&args);
+    let with = |extra: &[&str]| json(&[&args[..], extra].concat());
+    let old = with(&["--vllm-version", "0.20"]);
+    let est = new["gpus"][0]["cuda_graph_estimate_bytes"].as_u64().unwrap();
+    assert!(est > 0);
+    assert_eq!(old["gpus"][0]["cuda_graph_estimate_bytes"], 0);
+    assert_eq!(old["gpus"][0]["kv_cache_bytes"].as_u64().unwrap() - new["gpus"][0]["kv_cache_bytes"].as_u64().unwrap(), est);
+    let given = with(&["--cuda-graph-memory", "1GiB"]);
+    assert_eq!(given["gpus"][0]["cuda_graph_estimate_bytes"], GIB);
+    let eager = with(&["--enforce-eager"]);
+    assert_eq!(eager["gpus"][0]["cuda_graph_estimate_bytes"], 0);
+    // The V1 engine before 0.8 is refused, naming what to use instead.
+    let e = fails(&[&args[..], &["--vllm-version", "0.7"]].concat(), 2);
+    assert!(e.contains("--vllm-version") && e.contains("--vllm-engine v0"), "{e}");
+    let e = fails(&[&args[..], &["--vllm-version", "banana"]].concat(), 2);
+    assert!(e.contains("--vllm-version"), "{e}");
+}
+
+#[test]
+fn tp_non_torch_memory_follows_the_gpu() {
+    let nt = |gpu: &str| {
+        json(&["serve", "-m", "qwen2.5-7b", "-g", gpu, "--tp", "2", "--max-model-len", "8192"])["gpus"][0]["non_torch_bytes"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(nt("h100"), (150 + 1833) << 20);
+    assert_eq!(nt("a100-80gb"), (150 + 256) << 20);
+    assert_eq!(nt("rtx-4090"), (150 + 256) << 20);
+}
