@@ -82,8 +82,12 @@ fn the_openai_entrypoint_and_llama_server_are_read_too() {
 
 #[test]
 fn memory_changing_flags_vram_does_not_model_are_refused_by_name() {
-    let e = fails(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--pipeline-parallel-size", "2"], 2);
-    assert!(e.contains("--pipeline-parallel-size 2"), "{e}");
+    let e = fails(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--cpu-offload-gb", "8"], 2);
+    assert!(e.contains("--cpu-offload-gb 8"), "{e}");
+    // Pipeline parallelism is read like the flag given to vram.
+    let pp = pasted(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--max-model-len", "8192", "-pp", "2"]);
+    let direct = json(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--max-model-len", "8192", "--pipeline-parallel-size", "2"]);
+    assert_eq!(pp["gpus"][0]["weights_bytes"], direct["gpus"][0]["weights_bytes"]);
     // The default value of such a flag changes nothing and is accepted.
     pasted(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--max-model-len", "8192", "--cpu-offload-gb", "0"]);
     assert!(fails(&["serve", "-g", "h100", "--", "python", "-m", "sglang.launch_server", "--model-path", "x"], 2).contains("SGLang"));

@@ -35,6 +35,8 @@ const VLLM_VALUE: &[(&str, &str)] = &[
     ("--max-lora-rank", "--max-lora-rank"),
     ("--max-cpu-loras", "--max-cpu-loras"),
     ("--kv-cache-memory-bytes", "--kv-cache-memory-bytes"),
+    ("--pipeline-parallel-size", "--pipeline-parallel-size"),
+    ("-pp", "--pipeline-parallel-size"),
 ];
 const VLLM_FLAG: &[&str] = &["--enforce-eager", "--enable-lora"];
 /// vLLM flags that change no GPU memory vram accounts (network, logging, tokenizer, templates,
@@ -82,8 +84,6 @@ const VLLM_NO_MEMORY_FLAG: &[&str] = &[
 ];
 /// vLLM flags that change memory in ways vram does not model yet: refused by name.
 const VLLM_UNMODELLED: &[&str] = &[
-    "--pipeline-parallel-size",
-    "-pp",
     "--cpu-offload-gb",
     "--speculative-config",
     "--enable-expert-parallel",
@@ -180,7 +180,7 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
                     ignored.push(flag.to_string());
                 } else if let Some(f) = VLLM_UNMODELLED.iter().find(|f| **f == flag) {
                     let v = next(&mut i)?;
-                    if !(matches!(*f, "--pipeline-parallel-size" | "-pp" | "--cpu-offload-gb") && (v == "1" || v == "0")) {
+                    if !(*f == "--cpu-offload-gb" && v == "0") {
                         return Err(UsageError(format!(
                             "the pasted vLLM command sets {f} {v}, which changes memory in a way vram does not model yet; drop it to see the rest"
                         ))
