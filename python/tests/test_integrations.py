@@ -134,3 +134,46 @@ class TrainerCallbackOnCpu(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+try:
+    import lightning
+except ImportError:  # Lightning is optional; these tests need it (and torch)
+    lightning = None
+
+
+@unittest.skipIf(torch is None or lightning is None, "torch and lightning are needed for the Lightning callback tests")
+class LightningCallbackOnCpu(unittest.TestCase):
+    def test_estimates_the_real_job_from_the_first_batch(self):
+        import vram
+        from vram.integrations import VramLightningCallback
+
+        cfg = transformers.LlamaConfig(
+            hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=256
+        )
+
+        class Module(lightning.pytorch.LightningModule):
+            def __init__(self):
+                super().__init__()
+                self.model = transformers.LlamaForCausalLM(cfg)
+
+            def training_step(self, batch, batch_idx):
+                return self.model(input_ids=batch["input_ids"], labels=batch["input_ids"]).loss
+
+            def configure_optimizers(self):
+                return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+        ids = torch.randint(0, 256, (8, 24))
+        loader = torch.utils.data.DataLoader([{"input_ids": ids[i]} for i in range(8)], batch_size=4)
+        lines = []
+        cb = VramLightningCallback(log=lines.append)
+        trainer = lightning.pytorch.Trainer(
+            accelerator="cpu", max_steps=2, precision="32-true", callbacks=[cb], logger=False, enable_checkpointing=False, enable_progress_bar=False
+        )
+        trainer.fit(Module(), loader)
+        text = "\n".join(lines)
+        self.assertIn("vram: estimate (Lightning, precision fp32)", text)
+        self.assertIn("fit check skipped: no CUDA device", text)
+        # The callback's estimate is vram.estimate's for the same job.
+        same = vram.estimate(cfg, batch_size=4, seq_len=24, precision="fp32")
+        self.assertEqual(cb.estimate.peak_allocated, same.peak_allocated)

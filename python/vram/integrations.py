@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 from . import GIB, Estimate, VramError, _argv, estimate
 
-__all__ = ["VramTrainerCallback", "job_from_trainer"]
+__all__ = ["VramTrainerCallback", "VramLightningCallback", "job_from_trainer"]
 
 # torch dtype of the trained parameters -> what `--precision` / `--base-dtype` call it.
 _DTYPES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16"}
@@ -195,6 +195,108 @@ def _make_class() -> type:
     return VramTrainerCallback
 
 
+def _hf_model_in(pl_module: Any) -> Any:
+    """The transformers model a LightningModule trains: itself, or an attribute holding one."""
+    if hasattr(getattr(pl_module, "config", None), "to_dict"):
+        return pl_module
+    for name in ("model", "net", "backbone", "llm", "module"):
+        m = getattr(pl_module, name, None)
+        if hasattr(getattr(m, "config", None), "to_dict"):
+            return m
+    return None
+
+
+def _lightning_precision(p: Any) -> Optional[str]:
+    """Lightning's precision flag in vram's terms (`bf16-mixed`, `16-mixed`, `32-true`, `bf16-true`)."""
+    return {"bf16-mixed": "bf16-mixed", "16-mixed": "fp16-mixed", "32-true": "fp32", "32": "fp32",
+            "bf16-true": "bf16", "16-true": "fp16"}.get(str(p))
+
+
+def _make_lightning_class() -> type:
+    try:
+        from lightning.pytorch import Callback
+    except ImportError:  # the older package name
+        from pytorch_lightning import Callback
+
+    class VramLightningCallback(Callback):
+        """Lightning: estimate the job at train start (warn if it will not fit) and compare with
+        CUDA's counters every `every_n_steps` batches. The LightningModule must hold a
+        transformers model (itself or `.model`); the batch size and sequence length come from the
+        first training batch, the precision and accumulation from the Trainer. Keywords are
+        `vram.estimate` keywords that override what is read."""
+
+        def __init__(self, log: Callable[[str], None] = print, every_n_steps: int = 50, **estimate_kw: Any):
+            _argv("estimate", None, estimate_kw)
+            self._say = log
+            self.every_n_steps = max(1, int(every_n_steps))
+            self.estimate_kw = estimate_kw
+            self.estimate: Optional[Estimate] = None
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            if self.estimate is not None or batch_idx != 0 or not trainer.is_global_zero:
+                return
+            model = _hf_model_in(pl_module)
+            if model is None:
+                self._say("vram: the LightningModule holds no transformers model; measure it with vram.measure(module, batch)")
+                self.estimate = False
+                return
+            kw: Dict[str, Any] = {}
+            ids = batch.get("input_ids") if hasattr(batch, "get") else (batch[0] if isinstance(batch, (tuple, list)) else batch)
+            shape = getattr(ids, "shape", None)
+            if shape is not None and len(shape) >= 2:
+                kw["batch_size"], kw["seq_len"] = int(shape[0]), int(shape[-1])
+            prec = _lightning_precision(getattr(trainer, "precision", None))
+            if prec:
+                kw["precision"] = prec
+            if getattr(trainer, "accumulate_grad_batches", 1) > 1:
+                kw["grad_accum"] = int(trainer.accumulate_grad_batches)
+            if getattr(model, "is_gradient_checkpointing", False):
+                kw["checkpointing"] = "full"
+            lora = _peft_of(model)
+            if lora is not None:
+                kw["peft_config"] = lora
+            gpu, name, why = _gpu()
+            if gpu is not None:
+                kw["gpu"] = gpu
+            kw.update(self.estimate_kw)
+            try:
+                self.estimate = estimate(model.config, **kw)
+            except (VramError, ValueError, TypeError) as e:
+                self._say(f"vram: cannot estimate this job: {e}")
+                self.estimate = False
+                return
+            est = self.estimate
+            self._say(f"vram: estimate (Lightning, precision {prec or trainer.precision}): {est!r}")
+            if est.gpu_memory is None:
+                self._say(f"vram: fit check skipped: {why}")
+            elif not est.fits:
+                warnings.warn(
+                    f"vram: this job needs about {est.total / GIB:.2f} GiB but {name} has {est.gpu_memory / GIB:.2f} GiB: it will likely run out of memory",
+                    UserWarning,
+                    stacklevel=2,
+                )
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if not self.estimate or not trainer.is_global_zero:
+                return
+            step = trainer.global_step
+            if step != 1 and step % self.every_n_steps:
+                return
+            import torch
+
+            if not torch.cuda.is_available():
+                return
+            allocated = torch.cuda.max_memory_allocated()
+            est = self.estimate
+            self._say(
+                f"vram: step {step}: max allocated {allocated / GIB:.2f} GiB (estimate {est.peak_allocated / GIB:.2f} GiB, "
+                f"{(allocated - est.peak_allocated) / max(est.peak_allocated, 1):+.1%}); reserved {torch.cuda.memory_reserved() / GIB:.2f} GiB"
+            )
+
+    VramLightningCallback.__module__ = __name__
+    return VramLightningCallback
+
+
 _CLASSES: Dict[str, type] = {}
 
 
@@ -203,5 +305,9 @@ def __getattr__(name: str) -> Any:
     if name == "VramTrainerCallback":
         if name not in _CLASSES:
             _CLASSES[name] = _make_class()
+        return _CLASSES[name]
+    if name == "VramLightningCallback":
+        if name not in _CLASSES:
+            _CLASSES[name] = _make_lightning_class()
         return _CLASSES[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
