@@ -83,13 +83,8 @@ const VLLM_NO_MEMORY_FLAG: &[&str] = &[
     "--disable-custom-all-reduce",
 ];
 /// vLLM flags that change memory in ways vram does not model yet: refused by name.
-const VLLM_UNMODELLED: &[&str] = &[
-    "--cpu-offload-gb",
-    "--speculative-config",
-    "--enable-expert-parallel",
-    "--limit-mm-per-prompt",
-    "--max-model-len-auto",
-];
+const VLLM_UNMODELLED: &[&str] =
+    &["--cpu-offload-gb", "--speculative-config", "--enable-expert-parallel", "--limit-mm-per-prompt", "--max-model-len-auto"];
 
 /// llama.cpp (`llama-server`, `llama-cli`) flags vram reads.
 const LLAMA_VALUE: &[(&str, &str)] = &[
