@@ -32,6 +32,7 @@ pub mod pickle;
 pub mod plan;
 pub mod presets;
 pub mod quant;
+pub mod report;
 pub mod safetensors;
 pub mod serve;
 pub mod snapshot;

@@ -1,0 +1,54 @@
+//! The JSON objects every front end prints (the CLI's `--json`, the web page, the Python
+//! package through the CLI): one definition, built from the core's own result types.
+
+use serde_json::{json, Value};
+
+use crate::gpu::Gpu;
+use crate::{Estimate, Job, Model};
+
+/// The model as JSON.
+pub fn model_json(m: &Model) -> Value {
+    json!({
+        "name": m.name,
+        "model_type": m.model_type,
+        "parameters": m.parameters(),
+        "checkpoint_parameters": m.checkpoint_parameters,
+        "hidden_size": m.hidden,
+        "num_layers": m.layers,
+        "num_attention_heads": m.heads,
+        "num_key_value_heads": m.kv_heads,
+        "head_dim": m.head_dim,
+        "vocab_size": m.vocab,
+        "tied_embeddings": m.tied_embeddings,
+        "moe": m.moe.as_ref().map(|x| json!({"experts": x.experts, "top_k": x.top_k})),
+        "stored_dtype": m.stored_dtype.map(|d| d.torch_name()),
+        "approximation": m.approximation,
+        "quantization": m.quantization,
+        "checkpoint_quantization": m.checkpoint_quantization,
+        "rope_scaling": m.rope_scaling,
+        "warnings": m.warnings,
+    })
+}
+
+/// The job as JSON.
+pub fn job_json(j: &Job) -> Value {
+    serde_json::to_value(j).unwrap_or(Value::Null)
+}
+
+/// The GPU as JSON.
+pub fn gpu_json(g: &Gpu) -> Value {
+    json!({"name": g.name, "display": g.display, "memory_bytes": g.memory, "memory_source": g.memory_source, "tflops_16bit": g.tflops_16bit})
+}
+
+/// An estimate's components, totals and phases as JSON.
+pub fn estimate_body(e: &Estimate) -> Value {
+    json!({
+        "components": e.components,
+        "peak_allocated_bytes": e.peak_allocated,
+        "total_bytes": e.total,
+        "peak_phase": e.peak_phase,
+        "phases": e.phases.iter().map(|p| json!({"phase": p.phase, "allocated_bytes": p.allocated})).collect::<Vec<_>>(),
+        "attention_kernel": e.attention_kernel,
+        "notes": e.notes,
+    })
+}
