@@ -241,9 +241,10 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
         // AMP: the half gradient of each weight copy before it is cast into the fp32 .grad;
         // accumulation: the fresh gradient before it is added into the existing one.
         let grad_tmp = ms.layer_grad_tmp[l] + if accum { layer_grads[l] / shards } else { 0 };
-        // Under checkpointing the recomputed forward rebuilds DoRA's weight norms too.
+        // Under checkpointing the recomputed forward rebuilds DoRA's weight norms too, before the
+        // layer's backward ops run: the larger of the two transients, not their sum.
         let dora = if ckpt == Checkpointing::Full { ms.dora_transient } else { 0 };
-        let tmp = tr_tok * t + tr_sq * sq_elems + grad_tmp + ms.dequant + in_bwd_step + dora;
+        let tmp = (tr_tok * t + tr_sq * sq_elems + grad_tmp + ms.dequant + in_bwd_step).max(dora);
         let saved: u128 = layer_saved[..=l].iter().sum();
         match bd {
             None => grads + casts_left + recomputed + tmp + saved + rope_per_pos * seq,
