@@ -44,11 +44,32 @@ step "python/tests (installed wheel; run from $work so the source tree is not im
 cd "$work"
 "$work/test/bin/python" -m pytest -q -p no:cacheprovider "$repo/python/tests"
 
+# The torch-dependent tests (Trainer and Lightning callbacks on a tiny model on the CPU,
+# vram.measure) need torch: with no VRAM_TORCH_PYTHON given, install a pinned torch +
+# transformers + accelerate + peft + lightning into a throwaway venv when PyPI and ~12 GB of disk are there
+# (VRAM_TORCH_TESTS=0 skips it); otherwise say loudly that they were skipped.
+if [ -z "${VRAM_TORCH_PYTHON:-}" ] && [ "${VRAM_TORCH_TESTS:-auto}" != "0" ]; then
+  free_kb=$(df -Pk "$work" | awk 'NR==2 {print $4}')
+  if [ "${free_kb:-0}" -gt $((12 * 1024 * 1024)) ]; then
+    step "a throwaway venv with torch, transformers and lightning (pinned) for the torch tests"
+    if "$py" -m venv "$work/torch" && "$work/torch/bin/pip" install --quiet --disable-pip-version-check \
+        torch==2.15.0 transformers==5.23.0 accelerate==1.15.0 peft==0.21.2 lightning==2.6.6; then
+      VRAM_TORCH_PYTHON="$work/torch/bin/python"
+      torch_venv="$work/torch"
+    else
+      echo "python-tests: SKIP: could not install torch from PyPI: the torch tests were NOT run" >&2
+    fi
+  else
+    echo "python-tests: SKIP: less than 12 GB free for a torch venv: the torch tests were NOT run" >&2
+  fi
+fi
+
 if [ -n "${VRAM_TORCH_PYTHON:-}" ]; then
-  step "Trainer callback with $VRAM_TORCH_PYTHON (torch + transformers), the wheel on PYTHONPATH"
+  step "Trainer/Lightning callbacks and vram.measure with $VRAM_TORCH_PYTHON (torch), the wheel on PYTHONPATH"
   site=$("$work/test/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   PYTHONPATH="$site" "$VRAM_TORCH_PYTHON" -m unittest discover -s "$repo/python/tests" -p 'test_[im]*.py' -v
 else
-  echo "python-tests: note: VRAM_TORCH_PYTHON unset: the Trainer-callback tests above skipped (no torch in the test venv)"
+  echo "python-tests: note: no torch interpreter: the callback and measure tests above were skipped"
 fi
+if [ -n "${torch_venv:-}" ]; then rm -rf "$torch_venv"; fi
 step "done"
