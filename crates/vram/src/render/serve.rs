@@ -54,7 +54,11 @@ fn vllm_settings(out: &mut String, s: &VllmServe) {
 fn vllm_budget(out: &mut String, s: &VllmServe) {
     let (r, c) = (&s.report, &s.config);
     let _ = writeln!(*out);
-    let who = if r.tp > 1 { format!("per GPU (each of the {} TP ranks)", r.tp) } else { "per GPU".to_string() };
+    let who = match (r.tp, r.pp) {
+        (1, 1) => "per GPU".to_string(),
+        (tp, 1) => format!("per GPU (each of the {tp} TP ranks)"),
+        (tp, pp) => format!("per GPU (the reported stage of {pp} pipeline stages × {tp} TP ranks)"),
+    };
     let _ = writeln!(*out, "{who:<44} {:>8}", "GiB");
     let row = |out: &mut String, name: &str, bytes: u64, note: &str| {
         let _ = writeln!(*out, "  {name:<42} {:>8}  {note}", gib_cell(bytes));
@@ -97,7 +101,8 @@ fn vllm_budget(out: &mut String, s: &VllmServe) {
         *out,
         "  beyond vLLM's budget: CUDA context {} GiB{}; the process shows at least {} GiB ({:.2} GB) in nvidia-smi",
         gib_cell(r.cuda_context_bytes),
-        if c.enforce_eager { "" } else { " plus CUDA graphs" },
+        // From 0.21 the graphs' estimate is inside the budget (counted above), before it outside.
+        if c.enforce_eager || r.cuda_graph_estimate_bytes > 0 { "" } else { " plus CUDA graphs" },
         gib_cell(r.process_bytes()),
         gb(r.process_bytes())
     );
