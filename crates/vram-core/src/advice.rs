@@ -365,7 +365,9 @@ pub fn search(model: &Model, job: &Job, budget: u64) -> Result<Search> {
             alternatives.extend(ranked(peft).into_iter().map(|a| Alternative { changes_method: true, ..a }));
         }
     }
-    if job.mode == Mode::Train && job.model_state_shards == 1 {
+    // More GPUs are searched with the parallel estimator, which models device-resident optimizer
+    // states only: a paged optimizer's job gets single-GPU answers.
+    if job.mode == Mode::Train && job.model_state_shards == 1 && !crate::memory::optimizer::paged(job) {
         alternatives.extend(more_gpus(model, &base, budget, baseline.total)?);
     }
     if alternatives.iter().all(|a| a.gpus > 1 || a.changes_method) {

@@ -772,6 +772,15 @@ pub fn estimate_parallel(m: &Model, job: &Job, par: &Parallel, microbatches: u64
 
 fn check_request(m: &Model, job: &Job, par: &Parallel) -> Result<()> {
     job.validate()?;
+    crate::memory::check_lora(m, job)?;
+    if crate::memory::optimizer::paged(job) {
+        // Paged states live in unified memory; the engines' layouts here count device states only.
+        return Err(bad(
+            "optimizer",
+            job.optimizer.name(),
+            "paged optimizers are modelled on one GPU (their states as unified memory); across GPUs use adamw_bnb_8bit or adamw",
+        ));
+    }
     par.validate(m)?;
     if job.mode != Mode::Train {
         return Err(bad("mode", "infer", "the parallel model covers training; serving capacity is `vram serve`'s job"));

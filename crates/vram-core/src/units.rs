@@ -80,6 +80,19 @@ pub fn parse_bytes(text: &str) -> Result<u64> {
     parse_size(text)
 }
 
+/// An integer with thousands separators (`8,030,261,248`), as every front end prints counts.
+pub fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,8 +4,7 @@
 
 mod util;
 
-#[path = "../../vram-core/tests/support/safetensors_writer.rs"]
-mod safetensors_writer;
+mod awq_dir;
 use serde_json::{json, Value};
 use util::{fails, json};
 
@@ -70,6 +69,8 @@ fn bad_combinations_name_the_fix() {
     assert!(run(&["--peft", "lora", "--lora-dropout", "1.5"]).contains("probability"));
     assert!(run(&["--peft", "lora", "--lora-modules-to-save", "mlp"]).contains("embed_tokens"));
     assert!(run(&["--peft", "lora", "--gpus", "2", "--zero", "3"]).contains("--fsdp full_shard"));
+    // The FSDP path checks the adapters too (it once estimated an unknown target with exit 0).
+    assert!(run(&["--peft", "lora", "--lora-target-modules", "foo", "--gpus", "2", "--fsdp", "full_shard"]).contains("`foo`"));
     assert!(fails(&["plan", "-m", "llama-3.2-1b", "--peft", "lora", "--gpus", "8", "--gpu", "h100", "--emit", "deepspeed"], 2)
         .contains("DDP and FSDP"));
     // An architecture peft has no default for needs explicit targets, as peft says.
@@ -111,35 +112,8 @@ fn a_4bit_base_holds_exactly_what_bitsandbytes_stores() {
 }
 
 fn write_awq_dir() -> (tempfile::TempDir, u64) {
-    // A tiny AutoAWQ GEMM checkpoint: qweight [in, out/8], qzeros [in/128, out/8], scales [in/128, out].
     let dir = tempfile::tempdir().unwrap();
-    let cfg = json!({"model_type":"llama","hidden_size":256,"intermediate_size":512,"num_hidden_layers":1,"num_attention_heads":4,
-        "num_key_value_heads":2,"vocab_size":1000,"max_position_embeddings":512,"torch_dtype":"float16",
-        "quantization_config":{"bits":4,"group_size":128,"quant_method":"awq","version":"gemm","zero_point":true}});
-    std::fs::write(dir.path().join("config.json"), cfg.to_string()).unwrap();
-    let mut t: Vec<(String, &str, Vec<u64>)> = vec![
-        ("model.embed_tokens.weight".into(), "F16", vec![1000, 256]),
-        ("lm_head.weight".into(), "F16", vec![1000, 256]),
-        ("model.norm.weight".into(), "F16", vec![256]),
-        ("model.layers.0.input_layernorm.weight".into(), "F16", vec![256]),
-        ("model.layers.0.post_attention_layernorm.weight".into(), "F16", vec![256]),
-    ];
-    for (m, out, inp) in [
-        ("self_attn.q_proj", 256, 256),
-        ("self_attn.k_proj", 128, 256),
-        ("self_attn.v_proj", 128, 256),
-        ("self_attn.o_proj", 256, 256),
-        ("mlp.gate_proj", 512, 256),
-        ("mlp.up_proj", 512, 256),
-        ("mlp.down_proj", 256, 512),
-    ] {
-        let n = format!("model.layers.0.{m}");
-        t.push((format!("{n}.qweight"), "I32", vec![inp, out / 8]));
-        t.push((format!("{n}.qzeros"), "I32", vec![inp / 128, out / 8]));
-        t.push((format!("{n}.scales"), "F16", vec![inp / 128, out]));
-    }
-    let (file, data) = safetensors_writer::file(&t);
-    std::fs::write(dir.path().join("model.safetensors"), file).unwrap();
+    let data = awq_dir::write(dir.path());
     (dir, data)
 }
 
@@ -244,4 +218,22 @@ fn plan_searches_lora_layouts_with_the_parallel_estimator() {
         .unwrap();
     let text = String::from_utf8_lossy(&cmd.stdout);
     assert!(text.contains("--use_peft") && text.contains("--load_in_4bit"), "{text}");
+}
+
+#[test]
+fn paged_optimizer_states_are_unified_memory_outside_the_allocated_peak() {
+    let base = ["estimate", "-m", "llama-3.2-1b", "-s", "1024", "--peft", "lora", "--lora-target-modules", "all-linear"];
+    let eight = json(&[&base[..], &["--optimizer", "adamw_bnb_8bit"]].concat());
+    let paged = json(&[&base[..], &["--optimizer", "paged_adamw_8bit"]].concat());
+    let comp = |v: &Value, n: &str| v["components"].as_array().unwrap().iter().find(|c| c["name"] == n).cloned();
+    // The same 8-bit states, moved from allocated memory to a unified-memory overhead line.
+    let states = comp(&eight, "optimizer states").unwrap();
+    let unified = comp(&paged, "paged optimizer states").unwrap();
+    assert_eq!(unified["bytes"], states["bytes"]);
+    assert_eq!(unified["kind"], "overhead");
+    assert!(comp(&paged, "optimizer states").is_none());
+    // Across GPUs the engines' layouts count device states only: refused, not dropped.
+    assert!(
+        fails(&[&base[..], &["--optimizer", "paged_adamw_8bit", "--gpus", "2", "--fsdp", "full_shard"]].concat(), 2).contains("one GPU")
+    );
 }

@@ -4,8 +4,7 @@
 
 mod util;
 
-#[path = "../../vram-core/tests/support/safetensors_writer.rs"]
-mod safetensors_writer;
+mod awq_dir;
 use serde_json::{json, Value};
 use util::{fails, json};
 
@@ -93,36 +92,8 @@ fn an_unknown_quantization_method_is_an_error_unless_a_precision_is_given() {
 
 #[test]
 fn a_model_directory_uses_the_header_bytes() {
-    // A tiny AutoAWQ GEMM checkpoint: qweight [in, out/8], qzeros [in/128, out/8], scales [in/128, out].
     let dir = tempfile::tempdir().unwrap();
-    let cfg = json!({"model_type":"llama","hidden_size":256,"intermediate_size":512,"num_hidden_layers":1,"num_attention_heads":4,
-        "num_key_value_heads":2,"vocab_size":1000,"max_position_embeddings":512,"torch_dtype":"float16",
-        "quantization_config":{"bits":4,"group_size":128,"quant_method":"awq","version":"gemm","zero_point":true}});
-    write_config(&dir, &cfg);
-    let mut t: Vec<(String, &str, Vec<u64>)> = vec![
-        ("model.embed_tokens.weight".into(), "F16", vec![1000, 256]),
-        ("lm_head.weight".into(), "F16", vec![1000, 256]),
-        ("model.norm.weight".into(), "F16", vec![256]),
-        ("model.layers.0.input_layernorm.weight".into(), "F16", vec![256]),
-        ("model.layers.0.post_attention_layernorm.weight".into(), "F16", vec![256]),
-    ];
-    let linears = [
-        ("self_attn.q_proj", 256, 256),
-        ("self_attn.k_proj", 128, 256),
-        ("self_attn.v_proj", 128, 256),
-        ("self_attn.o_proj", 256, 256),
-        ("mlp.gate_proj", 512, 256),
-        ("mlp.up_proj", 512, 256),
-        ("mlp.down_proj", 256, 512),
-    ];
-    for (m, out, inp) in linears {
-        let n = format!("model.layers.0.{m}");
-        t.push((format!("{n}.qweight"), "I32", vec![inp, out / 8]));
-        t.push((format!("{n}.qzeros"), "I32", vec![inp / 128, out / 8]));
-        t.push((format!("{n}.scales"), "F16", vec![inp / 128, out]));
-    }
-    let (file, data) = safetensors_writer::file(&t);
-    std::fs::write(dir.path().join("model.safetensors"), file).unwrap();
+    let data = awq_dir::write(dir.path());
     let v = json(&["estimate", "-m", dir.path().to_str().unwrap(), "--mode", "infer", "-s", "64"]);
     let weights = v["components"].as_array().unwrap().iter().find(|c| c["name"] == "weights").unwrap();
     assert_eq!(weights["bytes"].as_u64().unwrap(), data, "{v}");

@@ -157,8 +157,6 @@ pub struct LoraActs {
     pub dora_out: [u128; 2],
     /// The LM head is trained (`modules_to_save`): it saves its input like in full fine-tuning.
     pub head_trained: bool,
-    /// The token embedding is trained (`modules_to_save`).
-    pub embedding_trained: bool,
     /// The fused experts carry LoRA (a ParamWrapper): they compute with a merged weight that needs
     /// a gradient, so they save their inputs as in full fine-tuning.
     pub experts_trained: bool,
@@ -188,7 +186,6 @@ impl LoraActs {
             dropout: lora.dropout > 0.0,
             dora_out: [0, 0],
             head_trained: lora.modules_to_save.iter().any(|s| s == "lm_head"),
-            embedding_trained: lora.modules_to_save.iter().any(|s| s == "embed_tokens"),
             ..LoraActs::default()
         };
         for ad in &r.adapted {
@@ -246,9 +243,7 @@ pub(crate) fn model_states(m: &Model, job: &Job, b: &Bytes) -> ModelStates {
     let (frozen, frozen_detail) = base_bytes(m, job);
     let bnb = job.base.is_some_and(BaseWeights::is_bnb);
     let dora = lora.is_some_and(|l| l.method == Method::Dora);
-    let rank = lora.map_or(0, |l| l.r as u128);
     // Per layer kind: adapter parameters, and the base weights the adapted modules wrap.
-    let _ = rank;
     let per_layer = |moe: bool| -> (u128, u128) {
         res.adapted.iter().filter(|a| a.moe_layer == moe && a.slot != Slot::Outside).fold((0, 0), |(p, w), a| {
             let own = (a.rank * a.experts) as u128 * (a.din + a.dout) as u128 + if dora { a.dout as u128 } else { 0 };

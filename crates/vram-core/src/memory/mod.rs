@@ -221,8 +221,10 @@ pub fn estimate_with(model: &Model, job: &Job, conf: &AllocConf) -> Result<Estim
     estimate_inner(model, job, Some(conf))
 }
 
-fn estimate_inner(model: &Model, job: &Job, conf: Option<&AllocConf>) -> Result<Estimate> {
-    job.validate()?;
+/// A LoRA job's configuration against its model: targets peft would resolve, a base that is
+/// not quantized twice, a readable pre-quantized layout. Every path that estimates a LoRA job
+/// (one GPU, DDP, FSDP, plan) calls it first, so a bad configuration is an error, never a number.
+pub fn check_lora(model: &Model, job: &Job) -> Result<()> {
     if let Some(l) = &job.lora {
         crate::peft::resolve(model, l)?;
         if let Some(q) = model.quantization.as_ref().filter(|q| q.method != "mxfp4") {
@@ -236,6 +238,12 @@ fn estimate_inner(model: &Model, job: &Job, conf: Option<&AllocConf>) -> Result<
             crate::quant::Plan::new(q)?;
         }
     }
+    Ok(())
+}
+
+fn estimate_inner(model: &Model, job: &Job, conf: Option<&AllocConf>) -> Result<Estimate> {
+    job.validate()?;
+    check_lora(model, job)?;
     let (phases, kernel, notes) = match job.mode {
         Mode::Train => train::phases(model, job),
         Mode::Infer => infer::phases(model, job),

@@ -7,17 +7,7 @@ use vram_core::gpu::{Gpu, MemorySource};
 use vram_core::units::{gb, gib};
 use vram_core::{Job, Mode, Model};
 
-pub fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
+pub use vram_core::units::thousands;
 
 pub fn job_line(model: &Model, job: &Job) -> String {
     match job.mode {
