@@ -237,3 +237,20 @@ fn paged_optimizer_states_are_unified_memory_outside_the_allocated_peak() {
         fails(&[&base[..], &["--optimizer", "paged_adamw_8bit", "--gpus", "2", "--fsdp", "full_shard"]].concat(), 2).contains("one GPU")
     );
 }
+
+#[test]
+fn optimizer_in_backward_frees_gradients_and_has_no_step_phase() {
+    let base = ["estimate", "-m", "llama-3.2-1b", "-s", "1024", "--optimizer", "adamw"];
+    let normal = json(&base);
+    let in_bwd = json(&[&base[..], &["--optimizer-in-bwd"]].concat());
+    let phases = |v: &Value| v["phases"].as_array().unwrap().iter().map(|p| p["phase"].as_str().unwrap().to_string()).collect::<Vec<_>>();
+    assert!(phases(&normal).contains(&"optimizer_step".to_string()));
+    assert!(!phases(&in_bwd).contains(&"optimizer_step".to_string()));
+    // Gradients never all exist at once: the end of backward holds none.
+    let end = |v: &Value| {
+        v["phases"].as_array().unwrap().iter().find(|p| p["phase"] == "backward_end").unwrap()["allocated_bytes"].as_u64().unwrap()
+    };
+    assert!(end(&in_bwd) < end(&normal));
+    assert!(in_bwd["peak_allocated_bytes"].as_u64() <= normal["peak_allocated_bytes"].as_u64());
+    assert!(fails(&[&base[..], &["--optimizer-in-bwd", "--grad-accum", "4"]].concat(), 2).contains("cannot accumulate"));
+}
