@@ -51,12 +51,24 @@ class Tracker(TorchDispatchMode):
         self.cur_raw = 0
         self.peak = 0
         self.peak_raw = 0
-        self.phase = "init"
+        self._phase = "init"
         self.peak_phase = None
         self.phase_peaks = {}
         self.cats = {}
         self.peak_cats = {}
         self.category = "other"
+        self.events = None  # a list to record the allocation sequence: (id, bytes) allocs, (id, -1) frees
+        self.next_id = 0
+
+    @property
+    def phase(self):
+        return self._phase
+
+    @phase.setter
+    def phase(self, name):
+        self._phase = name
+        if self.events is not None:
+            self.events.append((name, 0))
 
     def track(self, t, category=None):
         if not isinstance(t, torch.Tensor):
@@ -69,14 +81,21 @@ class Tracker(TorchDispatchMode):
         nb = round512(raw)
         cat = category or self.category
 
-        def freed(_, key=key):
+        self.next_id += 1
+        seq_id = self.next_id
+
+        def freed(_, key=key, seq_id=seq_id):
             rec = self.live.pop(key, None)
             if rec is not None:
+                if self.events is not None:
+                    self.events.append((seq_id, -1))
                 self.cur -= rec[2]
                 self.cur_raw -= rec[1]
                 self.cats[rec[3]] -= rec[2]
 
         self.live[key] = [weakref.ref(st, freed), raw, nb, cat]
+        if self.events is not None:
+            self.events.append((seq_id, raw))
         self.cur += nb
         self.cur_raw += raw
         self.cats[cat] = self.cats.get(cat, 0) + nb
@@ -260,10 +279,12 @@ def build(raw_config, precision, attention, fake=True):
 
 
 def train(raw_config, batch, seq, precision="bf16-mixed", optimizer="adamw", impl="foreach",
-          checkpointing=False, attention="sdpa", steps=2, fake=True, seed=0):
-    """Two training steps as HF Trainer runs them; the second is the steady state."""
+          checkpointing=False, attention="sdpa", steps=2, fake=True, seed=0, events=None):
+    """Two training steps as HF Trainer runs them; the second is the steady state. `events`: a
+    list that receives the allocation sequence (see Tracker.events)."""
     KERNELS.clear()
     tr = Tracker()
+    tr.events = events
     mode = FakeTensorMode() if fake else contextlib.nullcontext()
     amp = precision.endswith("-mixed")
     with mode:
@@ -312,11 +333,13 @@ def train(raw_config, batch, seq, precision="bf16-mixed", optimizer="adamw", imp
     return result(tr)
 
 
-def infer(raw_config, batch, context, prompt, precision="bf16", attention="sdpa", fake=True, seed=0):
+def infer(raw_config, batch, context, prompt, precision="bf16", attention="sdpa", fake=True, seed=0,
+          events=None):
     """Prefill `prompt` tokens, then decode greedily to `context` tokens, as generate() does:
     no_grad, DynamicCache, last-position logits copied to fp32 for sampling."""
     KERNELS.clear()
     tr = Tracker()
+    tr.events = events
     mode = FakeTensorMode() if fake else contextlib.nullcontext()
     with mode, torch.no_grad():
         torch.manual_seed(seed)

@@ -228,6 +228,13 @@ impl Allocator {
         &self.report
     }
 
+    /// Cached (free) blocks now, as (segment size, block size), largest blocks first.
+    pub fn cached_blocks(&self) -> Vec<(u64, u64)> {
+        let mut v: Vec<(u64, u64)> = self.free.iter().map(|&(_, _, size, addr)| (self.segs[self.blocks[&addr].seg].size, size)).collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1));
+        v
+    }
+
     fn key(&self, addr: u64, b: &Blk) -> Key {
         let s = &self.segs[b.seg];
         (s.small, s.stream, b.size, addr)
@@ -475,6 +482,25 @@ pub fn simulate(ops: &[Op], conf: AllocConf, capacity: Option<u64>) -> Result<Re
         }
     }
     Ok(a.report().clone())
+}
+
+/// Peak of the live rounded request sizes of a sequence (what the memory model calls peak
+/// allocated; the allocator's own count adds unsplit remainders).
+pub fn peak_requested(ops: &[Op]) -> u64 {
+    let mut sizes: HashMap<u64, u64> = HashMap::new();
+    let (mut live, mut peak) = (0u64, 0u64);
+    for op in ops {
+        match *op {
+            Op::Alloc { id, size } => {
+                let r = round_size(size);
+                sizes.insert(id, r);
+                live = live.saturating_add(r);
+                peak = peak.max(live);
+            }
+            Op::Free { id } => live -= sizes.remove(&id).unwrap_or(0),
+        }
+    }
+    peak
 }
 
 /// Replaying a snapshot's own allocation trace through the model.

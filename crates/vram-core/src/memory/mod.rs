@@ -9,6 +9,7 @@ pub mod activations;
 mod infer;
 mod lora;
 pub mod optimizer;
+mod sequence;
 mod train;
 
 pub use train::{activation_profile, ActivationProfile};
@@ -193,6 +194,17 @@ fn reserve(model: &Model, job: &Job, peak: &Breakdown, peak_allocated: u64, conf
         )
     };
     let Some(conf) = conf else { return flat("") };
+    if job.mode == Mode::Train {
+        if let Some(ops) = sequence::training(model, job) {
+            if let Ok(r) = allocator::simulate(&ops, *conf, None) {
+                let live = allocator::peak_requested(&ops);
+                return (
+                    r.peak_reserved.saturating_sub(live),
+                    format!("EXPERIMENTAL {}; tensor-level sequence of two training steps", r.reason()),
+                );
+            }
+        }
+    }
     let numels: Vec<u64> = model
         .tensors()
         .iter()

@@ -1,0 +1,245 @@
+//! A tensor-level allocation sequence for a training step, for the caching-allocator model.
+//!
+//! The memory model (train.rs) works in per-phase totals; the caching allocator's reserve depends
+//! on the sizes and order of the individual tensors (a freed 594 MiB bf16 logits block cannot
+//! hold the 1,187 MiB fp32 gradient that follows it). This builds the sequence of two steps of
+//! HF Trainer-style full fine-tuning — the order and shapes were read from recorded real
+//! sequences (validation/alloc_traces.py, transformers 5 + torch 2.15) — from the same per-layer
+//! byte counts the memory model uses, split into tensors of the shapes that hold them:
+//! - parameters, one per parameter tensor in module order (Model::tensors);
+//! - forward, per layer: under autocast a half copy of each weight when first used (the
+//!   autocast cache keeps it to the end of forward; matmuls save it for backward), the saved
+//!   activations as tokens×hidden and tokens×intermediate tensors, one tokens×hidden fp32
+//!   transient; then the final norm, and the loss as transformers 5 ForCausalLMLoss computes it
+//!   (logits in the compute dtype, the fp32 upcast, the saved log-softmax; the upcast freed);
+//! - backward: the cross-entropy gradients (fp32 tokens×vocab, twice), the logits gradient in
+//!   the compute dtype, the LM head's weight gradient, then per layer last to first its
+//!   transients, under autocast the half gradient of each weight before its fp32 `.grad`, the
+//!   layer's activations (and weight copies) freed; the embedding gradient last;
+//! - optimizer: on the first step the states, two per parameter (torch.optim.AdamW `_init_group`);
+//!   the foreach step's state-sized list (`_foreach_sqrt`) allocated parameter by parameter and
+//!   freed together; `zero_grad(set_to_none=True)` frees the gradients.
+//!
+//! Held to the real sequences by crates/vram-core/tests/allocator_traces.rs.
+
+use super::activations::{self as act, Bytes};
+use super::optimizer;
+use crate::allocator::{Op, MAX_OPS};
+use crate::job::{Checkpointing, Job, Optimizer, OptimizerImpl};
+use crate::model::Model;
+
+struct Seq {
+    ops: Vec<Op>,
+    next: u64,
+}
+
+impl Seq {
+    fn alloc(&mut self, size: u128) -> u64 {
+        self.next += 1;
+        let size = u64::try_from(size).unwrap_or(u64::MAX);
+        if size > 0 {
+            self.ops.push(Op::Alloc { id: self.next, size });
+        }
+        self.next
+    }
+    /// `total` bytes as tensors of `unit` bytes (the remainder as one more).
+    fn split(&mut self, total: u128, unit: u128) -> Vec<u64> {
+        let unit = unit.max(1);
+        let n = (total / unit).min(64);
+        let mut ids: Vec<u64> = (0..n).map(|_| self.alloc(unit)).collect();
+        let rest = total - n * unit;
+        if rest > 0 {
+            ids.push(self.alloc(rest));
+        }
+        ids
+    }
+    fn free(&mut self, ids: &[u64]) {
+        self.ops.extend(ids.iter().map(|&id| Op::Free { id }));
+    }
+}
+
+/// Parameter tensors in module order: (elements, layer it belongs to, whether it is a matrix).
+fn parameter_tensors(m: &Model) -> Vec<(u128, Option<u64>, bool)> {
+    let mut out = Vec::new();
+    let groups = m.tensors();
+    let mut i = 0;
+    let mut layer0 = 0;
+    while i < groups.len() {
+        let g = &groups[i];
+        if !g.name.starts_with("layers.") {
+            for _ in 0..g.count {
+                out.push((g.numel as u128, None, g.is_matrix()));
+            }
+            i += 1;
+            continue;
+        }
+        // A run of identical layers: consecutive layer groups with the same count, interleaved.
+        let mut j = i;
+        while j < groups.len() && groups[j].name.starts_with("layers.") && groups[j].count == g.count {
+            j += 1;
+        }
+        for l in 0..g.count {
+            for h in &groups[i..j] {
+                out.push((h.numel as u128, Some(layer0 + l), h.is_matrix()));
+            }
+        }
+        layer0 += g.count;
+        i = j;
+    }
+    out
+}
+
+/// The allocation sequence of two training steps of `job` (full fine-tuning on one GPU), or
+/// None when the job is not one this sequence describes (LoRA, sharding, accumulation,
+/// optimizer-in-backward) or would exceed [`MAX_OPS`].
+pub(crate) fn training(m: &Model, job: &Job) -> Option<Vec<Op>> {
+    if job.lora.is_some() || job.model_state_shards > 1 || job.grad_accum > 1 || job.optimizer_in_bwd || job.fused_cross_entropy {
+        return None;
+    }
+    let b = Bytes::of(m, job);
+    let (t, h, v) = ((job.batch * job.seq) as u128, m.hidden as u128, m.vocab as u128);
+    let inter = (m.intermediate as u128).max(h);
+    let sq_elems = job.batch as u128 * m.heads as u128 * job.seq as u128 * job.seq as u128;
+    let mask_elems = (job.batch * job.seq) as u128 * job.seq as u128;
+    let params = parameter_tensors(m);
+    let layers = m.layers.max(1);
+    let budget = params.len() as u128 * 8 + layers as u128 * 2 * (4 * 64 + 64) + 64;
+    if budget > MAX_OPS as u128 {
+        return None;
+    }
+    let (kernel, _) = act::choose_kernel(m, job);
+    let p = b.p;
+    let ckpt = job.checkpointing;
+    let mut q = Seq { ops: Vec::new(), next: 0 };
+    let param_ids: Vec<u64> = params.iter().map(|&(n, _, _)| q.alloc(n * p)).collect();
+    let _ = param_ids;
+    let layer_params = |l: u64| params.iter().filter(move |x| x.1 == Some(l));
+    let head_numel = v * m.embed_dim as u128;
+    // States: Adam keeps two per parameter, SGD-momentum/Lion one; paged states are not in the
+    // caching allocator (cudaMallocManaged).
+    let (states, per_param) = match job.optimizer {
+        _ if optimizer::paged(job) => (0, 0),
+        Optimizer::Sgd => (0, 0),
+        Optimizer::SgdMomentum | Optimizer::Lion => (optimizer::states(m, job), 1),
+        _ => (optimizer::states(m, job), 2),
+    };
+    let all_numel: u128 = params.iter().map(|x| x.0).sum::<u128>().max(1);
+    let temporaries = optimizer::step_temporaries(m, job);
+    let (outside_tok, rope_per_pos) = act::outside_layers(m, job, job.batch);
+    let tied_or_head = head_numel;
+    for step in 0..2 {
+        let inputs: Vec<u64> = (0..3).map(|_| q.alloc(t * 8)).collect();
+        // Forward.
+        let emb = q.alloc(t * h * p.max(b.r));
+        let rope = q.alloc(rope_per_pos * job.seq as u128);
+        let mut saved: Vec<Vec<u64>> = Vec::new();
+        let mut casts: Vec<Vec<u64>> = Vec::new();
+        for l in 0..layers {
+            let c = if b.amp { layer_params(l).filter(|x| x.2).map(|x| q.alloc(x.0 * 2)).collect() } else { Vec::new() };
+            let full = act::layer(m, job, kernel, l);
+            let mut ids = Vec::new();
+            if ckpt == Checkpointing::Full {
+                // The whole layer runs, then only its input survives.
+                let tmp = layer_tensors(&mut q, &full, t, h, inter, &b, sq_elems, mask_elems);
+                ids.extend(q.split(act::checkpointed_layer(job, m) * t, t * h * b.r));
+                q.free(&tmp);
+            } else {
+                ids = layer_tensors(&mut q, &act::apply_checkpointing(full, ckpt), t, h, inter, &b, sq_elems, mask_elems);
+            }
+            let tr = q.alloc(t * h * 4);
+            q.free(&[tr]);
+            saved.push(ids);
+            casts.push(c);
+        }
+        let outside = q.split(outside_tok * t, t * h * b.r);
+        // Loss (transformers loss_utils.py ForCausalLMLoss): logits, .float(), log_softmax (saved).
+        let head_cast = if b.amp && !m.tied_embeddings { q.alloc(head_numel * 2) } else { 0 };
+        let logits = q.alloc(t * v * b.e);
+        let upcast = if b.e == 2 { q.alloc(t * v * 4) } else { 0 };
+        let log_probs = q.alloc(t * v * 4);
+        q.free(&[upcast]);
+        if ckpt == Checkpointing::Full {
+            // Autocast exits: the cache's copies go; the recomputation remakes them per layer.
+            for c in &casts {
+                q.free(c);
+            }
+            casts.iter_mut().for_each(Vec::clear);
+        }
+        // Backward: nll and log_softmax gradients, the logits gradient, the LM head gradient.
+        let g1 = q.alloc(t * v * 4);
+        let g2 = q.alloc(t * v * 4);
+        q.free(&[log_probs, g1]);
+        let g3 = if b.e == 2 { q.alloc(t * v * b.e) } else { 0 };
+        q.free(&[g2]);
+        let mut grads = Vec::new();
+        if !m.tied_embeddings {
+            let half = if b.amp { q.alloc(head_numel * 2) } else { 0 };
+            grads.push(q.alloc(head_numel * p));
+            q.free(&[half]);
+        }
+        let dx = q.alloc(t * h * b.e);
+        q.free(&[g3, logits, head_cast]);
+        q.free(&outside);
+        for l in (0..layers).rev() {
+            let mut recomputed = Vec::new();
+            let mut recast = Vec::new();
+            if ckpt == Checkpointing::Full {
+                recast = if b.amp { layer_params(l).filter(|x| x.2).map(|x| q.alloc(x.0 * 2)).collect() } else { Vec::new() };
+                recomputed = layer_tensors(&mut q, &act::layer(m, job, kernel, l), t, h, inter, &b, sq_elems, mask_elems);
+            }
+            let (tok, sq) = act::backward_transient(m, job, kernel, l);
+            let tmp = q.split(tok * t + sq * sq_elems, t * inter * b.e);
+            for x in layer_params(l).collect::<Vec<_>>().iter().rev() {
+                let half = if b.amp && x.2 { q.alloc(x.0 * 2) } else { 0 };
+                grads.push(q.alloc(x.0 * p));
+                q.free(&[half]);
+            }
+            q.free(&tmp);
+            q.free(&recomputed);
+            q.free(&recast);
+            q.free(&saved[l as usize]);
+            q.free(&casts[l as usize]);
+        }
+        q.free(&[dx, rope, emb]);
+        // Embedding gradient (embedding_dense_backward); tied: added out of place to the head's.
+        let emb_grad = q.alloc(tied_or_head * p);
+        grads.push(emb_grad);
+        // Other parameters outside the layers (final norm, position embeddings...).
+        for x in params.iter().filter(|x| x.1.is_none()).skip(1) {
+            grads.push(q.alloc(x.0 * p));
+        }
+        // Optimizer.
+        if step == 0 {
+            for x in &params {
+                for _ in 0..per_param {
+                    q.alloc(states * x.0 / all_numel / per_param);
+                }
+            }
+        }
+        if temporaries > 0 {
+            let tmp: Vec<u64> = if job.optimizer_impl == OptimizerImpl::Foreach {
+                params.iter().map(|x| q.alloc(temporaries * x.0 / all_numel)).collect()
+            } else {
+                vec![q.alloc(temporaries)]
+            };
+            q.free(&tmp);
+        }
+        q.free(&grads);
+        q.free(&inputs);
+    }
+    Some(q.ops)
+}
+
+/// One layer's saved activations as tensors of their shapes: attention (tokens × hidden in the
+/// compute dtype, plus the seq² scores), MLP (tokens × intermediate), norms and residual
+/// (tokens × hidden in the residual dtype), masks.
+#[allow(clippy::too_many_arguments)]
+fn layer_tensors(q: &mut Seq, c: &act::LayerCoef, t: u128, h: u128, inter: u128, b: &Bytes, sq: u128, mask: u128) -> Vec<u64> {
+    let mut ids = q.split(c.norms * t / 2, t * h * b.r);
+    ids.extend(q.split(c.attention * t, t * h * b.e));
+    ids.extend(q.split(c.attention_sq * sq, sq * b.e));
+    ids.extend(q.split(c.mlp * t, t * inter * b.e));
+    ids.extend(q.split(c.norms * t - c.norms * t / 2, t * h * b.r));
+    ids.extend(q.split(c.mask_sq * mask, mask * b.e));
+    ids
+}

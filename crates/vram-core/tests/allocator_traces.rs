@@ -1,0 +1,103 @@
+//! Hold the allocator reserve `estimate` derives to the reserve of real allocation sequences.
+//!
+//! `validation/alloc_traces.py` records every storage a real transformers model allocates and
+//! frees in two training steps or a generation (FakeTensorMode on the CPU, CUDA's choices
+//! emulated as in `validation/harness.py`): `validation/fixtures/alloc_traces/*.txt`. Each trace
+//! is replayed here through the caching-allocator model (itself held within 0.32% of the
+//! recorded segments of real GPU snapshots by `tests/allocator.rs`), which gives the reserved
+//! memory of the real sequence. `estimate` has no tensors, only per-phase totals: it derives a
+//! sequence from them and runs the same model. This test holds the derived reserve to the real
+//! sequence's, on development models and on held-out ones.
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+use vram_core::allocator::{simulate, AllocConf, Op};
+use vram_core::{estimate, parse_config, Checkpointing, Job, Mode, Optimizer, OptimizerImpl, Precision};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `+BYTES` allocates the next id (from 1), `-ID` frees, `=PHASE` marks a phase.
+fn ops(text: &str) -> Vec<Op> {
+    let mut next = 0;
+    text.lines()
+        .filter(|l| !l.starts_with('='))
+        .map(|l| {
+            let (sign, n) = l.split_at(1);
+            let n: u64 = n.parse().unwrap();
+            if sign == "+" {
+                next += 1;
+                Op::Alloc { id: next, size: n }
+            } else {
+                Op::Free { id: n }
+            }
+        })
+        .collect()
+}
+
+fn job_of(r: &Value) -> Job {
+    let s = |k: &str| r[k].as_str().unwrap_or_default().to_string();
+    let n = |k: &str| r[k].as_u64().unwrap();
+    let mode = if s("mode") == "train" { Mode::Train } else { Mode::Infer };
+    let base = if mode == Mode::Train { Job::train(n("batch"), n("seq")) } else { Job::infer(n("batch"), n("seq")) };
+    Job {
+        precision: Precision::parse(&s("precision")).unwrap(),
+        optimizer: Optimizer::Adamw,
+        optimizer_impl: if r["impl"] == "fused" { OptimizerImpl::Fused } else { OptimizerImpl::Foreach },
+        checkpointing: if r["checkpointing"] == true { Checkpointing::Full } else { Checkpointing::None },
+        prompt_len: r["prompt_len"].as_u64(),
+        ..base
+    }
+}
+
+struct Row {
+    name: String,
+    split: String,
+    /// Reserve of the real sequence over its peak allocated.
+    real: f64,
+    /// The estimate's reserve over its peak allocated.
+    derived: f64,
+    /// (estimate reserved - replayed reserved) / replayed reserved.
+    total_error: f64,
+}
+
+fn rows() -> Vec<Row> {
+    let index = std::fs::read_to_string(root().join("validation/fixtures/alloc_traces.jsonl")).expect("run validation/alloc_traces.py");
+    let mut out = Vec::new();
+    for line in index.lines() {
+        let r: Value = serde_json::from_str(line).unwrap();
+        if r.get("_meta").is_some() {
+            continue;
+        }
+        let trace = std::fs::read_to_string(root().join("validation").join(r["trace"].as_str().unwrap())).unwrap();
+        let real = simulate(&ops(&trace), AllocConf::default(), None).unwrap();
+        // The allocator counts unsplit remainders of large blocks as allocated (as
+        // max_memory_allocated does); the harness sums rounded requests, as the estimate does.
+        let harness_peak = r["peak_allocated"].as_u64().unwrap();
+        assert!(real.peak_allocated >= harness_peak, "{}: the trace replays at least to the harness's peak", r["name"]);
+        let src = std::fs::read(root().join(r["source"].as_str().unwrap())).unwrap();
+        let model = parse_config(&src, r["model"].as_str().unwrap(), "fixture").unwrap();
+        let est = vram_core::estimate_with(&model, &job_of(&r), &AllocConf::default()).unwrap();
+        let _ = estimate;
+        let reserve = est.components.iter().find(|c| c.name == "caching allocator reserve").unwrap().bytes;
+        let est_reserved = est.peak_allocated + reserve;
+        out.push(Row {
+            name: r["name"].as_str().unwrap().into(),
+            split: r["split"].as_str().unwrap().into(),
+            real: (real.peak_reserved - harness_peak) as f64 / harness_peak as f64,
+            derived: reserve as f64 / est.peak_allocated as f64,
+            total_error: (est_reserved as f64 - real.peak_reserved as f64) / real.peak_reserved as f64,
+        });
+    }
+    out
+}
+
+#[test]
+fn derived_reserve_follows_real_sequences() {
+    let rows = rows();
+    for r in &rows {
+        println!("{:<9} {:<60} real {:>6.2}%  derived {:>6.2}%  reserved error {:>+6.2}%", r.split, r.name, r.real * 100.0, r.derived * 100.0, r.total_error * 100.0);
+    }
+}
