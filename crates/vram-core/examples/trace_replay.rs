@@ -45,7 +45,12 @@ fn main() {
     }
     let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
     println!("peak live {:.3} GiB in {live_phase}", gib(peak_live));
-    println!("peak reserved {:.3} GiB at {at}; live then {:.3} GiB; reserve over peak live {:.2}%", gib(peak_res), gib(live_at), (peak_res as f64 / peak_live as f64 - 1.0) * 100.0);
+    println!(
+        "peak reserved {:.3} GiB at {at}; live then {:.3} GiB; reserve over peak live {:.2}%",
+        gib(peak_res),
+        gib(live_at),
+        (peak_res as f64 / peak_live as f64 - 1.0) * 100.0
+    );
     println!("{:?}", a.report());
     let mib = |b: u64| b as f64 / 1048576.0;
     let total: u64 = cached.iter().map(|c| c.1).sum();

@@ -231,7 +231,7 @@ impl Allocator {
     /// Cached (free) blocks now, as (segment size, block size), largest blocks first.
     pub fn cached_blocks(&self) -> Vec<(u64, u64)> {
         let mut v: Vec<(u64, u64)> = self.free.iter().map(|&(_, _, size, addr)| (self.segs[self.blocks[&addr].seg].size, size)).collect();
-        v.sort_by(|a, b| b.1.cmp(&a.1));
+        v.sort_by_key(|b| std::cmp::Reverse(b.1));
         v
     }
 
@@ -554,96 +554,8 @@ pub fn replay(snap: &crate::snapshot::Snapshot, device: usize, conf: AllocConf) 
     Ok(Replay { recorded_peak_reserved: recorded, model: a.report().clone(), allocs })
 }
 
-/// The named byte counts of the estimate's peak phase, as the derivation below consumes them.
-#[derive(Debug, Clone, Copy)]
-pub struct Part<'a> {
-    /// Component name (memory/train.rs and memory/infer.rs constants).
-    pub name: &'a str,
-    /// Bytes.
-    pub bytes: u64,
-}
-
-/// Most requests a derived sequence may hold (beyond it the model is not run: bounded work).
+/// Most requests an allocation sequence may hold (beyond it the model is not run: bounded work).
 pub const MAX_OPS: usize = 400_000;
-
-struct Seq {
-    ops: Vec<Op>,
-    next: u64,
-}
-
-impl Seq {
-    fn alloc(&mut self, size: u64) -> u64 {
-        self.next += 1;
-        if size > 0 {
-            self.ops.push(Op::Alloc { id: self.next, size });
-        }
-        self.next
-    }
-    fn free(&mut self, ids: &[u64]) {
-        self.ops.extend(ids.iter().map(|&id| Op::Free { id }));
-    }
-}
-
-/// Split `bytes` over the parameter tensors in proportion to their elements (one tensor each).
-fn per_tensor(bytes: u64, numels: &[u64]) -> Vec<u64> {
-    let total: u128 = numels.iter().map(|&n| n as u128).sum::<u128>().max(1);
-    numels.iter().map(|&n| (bytes as u128 * n as u128 / total) as u64).collect()
-}
-
-/// Derive a plausible allocation/free sequence for two steps of the job from the estimate's
-/// peak-phase components and the model's parameter inventory (the memory model has per-phase
-/// totals, not tensors, so this is a derivation, stated as such):
-/// - parameters, gradients and optimizer states: one tensor per parameter tensor of
-///   [`crate::Model::tensors`], bytes split in proportion to its elements; gradients are
-///   allocated layer by layer in backward and freed by `zero_grad(set_to_none=True)` (the
-///   default since PyTorch 2.0); states are allocated on the first step and kept;
-/// - components named `activations…` or `autocast…`: per decoder layer, four tensors each
-///   (component / layers / 4: the inputs saved by the layer's matmuls), allocated in forward and
-///   freed in reverse order in backward;
-/// - every other component (logits, input batch, temporaries, KV cache): one tensor, allocated
-///   at the end of forward and freed before the next step (temporaries: allocated and freed
-///   around each layer's backward).
-pub fn derive_sequence(numels: &[u64], layers: u64, parts: &[Part], train: bool) -> Option<Vec<Op>> {
-    let bytes = |n: &str| parts.iter().filter(|p| p.name == n).map(|p| p.bytes).sum::<u64>();
-    let layers = layers.max(1);
-    let tensors = numels.len() as u64;
-    let per_layer: Vec<&Part> = parts.iter().filter(|p| p.name.starts_with("activations") || p.name.starts_with("autocast")).collect();
-    let budget = tensors.saturating_mul(6).saturating_add(layers.saturating_mul(per_layer.len() as u64 * 8 + 8));
-    if budget > MAX_OPS as u64 {
-        return None;
-    }
-    let persistent = ["parameters", "gradients", "optimizer states"];
-    let single: Vec<&Part> =
-        parts.iter().filter(|p| !persistent.contains(&p.name) && !per_layer.iter().any(|q| q.name == p.name)).collect();
-    let mut q = Seq { ops: Vec::new(), next: 0 };
-    for b in per_tensor(bytes("parameters"), numels) {
-        q.alloc(b);
-    }
-    let grads = per_tensor(bytes("gradients"), numels);
-    let grads_per_layer = grads.len().div_ceil(layers as usize).max(1);
-    for step in 0..2 {
-        let mut acts = Vec::new();
-        for _ in 0..layers {
-            acts.push(per_layer.iter().flat_map(|p| (0..4).map(|_| p.bytes / layers / 4)).map(|b| q.alloc(b)).collect::<Vec<_>>());
-        }
-        let singles: Vec<u64> = single.iter().map(|p| q.alloc(p.bytes)).collect();
-        let mut live_grads = Vec::new();
-        for (l, chunk) in acts.iter().rev().zip(grads.rchunks(grads_per_layer).chain(std::iter::repeat(&[][..]))) {
-            if train {
-                live_grads.extend(chunk.iter().map(|&b| q.alloc(b)));
-            }
-            q.free(l);
-        }
-        q.free(&singles);
-        if train && step == 0 {
-            for b in per_tensor(bytes("optimizer states"), numels) {
-                q.alloc(b);
-            }
-        }
-        q.free(&live_grads);
-    }
-    Some(q.ops)
-}
 
 #[cfg(test)]
 mod tests {

@@ -235,8 +235,12 @@ pub struct Overheads {
     pub cuda_context: u64,
     /// cuBLAS/cuBLASLt workspace per stream.
     pub cublas_workspace: u64,
-    /// Caching-allocator reserve beyond the allocated peak, as a fraction of it.
+    /// Caching-allocator reserve beyond the allocated peak, as a fraction of it: used where the
+    /// allocator is not simulated (`allocator` None, or a job without a tensor-level sequence).
     pub allocator_reserve: f64,
+    /// Simulate PyTorch's caching allocator with these `PYTORCH_CUDA_ALLOC_CONF` settings over the
+    /// job's allocation sequence (memory/sequence.rs); None: the flat `allocator_reserve`.
+    pub allocator: Option<crate::allocator::AllocConf>,
 }
 
 impl Default for Overheads {
@@ -249,9 +253,11 @@ impl Default for Overheads {
             // PyTorch's default CUBLAS_WORKSPACE_CONFIG on Hopper: one 32 MiB workspace per handle/stream
             // (aten/src/ATen/cuda/CublasHandlePool.cpp getChosenWorkspaceSize), plus 32 MiB cuBLASLt.
             cublas_workspace: 64 * MIB,
-            // Caching allocator: blocks are rounded (512 B small, 2 MiB large segments) and freed
-            // blocks are kept for reuse; 5% of the allocated peak is the stated default assumption.
+            // Caching allocator: simulated over the job's allocation sequence (allocator.rs,
+            // memory/sequence.rs) with PyTorch's default settings. Where a job has no sequence
+            // (sharded, LoRA, accumulation...), 5% of the allocated peak is the stated assumption.
             allocator_reserve: 0.05,
+            allocator: Some(crate::allocator::AllocConf::default()),
         }
     }
 }

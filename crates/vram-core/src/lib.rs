@@ -45,6 +45,6 @@ pub use config::{parse_config, parse_config_with, ParseOptions};
 pub use dtype::DType;
 pub use error::{Error, Result};
 pub use job::{AttentionImpl, Checkpointing, Job, Mode, Optimizer, OptimizerImpl, Overheads, Precision};
-pub use memory::{estimate, estimate_with, Component, Estimate, Kind, Phase};
+pub use memory::{allocation_sequence, estimate, estimate_with, Component, Estimate, Kind, Phase};
 pub use model::{Model, QuantizationConfig, RopeScaling};
 pub use sniff::{sniff, FileKind};

@@ -157,6 +157,7 @@ pub fn job(f: &mut Fields, model: &mut Model) -> R<Job> {
     }
     if let Some(r) = f.f64("allocator_reserve")? {
         overheads.allocator_reserve = r;
+        overheads.allocator = None;
     }
     let job = Job {
         mode,

@@ -134,16 +134,17 @@ pub struct JobArgs {
     /// Assumed cuBLAS workspaces, with a unit [default: 64MiB].
     #[arg(long, help_heading = "Device assumptions")]
     pub cublas_workspace: Option<String>,
-    /// Assumed caching-allocator reserve as a fraction of peak allocated [default: 0.05].
+    /// A flat caching-allocator reserve as a fraction of peak allocated, instead of simulating
+    /// PyTorch's caching allocator over the job's allocation sequence (the default; jobs without
+    /// a sequence — sharded, LoRA, accumulation — get 0.05).
     #[arg(long, help_heading = "Device assumptions")]
     pub allocator_reserve: Option<f64>,
-    /// EXPERIMENTAL: simulate PyTorch's caching allocator over an allocation sequence derived
-    /// from the peak phase instead of the flat reserve (reads PYTORCH_CUDA_ALLOC_CONF).
-    #[arg(long, help_heading = "Device assumptions", conflicts_with = "allocator_reserve")]
+    /// Accepted for compatibility: the allocator model is now the default.
+    #[arg(long, hide = true, conflicts_with = "allocator_reserve")]
     pub allocator_model: bool,
-    /// PYTORCH_CUDA_ALLOC_CONF for --allocator-model (default: the environment's), e.g.
+    /// PYTORCH_CUDA_ALLOC_CONF for the allocator model (default: the environment's), e.g.
     /// `expandable_segments:True,max_split_size_mb:512`.
-    #[arg(long, help_heading = "Device assumptions", requires = "allocator_model")]
+    #[arg(long, help_heading = "Device assumptions", conflicts_with = "allocator_reserve")]
     pub alloc_conf: Option<String>,
     /// LoRA/QLoRA fine-tuning.
     #[command(flatten)]

@@ -42,11 +42,7 @@ pub fn run(a: ExplainArgs) -> Result<()> {
     let cmp = match &a.job.model {
         Some(_) => {
             let (model, job) = crate::resolve::resolve(&a.job)?;
-            let est = if a.job.allocator_model {
-                vram_core::estimate_with(&model, &job, &alloc_conf(a.job.alloc_conf.as_deref())?)?
-            } else {
-                vram_core::estimate(&model, &job)?
-            };
+            let est = vram_core::estimate(&model, &job)?;
             Some((model.name.clone(), compare(&est, &ex)))
         }
         None => None,
@@ -66,9 +62,15 @@ pub fn run(a: ExplainArgs) -> Result<()> {
 /// `PYTORCH_CUDA_ALLOC_CONF` environment variable PyTorch itself reads, else PyTorch's defaults.
 pub fn alloc_conf(flag: Option<&str>) -> Result<vram_core::AllocConf> {
     let env = std::env::var("PYTORCH_CUDA_ALLOC_CONF").ok();
-    match flag.or(env.as_deref()) {
-        Some(s) => Ok(vram_core::AllocConf::parse(s)?),
-        None => Ok(vram_core::AllocConf::default()),
+    match (flag, env.as_deref()) {
+        (Some(s), _) => Ok(vram_core::AllocConf::parse(s)?),
+        (None, Some(s)) => vram_core::AllocConf::parse(s).map_err(|e| {
+            crate::errors::UsageError(format!(
+                "PYTORCH_CUDA_ALLOC_CONF={s}: {e}; the allocator model reads it to simulate the reserve — unset it, set --alloc-conf, or pass --allocator-reserve 0.05 for a flat reserve"
+            ))
+            .into()
+        }),
+        (None, None) => Ok(vram_core::AllocConf::default()),
     }
 }
 

@@ -274,6 +274,9 @@ fn overheads(a: &JobArgs) -> Result<Overheads> {
     }
     if let Some(r) = a.allocator_reserve {
         o.allocator_reserve = r;
+        o.allocator = None;
+    } else {
+        o.allocator = Some(crate::explain::alloc_conf(a.alloc_conf.as_deref())?);
     }
     Ok(o)
 }
@@ -427,17 +430,6 @@ pub fn resolve_parallel(a: &ParallelArgs, mode: Mode) -> Result<Option<Parallel>
     Ok(Some(p))
 }
 
-/// `--allocator-model` is read by a single-GPU `estimate` (and `explain --model`) only: anywhere
-/// else it would be silently ignored, so it is an error naming where it works.
-pub fn reject_allocator_model(a: &JobArgs, command: &str) -> Result<()> {
-    if a.allocator_model {
-        return Err(usage(format!(
-            "--allocator-model is read by a single-GPU `vram estimate` only (experimental), not by {command}: drop it, or run `vram estimate` with it"
-        )));
-    }
-    Ok(())
-}
-
 /// Flags a searching command decides itself would be silently overridden: refuse them by name.
 /// `fit` and `tune` search the micro-batch (and derive accumulation from `--global-batch-size`);
 /// `plan` also searches accumulation and recomputation.
@@ -478,6 +470,6 @@ pub fn job_flags_given(a: &JobArgs) -> bool {
         || a.cuda_context.is_some()
         || a.cublas_workspace.is_some()
         || a.allocator_reserve.is_some()
-        || a.allocator_model
+        || a.alloc_conf.is_some()
         || a.fused_cross_entropy
 }

@@ -86,30 +86,33 @@ fn estimate_beside_the_snapshot() {
 }
 
 #[test]
-fn the_allocator_model_is_opt_in_and_refused_where_it_would_be_ignored() {
-    let flat = util::json(&["estimate", "-m", "gpt2", "-b", "4", "-s", "1024"]);
-    let sim = util::json(&["estimate", "-m", "gpt2", "-b", "4", "-s", "1024", "--allocator-model"]);
+fn the_allocator_model_is_the_default_and_a_flat_reserve_is_opt_in() {
     let detail = |v: &serde_json::Value| {
         v["components"].as_array().unwrap().iter().find(|c| c["name"] == "caching allocator reserve").unwrap()["detail"].to_string()
     };
+    let sim = util::json(&["estimate", "-m", "gpt2", "-b", "4", "-s", "1024"]);
+    assert!(detail(&sim).contains("live blocks"), "{}", detail(&sim));
+    // The old opt-in flag is still accepted and changes nothing.
+    assert_eq!(sim, util::json(&["estimate", "-m", "gpt2", "-b", "4", "-s", "1024", "--allocator-model"]));
+    let flat = util::json(&["estimate", "-m", "gpt2", "-b", "4", "-s", "1024", "--allocator-reserve", "0.05"]);
     assert!(detail(&flat).contains("assumed 5%"), "{}", detail(&flat));
-    assert!(detail(&sim).contains("EXPERIMENTAL"), "{}", detail(&sim));
-    for args in [
-        &["fit", "-m", "gpt2", "-g", "h100", "--allocator-model"][..],
-        &["estimate", "-m", "gpt2", "--gpus", "2", "--zero", "2", "--allocator-model"][..],
-    ] {
-        let e = fails(args, 2);
-        assert!(e.contains("--allocator-model"), "{e}");
-    }
-    let e = fails(&["estimate", "-m", "gpt2", "--alloc-conf", "expandable_segments:True"], 2);
-    assert!(e.contains("--allocator-model"), "{e}");
+    // Sharded jobs have no sequence yet: the flat reserve, saying so.
+    let fsdp = util::json(&["estimate", "-m", "gpt2", "-b", "4", "-s", "1024", "--gpus", "2", "--zero", "2"]);
+    assert!(fsdp.to_string().contains("assumed 5%"), "{fsdp}");
+    // Settings change the simulation; both ways of giving them are read, bad ones refused.
+    let exp = util::json(&["estimate", "-m", "gpt2", "-b", "4", "-s", "1024", "--alloc-conf", "expandable_segments:True"]);
+    assert!(detail(&exp).contains("live blocks"));
+    let e = fails(&["estimate", "-m", "gpt2", "--alloc-conf", "roundup_power2_divisions:4"], 2);
+    assert!(e.contains("not modelled"), "{e}");
+    let out = vram().env("PYTORCH_CUDA_ALLOC_CONF", "bogus:1").args(["estimate", "-m", "gpt2"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--allocator-reserve"), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]
 fn a_bad_alloc_conf_in_the_environment_is_an_error_not_ignored() {
     let snap = fixture("cs336-wl_medium_128_inference.pickle");
-    let out =
-        vram().env("PYTORCH_CUDA_ALLOC_CONF", "bogus:1").args(["explain", &snap, "--model", "gpt2", "--allocator-model"]).output().unwrap();
+    let out = vram().env("PYTORCH_CUDA_ALLOC_CONF", "bogus:1").args(["explain", &snap, "--model", "gpt2"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("PYTORCH_CUDA_ALLOC_CONF option `bogus:1`"));
 }

@@ -172,65 +172,74 @@ pub fn base_dtype_name(job: &Job) -> &'static str {
     lora::base_dtype(job).short_name()
 }
 
-/// Estimate the peak GPU memory of `job` on `model` (single GPU), with PyTorch's default
-/// caching-allocator settings.
+/// Estimate the peak GPU memory of `job` on `model` (single GPU). The caching-allocator reserve
+/// follows `job.overheads.allocator` (simulated by default).
 pub fn estimate(model: &Model, job: &Job) -> Result<Estimate> {
-    estimate_inner(model, job, None)
+    estimate_inner(model, job)
 }
 
-/// The caching-allocator reserve. By default the flat `--allocator-reserve` fraction (a stated
-/// assumption, not yet checked on a GPU). With `conf` (the CLI's `--allocator-model`), the
-/// allocator model (crate::allocator) run over a sequence derived from the peak phase — itself
-/// validated by replaying real snapshots, but the derived sequence is not: it is experimental.
-fn reserve(model: &Model, job: &Job, peak: &Breakdown, peak_allocated: u64, conf: Option<&AllocConf>) -> (u64, String) {
+/// The tensor-level allocation sequence `estimate` runs through the caching-allocator model
+/// (None where it falls back to the flat reserve): memory/sequence.rs.
+pub fn allocation_sequence(model: &Model, job: &Job) -> Option<Vec<allocator::Op>> {
+    match job.mode {
+        Mode::Train => sequence::training(model, job),
+        Mode::Infer => {
+            let (phases, _, _) = infer::phases(model, job);
+            let w: u128 =
+                phases.iter().take(1).flat_map(|p| &p.parts).filter(|p| p.0 == infer::WEIGHTS || p.0 == infer::SCALES).map(|p| p.1).sum();
+            sequence::inference(model, job, w)
+        }
+    }
+}
+
+/// Why a job gets the flat reserve instead of the simulated one.
+fn unsimulated(job: &Job) -> &'static str {
+    if job.lora.is_some() {
+        "LoRA jobs are not simulated yet"
+    } else if job.model_state_shards > 1 {
+        "sharded jobs are not simulated yet"
+    } else if job.grad_accum > 1 {
+        "gradient accumulation is not simulated yet"
+    } else if job.optimizer_in_bwd {
+        "optimizer-in-backward is not simulated yet"
+    } else if job.fused_cross_entropy {
+        "fused cross-entropy is not simulated yet"
+    } else {
+        "the job has too many tensors to simulate"
+    }
+}
+
+/// The caching-allocator reserve: PyTorch's caching allocator (crate::allocator, held to the
+/// recorded segments of real GPU snapshots) run over the job's tensor-level allocation sequence
+/// (memory/sequence.rs, held to recorded real sequences), minus the sequence's own allocated
+/// peak. Where the job has no sequence, or `--allocator-reserve` is given, the flat fraction.
+fn reserve(model: &Model, job: &Job, peak_allocated: u64) -> (u64, String) {
     let f = job.overheads.allocator_reserve;
     let flat = |why: &str| {
         (
             (peak_allocated as f64 * f).ceil() as u64,
             format!(
-                "assumed {:.0}% of peak allocated{why}: freed blocks PyTorch keeps cached, rounding to 2 MiB segments, fragmentation (--allocator-reserve; --allocator-model simulates it)",
+                "assumed {:.0}% of peak allocated ({why}): freed blocks PyTorch keeps cached, segment rounding, fragmentation",
                 f * 100.0
             ),
         )
     };
-    let Some(conf) = conf else { return flat("") };
-    if job.mode == Mode::Train {
-        if let Some(ops) = sequence::training(model, job) {
-            if let Ok(r) = allocator::simulate(&ops, *conf, None) {
-                let live = allocator::peak_requested(&ops);
-                return (
-                    r.peak_reserved.saturating_sub(live),
-                    format!("EXPERIMENTAL {}; tensor-level sequence of two training steps", r.reason()),
-                );
-            }
+    let Some(conf) = job.overheads.allocator else { return flat("--allocator-reserve") };
+    let Some(ops) = allocation_sequence(model, job) else { return flat(unsimulated(job)) };
+    match allocator::simulate(&ops, conf, None) {
+        Ok(r) => {
+            let what = if job.mode == Mode::Train { "two training steps" } else { "a generation" };
+            (r.peak_reserved.saturating_sub(allocator::peak_requested(&ops)), format!("{}; tensor-level sequence of {what}", r.reason()))
         }
-    }
-    let numels: Vec<u64> = model
-        .tensors()
-        .iter()
-        .flat_map(|t| std::iter::repeat_n(t.numel, t.count.min(allocator::MAX_OPS as u64) as usize))
-        .take(allocator::MAX_OPS)
-        .collect();
-    let parts: Vec<allocator::Part> =
-        peak.parts.iter().map(|(n, b, _)| allocator::Part { name: n, bytes: u64::try_from(*b).unwrap_or(u64::MAX) }).collect();
-    let sim = allocator::derive_sequence(&numels, model.layers, &parts, job.mode == Mode::Train)
-        .and_then(|ops| allocator::simulate(&ops, *conf, None).ok());
-    match sim {
-        Some(r) => (
-            r.peak_reserved.saturating_sub(peak_allocated),
-            format!(
-                "EXPERIMENTAL {}; sequence derived from the peak phase, one tensor per parameter and four per layer activation",
-                r.reason()
-            ),
-        ),
-        None => flat(": the job has too many tensors to simulate the allocator"),
+        Err(_) => flat("the allocator model refused the sequence"),
     }
 }
 
-/// [`estimate`] with the reserve simulated by the caching-allocator model under the given
-/// `PYTORCH_CUDA_ALLOC_CONF` settings (experimental: the derived allocation sequence is unvalidated).
+/// [`estimate`] with the reserve simulated under the given `PYTORCH_CUDA_ALLOC_CONF` settings.
 pub fn estimate_with(model: &Model, job: &Job, conf: &AllocConf) -> Result<Estimate> {
-    estimate_inner(model, job, Some(conf))
+    let mut job = job.clone();
+    job.overheads.allocator = Some(*conf);
+    estimate_inner(model, &job)
 }
 
 /// A LoRA job's configuration against its model: targets peft would resolve, a base that is
@@ -253,7 +262,7 @@ pub fn check_lora(model: &Model, job: &Job) -> Result<()> {
     Ok(())
 }
 
-fn estimate_inner(model: &Model, job: &Job, conf: Option<&AllocConf>) -> Result<Estimate> {
+fn estimate_inner(model: &Model, job: &Job) -> Result<Estimate> {
     job.validate()?;
     check_lora(model, job)?;
     let (phases, kernel, notes) = match job.mode {
@@ -268,7 +277,7 @@ fn estimate_inner(model: &Model, job: &Job, conf: Option<&AllocConf>) -> Result<
         components.push(Component { name: (*name).into(), bytes: to_u64(*bytes, name)?, kind: Kind::Allocated, detail: detail.clone() });
     }
     let o = job.overheads;
-    let (reserve, detail) = reserve(model, job, &peak, peak_allocated, conf);
+    let (reserve, detail) = reserve(model, job, peak_allocated);
     components.push(Component { name: "caching allocator reserve".into(), bytes: reserve, kind: Kind::Overhead, detail });
     if job.mode == Mode::Train && optimizer::paged(job) {
         components.push(Component {

@@ -126,7 +126,6 @@ pub(crate) fn training(m: &Model, job: &Job) -> Option<Vec<Op>> {
     let all_numel: u128 = params.iter().map(|x| x.0).sum::<u128>().max(1);
     let temporaries = optimizer::step_temporaries(m, job);
     let (outside_tok, rope_per_pos) = act::outside_layers(m, job, job.batch);
-    let tied_or_head = head_numel;
     for step in 0..2 {
         let inputs: Vec<u64> = (0..3).map(|_| q.alloc(t * 8)).collect();
         // Forward.
@@ -152,12 +151,14 @@ pub(crate) fn training(m: &Model, job: &Job) -> Option<Vec<Op>> {
             casts.push(c);
         }
         let outside = q.split(outside_tok * t, t * h * b.r);
-        // Loss (transformers loss_utils.py ForCausalLMLoss): logits, .float(), log_softmax (saved).
-        let head_cast = if b.amp && !m.tied_embeddings { q.alloc(head_numel * 2) } else { 0 };
+        // Loss (transformers loss_utils.py ForCausalLMLoss): the head's half weight copy (the
+        // embedding's when tied), logits, .float(), log_softmax (saved); the upcast goes, and the
+        // logits with the model output, which the Trainer drops before backward.
+        let head_cast = if b.amp { q.alloc(head_numel * 2) } else { 0 };
         let logits = q.alloc(t * v * b.e);
         let upcast = if b.e == 2 { q.alloc(t * v * 4) } else { 0 };
         let log_probs = q.alloc(t * v * 4);
-        q.free(&[upcast]);
+        q.free(&[upcast, logits]);
         if ckpt == Checkpointing::Full {
             // Autocast exits: the cache's copies go; the recomputation remakes them per layer.
             for c in &casts {
@@ -165,20 +166,18 @@ pub(crate) fn training(m: &Model, job: &Job) -> Option<Vec<Op>> {
             }
             casts.iter_mut().for_each(Vec::clear);
         }
-        // Backward: nll and log_softmax gradients, the logits gradient, the LM head gradient.
+        // Backward: nll and log_softmax gradients, the logits gradient, the LM head gradient
+        // (half, then the fp32 .grad; the tied embedding's .grad when tied).
         let g1 = q.alloc(t * v * 4);
         let g2 = q.alloc(t * v * 4);
-        q.free(&[log_probs, g1]);
+        q.free(&[g1, log_probs]);
         let g3 = if b.e == 2 { q.alloc(t * v * b.e) } else { 0 };
         q.free(&[g2]);
-        let mut grads = Vec::new();
-        if !m.tied_embeddings {
-            let half = if b.amp { q.alloc(head_numel * 2) } else { 0 };
-            grads.push(q.alloc(head_numel * p));
-            q.free(&[half]);
-        }
+        let half = if b.amp { q.alloc(head_numel * 2) } else { 0 };
+        let head_grad = q.alloc(head_numel * p);
+        q.free(&[half, g3, head_cast]);
+        let mut grads = vec![head_grad];
         let dx = q.alloc(t * h * b.e);
-        q.free(&[g3, logits, head_cast]);
         q.free(&outside);
         for l in (0..layers).rev() {
             let mut recomputed = Vec::new();
@@ -202,8 +201,16 @@ pub(crate) fn training(m: &Model, job: &Job) -> Option<Vec<Op>> {
         }
         q.free(&[dx, rope, emb]);
         // Embedding gradient (embedding_dense_backward); tied: added out of place to the head's.
-        let emb_grad = q.alloc(tied_or_head * p);
-        grads.push(emb_grad);
+        let emb_grad = q.alloc(head_numel * p);
+        if m.tied_embeddings {
+            let sum = q.alloc(head_numel * p);
+            q.free(&[emb_grad]);
+            grads.retain(|&g| g != head_grad);
+            q.free(&[head_grad]);
+            grads.push(sum);
+        } else {
+            grads.push(emb_grad);
+        }
         // Other parameters outside the layers (final norm, position embeddings...).
         for x in params.iter().filter(|x| x.1.is_none()).skip(1) {
             grads.push(q.alloc(x.0 * p));
@@ -242,4 +249,81 @@ fn layer_tensors(q: &mut Seq, c: &act::LayerCoef, t: u128, h: u128, inter: u128,
     ids.extend(q.split(c.norms * t - c.norms * t / 2, t * h * b.r));
     ids.extend(q.split(c.mask_sq * mask, mask * b.e));
     ids
+}
+
+/// Decode steps simulated at the end of a generation (the cache grows by torch.cat each step).
+const DECODE_STEPS: u64 = 16;
+
+/// The allocation sequence of a generation (HF `generate()` with a DynamicCache), as recorded:
+/// the weights (`weight_bytes` split over the parameter tensors by elements); the prefill, layer
+/// by layer — the normed input, q, the layer's keys and values (kept in the cache), the attention
+/// output, the MLP's gate/up/activation in tokens×intermediate, the residual adds — interleaving
+/// the cache with transients in the same segments; the last-position fp32 logits; then the cache
+/// jumps to `context − 16` tokens and 16 decode steps each re-allocate every layer's keys and
+/// values one token longer (DynamicLayer.update: torch.cat) and free the old ones. None past
+/// [`MAX_OPS`].
+pub(crate) fn inference(m: &Model, job: &Job, weight_bytes: u128) -> Option<Vec<Op>> {
+    let params = parameter_tensors(m);
+    let layers = m.layers.max(1);
+    if params.len() as u128 + layers as u128 * (32 + 8 * DECODE_STEPS as u128) > MAX_OPS as u128 {
+        return None;
+    }
+    let e: u128 = if job.precision == crate::job::Precision::Fp32 { 4 } else { 2 };
+    let kv_b = job.kv_dtype.map_or(e, |d| d.bytes() as u128);
+    let (batch, ctx) = (job.batch as u128, job.seq as u128);
+    let prompt = job.prompt_len.unwrap_or(job.seq).min(job.seq) as u128;
+    let (h, inter, v) = (m.hidden as u128, (m.intermediate as u128).max(m.hidden as u128), m.vocab as u128);
+    let (qd, kd) = (m.q_dim() as u128, m.kv_dim() as u128);
+    let t = batch * prompt;
+    let window = |l: u64, len: u128| if l < m.sliding_layers { m.sliding_window.map_or(len, |w| len.min(w as u128)) } else { len };
+    let mut q = Seq { ops: Vec::new(), next: 0 };
+    let all: u128 = params.iter().map(|x| x.0).sum::<u128>().max(1);
+    for x in &params {
+        q.alloc(weight_bytes * x.0 / all);
+    }
+    // Prefill.
+    let mut resid = q.alloc(t * h * e);
+    let mut cache: Vec<(u64, u64)> = Vec::new();
+    for _ in 0..layers {
+        let normed = q.alloc(t * h * e);
+        let qs = q.alloc(t * qd * e);
+        let k = q.alloc(t * kd * kv_b);
+        let vv = q.alloc(t * kd * kv_b);
+        let out = q.alloc(t * qd * e);
+        q.free(&[qs, normed]);
+        let o = q.alloc(t * h * e);
+        q.free(&[out]);
+        let r = q.alloc(t * h * e);
+        q.free(&[o, resid]);
+        let n2 = q.alloc(t * h * e);
+        let gate = q.alloc(t * inter * e);
+        let up = q.alloc(t * inter * e);
+        let act = q.alloc(t * inter * e);
+        q.free(&[gate, up]);
+        let down = q.alloc(t * h * e);
+        q.free(&[act, n2]);
+        resid = q.alloc(t * h * e);
+        q.free(&[r, down]);
+        cache.push((k, vv));
+    }
+    let logits = q.alloc(batch * v * 4);
+    q.free(&[resid, logits]);
+    // Decode: jump to the last steps, then grow one token at a time.
+    let start = ctx.saturating_sub(DECODE_STEPS as u128).max(prompt);
+    for len in start..ctx {
+        let x = q.alloc(batch * h * e);
+        for (l, kv) in cache.iter_mut().enumerate() {
+            let n = window(l as u64, len + 1);
+            let k = q.alloc(batch * n * kd * kv_b);
+            q.free(&[kv.0]);
+            let vv = q.alloc(batch * n * kd * kv_b);
+            q.free(&[kv.1]);
+            *kv = (k, vv);
+            let tmp = q.alloc(batch * inter * e);
+            q.free(&[tmp]);
+        }
+        let logits = q.alloc(batch * v * 4);
+        q.free(&[x, logits]);
+    }
+    Some(q.ops)
 }

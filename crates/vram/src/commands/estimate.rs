@@ -16,14 +16,9 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
     let (model, job) = resolve::resolve(&a.job)?;
     let g = a.gpu.as_deref().map(resolve::gpu).transpose()?;
     if let Some(par) = resolve::resolve_parallel(&a.parallel, job.mode)? {
-        resolve::reject_allocator_model(&a.job, "a distributed estimate (--gpus)")?;
         return parallel(a, &model, &job, &par, g.as_ref());
     }
-    let est = if a.job.allocator_model {
-        vram_core::estimate_with(&model, &job, &crate::explain::alloc_conf(a.job.alloc_conf.as_deref())?)?
-    } else {
-        estimate(&model, &job)?
-    };
+    let est = estimate(&model, &job)?;
     let mut advice = advice::notes(&model, &job, &est)?;
     if let Some(note) = stored_fp32_note(a, &model, &job) {
         advice.push(note);

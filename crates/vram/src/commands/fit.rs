@@ -16,7 +16,6 @@ pub fn run(a: &FitArgs) -> Result<()> {
     if !(a.mfu > 0.0 && a.mfu <= 1.0) {
         return Err(usage(format!("invalid --mfu {}: a fraction in (0, 1]", a.mfu)));
     }
-    resolve::reject_allocator_model(&a.job, "`vram fit`")?;
     resolve::reject_searched_flags(&a.job, "`vram fit`", a.global_batch_size)?;
     let (model, job) = resolve::resolve(&a.job)?;
     let g = resolve::gpu(&a.gpu)?;

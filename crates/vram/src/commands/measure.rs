@@ -21,7 +21,6 @@ pub fn run(a: RunArgs) -> Result<u8> {
     }
     let estimate = match &a.job.model {
         Some(_) => {
-            resolve::reject_allocator_model(&a.job, "`vram run`")?;
             let (model, job) = resolve::resolve(&a.job)?;
             let e = estimate(&model, &job)?;
             Some((model.name.clone(), e.peak_allocated, e.total, job.overheads.cuda_context))
@@ -54,7 +53,6 @@ fn measure_kind(s: &str) -> Result<tune::Measure> {
 
 /// `vram tune`: 0 when a batch was chosen, 1 when none could be, 128 + signal when interrupted.
 pub fn tune(a: TuneArgs) -> Result<u8> {
-    resolve::reject_allocator_model(&a.job, "`vram tune`")?;
     resolve::reject_searched_flags(&a.job, "`vram tune`", a.global_batch_size)?;
     let (model, job) = resolve::resolve(&a.job)?;
     let g = resolve::gpu(&a.gpu)?;

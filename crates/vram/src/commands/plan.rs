@@ -46,7 +46,6 @@ fn throughput(a: &PlanArgs, g: &gpu::Gpu) -> Result<Throughput> {
 
 /// Resolve, search, render.
 pub fn run(a: &PlanArgs) -> Result<()> {
-    resolve::reject_allocator_model(&a.job, "`vram plan`")?;
     resolve::reject_searched_flags(&a.job, "`vram plan`", a.global_batch_size)?;
     let (model, job) = resolve::resolve(&a.job)?;
     let g = resolve::gpu(&a.gpu)?;

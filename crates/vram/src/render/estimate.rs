@@ -44,6 +44,9 @@ pub fn text(r: &EstimateReport) -> String {
     let _ = writeln!(out);
     let phases: Vec<String> = e.phases.iter().map(|p| format!("{} {:.2}", p.phase.describe(), gib(p.allocated))).collect();
     let _ = writeln!(out, "allocated by phase (GiB): {}", phases.join(" · "));
+    if let Some(c) = e.components.iter().find(|c| c.name == "caching allocator reserve") {
+        let _ = writeln!(out, "allocator reserve: {}", c.detail);
+    }
     for n in e.notes.iter().chain(r.advice.iter()) {
         let _ = writeln!(out, "note: {n}");
     }
