@@ -69,10 +69,20 @@ def points():
                                 optimizer="adamw", impl=impl, checkpointing=ckpt))
             out.append(dict(split=split, model=m, mode="infer", precision="bf16", batch=4, seq=1024,
                             prompt_len=992))  # 32 decode steps: the cache grows, the sequence repeats
+    # LoRA (peft r=16, bf16 base under bf16 autocast as TRL trains it).
+    for split, models in (("dev", ("qwen2.5-0.5b", "llama-3.2-1b")), ("held-out", ("qwen2.5-1.5b", "gemma-3-1b", "phi-3-mini"))):
+        for m in models:
+            seq = 1024 if m == "phi-3-mini" else 2048
+            for batch, ckpt, targets, quant in ((1, False, None, None), (4, False, "all-linear", None), (4, True, None, None)):
+                if m == "phi-3-mini":
+                    targets = "all-linear"  # peft 0.21 has no default targets for phi3
+                out.append(dict(split=split, model=m, mode="train", precision="bf16-mixed", batch=batch, seq=seq,
+                                optimizer="adamw", impl="foreach", checkpointing=ckpt, peft="lora", lora_r=16,
+                                lora_target_modules=targets, quant=quant))
     for p in out:
         p["source"] = (DEV | HELD_OUT)[p["model"]]
-        keys = ("model", "mode", "precision", "batch", "seq", "impl", "checkpointing")
-        p["name"] = "_".join(str(p[k]) for k in keys if k in p)
+        keys = ("model", "peft", "quant", "mode", "precision", "batch", "seq", "impl", "checkpointing", "lora_target_modules")
+        p["name"] = "_".join(str(p[k]) for k in keys if p.get(k) is not None)
     return out
 
 
@@ -81,7 +91,12 @@ def run(p):
 
     cfg = json.load(open(os.path.join(ROOT, p["source"])))
     events = []
-    if p["mode"] == "train":
+    if p.get("peft"):
+        import lora
+        r = lora.train_lora(cfg, p["batch"], p["seq"], r=p["lora_r"], alpha=2 * p["lora_r"],
+                            target_modules=p["lora_target_modules"], checkpointing=p["checkpointing"],
+                            quant=p["quant"], events=events)
+    elif p["mode"] == "train":
         r = harness.train(cfg, p["batch"], p["seq"], p["precision"], p["optimizer"], p["impl"], p["checkpointing"],
                           events=events)
     else:

@@ -141,11 +141,12 @@ def adapter_info(pm):
 
 def train_lora(raw_config, batch, seq, *, method="lora", r=8, alpha=16, dropout=0.0, target_modules=None,
                modules_to_save=None, base_dtype="bf16", autocast="bf16", checkpointing=False, optimizer="adamw",
-               impl="foreach", attention="sdpa", quant=None, steps=2, fake=True, seed=0):
+               impl="foreach", attention="sdpa", quant=None, steps=2, fake=True, seed=0, events=None):
     if optimizer != "adamw":
         raise ValueError(optimizer)
     KERNELS.clear()
     tr = Tracker()
+    tr.events = events  # the allocation sequence (see harness.Tracker.events)
     mode = FakeTensorMode() if fake else contextlib.nullcontext()
     with mode:
         torch.manual_seed(seed)

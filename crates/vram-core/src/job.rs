@@ -255,7 +255,7 @@ impl Default for Overheads {
             cublas_workspace: 64 * MIB,
             // Caching allocator: simulated over the job's allocation sequence (allocator.rs,
             // memory/sequence.rs) with PyTorch's default settings. Where a job has no sequence
-            // (sharded, LoRA, accumulation...), 5% of the allocated peak is the stated assumption.
+            // (sharded, QLoRA, accumulation...), 5% of the allocated peak is the stated assumption.
             allocator_reserve: 0.05,
             allocator: Some(crate::allocator::AllocConf::default()),
         }

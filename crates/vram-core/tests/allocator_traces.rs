@@ -13,6 +13,7 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 use vram_core::allocator::{simulate, AllocConf, Op};
+use vram_core::peft::{Lora, Method, Targets};
 use vram_core::{estimate, parse_config, Checkpointing, Job, Mode, Optimizer, OptimizerImpl, Precision};
 
 fn root() -> PathBuf {
@@ -42,7 +43,16 @@ fn job_of(r: &Value) -> Job {
     let n = |k: &str| r[k].as_u64().unwrap();
     let mode = if s("mode") == "train" { Mode::Train } else { Mode::Infer };
     let base = if mode == Mode::Train { Job::train(n("batch"), n("seq")) } else { Job::infer(n("batch"), n("seq")) };
+    let lora = (s("peft") == "lora").then(|| Lora {
+        method: Method::Lora,
+        r: n("lora_r"),
+        alpha: 2.0 * n("lora_r") as f64,
+        dropout: 0.0,
+        targets: r["lora_target_modules"].as_str().map_or(Targets::Default, |t| Targets::parse(t).unwrap()),
+        modules_to_save: Vec::new(),
+    });
     Job {
+        lora,
         precision: Precision::parse(&s("precision")).unwrap(),
         optimizer: Optimizer::Adamw,
         optimizer_impl: if r["impl"] == "fused" { OptimizerImpl::Fused } else { OptimizerImpl::Foreach },
@@ -153,5 +163,5 @@ fn derived_reserve_follows_real_sequences() {
         let (_, _, flat_median, flat_p90, _) = get(split, "flat 5%");
         assert!(median < flat_median && p90 < flat_p90, "{split}: the model is no better than the flat 5%");
     }
-    assert!(rows.iter().filter(|r| r.split == "held-out").count() >= 35, "held-out traces missing: run validation/alloc_traces.py");
+    assert!(rows.iter().filter(|r| r.split == "held-out").count() >= 45, "held-out traces missing: run validation/alloc_traces.py");
 }

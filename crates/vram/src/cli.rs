@@ -136,7 +136,7 @@ pub struct JobArgs {
     pub cublas_workspace: Option<String>,
     /// A flat caching-allocator reserve as a fraction of peak allocated, instead of simulating
     /// PyTorch's caching allocator over the job's allocation sequence (the default; jobs without
-    /// a sequence — sharded, LoRA, accumulation — get 0.05).
+    /// a sequence — sharded, QLoRA, accumulation — get 0.05).
     #[arg(long, help_heading = "Device assumptions")]
     pub allocator_reserve: Option<f64>,
     /// Accepted for compatibility: the allocator model is now the default.

@@ -195,7 +195,7 @@ pub fn allocation_sequence(model: &Model, job: &Job) -> Option<Vec<allocator::Op
 /// Why a job gets the flat reserve instead of the simulated one.
 fn unsimulated(job: &Job) -> &'static str {
     if job.lora.is_some() {
-        "LoRA jobs are not simulated yet"
+        "QLoRA, quantized or fp32 bases and modules_to_save are not simulated yet"
     } else if job.model_state_shards > 1 {
         "sharded jobs are not simulated yet"
     } else if job.grad_accum > 1 {

@@ -18,7 +18,10 @@
 //!   layer's activations (and weight copies) freed; the embedding gradient last;
 //! - optimizer: on the first step the states, two per parameter (torch.optim.AdamW `_init_group`);
 //!   the foreach step's state-sized list (`_foreach_sqrt`) allocated parameter by parameter and
-//!   freed together; `zero_grad(set_to_none=True)` frees the gradients.
+//!   freed together; `zero_grad(set_to_none=True)` frees the gradients;
+//! - LoRA on a 16-bit base: the frozen base as loaded, fp32 adapters with their half copies; only
+//!   the adapters get gradients and states (no LM head or embedding gradient);
+//! - a generation: see [`inference`].
 //!
 //! Held to the real sequences by crates/vram-core/tests/allocator_traces.rs.
 
@@ -89,11 +92,61 @@ fn parameter_tensors(m: &Model) -> Vec<(u128, Option<u64>, bool)> {
     out
 }
 
-/// The allocation sequence of two training steps of `job` (full fine-tuning on one GPU), or
-/// None when the job is not one this sequence describes (LoRA, sharding, accumulation,
-/// optimizer-in-backward) or would exceed [`MAX_OPS`].
+/// One parameter tensor of the sequence.
+struct Param {
+    /// Bytes as stored.
+    bytes: u128,
+    /// Decoder layer it belongs to.
+    layer: Option<u64>,
+    /// Half copy autocast makes for a matmul (0: none).
+    cast: u128,
+    /// Trained: gets a gradient of `grad` bytes and optimizer states.
+    grad: u128,
+    /// Elements (optimizer states and temporaries are split by them).
+    numel: u128,
+}
+
+/// Full fine-tuning: every parameter trained in the parameter dtype, matrices cast to half
+/// under autocast. LoRA: the frozen base as loaded (bf16 base only: no casts), then the fp32
+/// adapters spread over the layers, cast under autocast (peft.tuners.lora.layer: the adapter
+/// weights are leaves that require grad, so the autocast cache keeps their half copies).
+fn parameters(m: &Model, job: &Job, b: &Bytes) -> Option<Vec<Param>> {
+    let half = |numel: u128, matrix: bool| if b.amp && matrix { numel * 2 } else { 0 };
+    let tensors = parameter_tensors(m);
+    let Some(lora) = &job.lora else {
+        return Some(
+            tensors
+                .iter()
+                .map(|&(n, layer, matrix)| Param { bytes: n * b.p, layer, cast: half(n, matrix), grad: n * b.p, numel: n })
+                .collect(),
+        );
+    };
+    // QLoRA, pre-quantized bases, fp32 bases (per-use casts of frozen weights) and
+    // modules_to_save copies are not sequenced yet.
+    if job.base.is_some_and(crate::peft::BaseWeights::is_bnb) || m.quantization.is_some() || b.p != 2 || !lora.modules_to_save.is_empty() {
+        return None;
+    }
+    let states = super::lora::model_states(m, job, b);
+    let all: u128 = tensors.iter().map(|t| t.0).sum::<u128>().max(1);
+    let mut out: Vec<Param> =
+        tensors.iter().map(|&(n, layer, _)| Param { bytes: states.weights * n / all, layer, cast: 0, grad: 0, numel: 0 }).collect();
+    let layers = m.layers.max(1) as u128;
+    for t in optimizer::trainable(m, job) {
+        let (n, count) = (t.group.numel as u128, t.group.count.max(1) as u128);
+        for k in 0..count {
+            let layer = Some((k * layers / count) as u64);
+            out.push(Param { bytes: n * t.bytes, layer, cast: half(n, t.group.is_matrix()), grad: n * t.bytes, numel: n });
+        }
+    }
+    Some(out)
+}
+
+/// The allocation sequence of two training steps of `job` on one GPU (full fine-tuning, or LoRA
+/// on a 16-bit base), or None when the job is not one this sequence describes (QLoRA and other
+/// quantized bases, sharding, accumulation, optimizer-in-backward, fused cross-entropy) or would
+/// exceed [`MAX_OPS`].
 pub(crate) fn training(m: &Model, job: &Job) -> Option<Vec<Op>> {
-    if job.lora.is_some() || job.model_state_shards > 1 || job.grad_accum > 1 || job.optimizer_in_bwd || job.fused_cross_entropy {
+    if job.model_state_shards > 1 || job.grad_accum > 1 || job.optimizer_in_bwd || job.fused_cross_entropy {
         return None;
     }
     let b = Bytes::of(m, job);
@@ -101,19 +154,21 @@ pub(crate) fn training(m: &Model, job: &Job) -> Option<Vec<Op>> {
     let inter = (m.intermediate as u128).max(h);
     let sq_elems = job.batch as u128 * m.heads as u128 * job.seq as u128 * job.seq as u128;
     let mask_elems = (job.batch * job.seq) as u128 * job.seq as u128;
-    let params = parameter_tensors(m);
     let layers = m.layers.max(1);
-    let budget = params.len() as u128 * 8 + layers as u128 * 2 * (4 * 64 + 64) + 64;
+    let budget = parameter_tensors(m).len() as u128 * 16 + layers as u128 * 2 * (4 * 64 + 64) + 64;
     if budget > MAX_OPS as u128 {
         return None;
     }
+    let params = parameters(m, job, &b)?;
     let (kernel, _) = act::choose_kernel(m, job);
     let p = b.p;
+    let full_ft = job.lora.is_none();
     let ckpt = job.checkpointing;
     let mut q = Seq { ops: Vec::new(), next: 0 };
-    let param_ids: Vec<u64> = params.iter().map(|&(n, _, _)| q.alloc(n * p)).collect();
-    let _ = param_ids;
-    let layer_params = |l: u64| params.iter().filter(move |x| x.1 == Some(l));
+    for x in &params {
+        q.alloc(x.bytes);
+    }
+    let layer_params = |l: u64| params.iter().filter(move |x| x.layer == Some(l));
     let head_numel = v * m.embed_dim as u128;
     // States: Adam keeps two per parameter, SGD-momentum/Lion one; paged states are not in the
     // caching allocator (cudaMallocManaged).
@@ -123,7 +178,8 @@ pub(crate) fn training(m: &Model, job: &Job) -> Option<Vec<Op>> {
         Optimizer::SgdMomentum | Optimizer::Lion => (optimizer::states(m, job), 1),
         _ => (optimizer::states(m, job), 2),
     };
-    let all_numel: u128 = params.iter().map(|x| x.0).sum::<u128>().max(1);
+    let trained: Vec<&Param> = params.iter().filter(|x| x.grad > 0).collect();
+    let all_numel: u128 = trained.iter().map(|x| x.numel).sum::<u128>().max(1);
     let temporaries = optimizer::step_temporaries(m, job);
     let (outside_tok, rope_per_pos) = act::outside_layers(m, job, job.batch);
     for step in 0..2 {
@@ -134,7 +190,7 @@ pub(crate) fn training(m: &Model, job: &Job) -> Option<Vec<Op>> {
         let mut saved: Vec<Vec<u64>> = Vec::new();
         let mut casts: Vec<Vec<u64>> = Vec::new();
         for l in 0..layers {
-            let c = if b.amp { layer_params(l).filter(|x| x.2).map(|x| q.alloc(x.0 * 2)).collect() } else { Vec::new() };
+            let c: Vec<u64> = layer_params(l).filter(|x| x.cast > 0).map(|x| q.alloc(x.cast)).collect();
             let full = act::layer(m, job, kernel, l);
             let mut ids = Vec::new();
             if ckpt == Checkpointing::Full {
@@ -154,7 +210,7 @@ pub(crate) fn training(m: &Model, job: &Job) -> Option<Vec<Op>> {
         // Loss (transformers loss_utils.py ForCausalLMLoss): the head's half weight copy (the
         // embedding's when tied), logits, .float(), log_softmax (saved); the upcast goes, and the
         // logits with the model output, which the Trainer drops before backward.
-        let head_cast = if b.amp { q.alloc(head_numel * 2) } else { 0 };
+        let head_cast = if b.amp && full_ft { q.alloc(head_numel * 2) } else { 0 };
         let logits = q.alloc(t * v * b.e);
         let upcast = if b.e == 2 { q.alloc(t * v * 4) } else { 0 };
         let log_probs = q.alloc(t * v * 4);
@@ -173,24 +229,24 @@ pub(crate) fn training(m: &Model, job: &Job) -> Option<Vec<Op>> {
         q.free(&[g1, log_probs]);
         let g3 = if b.e == 2 { q.alloc(t * v * b.e) } else { 0 };
         q.free(&[g2]);
-        let half = if b.amp { q.alloc(head_numel * 2) } else { 0 };
-        let head_grad = q.alloc(head_numel * p);
+        let half = if b.amp && full_ft { q.alloc(head_numel * 2) } else { 0 };
+        let head_grad = if full_ft { q.alloc(head_numel * p) } else { 0 };
         q.free(&[half, g3, head_cast]);
-        let mut grads = vec![head_grad];
+        let mut grads = if full_ft { vec![head_grad] } else { Vec::new() };
         let dx = q.alloc(t * h * b.e);
         q.free(&outside);
         for l in (0..layers).rev() {
             let mut recomputed = Vec::new();
             let mut recast = Vec::new();
             if ckpt == Checkpointing::Full {
-                recast = if b.amp { layer_params(l).filter(|x| x.2).map(|x| q.alloc(x.0 * 2)).collect() } else { Vec::new() };
+                recast = layer_params(l).filter(|x| x.cast > 0).map(|x| q.alloc(x.cast)).collect();
                 recomputed = layer_tensors(&mut q, &act::layer(m, job, kernel, l), t, h, inter, &b, sq_elems, mask_elems);
             }
             let (tok, sq) = act::backward_transient(m, job, kernel, l);
             let tmp = q.split(tok * t + sq * sq_elems, t * inter * b.e);
-            for x in layer_params(l).collect::<Vec<_>>().iter().rev() {
-                let half = if b.amp && x.2 { q.alloc(x.0 * 2) } else { 0 };
-                grads.push(q.alloc(x.0 * p));
+            for x in layer_params(l).filter(|x| x.grad > 0).collect::<Vec<_>>().iter().rev() {
+                let half = if x.cast > 0 { q.alloc(x.cast) } else { 0 };
+                grads.push(q.alloc(x.grad));
                 q.free(&[half]);
             }
             q.free(&tmp);
@@ -201,8 +257,9 @@ pub(crate) fn training(m: &Model, job: &Job) -> Option<Vec<Op>> {
         }
         q.free(&[dx, rope, emb]);
         // Embedding gradient (embedding_dense_backward); tied: added out of place to the head's.
-        let emb_grad = q.alloc(head_numel * p);
-        if m.tied_embeddings {
+        let emb_grad = if full_ft { q.alloc(head_numel * p) } else { 0 };
+        if !full_ft {
+        } else if m.tied_embeddings {
             let sum = q.alloc(head_numel * p);
             q.free(&[emb_grad]);
             grads.retain(|&g| g != head_grad);
@@ -211,21 +268,21 @@ pub(crate) fn training(m: &Model, job: &Job) -> Option<Vec<Op>> {
         } else {
             grads.push(emb_grad);
         }
-        // Other parameters outside the layers (final norm, position embeddings...).
-        for x in params.iter().filter(|x| x.1.is_none()).skip(1) {
-            grads.push(q.alloc(x.0 * p));
+        // Other trained parameters outside the layers (final norm, position embeddings...).
+        for x in params.iter().filter(|x| x.layer.is_none() && x.grad > 0).skip(1) {
+            grads.push(q.alloc(x.grad));
         }
         // Optimizer.
         if step == 0 {
-            for x in &params {
+            for x in &trained {
                 for _ in 0..per_param {
-                    q.alloc(states * x.0 / all_numel / per_param);
+                    q.alloc(states * x.numel / all_numel / per_param);
                 }
             }
         }
         if temporaries > 0 {
             let tmp: Vec<u64> = if job.optimizer_impl == OptimizerImpl::Foreach {
-                params.iter().map(|x| q.alloc(temporaries * x.0 / all_numel)).collect()
+                trained.iter().map(|x| q.alloc(temporaries * x.numel / all_numel)).collect()
             } else {
                 vec![q.alloc(temporaries)]
             };
