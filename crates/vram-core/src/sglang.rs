@@ -338,7 +338,7 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
 
     let g = |b: u64| b as f64 / GIB as f64;
     let mut log = vec![format!(
-        "Load weight end. type={}, dtype={}, avail mem={:.2} GB, mem usage={:.2} GB.",
+        "Load weight end. type={}, dtype=torch.{}, avail mem={:.2} GB, mem usage={:.2} GB.",
         m.name,
         dtype.torch_name(),
         g(after),
