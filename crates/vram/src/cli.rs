@@ -579,7 +579,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub json: bool,
     /// A real launch command pasted after `--`, read as its engine reads it: `vllm serve MODEL …`,
-    /// `python -m vllm.entrypoints.openai.api_server --model MODEL …`, `llama-server -m FILE …`.
+    /// `python -m vllm.entrypoints.openai.api_server --model MODEL …`, `python -m sglang.launch_server --model-path MODEL …`, `sglang serve MODEL …`, `llama-server -m FILE …`.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }
