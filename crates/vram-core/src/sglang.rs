@@ -223,6 +223,18 @@ pub fn cell_bytes(m: &Model, tp: u64, elem: u64) -> Result<u64> {
     per_layer.and_then(|x| x.checked_mul(m.layers)).and_then(|x| x.checked_mul(elem)).ok_or_else(|| overflow("KV cell size"))
 }
 
+/// The smallest `--mem-fraction-static` that leaves a KV budget, from the free memory before
+/// (`pre`) and after (`after`) the weights load: `1 − after / pre`, as SGLang's refusal states it
+/// (mem_cache/kv_cache_configurator.py `_profile_available_bytes`; it prints this rounded up to 3
+/// decimals and unrounded to 4).
+pub fn min_mem_fraction(pre: u64, after: u64) -> f64 {
+    if pre == 0 {
+        1.0
+    } else {
+        1.0 - after as f64 / pre as f64
+    }
+}
+
 /// Reproduce SGLang's start-up sizing of `model` under `cfg`.
 pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
     let tp = cfg.tp;
@@ -303,8 +315,7 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
     let slack = (pre as f64 * (1.0 - mfs)) as u64;
     let rest = after.saturating_sub(slack);
     let shortfall = if weights > pre { weights - pre + slack } else { slack.saturating_sub(after) };
-    // Its error message: minimum = 1 − available / pre, rounded up to 3 decimals.
-    let min_mfs = if pre == 0 { 1.0 } else { ((1.0 - after as f64 / pre as f64) * 1000.0).ceil() / 1000.0 };
+    let min_mfs = (min_mem_fraction(pre, after) * 1000.0).ceil() / 1000.0;
 
     // Token pool (pool_configurator.py calculate_pool_sizes, kv_cache_configurator.py
     // _apply_token_constraints: --max-total-tokens caps it, then page-aligned again).
