@@ -180,7 +180,15 @@ pub fn prefill_buckets(max_bs: i64) -> u64 {
 
 /// The default `mem_fraction_static` and the reserve behind it, MiB
 /// (arg_groups/memory_hook.py `handle_gpu_memory_settings`, `reserve_for_graph_mb`).
-pub fn default_mem_fraction(gpu_mib: u64, tp: u64, cps: i64, decode_max_bs: u64, prefill_buckets: u64, mla: bool, graphs: bool) -> (f64, f64) {
+pub fn default_mem_fraction(
+    gpu_mib: u64,
+    tp: u64,
+    cps: i64,
+    decode_max_bs: u64,
+    prefill_buckets: u64,
+    mla: bool,
+    graphs: bool,
+) -> (f64, f64) {
     let tokens = if cps > 0 { cps as f64 } else { MAX_PREFILL_TOKENS as f64 }.max(2048.0);
     // Constant metadata, activations ∝ prefill tokens, parallel slack (pp = 1).
     let mut reserved = 512.0 + tokens * 1.5 + tp as f64 / 8.0 * 1024.0;

@@ -18,7 +18,12 @@ use serde_json::Value;
 
 fn logs() -> Vec<Value> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../validation/sglang/logs.jsonl");
-    std::fs::read_to_string(path).expect("logs.jsonl").lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).expect("a JSON line")).collect()
+    std::fs::read_to_string(path)
+        .expect("logs.jsonl")
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
 }
 
 fn serve(args: &[String]) -> Value {
@@ -57,9 +62,10 @@ fn sglang_serve_matches_real_start_up_logs() {
             "cell" => {
                 // The logged token count as the pool: the K size SGLang prints for it.
                 let n = e["max_total_num_tokens"].as_u64().unwrap().to_string();
-                let args: Vec<String> = ["serve", "--engine", "sglang", "-m", &model, "-g", "288GiB", "--tp", &tp, "--max-total-tokens", &n]
-                    .map(String::from)
-                    .to_vec();
+                let args: Vec<String> =
+                    ["serve", "--engine", "sglang", "-m", &model, "-g", "288GiB", "--tp", &tp, "--max-total-tokens", &n]
+                        .map(String::from)
+                        .to_vec();
                 let g = &serve(&args)["gpus"][0];
                 assert_eq!(g["max_total_num_tokens"].as_u64(), e["max_total_num_tokens"].as_u64(), "{id}");
                 let k = gib(&g["kv_pool_bytes"]) / 2.0;
@@ -94,8 +100,22 @@ fn vllm_flags_are_refused_under_sglang_and_back() {
 #[test]
 fn a_pasted_sglang_command_equals_the_same_flags_given_to_vram() {
     let direct = serve(
-        &["serve", "-m", "qwen2.5-7b", "-g", "a100-40gb", "--engine", "sglang", "--tp-size", "2", "--mem-fraction-static", "0.8", "--context-length", "8192"]
-            .map(String::from),
+        &[
+            "serve",
+            "-m",
+            "qwen2.5-7b",
+            "-g",
+            "a100-40gb",
+            "--engine",
+            "sglang",
+            "--tp-size",
+            "2",
+            "--mem-fraction-static",
+            "0.8",
+            "--context-length",
+            "8192",
+        ]
+        .map(String::from),
     );
     let out = util::vram()
         .args(["serve", "-g", "a100-40gb", "--json", "--"])

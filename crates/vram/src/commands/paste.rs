@@ -166,8 +166,14 @@ const SGLANG_NO_MEMORY: &[&str] = &[
     "--schedule-conservativeness",
     "--stream-interval",
 ];
-const SGLANG_NO_MEMORY_FLAG: &[&str] =
-    &["--trust-remote-code", "--enable-metrics", "--disable-radix-cache", "--log-requests", "--skip-server-warmup", "--enable-torch-compile"];
+const SGLANG_NO_MEMORY_FLAG: &[&str] = &[
+    "--trust-remote-code",
+    "--enable-metrics",
+    "--disable-radix-cache",
+    "--log-requests",
+    "--skip-server-warmup",
+    "--enable-torch-compile",
+];
 /// SGLang flags that change memory in ways vram does not model yet: refused by name.
 const SGLANG_UNMODELLED: &[&str] = &[
     "--dp-size",

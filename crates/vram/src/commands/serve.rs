@@ -113,8 +113,8 @@ fn reject_other_engines_flags(a: &ServeArgs, engine: Engine) -> Result<()> {
                 .into_iter()
                 .flatten(),
             );
-            v.extend(sglang_only().into_iter().flatten());
-            vec![(v, "vLLM/SGLang", "a .gguf file is planned under llama.cpp: use --n-gpu-layers/-ngl, --ctx-size/-c, --parallel/-np")]
+            let hint = "a .gguf file is planned under llama.cpp: use --n-gpu-layers/-ngl, --ctx-size/-c, --parallel/-np";
+            vec![(v, "vLLM", hint), (sglang_only().into_iter().flatten().collect(), "SGLang", hint)]
         }
         Engine::Vllm => vec![
             (

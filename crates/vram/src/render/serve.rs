@@ -216,19 +216,9 @@ pub fn sglang_text(s: &SglangServe) -> String {
         wnote.push_str(&format!("; quantization scales {}", gib_cell(r.quant_scales_bytes)));
     }
     row(&mut out, "weights", r.weights_bytes, &wnote);
-    row(
-        &mut out,
-        &format!("left free (× (1 − {}))", r.mem_fraction_static),
-        r.slack_bytes,
-        "activations, CUDA graphs, req_to_token table",
-    );
+    row(&mut out, &format!("left free (× (1 − {}))", r.mem_fraction_static), r.slack_bytes, "activations, CUDA graphs, req_to_token table");
     row(&mut out, "KV-cache pool", r.kv_pool_bytes, "\"KV Cache is allocated\" (tokens + 1 page)");
-    row(
-        &mut out,
-        "req_to_token table",
-        r.req_to_token_bytes,
-        &format!("({} requests + 1) × (context + 4) int32", r.max_running_requests),
-    );
+    row(&mut out, "req_to_token table", r.req_to_token_bytes, &format!("({} requests + 1) × (context + 4) int32", r.max_running_requests));
     row(&mut out, "headroom after it", r.headroom_bytes, "for activations and CUDA graphs");
     let _ = writeln!(out);
     if r.weights_bytes > r.pre_load_bytes {
