@@ -35,6 +35,7 @@ pub mod quant;
 pub mod report;
 pub mod safetensors;
 pub mod serve;
+pub mod sglang;
 pub mod snapshot;
 pub mod sniff;
 pub mod tune;

@@ -603,7 +603,14 @@ const ASSUMED_CUDA_GRAPH: u64 = 727 * MIB;
 
 /// vllm/config/model.py _resolve_auto_dtype: the checkpoint's dtype; float32 served in bf16.
 fn model_dtype(m: &Model, cfg: &ServeConfig) -> DType {
-    cfg.dtype.unwrap_or(match m.stored_dtype {
+    auto_dtype(m, cfg.dtype)
+}
+
+/// `--dtype auto`: the checkpoint's dtype, float32 checkpoints served in bf16 (vLLM's
+/// config/model.py _resolve_auto_dtype; SGLang's configs/model_config.py _get_and_verify_dtype
+/// does the same for fp16/bf16/fp32 checkpoints).
+pub(crate) fn auto_dtype(m: &Model, given: Option<DType>) -> DType {
+    given.unwrap_or(match m.stored_dtype {
         Some(DType::F16) => DType::F16,
         _ => DType::BF16,
     })
@@ -770,6 +777,19 @@ fn scheduler_limits(cfg: &ServeConfig, max_len: u64) -> Result<(u64, u64)> {
 /// on the first stage, the final norm and LM head on the last, and a tied embedding also on the
 /// last, where it serves as the LM head (vllm/model_executor/models/llama.py LlamaModel and
 /// LlamaForCausalLM: `is_first_rank or (tie_word_embeddings and is_last_rank)`).
+/// Weights and quantisation scales on one TP rank without pipeline parallelism, with notes on how
+/// a pre-quantised checkpoint was read. SGLang shards like vLLM (its layers/linear.py and
+/// vocab_parallel_embedding.py keep vLLM's column/row split and the vocabulary padding of 64).
+pub(crate) fn tp_rank_weights(m: &Model, quantization: Quantization, tp: u64, e: u128) -> Result<(u128, u128, Vec<String>)> {
+    match quantization {
+        Quantization::Checkpoint => checkpoint_rank_weights(m, tp, e),
+        q => {
+            let (w, s) = rank_weights(m, q, tp, e, &Stage { rank: 0, layers: m.layers, first: true, last: true });
+            Ok((w, s, Vec::new()))
+        }
+    }
+}
+
 fn rank_weights(m: &Model, quantization: Quantization, tp: u64, e: u128, stage: &Stage) -> (u128, u128) {
     let (mut weights, mut scales) = (0u128, 0u128);
     for t in m.tensors() {

@@ -456,12 +456,37 @@ pub struct ServeArgs {
     /// A GPU (`h100`, `a100-40gb`, `rtx-4090`) or a size (`24GiB`, `80GB`).
     #[arg(long, short = 'g')]
     pub gpu: String,
-    /// Serving engine: vllm (llama.cpp is used for .gguf files).
+    /// Serving engine: vllm or sglang (llama.cpp is used for .gguf files).
     #[arg(long, default_value = "vllm")]
     pub engine: String,
-    /// vLLM `--tensor-parallel-size`.
-    #[arg(long, alias = "tensor-parallel-size", default_value_t = 1)]
+    /// vLLM `--tensor-parallel-size`, SGLang `--tp-size` / `--tp`.
+    #[arg(long, aliases = ["tensor-parallel-size", "tp-size"], default_value_t = 1)]
     pub tp: u64,
+    /// SGLang `--mem-fraction-static`: weights + KV pool as a fraction of GPU memory [default:
+    /// SGLang's, from the GPU size].
+    #[arg(long)]
+    pub mem_fraction_static: Option<f64>,
+    /// SGLang `--context-length` [default: the model's].
+    #[arg(long)]
+    pub context_length: Option<u64>,
+    /// SGLang `--max-running-requests` [default: derived from the token pool].
+    #[arg(long)]
+    pub max_running_requests: Option<u64>,
+    /// SGLang `--chunked-prefill-size` (-1 disables) [default: SGLang's for the GPU].
+    #[arg(long, allow_negative_numbers = true)]
+    pub chunked_prefill_size: Option<i64>,
+    /// SGLang `--cuda-graph-max-bs` (also `--cuda-graph-max-bs-decode`) [default: SGLang's for the GPU].
+    #[arg(long, alias = "cuda-graph-max-bs-decode")]
+    pub cuda_graph_max_bs: Option<u64>,
+    /// SGLang `--disable-cuda-graph`.
+    #[arg(long)]
+    pub disable_cuda_graph: bool,
+    /// SGLang `--max-total-tokens`: an upper bound on the KV token pool.
+    #[arg(long)]
+    pub max_total_tokens: Option<u64>,
+    /// SGLang `--page-size` [default: 1].
+    #[arg(long)]
+    pub page_size: Option<u64>,
     /// vLLM `--pipeline-parallel-size` / `-pp`: layers split over stages as vLLM splits them; the
     /// stage with the fewest KV blocks is reported.
     #[arg(long, alias = "pp", default_value_t = 1)]
@@ -554,7 +579,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub json: bool,
     /// A real launch command pasted after `--`, read as its engine reads it: `vllm serve MODEL …`,
-    /// `python -m vllm.entrypoints.openai.api_server --model MODEL …`, `llama-server -m FILE …`.
+    /// `python -m vllm.entrypoints.openai.api_server --model MODEL …`, `python -m sglang.launch_server --model-path MODEL …`, `sglang serve MODEL …`, `llama-server -m FILE …`.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }

@@ -583,7 +583,9 @@ fn serve_reports_vllm_accounting_per_gpu() {
 fn serve_rejects_bad_settings_clearly() {
     assert!(fails(&["serve", "-m", "qwen2.5-1.5b", "-g", "h100", "--tp", "5"], 2).contains("divide the 12 attention heads"));
     assert!(fails(&["serve", "-m", "qwen2.5-1.5b", "-g", "h100", "--gpu-memory-utilization", "1.5"], 2).contains("gpu-memory-utilization"));
-    assert!(fails(&["serve", "-m", "qwen2.5-1.5b", "-g", "h100", "--engine", "sglang"], 2).contains("only vLLM"));
+    assert!(fails(&["serve", "-m", "qwen2.5-1.5b", "-g", "h100", "--engine", "tgi"], 2).contains("not modelled"));
+    assert!(fails(&["serve", "-m", "qwen2.5-1.5b", "-g", "h100", "--engine", "sglang", "--mem-fraction-static", "1.5"], 2)
+        .contains("mem-fraction-static"));
     assert!(fails(&["serve", "-m", "qwen2.5-1.5b", "-g", "h100", "--kv-cache-dtype", "int3"], 2).contains("kv-cache-dtype"));
     assert!(fails(&["serve", "-m", "qwen2.5-1.5b", "-g", "h100", "--quantization", "magic"], 2).contains("quantization"));
 }

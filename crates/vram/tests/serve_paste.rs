@@ -90,7 +90,8 @@ fn memory_changing_flags_vram_does_not_model_are_refused_by_name() {
     assert_eq!(pp["gpus"][0]["weights_bytes"], direct["gpus"][0]["weights_bytes"]);
     // The default value of such a flag changes nothing and is accepted.
     pasted(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--max-model-len", "8192", "--cpu-offload-gb", "0"]);
-    assert!(fails(&["serve", "-g", "h100", "--", "python", "-m", "sglang.launch_server", "--model-path", "x"], 2).contains("SGLang"));
+    assert!(fails(&["serve", "-g", "h100", "--", "python", "-m", "sglang.launch_server", "--model-path", "x", "--dp", "2"], 2)
+        .contains("SGLang"));
     assert!(fails(&["serve", "-g", "h100", "--", "docker", "run", "x"], 2).contains("vllm serve MODEL"));
     assert!(fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b"], 2).contains("not both"));
     assert!(fails(&["serve", "-g", "h100", "--", "vllm", "serve", "--port", "8000"], 2).contains("names no model"));

@@ -1,5 +1,6 @@
 //! `vram serve -g GPU -- <a real launch command>`: read a pasted `vllm serve …`,
-//! `python -m vllm.entrypoints.openai.api_server …` or `llama-server …` command line as the
+//! `python -m vllm.entrypoints.openai.api_server …`, `python -m sglang.launch_server …`,
+//! `sglang serve …` or `llama-server …` command line as the
 //! engine reads it, so nobody translates flags. Every flag is accounted for: read, ignored
 //! because it changes no memory (listed), or refused because it changes memory in a way vram
 //! does not model. Flags nobody knows are listed too, never dropped silently.
@@ -124,8 +125,76 @@ const LLAMA_NO_MEMORY_FLAG: &[&str] = &["--jinja", "--verbose", "-v", "--mlock",
 const LLAMA_UNMODELLED: &[&str] =
     &["-ts", "--tensor-split", "-sm", "--split-mode", "-ctk", "-ctv", "--cache-type-k", "--cache-type-v", "-b", "--batch-size"];
 
+/// SGLang flags vram reads (`python -m sglang.launch_server`, `sglang serve`), as `vram serve`
+/// spells them (arg_groups/fields/*.py of SGLang 0.5.23).
+const SGLANG_VALUE: &[(&str, &str)] = &[
+    ("--tp-size", "--tp-size"),
+    ("--tp", "--tp-size"),
+    ("--tensor-parallel-size", "--tp-size"),
+    ("--mem-fraction-static", "--mem-fraction-static"),
+    ("--context-length", "--context-length"),
+    ("--max-running-requests", "--max-running-requests"),
+    ("--chunked-prefill-size", "--chunked-prefill-size"),
+    ("--cuda-graph-max-bs", "--cuda-graph-max-bs"),
+    ("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs"),
+    ("--kv-cache-dtype", "--kv-cache-dtype"),
+    ("--dtype", "--dtype"),
+    ("--quantization", "--quantization"),
+    ("--max-total-tokens", "--max-total-tokens"),
+    ("--page-size", "--page-size"),
+];
+const SGLANG_FLAG: &[&str] = &["--disable-cuda-graph"];
+/// SGLang flags that change no GPU memory vram accounts.
+const SGLANG_NO_MEMORY: &[&str] = &[
+    "--host",
+    "--port",
+    "--served-model-name",
+    "--api-key",
+    "--tokenizer-path",
+    "--tokenizer-mode",
+    "--revision",
+    "--download-dir",
+    "--load-format",
+    "--random-seed",
+    "--chat-template",
+    "--tool-call-parser",
+    "--reasoning-parser",
+    "--log-level",
+    "--attention-backend",
+    "--max-prefill-tokens",
+    "--schedule-policy",
+    "--schedule-conservativeness",
+    "--stream-interval",
+];
+const SGLANG_NO_MEMORY_FLAG: &[&str] = &[
+    "--trust-remote-code",
+    "--enable-metrics",
+    "--disable-radix-cache",
+    "--log-requests",
+    "--skip-server-warmup",
+    "--enable-torch-compile",
+];
+/// SGLang flags that change memory in ways vram does not model yet: refused by name.
+const SGLANG_UNMODELLED: &[&str] = &[
+    "--dp-size",
+    "--dp",
+    "--pp-size",
+    "--pipeline-parallel-size",
+    "--ep-size",
+    "--ep",
+    "--enable-dp-attention",
+    "--speculative-algorithm",
+    "--speculative-draft-model-path",
+    "--cpu-offload-gb",
+    "--enable-hierarchical-cache",
+    "--lora-paths",
+    "--enable-lora",
+    "--disaggregation-mode",
+];
+
 enum Engine {
     Vllm,
+    Sglang,
     LlamaCpp,
 }
 
@@ -153,7 +222,7 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
             rest.get(*i).cloned().ok_or_else(|| UsageError(format!("{flag} in the pasted command has no value")).into())
         };
         if !flag.starts_with('-') {
-            if model.is_none() && matches!(engine, Engine::Vllm) {
+            if model.is_none() && matches!(engine, Engine::Vllm | Engine::Sglang) {
                 model = Some(flag.to_string());
             } else {
                 unknown.push(flag.to_string());
@@ -186,6 +255,26 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
                     unknown.push(with_value(flag, inline.as_deref(), &rest, &mut i));
                 }
             }
+            Engine::Sglang => {
+                if flag == "--model-path" || flag == "--model" {
+                    model = Some(next(&mut i)?);
+                } else if let Some((_, ours)) = SGLANG_VALUE.iter().find(|(f, _)| *f == flag) {
+                    out.extend([ours.to_string(), next(&mut i)?]);
+                } else if SGLANG_FLAG.contains(&flag) {
+                    out.push(flag.to_string());
+                } else if SGLANG_NO_MEMORY.contains(&flag) {
+                    ignored.push(format!("{flag} {}", next(&mut i)?));
+                } else if SGLANG_NO_MEMORY_FLAG.contains(&flag) {
+                    ignored.push(flag.to_string());
+                } else if SGLANG_UNMODELLED.contains(&flag) {
+                    return Err(UsageError(format!(
+                        "the pasted SGLang command sets {flag}, which changes memory in a way vram does not model yet; drop it to see the rest"
+                    ))
+                    .into());
+                } else {
+                    unknown.push(with_value(flag, inline.as_deref(), &rest, &mut i));
+                }
+            }
             Engine::LlamaCpp => {
                 if let Some((_, ours)) = LLAMA_VALUE.iter().find(|(f, _)| *f == flag) {
                     let v = next(&mut i)?;
@@ -212,9 +301,13 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
         }
         i += 1;
     }
-    let model =
-        model.ok_or_else(|| UsageError("the pasted command names no model (vllm serve MODEL, --model, llama-server -m FILE)".into()))?;
+    let model = model.ok_or_else(|| {
+        UsageError("the pasted command names no model (vllm serve MODEL, --model, --model-path, llama-server -m FILE)".into())
+    })?;
     let mut argv: Vec<String> = vec!["serve".into(), "--model".into(), model, "--gpu".into(), a.gpu.clone()];
+    if matches!(engine, Engine::Sglang) {
+        argv.extend(["--engine".into(), "sglang".into()]);
+    }
     if a.json {
         argv.push("--json".into());
     }
@@ -227,7 +320,11 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
     let args = ServeOnly::try_parse_from(&argv).map_err(|e| UsageError(format!("the pasted command does not translate: {e}")))?.args;
     let mut notes = vec![format!(
         "read from the pasted {} command: {}",
-        if matches!(engine, Engine::Vllm) { "vLLM" } else { "llama.cpp" },
+        match engine {
+            Engine::Vllm => "vLLM",
+            Engine::Sglang => "SGLang",
+            Engine::LlamaCpp => "llama.cpp",
+        },
         argv[1..].iter().filter(|s| *s != "--json").cloned().collect::<Vec<_>>().join(" ")
     )];
     if !ignored.is_empty() {
@@ -261,19 +358,22 @@ fn recognise(cmd: &[String]) -> Result<(Engine, Vec<String>, Option<String>)> {
         "vllm" if cmd.get(1).map(String::as_str) == Some("serve") => Ok((Engine::Vllm, cmd[2..].to_vec(), None)),
         "python" | "python3" if cmd.get(1).map(String::as_str) == Some("-m") => match cmd.get(2).map(String::as_str) {
             Some("vllm.entrypoints.openai.api_server") => Ok((Engine::Vllm, cmd[3..].to_vec(), None)),
-            Some(m) if m.starts_with("sglang") => {
-                Err(UsageError("SGLang's memory accounting is not modelled yet: vram serve reproduces vLLM and llama.cpp".into()).into())
-            }
-            Some(m) => Err(UsageError(format!("`python -m {m}` is not a serving command vram knows (vllm.entrypoints.openai.api_server)")).into()),
+            Some("sglang.launch_server") => Ok((Engine::Sglang, cmd[3..].to_vec(), None)),
+            Some(m) => Err(UsageError(format!(
+                "`python -m {m}` is not a serving command vram knows (vllm.entrypoints.openai.api_server, sglang.launch_server)"
+            ))
+            .into()),
             None => Err(UsageError("the pasted command stops after `python -m`".into()).into()),
         },
+        // `sglang serve MODEL …` (sglang/cli/serve.py: a leading positional is the model path).
+        "sglang" if cmd.get(1).map(String::as_str) == Some("serve") => Ok((Engine::Sglang, cmd[2..].to_vec(), None)),
         "llama-server" | "llama-cli" => Ok((Engine::LlamaCpp, cmd[1..].to_vec(), None)),
         "ollama" => Err(UsageError(
             "Ollama is not read from its command line yet: point vram serve at the model's .gguf file with -c/--ctx-size (Ollama's num_ctx)".into(),
         )
         .into()),
         other => Err(UsageError(format!(
-            "`{other}` is not a serving command vram knows: paste `vllm serve MODEL …`, `python -m vllm.entrypoints.openai.api_server --model MODEL …` or `llama-server -m FILE …`"
+            "`{other}` is not a serving command vram knows: paste `vllm serve MODEL …`, `python -m vllm.entrypoints.openai.api_server --model MODEL …`, `python -m sglang.launch_server --model-path MODEL …`, `sglang serve MODEL …` or `llama-server -m FILE …`"
         ))
         .into()),
     }

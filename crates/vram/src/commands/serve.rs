@@ -1,9 +1,10 @@
-//! `vram serve`: resolve vLLM-style (or llama.cpp) flags, run the core's serving accounting,
+//! `vram serve`: resolve vLLM-style, SGLang (`--engine sglang`) or llama.cpp flags, run the core's serving accounting,
 //! render. The engine is chosen here; each engine resolves its own flags.
 
 use anyhow::Result;
 use vram_core::gpu::Gpu;
 use vram_core::serve::{cuda_total, serve, Quantization, ServeConfig, ServeLora, ServeReport, VllmEngine, VllmVersion};
+use vram_core::sglang::{SglangConfig, SglangReport};
 use vram_core::{DType, Model};
 
 use super::show;
@@ -25,11 +26,17 @@ fn run_with(a: &ServeArgs, pasted: &[String]) -> Result<()> {
     let model = a.model.as_deref().ok_or_else(|| UsageError("--model is required (or paste a launch command after `--`)".into()))?;
     let path = std::path::Path::new(model);
     let gguf = model.to_ascii_lowercase().ends_with(".gguf") || (path.is_file() && crate::source::local::is_gguf(path));
-    reject_other_engines_flags(a, gguf)?;
+    let engine = if gguf { Engine::LlamaCpp } else { parse_engine(&a.engine)? };
+    reject_other_engines_flags(a, engine)?;
     if gguf {
         let mut s = llama_cpp(a, path)?;
         s.notes = pasted.to_vec();
         show(a.json, || render::serve::llama_cpp_json(&s), || render::serve::llama_cpp_text(&s))
+    } else if engine == Engine::Sglang {
+        let mut s =
+            sglang(a, crate::source::load_model(model, vram_core::ParseOptions { approximate_unknown: a.approximate_architecture })?)?;
+        s.report.notes.splice(0..0, pasted.iter().cloned());
+        show(a.json, || render::serve::sglang_json(&s), || render::serve::sglang_text(&s))
     } else {
         let mut s =
             vllm(a, crate::source::load_model(model, vram_core::ParseOptions { approximate_unknown: a.approximate_architecture })?)?;
@@ -38,39 +45,50 @@ fn run_with(a: &ServeArgs, pasted: &[String]) -> Result<()> {
     }
 }
 
-/// Flags of the engine that does not serve this model would be ignored: refuse them by name.
-fn reject_other_engines_flags(a: &ServeArgs, gguf: bool) -> Result<()> {
+/// Which engine plans the model.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Engine {
+    Vllm,
+    Sglang,
+    LlamaCpp,
+}
+
+/// Flags of an engine that does not serve this model would be ignored: refuse them by name.
+fn reject_other_engines_flags(a: &ServeArgs, engine: Engine) -> Result<()> {
     let given = |present: bool, flag: &'static str| present.then_some(flag);
-    let (foreign, engine, hint): (Vec<_>, _, _) = if gguf {
-        let flags = [
-            given(a.tp != 1, "--tensor-parallel-size"),
+    let vllm_only = || {
+        [
             given(a.pipeline_parallel_size != 1, "--pipeline-parallel-size"),
             given(a.vllm_version.is_some(), "--vllm-version"),
             given(a.cuda_graph_memory.is_some(), "--cuda-graph-memory"),
-            given(a.quantization.is_some(), "--quantization"),
             given(a.max_num_seqs.is_some(), "--max-num-seqs"),
             given(a.max_num_batched_tokens.is_some(), "--max-num-batched-tokens"),
             given(a.non_torch_memory.is_some(), "--non-torch-memory"),
             given(a.enforce_eager, "--enforce-eager"),
             given(a.gpu_memory_utilization != 0.9, "--gpu-memory-utilization"),
-            given(a.dtype != "auto", "--dtype"),
             given(a.block_size != 16, "--block-size"),
             given(a.vllm_engine != "v1", "--vllm-engine"),
-            given(a.engine != "vllm", "--engine"),
-            given(a.approximate_architecture, "--approximate-architecture"),
             given(a.enable_lora, "--enable-lora"),
             given(a.kv_cache_memory_bytes.is_some(), "--kv-cache-memory-bytes"),
             given(a.max_loras.is_some(), "--max-loras"),
             given(a.max_lora_rank.is_some(), "--max-lora-rank"),
             given(a.max_cpu_loras.is_some(), "--max-cpu-loras"),
-        ];
-        (
-            flags.into_iter().flatten().collect(),
-            "vLLM",
-            "a .gguf file is planned under llama.cpp: use --n-gpu-layers/-ngl, --ctx-size/-c, --parallel/-np",
-        )
-    } else {
-        let flags = [
+        ]
+    };
+    let sglang_only = || {
+        [
+            given(a.mem_fraction_static.is_some(), "--mem-fraction-static"),
+            given(a.context_length.is_some(), "--context-length"),
+            given(a.max_running_requests.is_some(), "--max-running-requests"),
+            given(a.chunked_prefill_size.is_some(), "--chunked-prefill-size"),
+            given(a.cuda_graph_max_bs.is_some(), "--cuda-graph-max-bs"),
+            given(a.disable_cuda_graph, "--disable-cuda-graph"),
+            given(a.max_total_tokens.is_some(), "--max-total-tokens"),
+            given(a.page_size.is_some(), "--page-size"),
+        ]
+    };
+    let llama_only = || {
+        [
             given(a.n_gpu_layers.is_some(), "--n-gpu-layers/-ngl"),
             given(a.ctx_size.is_some(), "--ctx-size/-c"),
             given(a.n_cpu_moe.is_some(), "--n-cpu-moe/-ncmoe"),
@@ -78,18 +96,59 @@ fn reject_other_engines_flags(a: &ServeArgs, gguf: bool) -> Result<()> {
             given(!a.override_tensor.is_empty(), "--override-tensor/-ot"),
             given(a.ubatch_size != 512, "--ubatch-size"),
             given(a.parallel != 1, "--parallel/-np"),
-        ];
-        (
-            flags.into_iter().flatten().collect(),
-            "llama.cpp",
-            "this model is planned under vLLM: use --max-model-len and --gpu-memory-utilization",
-        )
+        ]
     };
-    if foreign.is_empty() {
-        return Ok(());
+    // (foreign flags, whose they are, what to use instead), for each foreign engine in turn.
+    let groups: Vec<(Vec<&str>, &str, &str)> = match engine {
+        Engine::LlamaCpp => {
+            let mut v: Vec<&str> = vllm_only().into_iter().flatten().collect();
+            v.extend(
+                [
+                    given(a.tp != 1, "--tensor-parallel-size"),
+                    given(a.quantization.is_some(), "--quantization"),
+                    given(a.dtype != "auto", "--dtype"),
+                    given(a.engine != "vllm", "--engine"),
+                    given(a.approximate_architecture, "--approximate-architecture"),
+                ]
+                .into_iter()
+                .flatten(),
+            );
+            let hint = "a .gguf file is planned under llama.cpp: use --n-gpu-layers/-ngl, --ctx-size/-c, --parallel/-np";
+            vec![(v, "vLLM", hint), (sglang_only().into_iter().flatten().collect(), "SGLang", hint)]
+        }
+        Engine::Vllm => vec![
+            (
+                llama_only().into_iter().flatten().collect(),
+                "llama.cpp",
+                "this model is planned under vLLM: use --max-model-len and --gpu-memory-utilization",
+            ),
+            (
+                sglang_only().into_iter().flatten().collect(),
+                "SGLang",
+                "this model is planned under vLLM: add --engine sglang for SGLang's flags, or use --max-model-len and --gpu-memory-utilization",
+            ),
+        ],
+        Engine::Sglang => {
+            let mut v: Vec<&str> = vllm_only().into_iter().flatten().collect();
+            v.extend(given(a.max_model_len.is_some(), "--max-model-len"));
+            vec![
+                (llama_only().into_iter().flatten().collect(), "llama.cpp", "this model is planned under SGLang: use --context-length and --mem-fraction-static"),
+                (
+                    v,
+                    "vLLM",
+                    "this model is planned under SGLang (--engine sglang): use --context-length, --mem-fraction-static, --max-running-requests, --chunked-prefill-size, --disable-cuda-graph",
+                ),
+            ]
+        }
+    };
+    for (foreign, whose, hint) in groups {
+        if foreign.is_empty() {
+            continue;
+        }
+        let (verb, noun) = if foreign.len() == 1 { ("is a", "flag") } else { ("are", "flags") };
+        return Err(UsageError(format!("{} {verb} {whose} {noun}, not read for this model ({hint})", foreign.join(", "))).into());
     }
-    let (verb, noun) = if foreign.len() == 1 { ("is a", "flag") } else { ("are", "flags") };
-    Err(UsageError(format!("{} {verb} {engine} {noun}, not read for this model ({hint})", foreign.join(", "))).into())
+    Ok(())
 }
 
 /// Everything `vram serve` prints for vLLM.
@@ -106,7 +165,6 @@ pub struct VllmServe {
 
 /// Resolve the flags and compute vLLM's accounting.
 pub fn vllm(a: &ServeArgs, model: Model) -> Result<VllmServe> {
-    check_engine(&a.engine)?;
     let g = resolve::gpu(&a.gpu)?;
     let (dtype, kv_cache_dtype) = (vllm_dtype(&a.dtype)?, vllm_kv_dtype(&a.kv_cache_dtype)?);
     let quantization = quantization(a.quantization.as_deref(), &model)?;
@@ -175,7 +233,7 @@ fn quantization(flag: Option<&str>, model: &Model) -> Result<Quantization> {
         None => Ok(Quantization::Checkpoint),
         Some(g) if Some(g) == stored => Ok(Quantization::Checkpoint),
         Some(_) => Err(UsageError(format!(
-            "--quantization {}: the checkpoint is already quantized ({}) and vLLM refuses a different method; drop --quantization to serve it as stored",
+            "--quantization {}: the checkpoint is already quantized ({}) and the engine (vLLM, SGLang) refuses a different method; drop --quantization to serve it as stored",
             flag.unwrap_or_default(),
             q.describe()
         ))
@@ -183,20 +241,77 @@ fn quantization(flag: Option<&str>, model: &Model) -> Result<Quantization> {
     }
 }
 
-/// Only vLLM's accounting is modelled for non-GGUF models.
-fn check_engine(engine: &str) -> Result<()> {
+/// `--engine` for a non-GGUF model.
+fn parse_engine(engine: &str) -> Result<Engine> {
     match engine.to_ascii_lowercase().as_str() {
-        "vllm" => {}
-        "sglang" | "tgi" => {
-            return Err(UsageError(format!(
-                "--engine {}: only vLLM's accounting is modelled so far (use --engine vllm; for .gguf files llama.cpp is used)",
-                engine
-            ))
-            .into())
-        }
-        other => return Err(UsageError(format!("unknown --engine `{other}`: use vllm")).into()),
+        "vllm" => Ok(Engine::Vllm),
+        "sglang" => Ok(Engine::Sglang),
+        "tgi" => Err(UsageError("--engine tgi: TGI's accounting is not modelled (use --engine vllm or sglang)".into()).into()),
+        other => Err(UsageError(format!("unknown --engine `{other}`: use vllm or sglang")).into()),
     }
-    Ok(())
+}
+
+/// Everything `vram serve --engine sglang` prints.
+pub struct SglangServe {
+    /// The model.
+    pub model: Model,
+    /// The GPU.
+    pub gpu: Gpu,
+    /// The settings as resolved.
+    pub config: SglangConfig,
+    /// SGLang's sizing.
+    pub report: SglangReport,
+}
+
+/// Resolve SGLang's flags and compute its start-up sizing.
+pub fn sglang(a: &ServeArgs, model: Model) -> Result<SglangServe> {
+    let g = resolve::gpu(&a.gpu)?;
+    let dtype = match a.dtype.to_ascii_lowercase().as_str() {
+        "float" => Some(DType::F32),
+        other => vllm_dtype(other)?,
+    };
+    let (kv_cache_dtype, kv_cache_dtype_name) = match a.kv_cache_dtype.to_ascii_lowercase().as_str() {
+        "auto" => (None, None),
+        "fp8_e5m2" => (Some(DType::F8), Some("float8_e5m2".to_string())),
+        "fp8_e4m3" => (Some(DType::F8), Some("float8_e4m3fn".to_string())),
+        "bf16" | "bfloat16" => (Some(DType::BF16), None),
+        other => {
+            return Err(UsageError(format!("invalid --kv-cache-dtype `{other}` for SGLang: use auto, fp8_e5m2, fp8_e4m3 or bf16")).into())
+        }
+    };
+    let quantization = quantization(a.quantization.as_deref(), &model)?;
+    let cuda_context = match &a.cuda_context {
+        Some(c) => resolve::size("--cuda-context", c)?,
+        None => vram_core::Overheads::default().cuda_context,
+    };
+    let config = SglangConfig {
+        gpu_memory: cuda_total(&g),
+        gpu_memory_smi_mib: g.memory >> 20,
+        tp: a.tp,
+        dtype,
+        quantization,
+        kv_cache_dtype,
+        kv_cache_dtype_name,
+        context_length: a.context_length,
+        mem_fraction_static: a.mem_fraction_static,
+        max_running_requests: a.max_running_requests,
+        chunked_prefill_size: a.chunked_prefill_size,
+        cuda_graph_max_bs: a.cuda_graph_max_bs,
+        disable_cuda_graph: a.disable_cuda_graph,
+        max_total_tokens: a.max_total_tokens,
+        page_size: a.page_size.unwrap_or(1),
+        cuda_context,
+        // NCCL and custom all-reduce buffers at TP ≥ 2: the TP share of vLLM's non-torch default
+        // (serve.rs non_torch_default), the same libraries on the same GPUs; a stated assumption.
+        distributed: if a.tp > 1 {
+            let nv = vram_core::serve::nvswitch_gpu(&g.name);
+            vram_core::serve::non_torch_default(a.tp, nv) - vram_core::serve::non_torch_default(1, nv)
+        } else {
+            0
+        },
+    };
+    let report = vram_core::sglang::sglang(&model, &config)?;
+    Ok(SglangServe { model, gpu: g, config, report })
 }
 
 /// vLLM `--dtype`.

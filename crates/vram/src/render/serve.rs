@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use vram_core::units::{gb, gib};
 
 use super::common::{gib_cell, gpu_json, gpu_line, model_json, model_lines, thousands, verdict};
-use crate::commands::serve::{LlamaCppServe, VllmServe};
+use crate::commands::serve::{LlamaCppServe, SglangServe, VllmServe};
 
 /// `vram serve` (vLLM) as a table.
 pub fn vllm_text(s: &VllmServe) -> String {
@@ -165,6 +165,118 @@ pub fn vllm_json(s: &VllmServe) -> Value {
     json!({
         "vram_version": env!("CARGO_PKG_VERSION"),
         "engine": "vllm",
+        "model": model_json(&s.model),
+        "gpu": gpu_json(&s.gpu),
+        "config": s.config,
+        "gpus": gpus,
+    })
+}
+
+/// `vram serve --engine sglang` as a table.
+pub fn sglang_text(s: &SglangServe) -> String {
+    let (r, c) = (&s.report, &s.config);
+    let mut out = String::new();
+    model_lines(&mut out, &s.model, None);
+    let kv = match (&c.kv_cache_dtype_name, r.kv_dtype_bytes) {
+        (Some(n), 1) => n.replace("float8_", "fp8_").replace("fn", ""),
+        _ => "auto".into(),
+    };
+    let _ = writeln!(
+        out,
+        "SGLang {} rules on {} · --tp-size {} · --context-length {} · --dtype {} · --kv-cache-dtype {kv}",
+        r.sglang_version,
+        gpu_line(&s.gpu),
+        r.tp,
+        r.context_len,
+        r.dtype.torch_name()
+    );
+    let _ = writeln!(
+        out,
+        "--mem-fraction-static {}{} · --chunked-prefill-size {} · --cuda-graph-max-bs {} · --page-size {}",
+        r.mem_fraction_static,
+        if r.mem_fraction_static_default { " (default)" } else { "" },
+        r.chunked_prefill_size,
+        if r.cuda_graph_max_bs == 0 { "— (graphs disabled)".to_string() } else { r.cuda_graph_max_bs.to_string() },
+        r.page_size
+    );
+    let _ = writeln!(out);
+    let who = if r.tp == 1 { "per GPU".to_string() } else { format!("per GPU (each of the {} TP ranks)", r.tp) };
+    let _ = writeln!(out, "{who:<44} {:>8}", "GiB");
+    let row = |out: &mut String, name: &str, bytes: u64, note: &str| {
+        let _ = writeln!(*out, "  {name:<42} {:>8}  {note}", gib_cell(bytes));
+    };
+    row(
+        &mut out,
+        "free before weights load",
+        r.pre_load_bytes,
+        &format!("CUDA total {:.2} − CUDA context − NCCL buffers", gib(c.gpu_memory)),
+    );
+    let mut wnote = "\"Load weight end … mem usage\"".to_string();
+    if r.quant_scales_bytes > 0 {
+        wnote.push_str(&format!("; quantization scales {}", gib_cell(r.quant_scales_bytes)));
+    }
+    row(&mut out, "weights", r.weights_bytes, &wnote);
+    row(&mut out, &format!("left free (× (1 − {}))", r.mem_fraction_static), r.slack_bytes, "activations, CUDA graphs, req_to_token table");
+    row(&mut out, "KV-cache pool", r.kv_pool_bytes, "\"KV Cache is allocated\" (tokens + 1 page)");
+    row(&mut out, "req_to_token table", r.req_to_token_bytes, &format!("({} requests + 1) × (context + 4) int32", r.max_running_requests));
+    row(&mut out, "headroom after it", r.headroom_bytes, "for activations and CUDA graphs");
+    let _ = writeln!(out);
+    if r.weights_bytes > r.pre_load_bytes {
+        let _ = writeln!(
+            out,
+            "does NOT fit: the weights alone exceed the free memory by {} GiB; add GPUs (--tp-size) or quantize",
+            gib_cell(r.weights_bytes - r.pre_load_bytes)
+        );
+    } else if r.shortfall_bytes > 0 {
+        let _ = writeln!(
+            out,
+            "does NOT fit: the weights leave no KV cache under --mem-fraction-static {} (short by {} GiB); SGLang would refuse: raise it above {:.3}, add GPUs (--tp-size) or quantize",
+            r.mem_fraction_static,
+            gib_cell(r.shortfall_bytes),
+            r.min_mem_fraction_static
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "KV cache: {} bytes per token on this GPU · max_total_num_tokens {} · max_running_requests {}",
+            thousands(r.cell_bytes),
+            thousands(r.max_total_num_tokens),
+            r.max_running_requests
+        );
+        let _ = writeln!(
+            out,
+            "  requests at the full context of {} tokens held at once: {} ({:.2}x)",
+            thousands(r.context_len),
+            r.full_context_requests,
+            r.max_total_num_tokens as f64 / r.context_len as f64
+        );
+    }
+    let _ = writeln!(out, "SGLang would print:");
+    for l in &r.log {
+        let _ = writeln!(out, "  {l}");
+    }
+    let _ = writeln!(out, "(SGLang's \"GB\" is GiB, 2^30 bytes)");
+    for n in &r.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    out
+}
+
+/// `vram serve --engine sglang --json`: one entry per GPU (every TP rank holds the same).
+pub fn sglang_json(s: &SglangServe) -> Value {
+    let r = &s.report;
+    let per_gpu = serde_json::to_value(r).unwrap_or(Value::Null);
+    let gpus: Vec<Value> = (0..r.tp)
+        .map(|rank| {
+            let mut v = per_gpu.clone();
+            v["rank"] = json!(rank);
+            v
+        })
+        .collect();
+    json!({
+        "vram_version": env!("CARGO_PKG_VERSION"),
+        "engine": "sglang",
+        "sglang_version": r.sglang_version,
         "model": model_json(&s.model),
         "gpu": gpu_json(&s.gpu),
         "config": s.config,

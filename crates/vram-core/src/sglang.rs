@@ -1,0 +1,473 @@
+//! Serving capacity as SGLang itself sizes it at start-up (`python -m sglang.launch_server`,
+//! `sglang serve`), per GPU, following the rules of SGLang [`SGLANG_VERSION`] (read from the
+//! released wheel's source).
+//!
+//! ```text
+//! mem_fraction_static = round((gpu_mem − reserved) / gpu_mem, 3)   (default; arg_groups/memory_hook.py)
+//! pre                 = free memory before weights load            (distributed/bootstrap.py)
+//! rest                = (pre − weights) − pre × (1 − mem_fraction_static)
+//!                                                  (mem_cache/kv_cache_configurator.py _profile_available_bytes)
+//! max_total_num_tokens = rest // cell_size // page_size × page_size
+//!                                                  (model_executor/pool_configurator.py DefaultPoolConfigurator)
+//! ```
+//!
+//! Everything else SGLang allocates (activations, CUDA graphs, the req_to_token table) lives in
+//! the `pre × (1 − mem_fraction_static)` it leaves free.
+
+use serde::Serialize;
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::model::Model;
+use crate::serve::{auto_dtype, tp_rank_weights, Quantization};
+
+/// The SGLang release whose rules are modelled.
+pub const SGLANG_VERSION: &str = "0.5.23";
+
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+/// `--max-prefill-tokens` default (arg_groups/fields/schedule.py `max_prefill_tokens`).
+pub const MAX_PREFILL_TOKENS: u64 = 16_384;
+/// req_to_token row headroom beyond the context length without speculative decoding
+/// (mem_cache/allocation_sizing.py `get_req_to_token_extra_context_len`: 4 + draft tokens).
+const REQ_TO_TOKEN_EXTRA: u64 = 4;
+
+/// Raw settings of an SGLang launch, in SGLang's terms.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SglangConfig {
+    /// Total memory of one GPU as CUDA reports it, bytes.
+    pub gpu_memory: u64,
+    /// What nvidia-smi reports as total, MiB: SGLang's defaults are chosen from it
+    /// (utils/common.py `get_nvgpu_memory_capacity`).
+    pub gpu_memory_smi_mib: u64,
+    /// `--tp-size` / `--tp`.
+    pub tp: u64,
+    /// `--dtype`; `None` = auto.
+    pub dtype: Option<DType>,
+    /// `--quantization` (or the checkpoint's).
+    pub quantization: Quantization,
+    /// `--kv-cache-dtype`; `None` = auto (the model dtype).
+    pub kv_cache_dtype: Option<DType>,
+    /// The torch name of an fp8 KV dtype (`float8_e4m3fn`, `float8_e5m2`), for the log line.
+    pub kv_cache_dtype_name: Option<String>,
+    /// `--context-length`; `None` = the model's.
+    pub context_length: Option<u64>,
+    /// `--mem-fraction-static`; `None` = SGLang's default for the GPU.
+    pub mem_fraction_static: Option<f64>,
+    /// `--max-running-requests`.
+    pub max_running_requests: Option<u64>,
+    /// `--chunked-prefill-size`; `None` = the default for the GPU, ≤ 0 = disabled.
+    pub chunked_prefill_size: Option<i64>,
+    /// `--cuda-graph-max-bs` (decode); `None` = the default for the GPU.
+    pub cuda_graph_max_bs: Option<u64>,
+    /// `--disable-cuda-graph`.
+    pub disable_cuda_graph: bool,
+    /// `--max-total-tokens`: an upper bound on the token pool.
+    pub max_total_tokens: Option<u64>,
+    /// `--page-size` (default 1 on CUDA: arg_groups/overrides.py `_page_size_default`).
+    pub page_size: u64,
+    /// Memory taken before the weights load: the CUDA context.
+    pub cuda_context: u64,
+    /// Memory taken before the weights load at TP ≥ 2: NCCL and custom all-reduce buffers.
+    pub distributed: u64,
+}
+
+/// SGLang's sizing of one GPU (every TP rank is the same).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SglangReport {
+    /// The SGLang release whose rules were applied.
+    pub sglang_version: String,
+    /// Model dtype served.
+    pub dtype: DType,
+    /// Bytes per KV element.
+    pub kv_dtype_bytes: u64,
+    /// TP ranks.
+    pub tp: u64,
+    /// `context_len`.
+    pub context_len: u64,
+    /// `mem_fraction_static` used.
+    pub mem_fraction_static: f64,
+    /// Whether it is SGLang's default (from the GPU size) rather than given.
+    pub mem_fraction_static_default: bool,
+    /// SGLang's reserve estimate behind the default, MiB (0 when given).
+    pub reserved_mib: f64,
+    /// `chunked_prefill_size` (≤ 0 = disabled).
+    pub chunked_prefill_size: i64,
+    /// Decode CUDA-graph max batch size (0 with graphs disabled).
+    pub cuda_graph_max_bs: u64,
+    /// Prefill CUDA-graph token buckets captured (0 with graphs disabled).
+    pub prefill_graph_buckets: u64,
+    /// `max_prefill_tokens`.
+    pub max_prefill_tokens: u64,
+    /// `page_size`.
+    pub page_size: u64,
+    /// Weights on one rank, incl. quantisation scales ("Load weight end … mem usage").
+    pub weights_bytes: u64,
+    /// Of which: quantisation scales and zero points.
+    pub quant_scales_bytes: u64,
+    /// Free memory before the weights load (`pre_model_load_memory`).
+    pub pre_load_bytes: u64,
+    /// Free memory after the weights load ("Load weight end … avail mem").
+    pub after_weights_bytes: u64,
+    /// `pre × (1 − mem_fraction_static)`: what SGLang leaves free for everything else.
+    pub slack_bytes: u64,
+    /// `rest_memory`: the KV budget (0 when negative).
+    pub rest_bytes: u64,
+    /// Bytes by which the weights exceed the static budget (0 when they fit).
+    pub shortfall_bytes: u64,
+    /// The smallest `--mem-fraction-static` SGLang would accept, as its error message computes it.
+    pub min_mem_fraction_static: f64,
+    /// KV bytes per token on one rank (cell size).
+    pub cell_bytes: u64,
+    /// `max_total_num_tokens`.
+    pub max_total_num_tokens: u64,
+    /// The KV pool as allocated: (tokens + page_size) × cell size ("K size" + "V size").
+    pub kv_pool_bytes: u64,
+    /// `max_running_requests`.
+    pub max_running_requests: u64,
+    /// The req_to_token table: (requests + 1) × (context_len + 4) int32.
+    pub req_to_token_bytes: u64,
+    /// What remains of the slack after the req_to_token table: for activations and CUDA graphs.
+    pub headroom_bytes: u64,
+    /// Requests at the full context length the pool holds at once.
+    pub full_context_requests: u64,
+    /// Whether the weights fit and the pool holds one full-context request.
+    pub fits: bool,
+    /// CUDA context per process.
+    pub cuda_context_bytes: u64,
+    /// Distributed buffers per process (TP ≥ 2).
+    pub distributed_bytes: u64,
+    /// The lines SGLang prints about this, reproduced.
+    pub log: Vec<String>,
+    /// Stated assumptions and warnings.
+    pub notes: Vec<String>,
+}
+
+fn invalid(what: &str, value: impl ToString, hint: &str) -> Error {
+    Error::InvalidValue { what: what.into(), value: value.to_string(), hint: hint.into() }
+}
+
+fn overflow(what: &str) -> Error {
+    Error::Overflow { what: what.into() }
+}
+
+/// Defaults SGLang picks from the GPU's nvidia-smi size (MiB) and TP: chunked_prefill_size and
+/// the decode CUDA-graph max batch size (arg_groups/memory_hook.py `handle_gpu_memory_settings`).
+pub fn gpu_defaults(gpu_mib: u64, tp: u64) -> (i64, u64) {
+    let small_tp = tp < 4;
+    match gpu_mib {
+        m if m < 20 * 1024 => (2048, 8),
+        m if m < 35 * 1024 => (4096, if small_tp { 48 } else { 160 }),
+        m if m < 60 * 1024 => (4096, if small_tp { 32 } else { 160 }),
+        m if m < 160 * 1024 => (8192, if small_tp { 256 } else { 512 }),
+        _ => (16384, 512),
+    }
+}
+
+/// Prefill CUDA-graph token buckets up to `max_bs` (arg_groups/cuda_graph_hook.py
+/// `generate_prefill_cuda_graph_batch_sizes`).
+pub fn prefill_buckets(max_bs: i64) -> u64 {
+    let steps: [(i64, i64, i64); 5] = [(4, 32, 4), (48, 256, 16), (288, 512, 32), (576, 1024, 64), (1280, 4096, 256)];
+    let mut n = 0u64;
+    for (lo, hi, step) in steps {
+        n += (lo..=hi).step_by(step as usize).filter(|&s| s <= max_bs).count() as u64;
+    }
+    if max_bs >= 4608 {
+        n += ((max_bs - 4608) / 512 + 1) as u64;
+    }
+    n
+}
+
+/// The default `mem_fraction_static` and the reserve behind it, MiB
+/// (arg_groups/memory_hook.py `handle_gpu_memory_settings`, `reserve_for_graph_mb`).
+pub fn default_mem_fraction(
+    gpu_mib: u64,
+    tp: u64,
+    cps: i64,
+    decode_max_bs: u64,
+    prefill_buckets: u64,
+    mla: bool,
+    graphs: bool,
+) -> (f64, f64) {
+    let tokens = if cps > 0 { cps as f64 } else { MAX_PREFILL_TOKENS as f64 }.max(2048.0);
+    // Constant metadata, activations ∝ prefill tokens, parallel slack (pp = 1).
+    let mut reserved = 512.0 + tokens * 1.5 + tp as f64 / 8.0 * 1024.0;
+    if graphs {
+        // Decode graphs: 2 MiB per batch size of the largest; prefill graphs: 8 MiB a bucket, or
+        // 1.5 GiB flat on an MLA backend.
+        reserved += decode_max_bs as f64 * 2.0;
+        reserved += if mla { 1.5 * 1024.0 } else { prefill_buckets as f64 * 8.0 };
+    }
+    if gpu_mib > 60 * 1024 {
+        reserved = reserved.max(10.0 * 1024.0);
+    }
+    let g = gpu_mib as f64;
+    (((g - reserved) / g * 1000.0).round() / 1000.0, reserved)
+}
+
+/// `max_running_requests` from the token pool (mem_cache/kv_cache_configurator.py
+/// `resolve_max_num_reqs`): an estimate of pool / context × 512 clamped to 2048..4096, or the
+/// request, at most half the pool.
+pub fn max_running_requests(tokens: u64, context_len: u64, requested: Option<u64>) -> u64 {
+    let half = tokens / 2;
+    match requested {
+        Some(r) => r.max(1).min(half),
+        None => {
+            let estimated = (tokens as f64 / context_len.max(1) as f64 * 512.0) as u64;
+            estimated.clamp(2048, 4096).min(half)
+        }
+    }
+}
+
+/// KV bytes per token on one TP rank (model_executor/pool_configurator.py
+/// `DefaultPoolConfigurator._compute_cell_size`): KV heads on the rank (`max(1, heads // tp)`,
+/// configs/model_config.py `get_num_kv_heads`) × (head_dim + v_head_dim) × layers × element size;
+/// MLA: (kv_lora_rank + qk_rope_head_dim) × layers × element size, not split over TP.
+pub fn cell_bytes(m: &Model, tp: u64, elem: u64) -> Result<u64> {
+    let per_layer = match m.attention.mla {
+        Some(mla) => mla.kv_lora_rank.checked_add(mla.qk_rope_head_dim),
+        None => (m.kv_heads / tp.max(1)).max(1).checked_mul(m.head_dim.checked_mul(2).ok_or_else(|| overflow("cell size"))?),
+    };
+    per_layer.and_then(|x| x.checked_mul(m.layers)).and_then(|x| x.checked_mul(elem)).ok_or_else(|| overflow("KV cell size"))
+}
+
+/// The smallest `--mem-fraction-static` that leaves a KV budget, from the free memory before
+/// (`pre`) and after (`after`) the weights load: `1 − after / pre`, as SGLang's refusal states it
+/// (mem_cache/kv_cache_configurator.py `_profile_available_bytes`; it prints this rounded up to 3
+/// decimals and unrounded to 4).
+pub fn min_mem_fraction(pre: u64, after: u64) -> f64 {
+    if pre == 0 {
+        1.0
+    } else {
+        1.0 - after as f64 / pre as f64
+    }
+}
+
+/// Reproduce SGLang's start-up sizing of `model` under `cfg`.
+pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
+    let tp = cfg.tp;
+    if tp == 0 || tp > 1024 {
+        return Err(invalid("--tp-size", tp, "between 1 and 1024"));
+    }
+    if m.heads % tp != 0 {
+        return Err(invalid("--tp-size", tp, &format!("SGLang needs it to divide the {} attention heads of {}", m.heads, m.name)));
+    }
+    if let Some(f) = cfg.mem_fraction_static {
+        if !(f > 0.0 && f < 1.0) {
+            return Err(invalid("--mem-fraction-static", f, "a fraction in (0, 1)"));
+        }
+    }
+    if cfg.page_size == 0 || cfg.page_size > 4096 {
+        return Err(invalid("--page-size", cfg.page_size, "between 1 and 4096 tokens"));
+    }
+    if cfg.max_running_requests == Some(0) {
+        return Err(invalid("--max-running-requests", 0, "at least 1"));
+    }
+    if cfg.gpu_memory_smi_mib == 0 || cfg.gpu_memory == 0 {
+        return Err(invalid("--gpu", 0, "a GPU with memory"));
+    }
+    let mut notes = Vec::new();
+    let mla = m.attention.mla.is_some();
+    let dtype = auto_dtype(m, cfg.dtype);
+    let kv_b = cfg.kv_cache_dtype.map_or(dtype.bytes(), DType::bytes);
+    let context_len = cfg.context_length.unwrap_or(m.max_positions);
+    if context_len == 0 {
+        return Err(invalid("--context-length", 0, "a positive number of tokens"));
+    }
+    if context_len > m.max_positions && m.max_positions > 0 {
+        notes.push(format!(
+            "--context-length {context_len} exceeds the model's {}: SGLang refuses it unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1",
+            m.max_positions
+        ));
+    }
+
+    // Scheduler and graph defaults from the GPU size (memory_hook.py handle_gpu_memory_settings).
+    let (def_cps, def_bs) = gpu_defaults(cfg.gpu_memory_smi_mib, tp);
+    let cps = cfg.chunked_prefill_size.unwrap_or(def_cps);
+    let graphs = !cfg.disable_cuda_graph;
+    let mut max_bs = cfg.cuda_graph_max_bs.unwrap_or(def_bs);
+    if cfg.cuda_graph_max_bs.is_none() {
+        if let Some(r) = cfg.max_running_requests {
+            max_bs = max_bs.min(r);
+        }
+    }
+    // Prefill graphs (breakable, the CUDA default since the prefill phase got graphs): token
+    // buckets up to chunked_prefill_size, 8192 at most on MLA, at most --max-total-tokens.
+    let mut prefill_max = if mla { cps.min(8192) } else { cps };
+    if let Some(t) = cfg.max_total_tokens {
+        prefill_max = prefill_max.min(i64::try_from(t).unwrap_or(i64::MAX));
+    }
+    let buckets = if graphs && cps > 0 { prefill_buckets(prefill_max) } else { 0 };
+    let (mfs, reserved, is_default) = match cfg.mem_fraction_static {
+        Some(f) => (f, 0.0, false),
+        None => {
+            let (f, r) = default_mem_fraction(cfg.gpu_memory_smi_mib, tp, cps, max_bs, buckets, mla, graphs);
+            if f <= 0.0 {
+                return Err(invalid("--gpu", cfg.gpu_memory_smi_mib, "a GPU larger than SGLang's reserve; give --mem-fraction-static"));
+            }
+            (f, r, true)
+        }
+    };
+
+    // Weights on one rank.
+    let (w, scales, wnotes) = tp_rank_weights(m, cfg.quantization, tp, dtype.bytes() as u128)?;
+    notes.extend(wnotes);
+    let weights = u64::try_from(w.checked_add(scales).ok_or_else(|| overflow("weights"))?).map_err(|_| overflow("weights"))?;
+    let quant_scales = u64::try_from(scales).map_err(|_| overflow("scales"))?;
+
+    // Free memory before and after loading (distributed/bootstrap.py measure_pre_model_load_memory;
+    // model_runner.py "Load weight end").
+    let pre = cfg.gpu_memory.saturating_sub(cfg.cuda_context).saturating_sub(cfg.distributed);
+    let after = pre.saturating_sub(weights);
+    // kv_cache_configurator.py _profile_available_bytes: rest = after − pre × (1 − mfs).
+    let slack = (pre as f64 * (1.0 - mfs)) as u64;
+    let rest = after.saturating_sub(slack);
+    let shortfall = if weights > pre { weights - pre + slack } else { slack.saturating_sub(after) };
+    let min_mfs = (min_mem_fraction(pre, after) * 1000.0).ceil() / 1000.0;
+
+    // Token pool (pool_configurator.py calculate_pool_sizes, kv_cache_configurator.py
+    // _apply_token_constraints: --max-total-tokens caps it, then page-aligned again).
+    let cell = cell_bytes(m, tp, kv_b)?;
+    if cell == 0 {
+        return Err(invalid("model", &m.name, "has no KV cache to size"));
+    }
+    let page = cfg.page_size;
+    let mut tokens = rest / cell / page * page;
+    if let Some(cap) = cfg.max_total_tokens {
+        if cap > tokens {
+            notes.push(format!("--max-total-tokens {cap} is larger than the profiled {tokens}: SGLang uses the profiled value"));
+        }
+        tokens = tokens.min(cap) / page * page;
+    }
+    let mrr = max_running_requests(tokens, context_len, cfg.max_running_requests);
+    if let Some(r) = cfg.max_running_requests {
+        if mrr < r {
+            notes.push(format!("--max-running-requests {r} is reduced to {mrr}, half the token pool (resolve_max_num_reqs)"));
+        }
+    }
+    let kv_pool = tokens.checked_add(page).and_then(|t| t.checked_mul(cell)).ok_or_else(|| overflow("KV pool"))?;
+    // ReqToTokenPool: (size + 1) rows of context_len + 4 int32 (mem_cache/memory_pool.py).
+    let req_to_token = (mrr + 1)
+        .checked_mul(context_len.checked_add(REQ_TO_TOKEN_EXTRA).ok_or_else(|| overflow("req_to_token"))?)
+        .and_then(|x| x.checked_mul(4))
+        .ok_or_else(|| overflow("req_to_token"))?;
+    let headroom = slack.saturating_sub(req_to_token);
+    let full_context_requests = (tokens / context_len).min(mrr);
+    let fits = shortfall == 0 && tokens > 0;
+
+    let g = |b: u64| b as f64 / GIB as f64;
+    let mut log = vec![format!(
+        "Load weight end. type={}, dtype=torch.{}, avail mem={:.2} GB, mem usage={:.2} GB.",
+        m.name,
+        dtype.torch_name(),
+        g(after),
+        g(weights)
+    )];
+    let kv_torch = match (&cfg.kv_cache_dtype_name, kv_b) {
+        (Some(n), 1) => format!("torch.{n}"),
+        _ => format!("torch.{}", dtype.torch_name()),
+    };
+    if shortfall > 0 {
+        log.push(format!(
+            "ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static={mfs}. Raise --mem-fraction-static above {min_mfs:.3}"
+        ));
+    } else if mla {
+        log.push(format!("KV Cache is allocated. dtype: {kv_torch}, #tokens: {tokens}, KV size: {:.2} GB", g(kv_pool)));
+    } else {
+        log.push(format!(
+            "KV Cache is allocated. dtype: {kv_torch}, #tokens: {tokens}, K size: {:.2} GB, V size: {:.2} GB",
+            g(kv_pool / 2),
+            g(kv_pool / 2)
+        ));
+    }
+    if shortfall == 0 {
+        log.push(format!(
+            "max_total_num_tokens={tokens}, chunked_prefill_size={cps}, max_prefill_tokens={MAX_PREFILL_TOKENS}, max_running_requests={mrr}, context_len={context_len}"
+        ));
+    }
+    if is_default {
+        notes.push(format!(
+            "--mem-fraction-static {mfs} is SGLang {SGLANG_VERSION}'s default for a {} MiB GPU: it reserves {reserved:.0} MiB for activations ({} prefill tokens × 1.5 MiB + 512), TP slack and CUDA graphs",
+            cfg.gpu_memory_smi_mib,
+            if cps > 0 { cps.max(2048) } else { MAX_PREFILL_TOKENS as i64 }
+        ));
+    }
+    if tokens > 0 && tokens < context_len {
+        notes.push(format!(
+            "the pool ({tokens} tokens) is shorter than the context length {context_len}: SGLang starts, but caps a request at the pool size"
+        ));
+    }
+    notes.push(format!(
+        "before the weights load vram assumes the CUDA context ({} MiB){}; SGLang measures this free memory on the GPU",
+        cfg.cuda_context / MIB,
+        if cfg.distributed > 0 { format!(" and NCCL/all-reduce buffers ({} MiB) are taken", cfg.distributed / MIB) } else { String::new() }
+    ));
+    Ok(SglangReport {
+        sglang_version: SGLANG_VERSION.into(),
+        dtype,
+        kv_dtype_bytes: kv_b,
+        tp,
+        context_len,
+        mem_fraction_static: mfs,
+        mem_fraction_static_default: is_default,
+        reserved_mib: reserved,
+        chunked_prefill_size: cps,
+        cuda_graph_max_bs: if graphs { max_bs } else { 0 },
+        prefill_graph_buckets: buckets,
+        max_prefill_tokens: MAX_PREFILL_TOKENS,
+        page_size: page,
+        weights_bytes: weights,
+        quant_scales_bytes: quant_scales,
+        pre_load_bytes: pre,
+        after_weights_bytes: after,
+        slack_bytes: slack,
+        rest_bytes: rest,
+        shortfall_bytes: shortfall,
+        min_mem_fraction_static: min_mfs,
+        cell_bytes: cell,
+        max_total_num_tokens: tokens,
+        kv_pool_bytes: if shortfall > 0 { 0 } else { kv_pool },
+        max_running_requests: mrr,
+        req_to_token_bytes: req_to_token,
+        headroom_bytes: headroom,
+        full_context_requests,
+        fits,
+        cuda_context_bytes: cfg.cuda_context,
+        distributed_bytes: cfg.distributed,
+        log,
+        notes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn h100_default_fraction_follows_the_reserve() {
+        // 81559 MiB (nvidia-smi, H100 80GB), TP 1: cps 8192, decode max bs 256, 58 prefill buckets.
+        let (cps, bs) = gpu_defaults(81559, 1);
+        assert_eq!((cps, bs), (8192, 256));
+        assert_eq!(prefill_buckets(8192), 58);
+        let (f, r) = default_mem_fraction(81559, 1, cps, bs, 58, false, true);
+        assert_eq!(r, 512.0 + 8192.0 * 1.5 + 128.0 + 512.0 + 58.0 * 8.0);
+        assert_eq!(f, 0.83);
+    }
+
+    #[test]
+    fn small_gpus_get_small_defaults() {
+        assert_eq!(gpu_defaults(16 * 1024, 1), (2048, 8));
+        assert_eq!(gpu_defaults(24 * 1024, 4), (4096, 160));
+        assert_eq!(gpu_defaults(180 * 1024, 1), (16384, 512));
+        assert_eq!(prefill_buckets(0), 0);
+        assert_eq!(prefill_buckets(4096), 50);
+    }
+
+    #[test]
+    fn max_running_requests_is_clamped_and_halved() {
+        assert_eq!(max_running_requests(400_000, 131_072, None), 2048);
+        assert_eq!(max_running_requests(10_000_000, 4096, None), 4096);
+        assert_eq!(max_running_requests(3000, 4096, None), 1500);
+        assert_eq!(max_running_requests(3000, 4096, Some(64)), 64);
+    }
+}
