@@ -166,6 +166,8 @@ pub struct ServeConfig {
     /// `--kv-cache-memory-bytes`: the KV pool set directly instead of from
     /// `--gpu-memory-utilization` (vllm/v1/worker/gpu_worker.py determine_available_memory).
     pub kv_cache_memory_bytes: Option<u64>,
+    /// `--cpu-offload-gb` in bytes (vLLM reads GiB): weights moved to pinned host memory per GPU.
+    pub cpu_offload_bytes: u64,
 }
 
 /// vLLM's multi-LoRA settings (vllm/config/lora.py `LoRAConfig`).
@@ -208,6 +210,7 @@ impl ServeConfig {
             engine: VllmEngine::V1,
             lora: None,
             kv_cache_memory_bytes: None,
+            cpu_offload_bytes: 0,
         }
     }
 }
@@ -511,6 +514,7 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
         }
         q => rank_weights(m, q, tp, e, stage),
     };
+    let (weights, scales) = cpu_offload(m, cfg, stage, s.e, weights, scales, notes)?;
     // RotaryEmbedding's cos_sin_cache: [max_position_embeddings, rotary_dim] in the model dtype
     // (vllm/model_executor/layers/rotary_embedding.py); measured in "Model loading took". get_rope
     // caches one instance per process, so every stage holds it once.
@@ -817,6 +821,50 @@ fn rank_weights(m: &Model, quantization: Quantization, tp: u64, e: u128, stage: 
         scales += s;
     }
     (weights, scales)
+}
+
+/// `--cpu-offload-gb`: vLLM wraps each decoder layer as it is built and moves all its parameters
+/// to pinned CPU memory while fewer than the budget's bytes have been moved
+/// (vllm/model_executor/models/utils.py `make_layers` → `maybe_offload_to_cpu`), so whole layers
+/// go, in order, until the budget is reached or passed. Returns the rank's weights and scales
+/// left on the GPU; layers are taken as equal in size (stated where they are not).
+fn cpu_offload(
+    m: &Model,
+    cfg: &ServeConfig,
+    stage: &Stage,
+    e: u128,
+    weights: u128,
+    scales: u128,
+    notes: &mut Vec<String>,
+) -> Result<(u128, u128)> {
+    let budget = cfg.cpu_offload_bytes as u128;
+    if budget == 0 || stage.layers == 0 {
+        return Ok((weights, scales));
+    }
+    if cfg.quantization == Quantization::Checkpoint {
+        return Err(invalid(
+            "--cpu-offload-gb",
+            format!("{:.2} GiB", budget as f64 / GIB as f64),
+            "offloading layers of a pre-quantized checkpoint is not modelled yet; drop --cpu-offload-gb to see the rest",
+        ));
+    }
+    let (outside_w, outside_s) = rank_weights(m, cfg.quantization, cfg.tp, e, &Stage { layers: 0, ..*stage });
+    let in_layers = (weights + scales).saturating_sub(outside_w + outside_s);
+    let per_layer = in_layers / stage.layers as u128;
+    if per_layer == 0 {
+        return Ok((weights, scales));
+    }
+    let layers = budget.div_ceil(per_layer).min(stage.layers as u128);
+    let moved = layers * per_layer;
+    // Weights and scales leave in proportion.
+    let keep = |x: u128| x - x * moved / (weights + scales).max(1);
+    notes.push(format!(
+        "--cpu-offload-gb: {layers} of {} decoder layers ({:.2} GiB per GPU) live in pinned host memory and are streamed to the GPU every forward (vllm/model_executor/models/utils.py maybe_offload_to_cpu; slow: PCIe per token){}",
+        stage.layers,
+        moved as f64 / GIB as f64,
+        if m.moe.is_some() && m.layers > 0 && (0..m.layers).any(|i| !m.is_moe_layer(i)) { "; dense and MoE layers taken as equal in size" } else { "" }
+    ));
+    Ok((keep(weights), keep(scales)))
 }
 
 /// The share of tensor group `t` a pipeline stage holds, as numerator / denominator.

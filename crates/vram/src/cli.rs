@@ -491,6 +491,14 @@ pub struct ServeArgs {
     /// stage with the fewest KV blocks is reported.
     #[arg(long, alias = "pp", default_value_t = 1)]
     pub pipeline_parallel_size: u64,
+    /// vLLM `--data-parallel-size` / `-dp`: independent replicas of the TP×PP group; per-GPU
+    /// memory is unchanged, GPUs and concurrency multiply.
+    #[arg(long, alias = "dp", default_value_t = 1)]
+    pub data_parallel_size: u64,
+    /// vLLM `--cpu-offload-gb`: GiB of weights per GPU moved to pinned host memory (whole
+    /// decoder layers, as vLLM moves them).
+    #[arg(long)]
+    pub cpu_offload_gb: Option<f64>,
     /// vLLM release whose start-up accounting to follow (e.g. 0.10, 0.17, 0.21) [default: 0.21,
     /// the newest modelled].
     #[arg(long)]
@@ -635,6 +643,7 @@ pub fn llama_cpp_spellings(args: impl IntoIterator<Item = std::ffi::OsString>) -
                 ("-cmoe", "--cpu-moe"),
                 ("-ot", "--override-tensor"),
                 ("-pp", "--pipeline-parallel-size"),
+                ("-dp", "--data-parallel-size"),
             ] {
                 if s == short {
                     return long.into();

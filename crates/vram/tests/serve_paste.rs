@@ -82,14 +82,16 @@ fn the_openai_entrypoint_and_llama_server_are_read_too() {
 
 #[test]
 fn memory_changing_flags_vram_does_not_model_are_refused_by_name() {
-    let e = fails(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--cpu-offload-gb", "8"], 2);
-    assert!(e.contains("--cpu-offload-gb 8"), "{e}");
+    let e = fails(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--speculative-config", "{}"], 2);
+    assert!(e.contains("--speculative-config {}"), "{e}");
     // Pipeline parallelism is read like the flag given to vram.
     let pp = pasted(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--max-model-len", "8192", "-pp", "2"]);
     let direct = json(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--max-model-len", "8192", "--pipeline-parallel-size", "2"]);
     assert_eq!(pp["gpus"][0]["weights_bytes"], direct["gpus"][0]["weights_bytes"]);
-    // The default value of such a flag changes nothing and is accepted.
-    pasted(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--max-model-len", "8192", "--cpu-offload-gb", "0"]);
+    // CPU offload is read like the flag given to vram; 0 (vLLM's default) changes nothing.
+    let none = pasted(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--max-model-len", "8192", "--cpu-offload-gb", "0"]);
+    let plain = json(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--max-model-len", "8192"]);
+    assert_eq!(none["gpus"][0]["weights_bytes"], plain["gpus"][0]["weights_bytes"]);
     assert!(fails(&["serve", "-g", "h100", "--", "python", "-m", "sglang.launch_server", "--model-path", "x", "--dp", "2"], 2)
         .contains("SGLang"));
     assert!(fails(&["serve", "-g", "h100", "--", "docker", "run", "x"], 2).contains("vllm serve MODEL"));

@@ -70,3 +70,54 @@ fn tp_non_torch_memory_follows_the_gpu() {
     assert_eq!(nt("a100-80gb"), (150 + 256) << 20);
     assert_eq!(nt("rtx-4090"), (150 + 256) << 20);
 }
+
+/// `--cpu-offload-gb`: whole decoder layers leave the GPU until the budget is reached (vLLM's
+/// maybe_offload_to_cpu), so the weights fall by a whole number of layers at least the budget,
+/// and the KV pool grows by the same bytes. A pasted command passes it through.
+#[test]
+fn cpu_offload_moves_whole_layers_and_grows_the_pool() {
+    let base = json(&["serve", "-m", "llama-3.1-8b", "-g", "rtx-4090", "--max-model-len", "8192"]);
+    let off = json(&["serve", "-m", "llama-3.1-8b", "-g", "rtx-4090", "--max-model-len", "8192", "--cpu-offload-gb", "6"]);
+    let w = |v: &serde_json::Value| v["gpus"][0]["weights_bytes"].as_u64().unwrap();
+    let kv = |v: &serde_json::Value| v["gpus"][0]["kv_cache_bytes"].as_u64().unwrap();
+    let moved = w(&base) - w(&off);
+    // Llama-3.1-8B decoder layer: 218,112,000 parameters × 2 bytes; 6 GiB needs 15 of them.
+    assert_eq!(moved, 15 * 218_112_000 * 2);
+    assert!(moved >= 6 * GIB);
+    assert_eq!(kv(&off) - kv(&base), moved);
+    let notes = off["gpus"][0]["notes"].to_string();
+    assert!(notes.contains("15 of 32 decoder layers"), "{notes}");
+    let out = util::vram()
+        .args([
+            "serve",
+            "-g",
+            "rtx-4090",
+            "--json",
+            "--",
+            "vllm",
+            "serve",
+            "llama-3.1-8b",
+            "--max-model-len",
+            "8192",
+            "--cpu-offload-gb",
+            "6",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let pasted: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(w(&pasted), w(&off));
+    let e = fails(&["serve", "-m", "llama-3.1-8b", "-g", "rtx-4090", "--cpu-offload-gb=-1"], 2);
+    assert!(e.contains("--cpu-offload-gb"), "{e}");
+}
+
+/// `--data-parallel-size` / `-dp`: replicas; per-GPU figures unchanged, the note says so.
+#[test]
+fn data_parallel_replicas_keep_per_gpu_figures() {
+    let one = json(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--tp", "2"]);
+    let dp = json(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--tp", "2", "-dp", "4"]);
+    assert_eq!(one["gpus"][0]["kv_tokens"], dp["gpus"][0]["kv_tokens"]);
+    assert!(dp["gpus"][0]["notes"].to_string().contains("8 GPUs in all"), "{}", dp["gpus"][0]["notes"]);
+    let e = fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "-dp", "0"], 2);
+    assert!(e.contains("--data-parallel-size"), "{e}");
+}

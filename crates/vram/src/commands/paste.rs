@@ -38,6 +38,9 @@ const VLLM_VALUE: &[(&str, &str)] = &[
     ("--kv-cache-memory-bytes", "--kv-cache-memory-bytes"),
     ("--pipeline-parallel-size", "--pipeline-parallel-size"),
     ("-pp", "--pipeline-parallel-size"),
+    ("--cpu-offload-gb", "--cpu-offload-gb"),
+    ("--data-parallel-size", "--data-parallel-size"),
+    ("-dp", "--data-parallel-size"),
 ];
 const VLLM_FLAG: &[&str] = &["--enforce-eager", "--enable-lora"];
 /// vLLM flags that change no GPU memory vram accounts (network, logging, tokenizer, templates,
@@ -84,8 +87,7 @@ const VLLM_NO_MEMORY_FLAG: &[&str] = &[
     "--disable-custom-all-reduce",
 ];
 /// vLLM flags that change memory in ways vram does not model yet: refused by name.
-const VLLM_UNMODELLED: &[&str] =
-    &["--cpu-offload-gb", "--speculative-config", "--enable-expert-parallel", "--limit-mm-per-prompt", "--max-model-len-auto"];
+const VLLM_UNMODELLED: &[&str] = &["--speculative-config", "--enable-expert-parallel", "--limit-mm-per-prompt", "--max-model-len-auto"];
 
 /// llama.cpp (`llama-server`, `llama-cli`) flags vram reads.
 const LLAMA_VALUE: &[(&str, &str)] = &[
@@ -244,13 +246,10 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
                     ignored.push(flag.to_string());
                 } else if let Some(f) = VLLM_UNMODELLED.iter().find(|f| **f == flag) {
                     let v = next(&mut i)?;
-                    if !(*f == "--cpu-offload-gb" && v == "0") {
-                        return Err(UsageError(format!(
-                            "the pasted vLLM command sets {f} {v}, which changes memory in a way vram does not model yet; drop it to see the rest"
-                        ))
-                        .into());
-                    }
-                    ignored.push(format!("{f} {v} (the default)"));
+                    return Err(UsageError(format!(
+                        "the pasted vLLM command sets {f} {v}, which changes memory in a way vram does not model yet; drop it to see the rest"
+                    ))
+                    .into());
                 } else {
                     unknown.push(with_value(flag, inline.as_deref(), &rest, &mut i));
                 }

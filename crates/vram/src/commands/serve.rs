@@ -5,6 +5,7 @@ use anyhow::Result;
 use vram_core::gpu::Gpu;
 use vram_core::serve::{cuda_total, serve, Quantization, ServeConfig, ServeLora, ServeReport, VllmEngine, VllmVersion};
 use vram_core::sglang::{SglangConfig, SglangReport};
+use vram_core::units::GIB;
 use vram_core::{DType, Model};
 
 use super::show;
@@ -59,6 +60,8 @@ fn reject_other_engines_flags(a: &ServeArgs, engine: Engine) -> Result<()> {
     let vllm_only = || {
         [
             given(a.pipeline_parallel_size != 1, "--pipeline-parallel-size"),
+            given(a.data_parallel_size != 1, "--data-parallel-size"),
+            given(a.cpu_offload_gb.is_some(), "--cpu-offload-gb"),
             given(a.vllm_version.is_some(), "--vllm-version"),
             given(a.cuda_graph_memory.is_some(), "--cuda-graph-memory"),
             given(a.max_num_seqs.is_some(), "--max-num-seqs"),
@@ -192,13 +195,34 @@ pub fn vllm(a: &ServeArgs, model: Model) -> Result<VllmServe> {
         engine: vllm_engine(&a.vllm_engine)?,
         lora: serve_lora(a)?,
         kv_cache_memory_bytes: a.kv_cache_memory_bytes.as_deref().map(vram_core::units::parse_bytes).transpose()?,
+        cpu_offload_bytes: cpu_offload(a.cpu_offload_gb)?,
         ..ServeConfig::new(cuda_total(&g))
     };
     if let Some(c) = &a.cuda_context {
         config.cuda_context = resolve::size("--cuda-context", c)?;
     }
-    let report = serve(&model, &config)?;
+    let mut report = serve(&model, &config)?;
+    let dp = a.data_parallel_size;
+    if dp == 0 || dp > 4096 {
+        return Err(UsageError(format!("--data-parallel-size {dp}: must be between 1 and 4096")).into());
+    }
+    if dp > 1 {
+        report.notes.push(format!(
+            "--data-parallel-size {dp}: {dp} independent replicas of this {}-GPU group ({} GPUs in all); the figures are per GPU and per replica — requests spread over the replicas, so {dp}× the concurrency below",
+            config.tp * config.pp,
+            dp * config.tp * config.pp
+        ));
+    }
     Ok(VllmServe { model, gpu: g, config, report })
+}
+
+/// `--cpu-offload-gb` (vLLM reads GiB, vllm/config/cache.py `cpu_offload_gb`) in bytes.
+fn cpu_offload(gb: Option<f64>) -> Result<u64> {
+    match gb {
+        None => Ok(0),
+        Some(g) if g.is_finite() && (0.0..=1.0e6).contains(&g) => Ok((g * GIB as f64) as u64),
+        Some(g) => Err(UsageError(format!("--cpu-offload-gb {g}: a number of GiB between 0 and 1000000")).into()),
+    }
 }
 
 /// `--enable-lora` and its slot flags (vLLM's defaults: 1 adapter, rank 16, CPU cache = max_loras);
