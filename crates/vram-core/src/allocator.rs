@@ -161,13 +161,15 @@ pub struct Report {
 }
 
 impl Report {
-    /// One-line reason, e.g. "fragmentation from 312 live blocks in 41 segments".
+    /// One-line reason: where reserved memory peaks and how much of it is cached free blocks.
     pub fn reason(&self) -> String {
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
         format!(
-            "caching allocator model (c10/cuda/CUDACachingAllocator.cpp): {} MiB cached beside {} live blocks in {} segments at the reserved peak (fragmentation, 2/20 MiB segment rounding)",
-            self.cached_at_peak >> 20,
-            self.live_blocks_at_peak,
-            self.segments_at_peak
+            "caching allocator model (c10/cuda/CUDACachingAllocator.cpp): reserved peaks at {:.2} GiB in {} segments, {:.2} GiB of it cached free blocks beside {} live blocks (fragmentation, 2/20 MiB segment rounding)",
+            gib(self.peak_reserved),
+            self.segments_at_peak,
+            gib(self.cached_at_peak),
+            self.live_blocks_at_peak
         )
     }
 }

@@ -229,7 +229,9 @@ fn reserve(model: &Model, job: &Job, peak_allocated: u64) -> (u64, String) {
     match allocator::simulate(&ops, conf, None) {
         Ok(r) => {
             let what = if job.mode == Mode::Train { "two training steps" } else { "a generation" };
-            (r.peak_reserved.saturating_sub(allocator::peak_requested(&ops)), format!("{}; tensor-level sequence of {what}", r.reason()))
+            let live = allocator::peak_requested(&ops);
+            let detail = format!("{}; tensor-level sequence of {what}, allocated peak {:.2} GiB", r.reason(), live as f64 / (1u64 << 30) as f64);
+            (r.peak_reserved.saturating_sub(live), detail)
         }
         Err(_) => flat("the allocator model refused the sequence"),
     }
