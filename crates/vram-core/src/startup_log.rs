@@ -32,6 +32,9 @@ pub struct VllmLog {
     pub ranks: u64,
     /// The log is from the V1 engine ("Available KV cache memory", "GPU KV cache size", EngineCore).
     pub v1: bool,
+    /// The log has lines only the V0 engine's worker prints ("Memory profiling results",
+    /// "the rest of the memory reserved for KV Cache", "# cuda blocks").
+    pub v0: bool,
     /// "Model loading took X GiB", "Loading model weights took X GB" or "model weights take X GiB".
     pub weights: Option<LogSize>,
     /// "total_gpu_memory (X GiB)".
@@ -48,7 +51,7 @@ pub struct VllmLog {
     pub kv_cache: Option<LogSize>,
     /// "GPU KV cache size: N tokens".
     pub kv_tokens: Option<u64>,
-    /// "# GPU blocks: N" / "# cuda blocks: N".
+    /// "# GPU blocks: N" / "# cuda blocks: N" (vLLM 0.6: "GPU blocks: N").
     pub gpu_blocks: Option<u64>,
     /// The N of "Maximum concurrency for N tokens per request": the max model len.
     pub max_model_len: Option<u64>,
@@ -259,6 +262,16 @@ fn parse_vllm(text: &str) -> (VllmLog, usize) {
             hit += put(&mut l.requested, &mut z[3], &rank, after(r, ") = ").and_then(size)) as usize;
             per_rank = true;
         }
+        // vLLM 0.6's one-line form (vllm-project/vllm#10517): key=value pairs. Its peak_torch_memory
+        // includes the weights, so no activation figure is read from it.
+        if let Some(r) = after(body, "Memory profiling results:") {
+            hit += put(&mut l.total_gpu_memory, &mut z[1], &rank, after(r, "total_gpu_memory=").and_then(size)) as usize;
+            let gmu = after(r, "gpu_memory_utilization=").and_then(number).map(|(v, _)| v);
+            hit += put(&mut l.gpu_memory_utilization, &mut z[2], &rank, gmu) as usize;
+            hit += put(&mut l.non_torch, &mut z[4], &rank, after(r, "non_torch_memory=").and_then(size)) as usize;
+            hit += put(&mut l.kv_cache, &mut z[6], &rank, after(r, "kv_cache_size=").and_then(size)) as usize;
+            per_rank = true;
+        }
         if let Some(r) = after(body, "non_torch_memory takes") {
             hit += put(&mut l.non_torch, &mut z[4], &rank, size(r)) as usize;
         }
@@ -277,7 +290,7 @@ fn parse_vllm(text: &str) -> (VllmLog, usize) {
             hit += put(&mut l.kv_tokens, &mut z[7], &rank, count(r)) as usize;
             l.v1 = true;
         }
-        if let Some(r) = ["# GPU blocks:", "# cuda blocks:", "# CUDA blocks:"].iter().find_map(|k| after(body, k)) {
+        if let Some(r) = ["GPU blocks:", "cuda blocks:", "CUDA blocks:"].iter().find_map(|k| after(body, k)) {
             hit += put(&mut l.gpu_blocks, &mut z[8], &rank, count(r)) as usize;
         }
         if let Some(r) = after(body, "Maximum concurrency for") {
@@ -297,6 +310,9 @@ fn parse_vllm(text: &str) -> (VllmLog, usize) {
                 Rank::Other(t) if !others.contains(t) => others.push(t.clone()),
                 Rank::Other(_) => {}
             }
+        }
+        if ["Memory profiling results:", "the rest of the memory reserved for KV Cache", "cuda blocks:"].iter().any(|k| body.contains(k)) {
+            l.v0 = true;
         }
         if line.contains("EngineCore") {
             l.v1 = true;
@@ -438,6 +454,23 @@ INFO 02-26 09:54:05 executor_base.py:116] Maximum concurrency for 4096 tokens pe
         assert_eq!(l.gpu_blocks, Some(0));
         assert_eq!((l.max_model_len, l.max_concurrency), (Some(4096), Some(0.0)));
         assert_eq!(l.ranks, 1);
+    }
+
+    /// vllm-project/vllm#10517 (logs.jsonl llama-3.1-8b-3090-20k): vLLM 0.6's key=value line.
+    #[test]
+    fn vllm_06_memory_profiling_results() {
+        let l = vllm("Loading model weights took 14.9888 GB
+Memory profiling results: total_gpu_memory=23.58GiB initial_memory_usage=15.34GiB peak_torch_memory=17.06GiB memory_usage_post_profile=15.35GiB non_torch_memory=0.35GiB kv_cache_size=3.81GiB gpu_memory_utilization=0.90
+GPU blocks: 1952, # CPU blocks: 2048
+Maximum concurrency for 20000 tokens per request: 1.56x");
+        assert_eq!(l.weights.unwrap().gib, 14.9888);
+        assert_eq!(l.total_gpu_memory.unwrap().gib, 23.58);
+        assert_eq!(l.gpu_memory_utilization, Some(0.9));
+        assert_eq!(l.non_torch.unwrap().gib, 0.35);
+        assert_eq!(l.kv_cache.unwrap().gib, 3.81);
+        assert_eq!(l.activation_peak, None);
+        assert!(l.v0 && !l.v1);
+        assert_eq!((l.gpu_blocks, l.max_model_len, l.max_concurrency), (Some(1952), Some(20_000), Some(1.56)));
     }
 
     /// LMCache/LMCache#1739 (logs.jsonl qwen3-14b-32k) and vllm-project/vllm#29137
