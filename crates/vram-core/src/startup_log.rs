@@ -194,10 +194,8 @@ fn sglang_rank(line: &str) -> Rank {
 /// The number at the start of `s` (after spaces; thousands commas allowed), and the rest.
 fn number(s: &str) -> Option<(f64, &str)> {
     let s = s.trim_start();
-    let end = s
-        .char_indices()
-        .find(|&(i, c)| !(c.is_ascii_digit() || c == '.' || c == ',' || (c == '-' && i == 0)))
-        .map_or(s.len(), |(i, _)| i);
+    let end =
+        s.char_indices().find(|&(i, c)| !(c.is_ascii_digit() || c == '.' || c == ',' || (c == '-' && i == 0))).map_or(s.len(), |(i, _)| i);
     let text = s[..end].trim_end_matches([',', '.']);
     let v: f64 = text.chars().filter(|&c| c != ',').collect::<String>().parse().ok()?;
     v.is_finite().then_some((v, &s[text.len()..]))
@@ -477,15 +475,19 @@ Maximum concurrency for 20000 tokens per request: 1.56x");
     /// (gguf-qwen3-graph-capture): V1 lines with thousands commas and the graph capture.
     #[test]
     fn vllm_v1_lines() {
-        let l = vllm("[gpu_worker.py:298] Available KV cache memory: 6.51 GiB
+        let l = vllm(
+            "[gpu_worker.py:298] Available KV cache memory: 6.51 GiB
 [kv_cache_utils.py:864] GPU KV cache size: 42,656 tokens
-[kv_cache_utils.py:868] Maximum concurrency for 32,768 tokens per request: 1.30x");
+[kv_cache_utils.py:868] Maximum concurrency for 32,768 tokens per request: 1.30x",
+        );
         assert_eq!(l.kv_cache.unwrap().gib, 6.51);
         assert_eq!((l.kv_tokens, l.max_model_len, l.max_concurrency), (Some(42_656), Some(32_768), Some(1.3)));
         assert!(l.v1);
-        let l = vllm("(EngineCore_DP0 pid=1206446) INFO 11-21 10:26:22 [kv_cache_utils.py:1234] GPU KV cache size: 611,136 tokens
+        let l = vllm(
+            "(EngineCore_DP0 pid=1206446) INFO 11-21 10:26:22 [kv_cache_utils.py:1234] GPU KV cache size: 611,136 tokens
 (EngineCore_DP0 pid=1206446) INFO 11-21 10:26:22 [kv_cache_utils.py:1239] Maximum concurrency for 40,960 tokens per request: 14.92x
-(EngineCore_DP0 pid=1206446) INFO 11-21 10:26:25 [gpu_model_runner.py:4245] Graph capturing finished in 3 secs, took 0.71 GiB");
+(EngineCore_DP0 pid=1206446) INFO 11-21 10:26:25 [gpu_model_runner.py:4245] Graph capturing finished in 3 secs, took 0.71 GiB",
+        );
         assert_eq!(l.kv_tokens, Some(611_136));
         assert_eq!(l.cuda_graph.unwrap().printed, "0.71 GiB");
     }
@@ -504,8 +506,10 @@ Maximum concurrency for 20000 tokens per request: 1.56x");
     /// vllm-project/vllm#21348 and sgl-project/sglang#18263 (validation/sglang/logs.jsonl).
     #[test]
     fn sglang_lines() {
-        let StartupLog::Sglang(l) = parse("Load weight end. elapsed=19.09 s, type=Qwen3MoeForCausalLM, avail mem=230.20 GB, mem usage=56.98 GB.
-KV Cache is allocated. dtype: torch.bfloat16, #tokens: 1669816, K size: 76.44 GB, V size: 76.44 GB")
+        let StartupLog::Sglang(l) = parse(
+            "Load weight end. elapsed=19.09 s, type=Qwen3MoeForCausalLM, avail mem=230.20 GB, mem usage=56.98 GB.
+KV Cache is allocated. dtype: torch.bfloat16, #tokens: 1669816, K size: 76.44 GB, V size: 76.44 GB",
+        )
         .unwrap() else {
             panic!("not SGLang")
         };
@@ -568,7 +572,13 @@ llama_context:  CUDA_Host compute buffer size =    16.01 MiB";
 
     #[test]
     fn garbage_numbers_are_ignored_not_panics() {
-        for t in ["Model loading took", "Model loading took -.- GiB", "GPU KV cache size: ,,, tokens", "Maximum concurrency for 1e999", "load_tensors: CUDA0 model buffer size = NaN MiB"] {
+        for t in [
+            "Model loading took",
+            "Model loading took -.- GiB",
+            "GPU KV cache size: ,,, tokens",
+            "Maximum concurrency for 1e999",
+            "load_tensors: CUDA0 model buffer size = NaN MiB",
+        ] {
             assert!(parse(t).is_err(), "{t}");
         }
     }

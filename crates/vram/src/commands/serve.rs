@@ -35,7 +35,10 @@ const LOG_LIMIT: u64 = 64 << 20;
 fn read_log(path: &std::path::Path) -> Result<vram_core::startup_log::StartupLog> {
     let meta = std::fs::metadata(path).with_context(|| format!("cannot open --log {}", path.display()))?;
     if !meta.is_file() {
-        return Err(usage(format!("--log {} is not a regular file (a FIFO, socket, device or directory): give a saved start-up log", path.display())));
+        return Err(usage(format!(
+            "--log {} is not a regular file (a FIFO, socket, device or directory): give a saved start-up log",
+            path.display()
+        )));
     }
     if meta.len() > LOG_LIMIT {
         return Err(usage(format!("--log {} is {} bytes, over the 64 MiB limit: a start-up log is a few KB", path.display(), meta.len())));

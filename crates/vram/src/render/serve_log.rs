@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use serde::Serialize;
 use serde_json::{json, Value};
-use vram_core::serve::{ServeReport, VllmEngine};
+use vram_core::serve::{ServeReport, VllmEngine, VllmVersion};
 use vram_core::startup_log::{LlamaCppLog, LogSize, SglangLog, StartupLog, VllmLog};
 
 use crate::commands::serve::{LlamaCppServe, SglangServe, VllmServe};
@@ -68,7 +68,8 @@ fn shown(s: &Option<LogSize>) -> String {
 
 /// The memory rows that differ by 5% or more, largest first (at most three).
 fn largest(rows: &[Row]) -> Vec<&Row> {
-    let mut v: Vec<&Row> = rows.iter().filter(|r| r.unit == "GiB" || r.unit == "MiB").filter(|r| r.percent.is_some_and(|p| p.abs() >= 5.0)).collect();
+    let mut v: Vec<&Row> =
+        rows.iter().filter(|r| r.unit == "GiB" || r.unit == "MiB").filter(|r| r.percent.is_some_and(|p| p.abs() >= 5.0)).collect();
     v.sort_by(|a, b| b.difference.unwrap_or(0.0).abs().total_cmp(&a.difference.unwrap_or(0.0).abs()));
     v.truncate(3);
     v
@@ -83,11 +84,13 @@ pub fn vllm(s: &VllmServe, l: &VllmLog) -> Comparison {
     let r = &s.report;
     let mut contradictions = Vec::new();
     if l.ranks > r.tp * r.pp {
-        contradictions.push(format!("the log shows {} ranks but the flags give --tensor-parallel-size {} (× pipeline {})", l.ranks, r.tp, r.pp));
+        contradictions
+            .push(format!("the log shows {} ranks but the flags give --tensor-parallel-size {} (× pipeline {})", l.ranks, r.tp, r.pp));
     }
     if let Some(g) = l.gpu_memory_utilization {
         if (g - s.config.gpu_memory_utilization).abs() > 0.005 {
-            contradictions.push(format!("the log ran at gpu_memory_utilization {g:.2}; the flags give {:.2}", s.config.gpu_memory_utilization));
+            contradictions
+                .push(format!("the log ran at gpu_memory_utilization {g:.2}; the flags give {:.2}", s.config.gpu_memory_utilization));
         }
     }
     if let Some(len) = l.max_model_len.filter(|&n| n != r.max_model_len) {
@@ -123,8 +126,15 @@ pub fn vllm(s: &VllmServe, l: &VllmLog) -> Comparison {
                 g(r.weights_bytes), r.dtype.torch_name(), r.tp, shown(&l.weights)
             ),
             "non-torch memory" => format!(
-                "non-torch memory: vram assumes {} at TP {} (CUDA context, NCCL buffers); the log measured {}",
-                g(r.non_torch_bytes), r.tp, shown(&l.non_torch)
+                "non-torch memory: vram assumes {} at TP {} (CUDA context, NCCL buffers); the log measured {}{}",
+                g(r.non_torch_bytes),
+                r.tp,
+                shown(&l.non_torch),
+                if s.config.vllm_version < VllmVersion { major: 0, minor: 7 } {
+                    " (vLLM before 0.7 also counted the allocator's reserved-but-free memory as non-torch; vllm-project/vllm#11809)"
+                } else {
+                    ""
+                }
             ),
             "activation peak" => format!(
                 "activation peak: vram models {} for a profile run of {} tokens; the log measured {}",
@@ -221,7 +231,11 @@ pub fn llama_cpp(s: &LlamaCppServe, l: &LlamaCppLog) -> Comparison {
     let host = |n: &str| n.starts_with("CPU") || n.ends_with("_Host");
     let gpus: Vec<_> = l.devices.iter().filter(|d| !host(&d.name)).collect();
     if gpus.len() > 1 {
-        contradictions.push(format!("the log splits the model over {} devices; vram plans one GPU (compared with {})", gpus.len(), gpus[0].name));
+        contradictions.push(format!(
+            "the log splits the model over {} devices; vram plans one GPU (compared with {})",
+            gpus.len(),
+            gpus[0].name
+        ));
     }
     let dev = gpus.first().copied().cloned().unwrap_or_default();
     let mib = |q: &'static str, bytes: u64, s: &Option<LogSize>| {
@@ -238,7 +252,10 @@ pub fn llama_cpp(s: &LlamaCppServe, l: &LlamaCppLog) -> Comparison {
         .map(|row| match row.quantity {
             "model buffer per device" => format!(
                 "model buffer: vram puts {} of tensors on the GPU for {} GPU layers; the log's {} buffer is {}",
-                m(p.gpu_weights_bytes), p.gpu_layers, dev.name, shown(&dev.model)
+                m(p.gpu_weights_bytes),
+                p.gpu_layers,
+                dev.name,
+                shown(&dev.model)
             ),
             "KV buffer" => format!("KV buffer: vram sizes {} for n_ctx {}; the log allocated {}", m(p.gpu_kv_bytes), p.ctx, shown(&dev.kv)),
             _ => format!("compute buffer: vram models {}; the log allocated {}", m(p.gpu_compute_bytes), shown(&dev.compute)),
@@ -282,7 +299,8 @@ pub fn text(c: &Comparison, file: &str) -> String {
             let log = r.log.map_or_else(|| "not printed".into(), |v| fmt(v, r.unit));
             let diff = r.difference.map_or_else(String::new, |d| if d >= 0.0 { format!("+{}", fmt(d, r.unit)) } else { fmt(d, r.unit) });
             let pct = r.percent.map_or_else(String::new, |p| format!("{p:+.1}%"));
-            let _ = writeln!(out, "  {:<24} {:>14} {:>14} {:>14} {:>9}", r.quantity, fmt(r.estimate, r.unit), log, diff, pct);
+            let line = format!("  {:<24} {:>14} {:>14} {:>14} {:>9}", r.quantity, fmt(r.estimate, r.unit), log, diff, pct);
+            let _ = writeln!(out, "{}", line.trim_end());
         }
     }
     for x in &c.reasons {
