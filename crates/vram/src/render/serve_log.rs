@@ -130,7 +130,7 @@ pub fn vllm(s: &VllmServe, l: &VllmLog) -> Comparison {
                 g(r.non_torch_bytes),
                 r.tp,
                 shown(&l.non_torch),
-                if s.config.vllm_version < VllmVersion { major: 0, minor: 7 } {
+                if s.config.vllm_version < (VllmVersion { major: 0, minor: 7 }) {
                     " (vLLM before 0.7 also counted the allocator's reserved-but-free memory as non-torch; vllm-project/vllm#11809)"
                 } else {
                     ""
