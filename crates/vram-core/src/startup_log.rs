@@ -97,7 +97,7 @@ pub struct LlamaCppDevice {
     pub model: Option<LogSize>,
     /// "llama_kv_cache…: CUDA0 KV buffer size".
     pub kv: Option<LogSize>,
-    /// "llama_context: CUDA0 compute buffer size" / "llama_new_context_with_model: … compute buffer size".
+    /// "sched_reserve: / llama_context: / llama_new_context_with_model: CUDA0 compute buffer size".
     pub compute: Option<LogSize>,
 }
 
@@ -157,10 +157,12 @@ enum Rank {
     Other(String),
 }
 
-/// Split vLLM's `(Tag pid=…)` prefix off a line.
+/// Split vLLM's `(Tag pid=…)` prefix off a line. It may follow a container prefix
+/// (`qwen3-1  | (VllmWorker rank=0 pid=105) …`), so the first parenthesis holding `pid=` counts.
 fn vllm_rank(line: &str) -> (Rank, &str) {
     let t = line.trim_start();
-    let Some(rest) = t.strip_prefix('(') else { return (Rank::Zero, t) };
+    let Some(open) = t.find("pid=").and_then(|p| t[..p].rfind('(')) else { return (Rank::Zero, t) };
+    let rest = &t[open + 1..];
     let Some(end) = rest.find(')') else { return (Rank::Zero, t) };
     let (tag, body) = (&rest[..end], &rest[end + 1..]);
     let number_after = |key: &str| tag.find(key).map(|i| tag[i + key.len()..].chars().take_while(char::is_ascii_digit).collect::<String>());
@@ -174,7 +176,7 @@ fn vllm_rank(line: &str) -> (Rank, &str) {
     (rank, body)
 }
 
-/// SGLang's `[2025-07-21 10:00:00 TP1]` tag.
+/// SGLang's `[<date> <time> TP1]` tag (the rank after the time stamp).
 fn sglang_rank(line: &str) -> Rank {
     let t = line.trim_start();
     if let Some(rest) = t.strip_prefix('[') {
@@ -363,14 +365,18 @@ fn parse_llama_cpp(text: &str) -> (LlamaCppLog, usize) {
     let mut l = LlamaCppLog::default();
     let mut found = 0;
     for line in text.lines() {
-        let t = line.trim();
-        let Some((func, body)) = t.split_once(':') else { continue };
-        let func = func.trim();
-        let known = ["load_tensors", "llm_load_tensors", "llama_context", "llama_new_context_with_model"].contains(&func)
-            || func.starts_with("llama_kv_cache");
-        if !known {
+        // The function name may follow a timestamp and level ("0.00.329.203 I load_tensors: …")
+        // or colour codes: the first `name:` whose name ends in a known function counts.
+        let Some((func, body)) = line.match_indices(':').find_map(|(i, _)| {
+            let name = line[..i].rsplit(char::is_whitespace).next().unwrap_or("");
+            let known = ["load_tensors", "llama_context", "llama_new_context_with_model", "llama_init_from_model", "sched_reserve"]
+                .iter()
+                .any(|k| name.ends_with(k))
+                || name.contains("llama_kv_cache");
+            known.then(|| (name, &line[i + 1..]))
+        }) else {
             continue;
-        }
+        };
         if let Some(r) = body.trim_start().strip_prefix("n_ctx") {
             if let Some(v) = r.trim_start().strip_prefix('=').and_then(count) {
                 l.n_ctx.get_or_insert(v);
@@ -492,15 +498,31 @@ Maximum concurrency for 20000 tokens per request: 1.56x");
         assert_eq!(l.cuda_graph.unwrap().printed, "0.71 GiB");
     }
 
-    /// vllm-project/vllm#38820 (a V1 TP worker): "Model loading took X GiB memory and … seconds";
-    /// `Worker_TP1` counts as a second rank.
+    /// vllm-project/vllm#17469 (Qwen3 under docker compose, TP 4): the container prefix comes first;
+    /// rank 0 is kept though rank 2 printed before it.
     #[test]
-    fn vllm_v1_worker_prefixes() {
-        let l = vllm("(Worker_TP0 pid=34322) INFO 05-06 20:59:59 [gpu_model_runner.py:4879] Model loading took 12.66 GiB memory and 31.657031 seconds
-(Worker_TP1 pid=34323) INFO 05-06 20:59:59 [gpu_model_runner.py:4879] Model loading took 12.70 GiB memory and 31.657031 seconds
-(VllmWorker rank=2 pid=9) INFO Model loading took 12.70 GiB memory and 31.657031 seconds");
+    fn vllm_worker_prefix_after_a_container_prefix() {
+        let l = vllm("qwen3-1  | (VllmWorker rank=2 pid=107) INFO 04-29 01:07:41 [gpu_model_runner.py:1347] Model loading took 14.2474 GiB and 559.045517 seconds
+qwen3-1  | (VllmWorker rank=0 pid=105) INFO 04-29 01:07:41 [gpu_model_runner.py:1347] Model loading took 14.2474 GiB and 558.868858 seconds
+qwen3-1  | (VllmWorker rank=1 pid=106) INFO 04-29 01:07:41 [gpu_model_runner.py:1347] Model loading took 14.2474 GiB and 559.043662 seconds
+qwen3-1  | (VllmWorker rank=3 pid=108) INFO 04-29 01:07:41 [gpu_model_runner.py:1347] Model loading took 14.2474 GiB and 559.041898 seconds");
+        assert_eq!(l.ranks, 4);
+        assert_eq!(l.weights.unwrap().printed, "14.2474 GiB");
+    }
+
+    /// vllm-project/vllm#38820: V1's "Model loading took X GiB memory and … seconds" from
+    /// `(Worker_TP0 …)`, which is rank 0.
+    #[test]
+    fn vllm_v1_model_loading() {
+        let l = vllm(
+            "(Worker_TP0 pid=34322) INFO 05-06 20:59:57 [default_loader.py:384] Loading weights took 24.84 seconds
+(Worker_TP0 pid=34322) INFO 05-06 20:59:59 [gpu_model_runner.py:4879] Model loading took 12.66 GiB memory and 31.657031 seconds",
+        );
         assert_eq!(l.weights.unwrap().gib, 12.66);
-        assert_eq!(l.ranks, 3);
+        assert_eq!(l.ranks, 1);
+        // vllm-project/vllm#28228: a `Worker_TP1` prefix is rank 1.
+        let (rank, _) = vllm_rank("(Worker_TP1 pid=26348) INFO 11-06 10:51:36 [backends.py:209] Directly load the compiled graph(s)");
+        assert_eq!(rank, Rank::Other("1".into()));
     }
 
     /// vllm-project/vllm#21348 and sgl-project/sglang#18263 (validation/sglang/logs.jsonl).
@@ -521,46 +543,54 @@ KV Cache is allocated. dtype: torch.bfloat16, #tokens: 1669816, K size: 76.44 GB
         assert_eq!(l.ranks, 1);
     }
 
+    /// The old spellings (`llm_load_tensors`, `llama_new_context_with_model`), from
+    /// ikawrakow/ik_llama.cpp#237 and #235 (a 15-GPU DeepSeek run).
     #[test]
-    fn sglang_ranks_from_tp_tags() {
-        let StartupLog::Sglang(l) = parse("[2025-07-21 10:00:00 TP1] KV Cache is allocated. #tokens: 367404, K size: 8.23 GB, V size: 8.23 GB
-[2025-07-21 10:00:00 TP0] KV Cache is allocated. #tokens: 367404, K size: 8.23 GB, V size: 8.23 GB
-[2025-07-21 10:00:01 TP0] max_total_num_tokens=367404, chunked_prefill_size=8192, max_prefill_tokens=16384, max_running_requests=2048, context_len=40960")
+    fn llama_cpp_old_spellings() {
+        let StartupLog::LlamaCpp(l) = parse(
+            "llm_load_tensors:     CUDA14 buffer size = 12698.93 MiB
+llama_new_context_with_model: n_ctx      = 163840
+llama_kv_cache_init: layer 0: n_embd_head_qk_rope = 64, kv_lora_rank = 512
+llama_new_context_with_model:      CUDA1 compute buffer size =  5718.01 MiB
+llama_new_context_with_model:  CUDA_Host compute buffer size =   174.02 MiB",
+        )
         .unwrap() else {
-            panic!("not SGLang")
+            panic!("not llama.cpp")
         };
-        assert_eq!(l.ranks, 2);
-        assert_eq!((l.max_total_num_tokens, l.max_running_requests, l.context_len), (Some(367_404), Some(2048), Some(40_960)));
+        assert_eq!(l.n_ctx, Some(163_840));
+        let names: Vec<&str> = l.devices.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["CUDA14", "CUDA1", "CUDA_Host"]);
+        assert_eq!(l.devices[0].model.as_ref().unwrap().printed, "12698.93 MiB");
+        assert_eq!(l.devices[1].compute.as_ref().unwrap().gib, 5718.01 / 1024.0);
     }
 
-    /// The old (`llm_load_tensors`, `llama_new_context_with_model`) and new (`load_tensors`,
-    /// `llama_context`, `llama_kv_cache_unified`) spellings of llama.cpp's buffer lines.
+    /// The new spellings behind a timestamp: `load_tensors`, `llama_context`, `llama_kv_cache`,
+    /// `sched_reserve` (a llama.cpp log committed in a public repository; the KV line and the
+    /// output-buffer line as in ggml-org/llama.cpp#27680). Two KV buffers on one device add up.
     #[test]
-    fn llama_cpp_both_spellings() {
-        let old = "llm_load_tensors:        CUDA0 buffer size =  3820.94 MiB
-llm_load_tensors:        CPU buffer size =   281.81 MiB
-llama_new_context_with_model: n_ctx      = 4096
-llama_kv_cache_init:      CUDA0 KV buffer size =   512.00 MiB
-llama_new_context_with_model: KV self size  =  512.00 MiB, K (f16):  256.00 MiB, V (f16):  256.00 MiB
-llama_new_context_with_model:      CUDA0 compute buffer size =   296.00 MiB
-llama_new_context_with_model:  CUDA_Host compute buffer size =    16.01 MiB";
-        let new = "load_tensors:        CUDA0 model buffer size =  3820.94 MiB
-load_tensors:   CPU_Mapped model buffer size =   281.81 MiB
-llama_context: n_ctx         = 4096
-llama_context:  CUDA_Host  output buffer size =     0.58 MiB
-llama_kv_cache_unified:      CUDA0 KV buffer size =   512.00 MiB
-llama_context:      CUDA0 compute buffer size =   296.00 MiB
-llama_context:  CUDA_Host compute buffer size =    16.01 MiB";
-        for text in [old, new] {
-            let StartupLog::LlamaCpp(l) = parse(text).unwrap() else { panic!("not llama.cpp") };
-            assert_eq!(l.n_ctx, Some(4096));
-            let cuda = &l.devices[0];
-            assert_eq!(cuda.name, "CUDA0");
-            assert_eq!(cuda.model.as_ref().unwrap().printed, "3820.94 MiB");
-            assert_eq!(cuda.kv.as_ref().unwrap().gib, 0.5);
-            assert_eq!(cuda.compute.as_ref().unwrap().gib, 296.0 / 1024.0);
-            assert_eq!(l.devices.len(), 3, "{:?}", l.devices);
-        }
+    fn llama_cpp_new_spellings() {
+        let StartupLog::LlamaCpp(l) = parse(
+            "0.00.329.192 I load_tensors: offloading 12 repeating layers to GPU
+0.00.329.203 I load_tensors:        CUDA0 model buffer size =    40.73 MiB
+0.00.329.204 I load_tensors:   CPU_Mapped model buffer size =    23.11 MiB
+0.00.319.984 I llama_context: n_ctx         = 512
+0.00.319.984 I llama_context: n_ctx_per_seq = 512
+llama_context:  CUDA_Host  output buffer size =     0.49 MiB
+0.01.218.542 I llama_kv_cache:      CUDA0 KV buffer size =     8.00 MiB
+0.01.219.844 I llama_kv_cache:      CUDA0 KV buffer size =    30.00 MiB
+0.01.231.094 I sched_reserve:      CUDA0 compute buffer size =    82.07 MiB",
+        )
+        .unwrap() else {
+            panic!("not llama.cpp")
+        };
+        assert_eq!(l.n_ctx, Some(512));
+        let cuda = &l.devices[0];
+        assert_eq!(cuda.name, "CUDA0");
+        assert_eq!(cuda.model.as_ref().unwrap().printed, "40.73 MiB");
+        assert_eq!(cuda.kv.as_ref().unwrap().gib, 38.0 / 1024.0);
+        assert_eq!(cuda.compute.as_ref().unwrap().printed, "82.07 MiB");
+        assert_eq!(l.devices[1].name, "CPU_Mapped");
+        assert_eq!(l.devices.len(), 2, "the output buffer is not counted: {:?}", l.devices);
     }
 
     #[test]
