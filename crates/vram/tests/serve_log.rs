@@ -125,3 +125,45 @@ fn bad_log_files_exit_2() {
     let err = util::fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--log", dir.path().join("absent.log").to_str().unwrap()], 2);
     assert!(err.contains("cannot open"), "{err}");
 }
+
+#[path = "../../vram-core/tests/support/gguf_writer.rs"]
+#[allow(dead_code)]
+mod gguf_writer;
+
+/// llama.cpp: the rows hold the plan's figures and the log's (lines from a real llama.cpp log, see
+/// `startup_log::tests::llama_cpp_new_spellings`; the tiny GGUF is not that model, so only the
+/// wiring is checked, and the n_ctx contradiction is called out).
+#[test]
+fn llama_cpp_log_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = dir.path().join("dense.gguf");
+    std::fs::write(&gguf, gguf_writer::tiny_llama().bytes()).unwrap();
+    // Pad (sparse) so the tensor data the header promises is in the file.
+    std::fs::File::options().write(true).open(&gguf).unwrap().set_len(16 << 20).unwrap();
+    let log = dir.path().join("llama.log");
+    std::fs::write(
+        &log,
+        "0.00.329.203 I load_tensors:        CUDA0 model buffer size =    40.73 MiB
+0.00.319.984 I llama_context: n_ctx         = 512
+0.01.218.542 I llama_kv_cache:      CUDA0 KV buffer size =     8.00 MiB
+0.01.231.094 I sched_reserve:      CUDA0 compute buffer size =    82.07 MiB
+",
+    )
+    .unwrap();
+    let g = gguf.to_str().unwrap();
+    let plain = json(&["serve", "-m", g, "-g", "rtx-4090", "-c", "4096"]);
+    let with = json(&["serve", "-m", g, "-g", "rtx-4090", "-c", "4096", "--log", log.to_str().unwrap()]);
+    let c = &with["comparison"];
+    assert_eq!(c["engine"], "llama.cpp");
+    const MIB: f64 = (1u64 << 20) as f64;
+    for (q, field, logged) in [
+        ("model buffer per device", "gpu_weights_bytes", 40.73),
+        ("KV buffer", "gpu_kv_bytes", 8.0),
+        ("compute buffer", "gpu_compute_bytes", 82.07),
+    ] {
+        let r = row(c, q);
+        assert_eq!(r["estimate"].as_f64().unwrap(), plain["plan"][field].as_f64().unwrap() / MIB, "{q}");
+        assert!((r["log"].as_f64().unwrap() - logged).abs() < 1e-9, "{q}");
+    }
+    assert!(c["contradictions"][0].as_str().unwrap().contains("n_ctx is 512"), "{c}");
+}
