@@ -127,7 +127,6 @@ fn bad_log_files_exit_2() {
 }
 
 #[path = "../../vram-core/tests/support/gguf_writer.rs"]
-#[allow(dead_code)]
 mod gguf_writer;
 
 /// llama.cpp: the rows hold the plan's figures and the log's (lines from a real llama.cpp log, see
