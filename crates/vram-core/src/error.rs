@@ -106,6 +106,12 @@ pub enum Error {
         /// Which quantity.
         what: String,
     },
+    /// A pasted start-up log holds none of the lines vram reads.
+    #[error("the log has none of the start-up lines vram reads; expected one of: {expected}")]
+    NotAStartupLog {
+        /// The lines looked for, by engine.
+        expected: String,
+    },
 }
 
 fn suggest(s: &[String]) -> String {

@@ -38,6 +38,7 @@ pub mod serve;
 pub mod sglang;
 pub mod snapshot;
 pub mod sniff;
+pub mod startup_log;
 pub mod tune;
 pub mod units;
 

@@ -583,6 +583,9 @@ pub struct ServeArgs {
     /// matches the regex go to CPU (RAM) or CUDA0 (the GPU); the first match wins.
     #[arg(long)]
     pub override_tensor: Vec<String>,
+    /// A vLLM, SGLang or llama.cpp start-up log to compare the estimate with (only read).
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<std::path::PathBuf>,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,

@@ -1,7 +1,8 @@
 //! `vram serve`: resolve vLLM-style, SGLang (`--engine sglang`) or llama.cpp flags, run the core's serving accounting,
 //! render. The engine is chosen here; each engine resolves its own flags.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
+use serde_json::Value;
 use vram_core::gpu::Gpu;
 use vram_core::serve::{cuda_total, serve, Quantization, ServeConfig, ServeLora, ServeReport, VllmEngine, VllmVersion};
 use vram_core::sglang::{SglangConfig, SglangReport};
@@ -10,39 +11,77 @@ use vram_core::{DType, Model};
 
 use super::show;
 use crate::cli::{MaxModelLen, ServeArgs};
-use crate::errors::UsageError;
+use crate::errors::{usage, UsageError};
 use crate::render;
 use crate::resolve;
 
 /// Pick the engine from the model file, resolve, compute, render.
 pub fn run(a: &ServeArgs) -> Result<()> {
+    // Read the log first: a bad path fails before any model is fetched.
+    let log = match &a.log {
+        Some(p) => Some((p.display().to_string(), read_log(p)?)),
+        None => None,
+    };
     if !a.command.is_empty() {
         let p = super::paste::translate(a)?;
-        return run_with(&p.args, &p.notes);
+        return run_with(&p.args, &p.notes, log.as_ref());
     }
-    run_with(a, &[])
+    run_with(a, &[], log.as_ref())
 }
 
-fn run_with(a: &ServeArgs, pasted: &[String]) -> Result<()> {
+/// The most a start-up log may be: logs are kilobytes; 64 MiB is surely the wrong file.
+const LOG_LIMIT: u64 = 64 << 20;
+
+/// Read and parse a start-up log (a regular file of at most 64 MiB).
+fn read_log(path: &std::path::Path) -> Result<vram_core::startup_log::StartupLog> {
+    let meta = std::fs::metadata(path).with_context(|| format!("cannot open --log {}", path.display()))?;
+    if !meta.is_file() {
+        return Err(usage(format!(
+            "--log {} is not a regular file (a FIFO, socket, device or directory): give a saved start-up log",
+            path.display()
+        )));
+    }
+    if meta.len() > LOG_LIMIT {
+        return Err(usage(format!("--log {} is {} bytes, over the 64 MiB limit: a start-up log is a few KB", path.display(), meta.len())));
+    }
+    let bytes = crate::source::local::read_limited(path, LOG_LIMIT)?;
+    let text = String::from_utf8_lossy(&bytes);
+    vram_core::startup_log::parse(&text).with_context(|| format!("--log {}", path.display()))
+}
+
+fn run_with(a: &ServeArgs, pasted: &[String], log: Option<&(String, vram_core::startup_log::StartupLog)>) -> Result<()> {
+    use render::serve_log as cmp;
+    use vram_core::startup_log::StartupLog;
     let model = a.model.as_deref().ok_or_else(|| UsageError("--model is required (or paste a launch command after `--`)".into()))?;
     let path = std::path::Path::new(model);
     let gguf = model.to_ascii_lowercase().ends_with(".gguf") || (path.is_file() && crate::source::local::is_gguf(path));
     let engine = if gguf { Engine::LlamaCpp } else { parse_engine(&a.engine)? };
     reject_other_engines_flags(a, engine)?;
+    // With --log, the comparison follows the estimate (text) or sits beside it (JSON).
+    let with_log = |est_json: Value, est_text: String, compare: &dyn Fn(&StartupLog) -> Option<cmp::Comparison>, planned: &str| match log {
+        None => show(a.json, || est_json, || est_text),
+        Some((file, l)) => {
+            let c = compare(l).unwrap_or_else(|| cmp::mismatch(l, planned));
+            show(a.json, || cmp::json(est_json.clone(), l, &c), || format!("{est_text}{}", cmp::text(&c, file)))
+        }
+    };
     if gguf {
         let mut s = llama_cpp(a, path)?;
         s.notes = pasted.to_vec();
-        show(a.json, || render::serve::llama_cpp_json(&s), || render::serve::llama_cpp_text(&s))
+        let c = |l: &StartupLog| if let StartupLog::LlamaCpp(l) = l { Some(cmp::llama_cpp(&s, l)) } else { None };
+        with_log(render::serve::llama_cpp_json(&s), render::serve::llama_cpp_text(&s), &c, "llama.cpp (a .gguf file)")
     } else if engine == Engine::Sglang {
         let mut s =
             sglang(a, crate::source::load_model(model, vram_core::ParseOptions { approximate_unknown: a.approximate_architecture })?)?;
         s.report.notes.splice(0..0, pasted.iter().cloned());
-        show(a.json, || render::serve::sglang_json(&s), || render::serve::sglang_text(&s))
+        let c = |l: &StartupLog| if let StartupLog::Sglang(l) = l { Some(cmp::sglang(&s, l)) } else { None };
+        with_log(render::serve::sglang_json(&s), render::serve::sglang_text(&s), &c, "SGLang (--engine sglang)")
     } else {
         let mut s =
             vllm(a, crate::source::load_model(model, vram_core::ParseOptions { approximate_unknown: a.approximate_architecture })?)?;
         s.report.notes.splice(0..0, pasted.iter().cloned());
-        show(a.json, || render::serve::vllm_json(&s), || render::serve::vllm_text(&s))
+        let c = |l: &StartupLog| if let StartupLog::Vllm(l) = l { Some(cmp::vllm(&s, l)) } else { None };
+        with_log(render::serve::vllm_json(&s), render::serve::vllm_text(&s), &c, "vLLM")
     }
 }
 

@@ -8,6 +8,7 @@ pub mod lists;
 pub mod plan;
 pub mod prometheus;
 pub mod serve;
+pub mod serve_log;
 pub mod svg;
 
 use vram_core::advice::Search;

@@ -1,0 +1,615 @@
+//! Read the memory lines of a pasted engine start-up log: vLLM (V0 and V1), SGLang, llama.cpp.
+//!
+//! Only the figures the engine printed are kept, in the unit it printed them; nothing is derived
+//! here. Lines a parser does not know are ignored. With tensor parallelism each worker prints its
+//! own lines behind a prefix (`(VllmWorker rank=1 pid=…)`, `(Worker_TP1 pid=…)`,
+//! `(VllmWorkerProcess pid=…)`, SGLang's `[… TP1]`): rank 0's figure is kept, and the ranks are
+//! counted.
+//!
+//! Units: vLLM prints "GiB" for most figures, but its older "Loading model weights took 14.9888 GB"
+//! and "Model loading took 0.4678 GB" divide by 2^30 too (`model_memory_usage / float(2**30)` in
+//! vLLM's model runner; validation/vllm/logs.jsonl records 14.9888 GB as `weights_gib`). SGLang's
+//! "GB" is also bytes / 2^30 (see `sglang.rs`, which reproduces those lines). llama.cpp prints MiB.
+//! So every size here is held in GiB (2^30 bytes), with the text as printed kept beside it.
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+
+/// A size as the engine printed it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LogSize {
+    /// The size in GiB (2^30 bytes). Negative where vLLM printed a negative KV budget.
+    pub gib: f64,
+    /// The figure and unit as printed, e.g. "14.9888 GB".
+    pub printed: String,
+}
+
+/// The vLLM figures of one start-up.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct VllmLog {
+    /// Ranks that printed per-rank lines (1 when no worker prefix appears).
+    pub ranks: u64,
+    /// The log is from the V1 engine ("Available KV cache memory", "GPU KV cache size", EngineCore).
+    pub v1: bool,
+    /// The log has lines only the V0 engine's worker prints ("Memory profiling results",
+    /// "the rest of the memory reserved for KV Cache", "# cuda blocks").
+    pub v0: bool,
+    /// "Model loading took X GiB", "Loading model weights took X GB" or "model weights take X GiB".
+    pub weights: Option<LogSize>,
+    /// "total_gpu_memory (X GiB)".
+    pub total_gpu_memory: Option<LogSize>,
+    /// "gpu_memory_utilization (0.90)".
+    pub gpu_memory_utilization: Option<f64>,
+    /// "… = X GiB": what this instance may use.
+    pub requested: Option<LogSize>,
+    /// "non_torch_memory takes X GiB".
+    pub non_torch: Option<LogSize>,
+    /// "PyTorch activation peak memory takes X GiB".
+    pub activation_peak: Option<LogSize>,
+    /// "Available KV cache memory: X GiB" or "the rest of the memory reserved for KV Cache is X GiB".
+    pub kv_cache: Option<LogSize>,
+    /// "GPU KV cache size: N tokens".
+    pub kv_tokens: Option<u64>,
+    /// "# GPU blocks: N" / "# cuda blocks: N" (vLLM 0.6: "GPU blocks: N").
+    pub gpu_blocks: Option<u64>,
+    /// The N of "Maximum concurrency for N tokens per request": the max model len.
+    pub max_model_len: Option<u64>,
+    /// "Maximum concurrency for … tokens per request: X x".
+    pub max_concurrency: Option<f64>,
+    /// "Graph capturing finished in … secs, took X GiB".
+    pub cuda_graph: Option<LogSize>,
+}
+
+/// The SGLang figures of one start-up.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SglangLog {
+    /// Ranks that printed lines (`[… TPn]` tags; 1 when none appears).
+    pub ranks: u64,
+    /// `tp_size=N` from the printed server arguments.
+    pub tp_size: Option<u64>,
+    /// `mem_fraction_static=X` from the printed server arguments.
+    pub mem_fraction_static: Option<f64>,
+    /// "Load weight end. … mem usage=X GB".
+    pub weights: Option<LogSize>,
+    /// "Load weight end. … avail mem=X GB".
+    pub avail_after_weights: Option<LogSize>,
+    /// "KV Cache is allocated. … #tokens: N".
+    pub kv_tokens: Option<u64>,
+    /// "K size: X GB" (or the single "KV size: X GB" of MLA models).
+    pub k_size: Option<LogSize>,
+    /// "V size: X GB".
+    pub v_size: Option<LogSize>,
+    /// "max_total_num_tokens=N".
+    pub max_total_num_tokens: Option<u64>,
+    /// "max_running_requests=N".
+    pub max_running_requests: Option<u64>,
+    /// "context_len=N".
+    pub context_len: Option<u64>,
+}
+
+/// One llama.cpp buffer device ("CUDA0", "CPU", "CUDA_Host", …) and its buffers.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct LlamaCppDevice {
+    /// The device as printed.
+    pub name: String,
+    /// "load_tensors: CUDA0 model buffer size" / "llm_load_tensors: CUDA0 buffer size".
+    pub model: Option<LogSize>,
+    /// "llama_kv_cache…: CUDA0 KV buffer size".
+    pub kv: Option<LogSize>,
+    /// "sched_reserve: / llama_context: / llama_new_context_with_model: CUDA0 compute buffer size".
+    pub compute: Option<LogSize>,
+}
+
+/// The llama.cpp figures of one start-up.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct LlamaCppLog {
+    /// "n_ctx = N".
+    pub n_ctx: Option<u64>,
+    /// Devices in the order they first appear.
+    pub devices: Vec<LlamaCppDevice>,
+}
+
+/// A parsed start-up log.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "engine", rename_all = "kebab-case")]
+pub enum StartupLog {
+    /// vLLM.
+    Vllm(VllmLog),
+    /// SGLang.
+    Sglang(SglangLog),
+    /// llama.cpp.
+    LlamaCpp(LlamaCppLog),
+}
+
+/// What the error names when nothing is recognised.
+const EXPECTED: &str = "vLLM: \"Model loading took X GiB\", \"model weights take X GiB; non_torch_memory takes …\", \
+\"Available KV cache memory: X GiB\", \"GPU KV cache size: N tokens\", \"Maximum concurrency for N tokens per request: Xx\"; \
+SGLang: \"Load weight end. … mem usage=X GB\", \"KV Cache is allocated. … #tokens: N\", \"max_total_num_tokens=N\"; \
+llama.cpp: \"load_tensors: CUDA0 model buffer size = X MiB\", \"llama_kv_cache…: CUDA0 KV buffer size = X MiB\", \
+\"llama_context: CUDA0 compute buffer size = X MiB\"";
+
+/// Parse a pasted start-up log. The engine is the one whose lines are found (the most, if several).
+pub fn parse(text: &str) -> Result<StartupLog> {
+    let vllm = parse_vllm(text);
+    let sglang = parse_sglang(text);
+    let llama = parse_llama_cpp(text);
+    let counts = [vllm.1, sglang.1, llama.1];
+    let best = counts.iter().copied().max().unwrap_or(0);
+    if best == 0 {
+        return Err(Error::NotAStartupLog { expected: EXPECTED.into() });
+    }
+    Ok(if counts[2] == best {
+        StartupLog::LlamaCpp(llama.0)
+    } else if counts[1] == best {
+        StartupLog::Sglang(sglang.0)
+    } else {
+        StartupLog::Vllm(vllm.0)
+    })
+}
+
+/// Which rank printed a line, and the line without the rank prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Rank {
+    /// The driver / engine core / rank 0.
+    Zero,
+    /// Another rank, by its tag.
+    Other(String),
+}
+
+/// Split vLLM's `(Tag pid=…)` prefix off a line. It may follow a container prefix
+/// (`qwen3-1  | (VllmWorker rank=0 pid=105) …`), so the first parenthesis holding `pid=` counts.
+fn vllm_rank(line: &str) -> (Rank, &str) {
+    let t = line.trim_start();
+    let Some(open) = t.find("pid=").and_then(|p| t[..p].rfind('(')) else { return (Rank::Zero, t) };
+    let rest = &t[open + 1..];
+    let Some(end) = rest.find(')') else { return (Rank::Zero, t) };
+    let (tag, body) = (&rest[..end], &rest[end + 1..]);
+    let number_after = |key: &str| tag.find(key).map(|i| tag[i + key.len()..].chars().take_while(char::is_ascii_digit).collect::<String>());
+    let rank = match number_after("rank=").or_else(|| number_after("_TP")) {
+        Some(n) if n == "0" => Rank::Zero,
+        Some(n) if !n.is_empty() => Rank::Other(n),
+        // V0's worker processes are ranks ≥ 1; the driver (rank 0) prints without a prefix.
+        _ if tag.starts_with("VllmWorkerProcess") => Rank::Other(tag.to_string()),
+        _ => Rank::Zero,
+    };
+    (rank, body)
+}
+
+/// SGLang's `[<date> <time> TP1]` tag (the rank after the time stamp).
+fn sglang_rank(line: &str) -> Rank {
+    let t = line.trim_start();
+    if let Some(rest) = t.strip_prefix('[') {
+        if let Some(end) = rest.find(']') {
+            for w in rest[..end].split_whitespace() {
+                if let Some(n) = w.strip_prefix("TP") {
+                    if !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()) {
+                        return if n.parse::<u64>() == Ok(0) { Rank::Zero } else { Rank::Other(n.to_string()) };
+                    }
+                }
+            }
+        }
+    }
+    Rank::Zero
+}
+
+/// The number at the start of `s` (after spaces; thousands commas allowed), and the rest.
+fn number(s: &str) -> Option<(f64, &str)> {
+    let s = s.trim_start();
+    let end =
+        s.char_indices().find(|&(i, c)| !(c.is_ascii_digit() || c == '.' || c == ',' || (c == '-' && i == 0))).map_or(s.len(), |(i, _)| i);
+    let text = s[..end].trim_end_matches([',', '.']);
+    let v: f64 = text.chars().filter(|&c| c != ',').collect::<String>().parse().ok()?;
+    v.is_finite().then_some((v, &s[text.len()..]))
+}
+
+/// A whole count (no fraction, not negative).
+fn count(s: &str) -> Option<u64> {
+    let (v, _) = number(s)?;
+    (v >= 0.0 && v.fract() == 0.0 && v < 9.0e15).then_some(v as u64)
+}
+
+/// A size: number then unit. GiB, GB (bytes / 2^30 in these engines, see the module docs) and MiB.
+fn size(s: &str) -> Option<LogSize> {
+    let (v, rest) = number(s)?;
+    let r = rest.trim_start();
+    let unit = ["GiB", "GB", "MiB"].into_iter().find(|u| r.starts_with(u))?;
+    let gib = if unit == "MiB" { v / 1024.0 } else { v };
+    let text = s.trim_start();
+    let num_text = &text[..text.len() - rest.len()];
+    Some(LogSize { gib, printed: format!("{num_text} {unit}") })
+}
+
+/// The text after the first `key` in `line`.
+fn after<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.find(key).map(|i| &line[i + key.len()..])
+}
+
+/// Per-field first-wins store that prefers rank 0: a value from another rank is kept only until a
+/// rank-0 value arrives.
+fn put<T>(slot: &mut Option<T>, from_zero: &mut bool, rank: &Rank, v: Option<T>) -> bool {
+    let Some(v) = v else { return false };
+    let zero = *rank == Rank::Zero;
+    if slot.is_none() || (zero && !*from_zero) {
+        *slot = Some(v);
+        *from_zero = zero;
+    }
+    true
+}
+
+fn parse_vllm(text: &str) -> (VllmLog, usize) {
+    let mut l = VllmLog::default();
+    let mut z = [false; 12];
+    let mut found = 0;
+    let mut others: Vec<String> = Vec::new();
+    let mut zero_seen = false;
+    for line in text.lines() {
+        let (rank, body) = vllm_rank(line);
+        let mut hit = 0;
+        let mut per_rank = false;
+        if let Some(r) = after(body, "Model loading took").or_else(|| after(body, "Loading model weights took")) {
+            hit += put(&mut l.weights, &mut z[0], &rank, size(r)) as usize;
+            per_rank = true;
+        }
+        if let Some(r) = after(body, "model weights take") {
+            hit += put(&mut l.weights, &mut z[0], &rank, size(r)) as usize;
+            per_rank = true;
+        }
+        if let Some(r) = after(body, "total_gpu_memory (") {
+            hit += put(&mut l.total_gpu_memory, &mut z[1], &rank, size(r)) as usize;
+            let gmu = after(r, "gpu_memory_utilization (").and_then(number).map(|(v, _)| v);
+            hit += put(&mut l.gpu_memory_utilization, &mut z[2], &rank, gmu) as usize;
+            hit += put(&mut l.requested, &mut z[3], &rank, after(r, ") = ").and_then(size)) as usize;
+            per_rank = true;
+        }
+        // vLLM 0.6's one-line form (vllm-project/vllm#10517): key=value pairs. Its peak_torch_memory
+        // includes the weights, so no activation figure is read from it.
+        if let Some(r) = after(body, "Memory profiling results:") {
+            hit += put(&mut l.total_gpu_memory, &mut z[1], &rank, after(r, "total_gpu_memory=").and_then(size)) as usize;
+            let gmu = after(r, "gpu_memory_utilization=").and_then(number).map(|(v, _)| v);
+            hit += put(&mut l.gpu_memory_utilization, &mut z[2], &rank, gmu) as usize;
+            hit += put(&mut l.non_torch, &mut z[4], &rank, after(r, "non_torch_memory=").and_then(size)) as usize;
+            hit += put(&mut l.kv_cache, &mut z[6], &rank, after(r, "kv_cache_size=").and_then(size)) as usize;
+            per_rank = true;
+        }
+        if let Some(r) = after(body, "non_torch_memory takes") {
+            hit += put(&mut l.non_torch, &mut z[4], &rank, size(r)) as usize;
+        }
+        if let Some(r) = after(body, "PyTorch activation peak memory takes") {
+            hit += put(&mut l.activation_peak, &mut z[5], &rank, size(r)) as usize;
+        }
+        if let Some(r) = after(body, "the rest of the memory reserved for KV Cache is") {
+            hit += put(&mut l.kv_cache, &mut z[6], &rank, size(r)) as usize;
+        }
+        if let Some(r) = after(body, "Available KV cache memory:") {
+            hit += put(&mut l.kv_cache, &mut z[6], &rank, size(r)) as usize;
+            l.v1 = true;
+            per_rank = true;
+        }
+        if let Some(r) = after(body, "GPU KV cache size:") {
+            hit += put(&mut l.kv_tokens, &mut z[7], &rank, count(r)) as usize;
+            l.v1 = true;
+        }
+        if let Some(r) = ["GPU blocks:", "cuda blocks:", "CUDA blocks:"].iter().find_map(|k| after(body, k)) {
+            hit += put(&mut l.gpu_blocks, &mut z[8], &rank, count(r)) as usize;
+        }
+        if let Some(r) = after(body, "Maximum concurrency for") {
+            let len = count(r);
+            let x = after(r, "tokens per request:").and_then(number).map(|(v, _)| v);
+            if x.is_some() {
+                hit += put(&mut l.max_model_len, &mut z[9], &rank, len) as usize;
+                hit += put(&mut l.max_concurrency, &mut z[10], &rank, x) as usize;
+            }
+        }
+        if let Some(r) = after(body, "Graph capturing finished in").and_then(|r| after(r, "took")) {
+            hit += put(&mut l.cuda_graph, &mut z[11], &rank, size(r)) as usize;
+        }
+        if hit > 0 && per_rank {
+            match &rank {
+                Rank::Zero => zero_seen = true,
+                Rank::Other(t) if !others.contains(t) => others.push(t.clone()),
+                Rank::Other(_) => {}
+            }
+        }
+        if ["Memory profiling results:", "the rest of the memory reserved for KV Cache", "cuda blocks:"].iter().any(|k| body.contains(k)) {
+            l.v0 = true;
+        }
+        if line.contains("EngineCore") {
+            l.v1 = true;
+        }
+        found += hit;
+    }
+    l.ranks = (others.len() as u64 + u64::from(zero_seen)).max(1);
+    (l, found)
+}
+
+fn parse_sglang(text: &str) -> (SglangLog, usize) {
+    let mut l = SglangLog::default();
+    let mut z = [false; 10];
+    let mut found = 0;
+    let mut ranks: Vec<Rank> = Vec::new();
+    for line in text.lines() {
+        let rank = sglang_rank(line);
+        let mut hit = 0;
+        if let Some(r) = after(line, "Load weight end.") {
+            hit += put(&mut l.weights, &mut z[0], &rank, after(r, "mem usage=").and_then(size)) as usize;
+            hit += put(&mut l.avail_after_weights, &mut z[1], &rank, after(r, "avail mem=").and_then(size)) as usize;
+        }
+        if let Some(r) = after(line, "KV Cache is allocated.") {
+            hit += put(&mut l.kv_tokens, &mut z[2], &rank, after(r, "#tokens:").and_then(count)) as usize;
+            let k = after(r, "K size:").or_else(|| after(r, "KV size:")).and_then(size);
+            hit += put(&mut l.k_size, &mut z[3], &rank, k) as usize;
+            hit += put(&mut l.v_size, &mut z[4], &rank, after(r, "V size:").and_then(size)) as usize;
+        }
+        if let Some(r) = after(line, "max_total_num_tokens=") {
+            hit += put(&mut l.max_total_num_tokens, &mut z[5], &rank, count(r)) as usize;
+            let mrr = after(r, "max_running_requests=").and_then(count);
+            hit += put(&mut l.max_running_requests, &mut z[6], &rank, mrr) as usize;
+            hit += put(&mut l.context_len, &mut z[7], &rank, after(r, "context_len=").and_then(count)) as usize;
+        }
+        // The server arguments are printed once; they do not count as memory lines.
+        if line.contains("ServerArgs(") || line.contains("server_args=") {
+            put(&mut l.tp_size, &mut z[8], &rank, after(line, "tp_size=").and_then(count));
+            put(&mut l.mem_fraction_static, &mut z[9], &rank, after(line, "mem_fraction_static=").and_then(number).map(|(v, _)| v));
+        }
+        if hit > 0 && !ranks.contains(&rank) {
+            ranks.push(rank);
+        }
+        found += hit;
+    }
+    l.ranks = (ranks.len() as u64).max(1);
+    (l, found)
+}
+
+fn parse_llama_cpp(text: &str) -> (LlamaCppLog, usize) {
+    let mut l = LlamaCppLog::default();
+    let mut found = 0;
+    for line in text.lines() {
+        // The function name may follow a timestamp and level ("0.00.329.203 I load_tensors: …")
+        // or colour codes: the first `name:` whose name ends in a known function counts.
+        let Some((func, body)) = line.match_indices(':').find_map(|(i, _)| {
+            let name = line[..i].rsplit(char::is_whitespace).next().unwrap_or("");
+            let known = ["load_tensors", "llama_context", "llama_new_context_with_model", "llama_init_from_model", "sched_reserve"]
+                .iter()
+                .any(|k| name.ends_with(k))
+                || name.contains("llama_kv_cache");
+            known.then(|| (name, &line[i + 1..]))
+        }) else {
+            continue;
+        };
+        if let Some(r) = body.trim_start().strip_prefix("n_ctx") {
+            if let Some(v) = r.trim_start().strip_prefix('=').and_then(count) {
+                l.n_ctx.get_or_insert(v);
+            }
+            continue;
+        }
+        let Some(i) = body.find(" buffer size =") else { continue };
+        let words: Vec<&str> = body[..i].split_whitespace().collect();
+        let (kind, device) = match words.as_slice() {
+            [.., dev, k] if ["model", "KV", "compute"].contains(k) => (*k, *dev),
+            [dev] if func.ends_with("load_tensors") => ("model", *dev),
+            _ => continue,
+        };
+        let Some(s) = size(&body[i + " buffer size =".len()..]) else { continue };
+        let d = match l.devices.iter().position(|d| d.name == device) {
+            Some(p) => &mut l.devices[p],
+            None => {
+                l.devices.push(LlamaCppDevice { name: device.to_string(), ..Default::default() });
+                l.devices.last_mut().expect("just pushed")
+            }
+        };
+        let slot = match kind {
+            "model" => &mut d.model,
+            "KV" => &mut d.kv,
+            _ => &mut d.compute,
+        };
+        // A device may print several buffers of one kind (e.g. per KV-cache type): add them.
+        *slot = Some(match slot.take() {
+            Some(old) => LogSize { gib: old.gib + s.gib, printed: format!("{} + {}", old.printed, s.printed) },
+            None => s,
+        });
+        found += 1;
+    }
+    (l, found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vllm(text: &str) -> VllmLog {
+        match parse(text).unwrap() {
+            StartupLog::Vllm(l) => l,
+            other => panic!("not vLLM: {other:?}"),
+        }
+    }
+
+    /// vllm-project/vllm#16570 (validation/vllm/logs.jsonl, qwen2.5-vl-72b-a100-40gb-tp4): V0, TP 4,
+    /// two worker processes and the driver; rank 0 (no prefix) is kept.
+    #[test]
+    fn vllm_v0_profile_lines_keep_rank_zero_and_count_ranks() {
+        let l = vllm(
+            "(VllmWorkerProcess pid=126555) INFO 04-15 00:05:58 [worker.py:267] the current vLLM instance can use total_gpu_memory (39.38GiB) x gpu_memory_utilization (0.95) = 37.41GiB
+(VllmWorkerProcess pid=126555) INFO 04-15 00:05:58 [worker.py:267] model weights take 34.43GiB; non_torch_memory takes 0.34GiB; PyTorch activation peak memory takes 2.51GiB; the rest of the memory reserved for KV Cache is 0.13GiB.
+INFO 04-15 00:05:58 [worker.py:267] model weights take 34.43GiB; non_torch_memory takes 0.43GiB; PyTorch activation peak memory takes 2.51GiB; the rest of the memory reserved for KV Cache is 0.04GiB.
+(VllmWorkerProcess pid=126553) INFO 04-15 00:05:58 [worker.py:267] model weights take 34.43GiB; non_torch_memory takes 0.38GiB; PyTorch activation peak memory takes 2.51GiB; the rest of the memory reserved for KV Cache is 0.09GiB.",
+        );
+        assert_eq!(l.ranks, 3);
+        assert_eq!(l.non_torch.unwrap().gib, 0.43);
+        assert_eq!(l.kv_cache.as_ref().unwrap().printed, "0.04 GiB");
+        assert_eq!(l.weights.unwrap().gib, 34.43);
+        assert_eq!(l.activation_peak.unwrap().gib, 2.51);
+        // Only a worker printed the budget line: its figures stand in.
+        assert_eq!(l.total_gpu_memory.unwrap().gib, 39.38);
+        assert_eq!(l.gpu_memory_utilization, Some(0.95));
+        assert_eq!(l.requested.unwrap().gib, 37.41);
+        assert!(!l.v1);
+    }
+
+    /// vllm-project/vllm#13882 (logs.jsonl qwen2.5-7b-4060-tp1): "GB" weights, a negative KV budget.
+    #[test]
+    fn vllm_v0_gb_weights_and_negative_kv() {
+        let l = vllm("INFO 02-26 09:54:02 model_runner.py:1115] Loading model weights took 5.2032 GB
+INFO 02-26 09:54:05 worker.py:267] model weights take 5.20GiB; non_torch_memory takes 0.03GiB; PyTorch activation peak memory takes 1.42GiB; the rest of the memory reserved for KV Cache is -1.05GiB.
+INFO 02-26 09:54:05 executor_base.py:111] # cuda blocks: 0, # CPU blocks: 4681
+INFO 02-26 09:54:05 executor_base.py:116] Maximum concurrency for 4096 tokens per request: 0.00x");
+        assert_eq!(l.weights.unwrap(), LogSize { gib: 5.2032, printed: "5.2032 GB".into() });
+        assert_eq!(l.kv_cache.unwrap().gib, -1.05);
+        assert_eq!(l.gpu_blocks, Some(0));
+        assert_eq!((l.max_model_len, l.max_concurrency), (Some(4096), Some(0.0)));
+        assert_eq!(l.ranks, 1);
+    }
+
+    /// vllm-project/vllm#10517 (logs.jsonl llama-3.1-8b-3090-20k): vLLM 0.6's key=value line.
+    #[test]
+    fn vllm_06_memory_profiling_results() {
+        let l = vllm("Loading model weights took 14.9888 GB
+Memory profiling results: total_gpu_memory=23.58GiB initial_memory_usage=15.34GiB peak_torch_memory=17.06GiB memory_usage_post_profile=15.35GiB non_torch_memory=0.35GiB kv_cache_size=3.81GiB gpu_memory_utilization=0.90
+GPU blocks: 1952, # CPU blocks: 2048
+Maximum concurrency for 20000 tokens per request: 1.56x");
+        assert_eq!(l.weights.unwrap().gib, 14.9888);
+        assert_eq!(l.total_gpu_memory.unwrap().gib, 23.58);
+        assert_eq!(l.gpu_memory_utilization, Some(0.9));
+        assert_eq!(l.non_torch.unwrap().gib, 0.35);
+        assert_eq!(l.kv_cache.unwrap().gib, 3.81);
+        assert_eq!(l.activation_peak, None);
+        assert!(l.v0 && !l.v1);
+        assert_eq!((l.gpu_blocks, l.max_model_len, l.max_concurrency), (Some(1952), Some(20_000), Some(1.56)));
+    }
+
+    /// LMCache/LMCache#1739 (logs.jsonl qwen3-14b-32k) and vllm-project/vllm#29137
+    /// (gguf-qwen3-graph-capture): V1 lines with thousands commas and the graph capture.
+    #[test]
+    fn vllm_v1_lines() {
+        let l = vllm(
+            "[gpu_worker.py:298] Available KV cache memory: 6.51 GiB
+[kv_cache_utils.py:864] GPU KV cache size: 42,656 tokens
+[kv_cache_utils.py:868] Maximum concurrency for 32,768 tokens per request: 1.30x",
+        );
+        assert_eq!(l.kv_cache.unwrap().gib, 6.51);
+        assert_eq!((l.kv_tokens, l.max_model_len, l.max_concurrency), (Some(42_656), Some(32_768), Some(1.3)));
+        assert!(l.v1);
+        let l = vllm(
+            "(EngineCore_DP0 pid=1206446) INFO 11-21 10:26:22 [kv_cache_utils.py:1234] GPU KV cache size: 611,136 tokens
+(EngineCore_DP0 pid=1206446) INFO 11-21 10:26:22 [kv_cache_utils.py:1239] Maximum concurrency for 40,960 tokens per request: 14.92x
+(EngineCore_DP0 pid=1206446) INFO 11-21 10:26:25 [gpu_model_runner.py:4245] Graph capturing finished in 3 secs, took 0.71 GiB",
+        );
+        assert_eq!(l.kv_tokens, Some(611_136));
+        assert_eq!(l.cuda_graph.unwrap().printed, "0.71 GiB");
+    }
+
+    /// vllm-project/vllm#17469 (Qwen3 under docker compose, TP 4): the container prefix comes first;
+    /// rank 0 is kept though rank 2 printed before it.
+    #[test]
+    fn vllm_worker_prefix_after_a_container_prefix() {
+        let l = vllm("qwen3-1  | (VllmWorker rank=2 pid=107) INFO 04-29 01:07:41 [gpu_model_runner.py:1347] Model loading took 14.2474 GiB and 559.045517 seconds
+qwen3-1  | (VllmWorker rank=0 pid=105) INFO 04-29 01:07:41 [gpu_model_runner.py:1347] Model loading took 14.2474 GiB and 558.868858 seconds
+qwen3-1  | (VllmWorker rank=1 pid=106) INFO 04-29 01:07:41 [gpu_model_runner.py:1347] Model loading took 14.2474 GiB and 559.043662 seconds
+qwen3-1  | (VllmWorker rank=3 pid=108) INFO 04-29 01:07:41 [gpu_model_runner.py:1347] Model loading took 14.2474 GiB and 559.041898 seconds");
+        assert_eq!(l.ranks, 4);
+        assert_eq!(l.weights.unwrap().printed, "14.2474 GiB");
+    }
+
+    /// vllm-project/vllm#38820: V1's "Model loading took X GiB memory and … seconds" from
+    /// `(Worker_TP0 …)`, which is rank 0.
+    #[test]
+    fn vllm_v1_model_loading() {
+        let l = vllm(
+            "(Worker_TP0 pid=34322) INFO 05-06 20:59:57 [default_loader.py:384] Loading weights took 24.84 seconds
+(Worker_TP0 pid=34322) INFO 05-06 20:59:59 [gpu_model_runner.py:4879] Model loading took 12.66 GiB memory and 31.657031 seconds",
+        );
+        assert_eq!(l.weights.unwrap().gib, 12.66);
+        assert_eq!(l.ranks, 1);
+        // vllm-project/vllm#28228: a `Worker_TP1` prefix is rank 1.
+        let (rank, _) = vllm_rank("(Worker_TP1 pid=26348) INFO 11-06 10:51:36 [backends.py:209] Directly load the compiled graph(s)");
+        assert_eq!(rank, Rank::Other("1".into()));
+    }
+
+    /// vllm-project/vllm#21348 and sgl-project/sglang#18263 (validation/sglang/logs.jsonl).
+    #[test]
+    fn sglang_lines() {
+        let StartupLog::Sglang(l) = parse(
+            "Load weight end. elapsed=19.09 s, type=Qwen3MoeForCausalLM, avail mem=230.20 GB, mem usage=56.98 GB.
+KV Cache is allocated. dtype: torch.bfloat16, #tokens: 1669816, K size: 76.44 GB, V size: 76.44 GB",
+        )
+        .unwrap() else {
+            panic!("not SGLang")
+        };
+        assert_eq!(l.weights.unwrap(), LogSize { gib: 56.98, printed: "56.98 GB".into() });
+        assert_eq!(l.avail_after_weights.unwrap().gib, 230.2);
+        assert_eq!(l.kv_tokens, Some(1_669_816));
+        assert_eq!(l.k_size.unwrap().gib, 76.44);
+        assert_eq!(l.v_size.unwrap().gib, 76.44);
+        assert_eq!(l.ranks, 1);
+    }
+
+    /// The old spellings (`llm_load_tensors`, `llama_new_context_with_model`), from
+    /// ikawrakow/ik_llama.cpp#237 and #235 (a 15-GPU DeepSeek run).
+    #[test]
+    fn llama_cpp_old_spellings() {
+        let StartupLog::LlamaCpp(l) = parse(
+            "llm_load_tensors:     CUDA14 buffer size = 12698.93 MiB
+llama_new_context_with_model: n_ctx      = 163840
+llama_kv_cache_init: layer 0: n_embd_head_qk_rope = 64, kv_lora_rank = 512
+llama_new_context_with_model:      CUDA1 compute buffer size =  5718.01 MiB
+llama_new_context_with_model:  CUDA_Host compute buffer size =   174.02 MiB",
+        )
+        .unwrap() else {
+            panic!("not llama.cpp")
+        };
+        assert_eq!(l.n_ctx, Some(163_840));
+        let names: Vec<&str> = l.devices.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["CUDA14", "CUDA1", "CUDA_Host"]);
+        assert_eq!(l.devices[0].model.as_ref().unwrap().printed, "12698.93 MiB");
+        assert_eq!(l.devices[1].compute.as_ref().unwrap().gib, 5718.01 / 1024.0);
+    }
+
+    /// The new spellings behind a timestamp: `load_tensors`, `llama_context`, `llama_kv_cache`,
+    /// `sched_reserve` (a llama.cpp log committed in a public repository; the KV line and the
+    /// output-buffer line as in ggml-org/llama.cpp#27680). Two KV buffers on one device add up.
+    #[test]
+    fn llama_cpp_new_spellings() {
+        let StartupLog::LlamaCpp(l) = parse(
+            "0.00.329.192 I load_tensors: offloading 12 repeating layers to GPU
+0.00.329.203 I load_tensors:        CUDA0 model buffer size =    40.73 MiB
+0.00.329.204 I load_tensors:   CPU_Mapped model buffer size =    23.11 MiB
+0.00.319.984 I llama_context: n_ctx         = 512
+0.00.319.984 I llama_context: n_ctx_per_seq = 512
+llama_context:  CUDA_Host  output buffer size =     0.49 MiB
+0.01.218.542 I llama_kv_cache:      CUDA0 KV buffer size =     8.00 MiB
+0.01.219.844 I llama_kv_cache:      CUDA0 KV buffer size =    30.00 MiB
+0.01.231.094 I sched_reserve:      CUDA0 compute buffer size =    82.07 MiB",
+        )
+        .unwrap() else {
+            panic!("not llama.cpp")
+        };
+        assert_eq!(l.n_ctx, Some(512));
+        let cuda = &l.devices[0];
+        assert_eq!(cuda.name, "CUDA0");
+        assert_eq!(cuda.model.as_ref().unwrap().printed, "40.73 MiB");
+        assert_eq!(cuda.kv.as_ref().unwrap().gib, 38.0 / 1024.0);
+        assert_eq!(cuda.compute.as_ref().unwrap().printed, "82.07 MiB");
+        assert_eq!(l.devices[1].name, "CPU_Mapped");
+        assert_eq!(l.devices.len(), 2, "the output buffer is not counted: {:?}", l.devices);
+    }
+
+    #[test]
+    fn no_known_line_is_an_error_naming_the_lines() {
+        let e = parse("hello\nINFO nothing here\n").unwrap_err().to_string();
+        assert!(e.contains("Model loading took") && e.contains("Load weight end") && e.contains("compute buffer size"), "{e}");
+        assert!(parse("").is_err());
+    }
+
+    #[test]
+    fn garbage_numbers_are_ignored_not_panics() {
+        for t in [
+            "Model loading took",
+            "Model loading took -.- GiB",
+            "GPU KV cache size: ,,, tokens",
+            "Maximum concurrency for 1e999",
+            "load_tensors: CUDA0 model buffer size = NaN MiB",
+        ] {
+            assert!(parse(t).is_err(), "{t}");
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! `vram serve --log`: the estimate beside a real start-up log (fixtures in validation/logs/,
+//! built only from lines posted in the issue threads named in validation/logs/README.md).
+
+mod util;
+
+use serde_json::Value;
+
+const VLLM_LOG: &str = "validation/logs/vllm-10517-llama-3.1-8b-rtx3090.log";
+const SGLANG_LOG: &str = "validation/logs/sglang-vllm-21348-qwen3-235b-a22b-fp8-h100-tp4.log";
+const VLLM_FLAGS: [&str; 11] =
+    ["serve", "-m", "llama-3.1-8b", "-g", "rtx-3090", "--max-model-len", "20000", "--vllm-engine", "v0", "--vllm-version", "0.6"];
+
+fn run(args: &[&str]) -> std::process::Output {
+    util::vram().current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).args(args).output().expect("runs")
+}
+
+fn json(args: &[&str]) -> Value {
+    let out = run(&[args, &["--json"]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("valid JSON")
+}
+
+fn row<'a>(c: &'a Value, quantity: &str) -> &'a Value {
+    c["rows"].as_array().unwrap().iter().find(|r| r["quantity"] == quantity).unwrap_or_else(|| panic!("no row {quantity}"))
+}
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+#[test]
+fn vllm_log_rows_hold_the_estimate_and_the_logged_figures() {
+    let plain = json(&VLLM_FLAGS);
+    let g = &plain["gpus"][0];
+    let with = json(&[&VLLM_FLAGS[..], &["--log", VLLM_LOG]].concat());
+    assert_eq!(with["estimate"], plain, "the estimate is unchanged by --log");
+    let c = &with["comparison"];
+    assert_eq!(c["engine"], "vllm");
+    assert_eq!(c["contradictions"].as_array().unwrap().len(), 0, "{c}");
+    // (row, estimate field, bytes?, the log's figure as printed in vllm-project/vllm#10517)
+    let cases: [(&str, &str, bool, Option<f64>); 8] = [
+        ("weights per GPU", "weights_bytes", true, Some(14.9888)),
+        ("non-torch memory", "non_torch_bytes", true, Some(0.35)),
+        ("activation peak", "activation_peak_bytes", true, None),
+        ("CUDA graphs", "cuda_graph_estimate_bytes", true, None),
+        ("KV cache", "kv_cache_bytes", true, Some(3.81)),
+        ("KV cache tokens", "kv_tokens", false, None),
+        ("KV cache blocks", "num_kv_blocks", false, Some(1952.0)),
+        ("max concurrency", "max_concurrency", false, Some(1.56)),
+    ];
+    for (q, field, bytes, logged) in cases {
+        let r = row(c, q);
+        let est = g[field].as_f64().unwrap() / if bytes { GIB } else { 1.0 };
+        assert!((r["estimate"].as_f64().unwrap() - est).abs() < 1e-9, "{q}: {r}");
+        assert_eq!(r["log"].as_f64(), logged, "{q}");
+        if let Some(l) = logged {
+            assert!((r["difference"].as_f64().unwrap() - (l - est)).abs() < 1e-9, "{q}");
+        }
+    }
+    // The text names every quantity, with the figures of the estimate and the log.
+    let out = run(&[&VLLM_FLAGS[..], &["--log", VLLM_LOG]].concat());
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let table = text.split("Start-up log").nth(1).expect("a comparison section");
+    for (q, ..) in cases {
+        assert!(table.contains(q), "{q} missing:\n{table}");
+    }
+    let weights = format!("{:.2} GiB", g["weights_bytes"].as_f64().unwrap() / GIB);
+    assert!(table.lines().any(|l| l.contains("weights per GPU") && l.matches(&weights).count() == 2), "{table}");
+    assert!(table.lines().any(|l| l.contains("non-torch memory") && l.contains("0.35 GiB")), "{table}");
+    assert!(table.lines().any(|l| l.contains("KV cache blocks") && l.contains("1952")), "{table}");
+    assert!(table.contains("non-torch memory: vram assumes 0.15 GiB at TP 1"), "{table}");
+}
+
+#[test]
+fn contradicting_flags_are_called_out() {
+    let c = json(&["serve", "-m", "llama-3.1-8b", "-g", "rtx-3090", "--gpu-memory-utilization", "0.8", "--log", VLLM_LOG]);
+    let said = c["comparison"]["contradictions"].to_string();
+    for x in ["gpu_memory_utilization 0.90", "max model len is 20000", "V0 engine"] {
+        assert!(said.contains(x), "{x}: {said}");
+    }
+    let out = run(&["serve", "-m", "llama-3.1-8b", "-g", "a100-40gb", "--log", VLLM_LOG]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("WARNING: the log's GPU has total_gpu_memory 23.58 GiB"), "{text}");
+    // An SGLang log under a vLLM plan.
+    let c = json(&["serve", "-m", "llama-3.1-8b", "-g", "rtx-3090", "--log", SGLANG_LOG]);
+    assert!(c["comparison"]["contradictions"][0].as_str().unwrap().contains("the log is from sglang"));
+}
+
+#[test]
+fn sglang_log_rows() {
+    let flags = [
+        "serve",
+        "--engine",
+        "sglang",
+        "-m",
+        "validation/sglang/qwen3-235b-a22b-fp8.config.json",
+        "-g",
+        "h100-80gb",
+        "--tp",
+        "4",
+        "--mem-fraction-static",
+        "0.93",
+    ];
+    let plain = json(&flags);
+    let c = json(&[&flags[..], &["--log", SGLANG_LOG]].concat())["comparison"].clone();
+    let t = row(&c, "KV cache tokens");
+    assert_eq!(t["log"].as_f64(), Some(367_404.0));
+    assert_eq!(t["estimate"], plain["gpus"][0]["max_total_num_tokens"].as_f64().unwrap());
+    assert_eq!(row(&c, "K size")["log_printed"], "8.23 GB");
+}
+
+#[test]
+fn bad_log_files_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let err = util::fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--log", d], 2);
+    assert!(err.contains("not a regular file"), "{err}");
+    let big = dir.path().join("big.log");
+    std::fs::File::create(&big).unwrap().set_len((64 << 20) + 1).unwrap();
+    let err = util::fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--log", big.to_str().unwrap()], 2);
+    assert!(err.contains("64 MiB"), "{err}");
+    let none = dir.path().join("none.log");
+    std::fs::write(&none, "INFO starting\nhello\n").unwrap();
+    let err = util::fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--log", none.to_str().unwrap()], 2);
+    assert!(err.contains("Model loading took") && err.contains("Load weight end"), "{err}");
+    let err = util::fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--log", dir.path().join("absent.log").to_str().unwrap()], 2);
+    assert!(err.contains("cannot open"), "{err}");
+}
+
+#[path = "../../vram-core/tests/support/gguf_writer.rs"]
+mod gguf_writer;
+
+/// llama.cpp: the rows hold the plan's figures and the log's (lines from a real llama.cpp log, see
+/// `startup_log::tests::llama_cpp_new_spellings`; the tiny GGUF is not that model, so only the
+/// wiring is checked, and the n_ctx contradiction is called out).
+#[test]
+fn llama_cpp_log_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = dir.path().join("dense.gguf");
+    std::fs::write(&gguf, gguf_writer::tiny_llama().bytes()).unwrap();
+    // Pad (sparse) so the tensor data the header promises is in the file.
+    std::fs::File::options().write(true).open(&gguf).unwrap().set_len(16 << 20).unwrap();
+    let log = dir.path().join("llama.log");
+    std::fs::write(
+        &log,
+        "0.00.329.203 I load_tensors:        CUDA0 model buffer size =    40.73 MiB
+0.00.319.984 I llama_context: n_ctx         = 512
+0.01.218.542 I llama_kv_cache:      CUDA0 KV buffer size =     8.00 MiB
+0.01.231.094 I sched_reserve:      CUDA0 compute buffer size =    82.07 MiB
+",
+    )
+    .unwrap();
+    let g = gguf.to_str().unwrap();
+    let plain = json(&["serve", "-m", g, "-g", "rtx-4090", "-c", "4096"]);
+    let with = json(&["serve", "-m", g, "-g", "rtx-4090", "-c", "4096", "--log", log.to_str().unwrap()]);
+    let c = &with["comparison"];
+    assert_eq!(c["engine"], "llama.cpp");
+    const MIB: f64 = (1u64 << 20) as f64;
+    for (q, field, logged) in [
+        ("model buffer per device", "gpu_weights_bytes", 40.73),
+        ("KV buffer", "gpu_kv_bytes", 8.0),
+        ("compute buffer", "gpu_compute_bytes", 82.07),
+    ] {
+        let r = row(c, q);
+        assert_eq!(r["estimate"].as_f64().unwrap(), plain["plan"][field].as_f64().unwrap() / MIB, "{q}");
+        assert!((r["log"].as_f64().unwrap() - logged).abs() < 1e-9, "{q}");
+    }
+    assert!(c["contradictions"][0].as_str().unwrap().contains("n_ctx is 512"), "{c}");
+}
