@@ -230,7 +230,8 @@ fn reserve(model: &Model, job: &Job, peak_allocated: u64) -> (u64, String) {
         Ok(r) => {
             let what = if job.mode == Mode::Train { "two training steps" } else { "a generation" };
             let live = allocator::peak_requested(&ops);
-            let detail = format!("{}; tensor-level sequence of {what}, allocated peak {:.2} GiB", r.reason(), live as f64 / (1u64 << 30) as f64);
+            let detail =
+                format!("{}; tensor-level sequence of {what}, allocated peak {:.2} GiB", r.reason(), live as f64 / (1u64 << 30) as f64);
             (r.peak_reserved.saturating_sub(live), detail)
         }
         Err(_) => flat("the allocator model refused the sequence"),
