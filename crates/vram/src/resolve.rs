@@ -264,6 +264,17 @@ fn kv_dtype(s: &str) -> Result<Option<DType>> {
     }
 }
 
+/// `--alloc-conf` where the reserve is never simulated (sharded estimates, plan) would be
+/// ignored: an error naming where it works.
+pub fn reject_alloc_conf(a: &JobArgs, command: &str) -> Result<()> {
+    if a.alloc_conf.is_some() {
+        return Err(usage(format!(
+            "--alloc-conf is read where the caching allocator is simulated (a single-GPU estimate, fit, tune, run), not by {command}, which assumes a flat reserve: drop it, or use --allocator-reserve"
+        )));
+    }
+    Ok(())
+}
+
 fn overheads(a: &JobArgs) -> Result<Overheads> {
     let mut o = Overheads::default();
     if let Some(s) = &a.cuda_context {

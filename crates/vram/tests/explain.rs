@@ -102,6 +102,15 @@ fn the_allocator_model_is_the_default_and_a_flat_reserve_is_opt_in() {
     // Settings change the simulation; both ways of giving them are read, bad ones refused.
     let exp = util::json(&["estimate", "-m", "gpt2", "-b", "4", "-s", "1024", "--alloc-conf", "expandable_segments:True"]);
     assert!(detail(&exp).contains("live blocks"));
+    // Where the reserve is flat, the settings would be ignored: refused, or said.
+    for args in [
+        &["estimate", "-m", "gpt2", "--gpus", "2", "--zero", "2", "--alloc-conf", "expandable_segments:True"][..],
+        &["plan", "-m", "gpt2", "-g", "h100", "--gpus", "8", "--alloc-conf", "expandable_segments:True"][..],
+    ] {
+        assert!(fails(args, 2).contains("--alloc-conf"));
+    }
+    let acc = util::json(&["estimate", "-m", "gpt2", "--grad-accum", "4", "--alloc-conf", "expandable_segments:True"]);
+    assert!(acc.to_string().contains("settings are not applied"), "{acc}");
     let e = fails(&["estimate", "-m", "gpt2", "--alloc-conf", "roundup_power2_divisions:4"], 2);
     assert!(e.contains("not modelled"), "{e}");
     let out = vram().env("PYTORCH_CUDA_ALLOC_CONF", "bogus:1").args(["estimate", "-m", "gpt2"]).output().unwrap();

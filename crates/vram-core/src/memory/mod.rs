@@ -225,7 +225,10 @@ fn reserve(model: &Model, job: &Job, peak_allocated: u64) -> (u64, String) {
         )
     };
     let Some(conf) = job.overheads.allocator else { return flat("--allocator-reserve") };
-    let Some(ops) = allocation_sequence(model, job) else { return flat(unsimulated(job)) };
+    let Some(ops) = allocation_sequence(model, job) else {
+        let ignored = if conf == AllocConf::default() { "" } else { "; its PYTORCH_CUDA_ALLOC_CONF settings are not applied" };
+        return flat(&format!("{}{ignored}", unsimulated(job)));
+    };
     match allocator::simulate(&ops, conf, None) {
         Ok(r) => {
             let what = if job.mode == Mode::Train { "two training steps" } else { "a generation" };

@@ -16,6 +16,7 @@ pub fn run(a: &EstimateArgs) -> Result<()> {
     let (model, job) = resolve::resolve(&a.job)?;
     let g = a.gpu.as_deref().map(resolve::gpu).transpose()?;
     if let Some(par) = resolve::resolve_parallel(&a.parallel, job.mode)? {
+        resolve::reject_alloc_conf(&a.job, "a distributed estimate (--gpus)")?;
         return parallel(a, &model, &job, &par, g.as_ref());
     }
     let est = estimate(&model, &job)?;

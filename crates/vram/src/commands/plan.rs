@@ -47,6 +47,7 @@ fn throughput(a: &PlanArgs, g: &gpu::Gpu) -> Result<Throughput> {
 /// Resolve, search, render.
 pub fn run(a: &PlanArgs) -> Result<()> {
     resolve::reject_searched_flags(&a.job, "`vram plan`", a.global_batch_size)?;
+    resolve::reject_alloc_conf(&a.job, "`vram plan`")?;
     let (model, job) = resolve::resolve(&a.job)?;
     let g = resolve::gpu(&a.gpu)?;
     let tp = throughput(a, &g)?;
