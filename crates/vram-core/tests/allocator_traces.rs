@@ -92,7 +92,7 @@ fn rows() -> Vec<Row> {
         let src = std::fs::read(root().join(r["source"].as_str().unwrap())).unwrap();
         let model = parse_config(&src, r["model"].as_str().unwrap(), "fixture").unwrap();
         let job = job_of(&r);
-        if let (Ok(dir), Some(seq)) = (std::env::var("VRAM_DUMP_SEQUENCES"), vram_core::allocation_sequence(&model, &job)) {
+        if let (Ok(dir), Some(seq)) = (std::env::var("VRAM_DUMP_SEQUENCES"), vram_core::allocation_sequence(&model, &job).ok()) {
             let mut ids = std::collections::HashMap::new();
             let text: String = seq
                 .iter()

@@ -111,6 +111,10 @@ fn the_allocator_model_is_the_default_and_a_flat_reserve_is_opt_in() {
     }
     let acc = util::json(&["estimate", "-m", "gpt2", "--grad-accum", "4", "--alloc-conf", "expandable_segments:True"]);
     assert!(acc.to_string().contains("settings are not applied"), "{acc}");
+    let q = util::json(&["estimate", "-m", "llama-3.2-1b", "--peft", "lora", "--load-in-4bit"]);
+    assert!(detail(&q).contains("assumed 5%") && detail(&q).contains("QLoRA"), "{}", detail(&q));
+    let l = util::json(&["estimate", "-m", "llama-3.2-1b", "--peft", "lora"]);
+    assert!(detail(&l).contains("live blocks"), "{}", detail(&l));
     let e = fails(&["estimate", "-m", "gpt2", "--alloc-conf", "roundup_power2_divisions:4"], 2);
     assert!(e.contains("not modelled"), "{e}");
     let out = vram().env("PYTORCH_CUDA_ALLOC_CONF", "bogus:1").args(["estimate", "-m", "gpt2"]).output().unwrap();

@@ -179,8 +179,8 @@ pub fn estimate(model: &Model, job: &Job) -> Result<Estimate> {
 }
 
 /// The tensor-level allocation sequence `estimate` runs through the caching-allocator model
-/// (None where it falls back to the flat reserve): memory/sequence.rs.
-pub fn allocation_sequence(model: &Model, job: &Job) -> Option<Vec<allocator::Op>> {
+/// (memory/sequence.rs), or why the job gets the flat reserve instead.
+pub fn allocation_sequence(model: &Model, job: &Job) -> std::result::Result<Vec<allocator::Op>, &'static str> {
     match job.mode {
         Mode::Train => sequence::training(model, job),
         Mode::Infer => {
@@ -189,23 +189,6 @@ pub fn allocation_sequence(model: &Model, job: &Job) -> Option<Vec<allocator::Op
                 phases.iter().take(1).flat_map(|p| &p.parts).filter(|p| p.0 == infer::WEIGHTS || p.0 == infer::SCALES).map(|p| p.1).sum();
             sequence::inference(model, job, w)
         }
-    }
-}
-
-/// Why a job gets the flat reserve instead of the simulated one.
-fn unsimulated(job: &Job) -> &'static str {
-    if job.lora.is_some() {
-        "QLoRA, quantized or fp32 bases and modules_to_save are not simulated yet"
-    } else if job.model_state_shards > 1 {
-        "sharded jobs are not simulated yet"
-    } else if job.grad_accum > 1 {
-        "gradient accumulation is not simulated yet"
-    } else if job.optimizer_in_bwd {
-        "optimizer-in-backward is not simulated yet"
-    } else if job.fused_cross_entropy {
-        "fused cross-entropy is not simulated yet"
-    } else {
-        "the job has too many tensors to simulate"
     }
 }
 
@@ -225,9 +208,12 @@ fn reserve(model: &Model, job: &Job, peak_allocated: u64) -> (u64, String) {
         )
     };
     let Some(conf) = job.overheads.allocator else { return flat("--allocator-reserve") };
-    let Some(ops) = allocation_sequence(model, job) else {
-        let ignored = if conf == AllocConf::default() { "" } else { "; its PYTORCH_CUDA_ALLOC_CONF settings are not applied" };
-        return flat(&format!("{}{ignored}", unsimulated(job)));
+    let ops = match allocation_sequence(model, job) {
+        Ok(ops) => ops,
+        Err(why) => {
+            let ignored = if conf == AllocConf::default() { "" } else { "; its PYTORCH_CUDA_ALLOC_CONF settings are not applied" };
+            return flat(&format!("{why}{ignored}"));
+        }
     };
     match allocator::simulate(&ops, conf, None) {
         Ok(r) => {

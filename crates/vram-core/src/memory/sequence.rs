@@ -110,21 +110,25 @@ struct Param {
 /// under autocast. LoRA: the frozen base as loaded (bf16 base only: no casts), then the fp32
 /// adapters spread over the layers, cast under autocast (peft.tuners.lora.layer: the adapter
 /// weights are leaves that require grad, so the autocast cache keeps their half copies).
-fn parameters(m: &Model, job: &Job, b: &Bytes) -> Option<Vec<Param>> {
+fn parameters(m: &Model, job: &Job, b: &Bytes) -> Result<Vec<Param>, &'static str> {
     let half = |numel: u128, matrix: bool| if b.amp && matrix { numel * 2 } else { 0 };
     let tensors = parameter_tensors(m);
     let Some(lora) = &job.lora else {
-        return Some(
-            tensors
-                .iter()
-                .map(|&(n, layer, matrix)| Param { bytes: n * b.p, layer, cast: half(n, matrix), grad: n * b.p, numel: n })
-                .collect(),
-        );
+        return Ok(tensors
+            .iter()
+            .map(|&(n, layer, matrix)| Param { bytes: n * b.p, layer, cast: half(n, matrix), grad: n * b.p, numel: n })
+            .collect());
     };
     // QLoRA, pre-quantized bases, fp32 bases (per-use casts of frozen weights) and
     // modules_to_save copies are not sequenced yet.
-    if job.base.is_some_and(crate::peft::BaseWeights::is_bnb) || m.quantization.is_some() || b.p != 2 || !lora.modules_to_save.is_empty() {
-        return None;
+    if job.base.is_some_and(crate::peft::BaseWeights::is_bnb) || m.quantization.is_some() {
+        return Err("QLoRA and other quantized bases are not simulated yet");
+    }
+    if b.p != 2 {
+        return Err("LoRA on a 32-bit base is not simulated yet");
+    }
+    if !lora.modules_to_save.is_empty() {
+        return Err("LoRA with modules_to_save is not simulated yet");
     }
     let states = super::lora::model_states(m, job, b);
     let all: u128 = tensors.iter().map(|t| t.0).sum::<u128>().max(1);
@@ -138,16 +142,22 @@ fn parameters(m: &Model, job: &Job, b: &Bytes) -> Option<Vec<Param>> {
             out.push(Param { bytes: n * t.bytes, layer, cast: half(n, t.group.is_matrix()), grad: n * t.bytes, numel: n });
         }
     }
-    Some(out)
+    Ok(out)
 }
 
 /// The allocation sequence of two training steps of `job` on one GPU (full fine-tuning, or LoRA
-/// on a 16-bit base), or None when the job is not one this sequence describes (QLoRA and other
+/// on a 16-bit base), or why not: the job is not one this sequence describes (QLoRA and other
 /// quantized bases, sharding, accumulation, optimizer-in-backward, fused cross-entropy) or would
 /// exceed [`MAX_OPS`].
-pub(crate) fn training(m: &Model, job: &Job) -> Option<Vec<Op>> {
-    if job.model_state_shards > 1 || job.grad_accum > 1 || job.optimizer_in_bwd || job.fused_cross_entropy {
-        return None;
+pub(crate) fn training(m: &Model, job: &Job) -> Result<Vec<Op>, &'static str> {
+    let unsupported = [
+        (job.model_state_shards > 1, "sharded jobs are not simulated yet"),
+        (job.grad_accum > 1, "gradient accumulation is not simulated yet"),
+        (job.optimizer_in_bwd, "optimizer-in-backward is not simulated yet"),
+        (job.fused_cross_entropy, "fused cross-entropy is not simulated yet"),
+    ];
+    if let Some((_, why)) = unsupported.iter().find(|u| u.0) {
+        return Err(why);
     }
     let b = Bytes::of(m, job);
     let (t, h, v) = ((job.batch * job.seq) as u128, m.hidden as u128, m.vocab as u128);
@@ -157,7 +167,7 @@ pub(crate) fn training(m: &Model, job: &Job) -> Option<Vec<Op>> {
     let layers = m.layers.max(1);
     let budget = parameter_tensors(m).len() as u128 * 16 + layers as u128 * 2 * (4 * 64 + 64) + 64;
     if budget > MAX_OPS as u128 {
-        return None;
+        return Err(TOO_MANY);
     }
     let params = parameters(m, job, &b)?;
     let (kernel, _) = act::choose_kernel(m, job);
@@ -291,8 +301,11 @@ pub(crate) fn training(m: &Model, job: &Job) -> Option<Vec<Op>> {
         q.free(&grads);
         q.free(&inputs);
     }
-    Some(q.ops)
+    Ok(q.ops)
 }
+
+/// Why a job too large to sequence gets the flat reserve.
+const TOO_MANY: &str = "the job has too many tensors to simulate";
 
 /// One layer's saved activations as tensors of their shapes: attention (tokens × hidden in the
 /// compute dtype, plus the seq² scores), MLP (tokens × intermediate), norms and residual
@@ -317,13 +330,13 @@ const DECODE_STEPS: u64 = 16;
 /// output, the MLP's gate/up/activation in tokens×intermediate, the residual adds — interleaving
 /// the cache with transients in the same segments; the last-position fp32 logits; then the cache
 /// jumps to `context − 16` tokens and 16 decode steps each re-allocate every layer's keys and
-/// values one token longer (DynamicLayer.update: torch.cat) and free the old ones. None past
+/// values one token longer (DynamicLayer.update: torch.cat) and free the old ones. An error past
 /// [`MAX_OPS`].
-pub(crate) fn inference(m: &Model, job: &Job, weight_bytes: u128) -> Option<Vec<Op>> {
+pub(crate) fn inference(m: &Model, job: &Job, weight_bytes: u128) -> Result<Vec<Op>, &'static str> {
     let params = parameter_tensors(m);
     let layers = m.layers.max(1);
     if params.len() as u128 + layers as u128 * (32 + 8 * DECODE_STEPS as u128) > MAX_OPS as u128 {
-        return None;
+        return Err(TOO_MANY);
     }
     let e: u128 = if job.precision == crate::job::Precision::Fp32 { 4 } else { 2 };
     let kv_b = job.kv_dtype.map_or(e, |d| d.bytes() as u128);
@@ -382,5 +395,5 @@ pub(crate) fn inference(m: &Model, job: &Job, weight_bytes: u128) -> Option<Vec<
         let logits = q.alloc(batch * v * 4);
         q.free(&[x, logits]);
     }
-    Some(q.ops)
+    Ok(q.ops)
 }
