@@ -1,0 +1,154 @@
+//! Reading typed values out of a raw config object, and the model skeleton every family starts from.
+
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+use crate::model::{Act, Attention, Block, Mlp, Model, Norm, QkNorm};
+
+use super::{MAX_DIM, MAX_LAYERS};
+
+pub(super) struct Cfg<'a> {
+    pub(super) obj: &'a Map<String, Value>,
+    pub(super) file: &'a str,
+}
+
+impl Cfg<'_> {
+    pub(super) fn get(&self, key: &str) -> Option<&Value> {
+        self.obj.get(key).filter(|v| !v.is_null())
+    }
+    pub(super) fn str(&self, key: &str) -> Option<String> {
+        self.get(key).and_then(|v| v.as_str()).map(str::to_string)
+    }
+    pub(super) fn bool(&self, key: &str, default: bool) -> Result<bool> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(v) => Err(self.bad(key, v, "expected true or false")),
+        }
+    }
+    pub(super) fn f64(&self, key: &str, default: f64) -> Result<f64> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(v) => v.as_f64().filter(|x| x.is_finite()).ok_or_else(|| self.bad(key, v, "expected a number")),
+        }
+    }
+    /// An optional positive integer; `0` is read as absent only when `zero_ok`.
+    pub(super) fn opt_u64(&self, key: &str) -> Result<Option<u64>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => match v.as_u64() {
+                Some(n) if n <= MAX_DIM.max(MAX_LAYERS) * 64 => Ok(Some(n)),
+                // Floats with an integral value (some configs write 4096.0).
+                _ => match v.as_f64() {
+                    Some(f) if f >= 0.0 && f.fract() == 0.0 && f <= 1e12 => Ok(Some(f as u64)),
+                    _ => Err(self.bad(key, v, "expected a non-negative integer")),
+                },
+            },
+        }
+    }
+    /// First present key among `keys`, or a `MissingKey` error naming the first.
+    pub(super) fn req(&self, keys: &[&str], why: &str) -> Result<u64> {
+        for k in keys {
+            if let Some(v) = self.opt_u64(k)? {
+                return Ok(v);
+            }
+        }
+        Err(Error::MissingKey { file: self.file.into(), key: keys[0].into(), why: why.into() })
+    }
+    pub(super) fn opt(&self, keys: &[&str]) -> Result<Option<u64>> {
+        for k in keys {
+            if let Some(v) = self.opt_u64(k)? {
+                return Ok(Some(v));
+            }
+        }
+        Ok(None)
+    }
+    pub(super) fn bad(&self, key: &str, v: &Value, hint: &str) -> Error {
+        Error::BadKey { file: self.file.into(), key: key.into(), value: v.to_string(), hint: hint.into() }
+    }
+    pub(super) fn act(&self, keys: &[&str], default: Act) -> Act {
+        keys.iter().find_map(|k| self.str(k)).map_or(default, |s| act_from_name(&s))
+    }
+    pub(super) fn dropout(&self, keys: &[&str]) -> Result<f64> {
+        for k in keys {
+            if self.get(k).is_some() {
+                return self.f64(k, 0.0);
+            }
+        }
+        Ok(0.0)
+    }
+}
+
+/// transformers `ACT2FN` names → how PyTorch evaluates them.
+pub(super) fn act_from_name(s: &str) -> Act {
+    match s {
+        "silu" | "swish" => Act::Silu,
+        "gelu_new" | "gelu_fast" | "gelu_python" | "gelu_accurate" | "gelu_python_tanh" => Act::GeluPython,
+        "relu" => Act::Relu,
+        // "gelu", "gelu_pytorch_tanh", "gelu_10" and the rest: one native kernel.
+        _ => Act::Gelu,
+    }
+}
+
+pub(super) fn base(name: &str) -> Model {
+    Model {
+        name: name.into(),
+        model_type: String::new(),
+        hidden: 0,
+        layers: 0,
+        heads: 0,
+        kv_heads: 0,
+        head_dim: 0,
+        vocab: 0,
+        intermediate: 0,
+        tied_embeddings: false,
+        position_embeddings: 0,
+        embed_dim: 0,
+        norm: Norm::RmsNorm,
+        block: Block::Sequential,
+        attention: Attention {
+            qkv_bias: false,
+            o_bias: false,
+            fused_qkv: false,
+            qk_norm: QkNorm::None,
+            mla: None,
+            softcap: false,
+            sinks: false,
+        },
+        mlp: Mlp { gated: true, fused_gate_up: false, act: Act::Silu, bias: false },
+        moe: None,
+        final_norm: true,
+        lm_head_bias: false,
+        sliding_window: None,
+        sliding_layers: 0,
+        final_softcap: false,
+        attention_dropout: 0.0,
+        hidden_dropout: 0.0,
+        stored_dtype: None,
+        use_cache: true,
+        checkpoint_parameters: None,
+        max_positions: 0,
+        rotary_dim: 0,
+        warnings: Vec::new(),
+        approximation: None,
+        quantization: None,
+        checkpoint_quantization: None,
+        checkpoint_bytes: None,
+        rope_scaling: None,
+    }
+}
+
+/// The dimensions every decoder has, under the names `keys` lists (first present wins):
+/// hidden size, layers, heads, vocabulary. Sets MHA defaults (kv heads = heads, head_dim =
+/// hidden / heads) that architectures then override.
+pub(super) fn core_dims(c: &Cfg, name: &str, hidden: &[&str], layers: &[&str], heads: &[&str]) -> Result<Model> {
+    let mut m = base(name);
+    m.hidden = c.req(hidden, "size every weight matrix")?;
+    m.layers = c.req(layers, "count the decoder layers")?;
+    m.heads = c.req(heads, "shape attention")?;
+    m.vocab = c.req(&["vocab_size"], "size the embedding and the logits")?;
+    m.embed_dim = m.hidden;
+    m.kv_heads = m.heads;
+    m.head_dim = m.hidden.checked_div(m.heads).unwrap_or(0);
+    Ok(m)
+}

@@ -1,0 +1,80 @@
+//! Which parser reads which `model_type`, and the families recognised but not estimated.
+
+use super::keys::Cfg;
+use super::{falcon, gpt2, gpt_neox, llama, opt, phi};
+use crate::error::Result;
+use crate::model::Model;
+
+/// A family's parser: the config, the display name, the `model_type` it was chosen for.
+pub(super) type Parser = fn(&Cfg, &str, &str) -> Result<Model>;
+
+/// Architectures read natively, by `model_type`, and the file that reads them.
+const FAMILIES: &[(&[&str], Parser)] = &[
+    (
+        &[
+            "llama",
+            "mistral",
+            "mixtral",
+            "qwen2",
+            "qwen2_moe",
+            "qwen3",
+            "qwen3_moe",
+            "gemma",
+            "gemma2",
+            "gemma3",
+            "gemma3_text",
+            "phi3",
+            "starcoder2",
+            "olmo2",
+            "deepseek_v2",
+            "deepseek_v3",
+            "gpt_oss",
+        ],
+        llama::parse,
+    ),
+    (&["gpt2"], gpt2::parse),
+    (&["gpt_neox"], gpt_neox::parse),
+    (&["falcon"], falcon::parse),
+    (&["opt"], opt::parse),
+    (&["phi"], phi::parse),
+];
+
+/// The parser for `model_type`, when vram reads it natively.
+pub(super) fn parser(model_type: &str) -> Option<Parser> {
+    FAMILIES.iter().find(|(types, _)| types.contains(&model_type)).map(|(_, p)| *p)
+}
+
+/// Every `model_type` vram reads natively.
+pub fn known_model_types() -> Vec<&'static str> {
+    FAMILIES.iter().flat_map(|(types, _)| types.iter().copied()).collect()
+}
+
+/// Whether vram reads `model_type` natively.
+pub(super) fn is_known(model_type: &str) -> bool {
+    parser(model_type).is_some()
+}
+
+/// Families vram recognises but cannot estimate, with the reason given to the user.
+const UNSUPPORTED: &[(&[&str], &str)] = &[
+    (
+        &["bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2", "modernbert", "camembert", "mpnet", "ernie", "nomic_bert", "xlm"],
+        "encoder models are not supported yet: vram models decoder-only causal LMs",
+    ),
+    (
+        &["t5", "mt5", "umt5", "longt5", "bart", "mbart", "pegasus", "marian", "whisper", "blenderbot", "m2m_100", "nllb-moe", "seamless_m4t", "switch_transformers", "speecht5", "fsmt", "prophetnet"],
+        "encoder-decoder models are not supported yet: vram models decoder-only causal LMs",
+    ),
+    (
+        &["mamba", "mamba2", "falcon_mamba", "rwkv", "recurrent_gemma", "xlstm", "jamba", "zamba", "zamba2", "bamba", "nemotron_h", "granitemoehybrid", "falcon_h1", "lfm2"],
+        "state-space, recurrent and hybrid models are not supported yet: their recurrent state is not a KV cache and their layers are not attention blocks",
+    ),
+    (
+        &["llava", "llava_next", "llava_onevision", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "mllama", "idefics2", "idefics3", "paligemma", "pixtral", "llama4", "clip", "siglip", "vit", "blip-2", "kosmos-2", "phi3_v", "internvl", "chameleon", "gemma3n", "qwen2_5_omni", "smolvlm", "mistral3", "aya_vision", "dinov2", "sam"],
+        "vision and multimodal models are not supported yet: only language models are estimated",
+    ),
+];
+
+/// Why a recognised family is not estimated, if `model_type` belongs to one.
+pub(super) fn family_reason(model_type: &str) -> Option<&'static str> {
+    UNSUPPORTED.iter().find(|(types, _)| types.contains(&model_type)).map(|(_, r)| *r)
+}
