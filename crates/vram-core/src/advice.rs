@@ -31,7 +31,7 @@ pub fn notes(model: &Model, job: &Job, est: &Estimate) -> Result<Vec<String>> {
     let share = |name: &str| est.component(name) as f64 / est.total.max(1) as f64;
     let saving = |alt: Job| -> Result<u64> { Ok(est.total.saturating_sub(estimate(model, &alt)?.total)) };
     let logits = share("logits & loss");
-    if logits > 0.15 && !job.fused_cross_entropy {
+    if logits > 0.15 && !job.fused_cross_entropy && model.encoder.is_none() {
         let s = saving(Job { fused_cross_entropy: true, ..job.clone() })?;
         if s > 0 {
             out.push(format!(
@@ -353,7 +353,9 @@ pub fn search(model: &Model, job: &Job, budget: u64) -> Result<Search> {
     let base = job.with_batch(reference_batch);
     let baseline = Eval { total: estimate(model, &base)?.total, max_batch: baseline_max_batch };
     let mut alternatives = single_gpu(model, &base, budget, baseline)?;
-    if job.mode == Mode::Train {
+    // Encoders: LoRA, sharding and fused cross-entropy are not modelled for them (check_encoder).
+    let decoder = model.encoder.is_none();
+    if job.mode == Mode::Train && decoder {
         let peft = peft_alternatives(model, &base, budget, baseline)?;
         if job.lora.is_some() {
             // Within LoRA: a 4-bit base, rank and targets compete with the other options.
@@ -367,7 +369,7 @@ pub fn search(model: &Model, job: &Job, budget: u64) -> Result<Search> {
     }
     // More GPUs are searched with the parallel estimator, which models device-resident optimizer
     // states only: a paged optimizer's job gets single-GPU answers.
-    if job.mode == Mode::Train && job.model_state_shards == 1 && !crate::memory::optimizer::paged(job) {
+    if job.mode == Mode::Train && decoder && job.model_state_shards == 1 && !crate::memory::optimizer::paged(job) {
         alternatives.extend(more_gpus(model, &base, budget, baseline.total)?);
     }
     if alternatives.iter().all(|a| a.gpus > 1 || a.changes_method) {
@@ -377,9 +379,13 @@ pub fn search(model: &Model, job: &Job, budget: u64) -> Result<Search> {
 }
 
 /// The options per dimension; a combination takes at most one from each.
-fn dimensions(job: &Job) -> Vec<Vec<Change>> {
+fn dimensions(model: &Model, job: &Job) -> Vec<Vec<Change>> {
     let adam = matches!(job.optimizer, Optimizer::Adamw | Optimizer::Adam);
     let mut dims = Vec::new();
+    if job.mode == Mode::Infer && model.encoder.is_some() {
+        dims.push([Precision::Int8, Precision::Int4].into_iter().filter(|p| *p != job.precision).map(Change::Precision).collect());
+        return dims;
+    }
     if job.mode == Mode::Infer {
         dims.push([Precision::Int8, Precision::Int4].into_iter().filter(|p| *p != job.precision).map(Change::Precision).collect());
         if job.kv_dtype != Some(DType::F8) {
@@ -393,7 +399,7 @@ fn dimensions(job: &Job) -> Vec<Vec<Change>> {
         Checkpointing::Full => vec![],
     };
     dims.push(ckpt.into_iter().map(Change::Checkpointing).collect());
-    if !job.fused_cross_entropy {
+    if !job.fused_cross_entropy && model.encoder.is_none() {
         dims.push(vec![Change::FusedCrossEntropy]);
     }
     if job.lora.is_none() && matches!(job.precision, Precision::Fp32 | Precision::Bf16Mixed | Precision::Fp16Mixed) {
@@ -445,7 +451,7 @@ fn evaluate(model: &Model, base: &Job, changes: &[Change], budget: u64) -> Resul
 }
 
 fn single_gpu(model: &Model, base: &Job, budget: u64, baseline: Eval) -> Result<Vec<Alternative>> {
-    let combos = combinations(&dimensions(base));
+    let combos = combinations(&dimensions(model, base));
     let mut evals = Vec::with_capacity(combos.len());
     for c in &combos {
         evals.push(evaluate(model, base, c, budget)?);

@@ -37,6 +37,77 @@ pub enum Block {
     Sandwich,
     /// OLMo-2: norms after attention and after the MLP only.
     PostNorm,
+    /// BERT "post-LN": `LayerNorm(x + sublayer(x))` after attention and after the MLP
+    /// (transformers models/bert/modeling_bert.py BertSelfOutput, BertOutput).
+    PostLn,
+}
+
+/// What sits on top of an encoder (transformers `BertFor…` classes), which decides the head's
+/// parameters and what the loss holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EncoderHead {
+    /// `…ForMaskedLM` (fill-mask): transform dense + LayerNorm, decoder tied to the word
+    /// embedding, a vocabulary-sized bias; logits for every position.
+    MaskedLm,
+    /// `…ForSequenceClassification` (text-classification): a pooler (BERT) or a dense layer
+    /// (RoBERTa's classification head), both h×h, then `labels` outputs per sequence.
+    SequenceClassification {
+        /// Output classes (`id2label` / `num_labels`).
+        labels: u64,
+    },
+    /// `…ForTokenClassification` (token-classification): `labels` outputs per token, no pooler.
+    TokenClassification {
+        /// Output classes.
+        labels: u64,
+    },
+    /// The bare `…Model` with its pooler (feature-extraction: sentence-embedding training,
+    /// sentence-transformers): the loss works on pooled vectors.
+    Embedding,
+}
+
+impl EncoderHead {
+    /// The head for a task name as Hugging Face pipelines spell it (`fill-mask`,
+    /// `text-classification`, `token-classification`, `feature-extraction`) or a common alias;
+    /// `labels` sizes a classifier.
+    pub fn parse(task: &str, labels: u64) -> Result<EncoderHead, String> {
+        match task.to_ascii_lowercase().replace('_', "-").as_str() {
+            "fill-mask" | "mlm" | "masked-lm" => Ok(EncoderHead::MaskedLm),
+            "text-classification" | "sequence-classification" | "classification" => Ok(EncoderHead::SequenceClassification { labels }),
+            "token-classification" | "ner" => Ok(EncoderHead::TokenClassification { labels }),
+            "feature-extraction" | "embedding" | "sentence-embedding" => Ok(EncoderHead::Embedding),
+            other => Err(format!(
+                "unknown task `{other}`: use fill-mask, text-classification, token-classification or feature-extraction"
+            )),
+        }
+    }
+
+    /// Output classes of a classification head.
+    pub fn labels(self) -> Option<u64> {
+        match self {
+            EncoderHead::SequenceClassification { labels } | EncoderHead::TokenClassification { labels } => Some(labels),
+            _ => None,
+        }
+    }
+
+    /// The task name as Hugging Face pipelines spell it.
+    pub fn task(self) -> &'static str {
+        match self {
+            EncoderHead::MaskedLm => "fill-mask",
+            EncoderHead::SequenceClassification { .. } => "text-classification",
+            EncoderHead::TokenClassification { .. } => "token-classification",
+            EncoderHead::Embedding => "feature-extraction",
+        }
+    }
+}
+
+/// A bidirectional encoder (BERT, RoBERTa, XLM-R): what differs from a decoder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Encoder {
+    /// Rows of the token-type (segment) embedding (`type_vocab_size`; RoBERTa 1).
+    pub token_types: u64,
+    /// The head on top.
+    pub head: EncoderHead,
 }
 
 /// Multi-head latent attention (DeepSeek-V2/V3).
@@ -215,6 +286,8 @@ pub struct Model {
     pub checkpoint_bytes: Option<u64>,
     /// RoPE context extension (`rope_scaling` / `rope_parameters`), when the config has one.
     pub rope_scaling: Option<RopeScaling>,
+    /// Set for bidirectional encoders (no causal mask, no KV cache, post-LN, an encoder head).
+    pub encoder: Option<Encoder>,
 }
 
 /// A checkpoint's `quantization_config` (transformers `utils/quantization_config.py`).
@@ -366,6 +439,21 @@ impl Model {
         v
     }
 
+    /// Put `head` on an encoder (the CLI's `--task`): the config names the class it was saved
+    /// with, the user may fine-tune it for another task. A decoder has no encoder head.
+    pub fn set_encoder_head(&mut self, head: EncoderHead) -> Result<(), String> {
+        if head.labels().is_some_and(|l| l == 0 || l > 1 << 20) {
+            return Err("--num-labels must be between 1 and 1048576".into());
+        }
+        let Some(enc) = self.encoder.as_mut() else {
+            return Err(format!("--task {} applies to encoder models (BERT, RoBERTa, XLM-R); {} is a decoder", head.task(), self.model_type));
+        };
+        enc.head = head;
+        // BertForMaskedLM ties its decoder to the word embedding; other heads have no decoder.
+        self.tied_embeddings = head == EncoderHead::MaskedLm;
+        Ok(())
+    }
+
     /// Whether layer `i` is a mixture-of-experts layer.
     pub fn is_moe_layer(&self, i: u64) -> bool {
         self.moe.as_ref().is_some_and(|m| m.sparse_layers.get(i as usize).copied().unwrap_or(false))
@@ -416,6 +504,9 @@ impl Model {
     /// The parameter inventory, mirroring transformers' module tree (checked against
     /// `validation/fixtures/param_counts.jsonl`, written by real transformers on the meta device).
     pub fn tensors(&self) -> Vec<TensorGroup> {
+        if let Some(enc) = self.encoder {
+            return self.encoder_tensors(enc);
+        }
         let h = self.hidden;
         let mut v = Vec::new();
         v.push(TensorGroup::matrix("embed_tokens.weight".into(), 1, self.vocab, self.embed_dim, 1, Role::Embedding));
@@ -450,6 +541,66 @@ impl Model {
         v
     }
 
+    /// A BERT-style encoder's inventory (transformers models/bert/modeling_bert.py; RoBERTa and
+    /// XLM-R name them `roberta.`/`lm_head.` but hold the same shapes): word, position and
+    /// token-type embeddings with a LayerNorm, the layers, then the head.
+    fn encoder_tensors(&self, enc: Encoder) -> Vec<TensorGroup> {
+        let h = self.hidden;
+        let mut v = vec![TensorGroup::matrix("embeddings.word_embeddings.weight".into(), 1, self.vocab, h, 1, Role::Embedding)];
+        v.push(TensorGroup::matrix("embeddings.position_embeddings.weight".into(), 1, self.position_embeddings, h, 1, Role::Position));
+        if enc.token_types > 0 {
+            v.push(TensorGroup::matrix("embeddings.token_type_embeddings.weight".into(), 1, enc.token_types, h, 1, Role::Position));
+        }
+        self.norm_tensors("embeddings.LayerNorm", 1, h, &mut v);
+        self.layer_tensors(0, self.layers, &mut v);
+        match enc.head {
+            // BertOnlyMLMHead: transform (dense, act, LayerNorm), decoder tied to the word embedding,
+            // and its own `bias` [vocab] (RobertaLMHead: dense, layer_norm, decoder tied, bias).
+            EncoderHead::MaskedLm => {
+                Self::linear(&mut v, "cls.predictions.transform.dense", h, h, true, 1);
+                self.norm_tensors("cls.predictions.transform.LayerNorm", 1, h, &mut v);
+                if !self.tied_embeddings {
+                    v.push(TensorGroup::matrix("cls.predictions.decoder.weight".into(), 1, self.vocab, h, 1, Role::LmHead));
+                }
+                v.push(TensorGroup::vector("cls.predictions.bias".into(), self.vocab, 1, Role::Bias));
+            }
+            // BertPooler (dense h×h + tanh on the first token) + classifier; RoBERTa's
+            // RobertaClassificationHead has dense h×h + out_proj instead: the same shapes.
+            EncoderHead::SequenceClassification { labels } => {
+                Self::linear(&mut v, "pooler.dense", h, h, true, 1);
+                Self::linear(&mut v, "classifier", h, labels, true, 1);
+            }
+            // BertForTokenClassification: no pooler (add_pooling_layer=False), one classifier.
+            EncoderHead::TokenClassification { labels } => Self::linear(&mut v, "classifier", h, labels, true, 1),
+            // BertModel as AutoModel loads it: with its pooler (add_pooling_layer=True).
+            EncoderHead::Embedding => Self::linear(&mut v, "pooler.dense", h, h, true, 1),
+        }
+        v
+    }
+
+    /// The matrix that produces the logits the loss reads, as (rows, cols): the LM head (or the
+    /// tied embedding), a classifier's output layer, none for an embedding model.
+    pub fn head_matrix(&self) -> (u64, u64) {
+        match self.encoder.map(|e| e.head) {
+            None | Some(EncoderHead::MaskedLm) => (self.vocab, self.embed_dim),
+            Some(EncoderHead::SequenceClassification { labels } | EncoderHead::TokenClassification { labels }) => (labels, self.hidden),
+            Some(EncoderHead::Embedding) => (0, 0),
+        }
+    }
+
+    /// Logits the loss reads for `batch` sequences of `seq` tokens, as (rows, width): every token
+    /// × the vocabulary for language-model heads, one row per sequence for sequence
+    /// classification, the batch × batch similarity matrix of an in-batch contrastive loss.
+    pub fn loss_logits(&self, batch: u64, seq: u64) -> (u128, u128) {
+        let t = batch as u128 * seq as u128;
+        match self.encoder.map(|e| e.head) {
+            None | Some(EncoderHead::MaskedLm) => (t, self.vocab as u128),
+            Some(EncoderHead::SequenceClassification { labels }) => (batch as u128, labels as u128),
+            Some(EncoderHead::TokenClassification { labels }) => (t, labels as u128),
+            Some(EncoderHead::Embedding) => (batch as u128, batch as u128),
+        }
+    }
+
     fn norm_tensors(&self, name: &str, count: u64, width: u64, v: &mut Vec<TensorGroup>) {
         v.push(TensorGroup::vector(format!("{name}.weight"), width, count, Role::Norm));
         if let Norm::LayerNorm { bias: true } = self.norm {
@@ -470,7 +621,7 @@ impl Model {
         let l = |s: &str| format!("layers.{{i}}.{s}");
         let norms = match self.block {
             Block::Parallel => 1,
-            Block::Sequential | Block::ParallelTwoNorms | Block::PostNorm => 2,
+            Block::Sequential | Block::ParallelTwoNorms | Block::PostNorm | Block::PostLn => 2,
             Block::Sandwich => 4,
         };
         self.norm_tensors(&l("norms"), norms * count, h, v);

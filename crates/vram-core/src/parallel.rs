@@ -758,6 +758,7 @@ struct RankParts {
 /// number of micro-batches per optimizer step on each data-parallel rank (gradient accumulation;
 /// with pipeline parallelism, the micro-batches in the pipeline).
 pub fn estimate_parallel(m: &Model, job: &Job, par: &Parallel, microbatches: u64) -> Result<ParallelEstimate> {
+    crate::memory::require_decoder(m, "multi-GPU training")?;
     check_request(m, job, par)?;
     let c = Counts::of(m);
     let mut rank = match par.engine {

@@ -278,6 +278,7 @@ fn lora_search(req: &PlanRequest) -> Result<PlanResult> {
 /// Validate the request and precompute what every configuration shares.
 pub fn prepare<'a>(req: &PlanRequest<'a>) -> Result<Prepared<'a>> {
     validate_request(req)?;
+    crate::memory::require_decoder(req.model, "a parallelism plan")?;
     let (m, seq) = (req.model, req.job.seq);
     let c = Counts::of(m);
     let global = global_batch(req)?;

@@ -348,6 +348,7 @@ fn invalid(what: &str, value: impl ToString, hint: &str) -> Error {
 
 /// Reproduce vLLM's start-up accounting for `model` under `cfg`.
 pub fn serve(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
+    crate::memory::require_decoder(m, "serving with vLLM")?;
     if !cfg.max_model_len_auto {
         return serve_at(m, cfg);
     }

@@ -245,6 +245,7 @@ pub fn min_mem_fraction(pre: u64, after: u64) -> f64 {
 
 /// Reproduce SGLang's start-up sizing of `model` under `cfg`.
 pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
+    crate::memory::require_decoder(m, "serving with SGLang")?;
     let tp = cfg.tp;
     if tp == 0 || tp > 1024 {
         return Err(invalid("--tp-size", tp, "between 1 and 1024"));

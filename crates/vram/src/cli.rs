@@ -61,6 +61,14 @@ pub struct JobArgs {
     /// standard config keys; every output is then marked APPROXIMATE.
     #[arg(long)]
     pub approximate_architecture: bool,
+    /// Encoders (BERT, RoBERTa, XLM-R): the head to train or run, as Hugging Face pipelines name
+    /// the task: fill-mask, text-classification, token-classification, feature-extraction
+    /// (sentence embeddings) [default: the config's class]
+    #[arg(long)]
+    pub task: Option<String>,
+    /// Encoders: classes of a classification head [default: the config's id2label, else 2]
+    #[arg(long, alias = "num_labels")]
+    pub num_labels: Option<u64>,
     /// `train` (one optimizer step) or `infer` (prefill + KV cache).
     #[arg(long, default_value = "train", help_heading = "Job")]
     pub mode: String,

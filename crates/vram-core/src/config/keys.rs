@@ -135,6 +135,7 @@ pub(super) fn base(name: &str) -> Model {
         checkpoint_quantization: None,
         checkpoint_bytes: None,
         rope_scaling: None,
+        encoder: None,
     }
 }
 

@@ -8,6 +8,7 @@
 //! One file per family; [`registry`] maps `model_type` to its parser, so adding a family
 //! touches its own file and the registry only.
 
+mod bert;
 mod falcon;
 mod gpt2;
 mod gpt_neox;
@@ -76,7 +77,8 @@ pub fn parse_config_with(bytes: &[u8], name: &str, file: &str, opts: ParseOption
     let parse = registry::parser(&model_type).unwrap_or(llama::parse);
     let mut m = parse(&c, name, &model_type)?;
     m.model_type = if model_type.is_empty() { "unknown".into() } else { model_type };
-    m.use_cache = c.bool("use_cache", true)?;
+    // An encoder has no KV cache: `use_cache` in its config is for its decoder variants.
+    m.use_cache = m.encoder.is_none() && c.bool("use_cache", true)?;
     m.stored_dtype = c.str("torch_dtype").or_else(|| c.str("dtype")).and_then(|s| DType::from_torch_name(&s));
     positions(&c, &mut m)?;
     if let Some(q) = quantization.as_ref().filter(|q| q.method == "mxfp4") {
@@ -164,7 +166,8 @@ fn check_architecture(outer: &Outer, model_type: &str, file: &str, opts: ParseOp
         let reason = registry::family_reason(model_type).unwrap_or("vram does not know this architecture");
         problems.push((what, reason.into()));
     }
-    for arch in &outer.architectures {
+    // Encoders' classes name encoder heads, which the encoder parser reads (or refuses).
+    for arch in outer.architectures.iter().filter(|_| !registry::is_encoder(model_type)) {
         if let Some(reason) = head_problem(arch, outer.unwrapped) {
             problems.push((format!("architecture `{arch}`"), reason));
         }

@@ -1,7 +1,7 @@
 //! Which parser reads which `model_type`, and the families recognised but not estimated.
 
 use super::keys::Cfg;
-use super::{falcon, gpt2, gpt_neox, llama, opt, phi};
+use super::{bert, falcon, gpt2, gpt_neox, llama, opt, phi};
 use crate::error::Result;
 use crate::model::Model;
 
@@ -37,7 +37,13 @@ const FAMILIES: &[(&[&str], Parser)] = &[
     (&["falcon"], falcon::parse),
     (&["opt"], opt::parse),
     (&["phi"], phi::parse),
+    (&["bert", "roberta", "xlm-roberta", "camembert"], bert::parse),
 ];
+
+/// The encoder types (their `architectures` name encoder heads, not causal-LM classes).
+pub(super) fn is_encoder(model_type: &str) -> bool {
+    matches!(model_type, "bert" | "roberta" | "xlm-roberta" | "camembert")
+}
 
 /// The parser for `model_type`, when vram reads it natively.
 pub(super) fn parser(model_type: &str) -> Option<Parser> {
@@ -57,8 +63,8 @@ pub(super) fn is_known(model_type: &str) -> bool {
 /// Families vram recognises but cannot estimate, with the reason given to the user.
 const UNSUPPORTED: &[(&[&str], &str)] = &[
     (
-        &["bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2", "modernbert", "camembert", "mpnet", "ernie", "nomic_bert", "xlm"],
-        "encoder models are not supported yet: vram models decoder-only causal LMs",
+        &["distilbert", "albert", "electra", "deberta", "deberta-v2", "modernbert", "mpnet", "ernie", "nomic_bert", "xlm", "xlm-roberta-xl", "roberta-prelayernorm"],
+        "this encoder is not supported yet: vram models BERT, RoBERTa, XLM-RoBERTa and CamemBERT among encoders (DistilBERT, ALBERT, ELECTRA, DeBERTa, ModernBERT and MPNet differ in embeddings, attention or norms)",
     ),
     (
         &["t5", "mt5", "umt5", "longt5", "bart", "mbart", "pegasus", "marian", "whisper", "blenderbot", "m2m_100", "nllb-moe", "seamless_m4t", "switch_transformers", "speecht5", "fsmt", "prophetnet"],

@@ -11,7 +11,7 @@
 
 use super::lora::{self, LoraActs};
 use crate::job::{AttentionImpl, Checkpointing, Job};
-use crate::model::{Act, Block, Model, Norm, QkNorm};
+use crate::model::{Act, Block, EncoderHead, Model, Norm, QkNorm};
 use crate::peft::Slot;
 
 /// The attention kernel that really runs.
@@ -261,8 +261,9 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
 
     // --- Attention input -------------------------------------------------------------------
     match m.block {
-        // OLMo-2 feeds the raw residual to q/k/v (modeling_olmo2.py).
-        Block::PostNorm => c.norms += b.inputs(Slot::AttnIn, moe_layer, attention_readers(m), b.r, h),
+        // OLMo-2 feeds the raw residual to q/k/v (modeling_olmo2.py); a post-LN encoder the
+        // previous LayerNorm's output, which is the residual stream (modeling_bert.py BertLayer).
+        Block::PostNorm | Block::PostLn => c.norms += b.inputs(Slot::AttnIn, moe_layer, attention_readers(m), b.r, h),
         _ => {
             let (saved, out) = b.norm(m.norm, b.r);
             c.norms += saved * h + ln_stats;
@@ -300,11 +301,18 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
         let (saved, _) = b.norm(m.norm, b.e);
         c.norms += saved * h;
     }
+    if m.block == Block::PostLn {
+        // BertSelfOutput: LayerNorm(dropout(dense(x)) + input): the sum has the residual dtype.
+        let (saved, _) = b.norm(m.norm, b.r);
+        c.norms += saved * h + ln_stats;
+    }
 
     // --- MLP input -----------------------------------------------------------------------------
     match m.block {
         Block::Parallel => {} // shares the attention norm's output, counted above
         Block::PostNorm => c.norms += b.inputs(Slot::MlpIn, moe_layer, mlp_readers(m, moe_layer), b.r, h),
+        // BertIntermediate reads the attention block's LayerNorm output.
+        Block::PostLn => c.norms += b.inputs(Slot::MlpIn, moe_layer, mlp_readers(m, moe_layer), b.norm(m.norm, b.r).1, h),
         Block::ParallelTwoNorms | Block::Sequential | Block::Sandwich => {
             let (mut saved, out) = b.norm(m.norm, b.r);
             if m.block == Block::ParallelTwoNorms && b.r == 4 {
@@ -327,6 +335,11 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
     if matches!(m.block, Block::Sandwich | Block::PostNorm) {
         let (saved, _) = b.norm(m.norm, b.e);
         c.norms += saved * h;
+    }
+    if m.block == Block::PostLn {
+        // BertOutput: LayerNorm(dropout(dense(x)) + input).
+        let (saved, _) = b.norm(m.norm, b.r);
+        c.norms += saved * h + ln_stats;
     }
     c
 }
@@ -538,6 +551,9 @@ fn mlp(m: &Model, b: &Bytes, moe_layer: bool) -> u128 {
 pub fn outside_layers(m: &Model, job: &Job, batch: u64) -> (u128, u128) {
     let b = Bytes::of(m, job);
     let h = m.hidden as u128;
+    if let Some(enc) = m.encoder {
+        return (encoder_outside(m, &b, enc.head), 0);
+    }
     let mut tok = 0;
     if m.hidden_dropout > 0.0 {
         tok += h; // embedding dropout mask (GPT-2 embd_pdrop)
@@ -558,6 +574,31 @@ pub fn outside_layers(m: &Model, job: &Job, batch: u64) -> (u128, u128) {
     let rope = if m.position_embeddings == 0 { 2 * m.head_dim as u128 * b.r } else { 0 };
     let _ = batch;
     (tok, rope)
+}
+
+/// A BERT-style encoder's bytes per token saved outside its layers (modeling_bert.py):
+/// BertEmbeddings sums three embeddings in the parameter dtype, its LayerNorm saves the sum and
+/// the row statistics, dropout its mask; then the head's saved inputs.
+fn encoder_outside(m: &Model, b: &Bytes, head: EncoderHead) -> u128 {
+    let h = m.hidden as u128;
+    let dropout = if m.hidden_dropout > 0.0 { h } else { 0 };
+    let (ln_saved, ln_out) = b.norm(m.norm, b.r);
+    let embeddings = ln_saved * h + 8 + dropout;
+    let head = match head {
+        // BertLMPredictionHead: transform.dense reads the last LayerNorm's output (saves its copy),
+        // the activation saves its input, transform.LayerNorm its (fp32 under autocast) input and
+        // statistics, the tied decoder its own copy of that LayerNorm's output.
+        EncoderHead::MaskedLm => {
+            let (act_saved, act_out) = activation(m.mlp.act, b);
+            let (t_saved, t_out) = b.norm(m.norm, act_out);
+            b.linear_inputs(1, ln_out) * h + act_saved * h + t_saved * h + 8 + b.linear_inputs(1, t_out) * h
+        }
+        // BertForTokenClassification: dropout, then the classifier saves its input copy.
+        EncoderHead::TokenClassification { .. } => dropout + b.linear_inputs(1, ln_out) * h,
+        // The pooler and the classifier read one token per sequence: bytes per sequence, negligible.
+        EncoderHead::SequenceClassification { .. } | EncoderHead::Embedding => 0,
+    };
+    embeddings + head
 }
 
 /// Bytes per token per layer the training KV cache holds beyond what attention saves: under

@@ -6,7 +6,7 @@ use super::activations::{self as act, Kernel};
 use super::{Breakdown, Phase};
 use crate::dtype::DType;
 use crate::job::{Job, Precision};
-use crate::model::{Act, Model, Role};
+use crate::model::{Act, EncoderHead, Model, Role};
 use crate::quant::{self, Plan, Stored};
 
 pub(crate) const WEIGHTS: &str = "weights";
@@ -21,6 +21,9 @@ pub(crate) const KV_TMP: &str = "KV cache growth (torch.cat)";
 const INT4_GROUP: u128 = 128;
 
 pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<String>) {
+    if let Some(enc) = m.encoder {
+        return encoder_forward(m, job, enc.head);
+    }
     let (kernel, kernel_note) = act::choose_kernel(m, job);
     let mut notes: Vec<String> = kernel_note.into_iter().collect();
     let e: u128 = if job.precision == Precision::Fp32 { 4 } else { 2 };
@@ -142,6 +145,41 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
 }
 
 /// Weight bytes and how they were obtained.
+/// An encoder's inference: one forward of `batch × seq` tokens under `torch.no_grad()` (no KV
+/// cache, no generation): weights, the widest op of a layer (the residual, q/k/v and attention
+/// output, or the MLP's two intermediate-sized tensors: modeling_bert.py BertLayer), then the
+/// head's output for every token (masked-LM logits over the vocabulary) or the hidden states.
+fn encoder_forward(m: &Model, job: &Job, head: EncoderHead) -> (Vec<Breakdown>, Kernel, Vec<String>) {
+    let (kernel, kernel_note) = act::choose_kernel(m, job);
+    let e: u128 = if job.precision == Precision::Fp32 { 4 } else { 2 };
+    let (batch, seq) = (job.batch as u128, job.seq as u128);
+    let t = batch * seq;
+    let (h, inter) = (m.hidden as u128, m.intermediate as u128);
+    let weights = weights(m, job, e);
+    let mut notes: Vec<String> = kernel_note.into_iter().chain(weights.notes.iter().cloned()).collect();
+    let sq = if kernel.quadratic() { batch * m.heads as u128 * seq * seq * (e + 4) } else { 0 };
+    // Residual in, q, k, v, attention output, its projection: 6 hidden-sized tensors per token;
+    // MLP: residual, the dense output, the activation output, the output projection.
+    let attn = t * 6 * h * e + sq;
+    let mlp = t * (2 * h + 2 * inter) * e;
+    let (rows, width) = m.loss_logits(job.batch, job.seq);
+    let out = match head {
+        // The prediction head's transform (dense, activation, LayerNorm) then the logits.
+        EncoderHead::MaskedLm => t * 2 * h * e + rows * width * e,
+        _ => t * h * e,
+    };
+    let input = 2 * t * 8; // input_ids + attention_mask
+    let mut bd = Breakdown::new(Phase::Prefill);
+    bd.add(WEIGHTS, weights.bytes.weight, weights.detail.clone());
+    bd.add(SCALES, weights.bytes.scales, weights.scales_detail);
+    bd.add(INPUT, input, "input_ids and attention_mask, int64");
+    let widest = attn.max(mlp).max(out);
+    let what = if widest == out { "the head's output" } else if widest == attn { "attention" } else { "the MLP" };
+    bd.add(PREFILL, widest, format!("{t} tokens through the widest op ({what}; {kernel:?} attention), no autograd"));
+    notes.push(format!("encoder inference: one forward of {batch} × {seq} tokens ({}), no KV cache", head.task()));
+    (vec![bd], kernel, notes)
+}
+
 struct Weights {
     bytes: Stored,
     detail: String,

@@ -181,6 +181,9 @@ pub fn estimate(model: &Model, job: &Job) -> Result<Estimate> {
 /// The tensor-level allocation sequence `estimate` runs through the caching-allocator model
 /// (memory/sequence.rs), or why the job gets the flat reserve instead.
 pub fn allocation_sequence(model: &Model, job: &Job) -> std::result::Result<Vec<allocator::Op>, &'static str> {
+    if model.encoder.is_some() {
+        return Err("encoder models are not sequenced yet");
+    }
     match job.mode {
         Mode::Train => sequence::training(model, job),
         Mode::Infer => {
@@ -254,8 +257,55 @@ pub fn check_lora(model: &Model, job: &Job) -> Result<()> {
     Ok(())
 }
 
+/// Refuse `what` (serving, multi-GPU plans) for an encoder, which vram estimates on one GPU only.
+pub fn require_decoder(model: &Model, what: &str) -> Result<()> {
+    match model.encoder {
+        None => Ok(()),
+        Some(enc) => Err(Error::InvalidValue {
+            what: "model".into(),
+            value: model.model_type.clone(),
+            hint: format!(
+                "{} is an encoder ({}): {what} is modelled for decoder language models only; `vram estimate` gives its single-GPU training and inference",
+                model.model_type,
+                enc.head.task()
+            ),
+        }),
+    }
+}
+
+/// What an encoder job may ask for: single-GPU full fine-tuning or a forward pass. LoRA,
+/// sharding, fused cross-entropy and generation settings are refused, not estimated as a decoder.
+pub fn check_encoder(model: &Model, job: &Job) -> Result<()> {
+    let Some(enc) = model.encoder else { return Ok(()) };
+    let refuse = |what: &str| {
+        Err(Error::InvalidValue {
+            what: "encoder job".into(),
+            value: what.into(),
+            hint: format!(
+                "{} ({}) is an encoder: vram estimates its full fine-tuning and inference on one GPU; {what} is not modelled for encoders yet",
+                model.model_type,
+                enc.head.task()
+            ),
+        })
+    };
+    if job.lora.is_some() {
+        return refuse("LoRA/QLoRA");
+    }
+    if job.model_state_shards > 1 {
+        return refuse("sharded training (ZeRO/FSDP)");
+    }
+    if job.fused_cross_entropy {
+        return refuse("fused linear cross-entropy");
+    }
+    if job.prompt_len.is_some() || job.kv_dtype.is_some() {
+        return refuse("generation (prompt length, KV-cache dtype)");
+    }
+    Ok(())
+}
+
 fn estimate_inner(model: &Model, job: &Job) -> Result<Estimate> {
     job.validate()?;
+    check_encoder(model, job)?;
     check_lora(model, job)?;
     let (phases, kernel, notes) = match job.mode {
         Mode::Train => train::phases(model, job),

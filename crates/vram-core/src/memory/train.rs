@@ -5,7 +5,7 @@ use super::activations::{self as act, Bytes, Kernel, LayerCoef};
 use super::optimizer;
 use super::{Breakdown, Phase};
 use crate::job::{Checkpointing, Job};
-use crate::model::{Model, Role, TensorGroup};
+use crate::model::{EncoderHead, Model, Role, TensorGroup};
 use crate::units::GIB;
 
 /// Names of training components (stable: JSON users key on them).
@@ -36,8 +36,9 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     let t = batch * seq;
     let sq_elems = batch * m.heads as u128 * seq * seq;
     let h = m.hidden as u128;
-    let v = m.vocab as u128;
-    let ed = m.embed_dim as u128;
+    let (v, ed) = (m.vocab as u128, m.embed_dim as u128);
+    // Logits the loss reads: tokens × vocabulary for LM heads, less for classifiers.
+    let (logit_rows, logit_width) = m.loss_logits(job.batch, job.seq);
     let p = b.p;
     let e = b.e;
 
@@ -138,11 +139,14 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
         let upcast = if e == 2 { 4 } else { 0 };
         // Gemma-2 final soft-capping (modeling_gemma2.py): logits / cap -> tanh (output saved) -> * cap.
         let cap = if m.final_softcap { e } else { 0 };
+        // BertForMaskedLM's CrossEntropyLoss on the half logits: autocast runs log_softmax in
+        // fp32 (the same upcast copy and saved output).
         let (f, bw) = (e + cap + upcast + 4, 12 + cap);
+        let what = if m.encoder.is_some_and(|x| x.head != EncoderHead::MaskedLm) { "outputs" } else { "vocab" };
         (
-            t * v * f,
-            t * v * bw,
-            format!("tokens {t} × vocab {v}: fp32 log-softmax + its gradients ({bw} B/elem at backward start; {f} B/elem during the loss)"),
+            logit_rows * logit_width * f,
+            logit_rows * logit_width * bw,
+            format!("{logit_rows} rows × {what} {logit_width}: fp32 log-softmax + its gradients ({bw} B/elem at backward start; {f} B/elem during the loss)"),
         )
     };
 
@@ -201,7 +205,12 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     base(&mut fwd);
     fwd.add(CASTS, casts_fwd, "half copies of every matmul weight (autocast cache, alive until autocast exits)");
     add_activations(&mut fwd, layers);
-    fwd.add(ACT_OTHER, outside, "final norm, lm_head input, rotary cos/sin");
+    let other_detail = if m.encoder.is_some() {
+        "embeddings' LayerNorm and dropout, the head's saved inputs"
+    } else {
+        "final norm, lm_head input, rotary cos/sin"
+    };
+    fwd.add(ACT_OTHER, outside, other_detail);
     fwd.add(LOGITS, logits_fwd, logits_detail.clone());
     fwd.add(
         CACHE,
@@ -216,7 +225,7 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     base(&mut bs);
     bs.add(CASTS, casts_saved, "half weight copies saved by matmuls for backward");
     add_activations(&mut bs, layers);
-    bs.add(ACT_OTHER, outside, "final norm, lm_head input, rotary cos/sin");
+    bs.add(ACT_OTHER, outside, other_detail);
     bs.add(LOGITS, logits_bwd, logits_detail);
     out.push(bs);
 
@@ -346,7 +355,8 @@ fn full_states(m: &Model, job: &Job, b: &Bytes, shards: u128) -> ModelStates {
     let tensors = m.tensors();
     let p = b.p;
     let n_params: u128 = tensors.iter().map(|t| t.numel as u128 * t.count as u128).sum();
-    let (v, ed) = (m.vocab as u128, m.embed_dim as u128);
+    let (head_rows, head_cols) = m.head_matrix();
+    let head = head_rows as u128 * head_cols as u128;
     // Autocast caches a half copy of every weight a matmul reads (linear layers, experts, the
     // LM head — the tied embedding too); the copies are saved by the matmuls for backward.
     // gpt-oss's experts are not cast: grouped_mm is not autocast-enabled and transformers casts
@@ -358,7 +368,7 @@ fn full_states(m: &Model, job: &Job, b: &Bytes, shards: u128) -> ModelStates {
             .map(|t| t.numel as u128 * t.count as u128)
             .sum()
     };
-    let head_cast = if b.amp { 2 * v * ed / shards } else { 0 };
+    let head_cast = if b.amp { 2 * head / shards } else { 0 };
     let casts = if b.amp { 2 * matmul(&tensors) + head_cast } else { 0 } / shards;
     let dense_params = (0..m.layers).find(|i| !m.is_moe_layer(*i)).map_or(0, |i| m.layer_parameters(i) as u128);
     let moe_params = (0..m.layers).find(|i| m.is_moe_layer(*i)).map_or(0, |i| m.layer_parameters(i) as u128);
@@ -379,7 +389,7 @@ fn full_states(m: &Model, job: &Job, b: &Bytes, shards: u128) -> ModelStates {
         layer_grad_tmp: layer_casts.clone(),
         layer_grads,
         layer_casts,
-        head_grad: v * ed * p,
+        head_grad: head * p,
         embedding_trained: true,
         dequant: 0,
         dora_transient: 0,

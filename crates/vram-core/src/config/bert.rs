@@ -1,0 +1,66 @@
+//! BERT-style encoders: BERT, RoBERTa, XLM-RoBERTa, CamemBERT (transformers models/bert,
+//! models/roberta, models/xlm_roberta, models/camembert: one layer structure, post-LN).
+
+use serde_json::Value;
+
+use super::keys::{core_dims, Cfg};
+use crate::error::{Error, Result};
+use crate::model::{Act, Attention, Block, Encoder, EncoderHead, Mlp, Model, Norm, QkNorm};
+
+/// The head a class in `architectures` puts on the encoder, when vram models it.
+pub(super) fn head_of(arch: &str, labels: u64) -> Option<EncoderHead> {
+    if arch.ends_with("ForMaskedLM") {
+        Some(EncoderHead::MaskedLm)
+    } else if arch.ends_with("ForSequenceClassification") {
+        Some(EncoderHead::SequenceClassification { labels })
+    } else if arch.ends_with("ForTokenClassification") {
+        Some(EncoderHead::TokenClassification { labels })
+    } else if arch.ends_with("Model") {
+        Some(EncoderHead::Embedding)
+    } else {
+        None
+    }
+}
+
+/// Output classes: `id2label`'s size, else `num_labels`, else 2 (PretrainedConfig's default).
+fn labels(c: &Cfg) -> Result<u64> {
+    if let Some(Value::Object(m)) = c.get("id2label") {
+        if !m.is_empty() {
+            return Ok(m.len() as u64);
+        }
+    }
+    Ok(c.opt(&["num_labels"])?.unwrap_or(2))
+}
+
+pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
+    let mut m = core_dims(c, name, &["hidden_size"], &["num_hidden_layers"], &["num_attention_heads"])?;
+    m.intermediate = c.req(&["intermediate_size"], "size the MLP")?;
+    // BertConfig: max_position_embeddings 512 (RoBERTa's configs write 514: padding_idx + 1
+    // offset rows), type_vocab_size 2 (RoBERTa's configs write 1).
+    m.position_embeddings = c.opt(&["max_position_embeddings"])?.unwrap_or(512);
+    let token_types = c.opt(&["type_vocab_size"])?.unwrap_or(2);
+    // The head follows the config's class; the CLI's --task replaces it.
+    let arch = match c.get("architectures") {
+        Some(Value::Array(a)) => a.first().and_then(Value::as_str).unwrap_or_default().to_string(),
+        _ => String::new(),
+    };
+    let head = if arch.is_empty() { Some(EncoderHead::MaskedLm) } else { head_of(&arch, labels(c)?) };
+    let Some(head) = head else {
+        return Err(Error::InvalidValue {
+            what: "encoder head".into(),
+            value: arch,
+            hint: "vram models BERT-style encoders with a masked-LM, sequence- or token-classification head, or the bare model (embeddings); pass --task fill-mask|text-classification|token-classification|feature-extraction to choose one".into(),
+        });
+    };
+    m.encoder = Some(Encoder { token_types, head });
+    m.tied_embeddings = head == EncoderHead::MaskedLm && c.bool("tie_word_embeddings", true)?;
+    m.norm = Norm::LayerNorm { bias: true };
+    m.block = Block::PostLn;
+    m.final_norm = false;
+    m.attention = Attention { qkv_bias: true, o_bias: true, fused_qkv: false, qk_norm: QkNorm::None, mla: None, softcap: false, sinks: false };
+    m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["hidden_act"], Act::Gelu), bias: true };
+    // BertConfig: hidden_dropout_prob 0.1, attention_probs_dropout_prob 0.1.
+    m.hidden_dropout = if c.get("hidden_dropout_prob").is_some() { c.f64("hidden_dropout_prob", 0.1)? } else { 0.1 };
+    m.attention_dropout = if c.get("attention_probs_dropout_prob").is_some() { c.f64("attention_probs_dropout_prob", 0.1)? } else { 0.1 };
+    Ok(m)
+}
