@@ -24,6 +24,7 @@ pub mod fit;
 pub mod gguf;
 pub mod gpu;
 pub mod job;
+pub mod measurement;
 pub mod memory;
 pub mod model;
 pub mod parallel;

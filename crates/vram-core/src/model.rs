@@ -76,9 +76,7 @@ impl EncoderHead {
             "text-classification" | "sequence-classification" | "classification" => Ok(EncoderHead::SequenceClassification { labels }),
             "token-classification" | "ner" => Ok(EncoderHead::TokenClassification { labels }),
             "feature-extraction" | "embedding" | "sentence-embedding" => Ok(EncoderHead::Embedding),
-            other => Err(format!(
-                "unknown task `{other}`: use fill-mask, text-classification, token-classification or feature-extraction"
-            )),
+            other => Err(format!("unknown task `{other}`: use fill-mask, text-classification, token-classification or feature-extraction")),
         }
     }
 
@@ -446,7 +444,11 @@ impl Model {
             return Err("--num-labels must be between 1 and 1048576".into());
         }
         let Some(enc) = self.encoder.as_mut() else {
-            return Err(format!("--task {} applies to encoder models (BERT, RoBERTa, XLM-R); {} is a decoder", head.task(), self.model_type));
+            return Err(format!(
+                "--task {} applies to encoder models (BERT, RoBERTa, XLM-R); {} is a decoder",
+                head.task(),
+                self.model_type
+            ));
         };
         enc.head = head;
         // BertForMaskedLM ties its decoder to the word embedding; other heads have no decoder.

@@ -95,7 +95,11 @@ fn unsupported_families_are_errors_that_say_why() {
     // (gpt-oss-20b: 2.39B parameters instead of 20.9B; BERT-base 160M instead of 110M).
     // gpt-oss is now read natively (tests/gpt_oss.rs); an unknown type still fails.
     assert!(unsupported(&unknown_moe()).0.contains("does not know this architecture"));
-    assert!(unsupported(BERT_BASE).0.contains("encoder models are not supported yet"));
+    // BERT is read natively now (exactly: 109,514,298 parameters as BertForMaskedLM); encoders
+    // with other embeddings or attention still fail, saying which encoders are modelled.
+    assert_eq!(parse_config(BERT_BASE.as_bytes(), "bert", "config.json").unwrap().parameters(), 109_514_298);
+    let deberta = BERT_BASE.replace(r#""model_type":"bert""#, r#""model_type":"deberta-v2""#);
+    assert!(unsupported(&deberta).0.contains("this encoder is not supported yet"));
     // Regression: a Mamba config failed on a missing `num_attention_heads`, an unrelated error.
     assert!(unsupported(MAMBA_130M).0.contains("state-space"));
     let t5 = r#"{"architectures":["T5ForConditionalGeneration"],"model_type":"t5","d_model":512,"num_layers":6,"num_heads":8,"vocab_size":32128}"#;

@@ -295,6 +295,11 @@ pub struct EstimateArgs {
     /// Exit with code 3 when the job does not fit the --gpu.
     #[arg(long, requires = "gpu", help_heading = "Output")]
     pub fail_if_oom: bool,
+    /// A measurement written by the Python package (`vram.measure(module, inputs).save(FILE)`:
+    /// any nn.Module under FakeTensorMode) instead of --model: its allocated peak plus the
+    /// device-level terms (allocator reserve, CUDA context, cuBLAS workspace) per GPU.
+    #[arg(long, value_name = "FILE", conflicts_with = "model", help_heading = "Model")]
+    pub measurement: Option<String>,
 }
 
 /// `vram fit`.

@@ -294,7 +294,7 @@ pub fn reject_alloc_conf(a: &JobArgs, command: &str) -> Result<()> {
     Ok(())
 }
 
-fn overheads(a: &JobArgs) -> Result<Overheads> {
+pub fn overheads(a: &JobArgs) -> Result<Overheads> {
     let mut o = Overheads::default();
     if let Some(s) = &a.cuda_context {
         o.cuda_context = size("--cuda-context", s)?;

@@ -57,7 +57,8 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     m.norm = Norm::LayerNorm { bias: true };
     m.block = Block::PostLn;
     m.final_norm = false;
-    m.attention = Attention { qkv_bias: true, o_bias: true, fused_qkv: false, qk_norm: QkNorm::None, mla: None, softcap: false, sinks: false };
+    m.attention =
+        Attention { qkv_bias: true, o_bias: true, fused_qkv: false, qk_norm: QkNorm::None, mla: None, softcap: false, sinks: false };
     m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["hidden_act"], Act::Gelu), bias: true };
     // BertConfig: hidden_dropout_prob 0.1, attention_probs_dropout_prob 0.1.
     m.hidden_dropout = if c.get("hidden_dropout_prob").is_some() { c.f64("hidden_dropout_prob", 0.1)? } else { 0.1 };

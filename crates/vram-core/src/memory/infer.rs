@@ -174,7 +174,13 @@ fn encoder_forward(m: &Model, job: &Job, head: EncoderHead) -> (Vec<Breakdown>, 
     bd.add(SCALES, weights.bytes.scales, weights.scales_detail);
     bd.add(INPUT, input, "input_ids and attention_mask, int64");
     let widest = attn.max(mlp).max(out);
-    let what = if widest == out { "the head's output" } else if widest == attn { "attention" } else { "the MLP" };
+    let what = if widest == out {
+        "the head's output"
+    } else if widest == attn {
+        "attention"
+    } else {
+        "the MLP"
+    };
     bd.add(PREFILL, widest, format!("{t} tokens through the widest op ({what}; {kernel:?} attention), no autograd"));
     notes.push(format!("encoder inference: one forward of {batch} × {seq} tokens ({}), no KV cache", head.task()));
     (vec![bd], kernel, notes)

@@ -13,6 +13,9 @@ use crate::resolve;
 
 /// Resolve, estimate, render.
 pub fn run(a: &EstimateArgs) -> Result<()> {
+    if let Some(file) = &a.measurement {
+        return measured(a, file);
+    }
     let (model, job) = resolve::resolve(&a.job)?;
     let g = a.gpu.as_deref().map(resolve::gpu).transpose()?;
     if let Some(par) = resolve::resolve_parallel(&a.parallel, job.mode)? {
@@ -54,4 +57,37 @@ fn parallel(a: &EstimateArgs, model: &Model, job: &Job, par: &Parallel, g: Optio
         || render::estimate::parallel_text(model, job, par, &est, g),
     )?;
     fail_if_oom(a, est.total, g)
+}
+
+/// `--measurement FILE`: a `vram.measure` measurement with the device-level terms added. The
+/// measurement fixed the module, its input and precision: job flags that would change them are
+/// refused rather than silently ignored.
+fn measured(a: &EstimateArgs, file: &str) -> Result<()> {
+    let j = &a.job;
+    let given: Vec<&str> = [
+        (j.batch_size.is_some(), "--batch-size"),
+        (j.precision.is_some(), "--precision"),
+        (j.optimizer.is_some(), "--optimizer"),
+        (j.checkpointing.is_some(), "--checkpointing"),
+        (j.peft.given(), "LoRA/QLoRA flags"),
+        (j.task.is_some() || j.num_labels.is_some(), "--task/--num-labels"),
+        (a.parallel.gpus.is_some(), "--gpus"),
+    ]
+    .into_iter()
+    .filter_map(|(on, flag)| on.then_some(flag))
+    .collect();
+    if !given.is_empty() {
+        return Err(crate::errors::usage(format!(
+            "{} cannot change a measurement (its module, input and precision were fixed when it was taken): measure again with vram.measure, or drop them",
+            given.join(", ")
+        ))
+        .into());
+    }
+    let bytes = crate::source::local::read_limited(std::path::Path::new(file), 16 << 20)?;
+    let m = vram_core::measurement::parse(&bytes, file)?;
+    let (components, total) = m.components(&resolve::overheads(j)?);
+    let g = a.gpu.as_deref().map(resolve::gpu).transpose()?;
+    let report = render::measured::MeasuredReport { file, m: &m, components: &components, total, gpu: g.as_ref() };
+    show(j.json, || render::measured::json(&report), || render::measured::text(&report))?;
+    fail_if_oom(a, total, g.as_ref())
 }
