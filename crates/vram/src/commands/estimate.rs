@@ -80,8 +80,7 @@ fn measured(a: &EstimateArgs, file: &str) -> Result<()> {
         return Err(crate::errors::usage(format!(
             "{} cannot change a measurement (its module, input and precision were fixed when it was taken): measure again with vram.measure, or drop them",
             given.join(", ")
-        ))
-        .into());
+        )));
     }
     let bytes = crate::source::local::read_limited(std::path::Path::new(file), 16 << 20)?;
     let m = vram_core::measurement::parse(&bytes, file)?;
