@@ -437,6 +437,25 @@ impl Model {
         v
     }
 
+    /// `--task` / `--num-labels` (CLI, Python and web alike): the head an encoder is fine-tuned
+    /// or run with; `None, None` keeps the config's.
+    pub fn apply_task(&mut self, task: Option<&str>, num_labels: Option<u64>) -> Result<(), String> {
+        if task.is_none() && num_labels.is_none() {
+            return Ok(());
+        }
+        let current = self.encoder.map(|e| e.head);
+        let labels = num_labels.or(current.and_then(|h| h.labels())).unwrap_or(2);
+        let head = match (task, current) {
+            (Some(t), _) => EncoderHead::parse(t, labels)?,
+            (None, Some(h)) if h.labels().is_some() => EncoderHead::parse(h.task(), labels)?,
+            _ => return Err("--num-labels sizes a classification head: add --task text-classification or token-classification".into()),
+        };
+        if task.is_some() && num_labels.is_some() && head.labels().is_none() {
+            return Err(format!("--num-labels applies to classification heads, not --task {}", head.task()));
+        }
+        self.set_encoder_head(head)
+    }
+
     /// Put `head` on an encoder (the CLI's `--task`): the config names the class it was saved
     /// with, the user may fine-tune it for another task. A decoder has no encoder head.
     pub fn set_encoder_head(&mut self, head: EncoderHead) -> Result<(), String> {

@@ -19,7 +19,7 @@ type R<T> = Result<T, RequestError>;
 pub const MAX_CONFIG: usize = 16 << 20;
 
 /// Keys naming the model.
-pub const MODEL_KEYS: &[&str] = &["model", "config", "config_name", "approximate_architecture"];
+pub const MODEL_KEYS: &[&str] = &["model", "config", "config_name", "approximate_architecture", "task", "num_labels"];
 
 /// Keys of the job, as the CLI's job flags (underscores for dashes).
 pub const JOB_KEYS: &[&str] = &[
@@ -62,6 +62,13 @@ pub const PEFT_KEYS: &[&str] = &[
 /// The model: a preset (`"model": "llama-3.1-8b"`, also by Hub id) or config.json text
 /// (`"config": "{…}"`, named by `config_name`).
 pub fn model(f: &mut Fields) -> R<Model> {
+    let (task, labels) = (f.str("task")?, f.u64("num_labels")?);
+    let mut m = model_only(f)?;
+    m.apply_task(task.as_deref(), labels).map_err(RequestError::new)?;
+    Ok(m)
+}
+
+fn model_only(f: &mut Fields) -> R<Model> {
     let approximate = f.bool("approximate_architecture")?.unwrap_or(false);
     let name = f.str("config_name")?;
     match (f.str("model")?, f.str("config")?) {

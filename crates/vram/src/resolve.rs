@@ -23,30 +23,12 @@ pub fn resolve(a: &JobArgs) -> Result<(Model, Job)> {
     let mode = mode(&a.mode)?;
     check_mode_flags(a, mode)?;
     let mut model = load_model(spec, ParseOptions { approximate_unknown: a.approximate_architecture })?;
-    encoder_task(&mut model, a.task.as_deref(), a.num_labels)?;
+    model.apply_task(a.task.as_deref(), a.num_labels).map_err(usage)?;
     let job = job(a, mode, &model)?;
     // Past the trained context (or its RoPE scaling's reach) the number is still given, with why.
     let context = model.context_warnings(job.seq);
     model.warnings.extend(context);
     Ok((model, job))
-}
-
-/// `--task` / `--num-labels`: the head an encoder is fine-tuned or run with.
-pub fn encoder_task(model: &mut Model, task: Option<&str>, num_labels: Option<u64>) -> Result<()> {
-    if task.is_none() && num_labels.is_none() {
-        return Ok(());
-    }
-    let current = model.encoder.map(|e| e.head);
-    let labels = num_labels.or(current.and_then(|h| h.labels())).unwrap_or(2);
-    let head = match (task, current) {
-        (Some(t), _) => vram_core::EncoderHead::parse(t, labels).map_err(usage)?,
-        (None, Some(h)) if h.labels().is_some() => vram_core::EncoderHead::parse(h.task(), labels).map_err(usage)?,
-        _ => return Err(usage("--num-labels sizes a classification head: add --task text-classification or token-classification")),
-    };
-    if task.is_some() && num_labels.is_some() && head.labels().is_none() {
-        return Err(usage(format!("--num-labels applies to classification heads, not --task {}", head.task())));
-    }
-    model.set_encoder_head(head).map_err(usage)
 }
 
 fn mode(s: &str) -> Result<Mode> {
