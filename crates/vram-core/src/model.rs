@@ -64,6 +64,57 @@ pub enum EncoderHead {
     /// The bare `…Model` with its pooler (feature-extraction: sentence-embedding training,
     /// sentence-transformers): the loss works on pooled vectors.
     Embedding,
+    /// `…ForImageClassification` (image-classification): a linear classifier on the class
+    /// token (DINOv2: on the class token and the mean patch token, 2 × hidden inputs).
+    ImageClassification {
+        /// Output classes.
+        labels: u64,
+    },
+}
+
+/// Which vision transformer (they differ in embeddings, layer scale and heads only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VisionFamily {
+    /// ViT (models/vit/modeling_vit.py): class token, conv patches with bias, pooler on ViTModel.
+    Vit,
+    /// DINOv2 (models/dinov2/modeling_dinov2.py): class and mask tokens, layer scale per block.
+    Dinov2,
+    /// CLIP's vision tower (models/clip CLIPVisionTransformer): class embedding, bias-free conv
+    /// patches, a LayerNorm before the layers (`pre_layrnorm`).
+    Clip,
+    /// SigLIP's vision tower (models/siglip): no class token, attention-pooling head (`head`).
+    Siglip,
+}
+
+/// A vision transformer's patch embedding: images become `(image / patch)²` tokens (+ a class token).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Vision {
+    /// Which vision transformer.
+    pub family: VisionFamily,
+    /// Input channels (`num_channels`, 3).
+    pub channels: u64,
+    /// Patch side in pixels.
+    pub patch: u64,
+    /// Image side in pixels the job runs at (the config's `image_size` unless --image-size).
+    pub image_size: u64,
+    /// Image side the position table was trained for (the config's `image_size`).
+    pub native_image_size: u64,
+    /// SigLIP's attention-pooling head is present (`vision_use_head`).
+    pub pooling_head: bool,
+}
+
+impl Vision {
+    /// Whether the family prepends a class token.
+    pub fn class_token(self) -> bool {
+        self.family != VisionFamily::Siglip
+    }
+
+    /// Tokens the encoder sees for an image of `side` pixels.
+    pub fn tokens(self, side: u64) -> u64 {
+        let per_side = side / self.patch.max(1);
+        per_side * per_side + u64::from(self.class_token())
+    }
 }
 
 impl EncoderHead {
@@ -83,7 +134,9 @@ impl EncoderHead {
     /// Output classes of a classification head.
     pub fn labels(self) -> Option<u64> {
         match self {
-            EncoderHead::SequenceClassification { labels } | EncoderHead::TokenClassification { labels } => Some(labels),
+            EncoderHead::SequenceClassification { labels }
+            | EncoderHead::TokenClassification { labels }
+            | EncoderHead::ImageClassification { labels } => Some(labels),
             _ => None,
         }
     }
@@ -95,6 +148,7 @@ impl EncoderHead {
             EncoderHead::SequenceClassification { .. } => "text-classification",
             EncoderHead::TokenClassification { .. } => "token-classification",
             EncoderHead::Embedding => "feature-extraction",
+            EncoderHead::ImageClassification { .. } => "image-classification",
         }
     }
 }
@@ -106,6 +160,8 @@ pub struct Encoder {
     pub token_types: u64,
     /// The head on top.
     pub head: EncoderHead,
+    /// Patch embedding of a vision transformer (tokens come from images, not a vocabulary).
+    pub vision: Option<Vision>,
 }
 
 /// Multi-head latent attention (DeepSeek-V2/V3).
@@ -149,6 +205,8 @@ pub enum Act {
     GeluPython,
     /// ReLU: saves its output.
     Relu,
+    /// `quick_gelu` (CLIP): `x * sigmoid(1.702 * x)` in Python, saves x and the sigmoid output.
+    QuickGelu,
 }
 
 /// Feed-forward block shape.
@@ -407,6 +465,15 @@ impl Model {
     /// which RoPE scaling (native → extended length) a long context relies on.
     pub fn context_warnings(&self, seq_len: u64) -> Vec<String> {
         let mut v = Vec::new();
+        if let Some(vis) = self.encoder.and_then(|e| e.vision) {
+            if vis.image_size != vis.native_image_size {
+                v.push(format!(
+                    "images of {0}×{0} pixels where the position table was trained at {1}×{1}: transformers interpolates it (interpolate_pos_encoding=True); {2} tokens per image",
+                    vis.image_size, vis.native_image_size, seq_len
+                ));
+            }
+            return v;
+        }
         if self.position_embeddings > 0 && seq_len > self.position_embeddings {
             v.push(format!(
                 "sequence length {seq_len} exceeds the learned position table ({} rows): the model cannot run it at all",
@@ -456,6 +523,34 @@ impl Model {
         self.set_encoder_head(head)
     }
 
+    /// `--image-size`: run a vision encoder on square images of `side` pixels (transformers
+    /// interpolates the position table). Text models have no image size.
+    pub fn set_image_size(&mut self, side: u64) -> Result<(), String> {
+        let Some(vis) = self.encoder.as_mut().and_then(|e| e.vision.as_mut()) else {
+            return Err(format!("--image-size applies to vision encoders (ViT, DINOv2, CLIP, SigLIP); {} reads tokens", self.model_type));
+        };
+        if side < vis.patch || side > 1 << 16 {
+            return Err(format!("--image-size {side}: must be between the patch size ({}) and 65536 pixels", vis.patch));
+        }
+        vis.image_size = side;
+        Ok(())
+    }
+
+    /// The sequence a job runs: the tokens of one image for a vision encoder (a requested
+    /// length is then an error: the image size decides it), else `requested` or `default`.
+    pub fn sequence(&self, requested: Option<u64>, default: u64) -> Result<u64, String> {
+        match (self.encoder.and_then(|e| e.vision), requested) {
+            (Some(v), None) => Ok(v.tokens(v.image_size)),
+            (Some(v), Some(_)) => Err(format!(
+                "a vision encoder's sequence is its image's patches ({} tokens at {}×{} pixels): drop --seq-len, pass --image-size to change it",
+                v.tokens(v.image_size),
+                v.image_size,
+                v.image_size
+            )),
+            (None, r) => Ok(r.unwrap_or(default)),
+        }
+    }
+
     /// Put `head` on an encoder (the CLI's `--task`): the config names the class it was saved
     /// with, the user may fine-tune it for another task. A decoder has no encoder head.
     pub fn set_encoder_head(&mut self, head: EncoderHead) -> Result<(), String> {
@@ -464,11 +559,21 @@ impl Model {
         }
         let Some(enc) = self.encoder.as_mut() else {
             return Err(format!(
-                "--task {} applies to encoder models (BERT, RoBERTa, XLM-R); {} is a decoder",
+                "--task {} applies to encoder models (BERT, RoBERTa, XLM-R, ViT …); {} is a decoder",
                 head.task(),
                 self.model_type
             ));
         };
+        let image_head = matches!(head, EncoderHead::ImageClassification { .. } | EncoderHead::Embedding);
+        let text_head = !matches!(head, EncoderHead::ImageClassification { .. });
+        if (enc.vision.is_some() && !image_head) || (enc.vision.is_none() && !text_head) {
+            let kind = if enc.vision.is_some() {
+                "a vision encoder: use image-classification or image-feature-extraction"
+            } else {
+                "a text encoder: use fill-mask, text-classification, token-classification or feature-extraction"
+            };
+            return Err(format!("--task {} does not fit {}, {kind}", head.task(), self.model_type));
+        }
         enc.head = head;
         // BertForMaskedLM ties its decoder to the word embedding; other heads have no decoder.
         self.tied_embeddings = head == EncoderHead::MaskedLm;
@@ -566,6 +671,9 @@ impl Model {
     /// XLM-R name them `roberta.`/`lm_head.` but hold the same shapes): word, position and
     /// token-type embeddings with a LayerNorm, the layers, then the head.
     fn encoder_tensors(&self, enc: Encoder) -> Vec<TensorGroup> {
+        if let Some(vis) = enc.vision {
+            return self.vision_tensors(enc.head, vis);
+        }
         let h = self.hidden;
         let mut v = vec![TensorGroup::matrix("embeddings.word_embeddings.weight".into(), 1, self.vocab, h, 1, Role::Embedding)];
         v.push(TensorGroup::matrix("embeddings.position_embeddings.weight".into(), 1, self.position_embeddings, h, 1, Role::Position));
@@ -592,9 +700,60 @@ impl Model {
                 Self::linear(&mut v, "classifier", h, labels, true, 1);
             }
             // BertForTokenClassification: no pooler (add_pooling_layer=False), one classifier.
-            EncoderHead::TokenClassification { labels } => Self::linear(&mut v, "classifier", h, labels, true, 1),
+            EncoderHead::TokenClassification { labels } | EncoderHead::ImageClassification { labels } => {
+                Self::linear(&mut v, "classifier", h, labels, true, 1)
+            }
             // BertModel as AutoModel loads it: with its pooler (add_pooling_layer=True).
             EncoderHead::Embedding => Self::linear(&mut v, "pooler.dense", h, h, true, 1),
+        }
+        v
+    }
+
+    /// A vision transformer's inventory: patch embedding (a conv, counted as a matrix of
+    /// hidden × channels·patch²), class/mask tokens and position table, the pre-norm layers,
+    /// the final LayerNorm, then the head.
+    fn vision_tensors(&self, head: EncoderHead, vis: Vision) -> Vec<TensorGroup> {
+        let (h, l) = (self.hidden, self.layers);
+        let fam = vis.family;
+        let mut v = Vec::new();
+        let pixels = vis.channels * vis.patch * vis.patch;
+        v.push(TensorGroup::matrix("embeddings.patch_embeddings.weight".into(), 1, h, pixels, 1, Role::Linear));
+        if fam != VisionFamily::Clip {
+            v.push(TensorGroup::vector("embeddings.patch_embeddings.bias".into(), h, 1, Role::Bias));
+        }
+        // Class token (CLIP: class_embedding), DINOv2's mask token.
+        let tokens = u64::from(vis.class_token()) + u64::from(fam == VisionFamily::Dinov2);
+        if tokens > 0 {
+            v.push(TensorGroup::vector("embeddings.cls_token".into(), tokens * h, 1, Role::Position));
+        }
+        v.push(TensorGroup::matrix("embeddings.position_embeddings".into(), 1, self.position_embeddings, h, 1, Role::Position));
+        if fam == VisionFamily::Clip {
+            self.norm_tensors("pre_layrnorm", 1, h, &mut v);
+        }
+        self.layer_tensors(0, l, &mut v);
+        if fam == VisionFamily::Dinov2 {
+            // Dinov2LayerScale lambda1 and lambda2, [hidden] each.
+            v.push(TensorGroup::vector("layers.{i}.layer_scale".into(), 2 * h, l, Role::Norm));
+        }
+        self.norm_tensors("layernorm", 1, h, &mut v);
+        match head {
+            EncoderHead::ImageClassification { labels } => {
+                // Dinov2ForImageClassification reads the class token and the mean patch token.
+                let width = if fam == VisionFamily::Dinov2 { 2 * h } else { h };
+                Self::linear(&mut v, "classifier", width, labels, true, 1);
+            }
+            // ViTModel's pooler (dense + tanh on the class token); DINOv2 and CLIP have none.
+            _ if fam == VisionFamily::Vit => Self::linear(&mut v, "pooler.dense", h, h, true, 1),
+            // SiglipMultiheadAttentionPoolingHead: probe, nn.MultiheadAttention (packed in_proj
+            // and out_proj), LayerNorm, MLP.
+            _ if fam == VisionFamily::Siglip && vis.pooling_head => {
+                v.push(TensorGroup::vector("head.probe".into(), h, 1, Role::Position));
+                Self::linear(&mut v, "head.attention.in_proj", h, 3 * h, true, 1);
+                Self::linear(&mut v, "head.attention.out_proj", h, h, true, 1);
+                self.norm_tensors("head.layernorm", 1, h, &mut v);
+                self.mlp_tensors("head.mlp", self.intermediate, 1, &mut v);
+            }
+            _ => {}
         }
         v
     }
@@ -605,7 +764,20 @@ impl Model {
         match self.encoder.map(|e| e.head) {
             None | Some(EncoderHead::MaskedLm) => (self.vocab, self.embed_dim),
             Some(EncoderHead::SequenceClassification { labels } | EncoderHead::TokenClassification { labels }) => (labels, self.hidden),
+            Some(EncoderHead::ImageClassification { labels }) => {
+                let dinov2 = self.encoder.and_then(|e| e.vision).is_some_and(|v| v.family == VisionFamily::Dinov2);
+                (labels, if dinov2 { 2 * self.hidden } else { self.hidden })
+            }
             Some(EncoderHead::Embedding) => (0, 0),
+        }
+    }
+
+    /// Bytes of the input batch: int64 input_ids, labels and attention_mask per token (HF data
+    /// collator); for a vision encoder fp32 pixel_values per image and an int64 label.
+    pub fn input_bytes(&self, batch: u64, seq: u64) -> u128 {
+        match self.encoder.and_then(|e| e.vision) {
+            Some(v) => batch as u128 * (4 * v.channels as u128 * v.image_size as u128 * v.image_size as u128 + 8),
+            None => 3 * batch as u128 * seq as u128 * 8,
         }
     }
 
@@ -616,7 +788,9 @@ impl Model {
         let t = batch as u128 * seq as u128;
         match self.encoder.map(|e| e.head) {
             None | Some(EncoderHead::MaskedLm) => (t, self.vocab as u128),
-            Some(EncoderHead::SequenceClassification { labels }) => (batch as u128, labels as u128),
+            Some(EncoderHead::SequenceClassification { labels } | EncoderHead::ImageClassification { labels }) => {
+                (batch as u128, labels as u128)
+            }
             Some(EncoderHead::TokenClassification { labels }) => (t, labels as u128),
             Some(EncoderHead::Embedding) => (batch as u128, batch as u128),
         }

@@ -19,7 +19,7 @@ type R<T> = Result<T, RequestError>;
 pub const MAX_CONFIG: usize = 16 << 20;
 
 /// Keys naming the model.
-pub const MODEL_KEYS: &[&str] = &["model", "config", "config_name", "approximate_architecture", "task", "num_labels"];
+pub const MODEL_KEYS: &[&str] = &["model", "config", "config_name", "approximate_architecture", "task", "num_labels", "image_size"];
 
 /// Keys of the job, as the CLI's job flags (underscores for dashes).
 pub const JOB_KEYS: &[&str] = &[
@@ -65,6 +65,9 @@ pub fn model(f: &mut Fields) -> R<Model> {
     let (task, labels) = (f.str("task")?, f.u64("num_labels")?);
     let mut m = model_only(f)?;
     m.apply_task(task.as_deref(), labels).map_err(RequestError::new)?;
+    if let Some(side) = f.u64("image_size")? {
+        m.set_image_size(side).map_err(RequestError::new)?;
+    }
     Ok(m)
 }
 
@@ -169,7 +172,7 @@ pub fn job(f: &mut Fields, model: &mut Model) -> R<Job> {
     let job = Job {
         mode,
         batch: f.u64("batch_size")?.unwrap_or(1),
-        seq: f.u64("seq_len")?.unwrap_or(2048),
+        seq: model.sequence(f.u64("seq_len")?, 2048).map_err(RequestError::new)?,
         precision,
         optimizer,
         optimizer_impl,

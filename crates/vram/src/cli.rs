@@ -69,6 +69,9 @@ pub struct JobArgs {
     /// Encoders: classes of a classification head [default: the config's id2label, else 2]
     #[arg(long, alias = "num_labels")]
     pub num_labels: Option<u64>,
+    /// Vision encoders: image side in pixels [default: the config's image_size]
+    #[arg(long, alias = "image_size")]
+    pub image_size: Option<u64>,
     /// `train` (one optimizer step) or `infer` (prefill + KV cache).
     #[arg(long, default_value = "train", help_heading = "Job")]
     pub mode: String,
@@ -83,17 +86,10 @@ pub struct JobArgs {
         help_heading = "Job"
     )]
     pub batch_size: Option<u64>,
-    /// Sequence length in tokens (inference: the whole context, prompt + generated).
-    #[arg(
-        long,
-        short = 's',
-        default_value_t = 2048,
-        alias = "max-seq-length",
-        alias = "context",
-        alias = "max-model-len",
-        help_heading = "Job"
-    )]
-    pub seq_len: u64,
+    /// Sequence length in tokens (inference: the whole context, prompt + generated) [default: 2048;
+    /// vision encoders: the image's patches]
+    #[arg(long, short = 's', alias = "max-seq-length", alias = "context", alias = "max-model-len", help_heading = "Job")]
+    pub seq_len: Option<u64>,
     /// Training: gradient accumulation steps (HF `gradient_accumulation_steps`) [default: 1].
     #[arg(long, alias = "gradient-accumulation-steps", alias = "gradient_accumulation_steps", help_heading = "Job")]
     pub grad_accum: Option<u64>,

@@ -24,6 +24,9 @@ pub fn resolve(a: &JobArgs) -> Result<(Model, Job)> {
     check_mode_flags(a, mode)?;
     let mut model = load_model(spec, ParseOptions { approximate_unknown: a.approximate_architecture })?;
     model.apply_task(a.task.as_deref(), a.num_labels).map_err(usage)?;
+    if let Some(side) = a.image_size {
+        model.set_image_size(side).map_err(usage)?;
+    }
     let job = job(a, mode, &model)?;
     // Past the trained context (or its RoPE scaling's reach) the number is still given, with why.
     let context = model.context_warnings(job.seq);
@@ -90,7 +93,7 @@ fn job(a: &JobArgs, mode: Mode, model: &Model) -> Result<Job> {
     let job = Job {
         mode,
         batch: a.batch_size.unwrap_or(1),
-        seq: a.seq_len,
+        seq: model.sequence(a.seq_len, 2048).map_err(usage)?,
         precision,
         optimizer,
         optimizer_impl,

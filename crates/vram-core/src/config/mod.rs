@@ -19,6 +19,7 @@ mod phi;
 mod positions;
 mod quantization;
 mod registry;
+mod vision;
 
 use serde_json::{Map, Value};
 
@@ -220,7 +221,9 @@ fn validate(m: &Model, file: &str) -> Result<()> {
         ("head_dim", m.head_dim),
         ("intermediate_size", m.intermediate),
     ] {
-        if v == 0 || v > MAX_DIM {
+        // A vision transformer has no vocabulary.
+        let vision = m.encoder.is_some_and(|e| e.vision.is_some());
+        if (v == 0 && !(vision && key == "vocab_size")) || v > MAX_DIM {
             return Err(bad(key, v, &format!("must be between 1 and {MAX_DIM}")));
         }
     }

@@ -1,7 +1,7 @@
 //! Which parser reads which `model_type`, and the families recognised but not estimated.
 
 use super::keys::Cfg;
-use super::{bert, falcon, gpt2, gpt_neox, llama, opt, phi};
+use super::{bert, falcon, gpt2, gpt_neox, llama, opt, phi, vision};
 use crate::error::Result;
 use crate::model::Model;
 
@@ -38,11 +38,12 @@ const FAMILIES: &[(&[&str], Parser)] = &[
     (&["opt"], opt::parse),
     (&["phi"], phi::parse),
     (&["bert", "roberta", "xlm-roberta", "camembert"], bert::parse),
+    (&["vit", "dinov2", "clip_vision_model", "siglip_vision_model"], vision::parse),
 ];
 
 /// The encoder types (their `architectures` name encoder heads, not causal-LM classes).
 pub(super) fn is_encoder(model_type: &str) -> bool {
-    matches!(model_type, "bert" | "roberta" | "xlm-roberta" | "camembert")
+    matches!(model_type, "bert" | "roberta" | "xlm-roberta" | "camembert" | "vit" | "dinov2" | "clip_vision_model" | "siglip_vision_model")
 }
 
 /// The parser for `model_type`, when vram reads it natively.
@@ -75,7 +76,11 @@ const UNSUPPORTED: &[(&[&str], &str)] = &[
         "state-space, recurrent and hybrid models are not supported yet: their recurrent state is not a KV cache and their layers are not attention blocks",
     ),
     (
-        &["llava", "llava_next", "llava_onevision", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "mllama", "idefics2", "idefics3", "paligemma", "pixtral", "llama4", "clip", "siglip", "vit", "blip-2", "kosmos-2", "phi3_v", "internvl", "chameleon", "gemma3n", "qwen2_5_omni", "smolvlm", "mistral3", "aya_vision", "dinov2", "sam"],
+        &["clip", "siglip", "siglip2", "chinese_clip", "align", "altclip"],
+        "CLIP/SigLIP dual encoders (image and text towers trained together) are not modelled yet; their vision tower is: save the config's `vision_config` as its own config.json with \"model_type\": \"clip_vision_model\" (or \"siglip_vision_model\")",
+    ),
+    (
+        &["llava", "llava_next", "llava_onevision", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "mllama", "idefics2", "idefics3", "paligemma", "pixtral", "llama4", "blip-2", "kosmos-2", "phi3_v", "internvl", "chameleon", "gemma3n", "qwen2_5_omni", "smolvlm", "mistral3", "aya_vision", "sam"],
         "vision and multimodal models are not supported yet: only language models are estimated",
     ),
 ];

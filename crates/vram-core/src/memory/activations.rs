@@ -220,6 +220,9 @@ fn activation(act: Act, b: &Bytes) -> (u128, u128) {
         Act::Silu | Act::Gelu => (e, e),
         // relu saves its output, which the next op saves anyway.
         Act::Relu => (0, e),
+        // quick_gelu (activations.py QuickGELUActivation): x * sigmoid(1.702 * x) saves x and the
+        // sigmoid output (sigmoid saves it too: one tensor).
+        Act::QuickGelu => (2 * e, e),
         // NewGELU (activations.py): 0.5*x * (1 + tanh(c*(x + 0.044715*pow(x, 3)))). Autocast on CUDA
         // runs pow in fp32 (autocast_mode.cpp fp32 list), so under AMP it saves an fp32 copy of x,
         // the fp32 tanh output and 1+tanh, and 0.5*x in half; the product comes out fp32.
@@ -295,6 +298,13 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
     // Residual dropout after the attention output (GPT-2 resid_dropout): a bool mask.
     if m.hidden_dropout > 0.0 {
         c.attention += h;
+    }
+    // DINOv2 layer scale (modeling_dinov2.py Dinov2LayerScale): `x * lambda1` saves x, the
+    // attention block's output, for lambda's gradient (and again after the MLP).
+    let layer_scale = m.encoder.and_then(|e| e.vision).is_some_and(|v| v.family == crate::model::VisionFamily::Dinov2);
+    if layer_scale {
+        c.attention += b.e * h;
+        c.mlp += b.e * h;
     }
     if matches!(m.block, Block::Sandwich | Block::PostNorm) {
         // Post-attention norm on the attention output (compute dtype).
@@ -581,6 +591,9 @@ pub fn outside_layers(m: &Model, job: &Job, batch: u64) -> (u128, u128) {
 /// the row statistics, dropout its mask; then the head's saved inputs.
 fn encoder_outside(m: &Model, b: &Bytes, head: EncoderHead) -> u128 {
     let h = m.hidden as u128;
+    if let Some(vis) = m.encoder.and_then(|e| e.vision) {
+        return vision_outside(m, b, head, vis);
+    }
     let dropout = if m.hidden_dropout > 0.0 { h } else { 0 };
     let (ln_saved, ln_out) = b.norm(m.norm, b.r);
     let embeddings = ln_saved * h + 8 + dropout;
@@ -596,9 +609,55 @@ fn encoder_outside(m: &Model, b: &Bytes, head: EncoderHead) -> u128 {
         // BertForTokenClassification: dropout, then the classifier saves its input copy.
         EncoderHead::TokenClassification { .. } => dropout + b.linear_inputs(1, ln_out) * h,
         // The pooler and the classifier read one token per sequence: bytes per sequence, negligible.
-        EncoderHead::SequenceClassification { .. } | EncoderHead::Embedding => 0,
+        EncoderHead::SequenceClassification { .. } | EncoderHead::Embedding | EncoderHead::ImageClassification { .. } => 0,
     };
     embeddings + head
+}
+
+/// A vision transformer's bytes per token saved outside its layers (the conv's pixel copy is
+/// per image: [`pixel_copy`]). The embeddings sum the patches (half under autocast) with fp32
+/// class token and positions: fp32, saved by nothing but CLIP's `pre_layrnorm`. The final
+/// LayerNorm (ViT, DINOv2, SigLIP: every token; CLIP's `post_layernorm`: the class token only)
+/// saves its fp32 input and row statistics. What the head reads stays alive: a classifier on
+/// the class token `x[:, 0]` keeps the whole tensor through that view when no autocast copy is
+/// made (fp32); a bare model returns `last_hidden_state`, which the loss's graph keeps; SigLIP's
+/// attention-pooling head saves its input copy and the packed K/V projection (torch
+/// nn.functional.multi_head_attention_forward, `_in_projection_packed`).
+fn vision_outside(m: &Model, b: &Bytes, head: EncoderHead, vis: crate::model::Vision) -> u128 {
+    use crate::model::VisionFamily;
+    let h = m.hidden as u128;
+    let (ln_saved, ln_out) = b.norm(m.norm, b.r);
+    let ln = ln_saved * h + 8;
+    let mut tok = 0;
+    if vis.family == VisionFamily::Clip {
+        tok += ln; // pre_layrnorm on the embeddings
+    } else {
+        tok += ln; // final LayerNorm over every token
+    }
+    tok += match (head, vis.family) {
+        (EncoderHead::ImageClassification { .. }, VisionFamily::Dinov2) => 0,
+        (EncoderHead::ImageClassification { .. }, _) if b.amp => 0,
+        (EncoderHead::ImageClassification { .. }, _) => ln_out * h,
+        // CLIP: post_layernorm reads the view last_hidden_state[:, 0]: the residual stays alive.
+        (_, VisionFamily::Clip) => b.r * h,
+        (_, VisionFamily::Siglip) if vis.pooling_head => ln_out * h + b.linear_inputs(1, ln_out) * h + 2 * b.e * h,
+        _ => ln_out * h,
+    };
+    tok
+}
+
+/// Bytes per image the patch embedding's conv saves beyond the input batch: under autocast its
+/// half copy of the fp32 pixels (conv is on autocast's lower-precision list); otherwise the
+/// pixels themselves, which are the input batch.
+pub fn pixel_copy(m: &Model, job: &Job) -> u128 {
+    let Some(vis) = m.encoder.and_then(|e| e.vision) else { return 0 };
+    let b = Bytes::of(m, job);
+    let side = (vis.image_size / vis.patch.max(1) * vis.patch) as u128;
+    if b.amp {
+        2 * vis.channels as u128 * side * side
+    } else {
+        0
+    }
 }
 
 /// Bytes per token per layer the training KV cache holds beyond what attention saves: under

@@ -168,7 +168,8 @@ fn encoder_forward(m: &Model, job: &Job, head: EncoderHead) -> (Vec<Breakdown>, 
         EncoderHead::MaskedLm => t * 2 * h * e + rows * width * e,
         _ => t * h * e,
     };
-    let input = 2 * t * 8; // input_ids + attention_mask
+    // input_ids + attention_mask, or a vision encoder's pixels (and their copy in the weights' dtype).
+    let input = if m.encoder.is_some_and(|x| x.vision.is_some()) { m.input_bytes(job.batch, job.seq) * (4 + e) / 4 } else { 2 * t * 8 };
     let mut bd = Breakdown::new(Phase::Prefill);
     bd.add(WEIGHTS, weights.bytes.weight, weights.detail.clone());
     bd.add(SCALES, weights.bytes.scales, weights.scales_detail);

@@ -53,7 +53,7 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     // autocast cache's (copies a matmul saved are dropped by the checkpoint and remade in backward).
     let casts_fwd = if job.checkpointing == Checkpointing::Full { ms.casts_cached } else { casts_all };
     // HF data collator batch: input_ids, labels, attention_mask as int64 [batch, seq].
-    let input = 3 * t * 8;
+    let input = m.input_bytes(job.batch, job.seq);
 
     // Per-layer saved activations.
     let ckpt = job.checkpointing;
@@ -87,7 +87,7 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     };
     let (layer_grads, layer_casts) = (&ms.layer_grads, &ms.layer_casts);
     let (outside_tok, rope_per_pos) = act::outside_layers(m, job, job.batch);
-    let outside = outside_tok * t + rope_per_pos * seq;
+    let outside = outside_tok * t + rope_per_pos * seq + act::pixel_copy(m, job) * batch;
 
     let add_activations = |bd: &mut Breakdown, upto: usize| match ckpt {
         Checkpointing::Full => {
@@ -155,7 +155,12 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
         bd.add(PARAMS, weights, ms.weights_detail.clone());
         bd.add(ADAPTERS, ms.adapters, ms.adapters_detail.clone());
         bd.add(STATES, states, format!("{} states", job.optimizer.name()));
-        bd.add(INPUT, input, format!("input_ids, labels, attention_mask: 3 × {t} tokens × 8 B"));
+        let what = if m.encoder.is_some_and(|e| e.vision.is_some()) {
+            "pixel_values (fp32) and labels".to_string()
+        } else {
+            format!("input_ids, labels, attention_mask: 3 × {t} tokens × 8 B")
+        };
+        bd.add(INPUT, input, what);
         if accum {
             bd.add(
                 GRADS,

@@ -1,0 +1,114 @@
+//! Vision transformers: ViT, DINOv2, and the vision towers of CLIP and SigLIP
+//! (transformers models/vit, models/dinov2, models/clip `CLIPVisionConfig`, models/siglip
+//! `SiglipVisionConfig`): pre-norm LayerNorm layers over image patches.
+
+use serde_json::Value;
+
+use super::keys::Cfg;
+use crate::error::{Error, Result};
+use crate::model::{Act, Attention, Block, Encoder, EncoderHead, Mlp, Model, Norm, QkNorm, Vision, VisionFamily};
+
+/// Largest image side accepted (pixels).
+const MAX_IMAGE: u64 = 1 << 16;
+
+fn family(model_type: &str) -> VisionFamily {
+    match model_type {
+        "dinov2" => VisionFamily::Dinov2,
+        "clip_vision_model" => VisionFamily::Clip,
+        "siglip_vision_model" => VisionFamily::Siglip,
+        _ => VisionFamily::Vit,
+    }
+}
+
+/// Output classes: `id2label`'s size, else `num_labels`, else 2 (PretrainedConfig's default).
+fn labels(c: &Cfg) -> Result<u64> {
+    if let Some(Value::Object(m)) = c.get("id2label") {
+        if !m.is_empty() {
+            return Ok(m.len() as u64);
+        }
+    }
+    Ok(c.opt(&["num_labels"])?.unwrap_or(2))
+}
+
+pub(super) fn parse(c: &Cfg, name: &str, model_type: &str) -> Result<Model> {
+    let fam = family(model_type);
+    // keys::core_dims reads vocab_size: a vision model has none.
+    let mut m = core_dims_vision(c, name)?;
+    m.intermediate = match fam {
+        // Dinov2Config: mlp_ratio × hidden (4 by default).
+        VisionFamily::Dinov2 => m.hidden.saturating_mul(c.opt(&["mlp_ratio"])?.unwrap_or(4)),
+        _ => c.req(&["intermediate_size"], "size the MLP")?,
+    };
+    if fam == VisionFamily::Dinov2 && c.bool("use_swiglu_ffn", false)? {
+        return Err(Error::InvalidValue {
+            what: "use_swiglu_ffn".into(),
+            value: "true".into(),
+            hint: "DINOv2-giant's SwiGLU MLP is not modelled yet (the small, base and large models are)".into(),
+        });
+    }
+    // Class defaults: ViT 224/16, DINOv2 224/16 (the published configs write 518/14), CLIP 224/32,
+    // SigLIP 224/16; three channels.
+    let image = c.opt(&["image_size"])?.unwrap_or(224);
+    let patch = c.opt(&["patch_size"])?.unwrap_or(if fam == VisionFamily::Clip { 32 } else { 16 });
+    let channels = c.opt(&["num_channels"])?.unwrap_or(3);
+    if image == 0 || image > MAX_IMAGE || patch == 0 || patch > image || channels == 0 || channels > 64 {
+        return Err(c.bad(
+            "image_size",
+            &Value::from(image),
+            "expected image_size ≥ patch_size ≥ 1 (at most 65536 pixels) and 1–64 channels",
+        ));
+    }
+    let vision = Vision {
+        family: fam,
+        channels,
+        patch,
+        image_size: image,
+        native_image_size: image,
+        pooling_head: fam == VisionFamily::Siglip && c.bool("vision_use_head", true)?,
+    };
+    m.position_embeddings = vision.tokens(image);
+    let arch = match c.get("architectures") {
+        Some(Value::Array(a)) => a.first().and_then(Value::as_str).unwrap_or_default().to_string(),
+        _ => String::new(),
+    };
+    let head = if arch.ends_with("ForImageClassification") {
+        EncoderHead::ImageClassification { labels: labels(c)? }
+    } else if arch.is_empty() || arch.ends_with("Model") {
+        EncoderHead::Embedding
+    } else {
+        return Err(Error::InvalidValue {
+            what: "vision head".into(),
+            value: arch,
+            hint: "vram models vision transformers with an image-classification head or bare (feature extraction); pass --task image-classification or image-feature-extraction".into(),
+        });
+    };
+    m.encoder = Some(Encoder { token_types: 0, head, vision: Some(vision) });
+    m.tied_embeddings = false;
+    m.use_cache = false;
+    m.norm = Norm::LayerNorm { bias: true };
+    m.block = Block::Sequential;
+    m.final_norm = true;
+    let qkv_bias = c.bool("qkv_bias", true)?;
+    m.attention = Attention { qkv_bias, o_bias: true, fused_qkv: false, qk_norm: QkNorm::None, mla: None, softcap: false, sinks: false };
+    let default_act = match fam {
+        VisionFamily::Clip => Act::QuickGelu,
+        _ => Act::Gelu,
+    };
+    m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["hidden_act"], default_act), bias: true };
+    // ViTConfig hidden_dropout_prob 0.0; Dinov2Config hidden_dropout_prob 0.0; CLIP/SigLIP none.
+    m.hidden_dropout = c.dropout(&["hidden_dropout_prob"])?;
+    m.attention_dropout = c.dropout(&["attention_probs_dropout_prob", "attention_dropout"])?;
+    Ok(m)
+}
+
+/// Hidden size, layers and heads (ViTConfig names); no vocabulary.
+fn core_dims_vision(c: &Cfg, name: &str) -> Result<Model> {
+    let mut m = super::keys::base(name);
+    m.hidden = c.req(&["hidden_size"], "size every weight matrix")?;
+    m.layers = c.req(&["num_hidden_layers"], "count the layers")?;
+    m.heads = c.req(&["num_attention_heads"], "shape attention")?;
+    m.embed_dim = m.hidden;
+    m.kv_heads = m.heads;
+    m.head_dim = m.hidden.checked_div(m.heads).unwrap_or(0);
+    Ok(m)
+}
