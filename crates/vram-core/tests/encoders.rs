@@ -6,8 +6,8 @@
 //!
 //! bert-base-uncased and roberta-base were used to develop the model; every other model is held
 //! out. The bound is issue 15's: held-out median |error| ≤ 3%, worst ≤ 15%.
-//! Points with a padding mask are reported but held to a looser bound: the (B, 1, S, S) mask
-//! SDPA then receives is not part of the job description (see `padding_is_reported`).
+//! Points with a padding mask are reported apart and held to a looser worst case (5%): the
+//! (B, 1, S, S) mask SDPA then receives is not part of the job description.
 
 use std::path::PathBuf;
 
@@ -99,5 +99,13 @@ fn encoder_peaks_follow_pytorch() {
         let (median, worst) = stats(&errs);
         println!("{label}: {} points, median |error| {:.2}%, worst {:.2}%", errs.len(), median * 100.0, worst * 100.0);
         assert!(median <= 0.03 && worst <= 0.15, "{label}: median {median:.4}, worst {worst:.4}");
+    }
+    // Padded batches: transformers hands SDPA a (B, 1, S, S) mask, which the job description does
+    // not carry; held to a looser bound and reported apart.
+    let padded: Vec<f64> = pts.iter().filter(|p| p.padded).map(|p| p.err).collect();
+    if !padded.is_empty() {
+        let (median, worst) = stats(&padded);
+        println!("padded batches: {} points, median |error| {:.2}%, worst {:.2}%", padded.len(), median * 100.0, worst * 100.0);
+        assert!(median <= 0.03 && worst <= 0.05, "padded: median {median:.4}, worst {worst:.4}");
     }
 }

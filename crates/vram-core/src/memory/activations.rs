@@ -706,7 +706,9 @@ pub fn backward_transient(m: &Model, job: &Job, kernel: Kernel, i: u64) -> (u128
         }
         _ => m.intermediate as u128,
     };
-    let mlp = 3 * mlp_width * b.lin;
+    // Gated: the product's gradient, then the gate's and up's (three intermediate-sized tensors
+    // at once); plain fc1 → act → fc2: the activation output's gradient and its input's (two).
+    let mlp = if m.mlp.gated { 3 } else { 2 } * mlp_width * b.lin;
     let (qd, kd) = (m.q_dim() as u128, m.kv_dim() as u128);
     let (attn, sq) = if kernel.quadratic() { (e * (qd + 2 * kd), 8) } else { (e * (qd + 2 * kd) + 4 * qd, 0) };
     (2 * b.r * h + mlp.max(attn), sq)

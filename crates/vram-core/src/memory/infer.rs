@@ -159,9 +159,11 @@ fn encoder_forward(m: &Model, job: &Job, head: EncoderHead) -> (Vec<Breakdown>, 
     let mut notes: Vec<String> = kernel_note.into_iter().chain(weights.notes.iter().cloned()).collect();
     let sq = if kernel.quadratic() { batch * m.heads as u128 * seq * seq * (e + 4) } else { 0 };
     // Residual in, q, k, v, attention output, its projection: 6 hidden-sized tensors per token;
-    // MLP: residual, the dense output, the activation output, the output projection.
-    let attn = t * 6 * h * e + sq;
-    let mlp = t * (2 * h + 2 * inter) * e;
+    // MLP: the layer input and the attention block's output, the dense and activation outputs.
+    // Plus the embeddings' output, which BertModel.forward (ViTModel alike) keeps referenced while
+    // its encoder runs: one more hidden-sized tensor in both.
+    let attn = t * 7 * h * e + sq;
+    let mlp = t * (3 * h + 2 * inter) * e;
     let (rows, width) = m.loss_logits(job.batch, job.seq);
     let out = match head {
         // The prediction head's transform (dense, activation, LayerNorm) then the logits.
