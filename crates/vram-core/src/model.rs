@@ -153,6 +153,38 @@ impl EncoderHead {
     }
 }
 
+/// A LLaVA-style vision-language model around a decoder (transformers models/llava): a vision
+/// tower, a two-layer projector into the language model's width, and image tokens placed in the
+/// language model's sequence.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Multimodal {
+    /// The vision tower (CLIP or SigLIP vision transformer, bare).
+    pub tower: Model,
+    /// `LlavaMultiModalProjector`: linear_1 (tower width → text width), activation, linear_2.
+    pub projector_bias: bool,
+    /// The projector's activation.
+    pub projector_act: Act,
+    /// `vision_feature_layer`: the tower hidden state the projector reads (-2: the one before
+    /// the last layer).
+    pub feature_layer: i64,
+    /// Tokens each image puts in the language model's sequence (`vision_feature_select_strategy`
+    /// "default" drops CLIP's class token).
+    pub image_tokens: u64,
+    /// Images per sample (the CLI's --images-per-sample).
+    pub images: u64,
+    /// The vision tower is frozen (`--freeze-vision-tower`): no gradients, states or saved
+    /// activations for it.
+    pub tower_frozen: bool,
+}
+
+impl Multimodal {
+    /// The projector's parameters (two linears).
+    pub fn projector_parameters(&self, text_hidden: u64) -> u64 {
+        let b = u64::from(self.projector_bias);
+        self.tower.hidden * text_hidden + b * text_hidden + text_hidden * text_hidden + b * text_hidden
+    }
+}
+
 /// A bidirectional encoder (BERT, RoBERTa, XLM-R): what differs from a decoder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Encoder {
@@ -344,6 +376,8 @@ pub struct Model {
     pub rope_scaling: Option<RopeScaling>,
     /// Set for bidirectional encoders (no causal mask, no KV cache, post-LN, an encoder head).
     pub encoder: Option<Encoder>,
+    /// Set for a vision-language model: the vision tower and projector around this decoder.
+    pub multimodal: Option<Box<Multimodal>>,
 }
 
 /// A checkpoint's `quantization_config` (transformers `utils/quantization_config.py`).
@@ -523,6 +557,27 @@ impl Model {
         self.set_encoder_head(head)
     }
 
+    /// `--images-per-sample` and `--freeze-vision-tower` on a vision-language model.
+    pub fn set_vision_inputs(&mut self, images: Option<u64>, freeze_tower: bool) -> Result<(), String> {
+        let Some(mm) = self.multimodal.as_mut() else {
+            return match (images, freeze_tower) {
+                (None, false) => Ok(()),
+                _ => Err(format!(
+                    "--images-per-sample and --freeze-vision-tower apply to vision-language models (LLaVA); {} has no vision tower",
+                    self.model_type
+                )),
+            };
+        };
+        if let Some(n) = images {
+            if n == 0 || n > 4096 {
+                return Err(format!("--images-per-sample {n}: must be between 1 and 4096"));
+            }
+            mm.images = n;
+        }
+        mm.tower_frozen |= freeze_tower;
+        Ok(())
+    }
+
     /// `--image-size`: run a vision encoder on square images of `side` pixels (transformers
     /// interpolates the position table). Text models have no image size.
     pub fn set_image_size(&mut self, side: u64) -> Result<(), String> {
@@ -607,7 +662,16 @@ impl Model {
     /// tied weights once.
     pub fn parameters(&self) -> u64 {
         // Validated in config::validate to stay below 2^50.
-        self.tensors().iter().map(|t| t.numel.saturating_mul(t.count)).fold(0, u64::saturating_add)
+        let own = self.tensors().iter().map(|t| t.numel.saturating_mul(t.count)).fold(0, u64::saturating_add);
+        match &self.multimodal {
+            Some(mm) => own.saturating_add(mm.tower.parameters()).saturating_add(mm.projector_parameters(self.hidden)),
+            None => own,
+        }
+    }
+
+    /// The language model alone (a VLM without its tower and projector; itself otherwise).
+    pub fn language_model(&self) -> Model {
+        Model { multimodal: None, ..self.clone() }
     }
 
     /// Parameters in the token embedding, position embedding and (untied) LM head.

@@ -19,7 +19,17 @@ type R<T> = Result<T, RequestError>;
 pub const MAX_CONFIG: usize = 16 << 20;
 
 /// Keys naming the model.
-pub const MODEL_KEYS: &[&str] = &["model", "config", "config_name", "approximate_architecture", "task", "num_labels", "image_size"];
+pub const MODEL_KEYS: &[&str] = &[
+    "model",
+    "config",
+    "config_name",
+    "approximate_architecture",
+    "task",
+    "num_labels",
+    "image_size",
+    "images_per_sample",
+    "freeze_vision_tower",
+];
 
 /// Keys of the job, as the CLI's job flags (underscores for dashes).
 pub const JOB_KEYS: &[&str] = &[
@@ -68,6 +78,8 @@ pub fn model(f: &mut Fields) -> R<Model> {
     if let Some(side) = f.u64("image_size")? {
         m.set_image_size(side).map_err(RequestError::new)?;
     }
+    let freeze = f.bool("freeze_vision_tower")?.unwrap_or(false);
+    m.set_vision_inputs(f.u64("images_per_sample")?, freeze).map_err(RequestError::new)?;
     Ok(m)
 }
 

@@ -72,6 +72,13 @@ pub struct JobArgs {
     /// Vision encoders: image side in pixels [default: the config's image_size]
     #[arg(long, alias = "image_size")]
     pub image_size: Option<u64>,
+    /// Vision-language models (LLaVA): images per sample; their tokens are part of --seq-len [default: 1]
+    #[arg(long, alias = "images_per_sample")]
+    pub images_per_sample: Option<u64>,
+    /// Vision-language models: train the projector and language model only (LLaMA-Factory
+    /// `freeze_vision_tower`)
+    #[arg(long, alias = "freeze_vision_tower")]
+    pub freeze_vision_tower: bool,
     /// `train` (one optimizer step) or `infer` (prefill + KV cache).
     #[arg(long, default_value = "train", help_heading = "Job")]
     pub mode: String,

@@ -136,6 +136,7 @@ pub(super) fn base(name: &str) -> Model {
         checkpoint_bytes: None,
         rope_scaling: None,
         encoder: None,
+        multimodal: None,
     }
 }
 

@@ -14,6 +14,7 @@ mod gpt2;
 mod gpt_neox;
 mod keys;
 mod llama;
+mod llava;
 mod opt;
 mod phi;
 mod positions;
@@ -56,7 +57,15 @@ pub fn parse_config(bytes: &[u8], name: &str, file: &str) -> Result<Model> {
 
 /// [`parse_config`] with options (the approximate-architecture opt-in).
 pub fn parse_config_with(bytes: &[u8], name: &str, file: &str, opts: ParseOptions) -> Result<Model> {
-    let mut obj = json_object(bytes, file)?;
+    let obj = json_object(bytes, file)?;
+    if obj.get("model_type").and_then(Value::as_str) == Some("llava") {
+        return llava::parse(obj, name, file, opts);
+    }
+    parse_object(obj, name, file, opts)
+}
+
+/// A config already read as a JSON object (a nested `text_config`/`vision_config` too).
+fn parse_object(mut obj: Map<String, Value>, name: &str, file: &str, opts: ParseOptions) -> Result<Model> {
     let quantization = quantization(&obj, file)?;
     let mut warnings = Vec::new();
     let outer = Outer::read(&obj);

@@ -8,6 +8,7 @@
 pub mod activations;
 mod infer;
 mod lora;
+mod multimodal;
 pub mod optimizer;
 mod sequence;
 mod train;
@@ -134,9 +135,14 @@ impl Breakdown {
     pub fn new(phase: Phase) -> Self {
         Breakdown { phase, parts: Vec::new() }
     }
+    /// Add `bytes` under `name`; a second part of the same name is summed into the first.
     pub fn add(&mut self, name: &'static str, bytes: u128, detail: impl Into<String>) {
-        if bytes > 0 {
-            self.parts.push((name, bytes, detail.into()));
+        if bytes == 0 {
+            return;
+        }
+        match self.parts.iter_mut().find(|p| p.0 == name) {
+            Some(p) => p.1 += bytes,
+            None => self.parts.push((name, bytes, detail.into())),
         }
     }
     pub fn total(&self) -> u128 {
@@ -183,6 +189,9 @@ pub fn estimate(model: &Model, job: &Job) -> Result<Estimate> {
 pub fn allocation_sequence(model: &Model, job: &Job) -> std::result::Result<Vec<allocator::Op>, &'static str> {
     if model.encoder.is_some() {
         return Err("encoder models are not sequenced yet");
+    }
+    if model.multimodal.is_some() {
+        return Err("vision-language models are not sequenced yet");
     }
     match job.mode {
         Mode::Train => sequence::training(model, job),
@@ -259,6 +268,13 @@ pub fn check_lora(model: &Model, job: &Job) -> Result<()> {
 
 /// Refuse `what` (serving, multi-GPU plans) for an encoder, which vram estimates on one GPU only.
 pub fn require_decoder(model: &Model, what: &str) -> Result<()> {
+    if model.multimodal.is_some() {
+        return Err(Error::InvalidValue {
+            what: "model".into(),
+            value: "llava".into(),
+            hint: format!("a vision-language model: {what} is modelled for language models only; `vram estimate` gives its single-GPU training and inference"),
+        });
+    }
     match model.encoder {
         None => Ok(()),
         Some(enc) => Err(Error::InvalidValue {
@@ -276,6 +292,37 @@ pub fn require_decoder(model: &Model, what: &str) -> Result<()> {
 /// What an encoder job may ask for: single-GPU full fine-tuning or a forward pass. LoRA,
 /// sharding, fused cross-entropy and generation settings are refused, not estimated as a decoder.
 pub fn check_encoder(model: &Model, job: &Job) -> Result<()> {
+    if model.multimodal.is_some() {
+        let what = if job.lora.is_some() {
+            Some("LoRA/QLoRA")
+        } else if job.model_state_shards > 1 {
+            Some("sharded training (ZeRO/FSDP)")
+        } else if job.fused_cross_entropy {
+            Some("fused linear cross-entropy")
+        } else {
+            None
+        };
+        let mm = model.multimodal.as_ref().expect("checked");
+        let image_tokens = mm.images.saturating_mul(mm.image_tokens);
+        if image_tokens > job.seq {
+            return Err(Error::InvalidValue {
+                what: "sequence length".into(),
+                value: job.seq.to_string(),
+                hint: format!(
+                    "{} image(s) × {} tokens = {image_tokens} image tokens do not fit a {}-token sequence: the sequence counts text and image tokens together",
+                    mm.images, mm.image_tokens, job.seq
+                ),
+            });
+        }
+        if let Some(what) = what {
+            return Err(Error::InvalidValue {
+                what: "vision-language job".into(),
+                value: what.into(),
+                hint: format!("vram estimates LLaVA full fine-tuning (vision tower trained or frozen) and inference on one GPU; {what} is not modelled for vision-language models yet"),
+            });
+        }
+        return Ok(());
+    }
     let Some(enc) = model.encoder else { return Ok(()) };
     let refuse = |what: &str| {
         Err(Error::InvalidValue {
@@ -308,6 +355,7 @@ fn estimate_inner(model: &Model, job: &Job) -> Result<Estimate> {
     check_encoder(model, job)?;
     check_lora(model, job)?;
     let (phases, kernel, notes) = match job.mode {
+        _ if model.multimodal.is_some() => multimodal::phases(model, job),
         Mode::Train => train::phases(model, job),
         Mode::Infer => infer::phases(model, job),
     };

@@ -1,0 +1,152 @@
+//! A LLaVA-style vision-language model: the language model's own phases (its sequence holds
+//! the image tokens) with the vision tower and projector added where they are alive.
+//!
+//! Order of a training step (transformers models/llava/modeling_llava.py): the tower runs first
+//! on the batch's images, the projector maps the chosen hidden state into the language model's
+//! width and `masked_scatter` places it at the image tokens; the language model runs; backward
+//! goes through the language model, then the projector, then the tower (when it trains). So
+//! the tower's and projector's saved activations are alive through the whole language-model
+//! step, their gradients appear only at the end, and a trained tower adds its own backward.
+
+use super::activations::{self as act};
+use super::train::{self, ActivationProfile};
+use super::{infer, optimizer, Breakdown, Phase};
+use crate::job::{Checkpointing, Job, Mode};
+use crate::model::{Model, Multimodal};
+
+const TOWER: &str = "vision tower + projector parameters";
+const TOWER_GRADS: &str = "vision tower + projector gradients";
+const TOWER_STATES: &str = "vision tower + projector optimizer states";
+const TOWER_CASTS: &str = "vision tower + projector autocast copies";
+const TOWER_ACTS: &str = "activations: vision tower + projector";
+const TOWER_BWD: &str = "vision tower backward temporaries";
+const PIXELS: &str = "pixel_values";
+const TOWER_FWD: &str = "vision tower forward (no grad)";
+
+/// The tower as it runs for this job: `batch × images` images, the layers up to the hidden
+/// state the projector reads (a later layer's graph is dropped with the tower's output).
+fn tower_job(mm: &Multimodal, job: &Job) -> (Model, Job) {
+    let mut tower = mm.tower.clone();
+    let used = (tower.layers as i64 + 1 + mm.feature_layer).clamp(1, tower.layers as i64) as u64;
+    tower.layers = used;
+    let vis = tower.encoder.and_then(|e| e.vision).expect("a LLaVA tower is a vision encoder");
+    let images = job.batch.saturating_mul(mm.images);
+    let j = Job { batch: images, seq: vis.tokens(vis.image_size), lora: None, base: None, ..job.clone() };
+    (tower, j)
+}
+
+/// Bytes per parameter of the job's optimizer states and step temporaries, from the tower's own.
+fn per_param(tower: &Model, job: &Job) -> (u128, u128) {
+    let n = tower.parameters().max(1) as u128;
+    (optimizer::states(tower, job) / n, optimizer::step_temporaries(tower, job) / n)
+}
+
+pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<String>) {
+    let mm = m.multimodal.as_ref().expect("a multimodal model");
+    let lm = m.language_model();
+    let (tower, tj) = tower_job(mm, job);
+    let image_tokens = job.batch as u128 * mm.images as u128 * mm.image_tokens as u128;
+    let mut notes = vec![format!(
+        "{} image(s) per sample × {} tokens = {} of the {} tokens per sequence are image tokens; the vision tower runs {} images of {} tokens",
+        mm.images,
+        mm.image_tokens,
+        mm.images * mm.image_tokens,
+        job.seq,
+        tj.batch,
+        tj.seq
+    )];
+    let (mut phases, kernel, lm_notes) = match job.mode {
+        Mode::Train => train::phases(&lm, job),
+        Mode::Infer => infer::phases(&lm, job),
+    };
+    notes.extend(lm_notes);
+    let p = job.precision.param_dtype().bytes() as u128;
+    let e = job.precision.compute_dtype().bytes() as u128;
+    let amp = job.precision.is_mixed();
+    let tower_params = mm.tower.parameters() as u128;
+    let proj_params = mm.projector_parameters(m.hidden) as u128;
+    let weights = (tower_params + proj_params) * if job.mode == Mode::Infer { e } else { p };
+    // fp32 pixel_values (the tower's input_bytes also counts an int64 label per image).
+    let pixels = mm.tower.input_bytes(tj.batch, tj.seq) - 8 * tj.batch as u128;
+    if job.mode == Mode::Infer {
+        for ph in &mut phases {
+            ph.add(TOWER, weights, format!("{tower_params} + {proj_params} parameters"));
+            ph.add(PIXELS, pixels, "fp32 images");
+        }
+        // Before the language model runs: its weights and the tower's forward.
+        let (tph, _, _) = infer::phases(&tower, &tj);
+        if let Some(fwd) = tph.into_iter().next() {
+            let mut b = Breakdown::new(Phase::Prefill);
+            b.add(
+                infer::WEIGHTS,
+                phases.first().map_or(0, |f| f.parts.iter().filter(|x| x.0 == infer::WEIGHTS).map(|x| x.1).sum()),
+                "language model",
+            );
+            b.add(TOWER, weights, "vision tower and projector");
+            b.add(
+                TOWER_FWD,
+                fwd.total().saturating_sub(fwd.parts.iter().filter(|x| x.0 == infer::WEIGHTS).map(|x| x.1).sum()),
+                format!("{} images × {} tokens through the tower", tj.batch, tj.seq),
+            );
+            phases.push(b);
+        }
+        return (phases, kernel, notes);
+    }
+    let trained = !mm.tower_frozen;
+    let trainable = if trained { tower_params + proj_params } else { proj_params };
+    let (state_pp, tmp_pp) = per_param(&mm.tower, job);
+    let states = if optimizer::paged(job) { 0 } else { trainable * state_pp };
+    // Autocast caches half copies of trained weights only (leaves that require grad).
+    let matmul_tower: u128 = mm.tower.tensors().iter().filter(|t| t.is_matrix()).map(|t| t.numel as u128 * t.count as u128).sum();
+    let proj_matrix = mm.tower.hidden as u128 * m.hidden as u128 + (m.hidden as u128).pow(2);
+    let casts = if amp { 2 * (proj_matrix + if trained { matmul_tower } else { 0 }) } else { 0 };
+    // Saved: the trained tower's activations (its own activation profile), and the projector's
+    // (linear_1's input copy, the activation's input, linear_2's input: per image token).
+    let tower_profile = if trained { train::activation_profile(&tower, &tj) } else { ActivationProfile::default() };
+    let h_v = mm.tower.hidden as u128;
+    let h_t = m.hidden as u128;
+    let proj_in = if amp { 2 } else { p.max(e) };
+    let projector_acts = image_tokens * (proj_in * h_v + 2 * e * h_t);
+    let saved = tower_profile.saved + projector_acts;
+    let ckpt = if job.checkpointing == Checkpointing::Full { " (tower checkpointed)" } else { "" };
+    for ph in &mut phases {
+        ph.add(TOWER, weights, format!("{tower_params} tower + {proj_params} projector parameters × {p} B"));
+        ph.add(TOWER_STATES, states, format!("{} states of {trainable} trainable tower/projector parameters", job.optimizer.name()));
+        ph.add(PIXELS, pixels, "fp32 images");
+        match ph.phase {
+            Phase::BackwardEnd | Phase::OptimizerStep => {
+                ph.add(TOWER_GRADS, trainable * p, format!("{trainable} gradients × {p} B"));
+                if ph.phase == Phase::OptimizerStep {
+                    ph.add(train::OPT_TMP, trainable * tmp_pp, "step temporaries of the tower/projector parameters");
+                }
+            }
+            _ => {
+                ph.add(TOWER_CASTS, casts, "half copies of trained tower/projector weights");
+                ph.add(
+                    TOWER_ACTS,
+                    saved,
+                    format!("{} images × {} tokens{ckpt}; projector on {image_tokens} image tokens", tj.batch, tj.seq),
+                );
+            }
+        }
+    }
+    if trained {
+        // After the language model's backward: every LM gradient, the tower's saved activations
+        // and one tower layer's backward.
+        let lm_grads = lm.parameters() as u128 * p;
+        let mut b = Breakdown::new(Phase::Backward);
+        let lm_weights: u128 = phases.first().map_or(0, |f| f.parts.iter().filter(|x| x.0 == train::PARAMS).map(|x| x.1).sum());
+        let lm_states: u128 = phases.first().map_or(0, |f| f.parts.iter().filter(|x| x.0 == train::STATES).map(|x| x.1).sum());
+        b.add(train::PARAMS, lm_weights, "language model");
+        b.add(train::STATES, lm_states, "language model");
+        b.add(train::GRADS, lm_grads + proj_params * p, "language model and projector gradients");
+        b.add(TOWER, weights, "vision tower and projector");
+        b.add(TOWER_STATES, states, "vision tower and projector");
+        b.add(PIXELS, pixels, "fp32 images");
+        b.add(TOWER_CASTS, casts, "half copies of trained tower weights");
+        b.add(TOWER_ACTS, tower_profile.saved, "the tower's saved activations");
+        b.add(TOWER_BWD, tower_profile.backward_transient, "one tower layer's backward");
+        phases.push(b);
+    }
+    (phases, kernel, notes)
+}
