@@ -292,7 +292,7 @@ pub fn require_decoder(model: &Model, what: &str) -> Result<()> {
 /// What an encoder job may ask for: single-GPU full fine-tuning or a forward pass. LoRA,
 /// sharding, fused cross-entropy and generation settings are refused, not estimated as a decoder.
 pub fn check_encoder(model: &Model, job: &Job) -> Result<()> {
-    if model.multimodal.is_some() {
+    if let Some(mm) = &model.multimodal {
         let what = if job.lora.is_some() {
             Some("LoRA/QLoRA")
         } else if job.model_state_shards > 1 {
@@ -302,7 +302,6 @@ pub fn check_encoder(model: &Model, job: &Job) -> Result<()> {
         } else {
             None
         };
-        let mm = model.multimodal.as_ref().expect("checked");
         let image_tokens = mm.images.saturating_mul(mm.image_tokens);
         if image_tokens > job.seq {
             return Err(Error::InvalidValue {
