@@ -306,6 +306,10 @@ pub struct Job {
     /// torchtune `optimizer_in_bwd`: each parameter is stepped and its gradient freed during
     /// backward, so gradients never all exist at once.
     pub optimizer_in_bwd: bool,
+    /// The batch is padded to its longest sample: transformers passes SDPA an explicit
+    /// (B, 1, S, S) mask, so CUDA runs the memory-efficient kernel (flash takes no mask) and each
+    /// layer keeps the float bias it made from the mask for backward.
+    pub padded: bool,
 }
 
 impl Job {
@@ -330,6 +334,7 @@ impl Job {
             lora: None,
             base: None,
             optimizer_in_bwd: false,
+            padded: false,
         }
     }
 

@@ -19,7 +19,7 @@ fn root() -> PathBuf {
 }
 
 fn fixture(name: &str) -> String {
-    let path = std::env::var("VRAM_ENCODER_FIXTURES").map_or_else(|_| root().join("validation/fixtures"), PathBuf::from).join(name);
+    let path = std::env::var("VRAM_FIXTURES").map_or_else(|_| root().join("validation/fixtures"), PathBuf::from).join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e} (run validation/encoders.py)", path.display()))
 }
 
@@ -48,7 +48,16 @@ fn points() -> Vec<Point> {
             continue;
         }
         let src = std::fs::read(root().join(r["source"].as_str().unwrap())).unwrap();
-        let Ok(mut model) = parse_config(&src, r["model"].as_str().unwrap(), "fixture") else { continue };
+        let mut model = match parse_config(&src, r["model"].as_str().unwrap(), "fixture") {
+            Ok(m) => m,
+            // DeBERTa and ModernBERT are recorded to show what is not modelled: they must be
+            // refused by name, never estimated as something else.
+            Err(e @ vram_core::Error::UnsupportedArchitecture { .. }) => {
+                println!("refused: {} ({e})", r["model"]);
+                continue;
+            }
+            Err(e) => panic!("{}: {e}", r["model"]),
+        };
         model.set_encoder_head(head(r["task"].as_str().unwrap(), r["num_labels"].as_u64())).unwrap();
         assert_eq!(model.parameters(), r["parameters"].as_u64().unwrap(), "{line}");
         let (batch, seq) = (r["batch"].as_u64().unwrap(), r["seq"].as_u64().unwrap());
@@ -58,6 +67,7 @@ fn points() -> Vec<Point> {
             precision: Precision::parse(r["precision"].as_str().unwrap()).unwrap(),
             checkpointing: if r["checkpointing"] == true { Checkpointing::Full } else { Checkpointing::None },
             attention: AttentionImpl::Sdpa,
+            padded: r["mask"] == "padding",
             ..base
         };
         assert_eq!(job.mode, if train { Mode::Train } else { Mode::Infer });
@@ -100,8 +110,7 @@ fn encoder_peaks_follow_pytorch() {
         println!("{label}: {} points, median |error| {:.2}%, worst {:.2}%", errs.len(), median * 100.0, worst * 100.0);
         assert!(median <= 0.03 && worst <= 0.15, "{label}: median {median:.4}, worst {worst:.4}");
     }
-    // Padded batches: transformers hands SDPA a (B, 1, S, S) mask, which the job description does
-    // not carry; held to a looser bound and reported apart.
+    // Padded batches (`--padded`): the (B, 1, S, S) mask and each layer's float bias; reported apart.
     let padded: Vec<f64> = pts.iter().filter(|p| p.padded).map(|p| p.err).collect();
     if !padded.is_empty() {
         let (median, worst) = stats(&padded);

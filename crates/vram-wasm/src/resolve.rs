@@ -50,6 +50,7 @@ pub const JOB_KEYS: &[&str] = &[
     "cublas_workspace",
     "allocator_reserve",
     "optimizer_in_bwd",
+    "padded",
 ];
 
 /// LoRA/QLoRA keys (`--peft lora --lora-r 16 --load-in-4bit …`).
@@ -200,6 +201,7 @@ pub fn job(f: &mut Fields, model: &mut Model) -> R<Job> {
         lora: lora(f)?,
         base: base_weights(f)?,
         optimizer_in_bwd: f.bool("optimizer_in_bwd")?.unwrap_or(false),
+        padded: f.bool("padded")?.unwrap_or(false),
     };
     job.validate()?;
     // Past the trained context (or its RoPE scaling's reach) the number is still given, with why.

@@ -69,6 +69,10 @@ pub struct JobArgs {
     /// Encoders: classes of a classification head [default: the config's id2label, else 2]
     #[arg(long, alias = "num_labels")]
     pub num_labels: Option<u64>,
+    /// The batches are padded to their longest sample (HF DataCollatorWithPadding): SDPA gets an
+    /// explicit attention mask, runs memory-efficient attention and keeps a float bias per layer
+    #[arg(long, help_heading = "Job")]
+    pub padded: bool,
     /// Vision encoders: image side in pixels [default: the config's image_size]
     #[arg(long, alias = "image_size")]
     pub image_size: Option<u64>,

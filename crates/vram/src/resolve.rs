@@ -110,6 +110,7 @@ fn job(a: &JobArgs, mode: Mode, model: &Model) -> Result<Job> {
         lora: lora(&a.peft)?,
         base: base_weights(&a.peft)?,
         optimizer_in_bwd: a.peft.optimizer_in_bwd,
+        padded: a.padded,
     };
     job.validate()?;
     Ok(job)

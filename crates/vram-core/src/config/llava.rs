@@ -19,28 +19,6 @@ const LLAMA_DEFAULTS: &[(&str, u64)] = &[
     ("max_position_embeddings", 2048),
 ];
 
-/// CLIPVisionConfig's defaults (configuration_clip.py).
-const CLIP_VISION_DEFAULTS: &[(&str, u64)] = &[
-    ("hidden_size", 768),
-    ("intermediate_size", 3072),
-    ("num_hidden_layers", 12),
-    ("num_attention_heads", 12),
-    ("num_channels", 3),
-    ("image_size", 224),
-    ("patch_size", 32),
-];
-
-/// SiglipVisionConfig's defaults (configuration_siglip.py).
-const SIGLIP_VISION_DEFAULTS: &[(&str, u64)] = &[
-    ("hidden_size", 768),
-    ("intermediate_size", 3072),
-    ("num_hidden_layers", 12),
-    ("num_attention_heads", 12),
-    ("num_channels", 3),
-    ("image_size", 224),
-    ("patch_size", 16),
-];
-
 fn with_defaults(mut obj: Map<String, Value>, defaults: &[(&str, u64)]) -> Map<String, Value> {
     for (k, v) in defaults {
         obj.entry(k.to_string()).or_insert(Value::from(*v));
@@ -59,9 +37,9 @@ pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: Parse
     // The vision tower: LlavaConfig defaults it to a CLIP ViT-L/14 at 336 pixels when absent.
     let mut vision = nested(&obj, "vision_config", file)?;
     let vtype = vision.get("model_type").and_then(Value::as_str).unwrap_or("clip_vision_model").to_string();
-    let defaults = match vtype.as_str() {
-        "clip_vision_model" => CLIP_VISION_DEFAULTS,
-        "siglip_vision_model" => SIGLIP_VISION_DEFAULTS,
+    // Missing keys are the vision class's defaults, which the vision parser applies.
+    match vtype.as_str() {
+        "clip_vision_model" | "siglip_vision_model" => {}
         other => {
             return Err(Error::InvalidValue {
                 what: "LLaVA vision tower".into(),
@@ -69,10 +47,10 @@ pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: Parse
                 hint: "vram models LLaVA with a CLIP or SigLIP vision tower (clip_vision_model, siglip_vision_model)".into(),
             })
         }
-    };
+    }
     vision.insert("model_type".into(), Value::from(vtype.clone()));
     vision.remove("architectures");
-    let tower = parse_object(with_defaults(vision, defaults), &format!("{name} (vision tower)"), file, opts)?;
+    let tower = parse_object(vision, &format!("{name} (vision tower)"), file, opts)?;
     // The language model, with the top level's dtype and tying when the nested config omits them.
     let mut text = nested(&obj, "text_config", file)?;
     if text.get("model_type").and_then(Value::as_str).unwrap_or("llama") == "llama" {

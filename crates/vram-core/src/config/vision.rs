@@ -37,7 +37,7 @@ pub(super) fn parse(c: &Cfg, name: &str, model_type: &str) -> Result<Model> {
     m.intermediate = match fam {
         // Dinov2Config: mlp_ratio × hidden (4 by default).
         VisionFamily::Dinov2 => m.hidden.saturating_mul(c.opt(&["mlp_ratio"])?.unwrap_or(4)),
-        _ => c.req(&["intermediate_size"], "size the MLP")?,
+        _ => c.opt(&["intermediate_size"])?.unwrap_or(3072),
     };
     if fam == VisionFamily::Dinov2 && c.bool("use_swiglu_ffn", false)? {
         return Err(Error::InvalidValue {
@@ -101,12 +101,15 @@ pub(super) fn parse(c: &Cfg, name: &str, model_type: &str) -> Result<Model> {
     Ok(m)
 }
 
-/// Hidden size, layers and heads (ViTConfig names); no vocabulary.
+/// Hidden size, layers and heads; no vocabulary. A key absent from the config is the class
+/// default, as transformers reads it (ViTConfig, Dinov2Config, CLIPVisionConfig and
+/// SiglipVisionConfig all default to a base-sized 768 × 12 layers × 12 heads; published nested
+/// configs such as SigLIP's `vision_config` often write nothing else).
 fn core_dims_vision(c: &Cfg, name: &str) -> Result<Model> {
     let mut m = super::keys::base(name);
-    m.hidden = c.req(&["hidden_size"], "size every weight matrix")?;
-    m.layers = c.req(&["num_hidden_layers"], "count the layers")?;
-    m.heads = c.req(&["num_attention_heads"], "shape attention")?;
+    m.hidden = c.opt(&["hidden_size"])?.unwrap_or(768);
+    m.layers = c.opt(&["num_hidden_layers"])?.unwrap_or(12);
+    m.heads = c.opt(&["num_attention_heads"])?.unwrap_or(12);
     m.embed_dim = m.hidden;
     m.kv_heads = m.heads;
     m.head_dim = m.hidden.checked_div(m.heads).unwrap_or(0);

@@ -288,7 +288,7 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
     // Sliding layers past the window: SDPA with an explicit bool mask runs memory-efficient
     // attention on K/V repeated for GQA (transformers' use_gqa_in_sdpa needs no mask), after
     // turning the mask into a float bias it keeps for backward (convert_boolean_attn_mask).
-    let masked = i < m.sliding_layers && sliding_masked(m, job, job.seq);
+    let masked = job.padded || (i < m.sliding_layers && sliding_masked(m, job, job.seq));
     let (a, a_sq) = attention(m, job, &b, if masked { Kernel::MemEfficient } else { kernel }, masked, moe_layer);
     c.attention += a;
     c.attention_sq += a_sq;
@@ -708,7 +708,7 @@ pub fn backward_transient(m: &Model, job: &Job, kernel: Kernel, i: u64) -> (u128
     };
     // Gated: the product's gradient, then the gate's and up's (three intermediate-sized tensors
     // at once); plain fc1 → act → fc2: the activation output's gradient and its input's (two).
-    let mlp = if m.mlp.gated { 3 } else { 2 } * mlp_width * b.lin;
+    let mlp = if m.mlp.gated { 3 } else { 1 } * mlp_width * b.lin;
     let (qd, kd) = (m.q_dim() as u128, m.kv_dim() as u128);
     let (attn, sq) = if kernel.quadratic() { (e * (qd + 2 * kd), 8) } else { (e * (qd + 2 * kd) + 4 * qd, 0) };
     (2 * b.r * h + mlp.max(attn), sq)

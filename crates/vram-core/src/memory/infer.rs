@@ -162,7 +162,9 @@ fn encoder_forward(m: &Model, job: &Job, head: EncoderHead) -> (Vec<Breakdown>, 
     // MLP: the layer input and the attention block's output, the dense and activation outputs.
     // Plus the embeddings' output, which BertModel.forward (ViTModel alike) keeps referenced while
     // its encoder runs: one more hidden-sized tensor in both.
-    let attn = t * 7 * h * e + sq;
+    // A padded batch: the (B, 1, S, S) bool mask and the float bias SDPA makes from it.
+    let mask = if job.padded { batch * seq * seq * (1 + e) } else { 0 };
+    let attn = t * 7 * h * e + sq + mask;
     let mlp = t * (3 * h + 2 * inter) * e;
     let (rows, width) = m.loss_logits(job.batch, job.seq);
     let out = match head {

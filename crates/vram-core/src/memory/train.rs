@@ -57,8 +57,10 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
 
     // Per-layer saved activations.
     let ckpt = job.checkpointing;
-    let masked_any = act::sliding_masked(m, job, job.seq);
-    if masked_any {
+    let masked_any = job.padded || act::sliding_masked(m, job, job.seq);
+    if job.padded {
+        notes.push("padded batch: transformers passes SDPA a (batch, 1, seq, seq) mask, so CUDA runs memory-efficient attention (not flash) and every layer keeps the float bias made from it for backward".into());
+    } else if masked_any {
         notes.push(format!(
             "sequence {} ≥ sliding window {}: transformers passes SDPA an explicit mask on {} windowed layers, so CUDA runs memory-efficient attention (not flash), with K/V repeated for GQA and a batch×seq² float mask saved per layer; attn_implementation=flash_attention_2 avoids it",
             job.seq,
@@ -105,10 +107,11 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
             let part = |f: &dyn Fn(&LayerCoef) -> u128| -> u128 { layer_full[..upto].iter().map(f).sum() };
             bd.add(
                 ACT_ATTN,
-                part(&|c| c.attention * t + c.attention_sq * sq_elems),
+                part(&|c| c.attention * t + c.attention_sq * sq_elems + c.mask_sq * mask_elems),
                 format!(
-                    "{upto} layers: q/k/v/output saved by the {kernel:?} kernel{}",
-                    if kernel.quadratic() && ckpt != Checkpointing::Selective { ", plus batch×heads×seq² probabilities" } else { "" }
+                    "{upto} layers: q/k/v/output saved by the {kernel:?} kernel{}{}",
+                    if kernel.quadratic() && ckpt != Checkpointing::Selective { ", plus batch×heads×seq² probabilities" } else { "" },
+                    if masked_any { ", plus the batch×seq² float mask each masked layer keeps" } else { "" }
                 ),
             );
             bd.add(
