@@ -43,6 +43,8 @@ FakeTensorMode gives tracked peaks (and peak phases) equal byte for byte in all 
 padding mask, classification with and without padding, embedding with and without padding,
 inference mlm bf16 / fp32 / padded embedding): fixtures/encoders_technique.jsonl (~35 s).
 
+Matrix: 189 points, 0.3-49 s each, 1,785 point-seconds (21 min wall, 2 workers, shared 2 cores).
+
     /work/venv/bin/python validation/encoders.py                # the matrix (resumable)
     /work/venv/bin/python validation/encoders.py --technique    # real vs fake on a tiny BERT
 """
