@@ -41,6 +41,7 @@ fixtures/vision_technique.jsonl.
 
     /work/venv/bin/python validation/vision.py                # the matrix (resumable)
     /work/venv/bin/python validation/vision.py --technique    # real vs fake on tiny towers
+    /work/venv/bin/python validation/vision.py --per-layer vit-base-patch16-224 [--precision fp32]
 """
 import argparse
 import contextlib
@@ -59,6 +60,7 @@ sys.path.insert(0, HERE)
 import torch  # noqa: E402
 import transformers  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
+from torch.utils._pytree import tree_flatten  # noqa: E402
 from transformers import AutoConfig  # noqa: E402
 
 import harness  # noqa: E402,F401  (registers the CUDA SDPA, dropout and autocast emulation)
@@ -378,12 +380,85 @@ def check_technique():
     return ok
 
 
+# --------------------------------------------------------------------------------------------
+# Per-layer breakdown: which ops' outputs one encoder layer keeps alive at the end of forward
+
+
+class OpTracker(Tracker):
+    """The Tracker, also noting the aten op and dtype that created each storage."""
+
+    def __init__(self):
+        super().__init__()
+        self.op = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor) and id(t.untyped_storage()) not in self.live:
+                self.op[id(t.untyped_storage())] = (func.overloadpacket.__name__, str(t.dtype).replace("torch.", ""))
+            self.track(t)
+        return out
+
+
+def forward_end_ops(raw_config, layers, batch, size, precision):
+    """Activation bytes alive at the end of one training forward, by (op, dtype)."""
+    raw = json.loads(json.dumps(raw_config))
+    target = raw["vision_config"] if family(raw) in TOWERS else raw
+    target["num_hidden_layers"] = layers
+    for k in ("out_features", "out_indices", "stage_names", "_out_features", "_out_indices"):
+        target.pop(k, None)  # DINOv2 backbone stages name the layers
+    fam, task = family(raw), task_of(raw)
+    tr = OpTracker()
+    with FakeTensorMode():
+        cfg, model = build(raw, precision, "sdpa")
+        model.train()
+        probe = Probe(model)
+        with tr:
+            for p in list(model.parameters()) + list(model.buffers()):
+                tr.track(p, "parameters")
+            tr.category = "inputs"
+            inputs = make_batch(cfg, task, batch, size)
+            tr.category = "activations"
+            amp = torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16-mixed" else contextlib.nullcontext()
+            with amp:
+                loss = forward_loss(model, fam, inputs, size, cfg)
+            by_op = {}
+            for key, rec in tr.live.items():
+                if rec[3] == "activations":
+                    op = tr.op.get(key, ("?", "?"))
+                    by_op[op] = by_op.get(op, 0) + rec[1]
+            del loss
+    return by_op, probe.tokens, cfg
+
+
+def per_layer(models, precision, batch=4):
+    """Prints one layer's forward-end bytes per token, in units of hidden_size, by op: the
+    difference between the same model built with 2 and with 1 layer. Under bf16-mixed the
+    `_to_copy` line includes autocast's bf16 copies of the layer's weights (2 bytes a parameter,
+    cached for the forward and saved for backward), which do not scale with tokens."""
+    for m in models:
+        raw = load(m)
+        size = geometry(raw)[0]
+        one, tokens, cfg = forward_end_ops(raw, 1, batch, size, precision)
+        two, _, _ = forward_end_ops(raw, 2, batch, size, precision)
+        unit = batch * tokens * cfg.hidden_size
+        diff = {k: two[k] - one.get(k, 0) for k in two if two[k] != one.get(k, 0)}
+        print(f"{m} {precision}: batch {batch} x {tokens} tokens, hidden {cfg.hidden_size}: "
+              f"{sum(diff.values()) / unit:.2f} x hidden bytes a token a layer")
+        for (op, dtype), v in sorted(diff.items(), key=lambda kv: -kv[1]):
+            print(f"    {op:30} {dtype:9} {v / unit:6.2f}")
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--only", help="only points of this model")
     ap.add_argument("--technique", action="store_true", help="real vs fake tensors on tiny towers")
+    ap.add_argument("--per-layer", nargs="+", metavar="MODEL", help="one layer's forward-end bytes by op")
+    ap.add_argument("--precision", default="bf16-mixed", help="for --per-layer")
     args = ap.parse_args()
+    if args.per_layer:
+        sys.exit(per_layer(args.per_layer, args.precision))
     if args.technique:
         sys.exit(0 if check_technique() else 1)
     main_matrix(args.workers, args.only)
