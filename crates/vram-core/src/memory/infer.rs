@@ -165,7 +165,9 @@ fn encoder_forward(m: &Model, job: &Job, head: EncoderHead) -> (Vec<Breakdown>, 
     // A padded batch: the (B, 1, S, S) bool mask and the float bias SDPA makes from it.
     let mask = if job.padded { batch * seq * seq * (1 + e) } else { 0 };
     let attn = t * 7 * h * e + sq + mask;
-    let mlp = t * (3 * h + 2 * inter) * e;
+    // quick_gelu (x * sigmoid(1.702x)) holds x, the sigmoid and the product at once.
+    let live = if m.mlp.act == Act::QuickGelu { 3 } else { 2 };
+    let mlp = t * (3 * h + live * inter) * e;
     let (rows, width) = m.loss_logits(job.batch, job.seq);
     let out = match head {
         // The prediction head's transform (dense, activation, LayerNorm) then the logits.
