@@ -162,9 +162,10 @@ fn encoder_forward(m: &Model, job: &Job, head: EncoderHead) -> (Vec<Breakdown>, 
     // MLP: the layer input and the attention block's output, the dense and activation outputs.
     // Plus the embeddings' output, which BertModel.forward (ViTModel alike) keeps referenced while
     // its encoder runs: one more hidden-sized tensor in both.
-    // A padded batch: the (B, 1, S, S) bool mask and the float bias SDPA makes from it.
-    let mask = if job.padded { batch * seq * seq * (1 + e) } else { 0 };
-    let attn = t * 7 * h * e + sq + mask;
+    // A padded batch: the (B, 1, S, S) bool mask, alive through the forward (the float bias SDPA
+    // makes from it in each layer is freed with the layer under no_grad).
+    let mask = if job.padded { batch * seq * seq } else { 0 };
+    let attn = t * 7 * h * e + sq;
     // quick_gelu (x * sigmoid(1.702x)) holds x, the sigmoid and the product at once.
     let live = if m.mlp.act == Act::QuickGelu { 3 } else { 2 };
     let mlp = t * (3 * h + live * inter) * e;
@@ -180,7 +181,7 @@ fn encoder_forward(m: &Model, job: &Job, head: EncoderHead) -> (Vec<Breakdown>, 
     bd.add(WEIGHTS, weights.bytes.weight, weights.detail.clone());
     bd.add(SCALES, weights.bytes.scales, weights.scales_detail);
     bd.add(INPUT, input, "input_ids and attention_mask, int64");
-    let widest = attn.max(mlp).max(out);
+    let widest = attn.max(mlp).max(out) + mask;
     let what = if widest == out {
         "the head's output"
     } else if widest == attn {
