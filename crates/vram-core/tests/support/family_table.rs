@@ -1,0 +1,33 @@
+//! The README table of a model family's accuracy: per model, points, median and worst |error|
+//! of peak allocated, then the held-out and development totals.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+
+fn stats(v: &[f64]) -> (f64, f64) {
+    let mut a: Vec<f64> = v.iter().map(|x| x.abs()).collect();
+    a.sort_by(|x, y| x.partial_cmp(y).unwrap());
+    (a[(a.len() - 1) / 2], a[a.len() - 1])
+}
+
+/// `rows`: (model, held out, signed relative error).
+pub fn table(rows: &[(String, bool, f64)]) -> String {
+    let mut by: BTreeMap<(bool, &str), Vec<f64>> = BTreeMap::new();
+    for (m, held, e) in rows {
+        by.entry((!*held, m.as_str())).or_default().push(*e);
+    }
+    let mut out = String::from("| model | set | points | median \\|error\\| | worst |\n|---|---|---|---|---|\n");
+    for ((dev, m), v) in &by {
+        let (med, worst) = stats(v);
+        let set = if *dev { "development" } else { "held-out" };
+        out.push_str(&format!("| {m} | {set} | {} | {:.1}% | {:.1}% |\n", v.len(), med * 100.0, worst * 100.0));
+    }
+    for (label, held) in [("**all held-out**", true), ("**all development**", false)] {
+        let v: Vec<f64> = rows.iter().filter(|r| r.1 == held).map(|r| r.2).collect();
+        if !v.is_empty() {
+            let (med, worst) = stats(&v);
+            out.push_str(&format!("| {label} | | {} | {:.1}% | {:.1}% |\n", v.len(), med * 100.0, worst * 100.0));
+        }
+    }
+    out
+}
