@@ -135,10 +135,14 @@ fn the_approximation_is_opt_in_and_marked() {
     let r = m.rope_scaling.as_ref().unwrap();
     assert_eq!((r.kind.as_str(), r.native_positions, r.extended_positions), ("yarn", 4096, 131_072));
     // A multimodal wrapper vram does not know: an error, or the language model alone on request.
-    let llava = r#"{"model_type":"llava","architectures":["LlavaForConditionalGeneration"],"text_config":{"model_type":"llama","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"intermediate_size":128},"vision_config":{"model_type":"clip_vision_model"}}"#;
-    assert!(unsupported(llava).0.contains("multimodal"));
-    let m = parse_config_with(llava.as_bytes(), "m", "m", APPROX).unwrap();
-    assert!(m.approximation.as_deref().unwrap().contains("llava"));
+    let idefics = r#"{"model_type":"idefics3","architectures":["Idefics3ForConditionalGeneration"],"text_config":{"model_type":"llama","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"intermediate_size":128},"vision_config":{"model_type":"idefics3_vision"}}"#;
+    assert!(unsupported(idefics).0.contains("multimodal"));
+    let m = parse_config_with(idefics.as_bytes(), "m", "m", APPROX).unwrap();
+    assert!(m.approximation.as_deref().unwrap().contains("idefics3"));
+    // LLaVA is read natively: its tower (CLIP class defaults) and projector are counted.
+    let llava = idefics.replace("idefics3_vision", "clip_vision_model").replace("idefics3", "llava").replace("Idefics3", "Llava");
+    let m = parse_config(llava.as_bytes(), "m", "m").unwrap();
+    assert!(m.approximation.is_none() && m.multimodal.is_some());
 }
 
 fn with_quant(q: &str) -> vram_core::QuantizationConfig {
