@@ -147,17 +147,47 @@ fn hostile_lists_are_bounded() {
     assert!(infer(&odd).is_ok());
 }
 
+/// A family record's checkpoint tensors (`[name, shape, torch dtype]`, one per tensor).
+fn checkpoint_tensors(rec: &Value) -> Vec<TensorInfo> {
+    let dtype = |d: &str| match d {
+        "float16" => "F16",
+        "bfloat16" => "BF16",
+        _ => "F32",
+    };
+    rec["checkpoint_tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| TensorInfo {
+            name: t[0].as_str().unwrap().into(),
+            dtype: dtype(t[2].as_str().unwrap_or("float32")).into(),
+            shape: t[1].as_array().unwrap().iter().map(|d| d.as_u64().unwrap()).collect(),
+        })
+        .collect()
+}
+
+/// Encoders, encoder-decoders and vision models (`validation/fixtures/family_params.jsonl`,
+/// written by transformers): exact totals, and the stacks their configs describe.
 #[test]
 fn families_have_their_stacks() {
     let recs = records("family_params.jsonl");
-    if recs.is_empty() {
-        eprintln!("validation/fixtures/family_params.jsonl absent: skipped");
-        return;
-    }
+    assert!(!recs.is_empty(), "validation/fixtures/family_params.jsonl is missing");
     for r in &recs {
-        let name = r["name"].as_str().unwrap();
-        let s = infer(&tensors(r)).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(s.summary.parameters, r["parameters"].as_u64().unwrap(), "{name}");
-        assert!(!s.stacks.is_empty(), "{name}: no stack");
+        let name = format!("{} ({})", r["name"].as_str().unwrap(), r["head"].as_str().unwrap_or(""));
+        let s = infer(&checkpoint_tensors(r)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(s.summary.parameters, r["checkpoint_parameters"].as_u64().unwrap(), "{name}");
+        let Ok(bytes) = std::fs::read(root().join(r["source"].as_str().unwrap())) else { panic!("{name}: config {} missing", r["source"]) };
+        let cfg: Value = serde_json::from_slice(&bytes).unwrap();
+        let key = |k: &[&str]| k.iter().find_map(|k| cfg.get(*k).and_then(Value::as_u64));
+        let main = &s.stacks[0];
+        assert_eq!(Some(main.width), key(&["hidden_size", "d_model"]), "{name}: {:?}", s.stacks);
+        assert_eq!(Some(main.layers), key(&["num_hidden_layers", "num_layers"]), "{name}: {:?}", s.stacks);
+        if r["model_type"] == "t5" {
+            let stacks: Vec<(&str, u64)> = s.stacks.iter().map(|x| (x.prefix.as_str(), x.layers)).collect();
+            assert!(stacks.contains(&("encoder.block", 6)) && stacks.contains(&("decoder.block", 6)), "{stacks:?}");
+        }
+        if let Some(v) = key(&["vocab_size"]) {
+            assert_eq!(s.embedding.as_ref().map(|e| e.rows), Some(v), "{name}");
+        }
     }
 }
