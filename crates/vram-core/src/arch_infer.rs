@@ -485,7 +485,7 @@ pub fn approximate_model(name: &str, why: &str, config: Option<&[u8]>, s: &Struc
     m.stored_dtype = s.summary.main_dtype();
     m.checkpoint_quantization = s.summary.quantized_storage();
     let text = describe(why, s, &d, width, m.parameters());
-    m.warnings = vec![format!("APPROXIMATE: {why}; see `approximation` for what was read exactly and what was inferred")];
+    m.warnings = vec![format!("APPROXIMATE: {text}")];
     m.warnings.extend(d.disagreements.iter().cloned());
     m.approximation = Some(text);
     Ok(m)
@@ -556,4 +556,19 @@ fn describe(why: &str, s: &Structure, d: &Dims, width: u64, template: u64) -> St
 /// Whether `model_type` is one vram reads natively.
 pub fn is_known_type(model_type: &str) -> bool {
     KNOWN_MODEL_TYPES.contains(&model_type)
+}
+
+/// Whether a refusal is for an architecture vram does not recognise at all, rather than a
+/// recognised family it cannot estimate yet (encoders, encoder-decoders, vision, state-space)
+/// or a known type with another head. Reads the refusal's reason: these two are the reasons
+/// `config` gives when `model_type` is in neither its known list nor its families table.
+pub fn unrecognised(err: &Error) -> bool {
+    match err {
+        Error::UnsupportedArchitecture { what, reason, .. } => {
+            !what.starts_with("architecture ")
+                && (reason == "vram does not know this architecture"
+                    || reason.starts_with("multimodal models are not supported yet: the vision tower is not counted"))
+        }
+        _ => false,
+    }
 }
