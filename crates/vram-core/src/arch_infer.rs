@@ -119,9 +119,12 @@ impl Acc {
                     *self.kv_rows.entry(*a).or_default() += 1;
                 }
             }
-            // 3-D expert stacks [experts, out, in] (transformers 5, gpt-oss, Qwen3-MoE).
-            [e, a, b] if *e > 1 => {
-                self.experts = self.experts.max(*e);
+            // 3-D expert stacks [experts, out, in] (transformers 5, gpt-oss, Qwen3-MoE); other
+            // 3-D tensors (Mamba's conv1d [channels, 1, kernel]) are not experts.
+            [e, a, b] => {
+                if rest.contains("expert") {
+                    self.experts = self.experts.max(*e);
+                }
                 *self.dims.entry(*a).or_default() += 1;
                 *self.dims.entry(*b).or_default() += 1;
             }
@@ -201,13 +204,7 @@ pub fn infer(tensors: &[TensorInfo]) -> Result<Structure> {
             None => outside.push(t),
         }
     }
-    let mut found: Vec<Stack> = Vec::new();
-    for (prefix, acc) in stacks {
-        match acc.finish(prefix.to_string()) {
-            Some(s) => found.push(s),
-            None => {}
-        }
-    }
+    let mut found: Vec<Stack> = stacks.into_iter().filter_map(|(prefix, acc)| acc.finish(prefix.to_string())).collect();
     // Tensors of one-layer "stacks" count as outside.
     let in_stacks = found.iter().map(|s| s.parameters).fold(0u64, u64::saturating_add);
     found.sort_by(|a, b| b.parameters.cmp(&a.parameters).then(a.prefix.cmp(&b.prefix)));
@@ -422,13 +419,39 @@ fn hidden_missing(main: Option<&Stack>, cfg: &ConfigKeys) -> bool {
     main.is_none() && cfg.hidden.is_none()
 }
 
+/// Every figure within what a config may say (config::validate's limits), before any
+/// arithmetic on them.
+fn check_sizes(d: &Dims, source: &str) -> Result<()> {
+    let experts = d.moe.as_ref().map(|(e, _)| ("num_local_experts", e, MAX_EXPERTS));
+    let figs = [
+        ("hidden_size", &d.hidden, MAX_DIM),
+        ("num_hidden_layers", &d.layers, MAX_INDEX),
+        ("vocab_size", &d.vocab, MAX_DIM),
+        ("num_attention_heads", &d.heads, MAX_DIM),
+        ("head_dim", &d.head_dim, MAX_DIM),
+        ("num_key_value_heads", &d.kv_heads, MAX_DIM),
+    ];
+    for (key, f, max) in figs.into_iter().chain(experts) {
+        if f.value == 0 || f.value > max {
+            return Err(Error::BadKey {
+                file: source.into(),
+                key: key.into(),
+                value: f.value.to_string(),
+                hint: format!("from {}; must be between 1 and {max}", f.how),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// The SwiGLU width (per expert for MoE) that gives one Llama-style layer the stack's exact
 /// parameters per layer: attention q,k,v,o + two norms + router, the rest in gate/up/down
 /// (`3 · hidden · width`, transformers modeling_llama.py LlamaMLP). At least 1.
 fn fitted_width(layer_params: u64, d: &Dims) -> u64 {
     let h = d.hidden.value as u128;
-    let q = (d.heads.value * d.head_dim.value) as u128;
-    let kv = (d.kv_heads.value * d.head_dim.value) as u128;
+    // Every factor is at most 2^24 (check_sizes), so no product below overflows u128.
+    let q = d.heads.value as u128 * d.head_dim.value as u128;
+    let kv = d.kv_heads.value as u128 * d.head_dim.value as u128;
     let experts = d.moe.as_ref().map_or(1, |(e, _)| e.value as u128);
     let router = if d.moe.is_some() { experts * h } else { 0 };
     let fixed = 2 * h * q + 2 * h * kv + 2 * h + router;
@@ -471,6 +494,7 @@ fn stand_in_config(d: &Dims, width: u64, tied: bool, cfg: &ConfigKeys) -> Value 
 pub fn approximate_model(name: &str, why: &str, config: Option<&[u8]>, s: &Structure) -> Result<Model> {
     let cfg = config.and_then(ConfigKeys::parse).unwrap_or_default();
     let d = dims(s, &cfg, name)?;
+    check_sizes(&d, name)?;
     let layer_params = match s.stacks.first() {
         Some(st) => st.parameters.checked_div(d.layers.value).unwrap_or(0),
         None => 0,

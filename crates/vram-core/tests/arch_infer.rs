@@ -118,6 +118,21 @@ fn config_keys_win_and_disagreements_are_reported() {
 }
 
 #[test]
+fn conv_kernels_are_not_experts_and_absurd_config_keys_are_refused() {
+    let mut t = vec![TensorInfo { name: "backbone.embeddings.weight".into(), dtype: "F32".into(), shape: vec![1000, 64] }];
+    for i in 0..3 {
+        for (n, shape) in [("mixer.in_proj.weight", vec![256, 64]), ("mixer.conv1d.weight", vec![128, 1, 4]), ("norm.weight", vec![64])] {
+            t.push(TensorInfo { name: format!("backbone.layers.{i}.{n}"), dtype: "F32".into(), shape });
+        }
+    }
+    let s = infer(&t).unwrap();
+    assert_eq!((s.stacks[0].layers, s.stacks[0].width, s.stacks[0].experts), (3, 64, None));
+    let huge = br#"{"model_type":"x","num_attention_heads":18446744073709551615,"head_dim":18446744073709551615}"#;
+    let e = approximate_model("x", "unknown", Some(huge), &s).unwrap_err();
+    assert!(matches!(e, Error::BadKey { .. }), "{e}");
+}
+
+#[test]
 fn too_little_is_a_clear_error() {
     let t = vec![TensorInfo { name: "w".into(), dtype: "F32".into(), shape: vec![4, 4] }];
     let s = infer(&t).unwrap();
