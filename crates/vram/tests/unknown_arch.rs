@@ -8,6 +8,9 @@ mod util;
 #[path = "../../vram-core/tests/support/safetensors_writer.rs"]
 mod safetensors_writer;
 
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
 use std::path::Path;
 
 use serde_json::{json, Value};
@@ -185,4 +188,73 @@ fn hostile_headers_are_errors_not_panics() {
         let err = fails(&["estimate", "-m", dir.path().to_str().unwrap()], 2);
         assert!(err.contains("safetensors") || err.contains("missing"), "case {i}: {err}");
     }
+}
+
+/// A loopback server with the Hub's URL layout (`/{repo}/resolve/main/{file}`), Range
+/// requests and 404s; returns its endpoint.
+fn serve_hub(files: HashMap<String, Vec<u8>>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            let _ = reader.read_line(&mut line);
+            let path = line.split_whitespace().nth(1).unwrap_or("/").replace("/resolve/main/", "/");
+            let mut range = None;
+            loop {
+                let mut h = String::new();
+                if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                    break;
+                }
+                if let Some(v) = h.to_ascii_lowercase().strip_prefix("range: bytes=") {
+                    let (a, b) = v.trim().split_once('-').unwrap();
+                    range = Some((a.parse::<usize>().unwrap(), b.parse::<usize>().unwrap()));
+                }
+            }
+            let (status, body) = match files.get(path.trim_start_matches('/')) {
+                None => ("404 Not Found", b"Entry not found".to_vec()),
+                Some(f) => match range {
+                    Some((a, b)) => ("206 Partial Content", f.get(a..=b.min(f.len().saturating_sub(1))).unwrap_or(&[]).to_vec()),
+                    None => ("200 OK", f.clone()),
+                },
+            };
+            let _ = write!(stream, "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+            let _ = stream.write_all(&body);
+        }
+    });
+    format!("http://127.0.0.1:{port}")
+}
+
+#[test]
+fn from_the_hub_an_unknown_type_is_approximated_from_range_read_headers() {
+    let t = my_new_arch();
+    let cfg = json!({"model_type": "my_new_arch", "vocab_size": 1000}).to_string().into_bytes();
+    let mut files = HashMap::new();
+    files.insert("acme/newlm/config.json".to_string(), cfg.clone());
+    files.insert("acme/newlm/model.safetensors".to_string(), safetensors_writer::file(&t).0);
+    files.insert("acme/binonly/config.json".to_string(), cfg);
+    let endpoint = serve_hub(files);
+    let home = tempfile::tempdir().unwrap();
+    let run = |model: &str| {
+        vram()
+            .args(["estimate", "--json", "-m", model])
+            .env("HF_ENDPOINT", &endpoint)
+            .env("HF_HOME", home.path())
+            .env_remove("HF_TOKEN")
+            .env_remove("HF_HUB_CACHE")
+            .env_remove("HF_HUB_OFFLINE")
+            .output()
+            .unwrap()
+    };
+    let out = run("acme/newlm");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["model"]["checkpoint_parameters"], total(&t));
+    assert!(v["model"]["approximation"].as_str().unwrap().contains("my_new_arch"), "{v}");
+    // No safetensors on the Hub: the refusal says what is missing.
+    let out = run("acme/binonly");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("hidden_size") && !err.contains("panicked"), "{err}");
 }
