@@ -332,6 +332,9 @@ struct Dims {
     heads: Figure,
     head_dim: Figure,
     kv_heads: Figure,
+    /// The MLP width as read (config key, else the largest matrix's other side); reported only,
+    /// the stand-in's SwiGLU width is fitted to the layer's parameters.
+    mlp: Option<Figure>,
     /// (experts, top-k), when the stack is a mixture of experts.
     moe: Option<(Figure, Figure)>,
     disagreements: Vec<String>,
@@ -405,6 +408,9 @@ fn dims(s: &Structure, cfg: &ConfigKeys, source: &str) -> Result<Dims> {
         main.and_then(|m| m.experts).map(|e| (e, "expert tensors in the names/shapes")),
         &mut notes,
     );
+    // Dense stacks only: an MoE layer's largest matrix is a router or shared expert.
+    let shapes_mlp = main.filter(|m| m.experts.is_none()).and_then(|m| m.mlp_width).map(|w| (w, "other side of the largest matrix"));
+    let mlp = prefer("intermediate_size", cfg.intermediate, shapes_mlp, &mut notes);
     let moe = experts.filter(|e| e.value > 1).map(|e| {
         let k = match cfg.top_k {
             Some(k) => read(k, "config `num_experts_per_tok`"),
@@ -412,7 +418,7 @@ fn dims(s: &Structure, cfg: &ConfigKeys, source: &str) -> Result<Dims> {
         };
         (e, k)
     });
-    Ok(Dims { hidden, layers, vocab, heads, head_dim, kv_heads, moe, disagreements: notes })
+    Ok(Dims { hidden, layers, vocab, heads, head_dim, kv_heads, mlp, moe, disagreements: notes })
 }
 
 fn hidden_missing(main: Option<&Stack>, cfg: &ConfigKeys) -> bool {
@@ -528,28 +534,13 @@ fn describe(why: &str, s: &Structure, d: &Dims, width: u64, template: u64) -> St
         .stacks
         .iter()
         .take(8)
-        .map(|st| format!("`{}` ×{} (width {}, {} parameters per layer)", st.prefix, st.layers, st.width, st.layer_parameters()))
+        .map(|st| {
+            let experts = st.experts.map_or(String::new(), |e| format!(", {e} experts"));
+            format!("`{}` ×{} (width {}, {} parameters per layer{experts})", st.prefix, st.layers, st.width, st.layer_parameters())
+        })
         .collect();
-    let figs = [
-        ("hidden", &d.hidden),
-        ("layers", &d.layers),
-        ("vocabulary", &d.vocab),
-        ("heads", &d.heads),
-        ("head_dim", &d.head_dim),
-        ("KV heads", &d.kv_heads),
-    ];
-    let mut exact: Vec<String> = figs.iter().filter(|(_, f)| f.exact).map(|(k, f)| format!("{k} {} ({})", f.value, f.how)).collect();
-    let mut inferred: Vec<String> = figs.iter().filter(|(_, f)| !f.exact).map(|(k, f)| format!("{k} {} ({})", f.value, f.how)).collect();
-    if let Some((e, k)) = &d.moe {
-        for (what, f) in [("experts", e), ("experts per token", k)] {
-            let line = format!("{what} {} ({})", f.value, f.how);
-            if f.exact {
-                exact.push(line)
-            } else {
-                inferred.push(line)
-            }
-        }
-    }
+    let outside = outside_line(s);
+    let (exact, mut inferred) = figure_lines(d);
     inferred.push("attention assumed standard softmax attention with rotary positions".into());
     inferred.push(format!("MLP modelled as a SwiGLU of width {width} holding each layer's parameters"));
     let more = if s.stacks.len() > 1 { "; the other stacks count in weights, gradients and optimizer states only" } else { "" };
@@ -562,7 +553,7 @@ fn describe(why: &str, s: &Structure, d: &Dims, width: u64, template: u64) -> St
         String::new()
     };
     format!(
-        "{why}. Read exactly from the safetensors headers: {} parameters, {} bytes ({:.2} GiB) in {} tensors, mostly {dtype}; stacks: {}. \
+        "{why}. Read exactly from the safetensors headers: {} parameters, {} bytes ({:.2} GiB) in {} tensors, mostly {dtype}; stacks: {}; {outside}. \
          Also exact: {}. Inferred: {}. Estimated as a Llama-style decoder (RMSNorm, SwiGLU, rotary) of the largest stack{more}; \
          weights, gradients and optimizer states use the exact parameter count, while activations and the KV cache follow the \
          Llama-style guess and may be far off (no error bound is claimed).{over} For exact numbers, measure it with `vram.measure` \
@@ -575,6 +566,43 @@ fn describe(why: &str, s: &Structure, d: &Dims, width: u64, template: u64) -> St
         if exact.is_empty() { "nothing else".to_string() } else { exact.join(", ") },
         inferred.join(", "),
     )
+}
+
+/// The stand-in's figures as text, split into those read exactly and those inferred.
+fn figure_lines(d: &Dims) -> (Vec<String>, Vec<String>) {
+    let base = [
+        ("hidden", &d.hidden),
+        ("layers", &d.layers),
+        ("vocabulary", &d.vocab),
+        ("heads", &d.heads),
+        ("head_dim", &d.head_dim),
+        ("KV heads", &d.kv_heads),
+    ];
+    let moe = d.moe.as_ref().map(|(e, k)| [("experts", e), ("experts per token", k)]);
+    let all = base.into_iter().chain(d.mlp.as_ref().map(|f| ("MLP width", f))).chain(moe.into_iter().flatten());
+    let (mut exact, mut inferred) = (Vec::new(), Vec::new());
+    for (what, f) in all {
+        let line = format!("{what} {} ({})", f.value, f.how);
+        if f.exact {
+            exact.push(line);
+        } else {
+            inferred.push(line);
+        }
+    }
+    (exact, inferred)
+}
+
+/// What lies outside the stacks: their parameters, the embedding and an untied head.
+fn outside_line(s: &Structure) -> String {
+    let mut v = format!("{} parameters outside them", s.outside_parameters);
+    if let Some(e) = &s.embedding {
+        v.push_str(&format!(" (embedding `{}` {}×{}", e.name, e.rows, e.cols));
+        match &s.head {
+            Some(h) => v.push_str(&format!(", untied head `{}`)", h.name)),
+            None => v.push_str(", no separate head: tied)"),
+        }
+    }
+    v
 }
 
 /// Whether `model_type` is one vram reads natively.
