@@ -505,10 +505,18 @@ pub fn approximate_model(name: &str, why: &str, config: Option<&[u8]>, s: &Struc
         Some(st) => st.parameters.checked_div(d.layers.value).unwrap_or(0),
         None => 0,
     };
-    let width = fitted_width(layer_params, &d);
+    let mut width = fitted_width(layer_params, &d);
     let tied = s.head.is_none();
-    let synthetic = stand_in_config(&d, width, tied, &cfg).to_string();
-    let mut m = parse_config(synthetic.as_bytes(), name, &format!("{name} (structure read from the safetensors headers)"))?;
+    let file = format!("{name} (structure read from the safetensors headers)");
+    let mut m = parse_config(stand_in_config(&d, width, tied, &cfg).to_string().as_bytes(), name, &file)?;
+    // The parts outside the layers (final norm, embedding of another width) can push the
+    // stand-in past the checkpoint's count: narrow the MLP until it fits, when it can.
+    let per_unit = 3 * d.hidden.value * d.layers.value * d.moe.as_ref().map_or(1, |(e, _)| e.value);
+    let over = m.parameters().saturating_sub(s.summary.parameters);
+    if over > 0 && width > 1 {
+        width = width.saturating_sub(over.div_ceil(per_unit.max(1))).max(1);
+        m = parse_config(stand_in_config(&d, width, tied, &cfg).to_string().as_bytes(), name, &file)?;
+    }
     m.model_type = cfg.model_type.clone().filter(|t| !t.is_empty()).unwrap_or_else(|| "unknown".into());
     m.checkpoint_parameters = Some(s.summary.parameters);
     m.checkpoint_bytes = Some(s.summary.bytes);

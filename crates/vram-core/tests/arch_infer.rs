@@ -133,6 +133,21 @@ fn conv_kernels_are_not_experts_and_absurd_config_keys_are_refused() {
 }
 
 #[test]
+fn the_stand_in_never_holds_more_than_the_checkpoint() {
+    // A two-layer encoder without a final norm: a Llama stand-in of the fitted width would add one.
+    let mut t = vec![TensorInfo { name: "enc.embed.weight".into(), dtype: "F32".into(), shape: vec![1000, 64] }];
+    for i in 0..2 {
+        for (n, shape) in [("q.weight", vec![64, 64]), ("up.weight", vec![256, 64]), ("down.weight", vec![64, 256])] {
+            t.push(TensorInfo { name: format!("enc.layer.{i}.{n}"), dtype: "F32".into(), shape });
+        }
+    }
+    let s = infer(&t).unwrap();
+    let m = approximate_model("x", "unknown", None, &s).unwrap();
+    assert!(m.parameters() <= s.summary.parameters, "{} > {}", m.parameters(), s.summary.parameters);
+    assert!(!m.approximation.unwrap().contains("overstated"));
+}
+
+#[test]
 fn too_little_is_a_clear_error() {
     let t = vec![TensorInfo { name: "w".into(), dtype: "F32".into(), shape: vec![4, 4] }];
     let s = infer(&t).unwrap();
@@ -203,6 +218,8 @@ fn families_have_their_stacks() {
         }
         if let Some(v) = key(&["vocab_size"]) {
             assert_eq!(s.embedding.as_ref().map(|e| e.rows), Some(v), "{name}");
+            let m = approximate_model(&name, "recognised, not supported", Some(&bytes), &s).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(m.parameters() + unmodelled_parameters(&m), s.summary.parameters, "{name}");
         }
     }
 }
