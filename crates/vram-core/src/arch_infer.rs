@@ -273,7 +273,7 @@ impl ConfigKeys {
         ConfigKeys {
             hidden: get(&["hidden_size", "n_embd", "d_model"]),
             layers: get(&["num_hidden_layers", "n_layer", "num_layers"]),
-            heads: get(&["num_attention_heads", "n_head", "num_heads"]),
+            heads: get(&["num_attention_heads", "n_head", "num_heads", "decoder_attention_heads", "encoder_attention_heads"]),
             kv_heads: get(&["num_key_value_heads"]),
             head_dim: get(&["head_dim"]),
             intermediate: get(&["intermediate_size", "ffn_dim", "n_inner", "d_ff"]),
@@ -324,7 +324,7 @@ fn guessed(value: u64, how: impl Into<String>) -> Figure {
     Figure { value, how: how.into(), exact: false }
 }
 
-/// The dimensions of the Llama-style decoder standing in for the largest stack.
+/// The dimensions of the Llama-style decoder standing in for the main stack.
 struct Dims {
     hidden: Figure,
     layers: Figure,
@@ -347,9 +347,9 @@ fn prefer(key: &str, config: Option<u64>, from_headers: Option<(u64, &str)>, not
             if c != h {
                 notes.push(format!("config `{key}` = {c} but the headers show {h} ({what}); the config's value is used"));
             }
-            Some(read(c, format!("config `{key}`")))
+            Some(read(c, format!("config `{key}` or its alias")))
         }
-        (Some(c), None) => Some(read(c, format!("config `{key}`"))),
+        (Some(c), None) => Some(read(c, format!("config `{key}` or its alias"))),
         (None, Some((h, what))) => Some(read(h, what.to_string())),
         (None, None) => None,
     }
@@ -366,10 +366,17 @@ fn infer_heads(hidden: u64) -> (u64, u64) {
     (1, hidden.max(1))
 }
 
+/// The stack the stand-in models: the one whose width (and layer count) the config names —
+/// CLIP's `text_config` describes its text tower, not the larger vision tower — else the largest.
+pub fn main_stack<'a>(s: &'a Structure, cfg: &ConfigKeys) -> Option<&'a Stack> {
+    let named = |st: &&Stack| Some(st.width) == cfg.hidden && cfg.layers.is_none_or(|l| l == st.layers);
+    s.stacks.iter().find(named).or(s.stacks.first())
+}
+
 fn dims(s: &Structure, cfg: &ConfigKeys, source: &str) -> Result<Dims> {
     let mut notes = Vec::new();
-    let main = s.stacks.first();
-    let hidden = prefer("hidden_size", cfg.hidden, main.map(|m| (m.width, "most common dimension of the largest stack")), &mut notes);
+    let main = main_stack(s, cfg);
+    let hidden = prefer("hidden_size", cfg.hidden, main.map(|m| (m.width, "most common dimension of the stack's shapes")), &mut notes);
     let layers = prefer("num_hidden_layers", cfg.layers, main.map(|m| (m.layers, "layer indices in the tensor names")), &mut notes);
     let vocab = prefer("vocab_size", cfg.vocab, s.embedding.as_ref().map(|e| (e.rows, "rows of the embedding")), &mut notes);
     let mut missing = Vec::new();
@@ -493,7 +500,7 @@ fn stand_in_config(d: &Dims, width: u64, tied: bool, cfg: &ConfigKeys) -> Value 
 }
 
 /// An approximate [`Model`] for an architecture vram does not know: a Llama-style decoder of
-/// the largest stack's dimensions, carrying the checkpoint's exact parameter count and bytes
+/// the main stack's dimensions, carrying the checkpoint's exact parameter count and bytes
 /// (`checkpoint_parameters`, `checkpoint_bytes`) and an `approximation` that says what was read
 /// and what was inferred. `why` says which architecture was not recognised; `config` is the
 /// config.json's bytes when there is one.
@@ -501,7 +508,8 @@ pub fn approximate_model(name: &str, why: &str, config: Option<&[u8]>, s: &Struc
     let cfg = config.and_then(ConfigKeys::parse).unwrap_or_default();
     let d = dims(s, &cfg, name)?;
     check_sizes(&d, name)?;
-    let layer_params = match s.stacks.first() {
+    let main = main_stack(s, &cfg);
+    let layer_params = match main {
         Some(st) => st.parameters.checked_div(d.layers.value).unwrap_or(0),
         None => 0,
     };
@@ -522,7 +530,7 @@ pub fn approximate_model(name: &str, why: &str, config: Option<&[u8]>, s: &Struc
     m.checkpoint_bytes = Some(s.summary.bytes);
     m.stored_dtype = s.summary.main_dtype();
     m.checkpoint_quantization = s.summary.quantized_storage();
-    let text = describe(why, s, &d, width, m.parameters());
+    let text = describe(why, s, main, &d, width, m.parameters());
     m.warnings = vec![format!("APPROXIMATE: {text}")];
     m.warnings.extend(d.disagreements.iter().cloned());
     m.approximation = Some(text);
@@ -535,7 +543,7 @@ fn gib(bytes: u64) -> f64 {
 
 /// The approximation text: what was not recognised, what is exact, what is inferred, what the
 /// estimate assumes and how to get exact numbers.
-fn describe(why: &str, s: &Structure, d: &Dims, width: u64, template: u64) -> String {
+fn describe(why: &str, s: &Structure, main: Option<&Stack>, d: &Dims, width: u64, template: u64) -> String {
     let sum = &s.summary;
     let dtype = sum.main_dtype().map_or("mixed dtypes".to_string(), |t| t.torch_name().to_string());
     let stacks: Vec<String> = s
@@ -551,6 +559,7 @@ fn describe(why: &str, s: &Structure, d: &Dims, width: u64, template: u64) -> St
     let (exact, mut inferred) = figure_lines(d);
     inferred.push("attention assumed standard softmax attention with rotary positions".into());
     inferred.push(format!("MLP modelled as a SwiGLU of width {width} holding each layer's parameters"));
+    let modelled = main.map_or("the config's dimensions".to_string(), |m| format!("the stack `{}`", m.prefix));
     let more = if s.stacks.len() > 1 { "; the other stacks count in weights, gradients and optimizer states only" } else { "" };
     let over = if template > sum.parameters {
         format!(
@@ -562,7 +571,7 @@ fn describe(why: &str, s: &Structure, d: &Dims, width: u64, template: u64) -> St
     };
     format!(
         "{why}. Read exactly from the safetensors headers: {} parameters, {} bytes ({:.2} GiB) in {} tensors, mostly {dtype}; stacks: {}; {outside}. \
-         Also exact: {}. Inferred: {}. Estimated as a Llama-style decoder (RMSNorm, SwiGLU, rotary) of the largest stack{more}; \
+         Also exact: {}. Inferred: {}. Estimated as a Llama-style decoder (RMSNorm, SwiGLU, rotary) of {modelled}{more}; \
          weights, gradients and optimizer states use the exact parameter count, while activations and the KV cache follow the \
          Llama-style guess and may be far off (no error bound is claimed).{over} For exact numbers, measure it with `vram.measure` \
          in Python (any nn.Module), or file an issue with its config.json.",
