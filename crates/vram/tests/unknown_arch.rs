@@ -258,3 +258,16 @@ fn from_the_hub_an_unknown_type_is_approximated_from_range_read_headers() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("hidden_size") && !err.contains("panicked"), "{err}");
 }
+
+#[test]
+fn serving_an_unknown_type_loads_the_exact_parameter_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = my_new_arch();
+    write_dir(dir.path(), Some(json!({"model_type": "my_new_arch", "vocab_size": 1000})), &t);
+    let v = json(&["serve", "-m", dir.path().to_str().unwrap(), "-g", "h100", "--max-model-len", "4096"]);
+    assert!(v["model"]["approximation"].is_string(), "{v}");
+    // bf16 weights of every checkpoint parameter, plus vLLM's padding of the embedding and the
+    // untied head to a multiple of 64 rows (VocabParallelEmbedding, serve.rs VOCAB_PAD): 1000 → 1024.
+    let padding = 2 * (1024 - 1000) * 64 * 2;
+    assert_eq!(v["gpus"][0]["weights_bytes"], 2 * total(&t) + padding, "{}", v["gpus"][0]);
+}
