@@ -106,6 +106,14 @@ pub enum Error {
         /// Which quantity.
         what: String,
     },
+    /// An unknown architecture whose files say too little for even an approximate estimate.
+    #[error("{source_name}: too little is known to estimate it even approximately; missing: {missing}")]
+    NotEnoughStructure {
+        /// The model directory, Hub id or file.
+        source_name: String,
+        /// What is missing and where it could come from.
+        missing: String,
+    },
     /// A pasted start-up log holds none of the lines vram reads.
     #[error("the log has none of the start-up lines vram reads; expected one of: {expected}")]
     NotAStartupLog {

@@ -17,6 +17,7 @@
 
 pub mod advice;
 pub mod allocator;
+pub mod arch_infer;
 pub mod config;
 pub mod dtype;
 pub mod error;

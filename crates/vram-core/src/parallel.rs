@@ -380,7 +380,8 @@ pub struct Counts {
 impl Counts {
     /// Count a model.
     pub fn of(m: &Model) -> Counts {
-        let t = m.tensors();
+        // memory::inventory: an approximate model's unmodelled checkpoint parameters included.
+        let t = crate::memory::inventory(m);
         let sum = |f: &dyn Fn(Role) -> bool| -> u128 { t.iter().filter(|g| f(g.role)).map(|g| g.numel as u128 * g.count as u128).sum() };
         let total = sum(&|_| true);
         let embedding = sum(&|r| matches!(r, Role::Embedding | Role::Position));

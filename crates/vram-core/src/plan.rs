@@ -436,9 +436,7 @@ fn dp_bandwidth(req: &PlanRequest) -> f64 {
 
 /// DDP: fp32 params + grads + states + foreach temp + autocast copies + flat buckets.
 fn ddp_layout(req: &PlanRequest, c: &Counts, base: &Parallel) -> DpLayout {
-    let matmul: u128 = req
-        .model
-        .tensors()
+    let matmul: u128 = crate::memory::inventory(req.model)
         .iter()
         .filter(|t| matches!(t.role, Role::Linear | Role::Experts | Role::Router | Role::LmHead))
         .map(|t| t.numel as u128 * t.count as u128)

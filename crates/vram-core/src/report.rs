@@ -11,7 +11,8 @@ pub fn model_json(m: &Model) -> Value {
     json!({
         "name": m.name,
         "model_type": m.model_type,
-        "parameters": m.parameters(),
+        // An approximate model's stand-in lacks some of the checkpoint's parameters (arch_infer).
+        "parameters": m.parameters() + crate::memory::unmodelled_parameters(m),
         "checkpoint_parameters": m.checkpoint_parameters,
         "hidden_size": m.hidden,
         "num_layers": m.layers,

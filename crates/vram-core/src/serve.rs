@@ -797,7 +797,8 @@ pub(crate) fn tp_rank_weights(m: &Model, quantization: Quantization, tp: u64, e:
 
 fn rank_weights(m: &Model, quantization: Quantization, tp: u64, e: u128, stage: &Stage) -> (u128, u128) {
     let (mut weights, mut scales) = (0u128, 0u128);
-    for t in m.tensors() {
+    // memory::inventory: an approximate model's unmodelled checkpoint parameters included.
+    for t in crate::memory::inventory(m) {
         let (num, den) = stage_share(m, &t, stage);
         if num == 0 {
             continue;

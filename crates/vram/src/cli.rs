@@ -57,8 +57,10 @@ pub struct JobArgs {
     /// or a Hugging Face Hub id (`org/name[@revision]`).
     #[arg(long, short = 'm', help_heading = "Model")]
     pub model: Option<String>,
-    /// Estimate an unknown or unsupported architecture as a Llama-style decoder from its
-    /// standard config keys; every output is then marked APPROXIMATE.
+    /// Estimate an unknown or unsupported architecture anyway (marked APPROXIMATE). An unknown
+    /// model_type given as a model directory or Hub id is approximated from its safetensors
+    /// headers without this flag; the flag is needed for recognised but unsupported families and
+    /// for a config.json given alone (then read as a Llama-style decoder from its keys).
     #[arg(long)]
     pub approximate_architecture: bool,
     /// Encoders (BERT, RoBERTa, XLM-R): the head to train or run, as Hugging Face pipelines name

@@ -204,7 +204,7 @@ struct Weights {
 /// The weights as the checkpoint stores them when it is pre-quantized and `--precision` agrees
 /// (or was not given: resolve picks the checkpoint's class); otherwise in `job.precision`.
 fn weights(m: &Model, job: &Job, e: u128) -> Weights {
-    let params = m.parameters();
+    let params = m.parameters() + super::unmodelled_parameters(m);
     let mut notes = Vec::new();
     if let Some(q) = &m.quantization {
         match Plan::new(q) {
@@ -240,7 +240,7 @@ fn stored_weights(m: &Model, plan: &Plan, e: u128) -> Weights {
     let formula = quant::model_bytes(m, plan, e);
     let mut notes = plan.notes.clone();
     notes.push(format!("weights: {} as stored (quantization_config)", plan.describe()));
-    let params = m.parameters();
+    let params = m.parameters() + super::unmodelled_parameters(m);
     if plan.scheme == quant::Scheme::Mxfp4 {
         // transformers quantizers/quantizer_mxfp4.py validate_environment: without these it sets
         // dequantize=True and loads every weight in bf16.
@@ -278,7 +278,7 @@ fn stored_weights(m: &Model, plan: &Plan, e: u128) -> Weights {
 /// experts; embeddings, LM head, norms, biases and routers stay in 16-bit.
 fn precision_weights(m: &Model, p: Precision) -> Stored {
     let mut s = Stored::default();
-    for t in m.tensors() {
+    for t in super::inventory(m) {
         let n = t.numel as u128 * t.count as u128;
         let quantised = matches!(t.role, Role::Linear | Role::Experts);
         match p {

@@ -85,7 +85,7 @@ pub(crate) fn base_bytes(m: &Model, job: &Job) -> (u128, String) {
         }
     }
     let dense = base_dtype(job).bytes() as u128;
-    let n_all: u128 = m.tensors().iter().map(|t| t.numel as u128 * t.count as u128).sum();
+    let n_all: u128 = super::inventory(m).iter().map(|t| t.numel as u128 * t.count as u128).sum();
     match job.base.unwrap_or(BaseWeights::Dtype { dtype: base_dtype(job) }) {
         BaseWeights::Dtype { dtype } => {
             (n_all * dense, format!("{n_all} frozen parameters × {} B ({})", dtype.bytes(), dtype.torch_name()))
@@ -97,7 +97,7 @@ pub(crate) fn base_bytes(m: &Model, job: &Job) -> (u128, String) {
                 BaseWeights::Bnb4 { compute, .. } => Some(compute),
                 _ => None,
             };
-            for t in m.tensors() {
+            for t in super::inventory(m) {
                 if is_embedding(&t) {
                     emb += t.numel as u128 * t.count as u128;
                 } else if bnb_quantized(&t) {

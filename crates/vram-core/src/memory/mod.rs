@@ -20,7 +20,7 @@ use serde::Serialize;
 use crate::allocator::{self, AllocConf};
 use crate::error::{Error, Result};
 use crate::job::{Job, Mode};
-use crate::model::Model;
+use crate::model::{Model, Role, TensorGroup};
 
 pub use activations::Kernel;
 
@@ -347,6 +347,36 @@ pub fn check_encoder(model: &Model, job: &Job) -> Result<()> {
         return refuse("generation (prompt length, KV-cache dtype)");
     }
     Ok(())
+}
+
+/// Parameters an approximate model's checkpoint holds beyond its Llama-style stand-in
+/// (`arch_infer::approximate_model`): the headers' exact count minus the stand-in's. Zero for
+/// every recognised architecture, whose count comes from its config.
+pub fn unmodelled_parameters(m: &Model) -> u64 {
+    match (&m.approximation, m.checkpoint_parameters) {
+        (Some(_), Some(exact)) => exact.saturating_sub(m.parameters()),
+        _ => 0,
+    }
+}
+
+/// The parameter tensors weights, gradients and optimizer states are counted over: the model's
+/// inventory, plus, for an approximate model, one group holding the checkpoint's parameters
+/// the stand-in lacks, so those figures follow the exact count read from the headers.
+pub(crate) fn inventory(m: &Model) -> Vec<TensorGroup> {
+    let mut v = m.tensors();
+    let extra = unmodelled_parameters(m);
+    if extra > 0 {
+        // Counted as linear weights: most of an unknown layer's parameters are matrices.
+        v.push(TensorGroup {
+            name: "unmodelled tensors (safetensors headers)".into(),
+            numel: extra,
+            count: 1,
+            role: Role::Linear,
+            rows: extra,
+            cols: 1,
+        });
+    }
+    v
 }
 
 fn estimate_inner(model: &Model, job: &Job) -> Result<Estimate> {

@@ -21,7 +21,7 @@ pub(crate) struct Trainable {
 pub(crate) fn trainable(m: &Model, job: &Job) -> Vec<Trainable> {
     let p = job.precision.param_dtype().bytes() as u128;
     match &job.lora {
-        None => m.tensors().into_iter().map(|group| Trainable { group, bytes: p }).collect(),
+        None => super::inventory(m).into_iter().map(|group| Trainable { group, bytes: p }).collect(),
         // Adapters are fp32 (peft autocast_adapter_dtype=True); modules_to_save copies keep the
         // dtype of the module they copy.
         Some(lora) => {

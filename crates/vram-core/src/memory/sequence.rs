@@ -64,7 +64,7 @@ impl Seq {
 /// Parameter tensors in module order: (elements, layer it belongs to, whether it is a matrix).
 fn parameter_tensors(m: &Model) -> Vec<(u128, Option<u64>, bool)> {
     let mut out = Vec::new();
-    let groups = m.tensors();
+    let groups = super::inventory(m);
     let mut i = 0;
     let mut layer0 = 0;
     while i < groups.len() {

@@ -360,7 +360,7 @@ pub(crate) struct ModelStates {
 
 /// Full fine-tuning: every parameter trained in the parameter dtype.
 fn full_states(m: &Model, job: &Job, b: &Bytes, shards: u128) -> ModelStates {
-    let tensors = m.tensors();
+    let tensors = super::inventory(m);
     let p = b.p;
     let n_params: u128 = tensors.iter().map(|t| t.numel as u128 * t.count as u128).sum();
     let (head_rows, head_cols) = m.head_matrix();

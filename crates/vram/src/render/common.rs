@@ -70,7 +70,7 @@ pub fn model_lines(out: &mut String, model: &Model, under: Option<&str>) {
         "{}{} — {} parameters ({}{})",
         if model.approximation.is_some() { "APPROXIMATE: " } else { "" },
         model.name,
-        thousands(model.parameters()),
+        thousands(model.parameters() + vram_core::memory::unmodelled_parameters(model)),
         model.model_type,
         model.stored_dtype.map_or(String::new(), |d| format!(", stored {}", d.torch_name()))
     );

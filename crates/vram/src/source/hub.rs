@@ -11,10 +11,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Result;
-use vram_core::safetensors::{header_len, index_files, CheckpointSummary};
+use vram_core::arch_infer::MAX_TENSORS;
+use vram_core::safetensors::{header_len, index_files, parse_header_with, CheckpointSummary};
 use vram_core::{parse_config_with, Model, ParseOptions};
 
-use super::local::load_dir;
+use super::approx;
+use super::local::{load_dir, strict};
 use crate::errors::UsageError;
 
 /// First bytes requested of each safetensors file (huggingface_hub: 100_000).
@@ -285,12 +287,50 @@ fn fetch(env: &HubEnv, repo: &str, rev: &str, opts: ParseOptions) -> Result<Mode
         .build();
     let c = Client { agent, env, repo, rev, progress: std::io::stderr().is_terminal(), timeout };
     let cfg = c.get("config.json", None)?.unwrap_or_default();
-    let mut model = parse_config_with(&cfg, repo, &format!("{repo}/config.json"), opts)?;
+    let file = format!("{repo}/config.json");
+    let refused = match parse_config_with(&cfg, repo, &file, strict(opts)) {
+        Ok(mut model) => {
+            let mut summary = CheckpointSummary::default();
+            // Range reads give no file length to check against: headers only.
+            let found = each_header(&c, |shard, header| Ok(summary.add_header(header, &format!("{repo}/{shard}"), None)?))?;
+            if !found {
+                // A repository without safetensors (only .bin or GGUF): the config alone is used.
+                model.warnings.push(format!("{repo} has no model.safetensors: parameters counted from config.json alone"));
+            } else if summary.tensors > 0 {
+                summary.apply(&mut model);
+            }
+            return Ok(model);
+        }
+        Err(e @ vram_core::Error::UnsupportedArchitecture { .. }) => e,
+        Err(e) => return Err(e.into()),
+    };
+    // An architecture vram does not model: keep the tensors' names and shapes for `arch_infer`.
+    let mut tensors = Vec::new();
+    let found = each_header(&c, |shard, header| {
+        tensors.extend(parse_header_with(header, &format!("{repo}/{shard}"), None)?);
+        if tensors.len() > MAX_TENSORS {
+            return Err(UsageError(format!(
+                "{repo}: more than {MAX_TENSORS} tensors in the safetensors headers, beyond any real checkpoint"
+            ))
+            .into());
+        }
+        Ok(())
+    })?;
+    if !found || tensors.is_empty() {
+        return approx::config_only(refused, &cfg, repo, &file, opts);
+    }
+    approx::from_headers(refused, &cfg, &tensors, repo, opts)
+}
+
+/// Fetch every shard's safetensors header (the index's shards, else `model.safetensors`) and
+/// hand each to `f`; `false` when the repository has no `model.safetensors` at all.
+fn each_header(c: &Client, mut f: impl FnMut(&str, &[u8]) -> Result<()>) -> Result<bool> {
+    let repo = c.repo;
     let shards = match c.get("model.safetensors.index.json", None)? {
         Some(index) => index_files(&index, &format!("{repo}/model.safetensors.index.json"))?,
         None => vec!["model.safetensors".to_string()],
     };
-    let mut summary = CheckpointSummary::default();
+    let mut found = true;
     for (i, shard) in shards.iter().enumerate() {
         c.tick(i, shards.len(), shard);
         let result = c.header(shard);
@@ -298,11 +338,9 @@ fn fetch(env: &HubEnv, repo: &str, rev: &str, opts: ParseOptions) -> Result<Mode
             eprintln!();
         }
         match result? {
-            // Range reads give no file length to check against: headers only.
-            Some(header) => summary.add_header(&header, &format!("{repo}/{shard}"), None)?,
-            // A repository without safetensors (only .bin or GGUF): the config alone is used.
+            Some(header) => f(shard, &header)?,
             None if shards.len() == 1 && shard == "model.safetensors" => {
-                model.warnings.push(format!("{repo} has no model.safetensors: parameters counted from config.json alone"));
+                found = false;
                 break;
             }
             None => {
@@ -314,8 +352,5 @@ fn fetch(env: &HubEnv, repo: &str, rev: &str, opts: ParseOptions) -> Result<Mode
     if c.progress {
         eprintln!();
     }
-    if summary.tensors > 0 {
-        summary.apply(&mut model);
-    }
-    Ok(model)
+    Ok(found)
 }

@@ -6,9 +6,11 @@ use std::io::Read;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use vram_core::safetensors::{header_len, index_files, CheckpointSummary};
+use vram_core::arch_infer::MAX_TENSORS;
+use vram_core::safetensors::{header_len, index_files, parse_header_with, CheckpointSummary, TensorInfo};
 use vram_core::{parse_config_with, sniff, FileKind, Model, ParseOptions};
 
+use super::approx;
 use crate::errors::usage;
 
 /// Largest config.json accepted (real ones are a few KB).
@@ -25,7 +27,17 @@ pub fn load_config_file(path: &Path, opts: ParseOptions) -> Result<Model> {
         return Err(usage(format!("{spec} is {}, not a config.json: {}", kind.describe(), kind.hint())));
     }
     let bytes = read_limited(path, MAX_CONFIG)?;
-    Ok(parse_config_with(&bytes, &spec, &spec, opts)?)
+    match parse_config_with(&bytes, &spec, &spec, strict(opts)) {
+        Err(e @ vram_core::Error::UnsupportedArchitecture { .. }) => approx::config_only(e, &bytes, &spec, &spec, opts),
+        other => Ok(other?),
+    }
+}
+
+/// `opts` without the approximate-architecture opt-in: the headers, when there are any, give
+/// a better approximation than the config's keys.
+pub(crate) fn strict(mut opts: ParseOptions) -> ParseOptions {
+    opts.approximate_unknown = false;
+    opts
 }
 
 /// The first `n` bytes of a regular file (fewer if it is shorter).
@@ -64,19 +76,33 @@ pub fn read_limited(path: &Path, limit: u64) -> Result<Vec<u8>> {
     Ok(buf)
 }
 
-/// A model directory: config.json, then the safetensors headers when there are any.
+/// A model directory: config.json, then the safetensors headers when there are any. An
+/// architecture vram does not model is approximated from the headers (see `approx`).
 pub fn load_dir(dir: &Path, opts: ParseOptions) -> Result<Model> {
     let cfg_path = dir.join("config.json");
+    let name = dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned());
+    let shards = shard_names(dir)?;
     if !cfg_path.is_file() {
-        return Err(usage(format!(
-            "{} has no config.json; a model directory needs the Hugging Face config.json next to its weights",
-            dir.display()
-        )));
+        if shards.is_empty() {
+            return Err(usage(format!(
+                "{} has no config.json and no *.safetensors; a model directory needs the Hugging Face config.json next to its weights",
+                dir.display()
+            )));
+        }
+        return approx::without_config(&name, &dir_tensors(dir, &shards)?);
     }
     let bytes = read_limited(&cfg_path, MAX_CONFIG)?;
-    let name = dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned());
-    let mut model = parse_config_with(&bytes, &name, &cfg_path.display().to_string(), opts)?;
-    let shards = shard_names(dir)?;
+    let cfg_file = cfg_path.display().to_string();
+    let mut model = match parse_config_with(&bytes, &name, &cfg_file, strict(opts)) {
+        Ok(m) => m,
+        Err(e @ vram_core::Error::UnsupportedArchitecture { .. }) if shards.is_empty() => {
+            return approx::config_only(e, &bytes, &name, &cfg_file, opts);
+        }
+        Err(e @ vram_core::Error::UnsupportedArchitecture { .. }) => {
+            return approx::from_headers(e, &bytes, &dir_tensors(dir, &shards)?, &name, opts);
+        }
+        Err(e) => return Err(e.into()),
+    };
     if shards.is_empty() {
         return Ok(model);
     }
@@ -88,6 +114,24 @@ pub fn load_dir(dir: &Path, opts: ParseOptions) -> Result<Model> {
     }
     summary.apply(&mut model);
     Ok(model)
+}
+
+/// Every shard's tensors, names and shapes kept (for `arch_infer`), at most
+/// [`MAX_TENSORS`] in all.
+fn dir_tensors(dir: &Path, shards: &[String]) -> Result<Vec<TensorInfo>> {
+    let mut all = Vec::new();
+    for shard in shards {
+        let p = dir.join(shard);
+        let (header, file_len) = read_header(&p)?;
+        all.extend(parse_header_with(&header, &p.display().to_string(), Some(file_len))?);
+        if all.len() > MAX_TENSORS {
+            return Err(usage(format!(
+                "{}: more than {MAX_TENSORS} tensors in the safetensors headers, beyond any real checkpoint",
+                dir.display()
+            )));
+        }
+    }
+    Ok(all)
 }
 
 /// The shards the index lists, else every `*.safetensors` in the directory, sorted.

@@ -5,6 +5,7 @@
 //! `mod` dispatches; `local` reads files; `hub` fetches (and reuses `local` for cache snapshots);
 //! nothing here calls back up into the dispatcher.
 
+pub mod approx;
 pub mod gguf;
 pub mod hub;
 pub mod local;
