@@ -85,6 +85,19 @@ from transformers import AutoConfig, AutoModelForImageTextToText  # noqa: E402
 import harness  # noqa: E402,F401  (registers the CUDA SDPA, dropout and autocast emulation)
 from harness import DTYPES, KERNELS, Tracker, result  # noqa: E402
 
+import transformers.initialization as _hf_init  # noqa: E402
+
+
+def _trunc_normal(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, generator=None):
+    """As validation/vision.py (branch visval): torch.nn.init.trunc_normal_ (SigLIP's init) tests
+    values (mask.any()) a fake tensor cannot answer. Weight values do not change memory and this
+    runs while the model is built, before tracking starts: a normal draw clamped to [a, b]."""
+    with torch.no_grad():
+        return tensor.normal_(mean, std, generator=generator).clamp_(a, b)
+
+
+_hf_init.TORCH_INIT_FUNCTIONS["trunc_normal_"] = _trunc_normal
+
 PLACED = [None]  # image tokens make_batch put into input_ids (known by construction)
 
 # --------------------------------------------------------------------------------------------
@@ -227,8 +240,10 @@ def parts(model):
             "lm_head_untied": count(p for p in model.lm_head.parameters() if id(p) not in lm)}
 
 
-def label_vision(model, tr):
-    """Storages created while the vision tower runs forward -> "vision activations"."""
+def label_vision(model, tr, seen):
+    """Storages created while the vision tower runs forward -> "vision activations". `seen`
+    receives the bytes still in that category when the tower's forward returns (what it saved for
+    backward plus its outputs), the largest over the steps."""
     stack = []
 
     def pre(mod, args):
@@ -237,6 +252,9 @@ def label_vision(model, tr):
             tr.category = "vision activations"
 
     def post(mod, args, out):
+        if tr.category == "vision activations":
+            seen["vision_activations_after_tower"] = max(seen.get("vision_activations_after_tower", 0),
+                                                         tr.cats.get("vision activations", 0))
         tr.category = stack.pop()
 
     model.model.vision_tower.register_forward_pre_hook(pre)
@@ -269,7 +287,8 @@ def train(raw_config, batch, seq, images, train="frozen_vision", precision="bf16
         if checkpointing:
             model.gradient_checkpointing_enable()
         model.train()
-        label_vision(model, tr)
+        seen = {}
+        label_vision(model, tr, seen)
         counts = (count(model.parameters()), count(p for p in model.parameters() if p.requires_grad))
         params = [p for p in model.parameters() if p.requires_grad]
         opt = torch.optim.AdamW(params, lr=1e-5, foreach=True)
@@ -286,6 +305,8 @@ def train(raw_config, batch, seq, images, train="frozen_vision", precision="bf16
                 with ctx:
                     loss = model(input_ids=inputs["input_ids"], pixel_values=inputs["pixel_values"],
                                  labels=inputs["labels"]).loss
+                if step == steps - 1:  # what the forward holds for backward, by category
+                    seen["categories_after_forward"] = {k: v for k, v in tr.cats.items() if v}
                 tr.phase, tr.category = f"backward{step}", "backward"
                 loss.backward()
                 del loss
@@ -301,6 +322,7 @@ def train(raw_config, batch, seq, images, train="frozen_vision", precision="bf16
     r["parameters"], r["trainable_parameters"] = counts
     r["parameters_by_part"] = parts(model)
     r["checkpointed_layers"] = checkpointed(model) if checkpointing else None
+    r.update(seen)
     return r
 
 
@@ -312,7 +334,8 @@ def infer(raw_config, batch, seq, images, precision="bf16", attention="sdpa", fa
         torch.manual_seed(seed)
         cfg, model = build(raw_config, precision, attention)
         model.eval()
-        label_vision(model, tr)
+        seen = {}
+        label_vision(model, tr, seen)
         counts = (count(model.parameters()), count(model.parameters()))
         with tr:
             track_model(tr, model)
@@ -327,6 +350,7 @@ def infer(raw_config, batch, seq, images, precision="bf16", attention="sdpa", fa
     r["parameters"], r["trainable_parameters"] = counts
     r["parameters_by_part"] = parts(model)
     r["checkpointed_layers"] = None
+    r.update(seen)
     return r
 
 
@@ -421,6 +445,19 @@ TINY_LLAVA = {
 }
 
 
+# SigLIP tower (no CLS, "full" strategy, last layer) + Qwen2 LM (tied embeddings), as llava-interleave.
+TINY_LLAVA_SIGLIP = {
+    "model_type": "llava", "image_token_index": 1000, "projector_hidden_act": "gelu",
+    "vision_feature_layer": -1, "vision_feature_select_strategy": "full",
+    "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 64, "intermediate_size": 256,
+                      "num_hidden_layers": 2, "num_attention_heads": 4, "image_size": 32, "patch_size": 8,
+                      "vision_use_head": False},
+    "text_config": {"model_type": "qwen2", "hidden_size": 128, "intermediate_size": 512, "num_hidden_layers": 2,
+                    "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 1024,
+                    "max_position_embeddings": 512, "tie_word_embeddings": True},
+}
+
+
 def technique_cases():
     t = lambda tr, p, b, s, i=1, ck=False: ("train", dict(train=tr, precision=p, batch=b, seq=s, images=i,
                                                           checkpointing=ck))
@@ -432,20 +469,31 @@ def technique_cases():
             i("bf16", 4, 128), i("fp32", 4, 128, 2)]
 
 
+def technique_cases_siglip():
+    t = lambda tr, p, b, s, i=1, ck=False: ("train", dict(train=tr, precision=p, batch=b, seq=s, images=i,
+                                                          checkpointing=ck))
+    return [t("full", "bf16-mixed", 4, 128), t("frozen_vision", "bf16-mixed", 2, 128, i=3),
+            t("projector_only", "bf16-mixed", 4, 128), t("frozen_vision", "bf16-mixed", 4, 128, ck=True),
+            ("infer", dict(precision="bf16", batch=4, seq=128, images=1))]
+
+
 def check_technique():
     """Writes fixtures/vlm_technique.jsonl."""
     ok = True
     f = open(os.path.join(HERE, "fixtures", "vlm_technique.jsonl"), "w")
     f.write(json.dumps({"_meta": {"torch": torch.__version__, "transformers": transformers.__version__,
-                                  "command": "python validation/vlm.py --technique", "config": TINY_LLAVA}}) + "\n")
-    for mode, case in technique_cases():
+                                  "command": "python validation/vlm.py --technique",
+                                  "configs": {"clip_llama": TINY_LLAVA, "siglip_qwen2": TINY_LLAVA_SIGLIP}}}) + "\n")
+    cases = [("clip_llama", TINY_LLAVA, c) for c in technique_cases()]
+    cases += [("siglip_qwen2", TINY_LLAVA_SIGLIP, c) for c in technique_cases_siglip()]
+    for name, config, (mode, case) in cases:
         fn = train if mode == "train" else infer
         t = time.time()
-        real = fn(TINY_LLAVA, fake=False, **case)
-        fake = fn(TINY_LLAVA, fake=True, **case)
+        real = fn(config, fake=False, **case)
+        fake = fn(config, fake=True, **case)
         same = real["peak_allocated"] == fake["peak_allocated"] and real["peak_phase"] == fake["peak_phase"]
         ok &= same
-        rec = {"mode": mode, **case, "real_peak": real["peak_allocated"], "fake_peak": fake["peak_allocated"],
+        rec = {"config": name, "mode": mode, **case, "real_peak": real["peak_allocated"], "fake_peak": fake["peak_allocated"],
                "real_phase": real["peak_phase"], "fake_phase": fake["peak_phase"],
                "real_categories": real["categories_at_peak"], "fake_categories": fake["categories_at_peak"],
                "kernels": fake["attention_kernels"], "equal": same, "seconds": round(time.time() - t, 2)}
