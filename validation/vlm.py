@@ -252,13 +252,20 @@ def label_vision(model, tr, seen):
             tr.category = "vision activations"
 
     def post(mod, args, out):
+        # whether the tower's output is part of the autograd graph (frozen tower: only when
+        # something made its input require grad, e.g. enable_input_require_grads)
+        seen["vision_output_requires_grad"] = bool(out.last_hidden_state.requires_grad)
         if tr.category == "vision activations":
             seen["vision_activations_after_tower"] = max(seen.get("vision_activations_after_tower", 0),
                                                          tr.cats.get("vision activations", 0))
         tr.category = stack.pop()
 
+    def proj(mod, args, out):
+        seen["projector_output_dtype"] = str(out.dtype).replace("torch.", "")
+
     model.model.vision_tower.register_forward_pre_hook(pre)
     model.model.vision_tower.register_forward_hook(post)
+    model.model.multi_modal_projector.register_forward_hook(proj)
 
 
 def checkpointed(model):
