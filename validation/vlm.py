@@ -55,9 +55,13 @@ WHAT IS PATCHED, and why it is faithful (two things, both in LlavaModel.forward)
    Values are not computed (as harness.FlashLike); the same code runs for real and fake tensors,
    so the technique check covers it.
 
-Technique check (`--technique`): a tiny llava (2-layer CLIP tower, hidden 64, image 32, patch 8;
-2-layer llama LM, hidden 128, vocab 1024) run with real tensors on the CPU and under FakeTensorMode
-gives equal tracked peaks and peak phases: fixtures/vlm_technique.jsonl.
+SigLIP's init (trunc_normal_) is replaced by a clamped normal draw as validation/vision.py does:
+it tests weight values, which neither exist under fake tensors nor change memory.
+
+Technique check (`--technique`): two tiny llavas (2-layer CLIP tower, hidden 64, image 32, patch 8,
++ 2-layer llama LM, hidden 128, vocab 1024; and 2-layer SigLIP + 2-layer tied Qwen2, "full"
+strategy, feature layer -1) run with real tensors on the CPU and under FakeTensorMode give equal
+tracked peaks and peak phases in all 15 cases: fixtures/vlm_technique.jsonl (~1 min).
 
     /work/venv/bin/python validation/vlm.py                # the matrix (resumable)
     /work/venv/bin/python validation/vlm.py --technique    # real vs fake on a tiny llava
