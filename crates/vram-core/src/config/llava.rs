@@ -19,6 +19,28 @@ const LLAMA_DEFAULTS: &[(&str, u64)] = &[
     ("max_position_embeddings", 2048),
 ];
 
+/// Qwen2Config's defaults (configuration_qwen2.py): LLaVA-interleave's text_config omits them.
+const QWEN2_DEFAULTS: &[(&str, u64)] = &[
+    ("vocab_size", 151936),
+    ("hidden_size", 4096),
+    ("intermediate_size", 22016),
+    ("num_hidden_layers", 32),
+    ("num_attention_heads", 32),
+    ("num_key_value_heads", 32),
+    ("max_position_embeddings", 32768),
+];
+
+/// MistralConfig's defaults (configuration_mistral.py).
+const MISTRAL_DEFAULTS: &[(&str, u64)] = &[
+    ("vocab_size", 32000),
+    ("hidden_size", 4096),
+    ("intermediate_size", 14336),
+    ("num_hidden_layers", 32),
+    ("num_attention_heads", 32),
+    ("num_key_value_heads", 8),
+    ("max_position_embeddings", 131072),
+];
+
 fn with_defaults(mut obj: Map<String, Value>, defaults: &[(&str, u64)]) -> Map<String, Value> {
     for (k, v) in defaults {
         obj.entry(k.to_string()).or_insert(Value::from(*v));
@@ -53,10 +75,16 @@ pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: Parse
     let tower = parse_object(vision, &format!("{name} (vision tower)"), file, opts)?;
     // The language model, with the top level's dtype and tying when the nested config omits them.
     let mut text = nested(&obj, "text_config", file)?;
-    if text.get("model_type").and_then(Value::as_str).unwrap_or("llama") == "llama" {
-        text = with_defaults(text, LLAMA_DEFAULTS);
-        text.insert("model_type".into(), Value::from("llama"));
-    }
+    let ttype = text.get("model_type").and_then(Value::as_str).unwrap_or("llama").to_string();
+    let defaults: &[(&str, u64)] = match ttype.as_str() {
+        "llama" => LLAMA_DEFAULTS,
+        "qwen2" => QWEN2_DEFAULTS,
+        "mistral" => MISTRAL_DEFAULTS,
+        // Other language models are read as their configs write them (a missing key is an error).
+        _ => &[],
+    };
+    text = with_defaults(text, defaults);
+    text.insert("model_type".into(), Value::from(ttype));
     for k in ["torch_dtype", "dtype", "tie_word_embeddings"] {
         if let (false, Some(v)) = (text.contains_key(k), obj.get(k)) {
             text.insert(k.into(), v.clone());

@@ -102,7 +102,12 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
     let casts = if amp { 2 * (proj_matrix + if trained { matmul_tower } else { 0 }) } else { 0 };
     // Saved: the trained tower's activations (its own activation profile), and the projector's
     // (linear_1's input copy, the activation's input, linear_2's input: per image token).
-    let tower_profile = if trained { train::activation_profile(&tower, &tj) } else { ActivationProfile::default() };
+    // A frozen tower saves nothing (pixels and weights need no gradient), except under gradient
+    // checkpointing: transformers' enable_input_require_grads hooks every sub-model's input
+    // embeddings, the tower's patch conv too, so its output requires grad and the checkpointed
+    // layers keep their inputs and are recomputed in backward (measured: validation/vlm.py).
+    let ckpt_frozen = !trained && job.checkpointing == Checkpointing::Full;
+    let tower_profile = if trained || ckpt_frozen { train::activation_profile(&tower, &tj) } else { ActivationProfile::default() };
     let h_v = mm.tower.hidden as u128;
     let h_t = m.hidden as u128;
     let proj_in = if amp { 2 } else { p.max(e) };
@@ -130,7 +135,7 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
             }
         }
     }
-    if trained {
+    if trained || ckpt_frozen {
         // After the language model's backward: every LM gradient, the tower's saved activations
         // and one tower layer's backward.
         let lm_grads = lm.parameters() as u128 * p;
