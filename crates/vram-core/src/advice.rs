@@ -31,7 +31,7 @@ pub fn notes(model: &Model, job: &Job, est: &Estimate) -> Result<Vec<String>> {
     let share = |name: &str| est.component(name) as f64 / est.total.max(1) as f64;
     let saving = |alt: Job| -> Result<u64> { Ok(est.total.saturating_sub(estimate(model, &alt)?.total)) };
     let logits = share("logits & loss");
-    if logits > 0.15 && !job.fused_cross_entropy && model.encoder.is_none() && model.multimodal.is_none() {
+    if logits > 0.15 && !job.fused_cross_entropy && model.is_plain_decoder() {
         let s = saving(Job { fused_cross_entropy: true, ..job.clone() })?;
         if s > 0 {
             out.push(format!(
@@ -354,7 +354,7 @@ pub fn search(model: &Model, job: &Job, budget: u64) -> Result<Search> {
     let baseline = Eval { total: estimate(model, &base)?.total, max_batch: baseline_max_batch };
     let mut alternatives = single_gpu(model, &base, budget, baseline)?;
     // Encoders: LoRA, sharding and fused cross-entropy are not modelled for them (check_encoder).
-    let decoder = model.encoder.is_none() && model.multimodal.is_none();
+    let decoder = model.is_plain_decoder();
     if job.mode == Mode::Train && decoder {
         let peft = peft_alternatives(model, &base, budget, baseline)?;
         if job.lora.is_some() {
@@ -399,7 +399,7 @@ fn dimensions(model: &Model, job: &Job) -> Vec<Vec<Change>> {
         Checkpointing::Full => vec![],
     };
     dims.push(ckpt.into_iter().map(Change::Checkpointing).collect());
-    if !job.fused_cross_entropy && model.encoder.is_none() && model.multimodal.is_none() {
+    if !job.fused_cross_entropy && model.is_plain_decoder() {
         dims.push(vec![Change::FusedCrossEntropy]);
     }
     if job.lora.is_none() && matches!(job.precision, Precision::Fp32 | Precision::Bf16Mixed | Precision::Fp16Mixed) {

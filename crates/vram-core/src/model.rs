@@ -185,6 +185,30 @@ impl Multimodal {
     }
 }
 
+/// The encoder half of an encoder-decoder model (Whisper: transformers models/whisper), whose
+/// output every decoder layer reads through cross-attention.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Seq2Seq {
+    /// The encoder stack, described as a pre-LN stack (no vocabulary: its input is the frontend's).
+    pub encoder: Model,
+    /// Positions the encoder runs over (Whisper: 1500, after the stride-2 conv over 3000 frames).
+    pub source_tokens: u64,
+    /// Whisper's audio frontend: conv1 (mel bins → d, kernel 3) and conv2 (d → d, kernel 3,
+    /// stride 2), each followed by GELU, over `frames` input frames.
+    pub mel_bins: u64,
+    /// Input frames (30 s of audio: 3000).
+    pub frames: u64,
+}
+
+impl Seq2Seq {
+    /// The encoder's parameters: the two frontend convs (with biases) and the encoder stack.
+    pub fn encoder_parameters(&self) -> u64 {
+        let d = self.encoder.hidden;
+        let convs = d * self.mel_bins * 3 + d + d * d * 3 + d;
+        convs + self.encoder.parameters()
+    }
+}
+
 /// A bidirectional encoder (BERT, RoBERTa, XLM-R): what differs from a decoder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Encoder {
@@ -378,6 +402,12 @@ pub struct Model {
     pub encoder: Option<Encoder>,
     /// Set for a vision-language model: the vision tower and projector around this decoder.
     pub multimodal: Option<Box<Multimodal>>,
+    /// Set for an encoder-decoder model: this is its decoder, `seq2seq` its encoder.
+    pub seq2seq: Option<Box<Seq2Seq>>,
+    /// Each decoder layer has cross-attention over the encoder output (its own norm, q/k/v/o).
+    pub cross_attention: bool,
+    /// With `attention.qkv_bias`, whether k_proj has one too (Whisper's k_proj has none).
+    pub k_bias: bool,
 }
 
 /// A checkpoint's `quantization_config` (transformers `utils/quantization_config.py`).
@@ -663,9 +693,34 @@ impl Model {
     pub fn parameters(&self) -> u64 {
         // Validated in config::validate to stay below 2^50.
         let own = self.tensors().iter().map(|t| t.numel.saturating_mul(t.count)).fold(0, u64::saturating_add);
+        let own = match &self.seq2seq {
+            Some(s) => own.saturating_add(s.encoder_parameters()),
+            None => own,
+        };
         match &self.multimodal {
             Some(mm) => own.saturating_add(mm.tower.parameters()).saturating_add(mm.projector_parameters(self.hidden)),
             None => own,
+        }
+    }
+
+    /// A decoder-only language model (no encoder head, vision tower or encoder stack): what LoRA,
+    /// the parallel layouts and the serving engines are modelled for.
+    pub fn is_plain_decoder(&self) -> bool {
+        self.encoder.is_none() && self.multimodal.is_none() && self.seq2seq.is_none()
+    }
+
+    /// What kind of model this is, for messages.
+    pub fn kind(&self) -> &'static str {
+        if self.encoder.is_some_and(|e| e.vision.is_some()) {
+            "a vision encoder"
+        } else if self.encoder.is_some() {
+            "an encoder"
+        } else if self.multimodal.is_some() {
+            "a vision-language model"
+        } else if self.seq2seq.is_some() {
+            "an encoder-decoder model"
+        } else {
+            "a decoder"
         }
     }
 
@@ -882,7 +937,7 @@ impl Model {
             Block::Parallel => 1,
             Block::Sequential | Block::ParallelTwoNorms | Block::PostNorm | Block::PostLn => 2,
             Block::Sandwich => 4,
-        };
+        } + u64::from(self.cross_attention);
         self.norm_tensors(&l("norms"), norms * count, h, v);
         let a = self.attention;
         if let Some(m) = a.mla {
@@ -908,10 +963,18 @@ impl Model {
                 Self::linear(v, &l("self_attn.qkv_proj"), h, q + 2 * kv, a.qkv_bias, count);
             } else {
                 Self::linear(v, &l("self_attn.q_proj"), h, q, a.qkv_bias, count);
-                Self::linear(v, &l("self_attn.k_proj"), h, kv, a.qkv_bias, count);
+                Self::linear(v, &l("self_attn.k_proj"), h, kv, a.qkv_bias && self.k_bias, count);
                 Self::linear(v, &l("self_attn.v_proj"), h, kv, a.qkv_bias, count);
             }
             Self::linear(v, &l("self_attn.o_proj"), q, h, a.o_bias, count);
+            if self.cross_attention {
+                // WhisperDecoderLayer.encoder_attn: q from the decoder, k and v from the encoder output
+                // (the same widths here), its own LayerNorm counted with the norms above.
+                Self::linear(v, &l("encoder_attn.q_proj"), h, q, a.qkv_bias, count);
+                Self::linear(v, &l("encoder_attn.k_proj"), h, kv, a.qkv_bias && self.k_bias, count);
+                Self::linear(v, &l("encoder_attn.v_proj"), h, kv, a.qkv_bias, count);
+                Self::linear(v, &l("encoder_attn.out_proj"), q, h, a.o_bias, count);
+            }
             if a.sinks {
                 // GptOssAttention.sinks: one logit per query head (modeling_gpt_oss.py), a vector
                 // sharded with the heads like q_proj's bias.

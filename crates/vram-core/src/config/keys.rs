@@ -138,6 +138,9 @@ pub(super) fn base(name: &str) -> Model {
         rope_scaling: None,
         encoder: None,
         multimodal: None,
+        seq2seq: None,
+        cross_attention: false,
+        k_bias: true,
     }
 }
 

@@ -21,6 +21,7 @@ mod positions;
 mod quantization;
 mod registry;
 mod vision;
+mod whisper;
 
 use serde_json::{Map, Value};
 
@@ -177,7 +178,7 @@ fn check_architecture(outer: &Outer, model_type: &str, file: &str, opts: ParseOp
         problems.push((what, reason.into()));
     }
     // Encoders' classes name encoder heads, which the encoder parser reads (or refuses).
-    for arch in outer.architectures.iter().filter(|_| !registry::is_encoder(model_type)) {
+    for arch in outer.architectures.iter().filter(|_| !registry::reads_own_heads(model_type)) {
         if let Some(reason) = head_problem(arch, outer.unwrapped) {
             problems.push((format!("architecture `{arch}`"), reason));
         }

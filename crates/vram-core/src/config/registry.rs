@@ -1,7 +1,7 @@
 //! Which parser reads which `model_type`, and the families recognised but not estimated.
 
 use super::keys::Cfg;
-use super::{bert, falcon, gpt2, gpt_neox, llama, opt, phi, vision};
+use super::{bert, falcon, gpt2, gpt_neox, llama, opt, phi, vision, whisper};
 use crate::error::Result;
 use crate::model::Model;
 
@@ -39,7 +39,14 @@ const FAMILIES: &[(&[&str], Parser)] = &[
     (&["phi"], phi::parse),
     (&["bert", "roberta", "xlm-roberta", "camembert"], bert::parse),
     (&["vit", "dinov2", "clip_vision_model", "siglip_vision_model"], vision::parse),
+    (&["whisper"], whisper::parse),
 ];
+
+/// Types whose parser checks `architectures` itself (encoder heads, Whisper's conditional
+/// generation) instead of requiring a causal-LM class.
+pub(super) fn reads_own_heads(model_type: &str) -> bool {
+    is_encoder(model_type) || model_type == "whisper"
+}
 
 /// The encoder types (their `architectures` name encoder heads, not causal-LM classes).
 pub(super) fn is_encoder(model_type: &str) -> bool {
@@ -68,7 +75,7 @@ const UNSUPPORTED: &[(&[&str], &str)] = &[
         "this encoder is not supported yet: vram models BERT, RoBERTa, XLM-RoBERTa and CamemBERT among encoders (DistilBERT, ALBERT, ELECTRA, DeBERTa, ModernBERT and MPNet differ in embeddings, attention or norms)",
     ),
     (
-        &["t5", "mt5", "umt5", "longt5", "bart", "mbart", "pegasus", "marian", "whisper", "blenderbot", "m2m_100", "nllb-moe", "seamless_m4t", "switch_transformers", "speecht5", "fsmt", "prophetnet"],
+        &["t5", "mt5", "umt5", "longt5", "bart", "mbart", "pegasus", "marian", "blenderbot", "m2m_100", "nllb-moe", "seamless_m4t", "switch_transformers", "speecht5", "fsmt", "prophetnet"],
         "encoder-decoder models are not supported yet: vram models decoder-only causal LMs",
     ),
     (

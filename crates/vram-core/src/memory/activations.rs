@@ -86,6 +86,9 @@ pub struct LayerCoef {
     pub mlp: u128,
     /// Per-layer attention masks, bytes per batch × seq² element.
     pub mask_sq: u128,
+    /// Cross-attention over an encoder's output, bytes per source token (each decoder layer
+    /// keeps its own K and V of the whole source, and under autocast their input copies).
+    pub cross: u128,
 }
 
 /// Whether SDPA gets an explicit mask on sliding-window layers: transformers materialises one
@@ -317,6 +320,10 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
         c.norms += saved * h + ln_stats;
     }
 
+    if m.cross_attention {
+        cross_attention(m, &b, &mut c, ln_stats);
+    }
+
     // --- MLP input -----------------------------------------------------------------------------
     match m.block {
         Block::Parallel => {} // shares the attention norm's output, counted above
@@ -352,6 +359,23 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
         c.norms += saved * h + ln_stats;
     }
     c
+}
+
+/// A decoder layer's cross-attention block (modeling_whisper.py WhisperDecoderLayer.encoder_attn,
+/// pre-LN): per target token its LayerNorm, q_proj's input copy, and what the kernel saves for
+/// q, the output and logsumexp; per source token k_proj and v_proj each cast the (fp32 under
+/// autocast) encoder output to half, a copy each saves, and the kernel saves their outputs.
+fn cross_attention(m: &Model, b: &Bytes, c: &mut LayerCoef, ln_stats: u128) {
+    let h = m.hidden as u128;
+    let (saved, out) = b.norm(m.norm, b.r);
+    c.norms += saved * h + ln_stats + b.linear_inputs(1, out) * h;
+    let q_saved = if b.amp { 2 } else { out };
+    c.attention += q_saved * m.q_dim() as u128 + b.e * m.q_dim() as u128 + 4 * m.heads as u128;
+    if m.hidden_dropout > 0.0 {
+        c.attention += h;
+    }
+    let copies = if b.amp && b.r == 4 { b.linear_inputs(2, b.r) * h } else { 0 };
+    c.cross += copies + 2 * b.e * m.kv_dim() as u128;
 }
 
 /// Attention projections' outputs and the kernel's saved tensors, per token and per score.

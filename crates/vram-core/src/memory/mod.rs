@@ -10,6 +10,7 @@ mod infer;
 mod lora;
 mod multimodal;
 pub mod optimizer;
+mod seq2seq;
 mod sequence;
 mod train;
 
@@ -193,6 +194,9 @@ pub fn allocation_sequence(model: &Model, job: &Job) -> std::result::Result<Vec<
     if model.multimodal.is_some() {
         return Err("vision-language models are not sequenced yet");
     }
+    if model.seq2seq.is_some() {
+        return Err("encoder-decoder models are not sequenced yet");
+    }
     match job.mode {
         Mode::Train => sequence::training(model, job),
         Mode::Infer => {
@@ -268,11 +272,11 @@ pub fn check_lora(model: &Model, job: &Job) -> Result<()> {
 
 /// Refuse `what` (serving, multi-GPU plans) for an encoder, which vram estimates on one GPU only.
 pub fn require_decoder(model: &Model, what: &str) -> Result<()> {
-    if model.multimodal.is_some() {
+    if model.multimodal.is_some() || model.seq2seq.is_some() {
         return Err(Error::InvalidValue {
             what: "model".into(),
-            value: "llava".into(),
-            hint: format!("a vision-language model: {what} is modelled for language models only; `vram estimate` gives its single-GPU training and inference"),
+            value: model.model_type.clone(),
+            hint: format!("{} is {}: {what} is modelled for decoder language models only; `vram estimate` gives its single-GPU training and inference", model.model_type, model.kind()),
         });
     }
     match model.encoder {
@@ -292,6 +296,27 @@ pub fn require_decoder(model: &Model, what: &str) -> Result<()> {
 /// What an encoder job may ask for: single-GPU full fine-tuning or a forward pass. LoRA,
 /// sharding, fused cross-entropy and generation settings are refused, not estimated as a decoder.
 pub fn check_encoder(model: &Model, job: &Job) -> Result<()> {
+    if model.seq2seq.is_some() {
+        let what = if job.lora.is_some() {
+            Some("LoRA/QLoRA")
+        } else if job.model_state_shards > 1 {
+            Some("sharded training (ZeRO/FSDP)")
+        } else if job.fused_cross_entropy {
+            Some("fused linear cross-entropy")
+        } else if job.prompt_len.is_some() || job.kv_dtype.is_some() {
+            Some("generation settings (prompt length, KV-cache dtype)")
+        } else {
+            None
+        };
+        return match what {
+            Some(what) => Err(Error::InvalidValue {
+                what: "encoder-decoder job".into(),
+                value: what.into(),
+                hint: format!("vram estimates Whisper's full fine-tuning and a forward pass on one GPU; {what} is not modelled for encoder-decoder models yet"),
+            }),
+            None => Ok(()),
+        };
+    }
     if let Some(mm) = &model.multimodal {
         let what = if job.lora.is_some() {
             Some("LoRA/QLoRA")
@@ -385,6 +410,7 @@ fn estimate_inner(model: &Model, job: &Job) -> Result<Estimate> {
     check_lora(model, job)?;
     let (phases, kernel, notes) = match job.mode {
         _ if model.multimodal.is_some() => multimodal::phases(model, job),
+        _ if model.seq2seq.is_some() => seq2seq::phases(model, job),
         Mode::Train => train::phases(model, job),
         Mode::Infer => infer::phases(model, job),
     };

@@ -82,7 +82,10 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
         })
         .collect();
     let mask_elems = batch * seq * seq;
-    let layer_bytes = |c: &LayerCoef| c.norms * t + c.attention * t + c.mlp * t + c.attention_sq * sq_elems + c.mask_sq * mask_elems;
+    // Source tokens an encoder-decoder's cross-attention reads (0 for a decoder-only model).
+    let src_t = batch * m.seq2seq.as_ref().map_or(0, |s| s.source_tokens as u128);
+    let layer_bytes =
+        |c: &LayerCoef| c.norms * t + c.attention * t + c.mlp * t + c.attention_sq * sq_elems + c.mask_sq * mask_elems + c.cross * src_t;
     let layer_saved: Vec<u128> = match ckpt {
         Checkpointing::Full => (0..m.layers).map(|_| act::checkpointed_layer(job, m) * t).collect(),
         _ => layer_full.iter().map(layer_bytes).collect(),
@@ -107,7 +110,7 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
             let part = |f: &dyn Fn(&LayerCoef) -> u128| -> u128 { layer_full[..upto].iter().map(f).sum() };
             bd.add(
                 ACT_ATTN,
-                part(&|c| c.attention * t + c.attention_sq * sq_elems + c.mask_sq * mask_elems),
+                part(&|c| c.attention * t + c.attention_sq * sq_elems + c.mask_sq * mask_elems + c.cross * src_t),
                 format!(
                     "{upto} layers: q/k/v/output saved by the {kernel:?} kernel{}{}",
                     if kernel.quadratic() && ckpt != Checkpointing::Selective { ", plus batch×heads×seq² probabilities" } else { "" },
