@@ -112,10 +112,10 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
     (phases, kernel, notes)
 }
 
-/// One no-grad forward of encoder and decoder (what a training-free evaluation or the first
-/// step of `generate()` runs): weights, the features, then the wider of the encoder's forward
-/// and the decoder's, which holds the encoder output, the self- and cross-attention caches and
-/// the logits of every decoder position.
+/// One no-grad forward of encoder and decoder with labels (an evaluation step of
+/// Seq2SeqTrainer without generation): weights, the features, then the wider of the encoder's
+/// forward and the decoder's, which holds the encoder output, the self- and cross-attention
+/// caches, and the logits of every decoder position with the loss's log_softmax of them.
 fn inference(m: &Model, s: &Seq2Seq, job: &Job, features: u128, note: String) -> (Vec<Breakdown>, act::Kernel, Vec<String>) {
     let (kernel, kernel_note) = act::choose_kernel(m, job);
     let e: u128 = if job.precision == crate::job::Precision::Fp32 { 4 } else { 2 };
@@ -128,14 +128,22 @@ fn inference(m: &Model, s: &Seq2Seq, job: &Job, features: u128, note: String) ->
     let encoder = (src_t * (3 * h + 2 * ie) * e).max(frontend);
     let enc_out = src_t * h * e;
     let caches = m.layers as u128 * 2 * m.kv_dim() as u128 * e * (src_t + t);
-    let decoder = enc_out + caches + (t * (3 * h + 2 * id) * e).max(t * m.vocab as u128 * e);
+    // With labels (an evaluation step) the loss's log_softmax output joins the logits.
+    let decoder = enc_out + caches + (t * (3 * h + 2 * id) * e).max(2 * t * m.vocab as u128 * e);
     let mut bd = Breakdown::new(Phase::Prefill);
     bd.add(super::infer::WEIGHTS, weights, format!("{} parameters", m.parameters()));
     bd.add(FEATURES, features + 2 * t * 8, "fp32 log-mel features and decoder input ids");
     if encoder >= decoder {
         bd.add(ENC_FWD, encoder, format!("{src_t} encoder positions through the widest op"));
     } else {
-        bd.add(DEC_FWD, decoder, format!("encoder output, self- and cross-attention caches of {} layers, {t} positions' logits", m.layers));
+        bd.add(
+            DEC_FWD,
+            decoder,
+            format!(
+                "encoder output, self- and cross-attention caches of {} layers, {t} positions' logits and the loss's log-softmax",
+                m.layers
+            ),
+        );
     }
     let notes = std::iter::once(note).chain(kernel_note).collect();
     (vec![bd], kernel, notes)

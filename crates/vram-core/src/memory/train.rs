@@ -147,7 +147,11 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
         let cap = if m.final_softcap { e } else { 0 };
         // BertForMaskedLM's CrossEntropyLoss on the half logits: autocast runs log_softmax in
         // fp32 (the same upcast copy and saved output).
-        let (f, bw) = (e + cap + upcast + 4, 12 + cap);
+        // Without autocast and without ForCausalLMLoss's .float() (encoders' and Whisper's own
+        // CrossEntropyLoss on half logits in pure bf16), log_softmax runs in half: the logits,
+        // its output, then its and nll's gradients, all half (modeling_whisper.py, modeling_bert.py).
+        let half_loss = e == 2 && !b.amp && !m.is_plain_decoder();
+        let (f, bw) = if half_loss { (2 * e, 4 * e) } else { (e + cap + upcast + 4, 12 + cap) };
         let what = if m.encoder.is_some_and(|x| x.head != EncoderHead::MaskedLm) { "outputs" } else { "vocab" };
         (
             logit_rows * logit_width * f,
