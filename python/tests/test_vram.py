@@ -116,6 +116,20 @@ class EstimateMatchesTheCli(unittest.TestCase):
         self.assertTrue(est.to_dict()["model"]["name"].endswith("config.json"))
         self.assertEqual(vram.estimate(d, seq_len=256).total, est.total)  # a plain dict too
 
+    def test_encoder_task_and_image_size_keywords(self):
+        # google-bert/bert-base-uncased's config: 109,483,778 parameters with a 2-class
+        # sequence-classification head (the count PyTorch reports; validation/family_params.py).
+        with open(os.path.join(REPO, "validation/configs/families/bert-base-uncased.json")) as f:
+            bert = json.load(f)
+        est = vram.estimate(bert, task="text-classification", num_labels=2, batch_size=8, seq_len=128)
+        self.assertEqual(est.to_dict()["model"]["parameters"], 109_483_778)
+        vit = os.path.join(REPO, "validation/configs/families/vit-base-patch16-224.json")
+        big = vram.estimate(vit, image_size=384, batch_size=8)
+        small = vram.estimate(vit, batch_size=8)
+        self.assertGreater(big.total, small.total)  # 577 tokens per image instead of 197
+        with self.assertRaises(vram.VramError):
+            vram.estimate(vit, seq_len=512)  # the image size decides a vision encoder's sequence
+
     def test_fit_plan_serve(self):
         f = vram.fit("qwen2.5-1.5b", gpu="h20", seq_len=4096, precision="fp16-mixed", target_utilization=0.9)
         cli = cli_json("fit", "--model", "qwen2.5-1.5b", "--gpu", "h20", "--seq-len", "4096", "--precision", "fp16-mixed", "--target-utilization", "0.9")
