@@ -29,7 +29,11 @@ fn labels(c: &Cfg) -> Result<u64> {
             return Ok(m.len() as u64);
         }
     }
-    Ok(c.opt(&["num_labels"])?.unwrap_or(2))
+    let n = c.opt(&["num_labels"])?.unwrap_or(2);
+    if n == 0 || n > 1 << 20 {
+        return Err(c.bad("num_labels", &Value::from(n), "expected 1 to 1048576 classes"));
+    }
+    Ok(n)
 }
 
 pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
@@ -39,6 +43,9 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     // offset rows), type_vocab_size 2 (RoBERTa's configs write 1).
     m.position_embeddings = c.opt(&["max_position_embeddings"])?.unwrap_or(512);
     let token_types = c.opt(&["type_vocab_size"])?.unwrap_or(2);
+    if token_types > 1 << 16 {
+        return Err(c.bad("type_vocab_size", &Value::from(token_types), "expected at most 65536 token types (BERT: 2, RoBERTa: 1)"));
+    }
     // The head follows the config's class; the CLI's --task replaces it.
     let arch = match c.get("architectures") {
         Some(Value::Array(a)) => a.first().and_then(Value::as_str).unwrap_or_default().to_string(),

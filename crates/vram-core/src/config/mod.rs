@@ -217,7 +217,7 @@ fn head_problem(arch: &str, unwrapped: bool) -> Option<String> {
     Some(format!("{what}; vram estimates causal-LM checkpoints (`…ForCausalLM`)"))
 }
 
-fn validate(m: &Model, file: &str) -> Result<()> {
+pub(super) fn validate(m: &Model, file: &str) -> Result<()> {
     let bad = |key: &str, value: u64, hint: &str| Error::BadKey {
         file: file.into(),
         key: key.into(),
@@ -231,9 +231,9 @@ fn validate(m: &Model, file: &str) -> Result<()> {
         ("head_dim", m.head_dim),
         ("intermediate_size", m.intermediate),
     ] {
-        // A vision transformer has no vocabulary.
-        let vision = m.encoder.is_some_and(|e| e.vision.is_some());
-        if (v == 0 && !(vision && key == "vocab_size")) || v > MAX_DIM {
+        // A vision transformer and Whisper's audio encoder have no vocabulary.
+        let no_vocab = m.encoder.is_some_and(|e| e.vision.is_some()) || m.model_type == "whisper_encoder";
+        if (v == 0 && !(no_vocab && key == "vocab_size")) || v > MAX_DIM {
             return Err(bad(key, v, &format!("must be between 1 and {MAX_DIM}")));
         }
     }

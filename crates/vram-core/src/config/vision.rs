@@ -27,7 +27,11 @@ fn labels(c: &Cfg) -> Result<u64> {
             return Ok(m.len() as u64);
         }
     }
-    Ok(c.opt(&["num_labels"])?.unwrap_or(2))
+    let n = c.opt(&["num_labels"])?.unwrap_or(2);
+    if n == 0 || n > 1 << 20 {
+        return Err(c.bad("num_labels", &Value::from(n), "expected 1 to 1048576 classes"));
+    }
+    Ok(n)
 }
 
 pub(super) fn parse(c: &Cfg, name: &str, model_type: &str) -> Result<Model> {

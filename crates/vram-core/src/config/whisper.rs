@@ -59,6 +59,12 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     )?;
     encoder.use_cache = false;
     encoder.model_type = "whisper_encoder".into();
+    // The decoder is validated with the rest of the config; the encoder stack here.
+    super::validate(&encoder, c.file)?;
+    let mel = key(c, "num_mel_bins", 80)?;
+    if mel == 0 || mel > 4096 {
+        return Err(c.bad("num_mel_bins", &serde_json::Value::from(mel), "expected 1–4096 mel bins (Whisper: 80 or 128)"));
+    }
     let mut m = stack(
         c,
         name,
@@ -72,6 +78,6 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     m.tied_embeddings = c.bool("tie_word_embeddings", true)?;
     m.cross_attention = true;
     let source_tokens = encoder.position_embeddings;
-    m.seq2seq = Some(Box::new(Seq2Seq { encoder, source_tokens, mel_bins: key(c, "num_mel_bins", 80)?, frames: 2 * source_tokens }));
+    m.seq2seq = Some(Box::new(Seq2Seq { encoder, source_tokens, mel_bins: mel, frames: 2 * source_tokens }));
     Ok(m)
 }

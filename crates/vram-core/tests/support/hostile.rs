@@ -236,5 +236,13 @@ pub fn config_cases() -> Vec<Case> {
             br#"{"model_type":"mixtral","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"intermediate_size":128,"num_local_experts":2,"num_experts_per_tok":3}"#.to_vec(),
             "num_experts_per_tok",
         ),
+        // The families read since issue 15: absurd dimensions are refused, not allocated.
+        case("Whisper with a billion encoder layers", br#"{"model_type":"whisper","encoder_layers":1000000000}"#.to_vec(), "num_hidden_layers"),
+        case("Whisper with absurd mel bins", br#"{"model_type":"whisper","num_mel_bins":99999999}"#.to_vec(), "num_mel_bins"),
+        case("a ViT image smaller than its patch", br#"{"model_type":"vit","image_size":1,"patch_size":16}"#.to_vec(), "image_size"),
+        case("a LLaVA tower of 10^8 layers", br#"{"model_type":"llava","text_config":{"model_type":"llama"},"vision_config":{"model_type":"clip_vision_model","num_hidden_layers":100000000}}"#.to_vec(), "num_hidden_layers"),
+        case("a BERT with 10^11 token types", br#"{"model_type":"bert","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"intermediate_size":128,"type_vocab_size":99999999999}"#.to_vec(), "type_vocab_size"),
+        case("a BERT classifier with 0 labels", br#"{"model_type":"bert","architectures":["BertForSequenceClassification"],"num_labels":0,"hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"intermediate_size":128}"#.to_vec(), "num_labels"),
+        case("a LLaVA without a vision config", br#"{"model_type":"llava","text_config":{"model_type":"llama"}}"#.to_vec(), "vision_config"),
     ]
 }
