@@ -81,7 +81,7 @@ impl Phase {
             Phase::ForwardLayer => "forward, inside the last layer (DoRA weight norm)",
             Phase::ForwardEnd => "end of forward (loss computed)",
             Phase::BackwardStart => "start of backward (cross-entropy gradient)",
-            Phase::Backward => "backward through the decoder layers",
+            Phase::Backward => "backward through the layers",
             Phase::BackwardEnd => "end of backward (all gradients)",
             Phase::OptimizerStep => "optimizer step",
             Phase::Prefill => "prefill",
