@@ -622,7 +622,8 @@ impl Model {
     }
 
     /// The sequence a job runs: the tokens of one image for a vision encoder (a requested
-    /// length is then an error: the image size decides it), else `requested` or `default`.
+    /// length is then an error: the image size decides it), else `requested` or `default` (for
+    /// a text encoder at most what its position table runs).
     pub fn sequence(&self, requested: Option<u64>, default: u64) -> Result<u64, String> {
         match (self.encoder.and_then(|e| e.vision), requested) {
             (Some(v), None) => Ok(v.tokens(v.image_size)),
@@ -632,6 +633,12 @@ impl Model {
                 v.image_size,
                 v.image_size
             )),
+            // A text encoder defaults to the longest sequence its position table runs (RoBERTa's
+            // table has two extra rows: padding_idx + 1 offset, modeling_roberta.py).
+            (None, None) if self.encoder.is_some() => {
+                let offset = if matches!(self.model_type.as_str(), "roberta" | "xlm-roberta" | "camembert") { 2 } else { 0 };
+                Ok(default.min(self.position_embeddings.saturating_sub(offset)).max(1))
+            }
             (None, r) => Ok(r.unwrap_or(default)),
         }
     }
@@ -709,18 +716,19 @@ impl Model {
         self.encoder.is_none() && self.multimodal.is_none() && self.seq2seq.is_none()
     }
 
-    /// What kind of model this is, for messages.
+    /// What kind of model this is (a stable name for JSON and messages): `decoder`, `encoder`,
+    /// `vision-encoder`, `vision-language` or `encoder-decoder`.
     pub fn kind(&self) -> &'static str {
         if self.encoder.is_some_and(|e| e.vision.is_some()) {
-            "a vision encoder"
+            "vision-encoder"
         } else if self.encoder.is_some() {
-            "an encoder"
+            "encoder"
         } else if self.multimodal.is_some() {
-            "a vision-language model"
+            "vision-language"
         } else if self.seq2seq.is_some() {
-            "an encoder-decoder model"
+            "encoder-decoder"
         } else {
-            "a decoder"
+            "decoder"
         }
     }
 

@@ -28,6 +28,29 @@ pub fn model_json(m: &Model) -> Value {
         "checkpoint_quantization": m.checkpoint_quantization,
         "rope_scaling": m.rope_scaling,
         "warnings": m.warnings,
+        "kind": m.kind(),
+        // Encoders: the head and, for vision transformers, the image and its tokens.
+        "encoder": m.encoder.map(|e| json!({
+            "task": e.head.task(),
+            "labels": e.head.labels(),
+            "image_size": e.vision.map(|v| v.image_size),
+            "patch_size": e.vision.map(|v| v.patch),
+        })),
+        // Vision-language models: the tower and what each image puts in the sequence.
+        "vision_tower": m.multimodal.as_ref().map(|mm| json!({
+            "model_type": mm.tower.model_type,
+            "parameters": mm.tower.parameters(),
+            "projector_parameters": mm.projector_parameters(m.hidden),
+            "image_tokens": mm.image_tokens,
+            "images_per_sample": mm.images,
+            "frozen": mm.tower_frozen,
+        })),
+        // Encoder-decoder models: the encoder stack and its positions.
+        "seq2seq_encoder": m.seq2seq.as_ref().map(|s| json!({
+            "parameters": s.encoder_parameters(),
+            "layers": s.encoder.layers,
+            "source_positions": s.source_tokens,
+        })),
     })
 }
 

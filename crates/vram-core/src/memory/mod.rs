@@ -276,7 +276,7 @@ pub fn require_decoder(model: &Model, what: &str) -> Result<()> {
         return Err(Error::InvalidValue {
             what: "model".into(),
             value: model.model_type.clone(),
-            hint: format!("{} is {}: {what} is modelled for decoder language models only; `vram estimate` gives its single-GPU training and inference", model.model_type, model.kind()),
+            hint: format!("{} is a {} model: {what} is modelled for decoder language models only; `vram estimate` gives its single-GPU training and inference", model.model_type, model.kind()),
         });
     }
     match model.encoder {

@@ -23,6 +23,9 @@ pub fn job_line(model: &Model, job: &Job) -> String {
             if job.grad_accum > 1 { format!(" · grad accum {}", job.grad_accum) } else { String::new() },
             if job.fused_cross_entropy { " · fused cross-entropy" } else { "" },
         ),
+        Mode::Infer if !model.is_plain_decoder() => {
+            format!("infer · batch {} × seq {} · weights {} · one forward pass", job.batch, job.seq, job.precision.name())
+        }
         Mode::Infer => format!(
             "infer · batch {} × context {}{} · weights {} · KV {}",
             job.batch,
@@ -33,7 +36,38 @@ pub fn job_line(model: &Model, job: &Job) -> String {
         ),
     }
     .replace("train", if model.moe.is_some() { "train (MoE)" } else { "train" })
+        + &family_line(model, job)
         + &peft_line(model, job)
+}
+
+/// What the sequence means for models that are not plain decoders, on a second line.
+fn family_line(model: &Model, job: &Job) -> String {
+    if let Some(v) = model.encoder.and_then(|e| e.vision) {
+        return format!(
+            "\nimages: {}×{} px, patch {} → {} tokens per image ({})",
+            v.image_size,
+            v.image_size,
+            v.patch,
+            job.seq,
+            model.encoder.map_or("", |e| e.head.task())
+        );
+    }
+    if let Some(e) = model.encoder {
+        return format!("\ntask: {}{}", e.head.task(), if job.padded { " · padded batches" } else { "" });
+    }
+    if let Some(mm) = &model.multimodal {
+        return format!(
+            "\nimages: {} per sample × {} tokens (inside the {}-token sequence) · vision tower {}",
+            mm.images,
+            mm.image_tokens,
+            job.seq,
+            if mm.tower_frozen { "frozen" } else { "trained" }
+        );
+    }
+    if let Some(s) = &model.seq2seq {
+        return format!("\nencoder: {} positions from {} mel frames · decoder: {} label tokens", s.source_tokens, s.frames, job.seq);
+    }
+    String::new()
 }
 
 /// The adapters of a LoRA job on a second line: method, rank, what is adapted, what trains.
