@@ -175,6 +175,16 @@ def label_stacks(model, tr, seen):
     model.get_output_embeddings().register_forward_hook(head)
 
 
+def describe(dtype, shape, nbytes):
+    """dtype[shape], plus the storage's bytes where they differ from the shape's (a broadcast view
+    of a smaller storage, or a view into a larger one)."""
+    numel = 1
+    for d in shape:
+        numel *= d
+    size = numel * torch.empty(0, dtype=getattr(torch, dtype)).element_size()
+    return f"{dtype}{shape}" + ("" if size == nbytes else f" (storage {nbytes} B)")
+
+
 class SavedTensors:
     """What autograd saves, by module (innermost running), unique storages."""
 
@@ -212,7 +222,7 @@ class SavedTensors:
             out = {}
             for mod, dt, shape, nb in self.rows.values():
                 if mod.startswith(prefix) or mod == prefix.rstrip("."):
-                    out.setdefault(mod[len(prefix):] or "(layer)", []).append(f"{dt}{shape}")
+                    out.setdefault(mod[len(prefix):] or "(layer)", []).append(describe(dt, shape, nb))
             return out
 
         def total(prefix):
@@ -226,7 +236,7 @@ class SavedTensors:
         other = {}
         for mod, dt, shape, nb in self.rows.values():
             if ".layers." not in mod and ".block." not in mod:
-                other.setdefault(mod or "(top)", []).append(f"{dt}{shape}")
+                other.setdefault(mod or "(top)", []).append(describe(dt, shape, nb))
         s["outside_layers"] = other  # frontend (Whisper conv1/conv2), embeddings, final norms, head, loss
         return s
 
