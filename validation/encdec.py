@@ -45,7 +45,6 @@ of the bias shape in backward ("mem_efficient_bias").
 import argparse
 import contextlib
 import json
-import multiprocessing as mp
 import os
 import sys
 import time
@@ -64,7 +63,7 @@ from transformers import AttentionInterface, AutoConfig  # noqa: E402
 from transformers.integrations.sdpa_attention import create_position_bias_mask  # noqa: E402
 
 import harness  # noqa: E402  (registers the CUDA SDPA, dropout and autocast emulation)
-from harness import DTYPES, KERNELS, Tracker, amp_dtype, result  # noqa: E402
+from harness import DTYPES, KERNELS, Tracker, amp_dtype, result, run_resumable  # noqa: E402
 
 CLASS = {"whisper": "WhisperForConditionalGeneration", "bart": "BartForConditionalGeneration",
          "t5": "T5ForConditionalGeneration"}
@@ -391,28 +390,8 @@ def run(point):
 
 
 def main_matrix(workers, only):
-    done = set()
-    if os.path.exists(OUT):
-        for line in open(OUT):
-            rec = json.loads(line)
-            if "id" in rec:
-                done.add(rec["id"])
-    else:
-        with open(OUT, "w") as f:
-            f.write(json.dumps({"_meta": {"torch": torch.__version__, "transformers": transformers.__version__,
-                                          "command": "python validation/encdec.py", "fake_tensor": True,
-                                          "rounding": "each storage rounded up to 512 bytes"}}) + "\n")
-    todo = [p for p in points() if p["id"] not in done and (not only or p["model"] == only)]
-    print(f"{len(done)} done, {len(todo)} to run", file=sys.stderr)
-    ctx = mp.get_context("spawn")
-    with ctx.Pool(workers, maxtasksperchild=4) as pool, open(OUT, "a") as f:
-        for i, rec in enumerate(pool.imap_unordered(run, todo), 1):
-            f.write(json.dumps(rec) + "\n")
-            f.flush()
-            status = rec["error"][:160] if "error" in rec else f"{rec['peak_allocated'] / 2**30:.3f} GiB"
-            print(f"[{i}/{len(todo)}] {rec['model']} {rec['mode']} {rec['precision']} b{rec['batch']} "
-                  f"s{rec['src_len']} t{rec['tgt_len']} ckpt={rec['checkpointing']} {rec['seconds']}s {status}",
-                  file=sys.stderr, flush=True)
+    describe = lambda rec: f"{rec['model']} {rec['mode']} {rec['precision']} b{rec['batch']} s{rec['src_len']} t{rec['tgt_len']} ckpt={rec['checkpointing']}"  # noqa: E731
+    run_resumable(OUT, "python validation/encdec.py", points(), run, describe, workers, only, maxtasks=4, meta_extra=None)
 
 
 # --------------------------------------------------------------------------------------------

@@ -51,7 +51,6 @@ Matrix: 189 points, 0.3-49 s each, 1,785 point-seconds (21 min wall, 2 workers, 
 import argparse
 import contextlib
 import json
-import multiprocessing as mp
 import os
 import sys
 import time
@@ -70,7 +69,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode  # noqa: E4
 from transformers import AutoConfig  # noqa: E402
 
 import harness  # noqa: E402  (registers the CUDA SDPA, dropout and autocast emulation)
-from harness import DTYPES, KERNELS, Tracker, result  # noqa: E402
+from harness import DTYPES, KERNELS, Tracker, result, run_resumable  # noqa: E402
 
 TASK_CLASS = {"mlm": "AutoModelForMaskedLM", "classification": "AutoModelForSequenceClassification",
               "embedding": "AutoModel"}
@@ -324,28 +323,8 @@ def run(point):
 
 
 def main_matrix(workers, only):
-    done = set()
-    if os.path.exists(OUT):
-        for line in open(OUT):
-            rec = json.loads(line)
-            if "id" in rec:
-                done.add(rec["id"])
-    else:
-        with open(OUT, "w") as f:
-            f.write(json.dumps({"_meta": {"torch": torch.__version__, "transformers": transformers.__version__,
-                                          "command": "python validation/encoders.py", "fake_tensor": True,
-                                          "rounding": "each storage rounded up to 512 bytes"}}) + "\n")
-    todo = [p for p in points() if p["id"] not in done and (not only or p["model"] == only)]
-    print(f"{len(done)} done, {len(todo)} to run", file=sys.stderr)
-    ctx = mp.get_context("spawn")
-    with ctx.Pool(workers, maxtasksperchild=8) as pool, open(OUT, "a") as f:
-        for i, rec in enumerate(pool.imap_unordered(run, todo), 1):
-            f.write(json.dumps(rec) + "\n")
-            f.flush()
-            status = rec["error"][:120] if "error" in rec else f"{rec['peak_allocated'] / 2**30:.3f} GiB"
-            print(f"[{i}/{len(todo)}] {rec['model']} {rec['task']} {rec['mode']} {rec['precision']} b{rec['batch']} "
-                  f"s{rec['seq']} ckpt={rec['checkpointing']} mask={rec['mask']} {rec['seconds']}s {status}",
-                  file=sys.stderr, flush=True)
+    describe = lambda rec: f"{rec['model']} {rec['task']} {rec['mode']} {rec['precision']} b{rec['batch']} s{rec['seq']} ckpt={rec['checkpointing']} mask={rec['mask']}"  # noqa: E731
+    run_resumable(OUT, "python validation/encoders.py", points(), run, describe, workers, only, maxtasks=8, meta_extra=None)
 
 
 # --------------------------------------------------------------------------------------------

@@ -384,3 +384,43 @@ if __name__ == "__main__":
     import sys
     cfg = json.load(open(sys.argv[1]))
     print(json.dumps(train(cfg, int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])))
+
+
+# --------------------------------------------------------------------------------------------
+# A resumable matrix run, shared by run_matrix-style scripts (encoders, vision, vlm, encdec)
+
+
+def run_resumable(out, command, points, run, describe, workers, only=None, maxtasks=8, meta_extra=None):
+    """Run every point (a dict with an "id") not yet recorded in `out` through `run` in a pool of
+    spawned workers, appending each record as it arrives; a new file starts with the `_meta` line
+    (versions, the command, the method). `only`: comma-separated model names. `describe(rec)`
+    gives the progress line's middle part."""
+    import multiprocessing as mp
+    import os
+    import sys
+
+    import transformers
+
+    done = set()
+    if os.path.exists(out):
+        for line in open(out):
+            rec = json.loads(line)
+            if "id" in rec:
+                done.add(rec["id"])
+    else:
+        meta = {"torch": torch.__version__, "transformers": transformers.__version__, "command": command,
+                "fake_tensor": True, "rounding": "each storage rounded up to 512 bytes", **(meta_extra or {})}
+        with open(out, "w") as f:
+            f.write(json.dumps({"_meta": meta}) + "\n")
+    wanted = only.split(",") if only else None
+    todo = [p for p in points if p["id"] not in done and (not wanted or p["model"] in wanted)]
+    print(f"{len(done)} done, {len(todo)} to run", file=sys.stderr)
+    if not todo:
+        return
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(workers, maxtasksperchild=maxtasks) as pool, open(out, "a") as f:
+        for i, rec in enumerate(pool.imap_unordered(run, todo), 1):
+            f.write(json.dumps(rec) + "\n")
+            f.flush()
+            status = rec["error"][:160] if "error" in rec else f"{rec['peak_allocated'] / 2**30:.3f} GiB"
+            print(f"[{i}/{len(todo)}] {describe(rec)} {rec['seconds']}s {status}", file=sys.stderr, flush=True)

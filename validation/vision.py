@@ -46,7 +46,6 @@ fixtures/vision_technique.jsonl.
 import argparse
 import contextlib
 import json
-import multiprocessing as mp
 import os
 import sys
 import time
@@ -64,7 +63,7 @@ from torch.utils._pytree import tree_flatten  # noqa: E402
 from transformers import AutoConfig  # noqa: E402
 
 import harness  # noqa: E402,F401  (registers the CUDA SDPA, dropout and autocast emulation)
-from harness import DTYPES, KERNELS, Tracker, result  # noqa: E402
+from harness import DTYPES, KERNELS, Tracker, result, run_resumable  # noqa: E402
 
 import transformers.initialization as _hf_init  # noqa: E402
 
@@ -306,28 +305,8 @@ def run(point):
 
 
 def main_matrix(workers, only):
-    done = set()
-    if os.path.exists(OUT):
-        for line in open(OUT):
-            rec = json.loads(line)
-            if "id" in rec:
-                done.add(rec["id"])
-    else:
-        with open(OUT, "w") as f:
-            f.write(json.dumps({"_meta": {"torch": torch.__version__, "transformers": transformers.__version__,
-                                          "command": "python validation/vision.py", "fake_tensor": True,
-                                          "rounding": "each storage rounded up to 512 bytes"}}) + "\n")
-    todo = [p for p in points() if p["id"] not in done and (not only or p["model"] == only)]
-    print(f"{len(done)} done, {len(todo)} to run", file=sys.stderr)
-    ctx = mp.get_context("spawn")
-    with ctx.Pool(workers, maxtasksperchild=8) as pool, open(OUT, "a") as f:
-        for i, rec in enumerate(pool.imap_unordered(run, todo), 1):
-            f.write(json.dumps(rec) + "\n")
-            f.flush()
-            status = rec["error"][:120] if "error" in rec else f"{rec['peak_allocated'] / 2**30:.3f} GiB"
-            print(f"[{i}/{len(todo)}] {rec['model']} {rec['mode']} {rec['precision']} b{rec['batch']} "
-                  f"s{rec['image_size']} ckpt={rec['checkpointing']} {rec['seconds']}s {status}",
-                  file=sys.stderr, flush=True)
+    describe = lambda rec: f"{rec['model']} {rec['mode']} {rec['precision']} b{rec['batch']} s{rec['image_size']} ckpt={rec['checkpointing']}"  # noqa: E731
+    run_resumable(OUT, "python validation/vision.py", points(), run, describe, workers, only, maxtasks=8, meta_extra=None)
 
 
 # --------------------------------------------------------------------------------------------

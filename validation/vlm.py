@@ -69,7 +69,6 @@ tracked peaks and peak phases in all 15 cases: fixtures/vlm_technique.jsonl (~1 
 import argparse
 import contextlib
 import json
-import multiprocessing as mp
 import os
 import sys
 import time
@@ -87,7 +86,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode  # noqa: E4
 from transformers import AutoConfig, AutoModelForImageTextToText  # noqa: E402
 
 import harness  # noqa: E402,F401  (registers the CUDA SDPA, dropout and autocast emulation)
-from harness import DTYPES, KERNELS, Tracker, result  # noqa: E402
+from harness import DTYPES, KERNELS, Tracker, result, run_resumable  # noqa: E402
 
 import transformers.initialization as _hf_init  # noqa: E402
 
@@ -416,30 +415,8 @@ def run(point):
 
 
 def main_matrix(workers, only):
-    done = set()
-    if os.path.exists(OUT):
-        for line in open(OUT):
-            rec = json.loads(line)
-            if "id" in rec:
-                done.add(rec["id"])
-    else:
-        with open(OUT, "w") as f:
-            f.write(json.dumps({"_meta": {"torch": torch.__version__, "transformers": transformers.__version__,
-                                          "command": "python validation/vlm.py", "fake_tensor": True,
-                                          "rounding": "each storage rounded up to 512 bytes",
-                                          "patched": "LlavaModel placeholder check .item() on fake tensors; "
-                                                     "masked_scatter as CUDA allocates it (see vlm.py)"}}) + "\n")
-    todo = [p for p in points() if p["id"] not in done and (not only or p["model"] in only.split(","))]
-    print(f"{len(done)} done, {len(todo)} to run", file=sys.stderr)
-    ctx = mp.get_context("spawn")
-    with ctx.Pool(workers, maxtasksperchild=4) as pool, open(OUT, "a") as f:
-        for i, rec in enumerate(pool.imap_unordered(run, todo), 1):
-            f.write(json.dumps(rec) + "\n")
-            f.flush()
-            status = rec["error"][:160] if "error" in rec else f"{rec['peak_allocated'] / 2**30:.3f} GiB"
-            print(f"[{i}/{len(todo)}] {rec['model']} {rec['train']} {rec['mode']} {rec['precision']} b{rec['batch']} "
-                  f"s{rec['seq']} i{rec['images']} ckpt={rec['checkpointing']} {rec['seconds']}s {status}",
-                  file=sys.stderr, flush=True)
+    describe = lambda rec: f"{rec['model']} {rec['train']} {rec['mode']} {rec['precision']} b{rec['batch']} s{rec['seq']} i{rec['images']} ckpt={rec['checkpointing']}"  # noqa: E731
+    run_resumable(OUT, "python validation/vlm.py", points(), run, describe, workers, only, maxtasks=4, meta_extra={"patched": "LlavaModel placeholder check .item() on fake tensors; " "masked_scatter as CUDA allocates it (see vlm.py)"})
 
 
 # --------------------------------------------------------------------------------------------

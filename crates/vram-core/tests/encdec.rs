@@ -69,9 +69,5 @@ fn whisper_peaks_follow_pytorch() {
         &family_table::table(&rows),
         "Whisper accuracy table",
     );
-    let mut a: Vec<f64> = rows.iter().map(|r| r.2.abs()).collect();
-    a.sort_by(|x, y| x.partial_cmp(y).unwrap());
-    let (median, worst) = (a[(a.len() - 1) / 2], a[a.len() - 1]);
-    println!("all: {} points, median |error| {:.2}%, worst {:.2}%", a.len(), median * 100.0, worst * 100.0);
-    assert!(median <= 0.03 && worst <= 0.15, "median {median:.4}, worst {worst:.4}");
+    family_table::check(&rows);
 }

@@ -98,12 +98,6 @@ fn points() -> Vec<Point> {
     out
 }
 
-fn stats(v: &[f64]) -> (f64, f64) {
-    let mut a: Vec<f64> = v.iter().map(|x| x.abs()).collect();
-    a.sort_by(|x, y| x.partial_cmp(y).unwrap());
-    (a[(a.len() - 1) / 2], a[a.len() - 1])
-}
-
 #[test]
 fn encoder_peaks_follow_pytorch() {
     let pts = points();
@@ -113,7 +107,7 @@ fn encoder_peaks_follow_pytorch() {
     for (label, held) in [("development", false), ("held-out", true)] {
         let errs: Vec<f64> = pts.iter().filter(|p| p.held_out == held && !p.padded).map(|p| p.err).collect();
         assert!(!errs.is_empty(), "no {label} points");
-        let (median, worst) = stats(&errs);
+        let (median, worst) = family_table::stats(&errs);
         println!("{label}: {} points, median |error| {:.2}%, worst {:.2}%", errs.len(), median * 100.0, worst * 100.0);
         assert!(median <= 0.03 && worst <= 0.15, "{label}: median {median:.4}, worst {worst:.4}");
     }
@@ -128,7 +122,7 @@ fn encoder_peaks_follow_pytorch() {
     // Padded batches (`--padded`): the (B, 1, S, S) mask and each layer's float bias; reported apart.
     let padded: Vec<f64> = pts.iter().filter(|p| p.padded).map(|p| p.err).collect();
     if !padded.is_empty() {
-        let (median, worst) = stats(&padded);
+        let (median, worst) = family_table::stats(&padded);
         println!("padded batches: {} points, median |error| {:.2}%, worst {:.2}%", padded.len(), median * 100.0, worst * 100.0);
         assert!(median <= 0.03 && worst <= 0.05, "padded: median {median:.4}, worst {worst:.4}");
     }

@@ -39,7 +39,6 @@ fn vision_part(src: &[u8]) -> Vec<u8> {
 
 #[test]
 fn vision_peaks_follow_pytorch() {
-    let mut rows: Vec<(bool, f64)> = Vec::new();
     let mut table: Vec<(String, bool, f64)> = Vec::new();
     for line in fixture("vision.jsonl").lines() {
         let r: Value = serde_json::from_str(line).unwrap();
@@ -79,7 +78,6 @@ fn vision_peaks_follow_pytorch() {
             if r["checkpointing"] == true { " ckpt" } else { "" },
             if held { "" } else { "  (development)" }
         );
-        rows.push((held, err));
         table.push((r["model"].as_str().unwrap().to_string(), held, err));
     }
     readme::sync_section(
@@ -88,12 +86,5 @@ fn vision_peaks_follow_pytorch() {
         &family_table::table(&table),
         "vision accuracy table",
     );
-    for (label, held) in [("development", false), ("held-out", true)] {
-        let mut a: Vec<f64> = rows.iter().filter(|r| r.0 == held).map(|r| r.1.abs()).collect();
-        assert!(!a.is_empty(), "no {label} points");
-        a.sort_by(|x, y| x.partial_cmp(y).unwrap());
-        let (median, worst) = (a[(a.len() - 1) / 2], a[a.len() - 1]);
-        println!("{label}: {} points, median |error| {:.2}%, worst {:.2}%", a.len(), median * 100.0, worst * 100.0);
-        assert!(median <= 0.03 && worst <= 0.15, "{label}: median {median:.4}, worst {worst:.4}");
-    }
+    family_table::check(&table);
 }

@@ -68,12 +68,5 @@ fn vlm_peaks_follow_pytorch() {
         &family_table::table(&rows),
         "VLM accuracy table",
     );
-    for (label, held) in [("development", false), ("held-out", true)] {
-        let mut a: Vec<f64> = rows.iter().filter(|r| r.1 == held).map(|r| r.2.abs()).collect();
-        assert!(!a.is_empty(), "no {label} points");
-        a.sort_by(|x, y| x.partial_cmp(y).unwrap());
-        let (median, worst) = (a[(a.len() - 1) / 2], a[a.len() - 1]);
-        println!("{label}: {} points, median |error| {:.2}%, worst {:.2}%", a.len(), median * 100.0, worst * 100.0);
-        assert!(median <= 0.03 && worst <= 0.15, "{label}: median {median:.4}, worst {worst:.4}");
-    }
+    family_table::check(&rows);
 }

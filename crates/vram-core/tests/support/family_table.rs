@@ -4,7 +4,8 @@
 
 use std::collections::BTreeMap;
 
-fn stats(v: &[f64]) -> (f64, f64) {
+/// (median, worst) of |errors|.
+pub fn stats(v: &[f64]) -> (f64, f64) {
     let mut a: Vec<f64> = v.iter().map(|x| x.abs()).collect();
     a.sort_by(|x, y| x.partial_cmp(y).unwrap());
     (a[(a.len() - 1) / 2], a[a.len() - 1])
@@ -30,4 +31,16 @@ pub fn table(rows: &[(String, bool, f64)]) -> String {
         }
     }
     out
+}
+
+/// Print and hold each set (development, held-out) of `rows` to issue 15's bound: median
+/// |error| ≤ 3%, worst ≤ 15%; both sets must have points.
+pub fn check(rows: &[(String, bool, f64)]) {
+    for (label, held) in [("development", false), ("held-out", true)] {
+        let v: Vec<f64> = rows.iter().filter(|r| r.1 == held).map(|r| r.2).collect();
+        assert!(!v.is_empty(), "no {label} points");
+        let (median, worst) = stats(&v);
+        println!("{label}: {} points, median |error| {:.2}%, worst {:.2}%", v.len(), median * 100.0, worst * 100.0);
+        assert!(median <= 0.03 && worst <= 0.15, "{label}: median {median:.4}, worst {worst:.4}");
+    }
 }
