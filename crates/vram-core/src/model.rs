@@ -6,6 +6,11 @@ use serde::Serialize;
 
 use crate::dtype::DType;
 
+/// Most classes a classification head may have (a guard against absurd configs and flags).
+pub const MAX_LABELS: u64 = 1 << 20;
+/// Largest image side in pixels a vision encoder accepts.
+pub const MAX_IMAGE_SIDE: u64 = 1 << 16;
+
 /// Normalisation layer type, which decides what autograd saves (see `memory::activations`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -110,6 +115,11 @@ impl Vision {
         self.family != VisionFamily::Siglip
     }
 
+    /// Bytes of one image as fp32 `pixel_values` (channels × side²).
+    pub fn pixel_bytes(self) -> u128 {
+        4 * self.channels as u128 * self.image_size as u128 * self.image_size as u128
+    }
+
     /// Tokens the encoder sees for an image of `side` pixels.
     pub fn tokens(self, side: u64) -> u64 {
         let per_side = side / self.patch.max(1);
@@ -194,13 +204,16 @@ pub struct Seq2Seq {
     /// Positions the encoder runs over (Whisper: 1500, after the stride-2 conv over 3000 frames).
     pub source_tokens: u64,
     /// Whisper's audio frontend: conv1 (mel bins → d, kernel 3) and conv2 (d → d, kernel 3,
-    /// stride 2), each followed by GELU, over `frames` input frames.
+    /// stride 2), each followed by GELU, over [`Seq2Seq::frames`] input frames.
     pub mel_bins: u64,
-    /// Input frames (30 s of audio: 3000).
-    pub frames: u64,
 }
 
 impl Seq2Seq {
+    /// Input frames: conv2's stride 2 halves them into the encoder's positions (30 s: 3000).
+    pub fn frames(&self) -> u64 {
+        2 * self.source_tokens
+    }
+
     /// The encoder's parameters: the two frontend convs (with biases) and the encoder stack.
     pub fn encoder_parameters(&self) -> u64 {
         let d = self.encoder.hidden;
@@ -614,8 +627,8 @@ impl Model {
         let Some(vis) = self.encoder.as_mut().and_then(|e| e.vision.as_mut()) else {
             return Err(format!("--image-size applies to vision encoders (ViT, DINOv2, CLIP, SigLIP); {} reads tokens", self.model_type));
         };
-        if side < vis.patch || side > 1 << 16 {
-            return Err(format!("--image-size {side}: must be between the patch size ({}) and 65536 pixels", vis.patch));
+        if side < vis.patch || side > MAX_IMAGE_SIDE {
+            return Err(format!("--image-size {side}: must be between the patch size ({}) and {MAX_IMAGE_SIDE} pixels", vis.patch));
         }
         vis.image_size = side;
         Ok(())
@@ -646,8 +659,8 @@ impl Model {
     /// Put `head` on an encoder (the CLI's `--task`): the config names the class it was saved
     /// with, the user may fine-tune it for another task. A decoder has no encoder head.
     pub fn set_encoder_head(&mut self, head: EncoderHead) -> Result<(), String> {
-        if head.labels().is_some_and(|l| l == 0 || l > 1 << 20) {
-            return Err("--num-labels must be between 1 and 1048576".into());
+        if head.labels().is_some_and(|l| l == 0 || l > MAX_LABELS) {
+            return Err(format!("--num-labels must be between 1 and {MAX_LABELS}"));
         }
         let Some(enc) = self.encoder.as_mut() else {
             return Err(format!(
@@ -903,7 +916,7 @@ impl Model {
     /// collator); for a vision encoder fp32 pixel_values per image and an int64 label.
     pub fn input_bytes(&self, batch: u64, seq: u64) -> u128 {
         match self.encoder.and_then(|e| e.vision) {
-            Some(v) => batch as u128 * (4 * v.channels as u128 * v.image_size as u128 * v.image_size as u128 + 8),
+            Some(v) => batch as u128 * (v.pixel_bytes() + 8),
             None => 3 * batch as u128 * seq as u128 * 8,
         }
     }

@@ -13,7 +13,7 @@ mod readme;
 use std::path::PathBuf;
 
 use serde_json::Value;
-use vram_core::{estimate, parse_config, AttentionImpl, Checkpointing, Error, Job, Precision};
+use vram_core::{parse_config, Error};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -41,16 +41,7 @@ fn whisper_peaks_follow_pytorch() {
         assert_eq!(model.parameters(), r["parameters"].as_u64().unwrap(), "{name}");
         let (batch, seq) = (r["batch"].as_u64().unwrap(), r["tgt_len"].as_u64().unwrap());
         assert_eq!(model.seq2seq.as_ref().unwrap().source_tokens, r["src_len"].as_u64().unwrap());
-        let base = if r["mode"] == "train" { Job::train(batch, seq) } else { Job::infer(batch, seq) };
-        let job = Job {
-            precision: Precision::parse(r["precision"].as_str().unwrap()).unwrap(),
-            checkpointing: if r["checkpointing"] == true { Checkpointing::Full } else { Checkpointing::None },
-            attention: AttentionImpl::Sdpa,
-            ..base
-        };
-        let est = estimate(&model, &job).unwrap().peak_allocated as f64;
-        let measured = r["peak_allocated"].as_u64().unwrap() as f64;
-        let err = (est - measured) / measured;
+        let err = family_table::error_of(&model, &r, batch, seq);
         let held = r["set"] != "development";
         println!(
             "{:>7.2}%  {name} {} {} b{batch} t{seq}{}{}",

@@ -55,3 +55,28 @@ fn every_family_config_is_counted_exactly_or_refused() {
         assert!(refused.iter().any(|r| r.contains(&format!("({t})"))), "{t} should be refused: {refused:?}");
     }
 }
+
+fn family(name: &str) -> vram_core::Model {
+    let src = std::fs::read(root().join("validation/configs/families").join(name)).unwrap();
+    parse_config(&src, name, name).unwrap()
+}
+
+#[test]
+fn padding_masks_only_what_sdpa_masks() {
+    use vram_core::{estimate, AttentionImpl, Job};
+    let peak = |m: &vram_core::Model, padded: bool, attention: AttentionImpl| {
+        estimate(m, &Job { padded, attention, ..Job::train(8, 256) }).unwrap().peak_allocated
+    };
+    let bert = family("bert-base-uncased.json");
+    assert!(peak(&bert, true, AttentionImpl::Sdpa) > peak(&bert, false, AttentionImpl::Sdpa));
+    // flash_attention_2 unpads the batch (varlen kernels): no mask, no bias per layer.
+    assert_eq!(peak(&bert, true, AttentionImpl::Flash), peak(&bert, false, AttentionImpl::Flash));
+    // Whisper's encoder reads fixed-length audio: padded labels mask the decoder only.
+    let whisper = family("whisper-small.json");
+    let enc = |padded: bool| {
+        let e = estimate(&whisper, &Job { padded, ..Job::train(8, 128) }).unwrap();
+        e.components.iter().filter(|c| c.name.starts_with("activations: encoder")).map(|c| c.bytes).sum::<u64>()
+    };
+    assert!(enc(false) > 0);
+    assert_eq!(enc(true), enc(false));
+}

@@ -13,7 +13,7 @@ mod readme;
 use std::path::PathBuf;
 
 use serde_json::{Map, Value};
-use vram_core::{estimate, parse_config, AttentionImpl, Checkpointing, EncoderHead, Job, Precision};
+use vram_core::{parse_config, EncoderHead};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -57,16 +57,7 @@ fn vision_peaks_follow_pytorch() {
         let seq = model.sequence(None, 0).unwrap();
         assert_eq!(seq, r["tokens"].as_u64().unwrap(), "{line}");
         let batch = r["batch"].as_u64().unwrap();
-        let base = if r["mode"] == "train" { Job::train(batch, seq) } else { Job::infer(batch, seq) };
-        let job = Job {
-            precision: Precision::parse(r["precision"].as_str().unwrap()).unwrap(),
-            checkpointing: if r["checkpointing"] == true { Checkpointing::Full } else { Checkpointing::None },
-            attention: AttentionImpl::Sdpa,
-            ..base
-        };
-        let est = estimate(&model, &job).unwrap().peak_allocated as f64;
-        let measured = r["peak_allocated"].as_u64().unwrap() as f64;
-        let err = (est - measured) / measured;
+        let err = family_table::error_of(&model, &r, batch, seq);
         let held = r["set"] != "development";
         println!(
             "{:>7.2}%  {} {} {} b{batch} {}px{}{}",

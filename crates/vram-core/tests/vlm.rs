@@ -14,7 +14,7 @@ mod readme;
 use std::path::PathBuf;
 
 use serde_json::Value;
-use vram_core::{estimate, parse_config, AttentionImpl, Checkpointing, Job, Precision};
+use vram_core::parse_config;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -41,16 +41,7 @@ fn vlm_peaks_follow_pytorch() {
         model.set_vision_inputs(r["images"].as_u64(), variant == "frozen_vision").unwrap();
         assert_eq!(model.multimodal.as_ref().unwrap().image_tokens, r["image_tokens_per_image"].as_u64().unwrap(), "{name}");
         let (batch, seq) = (r["batch"].as_u64().unwrap(), r["seq"].as_u64().unwrap());
-        let base = if r["mode"] == "train" { Job::train(batch, seq) } else { Job::infer(batch, seq) };
-        let job = Job {
-            precision: Precision::parse(r["precision"].as_str().unwrap()).unwrap(),
-            checkpointing: if r["checkpointing"] == true { Checkpointing::Full } else { Checkpointing::None },
-            attention: AttentionImpl::Sdpa,
-            ..base
-        };
-        let est = estimate(&model, &job).unwrap().peak_allocated as f64;
-        let measured = r["peak_allocated"].as_u64().unwrap() as f64;
-        let err = (est - measured) / measured;
+        let err = family_table::error_of(&model, &r, batch, seq);
         let held = r["set"] != "development";
         println!(
             "{:>7.2}%  {name} {variant} {} b{batch} s{seq} img{}{}{}",

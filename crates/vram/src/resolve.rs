@@ -56,6 +56,7 @@ fn foreign_flags(a: &JobArgs, mode: Mode) -> Vec<&'static str> {
             given(a.use_cache.is_some(), "--use-cache"),
             given(a.peft.given(), "LoRA/QLoRA flags (--peft, --lora-*, --load-in-4bit …)"),
             given(a.peft.optimizer_in_bwd, "--optimizer-in-bwd"),
+            given(a.freeze_vision_tower, "--freeze-vision-tower"),
         ],
         Mode::Train => vec![given(a.kv_dtype.is_some(), "--kv-dtype"), given(a.prompt_len.is_some(), "--prompt-len")],
     };

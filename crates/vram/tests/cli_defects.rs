@@ -302,3 +302,11 @@ fn run_refuses_flags_it_would_ignore() {
     let e = fails(&["run", "-b", "8", "--", "true"], 2);
     assert!(e.contains("--model"), "{e}");
 }
+
+#[test]
+fn freeze_vision_tower_is_a_training_flag() {
+    // Regression: accepted under --mode infer, where it changes nothing.
+    let cfg = format!("{}/../../validation/configs/families/llava-1.5-7b-hf.json", env!("CARGO_MANIFEST_DIR"));
+    let err = fails(&["estimate", "-m", &cfg, "--mode", "infer", "--freeze-vision-tower"], 2);
+    assert!(err.contains("--freeze-vision-tower") && err.contains("only for training"), "{err}");
+}

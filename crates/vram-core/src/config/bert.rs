@@ -22,20 +22,6 @@ pub(super) fn head_of(arch: &str, labels: u64) -> Option<EncoderHead> {
     }
 }
 
-/// Output classes: `id2label`'s size, else `num_labels`, else 2 (PretrainedConfig's default).
-fn labels(c: &Cfg) -> Result<u64> {
-    if let Some(Value::Object(m)) = c.get("id2label") {
-        if !m.is_empty() {
-            return Ok(m.len() as u64);
-        }
-    }
-    let n = c.opt(&["num_labels"])?.unwrap_or(2);
-    if n == 0 || n > 1 << 20 {
-        return Err(c.bad("num_labels", &Value::from(n), "expected 1 to 1048576 classes"));
-    }
-    Ok(n)
-}
-
 pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     let mut m = core_dims(c, name, &["hidden_size"], &["num_hidden_layers"], &["num_attention_heads"])?;
     m.intermediate = c.req(&["intermediate_size"], "size the MLP")?;
@@ -47,11 +33,8 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
         return Err(c.bad("type_vocab_size", &Value::from(token_types), "expected at most 65536 token types (BERT: 2, RoBERTa: 1)"));
     }
     // The head follows the config's class; the CLI's --task replaces it.
-    let arch = match c.get("architectures") {
-        Some(Value::Array(a)) => a.first().and_then(Value::as_str).unwrap_or_default().to_string(),
-        _ => String::new(),
-    };
-    let head = if arch.is_empty() { Some(EncoderHead::MaskedLm) } else { head_of(&arch, labels(c)?) };
+    let arch = c.first_architecture();
+    let head = if arch.is_empty() { Some(EncoderHead::MaskedLm) } else { head_of(&arch, c.labels()?) };
     let Some(head) = head else {
         return Err(Error::InvalidValue {
             what: "encoder head".into(),

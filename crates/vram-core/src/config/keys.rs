@@ -3,7 +3,7 @@
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::model::{Act, Attention, Block, Mlp, Model, Norm, QkNorm};
+use crate::model::{Act, Attention, Block, Mlp, Model, Norm, QkNorm, MAX_LABELS};
 
 use super::{MAX_DIM, MAX_LAYERS};
 
@@ -65,6 +65,27 @@ impl Cfg<'_> {
     }
     pub(super) fn bad(&self, key: &str, v: &Value, hint: &str) -> Error {
         Error::BadKey { file: self.file.into(), key: key.into(), value: v.to_string(), hint: hint.into() }
+    }
+    /// The first class in `architectures` ("" when there is none).
+    pub(super) fn first_architecture(&self) -> String {
+        match self.get("architectures") {
+            Some(Value::Array(a)) => a.first().and_then(Value::as_str).unwrap_or_default().to_string(),
+            _ => String::new(),
+        }
+    }
+    /// A classifier's classes: `id2label`'s size, else `num_labels`, else 2 (PretrainedConfig's
+    /// default); at most [`MAX_LABELS`].
+    pub(super) fn labels(&self) -> Result<u64> {
+        if let Some(Value::Object(m)) = self.get("id2label") {
+            if !m.is_empty() {
+                return Ok(m.len() as u64);
+            }
+        }
+        let n = self.opt(&["num_labels"])?.unwrap_or(2);
+        if n == 0 || n > MAX_LABELS {
+            return Err(self.bad("num_labels", &Value::from(n), &format!("expected 1 to {MAX_LABELS} classes")));
+        }
+        Ok(n)
     }
     pub(super) fn act(&self, keys: &[&str], default: Act) -> Act {
         keys.iter().find_map(|k| self.str(k)).map_or(default, |s| act_from_name(&s))

@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 
 use super::{parse_object, ParseOptions};
 use crate::error::{Error, Result};
-use crate::model::{Act, Model, Multimodal};
+use crate::model::{Model, Multimodal};
 
 /// LlamaConfig's defaults (configuration_llama.py), which LLaVA-1.5's text_config relies on.
 const LLAMA_DEFAULTS: &[(&str, u64)] = &[
@@ -107,13 +107,7 @@ pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: Parse
             hint: format!("the vision tower has {} layers", tower.layers),
         });
     }
-    let act = match obj.get("projector_hidden_act").and_then(Value::as_str).unwrap_or("gelu") {
-        "gelu" | "gelu_pytorch_tanh" => Act::Gelu,
-        "silu" => Act::Silu,
-        "relu" => Act::Relu,
-        "quick_gelu" => Act::QuickGelu,
-        _ => Act::GeluPython,
-    };
+    let act = super::keys::act_from_name(obj.get("projector_hidden_act").and_then(Value::as_str).unwrap_or("gelu"));
     m.multimodal = Some(Box::new(Multimodal {
         tower,
         projector_bias: obj.get("multimodal_projector_bias").and_then(Value::as_bool).unwrap_or(true),

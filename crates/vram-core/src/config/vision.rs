@@ -6,10 +6,7 @@ use serde_json::Value;
 
 use super::keys::Cfg;
 use crate::error::{Error, Result};
-use crate::model::{Act, Attention, Block, Encoder, EncoderHead, Mlp, Model, Norm, QkNorm, Vision, VisionFamily};
-
-/// Largest image side accepted (pixels).
-const MAX_IMAGE: u64 = 1 << 16;
+use crate::model::{Act, Attention, Block, Encoder, EncoderHead, Mlp, Model, Norm, QkNorm, Vision, VisionFamily, MAX_IMAGE_SIDE};
 
 fn family(model_type: &str) -> VisionFamily {
     match model_type {
@@ -18,20 +15,6 @@ fn family(model_type: &str) -> VisionFamily {
         "siglip_vision_model" => VisionFamily::Siglip,
         _ => VisionFamily::Vit,
     }
-}
-
-/// Output classes: `id2label`'s size, else `num_labels`, else 2 (PretrainedConfig's default).
-fn labels(c: &Cfg) -> Result<u64> {
-    if let Some(Value::Object(m)) = c.get("id2label") {
-        if !m.is_empty() {
-            return Ok(m.len() as u64);
-        }
-    }
-    let n = c.opt(&["num_labels"])?.unwrap_or(2);
-    if n == 0 || n > 1 << 20 {
-        return Err(c.bad("num_labels", &Value::from(n), "expected 1 to 1048576 classes"));
-    }
-    Ok(n)
 }
 
 pub(super) fn parse(c: &Cfg, name: &str, model_type: &str) -> Result<Model> {
@@ -55,7 +38,7 @@ pub(super) fn parse(c: &Cfg, name: &str, model_type: &str) -> Result<Model> {
     let image = c.opt(&["image_size"])?.unwrap_or(224);
     let patch = c.opt(&["patch_size"])?.unwrap_or(if fam == VisionFamily::Clip { 32 } else { 16 });
     let channels = c.opt(&["num_channels"])?.unwrap_or(3);
-    if image == 0 || image > MAX_IMAGE || patch == 0 || patch > image || channels == 0 || channels > 64 {
+    if image == 0 || image > MAX_IMAGE_SIDE || patch == 0 || patch > image || channels == 0 || channels > 64 {
         return Err(c.bad(
             "image_size",
             &Value::from(image),
@@ -71,12 +54,9 @@ pub(super) fn parse(c: &Cfg, name: &str, model_type: &str) -> Result<Model> {
         pooling_head: fam == VisionFamily::Siglip && c.bool("vision_use_head", true)?,
     };
     m.position_embeddings = vision.tokens(image);
-    let arch = match c.get("architectures") {
-        Some(Value::Array(a)) => a.first().and_then(Value::as_str).unwrap_or_default().to_string(),
-        _ => String::new(),
-    };
+    let arch = c.first_architecture();
     let head = if arch.ends_with("ForImageClassification") {
-        EncoderHead::ImageClassification { labels: labels(c)? }
+        EncoderHead::ImageClassification { labels: c.labels()? }
     } else if arch.is_empty() || arch.ends_with("Model") {
         EncoderHead::Embedding
     } else {

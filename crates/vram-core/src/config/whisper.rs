@@ -78,6 +78,6 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     m.tied_embeddings = c.bool("tie_word_embeddings", true)?;
     m.cross_attention = true;
     let source_tokens = encoder.position_embeddings;
-    m.seq2seq = Some(Box::new(Seq2Seq { encoder, source_tokens, mel_bins: mel, frames: 2 * source_tokens }));
+    m.seq2seq = Some(Box::new(Seq2Seq { encoder, source_tokens, mel_bins: mel }));
     Ok(m)
 }

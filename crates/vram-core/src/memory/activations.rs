@@ -102,6 +102,12 @@ pub fn sliding_masked(m: &Model, job: &Job, seq: u64) -> bool {
         && m.sliding_window.is_some_and(|w| seq >= w)
 }
 
+/// Whether a padded batch hands SDPA an explicit mask: with `flash_attention_2` transformers
+/// unpads the batch instead (varlen kernels, no mask), and eager attention builds its own.
+pub fn padded_mask(job: &Job) -> bool {
+    job.padded && job.attention == AttentionImpl::Sdpa
+}
+
 /// Precision facts the formulas need.
 #[derive(Debug, Clone, Copy)]
 pub struct Bytes {
@@ -291,7 +297,7 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
     // Sliding layers past the window: SDPA with an explicit bool mask runs memory-efficient
     // attention on K/V repeated for GQA (transformers' use_gqa_in_sdpa needs no mask), after
     // turning the mask into a float bias it keeps for backward (convert_boolean_attn_mask).
-    let masked = job.padded || (i < m.sliding_layers && sliding_masked(m, job, job.seq));
+    let masked = padded_mask(job) || (i < m.sliding_layers && sliding_masked(m, job, job.seq));
     let (a, a_sq) = attention(m, job, &b, if masked { Kernel::MemEfficient } else { kernel }, masked, moe_layer);
     c.attention += a;
     c.attention_sq += a_sq;
@@ -652,13 +658,8 @@ fn vision_outside(m: &Model, b: &Bytes, head: EncoderHead, vis: crate::model::Vi
     let h = m.hidden as u128;
     let (ln_saved, ln_out) = b.norm(m.norm, b.r);
     let ln = ln_saved * h + 8;
-    let mut tok = 0;
-    if vis.family == VisionFamily::Clip {
-        tok += ln; // pre_layrnorm on the embeddings
-    } else {
-        tok += ln; // final LayerNorm over every token
-    }
-    tok += match (head, vis.family) {
+    // One LayerNorm over every token: CLIP's pre_layrnorm on the embeddings, the others' final one.
+    let head_reads = match (head, vis.family) {
         (EncoderHead::ImageClassification { .. }, VisionFamily::Dinov2) => 0,
         (EncoderHead::ImageClassification { .. }, _) if b.amp => 0,
         (EncoderHead::ImageClassification { .. }, _) => ln_out * h,
@@ -667,7 +668,7 @@ fn vision_outside(m: &Model, b: &Bytes, head: EncoderHead, vis: crate::model::Vi
         (_, VisionFamily::Siglip) if vis.pooling_head => ln_out * h + b.linear_inputs(1, ln_out) * h + 2 * b.e * h,
         _ => ln_out * h,
     };
-    tok
+    ln + head_reads
 }
 
 /// Bytes per image the patch embedding's conv saves beyond the input batch: under autocast its

@@ -164,7 +164,7 @@ fn encoder_forward(m: &Model, job: &Job, head: EncoderHead) -> (Vec<Breakdown>, 
     // its encoder runs: one more hidden-sized tensor in both.
     // A padded batch: the (B, 1, S, S) bool mask, alive through the forward (the float bias SDPA
     // makes from it in each layer is freed with the layer under no_grad).
-    let mask = if job.padded { batch * seq * seq } else { 0 };
+    let mask = if act::padded_mask(job) { batch * seq * seq } else { 0 };
     let attn = t * 7 * h * e + sq;
     // quick_gelu (x * sigmoid(1.702x)) holds x, the sigmoid and the product at once.
     let live = if m.mlp.act == Act::QuickGelu { 3 } else { 2 };

@@ -149,6 +149,10 @@ impl Breakdown {
     pub fn total(&self) -> u128 {
         self.parts.iter().map(|p| p.1).sum()
     }
+    /// Bytes under `name` (0 when absent).
+    pub fn get(&self, name: &str) -> u128 {
+        self.parts.iter().filter(|p| p.0 == name).map(|p| p.1).sum()
+    }
 }
 
 /// The name of the trainable-parameters component of a LoRA estimate.

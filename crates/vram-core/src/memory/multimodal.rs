@@ -31,14 +31,9 @@ fn tower_job(mm: &Multimodal, job: &Job) -> (Model, Job) {
     tower.layers = used;
     let vis = tower.encoder.and_then(|e| e.vision).expect("a LLaVA tower is a vision encoder");
     let images = job.batch.saturating_mul(mm.images);
-    let j = Job { batch: images, seq: vis.tokens(vis.image_size), lora: None, base: None, ..job.clone() };
+    // Images are never padded: a padded batch's mask is the language model's.
+    let j = Job { batch: images, seq: vis.tokens(vis.image_size), lora: None, base: None, padded: false, ..job.clone() };
     (tower, j)
-}
-
-/// Bytes per parameter of the job's optimizer states and step temporaries, from the tower's own.
-fn per_param(tower: &Model, job: &Job) -> (u128, u128) {
-    let n = tower.parameters().max(1) as u128;
-    (optimizer::states(tower, job) / n, optimizer::step_temporaries(tower, job) / n)
 }
 
 pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<String>) {
@@ -66,8 +61,8 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
     let tower_params = mm.tower.parameters() as u128;
     let proj_params = mm.projector_parameters(m.hidden) as u128;
     let weights = (tower_params + proj_params) * if job.mode == Mode::Infer { e } else { p };
-    // fp32 pixel_values (the tower's input_bytes also counts an int64 label per image).
-    let pixels = mm.tower.input_bytes(tj.batch, tj.seq) - 8 * tj.batch as u128;
+    let vis = mm.tower.encoder.and_then(|e| e.vision).expect("a LLaVA tower is a vision encoder");
+    let pixels = tj.batch as u128 * vis.pixel_bytes();
     if job.mode == Mode::Infer {
         for ph in &mut phases {
             ph.add(TOWER, weights, format!("{tower_params} + {proj_params} parameters"));
@@ -85,7 +80,7 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
             b.add(TOWER, weights, "vision tower and projector");
             b.add(
                 TOWER_FWD,
-                fwd.total().saturating_sub(fwd.parts.iter().filter(|x| x.0 == infer::WEIGHTS).map(|x| x.1).sum()),
+                fwd.total().saturating_sub(fwd.get(infer::WEIGHTS)),
                 format!("{} images × {} tokens through the tower", tj.batch, tj.seq),
             );
             phases.push(b);
@@ -94,7 +89,7 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
     }
     let trained = !mm.tower_frozen;
     let trainable = if trained { tower_params + proj_params } else { proj_params };
-    let (state_pp, tmp_pp) = per_param(&mm.tower, job);
+    let (state_pp, tmp_pp) = optimizer::per_parameter(&mm.tower, job);
     let states = if optimizer::paged(job) { 0 } else { trainable * state_pp };
     // Autocast caches half copies of trained weights only (leaves that require grad).
     let matmul_tower: u128 = mm.tower.tensors().iter().filter(|t| t.is_matrix()).map(|t| t.numel as u128 * t.count as u128).sum();
@@ -140,8 +135,8 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
         // and one tower layer's backward.
         let lm_grads = lm.parameters() as u128 * p;
         let mut b = Breakdown::new(Phase::Backward);
-        let lm_weights: u128 = phases.first().map_or(0, |f| f.parts.iter().filter(|x| x.0 == train::PARAMS).map(|x| x.1).sum());
-        let lm_states: u128 = phases.first().map_or(0, |f| f.parts.iter().filter(|x| x.0 == train::STATES).map(|x| x.1).sum());
+        let lm_weights = phases.first().map_or(0, |f| f.get(train::PARAMS));
+        let lm_states = phases.first().map_or(0, |f| f.get(train::STATES));
         b.add(train::PARAMS, lm_weights, "language model");
         b.add(train::STATES, lm_states, "language model");
         b.add(train::GRADS, lm_grads + proj_params * p, "language model and projector gradients");

@@ -103,3 +103,10 @@ pub fn step_temporaries(m: &Model, job: &Job) -> u128 {
         (Optimizer::Lion, _) => 2 * largest,
     }
 }
+
+/// Bytes per parameter of `m`'s optimizer states and step temporaries under `job` (for a stack
+/// estimated beside another: a vision tower, Whisper's encoder).
+pub(crate) fn per_parameter(m: &Model, job: &Job) -> (u128, u128) {
+    let n = m.parameters().max(1) as u128;
+    (states(m, job) / n, step_temporaries(m, job) / n)
+}

@@ -28,13 +28,9 @@ const DEC_FWD: &str = "decoder forward (no grad)";
 /// fp32 features under autocast), each GELU's input and conv2's input (the first GELU's output).
 fn frontend_saved(s: &Seq2Seq, e: u128, amp: bool) -> u128 {
     let d = s.encoder.hidden as u128;
-    let (mel, frames, src) = (s.mel_bins as u128, s.frames as u128, s.source_tokens as u128);
+    let (mel, frames, src) = (s.mel_bins as u128, s.frames() as u128, s.source_tokens as u128);
     let copy = if amp { 2 * mel * frames } else { 0 };
     copy + e * d * frames * 2 + e * d * src
-}
-
-fn sum(ph: &Breakdown, name: &str) -> u128 {
-    ph.parts.iter().filter(|p| p.0 == name).map(|p| p.1).sum()
 }
 
 pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<String>) {
@@ -42,11 +38,12 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
     let enc = &s.encoder;
     let batch = job.batch as u128;
     let src_t = batch * s.source_tokens as u128;
-    let features = batch * s.mel_bins as u128 * s.frames as u128 * 4;
-    let ej = Job { batch: job.batch, seq: s.source_tokens, lora: None, base: None, ..job.clone() };
+    let features = batch * s.mel_bins as u128 * s.frames() as u128 * 4;
+    // Whisper's encoder takes fixed-length audio: no padding mask reaches it.
+    let ej = Job { batch: job.batch, seq: s.source_tokens, lora: None, base: None, padded: false, ..job.clone() };
     let notes_head = format!(
         "encoder-decoder: the encoder runs {} positions per sample ({} mel frames), the decoder {} tokens; every decoder layer's cross-attention keeps K and V of all {} encoder positions",
-        s.source_tokens, s.frames, job.seq, s.source_tokens
+        s.source_tokens, s.frames(), job.seq, s.source_tokens
     );
     if job.mode == Mode::Infer {
         return inference(m, s, job, features, notes_head);
@@ -61,9 +58,7 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
     // WhisperEncoder.embed_positions is frozen (requires_grad_(False)): no gradient, no states.
     let positions = enc.position_embeddings as u128 * h;
     let trainable = enc_params - positions;
-    let n = enc.parameters().max(1) as u128;
-    let state_pp = optimizer::states(enc, job) / n;
-    let tmp_pp = optimizer::step_temporaries(enc, job) / n;
+    let (state_pp, tmp_pp) = optimizer::per_parameter(enc, job);
     let states = if optimizer::paged(job) { 0 } else { trainable * state_pp };
     let conv = enc_params - enc.parameters() as u128;
     let matrices: u128 = enc.tensors().iter().filter(|t| t.role == Role::Linear).map(|t| t.numel as u128 * t.count as u128).sum();
@@ -99,8 +94,8 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
     let first = phases.first().cloned().unwrap_or_else(|| Breakdown::new(Phase::Backward));
     let dec_params: u128 = m.tensors().iter().map(|t| t.numel as u128 * t.count as u128).sum();
     let mut b = Breakdown::new(Phase::Backward);
-    b.add(train::PARAMS, sum(&first, train::PARAMS), "decoder");
-    b.add(train::STATES, sum(&first, train::STATES), "decoder");
+    b.add(train::PARAMS, first.get(train::PARAMS), "decoder");
+    b.add(train::STATES, first.get(train::STATES), "decoder");
     b.add(train::GRADS, dec_params * p, "decoder gradients");
     b.add(ENC, enc_params * p, "encoder");
     b.add(ENC_STATES, states, "encoder");
@@ -124,7 +119,7 @@ fn inference(m: &Model, s: &Seq2Seq, job: &Job, features: u128, note: String) ->
     let (src_t, t) = (batch * s.source_tokens as u128, batch * job.seq as u128);
     let (h, ie, id) = (enc.hidden as u128, enc.intermediate as u128, m.intermediate as u128);
     let weights = m.parameters() as u128 * e;
-    let frontend = batch * e * h * s.frames as u128 * 2;
+    let frontend = batch * e * h * s.frames() as u128 * 2;
     let encoder = (src_t * (3 * h + 2 * ie) * e).max(frontend);
     let enc_out = src_t * h * e;
     let caches = m.layers as u128 * 2 * m.kv_dim() as u128 * e * (src_t + t);

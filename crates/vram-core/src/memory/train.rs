@@ -57,8 +57,8 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
 
     // Per-layer saved activations.
     let ckpt = job.checkpointing;
-    let masked_any = job.padded || act::sliding_masked(m, job, job.seq);
-    if job.padded {
+    let masked_any = act::padded_mask(job) || act::sliding_masked(m, job, job.seq);
+    if act::padded_mask(job) {
         notes.push("padded batch: transformers passes SDPA a (batch, 1, seq, seq) mask, so CUDA runs memory-efficient attention (not flash) and every layer keeps the float bias made from it for backward".into());
     } else if masked_any {
         notes.push(format!(

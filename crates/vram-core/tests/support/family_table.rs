@@ -44,3 +44,19 @@ pub fn check(rows: &[(String, bool, f64)]) {
         assert!(median <= 0.03 && worst <= 0.15, "{label}: median {median:.4}, worst {worst:.4}");
     }
 }
+
+/// The job a fixture point ran (mode, precision, checkpointing; sdpa attention) at `batch` × `seq`,
+/// and the signed relative error of vram's peak allocated against its measured one.
+pub fn error_of(model: &vram_core::Model, r: &serde_json::Value, batch: u64, seq: u64) -> f64 {
+    use vram_core::{AttentionImpl, Checkpointing, Job, Precision};
+    let base = if r["mode"] == "train" { Job::train(batch, seq) } else { Job::infer(batch, seq) };
+    let job = Job {
+        precision: Precision::parse(r["precision"].as_str().unwrap()).unwrap(),
+        checkpointing: if r["checkpointing"] == true { Checkpointing::Full } else { Checkpointing::None },
+        attention: AttentionImpl::Sdpa,
+        ..base
+    };
+    let est = vram_core::estimate(model, &job).unwrap().peak_allocated as f64;
+    let measured = r["peak_allocated"].as_u64().unwrap() as f64;
+    (est - measured) / measured
+}

@@ -65,7 +65,7 @@ fn family_line(model: &Model, job: &Job) -> String {
         );
     }
     if let Some(s) = &model.seq2seq {
-        return format!("\nencoder: {} positions from {} mel frames · decoder: {} label tokens", s.source_tokens, s.frames, job.seq);
+        return format!("\nencoder: {} positions from {} mel frames · decoder: {} label tokens", s.source_tokens, s.frames(), job.seq);
     }
     String::new()
 }
@@ -140,3 +140,35 @@ pub fn verdict(util: f64) -> &'static str {
 }
 
 pub use vram_core::report::{estimate_body, gpu_json, job_json, model_json};
+
+/// The component table of an estimate or a measurement: allocated components, the
+/// peak-allocated rule before the first device overhead, the overheads, the total in GiB and GB,
+/// and the share and verdict on `gpu`.
+pub fn component_table(
+    out: &mut String,
+    components: &[vram_core::Component],
+    labels: (&str, &str),
+    peak: u64,
+    total: u64,
+    gpu: Option<&Gpu>,
+) {
+    use std::fmt::Write as _;
+    let (peak_label, total_label) = labels;
+    let _ = writeln!(out, "  {:<50} {:>10} {:>7}", "component", "GiB", "share");
+    let share = total.max(1) as f64;
+    let mut ruled = false;
+    for c in components {
+        if c.kind == vram_core::Kind::Overhead && !ruled {
+            let _ = writeln!(out, "  {:<50} {:>10.2} {:>6.1}%", peak_label, gib(peak), peak as f64 / share * 100.0);
+            ruled = true;
+        }
+        let _ = writeln!(out, "  {:<50} {:>10} {:>6.1}%", c.name, gib_cell(c.bytes), c.bytes as f64 / share * 100.0);
+    }
+    let _ = writeln!(out, "  {:<50} {:>10.2} {:>7}", total_label, gib(total), "100%");
+    let _ = writeln!(out, "  = {} bytes = {:.2} GiB = {:.2} GB", thousands(total), gib(total), gb(total));
+    if let Some(g) = gpu {
+        let util = total as f64 / g.memory as f64;
+        let _ = writeln!(out);
+        let _ = writeln!(out, "on {}: {:.1}% — {}", gpu_line(g), util * 100.0, verdict(util));
+    }
+}

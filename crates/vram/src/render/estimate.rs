@@ -6,9 +6,9 @@ use serde_json::{json, Value};
 use vram_core::gpu::Gpu;
 use vram_core::parallel::{Parallel, ParallelEstimate};
 use vram_core::units::{gb, gib};
-use vram_core::{Job, Kind, Model};
+use vram_core::{Job, Model};
 
-use super::common::{estimate_body, gib_cell, gpu_json, gpu_line, header, job_json, model_json, thousands, verdict};
+use super::common::{component_table, estimate_body, gib_cell, gpu_json, gpu_line, header, job_json, model_json, verdict};
 use super::EstimateReport;
 
 /// `vram estimate` as a table.
@@ -18,29 +18,14 @@ pub fn text(r: &EstimateReport) -> String {
     header(&mut out, r.model, r.job);
     let _ = writeln!(out, "attention kernel: {:?} · peak at: {}", e.attention_kernel, e.peak_phase.describe());
     let _ = writeln!(out);
-    let _ = writeln!(out, "  {:<50} {:>10} {:>7}", "component", "GiB", "share");
-    let total = e.total.max(1) as f64;
-    let mut shown_overhead_rule = false;
-    for c in &e.components {
-        if c.kind == Kind::Overhead && !shown_overhead_rule {
-            let _ = writeln!(
-                out,
-                "  {:<50} {:>10.2} {:>6.1}%",
-                "peak allocated (torch.cuda.max_memory_allocated)",
-                gib(e.peak_allocated),
-                e.peak_allocated as f64 / total * 100.0
-            );
-            shown_overhead_rule = true;
-        }
-        let _ = writeln!(out, "  {:<50} {:>10} {:>6.1}%", c.name, gib_cell(c.bytes), c.bytes as f64 / total * 100.0);
-    }
-    let _ = writeln!(out, "  {:<50} {:>10.2} {:>7}", "total (what nvidia-smi shows)", gib(e.total), "100%");
-    let _ = writeln!(out, "  = {} bytes = {:.2} GiB = {:.2} GB", thousands(e.total), gib(e.total), gb(e.total));
-    if let Some(g) = r.gpu {
-        let util = e.total as f64 / g.memory as f64;
-        let _ = writeln!(out);
-        let _ = writeln!(out, "on {}: {:.1}% — {}", gpu_line(g), util * 100.0, verdict(util));
-    }
+    component_table(
+        &mut out,
+        &e.components,
+        ("peak allocated (torch.cuda.max_memory_allocated)", "total (what nvidia-smi shows)"),
+        e.peak_allocated,
+        e.total,
+        r.gpu,
+    );
     let _ = writeln!(out);
     let phases: Vec<String> = e.phases.iter().map(|p| format!("{} {:.2}", p.phase.describe(), gib(p.allocated))).collect();
     let _ = writeln!(out, "allocated by phase (GiB): {}", phases.join(" · "));

@@ -5,10 +5,10 @@ use std::fmt::Write;
 use serde_json::{json, Value};
 use vram_core::gpu::Gpu;
 use vram_core::measurement::Measurement;
-use vram_core::units::{gb, gib};
+use vram_core::units::gib;
 use vram_core::{Component, Kind};
 
-use super::common::{gib_cell, gpu_json, gpu_line, thousands, verdict};
+use super::common::{component_table, gpu_json, thousands};
 
 /// What is shown: the measurement, its components with the device terms, the GPU.
 pub struct MeasuredReport<'a> {
@@ -38,29 +38,8 @@ pub fn text(r: &MeasuredReport) -> String {
     );
     let _ = writeln!(out, "peak at: {} (the measurement's phase)", m.peak_phase);
     let _ = writeln!(out);
-    let _ = writeln!(out, "  {:<50} {:>10} {:>7}", "component", "GiB", "share");
-    let total = r.total.max(1) as f64;
-    let mut ruled = false;
-    for c in r.components {
-        if c.kind == Kind::Overhead && !ruled {
-            let _ = writeln!(
-                out,
-                "  {:<50} {:>10.2} {:>6.1}%",
-                "peak allocated (measured)",
-                gib(m.peak_bytes),
-                m.peak_bytes as f64 / total * 100.0
-            );
-            ruled = true;
-        }
-        let _ = writeln!(out, "  {:<50} {:>10} {:>6.1}%", c.name, gib_cell(c.bytes), c.bytes as f64 / total * 100.0);
-    }
-    let _ = writeln!(out, "  {:<50} {:>10.2} {:>7}", "total (what nvidia-smi would show)", gib(r.total), "100%");
-    let _ = writeln!(out, "  = {} bytes = {:.2} GiB = {:.2} GB", thousands(r.total), gib(r.total), gb(r.total));
-    if let Some(g) = r.gpu {
-        let util = r.total as f64 / g.memory as f64;
-        let _ = writeln!(out);
-        let _ = writeln!(out, "on {}: {:.1}% — {}", gpu_line(g), util * 100.0, verdict(util));
-    }
+    let labels = ("peak allocated (measured)", "total (what nvidia-smi would show)");
+    component_table(&mut out, r.components, labels, m.peak_bytes, r.total, r.gpu);
     let _ = writeln!(out);
     let phases: Vec<String> = m.phase_peaks.iter().map(|(p, b)| format!("{p} {:.2}", gib(*b))).collect();
     if !phases.is_empty() {
