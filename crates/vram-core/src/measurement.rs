@@ -136,18 +136,7 @@ impl Measurement {
                 o.allocator_reserve * 100.0
             ),
         });
-        v.push(Component {
-            name: "CUDA context".into(),
-            bytes: o.cuda_context,
-            kind: Kind::Overhead,
-            detail: "assumed (--cuda-context)".into(),
-        });
-        v.push(Component {
-            name: "cuBLAS workspace".into(),
-            bytes: o.cublas_workspace,
-            kind: Kind::Overhead,
-            detail: "PyTorch defaults on Hopper".into(),
-        });
+        v.extend(crate::memory::device_overheads(o));
         let total = v.iter().fold(0u64, |a, c| a.saturating_add(c.bytes));
         (v, total)
     }

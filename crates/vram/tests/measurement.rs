@@ -41,7 +41,17 @@ fn the_gpu_verdict_and_fail_if_oom_apply() {
 
 #[test]
 fn flags_that_would_change_a_measurement_are_refused() {
-    for extra in [&["-b", "4"][..], &["--precision", "fp32"], &["-m", "gpt2"]] {
+    // Regression: --seq-len, --mode, --attention and --alloc-conf were silently ignored.
+    for extra in [
+        &["-b", "4"][..],
+        &["--precision", "fp32"],
+        &["-m", "gpt2"],
+        &["-s", "4096"],
+        &["--mode", "infer"],
+        &["--attention", "eager"],
+        &["--alloc-conf", "expandable_segments:True"],
+        &["--padded"],
+    ] {
         let out = vram().args(["estimate", "--measurement", &fixture("cnn_infer.json")]).args(extra).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{extra:?}");
     }

@@ -247,6 +247,25 @@ fn reserve(model: &Model, job: &Job, peak_allocated: u64) -> (u64, String) {
     }
 }
 
+/// The per-process device terms outside PyTorch's allocator, as every single-GPU total states
+/// them: the CUDA context and the cuBLAS workspaces (their sizes: `Overheads::default`).
+pub fn device_overheads(o: &crate::job::Overheads) -> [Component; 2] {
+    [
+        Component {
+            name: "CUDA context".into(),
+            bytes: o.cuda_context,
+            kind: Kind::Overhead,
+            detail: "assumed: driver context, kernel images (lazy loading), library handles (--cuda-context)".into(),
+        },
+        Component {
+            name: "cuBLAS workspace".into(),
+            bytes: o.cublas_workspace,
+            kind: Kind::Overhead,
+            detail: "cuBLAS + cuBLASLt workspaces, PyTorch defaults on Hopper".into(),
+        },
+    ]
+}
+
 /// [`estimate`] with the reserve simulated under the given `PYTORCH_CUDA_ALLOC_CONF` settings.
 pub fn estimate_with(model: &Model, job: &Job, conf: &AllocConf) -> Result<Estimate> {
     let mut job = job.clone();
@@ -439,18 +458,7 @@ fn estimate_inner(model: &Model, job: &Job) -> Result<Estimate> {
             ),
         });
     }
-    components.push(Component {
-        name: "CUDA context".into(),
-        bytes: o.cuda_context,
-        kind: Kind::Overhead,
-        detail: "assumed: driver context, kernel images (lazy loading), library handles (--cuda-context)".into(),
-    });
-    components.push(Component {
-        name: "cuBLAS workspace".into(),
-        bytes: o.cublas_workspace,
-        kind: Kind::Overhead,
-        detail: "cuBLAS + cuBLASLt workspaces, PyTorch defaults on Hopper".into(),
-    });
+    components.extend(device_overheads(&o));
     let total = components
         .iter()
         .try_fold(0u64, |acc, c| acc.checked_add(c.bytes))

@@ -71,6 +71,17 @@ fn measured(a: &EstimateArgs, file: &str) -> Result<()> {
         (j.checkpointing.is_some(), "--checkpointing"),
         (j.peft.given(), "LoRA/QLoRA flags"),
         (j.task.is_some() || j.num_labels.is_some(), "--task/--num-labels"),
+        (j.mode != "train", "--mode"),
+        (j.seq_len.is_some(), "--seq-len"),
+        (j.attention != "sdpa", "--attention"),
+        (j.grad_accum.is_some(), "--grad-accum"),
+        (j.optimizer_impl.is_some(), "--optimizer-impl"),
+        (j.fused_cross_entropy, "--fused-cross-entropy"),
+        (j.use_cache.is_some(), "--use-cache"),
+        (j.prompt_len.is_some() || j.kv_dtype.is_some(), "--prompt-len/--kv-dtype"),
+        (j.padded, "--padded"),
+        (j.image_size.is_some() || j.images_per_sample.is_some() || j.freeze_vision_tower, "image flags"),
+        (j.approximate_architecture, "--approximate-architecture"),
         (a.parallel.gpus.is_some(), "--gpus"),
     ]
     .into_iter()
@@ -82,6 +93,7 @@ fn measured(a: &EstimateArgs, file: &str) -> Result<()> {
             given.join(", ")
         )));
     }
+    resolve::reject_alloc_conf(j, "a measurement (it has no allocation sequence)")?;
     let bytes = crate::source::local::read_limited(std::path::Path::new(file), 16 << 20)?;
     let m = vram_core::measurement::parse(&bytes, file)?;
     let (components, total) = m.components(&resolve::overheads(j)?);
