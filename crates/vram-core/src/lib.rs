@@ -50,5 +50,5 @@ pub use dtype::DType;
 pub use error::{Error, Result};
 pub use job::{AttentionImpl, Checkpointing, Job, Mode, Optimizer, OptimizerImpl, Overheads, Precision};
 pub use memory::{allocation_sequence, estimate, estimate_with, Component, Estimate, Kind, Phase};
-pub use model::{Encoder, EncoderHead, Model, Multimodal, QuantizationConfig, RopeScaling, Seq2Seq, Vision, VisionFamily};
+pub use model::{Encoder, EncoderHead, Frontend, Model, Multimodal, QuantizationConfig, RopeScaling, Seq2Seq, Vision, VisionFamily};
 pub use sniff::{sniff, FileKind};

@@ -21,6 +21,9 @@ pub enum Norm {
     GemmaRmsNorm,
     /// `Olmo2RMSNorm`: the weight is applied in fp32, then the product is cast back.
     RmsNormFp32Weight,
+    /// `T5LayerNorm`: the variance from an fp32 copy, the *original* input times its rsqrt
+    /// (promoted to fp32), cast to a half weight's dtype, times the weight.
+    T5LayerNorm,
     /// `nn.LayerNorm` (weight, and bias when `bias`).
     LayerNorm {
         /// Whether the norm has a bias vector.
@@ -195,30 +198,64 @@ impl Multimodal {
     }
 }
 
-/// The encoder half of an encoder-decoder model (Whisper: transformers models/whisper), whose
-/// output every decoder layer reads through cross-attention.
+/// The encoder half of an encoder-decoder model (Whisper: transformers models/whisper; BART:
+/// models/bart; T5: models/t5), whose output every decoder layer reads through cross-attention.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Seq2Seq {
-    /// The encoder stack, described as a pre-LN stack (no vocabulary: its input is the frontend's).
+    /// The encoder stack (no vocabulary of its own: Whisper's input is the audio frontend's, a
+    /// text encoder shares the decoder's token embedding, counted with the decoder).
     pub encoder: Model,
-    /// Positions the encoder runs over (Whisper: 1500, after the stride-2 conv over 3000 frames).
+    /// Positions the encoder runs over (Whisper: 1500, after the stride-2 conv over 3000 frames;
+    /// text: the source length of the job, `--source-len`).
     pub source_tokens: u64,
-    /// Whisper's audio frontend: conv1 (mel bins → d, kernel 3) and conv2 (d → d, kernel 3,
-    /// stride 2), each followed by GELU, over [`Seq2Seq::frames`] input frames.
-    pub mel_bins: u64,
+    /// What feeds the encoder.
+    pub frontend: Frontend,
+    /// A forward with labels runs without the decoder's KV cache (BART and mBART set
+    /// `use_cache = False` when labels are given: modeling_bart.py
+    /// BartForConditionalGeneration.forward); Whisper and T5 keep it.
+    pub labels_disable_cache: bool,
 }
 
+/// What turns the input into the encoder's first hidden states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Frontend {
+    /// Whisper's audio frontend: conv1 (mel bins → d, kernel 3) and conv2 (d → d, kernel 3,
+    /// stride 2), each followed by GELU, over [`Seq2Seq::frames`] log-mel frames.
+    Audio {
+        /// Log-mel bins per frame (80, or 128 for large-v3).
+        mel_bins: u64,
+    },
+    /// Source token ids through the embedding shared with the decoder (BART, T5).
+    Text,
+}
+
+/// Longest source accepted for an encoder without a position table (T5): 2^20 tokens.
+pub const MAX_SOURCE: u64 = 1 << 20;
+
 impl Seq2Seq {
-    /// Input frames: conv2's stride 2 halves them into the encoder's positions (30 s: 3000).
+    /// Input frames: conv2's stride 2 halves them into the encoder's positions (30 s: 3000);
+    /// a text encoder reads one token per position.
     pub fn frames(&self) -> u64 {
-        2 * self.source_tokens
+        match self.frontend {
+            Frontend::Audio { .. } => 2 * self.source_tokens,
+            Frontend::Text => self.source_tokens,
+        }
     }
 
-    /// The encoder's parameters: the two frontend convs (with biases) and the encoder stack.
+    /// The encoder's parameters: Whisper's two frontend convs (with biases) and the stack.
     pub fn encoder_parameters(&self) -> u64 {
         let d = self.encoder.hidden;
-        let convs = d * self.mel_bins * 3 + d + d * d * 3 + d;
+        let convs = match self.frontend {
+            Frontend::Audio { mel_bins } => d * mel_bins * 3 + d + d * d * 3 + d,
+            Frontend::Text => 0,
+        };
         convs + self.encoder.parameters()
+    }
+
+    /// Whether the source length is the user's to choose (text) or fixed by the model (audio).
+    pub fn text(&self) -> bool {
+        self.frontend == Frontend::Text
     }
 }
 
@@ -421,6 +458,16 @@ pub struct Model {
     pub cross_attention: bool,
     /// With `attention.qkv_bias`, whether k_proj has one too (Whisper's k_proj has none).
     pub k_bias: bool,
+    /// A LayerNorm on the summed embeddings before the first layer (BART `layernorm_embedding`).
+    pub embedding_norm: bool,
+    /// Dropout between the MLP's activation and its output projection (BART
+    /// `activation_dropout`, T5 `DenseReluDense.dropout`): a mask, and the projection reads the
+    /// dropped copy.
+    pub mlp_dropout: bool,
+    /// T5's relative position bias: an embedding of `relative_attention_num_buckets` × heads
+    /// in the first layer's self-attention (modeling_t5.py `has_relative_attention_bias`); 0 for
+    /// none.
+    pub relative_buckets: u64,
 }
 
 /// A checkpoint's `quantization_config` (transformers `utils/quantization_config.py`).
@@ -652,8 +699,48 @@ impl Model {
                 let offset = if matches!(self.model_type.as_str(), "roberta" | "xlm-roberta" | "camembert") { 2 } else { 0 };
                 Ok(default.min(self.position_embeddings.saturating_sub(offset)).max(1))
             }
+            (None, r) if self.seq2seq.is_some() => self.target_sequence(r, default),
             (None, r) => Ok(r.unwrap_or(default)),
         }
+    }
+
+    /// The decoder's positions of an encoder-decoder model: at most its learned position table
+    /// (Whisper's `max_target_positions` 448, BART's `max_position_embeddings`); T5's relative
+    /// bias has no table, and defaults to the length it was pre-trained on (`n_positions`).
+    fn target_sequence(&self, requested: Option<u64>, default: u64) -> Result<u64, String> {
+        let table = match self.relative_buckets {
+            0 => Some(self.position_embeddings.saturating_sub(if self.embedding_norm { 2 } else { 0 })),
+            _ => None,
+        };
+        match (requested, table) {
+            (Some(n), Some(t)) if n > t => Err(format!(
+                "--seq-len {n}: {}'s decoder has a learned table of {t} positions; target sequences are at most {t} tokens",
+                self.model_type
+            )),
+            (Some(n), _) => Ok(n),
+            (None, Some(t)) => Ok(default.min(t).max(1)),
+            (None, None) => Ok(default.min(self.max_positions.max(1))),
+        }
+    }
+
+    /// `--source-len`: the source tokens a text encoder-decoder's encoder runs (BART: at most
+    /// its position table). Whisper's encoder always runs 30 s of audio.
+    pub fn set_source_len(&mut self, n: u64) -> Result<(), String> {
+        let Some(s) = self.seq2seq.as_mut() else {
+            return Err(format!("--source-len applies to encoder-decoder models (BART, T5); {} has no encoder", self.model_type));
+        };
+        if !s.text() {
+            return Err(format!(
+                "--source-len: Whisper's encoder always runs {} positions (30 s of audio padded or cut by the feature extractor)",
+                s.source_tokens
+            ));
+        }
+        let table = if s.encoder.relative_buckets > 0 { MAX_SOURCE } else { s.encoder.position_embeddings.saturating_sub(2) };
+        if n == 0 || n > table {
+            return Err(format!("--source-len {n}: must be between 1 and {table} tokens for {}", self.model_type));
+        }
+        s.source_tokens = n;
+        Ok(())
     }
 
     /// Put `head` on an encoder (the CLI's `--task`): the config names the class it was saved
@@ -701,6 +788,12 @@ impl Model {
             Some(m) => self.heads * (m.qk_nope_head_dim + m.qk_rope_head_dim),
             None => self.heads * self.head_dim,
         }
+    }
+
+    /// Whether positions enter through rotary embeddings: no learned table, no relative bias
+    /// (T5). ALiBi models count here too, as they always have.
+    pub fn rotary(&self) -> bool {
+        self.position_embeddings == 0 && self.relative_buckets == 0
     }
 
     /// Key (and value) projection width.
@@ -778,6 +871,13 @@ impl Model {
         v.push(TensorGroup::matrix("embed_tokens.weight".into(), 1, self.vocab, self.embed_dim, 1, Role::Embedding));
         if self.position_embeddings > 0 {
             v.push(TensorGroup::matrix("embed_positions.weight".into(), 1, self.position_embeddings, h, 1, Role::Position));
+        }
+        if self.embedding_norm {
+            self.norm_tensors("layernorm_embedding", 1, h, &mut v);
+        }
+        if self.relative_buckets > 0 {
+            // T5Attention.relative_attention_bias, first layer only (shared by the others).
+            v.push(TensorGroup::matrix("block.0.relative_attention_bias.weight".into(), 1, self.relative_buckets, self.heads, 1, Role::Position));
         }
         if self.embed_dim != h {
             // OPT with word_embed_proj_dim != hidden_size: project_in / project_out, no bias.

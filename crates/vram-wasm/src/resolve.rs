@@ -27,6 +27,7 @@ pub const MODEL_KEYS: &[&str] = &[
     "task",
     "num_labels",
     "image_size",
+    "source_len",
     "images_per_sample",
     "freeze_vision_tower",
 ];
@@ -78,6 +79,9 @@ pub fn model(f: &mut Fields) -> R<Model> {
     m.apply_task(task.as_deref(), labels).map_err(RequestError::new)?;
     if let Some(side) = f.u64("image_size")? {
         m.set_image_size(side).map_err(RequestError::new)?;
+    }
+    if let Some(n) = f.u64("source_len")? {
+        m.set_source_len(n).map_err(RequestError::new)?;
     }
     let freeze = f.bool("freeze_vision_tower")?.unwrap_or(false);
     m.set_vision_inputs(f.u64("images_per_sample")?, freeze).map_err(RequestError::new)?;

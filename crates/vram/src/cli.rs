@@ -78,6 +78,10 @@ pub struct JobArgs {
     /// Vision encoders: image side in pixels [default: the config's image_size]
     #[arg(long, alias = "image_size")]
     pub image_size: Option<u64>,
+    /// Text encoder-decoders (BART, T5): source tokens the encoder runs; --seq-len is the
+    /// target [default: BART's position table, T5's n_positions (512)]
+    #[arg(long, aliases = ["source_len", "max-source-length", "max_source_length"])]
+    pub source_len: Option<u64>,
     /// Vision-language models (LLaVA): images per sample; their tokens are part of --seq-len [default: 1]
     #[arg(long, alias = "images_per_sample")]
     pub images_per_sample: Option<u64>,

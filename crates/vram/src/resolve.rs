@@ -27,6 +27,9 @@ pub fn resolve(a: &JobArgs) -> Result<(Model, Job)> {
     if let Some(side) = a.image_size {
         model.set_image_size(side).map_err(usage)?;
     }
+    if let Some(n) = a.source_len {
+        model.set_source_len(n).map_err(usage)?;
+    }
     model.set_vision_inputs(a.images_per_sample, a.freeze_vision_tower).map_err(usage)?;
     let job = job(a, mode, &model)?;
     // Past the trained context (or its RoPE scaling's reach) the number is still given, with why.

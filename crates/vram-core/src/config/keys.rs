@@ -162,6 +162,9 @@ pub(super) fn base(name: &str) -> Model {
         seq2seq: None,
         cross_attention: false,
         k_bias: true,
+        embedding_norm: false,
+        mlp_dropout: false,
+        relative_buckets: 0,
     }
 }
 

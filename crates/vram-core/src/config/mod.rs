@@ -8,6 +8,7 @@
 //! One file per family; [`registry`] maps `model_type` to its parser, so adding a family
 //! touches its own file and the registry only.
 
+mod bart;
 mod bert;
 mod falcon;
 mod gpt2;
@@ -20,6 +21,7 @@ mod phi;
 mod positions;
 mod quantization;
 mod registry;
+mod t5;
 mod vision;
 mod whisper;
 
@@ -232,7 +234,7 @@ pub(super) fn validate(m: &Model, file: &str) -> Result<()> {
         ("intermediate_size", m.intermediate),
     ] {
         // A vision transformer and Whisper's audio encoder have no vocabulary.
-        let no_vocab = m.encoder.is_some_and(|e| e.vision.is_some()) || m.model_type == "whisper_encoder";
+        let no_vocab = m.encoder.is_some_and(|e| e.vision.is_some()) || m.model_type.ends_with("_encoder");
         if (v == 0 && !(no_vocab && key == "vocab_size")) || v > MAX_DIM {
             return Err(bad(key, v, &format!("must be between 1 and {MAX_DIM}")));
         }

@@ -15,7 +15,7 @@ pub(super) fn positions(c: &Cfg, m: &mut Model) -> Result<()> {
     let alibi = c.bool("alibi", false)?;
     m.rotary_dim = match m.attention.mla {
         Some(mla) => mla.qk_rope_head_dim,
-        None if m.position_embeddings > 0 || alibi => 0,
+        None if m.position_embeddings > 0 || alibi || m.relative_buckets > 0 => 0,
         None => {
             let frac = c.f64("partial_rotary_factor", c.f64("rotary_pct", 1.0)?)?.clamp(0.0, 1.0);
             (m.head_dim as f64 * frac) as u64

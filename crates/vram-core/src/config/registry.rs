@@ -1,7 +1,7 @@
 //! Which parser reads which `model_type`, and the families recognised but not estimated.
 
 use super::keys::Cfg;
-use super::{bert, falcon, gpt2, gpt_neox, llama, opt, phi, vision, whisper};
+use super::{bart, bert, falcon, gpt2, gpt_neox, llama, opt, phi, t5, vision, whisper};
 use crate::error::Result;
 use crate::model::Model;
 
@@ -40,12 +40,14 @@ const FAMILIES: &[(&[&str], Parser)] = &[
     (&["bert", "roberta", "xlm-roberta", "camembert"], bert::parse),
     (&["vit", "dinov2", "clip_vision_model", "siglip_vision_model"], vision::parse),
     (&["whisper"], whisper::parse),
+    (&["bart", "mbart"], bart::parse),
+    (&["t5", "mt5"], t5::parse),
 ];
 
 /// Types whose parser checks `architectures` itself (encoder heads, Whisper's conditional
 /// generation) instead of requiring a causal-LM class.
 pub(super) fn reads_own_heads(model_type: &str) -> bool {
-    is_encoder(model_type) || model_type == "whisper"
+    is_encoder(model_type) || matches!(model_type, "whisper" | "bart" | "mbart" | "t5" | "mt5")
 }
 
 /// The encoder types (their `architectures` name encoder heads, not causal-LM classes).
@@ -75,8 +77,8 @@ const UNSUPPORTED: &[(&[&str], &str)] = &[
         "this encoder is not supported yet: vram models BERT, RoBERTa, XLM-RoBERTa and CamemBERT among encoders (DistilBERT, ALBERT, ELECTRA, DeBERTa, ModernBERT and MPNet differ in embeddings, attention or norms)",
     ),
     (
-        &["t5", "mt5", "umt5", "longt5", "bart", "mbart", "pegasus", "marian", "blenderbot", "m2m_100", "nllb-moe", "seamless_m4t", "switch_transformers", "speecht5", "fsmt", "prophetnet"],
-        "encoder-decoder models are not supported yet: vram models decoder-only causal LMs",
+        &["umt5", "longt5", "pegasus", "marian", "blenderbot", "m2m_100", "nllb-moe", "seamless_m4t", "switch_transformers", "speecht5", "fsmt", "prophetnet"],
+        "this encoder-decoder is not supported yet: vram models Whisper, BART, mBART, T5, Flan-T5 and mT5 (UMT5 has a position bias in every layer, LongT5 local/global attention, Pegasus/Marian sinusoidal positions, Switch experts)",
     ),
     (
         &["mamba", "mamba2", "falcon_mamba", "rwkv", "recurrent_gemma", "xlstm", "jamba", "zamba", "zamba2", "bamba", "nemotron_h", "granitemoehybrid", "falcon_h1", "lfm2"],

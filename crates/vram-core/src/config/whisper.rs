@@ -5,7 +5,7 @@
 
 use super::keys::{base, Cfg};
 use crate::error::{Error, Result};
-use crate::model::{Act, Attention, Block, Mlp, Model, Norm, QkNorm, Seq2Seq};
+use crate::model::{Act, Attention, Block, Frontend, Mlp, Model, Norm, QkNorm, Seq2Seq};
 
 /// WhisperConfig's defaults (whisper-tiny's shape), for keys a config leaves out.
 fn key(c: &Cfg, k: &str, default: u64) -> Result<u64> {
@@ -34,6 +34,7 @@ fn stack(c: &Cfg, name: &str, d: u64, layers: u64, heads: u64, ffn: u64, positio
     m.tied_embeddings = true;
     m.hidden_dropout = c.dropout(&["dropout"])?;
     m.attention_dropout = c.dropout(&["attention_dropout"])?;
+    m.mlp_dropout = c.dropout(&["activation_dropout"])? > 0.0;
     Ok(m)
 }
 
@@ -78,6 +79,6 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     m.tied_embeddings = c.bool("tie_word_embeddings", true)?;
     m.cross_attention = true;
     let source_tokens = encoder.position_embeddings;
-    m.seq2seq = Some(Box::new(Seq2Seq { encoder, source_tokens, mel_bins: mel }));
+    m.seq2seq = Some(Box::new(Seq2Seq { encoder, source_tokens, frontend: Frontend::Audio { mel_bins: mel }, labels_disable_cache: false }));
     Ok(m)
 }

@@ -187,6 +187,14 @@ impl Bytes {
             // Olmo2RMSNorm: x.float() and the fp32 normed tensor (saved by the fp32 weight multiply),
             // then (weight * normed).to(input_dtype).
             Norm::GemmaRmsNorm | Norm::RmsNormFp32Weight => (8, input),
+            // T5LayerNorm (modeling_t5.py): pow saves an fp32 copy (the input itself when fp32),
+            // `hidden * rsqrt` saves the original input when it is not fp32, `weight * hidden`
+            // saves the normalised tensor (cast to a half weight's dtype, else fp32).
+            Norm::T5LayerNorm => {
+                let out = if self.p == 2 { 2 } else { 4 };
+                let original = if input == 4 { 0 } else { input };
+                (4 + original + if frozen { 0 } else { out }, out)
+            }
             // nn.LayerNorm saves its input (cast to fp32 under autocast: layer_norm is on the fp32
             // list) plus fp32 mean and rstd per row (counted separately as 8 bytes per token).
             Norm::LayerNorm { .. } => {
@@ -249,6 +257,22 @@ fn activation(act: Act, b: &Bytes) -> (u128, u128) {
 
 /// Saved bytes per intermediate element of one MLP (its input excluded).
 fn mlp_saved_per_elem(m: &Model, b: &Bytes, frozen: bool) -> u128 {
+    mlp_saved_undropped(m, b, frozen) + mlp_dropout_extra(m, b)
+}
+
+/// Dropout between the activation and the output projection (modeling_bart.py
+/// `activation_dropout`, modeling_t5.py T5DenseActDense/T5DenseGatedActDense.dropout): its bool
+/// mask, and the projection saves the dropped copy in place of the activation's output — which
+/// a ReLU still saves for itself.
+fn mlp_dropout_extra(m: &Model, b: &Bytes) -> u128 {
+    if !m.mlp_dropout {
+        return 0;
+    }
+    let relu_out = if !m.mlp.gated && m.mlp.act == Act::Relu { activation(Act::Relu, b).1 } else { 0 };
+    1 + relu_out
+}
+
+fn mlp_saved_undropped(m: &Model, b: &Bytes, frozen: bool) -> u128 {
     let (inner, out) = activation(m.mlp.act, b);
     // Under LoRA the output projection is frozen: it saves no input (an adapted one adds its
     // adapter's copies per token, in `mlp`); relu still saves its own output.
@@ -367,14 +391,20 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
     c
 }
 
-/// A decoder layer's cross-attention block (modeling_whisper.py WhisperDecoderLayer.encoder_attn,
-/// pre-LN): per target token its LayerNorm, q_proj's input copy, and what the kernel saves for
-/// q, the output and logsumexp; per source token k_proj and v_proj each cast the (fp32 under
-/// autocast) encoder output to half, a copy each saves, and the kernel saves their outputs.
+/// A decoder layer's cross-attention block: per target token what feeds q_proj — pre-LN
+/// (modeling_whisper.py WhisperDecoderLayer.encoder_attn, modeling_t5.py T5LayerCrossAttention):
+/// its own norm, then q_proj's input copy; post-LN (modeling_bart.py BartDecoderLayer): q_proj
+/// reads the previous LayerNorm's output and `encoder_attn_layer_norm` follows the residual
+/// add — and what the kernel saves for q, the output and logsumexp; per source token k_proj
+/// and v_proj each cast the (fp32 under autocast) encoder output to half, a copy each saves,
+/// and the kernel saves their outputs.
 fn cross_attention(m: &Model, b: &Bytes, c: &mut LayerCoef, ln_stats: u128) {
     let h = m.hidden as u128;
     let (saved, out) = b.norm(m.norm, b.r);
-    c.norms += saved * h + ln_stats + b.linear_inputs(1, out) * h;
+    c.norms += match m.block {
+        Block::PostLn => b.linear_inputs(1, b.r) * h + saved * h + ln_stats,
+        _ => saved * h + ln_stats + b.linear_inputs(1, out) * h,
+    };
     let q_saved = if b.amp { 2 } else { out };
     c.attention += q_saved * m.q_dim() as u128 + b.e * m.q_dim() as u128 + 4 * m.heads as u128;
     if m.hidden_dropout > 0.0 {
@@ -430,7 +460,7 @@ fn attention(m: &Model, job: &Job, b: &Bytes, kernel: Kernel, masked: bool, moe_
                 qk_in = out;
             }
         }
-        let rotary = m.position_embeddings == 0;
+        let rotary = m.rotary();
         // apply_rotary_pos_emb: q*cos + rotate_half(q)*sin, cos in the residual dtype -> promotes.
         qk_bytes = if rotary { qk_in.max(b.r) } else { qk_in };
         let cache = job.training_cache(m.use_cache);
@@ -611,7 +641,7 @@ pub fn outside_layers(m: &Model, job: &Job, batch: u64) -> (u128, u128) {
     }
     // Rotary cos and sin, [1, seq, head_dim] in the residual dtype (LlamaRotaryEmbedding): per
     // sequence position, not per token, so returned separately.
-    let rope = if m.position_embeddings == 0 { 2 * m.head_dim as u128 * b.r } else { 0 };
+    let rope = if m.rotary() { 2 * m.head_dim as u128 * b.r } else { 0 };
     let _ = batch;
     (tok, rope)
 }
@@ -689,7 +719,7 @@ pub fn pixel_copy(m: &Model, job: &Job) -> u128 {
 /// autocast the cache keeps the fp32 rotary keys, while attention saves their half copies.
 pub fn training_cache_extra(m: &Model, job: &Job) -> u128 {
     let b = Bytes::of(m, job);
-    if !job.training_cache(m.use_cache) || !b.amp || b.r != 4 || m.position_embeddings != 0 {
+    if !job.training_cache(m.use_cache) || !b.amp || b.r != 4 || !m.rotary() {
         return 0;
     }
     let kd = match m.attention.mla {

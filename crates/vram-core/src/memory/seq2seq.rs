@@ -1,9 +1,10 @@
-//! An encoder-decoder model (Whisper): the decoder's own phases — its layers carry the
-//! cross-attention over the encoder output (activations.rs `cross_attention`) — with the
+//! An encoder-decoder model (Whisper, BART, T5): the decoder's own phases — its layers carry
+//! the cross-attention over the encoder output (activations.rs `cross_attention`) — with the
 //! encoder added where it is alive.
 //!
-//! Order of a training step (transformers models/whisper/modeling_whisper.py): the audio
-//! frontend and the encoder run first; their saved activations and the encoder output (which
+//! Order of a training step (transformers models/whisper/modeling_whisper.py,
+//! models/bart/modeling_bart.py, models/t5/modeling_t5.py): the frontend (Whisper's audio
+//! convs, or the shared token embedding) and the encoder run first; their saved activations and the encoder output (which
 //! every decoder layer's k/v projections read) stay alive through the decoder's forward and
 //! backward; the encoder's backward comes last, after the gradient of its output has been summed
 //! over all decoder layers. Encoder gradients therefore appear only at the end.
@@ -12,7 +13,7 @@ use super::activations::{self as act};
 use super::train::{self, ActivationProfile};
 use super::{optimizer, Breakdown, Phase};
 use crate::job::{Job, Mode};
-use crate::model::{Model, Role, Seq2Seq};
+use crate::model::{Frontend, Model, Norm, Role, Seq2Seq};
 
 const ENC: &str = "encoder parameters";
 const ENC_GRADS: &str = "encoder gradients";
@@ -21,16 +22,96 @@ const ENC_CASTS: &str = "encoder autocast copies";
 const ENC_ACTS: &str = "activations: encoder (frontend, layers, output)";
 const ENC_BWD: &str = "encoder backward temporaries";
 const FEATURES: &str = "input features";
+const SOURCE_IDS: &str = "source input_ids and attention_mask";
+const DEC_EMB: &str = "activations: decoder embeddings";
+const BIAS: &str = "activations: relative position bias";
+const EMB_BWD: &str = "shared embedding gradient accumulation";
 const ENC_FWD: &str = "encoder forward (no grad)";
 const DEC_FWD: &str = "decoder forward (no grad)";
 
-/// Bytes the audio frontend saves per sample for backward: conv1's input (a half copy of the
-/// fp32 features under autocast), each GELU's input and conv2's input (the first GELU's output).
-fn frontend_saved(s: &Seq2Seq, e: u128, amp: bool) -> u128 {
+/// Bytes the frontend saves per sample. Audio (Whisper): conv1's input (a half copy of the
+/// fp32 features under autocast), each GELU's input and conv2's input (the first GELU's
+/// output). Text: what the encoder saves outside its layers, [`text_outside`].
+fn frontend_saved(s: &Seq2Seq, job: &Job) -> u128 {
+    let e = job.precision.compute_dtype().bytes() as u128;
+    let amp = job.precision.is_mixed();
     let d = s.encoder.hidden as u128;
-    let (mel, frames, src) = (s.mel_bins as u128, s.frames() as u128, s.source_tokens as u128);
-    let copy = if amp { 2 * mel * frames } else { 0 };
-    copy + e * d * frames * 2 + e * d * src
+    let (frames, src) = (s.frames() as u128, s.source_tokens as u128);
+    match s.frontend {
+        Frontend::Audio { mel_bins } => {
+            let copy = if amp { 2 * mel_bins as u128 * frames } else { 0 };
+            copy + e * d * frames * 2 + e * d * src
+        }
+        Frontend::Text => text_outside(&s.encoder, job, true) * src,
+    }
+}
+
+/// Bytes per token a text stack saves outside its layers beyond what the decoder-only
+/// accounting (activations.rs `outside_layers`) counts. Embeddings save their int64 indices
+/// (the decoder's come from shifting the labels, BART's positions from an arange: new tensors;
+/// the encoder's input_ids are the batch's); BART's `layernorm_embedding` saves its input
+/// (fp32 under autocast) and row statistics; T5's stacks end with a dropout after the final
+/// norm (a mask). An encoder's own final norm and embedding dropout are counted here too.
+fn text_outside(m: &Model, job: &Job, encoder: bool) -> u128 {
+    let amp = job.precision.is_mixed();
+    let e = job.precision.compute_dtype().bytes() as u128;
+    let r = if amp { 4 } else { e };
+    let h = m.hidden as u128;
+    let dropout = if m.hidden_dropout > 0.0 { h } else { 0 };
+    let mut tok = if encoder { 0 } else { 8 };
+    if m.embedding_norm {
+        // BartLearnedPositionalEmbedding's position ids [batch, seq] (the encoder's; the
+        // decoder's are [1, seq]), then the LayerNorm over the fp32 sum.
+        tok += if encoder { 8 } else { 0 } + r * h + 8;
+    }
+    if m.relative_buckets > 0 {
+        tok += dropout;
+    }
+    if encoder {
+        tok += dropout;
+        if m.final_norm {
+            // T5LayerNorm: the fp32 input (pow) and normalised copy (weight multiply), rsqrt per row.
+            tok += match m.norm {
+                Norm::LayerNorm { .. } => r * h + 8,
+                _ => 4 + h * if amp || e == 4 { 8 } else { 4 + 2 * e },
+            };
+        }
+    }
+    tok
+}
+
+/// T5's relative position bias as the layers keep it, (encoder, decoder). Each stack's first
+/// self-attention looks up [q, k, heads] values (parameter dtype; the int64 buckets saved by
+/// the lookup) and passes the permuted view to every layer; each layer's SDPA call makes it
+/// contiguous (the decoder's under a causal `torch.where`) — a new tensor per layer, cast to
+/// half under autocast — and keeps that as its `attn_mask` for backward
+/// (integrations/sdpa_attention.py create_position_bias_mask). The decoder's cross-attention
+/// bias is one contiguous zeros tensor in the compute dtype, shared by every layer
+/// (modeling_t5.py T5Attention.forward). Checkpointed layers keep only what they were given.
+fn relative_bias(m: &Model, s: &Seq2Seq, job: &Job) -> (u128, u128) {
+    if m.relative_buckets == 0 {
+        return (0, 0);
+    }
+    let (src, tgt) = (s.source_tokens as u128, job.seq as u128);
+    let p = job.precision.param_dtype().bytes() as u128;
+    let e = job.precision.compute_dtype().bytes() as u128;
+    let per_layer = match job.checkpointing {
+        crate::job::Checkpointing::None => if job.precision.is_mixed() { e } else { p },
+        _ => 0,
+    };
+    let (enc, dec) = (s.encoder.heads as u128 * src * src, m.heads as u128 * tgt * tgt);
+    let enc_bytes = enc * (p + per_layer * s.encoder.layers as u128) + 8 * src * src;
+    let dec_bytes = dec * (p + per_layer * m.layers as u128) + 8 * tgt * tgt + e * m.heads as u128 * tgt * src;
+    (enc_bytes, dec_bytes)
+}
+
+/// The encoder's input as the batch holds it: Whisper's fp32 log-mel features, or the source
+/// input_ids and attention_mask (int64), with their component name and description.
+fn encoder_input(s: &Seq2Seq, batch: u128) -> (&'static str, u128, &'static str) {
+    match s.frontend {
+        Frontend::Audio { mel_bins } => (FEATURES, batch * mel_bins as u128 * s.frames() as u128 * 4, "fp32 log-mel input features"),
+        Frontend::Text => (SOURCE_IDS, 2 * batch * s.source_tokens as u128 * 8, "int64 source ids and mask"),
+    }
 }
 
 pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<String>) {
@@ -38,15 +119,25 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
     let enc = &s.encoder;
     let batch = job.batch as u128;
     let src_t = batch * s.source_tokens as u128;
-    let features = batch * s.mel_bins as u128 * s.frames() as u128 * 4;
-    // Whisper's encoder takes fixed-length audio: no padding mask reaches it.
-    let ej = Job { batch: job.batch, seq: s.source_tokens, lora: None, base: None, padded: false, ..job.clone() };
-    let notes_head = format!(
-        "encoder-decoder: the encoder runs {} positions per sample ({} mel frames), the decoder {} tokens; every decoder layer's cross-attention keeps K and V of all {} encoder positions",
-        s.source_tokens, s.frames(), job.seq, s.source_tokens
-    );
+    let (input_name, features, input_what) = encoder_input(s, batch);
+    // Whisper's encoder takes fixed-length audio: no padding mask reaches it; a padded text
+    // batch masks the source as it masks the target.
+    let ej = Job { batch: job.batch, seq: s.source_tokens, lora: None, base: None, padded: job.padded && s.text(), ..job.clone() };
+    let notes_head = match s.frontend {
+        Frontend::Audio { .. } => format!(
+            "encoder-decoder: the encoder runs {} positions per sample ({} mel frames), the decoder {} tokens; every decoder layer's cross-attention keeps K and V of all {} encoder positions",
+            s.source_tokens,
+            s.frames(),
+            job.seq,
+            s.source_tokens
+        ),
+        Frontend::Text => format!(
+            "encoder-decoder: the encoder runs {} source tokens per sample, the decoder {} target tokens; every decoder layer's cross-attention keeps K and V of all {} source positions",
+            s.source_tokens, job.seq, s.source_tokens
+        ),
+    };
     if job.mode == Mode::Infer {
-        return inference(m, s, job, features, notes_head);
+        return inference(m, s, job, (input_name, features, input_what), notes_head);
     }
     let (mut phases, kernel, mut notes) = train::phases(m, job);
     notes.insert(0, notes_head);
@@ -56,7 +147,8 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
     let h = enc.hidden as u128;
     let enc_params = s.encoder_parameters() as u128;
     // WhisperEncoder.embed_positions is frozen (requires_grad_(False)): no gradient, no states.
-    let positions = enc.position_embeddings as u128 * h;
+    // BART's learned positions train; T5 has none.
+    let positions = if s.text() { 0 } else { enc.position_embeddings as u128 * h };
     let trainable = enc_params - positions;
     let (state_pp, tmp_pp) = optimizer::per_parameter(enc, job);
     let states = if optimizer::paged(job) { 0 } else { trainable * state_pp };
@@ -64,18 +156,19 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
     let matrices: u128 = enc.tensors().iter().filter(|t| t.role == Role::Linear).map(|t| t.numel as u128 * t.count as u128).sum();
     let casts = if amp { 2 * (matrices + conv) } else { 0 };
     let profile: ActivationProfile = train::activation_profile(enc, &ej);
-    // The encoder output (its final LayerNorm's, fp32 under autocast) stays referenced by the
-    // model output while the decoder runs.
+    // The encoder output (its final norm's, fp32 under autocast) stays referenced by the model
+    // output while the decoder runs.
     let out = src_t * h * if amp { 4 } else { e };
-    let saved = profile.saved + batch * frontend_saved(s, e, amp) + out;
+    // A text encoder's outside-the-layers terms are its own (text_outside), not a decoder's.
+    let layers_saved = if s.text() { profile.saved - profile.outside } else { profile.saved };
+    let saved = layers_saved + batch * frontend_saved(s, job) + out;
+    let dec_emb = batch * job.seq as u128 * if s.text() { text_outside(m, job, false) } else { 0 };
+    let (enc_bias, dec_bias) = relative_bias(m, s, job);
+    let frozen = if positions > 0 { " (positions frozen)" } else { "" };
     for ph in &mut phases {
         ph.add(ENC, enc_params * p, format!("{enc_params} parameters × {p} B"));
-        ph.add(
-            ENC_STATES,
-            states,
-            format!("{} states of {trainable} trainable encoder parameters (positions frozen)", job.optimizer.name()),
-        );
-        ph.add(FEATURES, features, "fp32 log-mel input features");
+        ph.add(ENC_STATES, states, format!("{} states of {trainable} trainable encoder parameters{frozen}", job.optimizer.name()));
+        ph.add(input_name, features, input_what);
         match ph.phase {
             Phase::BackwardEnd | Phase::OptimizerStep => {
                 ph.add(ENC_GRADS, trainable * p, format!("{trainable} gradients × {p} B"));
@@ -86,6 +179,8 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
             _ => {
                 ph.add(ENC_CASTS, casts, "half copies of the encoder's matmul and conv weights");
                 ph.add(ENC_ACTS, saved, format!("{src_t} encoder positions: frontend, {} layers, the output", enc.layers));
+                ph.add(DEC_EMB, dec_emb, "decoder input ids from the shifted labels, BART's embedding LayerNorm, T5's final dropout");
+                ph.add(BIAS, enc_bias + dec_bias, "T5 relative position bias: fp32 per stack, a half copy per layer under autocast");
             }
         }
     }
@@ -99,9 +194,19 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
     b.add(train::GRADS, dec_params * p, "decoder gradients");
     b.add(ENC, enc_params * p, "encoder");
     b.add(ENC_STATES, states, "encoder");
-    b.add(FEATURES, features, "fp32 log-mel input features");
+    b.add(input_name, features, input_what);
     b.add(ENC_CASTS, casts, "half copies of the encoder's weights");
     b.add(ENC_ACTS, saved, "the encoder's saved activations and output");
+    b.add(BIAS, enc_bias, "the encoder's relative position bias");
+    // The decoder's token embedding backward, when the embedding also serves as the LM head
+    // (tied) or the encoder's input (shared): the gradient already accumulated, the embedding's
+    // own dense gradient and their sum (torch autograd accumulates into a new tensor).
+    let shared = m.tied_embeddings || s.text();
+    if shared {
+        let mut emb = b.clone();
+        emb.add(EMB_BWD, 2 * m.vocab as u128 * m.embed_dim as u128 * p, "the token embedding's gradient and its accumulation");
+        phases.push(emb);
+    }
     b.add(ENC_BWD, profile.backward_transient + src_t * h * 4, "the encoder output's gradient and one encoder layer's backward");
     phases.push(b);
     (phases, kernel, notes)
@@ -111,7 +216,7 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
 /// Seq2SeqTrainer without generation): weights, the features, then the wider of the encoder's
 /// forward and the decoder's, which holds the encoder output, the self- and cross-attention
 /// caches, and the logits of every decoder position with the loss's log_softmax of them.
-fn inference(m: &Model, s: &Seq2Seq, job: &Job, features: u128, note: String) -> (Vec<Breakdown>, act::Kernel, Vec<String>) {
+fn inference(m: &Model, s: &Seq2Seq, job: &Job, input: (&'static str, u128, &str), note: String) -> (Vec<Breakdown>, act::Kernel, Vec<String>) {
     let (kernel, kernel_note) = act::choose_kernel(m, job);
     let e: u128 = if job.precision == crate::job::Precision::Fp32 { 4 } else { 2 };
     let enc = &s.encoder;
@@ -119,15 +224,16 @@ fn inference(m: &Model, s: &Seq2Seq, job: &Job, features: u128, note: String) ->
     let (src_t, t) = (batch * s.source_tokens as u128, batch * job.seq as u128);
     let (h, ie, id) = (enc.hidden as u128, enc.intermediate as u128, m.intermediate as u128);
     let weights = m.parameters() as u128 * e;
-    let frontend = batch * e * h * s.frames() as u128 * 2;
+    let frontend = if s.text() { 0 } else { batch * e * h * s.frames() as u128 * 2 };
     let encoder = (src_t * (3 * h + 2 * ie) * e).max(frontend);
     let enc_out = src_t * h * e;
-    let caches = m.layers as u128 * 2 * m.kv_dim() as u128 * e * (src_t + t);
+    let caches = if s.labels_disable_cache { 0 } else { m.layers as u128 * 2 * m.kv_dim() as u128 * e * (src_t + t) };
     // With labels (an evaluation step) the loss's log_softmax output joins the logits.
     let decoder = enc_out + caches + (t * (3 * h + 2 * id) * e).max(2 * t * m.vocab as u128 * e);
     let mut bd = Breakdown::new(Phase::Prefill);
     bd.add(super::infer::WEIGHTS, weights, format!("{} parameters", m.parameters()));
-    bd.add(FEATURES, features + 2 * t * 8, "fp32 log-mel features and decoder input ids");
+    bd.add(input.0, input.1, input.2);
+    bd.add(super::train::INPUT, 2 * t * 8, "decoder input ids and labels");
     if encoder >= decoder {
         bd.add(ENC_FWD, encoder, format!("{src_t} encoder positions through the widest op"));
     } else {

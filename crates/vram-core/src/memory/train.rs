@@ -148,10 +148,12 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
         // BertForMaskedLM's CrossEntropyLoss on the half logits: autocast runs log_softmax in
         // fp32 (the same upcast copy and saved output).
         // Without autocast and without ForCausalLMLoss's .float() (encoders' and Whisper's own
-        // CrossEntropyLoss on half logits in pure bf16), log_softmax runs in half: the logits,
-        // its output, then its and nll's gradients, all half (modeling_whisper.py, modeling_bert.py).
+        // CrossEntropyLoss on half logits in pure bf16), log_softmax runs in half: the logits and
+        // its output in the forward; at backward start its output with nll's and its own
+        // gradients, all half (modeling_whisper.py, modeling_bart.py; measured on bart-base-3l:
+        // three half tensors of tokens × vocab).
         let half_loss = e == 2 && !b.amp && !m.is_plain_decoder();
-        let (f, bw) = if half_loss { (2 * e, 4 * e) } else { (e + cap + upcast + 4, 12 + cap) };
+        let (f, bw) = if half_loss { (2 * e, 3 * e) } else { (e + cap + upcast + 4, 12 + cap) };
         let what = if m.encoder.is_some_and(|x| x.head != EncoderHead::MaskedLm) { "outputs" } else { "vocab" };
         (
             logit_rows * logit_width * f,
@@ -419,6 +421,8 @@ pub struct ActivationProfile {
     /// Saved activations of all decoder layers (or their checkpointed inputs) plus the final
     /// norm, LM-head input and rotary tables.
     pub saved: u128,
+    /// The part of `saved` outside the layers (final norm, LM-head input, rotary tables).
+    pub outside: u128,
     /// Logits and cross-entropy at the start of backward.
     pub logits: u128,
     /// Largest backward transient of one layer (incl. recomputation under checkpointing).
@@ -442,6 +446,7 @@ pub fn activation_profile(m: &Model, job: &Job) -> ActivationProfile {
     let acts = [ACT_ATTN, ACT_MLP, ACT_NORM, ACT_CKPT, ACT_OTHER];
     ActivationProfile {
         saved: get(Phase::BackwardStart, &acts),
+        outside: get(Phase::BackwardStart, &[ACT_OTHER]),
         logits: get(Phase::BackwardStart, &[LOGITS]),
         backward_transient: get(Phase::Backward, &[BWD_TMP, ACT_RECOMP]),
         input: get(Phase::OptimizerStep, &[INPUT]),

@@ -81,6 +81,7 @@ fn measured(a: &EstimateArgs, file: &str) -> Result<()> {
         (j.prompt_len.is_some() || j.kv_dtype.is_some(), "--prompt-len/--kv-dtype"),
         (j.padded, "--padded"),
         (j.image_size.is_some() || j.images_per_sample.is_some() || j.freeze_vision_tower, "image flags"),
+        (j.source_len.is_some(), "--source-len"),
         (j.approximate_architecture, "--approximate-architecture"),
         (a.parallel.gpus.is_some(), "--gpus"),
     ]

@@ -65,7 +65,12 @@ fn family_line(model: &Model, job: &Job) -> String {
         );
     }
     if let Some(s) = &model.seq2seq {
-        return format!("\nencoder: {} positions from {} mel frames · decoder: {} label tokens", s.source_tokens, s.frames(), job.seq);
+        return match s.frontend {
+            vram_core::Frontend::Audio { .. } => {
+                format!("\nencoder: {} positions from {} mel frames · decoder: {} label tokens", s.source_tokens, s.frames(), job.seq)
+            }
+            vram_core::Frontend::Text => format!("\nencoder: {} source tokens (--source-len) · decoder: {} target tokens (--seq-len)", s.source_tokens, job.seq),
+        };
     }
     String::new()
 }
