@@ -335,9 +335,10 @@ def infer(raw_config, batch, src, tgt, precision="bf16", attention="sdpa", fake=
 # The matrix
 
 CONF = "validation/configs/encdec"
-DEVELOPMENT = ["whisper-small", "t5-small", "bart-base", "whisper-tiny"]
+DEVELOPMENT = ["whisper-small", "t5-small", "t5-v1_1-base", "bart-base", "bart-base-3l", "whisper-tiny"]
 MODELS = ["whisper-small", "whisper-large-v3", "whisper-tiny", "whisper-base", "whisper-medium",
-          "bart-base", "bart-large", "t5-small", "t5-base", "flan-t5-base"]
+          "bart-base", "bart-base-3l", "bart-large", "t5-small", "t5-v1_1-base", "t5-base", "flan-t5-base", "t5-small-ssm",
+          "flan-t5-xl"]
 
 
 def points():
@@ -365,6 +366,8 @@ def points():
             pt("train", "fp32", 4, 128, src=512)
             pt("train", "bf16-mixed", 8, 128, ck=True, src=512)
             pt("infer", "bf16", 16, 128, src=512)
+            pt("train", "bf16", 8, 128, src=512)
+            pt("train", "bf16-mixed", 4, 256, src=1024)
     for p in out:
         p["set"] = "development" if p["model"] in DEVELOPMENT else "held-out"
         p["id"] = "|".join(f"{k}={p[k]}" for k in sorted(p) if k != "set")

@@ -26,7 +26,7 @@ const T5: Defaults = Defaults { vocab: 32128, d_ff: 2048, layers: 6, heads: 8, p
 const MT5: Defaults = Defaults { vocab: 250112, d_ff: 1024, layers: 8, heads: 6, proj: "gated-gelu" };
 
 /// `feed_forward_proj` as T5Config reads it: `[gated-]ACT`, and "gated-gelu" means gelu_new
-/// (configuration_t5.py, kept for backwards compatibility).
+/// unless `dense_act_fn` is written (configuration_t5.py, kept for backwards compatibility).
 fn feed_forward(c: &Cfg, default: &str) -> Result<Mlp> {
     let proj = c.str("feed_forward_proj").unwrap_or_else(|| default.to_string());
     let parts: Vec<&str> = proj.split('-').collect();
@@ -41,8 +41,14 @@ fn feed_forward(c: &Cfg, default: &str) -> Result<Mlp> {
             ))
         }
     };
-    let act = if proj == "gated-gelu" { "gelu_new" } else { act };
-    Ok(Mlp { gated, fused_gate_up: false, act: act_from_name(act), bias: false })
+    // A written `dense_act_fn` wins (transformers 5: T5Config(feed_forward_proj="gated-gelu",
+    // dense_act_fn="gelu").dense_act_fn == "gelu"; BLIP-2's Flan-T5-XL config writes "gelu").
+    let act = match c.str("dense_act_fn") {
+        Some(written) => written,
+        None if proj == "gated-gelu" => "gelu_new".to_string(),
+        None => act.to_string(),
+    };
+    Ok(Mlp { gated, fused_gate_up: false, act: act_from_name(&act), bias: false })
 }
 
 /// T5Config's `attribute_map` aliases (`hidden_size`, `num_attention_heads`,
@@ -64,6 +70,13 @@ fn stack(c: &Cfg, name: &str, d: &Defaults, layers: u64) -> Result<Model> {
     m.final_norm = true;
     m.tied_embeddings = true;
     m.relative_buckets = c.opt(&["relative_attention_num_buckets"])?.unwrap_or(32);
+    if m.relative_buckets == 0 || m.relative_buckets > 1 << 16 {
+        return Err(c.bad(
+            "relative_attention_num_buckets",
+            &serde_json::Value::from(m.relative_buckets),
+            "expected 1–65536 buckets (T5: 32)",
+        ));
+    }
     m.hidden_dropout = c.dropout(&["dropout_rate"])?;
     m.mlp_dropout = m.hidden_dropout > 0.0;
     Ok(m)

@@ -328,6 +328,10 @@ pub fn check_encoder(model: &Model, job: &Job) -> Result<()> {
             Some("fused linear cross-entropy")
         } else if job.prompt_len.is_some() || job.kv_dtype.is_some() {
             Some("generation settings (prompt length, KV-cache dtype)")
+        } else if job.padded && model.relative_buckets > 0 && job.attention == crate::job::AttentionImpl::Sdpa {
+            // integrations/sdpa_attention.py create_position_bias_mask: torch.where(mask, bias, min)
+            // makes a batch × heads × q × k tensor per layer, not modelled yet.
+            Some("padded batches on T5 (each layer's position bias becomes a batch×heads×seq² mask)")
         } else {
             None
         };
@@ -335,7 +339,7 @@ pub fn check_encoder(model: &Model, job: &Job) -> Result<()> {
             Some(what) => Err(Error::InvalidValue {
                 what: "encoder-decoder job".into(),
                 value: what.into(),
-                hint: format!("vram estimates Whisper's full fine-tuning and a forward pass on one GPU; {what} is not modelled for encoder-decoder models yet"),
+                hint: format!("vram estimates encoder-decoder models' (Whisper, BART, T5) full fine-tuning and a forward pass on one GPU; {what} is not modelled for encoder-decoder models yet"),
             }),
             None => Ok(()),
         };

@@ -25,6 +25,7 @@ const FEATURES: &str = "input features";
 const SOURCE_IDS: &str = "source input_ids and attention_mask";
 const DEC_EMB: &str = "activations: decoder embeddings";
 const BIAS: &str = "activations: relative position bias";
+const CROSS_MASKS: &str = "activations: cross-attention masks";
 const EMB_BWD: &str = "shared embedding gradient accumulation";
 const ENC_FWD: &str = "encoder forward (no grad)";
 const DEC_FWD: &str = "decoder forward (no grad)";
@@ -163,6 +164,10 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
     let layers_saved = if s.text() { profile.saved - profile.outside } else { profile.saved };
     let saved = layers_saved + batch * frontend_saved(s, job) + out;
     let dec_emb = batch * job.seq as u128 * if s.text() { text_outside(m, job, false) } else { 0 };
+    // A padded source hands each cross-attention SDPA call the encoder's (batch, 1, tgt, src)
+    // mask, which it turns into a float bias and keeps (as for self-attention: activations.rs
+    // padded_mask).
+    let cross_masks = if act::padded_mask(job) && s.text() { m.layers as u128 * job.seq as u128 * src_t * e } else { 0 };
     let (enc_bias, dec_bias) = relative_bias(m, s, job);
     let frozen = if positions > 0 { " (positions frozen)" } else { "" };
     for ph in &mut phases {
@@ -180,6 +185,7 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
                 ph.add(ENC_CASTS, casts, "half copies of the encoder's matmul and conv weights");
                 ph.add(ENC_ACTS, saved, format!("{src_t} encoder positions: frontend, {} layers, the output", enc.layers));
                 ph.add(DEC_EMB, dec_emb, "decoder input ids from the shifted labels, BART's embedding LayerNorm, T5's final dropout");
+                ph.add(CROSS_MASKS, cross_masks, "padded source: each cross-attention layer's float mask");
                 ph.add(BIAS, enc_bias + dec_bias, "T5 relative position bias: fp32 per stack, a half copy per layer under autocast");
             }
         }
@@ -227,7 +233,8 @@ fn inference(m: &Model, s: &Seq2Seq, job: &Job, input: (&'static str, u128, &str
     let frontend = if s.text() { 0 } else { batch * e * h * s.frames() as u128 * 2 };
     let encoder = (src_t * (3 * h + 2 * ie) * e).max(frontend);
     let enc_out = src_t * h * e;
-    let caches = if s.labels_disable_cache { 0 } else { m.layers as u128 * 2 * m.kv_dim() as u128 * e * (src_t + t) };
+    // The config's `use_cache` decides too (t5-small-ssm's is false).
+    let caches = if s.labels_disable_cache || !m.use_cache { 0 } else { m.layers as u128 * 2 * m.kv_dim() as u128 * e * (src_t + t) };
     // With labels (an evaluation step) the loss's log_softmax output joins the logits.
     let decoder = enc_out + caches + (t * (3 * h + 2 * id) * e).max(2 * t * m.vocab as u128 * e);
     let mut bd = Breakdown::new(Phase::Prefill);

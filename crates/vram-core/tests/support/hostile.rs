@@ -243,6 +243,10 @@ pub fn config_cases() -> Vec<Case> {
         case("a LLaVA tower of 10^8 layers", br#"{"model_type":"llava","text_config":{"model_type":"llama"},"vision_config":{"model_type":"clip_vision_model","num_hidden_layers":100000000}}"#.to_vec(), "num_hidden_layers"),
         case("a BERT with 10^11 token types", br#"{"model_type":"bert","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"intermediate_size":128,"type_vocab_size":99999999999}"#.to_vec(), "type_vocab_size"),
         case("a BERT classifier with 0 labels", br#"{"model_type":"bert","architectures":["BertForSequenceClassification"],"num_labels":0,"hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"intermediate_size":128}"#.to_vec(), "num_labels"),
+        case("a T5 with a three-part feed_forward_proj", br#"{"model_type":"t5","feed_forward_proj":"gated-gelu-new"}"#.to_vec(), "feed_forward_proj"),
+        case("a T5 with 10^12 position buckets", br#"{"model_type":"t5","relative_attention_num_buckets":1000000000000}"#.to_vec(), "relative_attention_num_buckets"),
+        case("a BART with a billion encoder layers", br#"{"model_type":"bart","encoder_layers":1000000000}"#.to_vec(), "num_hidden_layers"),
+        case("a BART summarization classifier", br#"{"model_type":"bart","architectures":["BartForSequenceClassification"]}"#.to_vec(), "BartForSequenceClassification"),
         case("a LLaVA without a vision config", br#"{"model_type":"llava","text_config":{"model_type":"llama"}}"#.to_vec(), "vision_config"),
     ]
 }

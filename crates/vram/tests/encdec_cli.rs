@@ -1,0 +1,79 @@
+//! Text encoder-decoders on the command line (issue 15): `--source-len` sizes the encoder,
+//! `--seq-len` the decoder; what cannot be estimated is refused with exit 2.
+
+mod util;
+
+use util::{fails, json, vram};
+
+const BART: &str = "../../validation/configs/encdec/bart-large.json";
+const T5: &str = "../../validation/configs/encdec/t5-small.json";
+const WHISPER: &str = "../../validation/configs/encdec/whisper-small.json";
+
+fn peak(args: &[&str]) -> u64 {
+    json(args)["peak_allocated_bytes"].as_u64().unwrap()
+}
+
+#[test]
+fn the_source_length_sizes_the_encoder() {
+    let base = ["estimate", "--model", BART, "--seq-len", "128", "--batch", "4"];
+    let short = peak(&[&base[..], &["--source-len", "256"]].concat());
+    let long = peak(&[&base[..], &["--max_source_length", "1024"]].concat());
+    assert!(long > short, "a longer source must cost more: {short} vs {long}");
+    let v = json(&[&base[..], &["--source-len", "512"]].concat());
+    assert_eq!(v["model"]["kind"], "encoder-decoder");
+    assert_eq!(v["model"]["seq2seq_encoder"]["source_positions"], 512);
+    let text = vram().args(base).args(["--source-len", "512"]).output().unwrap();
+    let out = String::from_utf8_lossy(&text.stdout);
+    assert!(out.contains("encoder: 512 source tokens (--source-len) · decoder: 128 target tokens"), "{out}");
+}
+
+#[test]
+fn defaults_follow_the_position_tables() {
+    // BART: 1024 learned positions for both; T5: its n_positions (512) for both.
+    let bart = json(&["estimate", "--model", BART]);
+    assert_eq!(bart["job"]["seq"], 1024);
+    assert_eq!(bart["model"]["seq2seq_encoder"]["source_positions"], 1024);
+    let t5 = json(&["estimate", "--model", T5]);
+    assert_eq!(t5["job"]["seq"], 512);
+    // Whisper's decoder has 448 positions.
+    assert_eq!(json(&["estimate", "--model", WHISPER])["job"]["seq"], 448);
+}
+
+#[test]
+fn lengths_past_a_learned_table_are_refused() {
+    let err = fails(&["estimate", "--model", BART, "--seq-len", "2048"], 2);
+    assert!(err.contains("1024 positions"), "{err}");
+    let err = fails(&["estimate", "--model", BART, "--source-len", "4096"], 2);
+    assert!(err.contains("between 1 and 1024"), "{err}");
+    let err = fails(&["estimate", "--model", WHISPER, "--source-len", "512"], 2);
+    assert!(err.contains("30 s of audio"), "{err}");
+    let err = fails(&["estimate", "--model", "llama-3.1-8b", "--source-len", "512"], 2);
+    assert!(err.contains("encoder-decoder"), "{err}");
+}
+
+#[test]
+fn what_is_not_modelled_is_refused() {
+    let err = fails(&["estimate", "--model", T5, "--padded"], 2);
+    assert!(err.contains("padded batches on T5"), "{err}");
+    let err = fails(&["estimate", "--model", BART, "--lora-r", "16"], 2);
+    assert!(err.contains("LoRA"), "{err}");
+    let err = fails(&["serve", "--model", T5, "--gpu", "h100-80gb"], 2);
+    assert!(err.contains("serving"), "{err}");
+}
+
+#[test]
+fn a_padded_bart_batch_costs_its_masks() {
+    let base = ["estimate", "--model", BART, "--seq-len", "128", "--source-len", "512", "--batch", "8"];
+    let plain = json(&base);
+    let padded = json(&[&base[..], &["--padded"]].concat());
+    assert!(padded["peak_allocated_bytes"].as_u64() > plain["peak_allocated_bytes"].as_u64());
+    let names: Vec<String> = padded["components"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap().to_string()).collect();
+    assert!(names.iter().any(|n| n == "activations: cross-attention masks"), "{names:?}");
+}
+
+#[test]
+fn transformers_5_ties_t5_v1_1_heads_and_says_so() {
+    let v = json(&["estimate", "--model", "../../validation/configs/encdec/t5-small-ssm.json"]);
+    let warnings = v["model"]["warnings"].to_string();
+    assert!(warnings.contains("transformers ≥ 5 ties it"), "{warnings}");
+}
