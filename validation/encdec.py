@@ -252,17 +252,37 @@ def track_model(tr, model):
         tr.track(b, "parameters")
 
 
+LORA_TARGETS = {"whisper": ["q_proj", "v_proj"], "bart": ["q_proj", "v_proj"], "t5": ["q", "v"]}
+
+
+def with_lora(model, family, r, checkpointing):
+    """LoRA as the Whisper/Flan-T5 fine-tuning recipes set it up: peft's default q/v targets
+    (self- and cross-attention alike), adapters in fp32 on a frozen bf16 base (peft's
+    autocast_adapter_dtype), input grads enabled for checkpointing."""
+    import lora as _peft_fake_copy  # noqa: F401  (peft's deepcopy under FakeTensorMode)
+    from peft import LoraConfig, get_peft_model
+    if checkpointing:
+        model.enable_input_require_grads()
+    cfg = LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.0, target_modules=LORA_TARGETS[family])
+    return get_peft_model(model, cfg)
+
+
 def train(raw_config, batch, src, tgt, precision="bf16-mixed", checkpointing=False, attention="sdpa", steps=2,
-          fake=True, seed=0, saved=False):
+          fake=True, seed=0, saved=False, lora=None):
+    """`lora`: the rank of LoRA adapters on a bf16 base (precision then names the autocast)."""
     KERNELS.clear()
     tr = Tracker()
     mode = FakeTensorMode() if fake else contextlib.nullcontext()
     amp = precision.endswith("-mixed")
     with mode:
         torch.manual_seed(seed)
-        cfg, model = build(raw_config, precision, attention)
+        cfg, model = build(raw_config, "bf16" if lora else precision, attention)
         if checkpointing:
             model.gradient_checkpointing_enable()
+        if lora:
+            # peft injects the adapters into the model's own modules and freezes the rest: the
+            # transformers model itself is what trains (its names label the stacks).
+            with_lora(model, raw_config["model_type"], lora, checkpointing)
         model.train()
         seen = {}
         label_stacks(model, tr, seen)
@@ -300,6 +320,8 @@ def train(raw_config, batch, src, tgt, precision="bf16-mixed", checkpointing=Fal
     r["parameters"], r["trainable_parameters"] = counts
     r.update(seen)
     r["attn_implementation"] = model.config._attn_implementation
+    if lora:
+        r["trainable_parameters"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
     if rec:
         r["saved"] = rec.summary(cfg)
     return r
@@ -341,6 +363,9 @@ MODELS = ["whisper-small", "whisper-large-v3", "whisper-tiny", "whisper-base", "
           "flan-t5-xl"]
 
 
+LORA_MODELS = ["whisper-small", "t5-v1_1-base", "bart-base-3l", "whisper-large-v3", "flan-t5-xl", "bart-large"]
+
+
 def points():
     out = []
     for m in MODELS:
@@ -354,6 +379,11 @@ def points():
                             src_len=1500 if fam == "whisper" else src, tgt_len=tgt, checkpointing=ck,
                             attention="sdpa"))
 
+        if m in LORA_MODELS:
+            for ck in (False, True):
+                out.append(dict(model=m, family=fam, mode="train", precision="bf16-mixed", batch=8,
+                                src_len=1500 if fam == "whisper" else 512, tgt_len=128, checkpointing=ck,
+                                attention="sdpa", lora=16))
         if fam == "whisper":
             pt("train", "bf16-mixed", 8, 128)
             pt("train", "bf16-mixed", 16, 448)
@@ -383,7 +413,8 @@ def run(point):
     try:
         if point["mode"] == "train":
             r = train(cfg, point["batch"], point["src_len"], point["tgt_len"], point["precision"],
-                      point["checkpointing"], point["attention"], saved=not point["checkpointing"])
+                      point["checkpointing"], point["attention"], saved=not point["checkpointing"],
+                      lora=point.get("lora"))
         else:
             r = infer(cfg, point["batch"], point["src_len"], point["tgt_len"], point["precision"], point["attention"])
     except Exception as e:  # recorded, never silently dropped
@@ -393,7 +424,7 @@ def run(point):
 
 
 def main_matrix(workers, only):
-    describe = lambda rec: f"{rec['model']} {rec['mode']} {rec['precision']} b{rec['batch']} s{rec['src_len']} t{rec['tgt_len']} ckpt={rec['checkpointing']}"  # noqa: E731
+    describe = lambda rec: f"{rec['model']} {rec['mode']} {rec['precision']} b{rec['batch']} s{rec['src_len']} t{rec['tgt_len']} ckpt={rec['checkpointing']} lora={rec.get('lora')}"  # noqa: E731
     run_resumable(OUT, "python validation/encdec.py", points(), run, describe, workers, only, maxtasks=4, meta_extra=None)
 
 

@@ -219,6 +219,12 @@ pub enum Slot {
     Experts,
     /// The MoE router adapted as a parameter.
     Router,
+    /// Cross-attention's query projection (reads the decoder's hidden states).
+    CrossIn,
+    /// Cross-attention's key and value projections (read the encoder output: per source token).
+    CrossMemory,
+    /// Cross-attention's output projection.
+    CrossOut,
 }
 
 /// One group of identical modules LoRA adapts.
@@ -263,9 +269,26 @@ impl Resolved {
     }
 }
 
+/// The architecture an encoder-decoder's encoder stack belongs to (`t5_encoder` → `t5`).
+fn family(model_type: &str) -> &str {
+    model_type.strip_suffix("_encoder").unwrap_or(model_type)
+}
+
 /// The name transformers gives a normalised linear leaf on this architecture.
 fn hf_leaf<'a>(model_type: &str, leaf: &'a str, in_mlp: bool) -> &'a str {
-    match (model_type, leaf) {
+    match (family(model_type), leaf) {
+        // modeling_t5.py: SelfAttention/EncDecAttention q, k, v, o; DenseReluDense wi (wi_0,
+        // wi_1 gated) and wo.
+        ("t5" | "mt5", "q_proj") => "q",
+        ("t5" | "mt5", "k_proj") => "k",
+        ("t5" | "mt5", "v_proj") => "v",
+        ("t5" | "mt5", "o_proj" | "out_proj") => "o",
+        ("t5" | "mt5", "gate_proj") => "wi_0",
+        ("t5" | "mt5", "up_proj") => "wi_1",
+        ("t5" | "mt5", "fc1") => "wi",
+        ("t5" | "mt5", "down_proj" | "fc2") => "wo",
+        // modeling_bart.py / modeling_whisper.py: self_attn.out_proj.
+        ("bart" | "mbart" | "whisper", "o_proj") => "out_proj",
         ("gpt2", "qkv_proj") => "c_attn",
         ("gpt2", "o_proj") => "c_proj",
         ("gpt2", "fc1") => "c_fc",
@@ -287,7 +310,9 @@ fn hf_leaf<'a>(model_type: &str, leaf: &'a str, in_mlp: bool) -> &'a str {
 /// `TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING`, peft 0.21.2; checked against
 /// `validation/fixtures/peft_targets.json`).
 pub fn default_targets(model_type: &str) -> Option<&'static [&'static str]> {
-    Some(match model_type {
+    Some(match family(model_type) {
+        "t5" | "mt5" => &["q", "v"],
+        "bart" | "mbart" | "whisper" => &["q_proj", "v_proj"],
         "gpt2" | "gpt_bigcode" => &["c_attn"],
         "gpt_neox" | "falcon" | "bloom" => &["query_key_value"],
         "phi" => &["q_proj", "v_proj", "fc1", "fc2"],
@@ -360,7 +385,11 @@ fn linears(m: &Model) -> Vec<Linear> {
         let Some(stem) = t.name.strip_suffix(".weight") else { return };
         let leaf = stem.rsplit('.').next().unwrap_or(stem);
         let in_mlp = stem.contains(".mlp.");
+        let cross = stem.contains(".encoder_attn.");
         let slot = match leaf {
+            "q_proj" if cross => Slot::CrossIn,
+            "k_proj" | "v_proj" if cross => Slot::CrossMemory,
+            "out_proj" if cross => Slot::CrossOut,
             "q_proj" | "k_proj" | "v_proj" | "qkv_proj" | "q_a_proj" | "kv_a_proj_with_mqa" => Slot::AttnIn,
             "q_b_proj" | "kv_b_proj" => Slot::AttnInner,
             "o_proj" => Slot::AttnOut,
@@ -388,6 +417,21 @@ fn linears(m: &Model) -> Vec<Linear> {
         }
     }
     out
+}
+
+/// [`resolve`] over the whole model: an encoder-decoder's encoder stack adds its own adapted
+/// modules (peft matches the same names in both stacks). [`resolve`] itself sees one stack, as
+/// the memory model accounts each where it lives.
+pub fn resolve_model(model: &Model, lora: &Lora) -> Result<Resolved> {
+    let mut r = resolve(model, lora)?;
+    if let Some(s) = &model.seq2seq {
+        let enc = resolve(&s.encoder, lora)?;
+        r.adapted.extend(enc.adapted);
+        r.adapter_parameters += enc.adapter_parameters;
+        r.saved_module_parameters += enc.saved_module_parameters;
+        r.trainable.extend(enc.trainable);
+    }
+    Ok(r)
 }
 
 /// Resolve `lora` against `model`: the adapted modules and the trainable parameters, or a clear

@@ -13,7 +13,8 @@ mod readme;
 use std::path::PathBuf;
 
 use serde_json::Value;
-use vram_core::parse_config;
+use vram_core::peft::{BaseWeights, Lora};
+use vram_core::{parse_config, AttentionImpl, Checkpointing, DType, Job, Precision};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -31,7 +32,7 @@ fn encoder_decoder_peaks_follow_pytorch() {
         let name = r["model"].as_str().unwrap();
         let src = std::fs::read(root().join(r["source"].as_str().unwrap())).unwrap();
         let mut model = parse_config(&src, name, "fixture").unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(model.parameters(), r["parameters"].as_u64().unwrap(), "{name}");
+        let lora = r["lora"].as_u64().map(|rank| Lora { r: rank, alpha: 2.0 * rank as f64, ..Lora::default() });
         let (batch, seq) = (r["batch"].as_u64().unwrap(), r["tgt_len"].as_u64().unwrap());
         let src_len = r["src_len"].as_u64().unwrap();
         if r["family"] == "whisper" {
@@ -41,13 +42,25 @@ fn encoder_decoder_peaks_follow_pytorch() {
             model.set_source_len(src_len).unwrap();
         }
         assert_eq!(model.sequence(Some(seq), 2048).unwrap(), seq);
-        let err = family_table::error_of(&model, &r, batch, seq);
+        let err = match &lora {
+            None => {
+                assert_eq!(model.parameters(), r["parameters"].as_u64().unwrap(), "{name}");
+                family_table::error_of(&model, &r, batch, seq)
+            }
+            Some(l) => {
+                // peft's trainable count (adapters in both stacks, self- and cross-attention).
+                let res = vram_core::peft::resolve_model(&model, l).unwrap();
+                assert_eq!(res.adapter_parameters, r["trainable_parameters"].as_u64().unwrap(), "{name} LoRA");
+                lora_error(&model, &r, l.clone(), batch, seq)
+            }
+        };
         let held = r["set"] != "development";
         println!(
-            "{:>7.2}%  {name} {} {} b{batch} s{src_len} t{seq}{}{}",
+            "{:>7.2}%  {name} {} {}{} b{batch} s{src_len} t{seq}{}{}",
             err * 100.0,
             r["mode"].as_str().unwrap(),
             r["precision"].as_str().unwrap(),
+            if lora.is_some() { " LoRA r16 on a bf16 base" } else { "" },
             if r["checkpointing"] == true { " ckpt" } else { "" },
             if held { "" } else { "  (development)" }
         );
@@ -61,4 +74,20 @@ fn encoder_decoder_peaks_follow_pytorch() {
         "encoder-decoder accuracy table",
     );
     family_table::check(&rows);
+}
+
+/// A LoRA point: peft's default q/v targets with rank `l.r` on a bf16 base under bf16 autocast
+/// (validation/encdec.py `with_lora`); the trainable count must equal peft's.
+fn lora_error(model: &vram_core::Model, r: &Value, l: Lora, batch: u64, seq: u64) -> f64 {
+    let job = Job {
+        precision: Precision::parse(r["precision"].as_str().unwrap()).unwrap(),
+        checkpointing: if r["checkpointing"] == true { Checkpointing::Full } else { Checkpointing::None },
+        attention: AttentionImpl::Sdpa,
+        lora: Some(l),
+        base: Some(BaseWeights::Dtype { dtype: DType::BF16 }),
+        ..Job::train(batch, seq)
+    };
+    let est = vram_core::estimate(model, &job).unwrap_or_else(|e| panic!("{}: {e}", model.name));
+    let measured = r["peak_allocated"].as_u64().unwrap() as f64;
+    (est.peak_allocated as f64 - measured) / measured
 }

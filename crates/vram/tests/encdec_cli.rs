@@ -55,8 +55,10 @@ fn lengths_past_a_learned_table_are_refused() {
 fn what_is_not_modelled_is_refused() {
     let err = fails(&["estimate", "--model", T5, "--padded"], 2);
     assert!(err.contains("padded batches on T5"), "{err}");
-    let err = fails(&["estimate", "--model", BART, "--lora-r", "16"], 2);
-    assert!(err.contains("LoRA"), "{err}");
+    let err = fails(&["estimate", "--model", BART, "--peft", "qlora"], 2);
+    assert!(err.contains("QLoRA"), "{err}");
+    let err = fails(&["estimate", "--model", T5, "--peft", "dora"], 2);
+    assert!(err.contains("DoRA"), "{err}");
     let err = fails(&["serve", "--model", T5, "--gpu", "h100-80gb"], 2);
     assert!(err.contains("serving"), "{err}");
 }
@@ -76,4 +78,17 @@ fn transformers_5_ties_t5_v1_1_heads_and_says_so() {
     let v = json(&["estimate", "--model", "../../validation/configs/encdec/t5-small-ssm.json"]);
     let warnings = v["model"]["warnings"].to_string();
     assert!(warnings.contains("transformers ≥ 5 ties it"), "{warnings}");
+}
+
+#[test]
+fn lora_adapts_self_and_cross_attention_with_peft_defaults() {
+    // peft's defaults: q and v for T5 (self-attention and EncDecAttention), q_proj and v_proj for
+    // BART and Whisper — 4 modules per decoder layer, 2 per encoder layer.
+    let t5 = json(&["estimate", "--model", T5, "--peft", "lora", "--lora-r", "16", "--seq-len", "128"]);
+    let full = json(&["estimate", "--model", T5, "--seq-len", "128"]);
+    assert!(t5["peak_allocated_bytes"].as_u64() < full["peak_allocated_bytes"].as_u64());
+    let text = vram().args(["estimate", "--model", BART, "--peft", "lora", "--seq-len", "128"]).output().unwrap();
+    assert!(text.status.success(), "{}", String::from_utf8_lossy(&text.stderr));
+    let out = String::from_utf8_lossy(&text.stdout);
+    assert!(out.contains("q_proj") && out.contains("v_proj"), "{out}");
 }

@@ -137,7 +137,11 @@ impl Bytes {
             // The residual stream has the embedding's dtype (the frozen base's; fp32 after
             // prepare_model_for_kbit_training), and so do the norm weights.
             Some(l) => {
-                let r = lora::embedding_dtype(job).bytes() as u128;
+                // Post-LN layers end in a LayerNorm, which autocast runs in fp32 (its fp32 list):
+                // from the first layer on the residual stream is fp32 whatever the base dtype
+                // (modeling_bart.py; measured on bart-base-3l under LoRA).
+                let post_ln_amp = amp && m.block == Block::PostLn;
+                let r = if post_ln_amp { 4 } else { lora::embedding_dtype(job).bytes() as u128 };
                 let p = lora::base_dtype(job).bytes() as u128;
                 let lin = if job.base.is_some_and(crate::peft::BaseWeights::is_bnb) { r.max(p) } else { e };
                 Bytes { amp, e, r, p, lora: Some(l), lin }
@@ -173,7 +177,7 @@ impl Bytes {
     }
 
     /// A norm over `width` elements of `input` bytes: (saved bytes per element, output bytes).
-    fn norm(&self, norm: Norm, input: u128) -> (u128, u128) {
+    pub(crate) fn norm(&self, norm: Norm, input: u128) -> (u128, u128) {
         let frozen = self.lora.is_some();
         match norm {
             // A frozen weight needs no gradient: `weight * normed` saves the weight, not `normed`;
@@ -398,19 +402,30 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
 /// add — and what the kernel saves for q, the output and logsumexp; per source token k_proj
 /// and v_proj each cast the (fp32 under autocast) encoder output to half, a copy each saves,
 /// and the kernel saves their outputs.
+///
+/// Under LoRA the frozen projections save no input; adapted ones their adapter's copies
+/// (`Bytes::inputs`), k/v's per source token.
 fn cross_attention(m: &Model, b: &Bytes, c: &mut LayerCoef, ln_stats: u128) {
     let h = m.hidden as u128;
     let (saved, out) = b.norm(m.norm, b.r);
     c.norms += match m.block {
-        Block::PostLn => b.linear_inputs(1, b.r) * h + saved * h + ln_stats,
-        _ => saved * h + ln_stats + b.linear_inputs(1, out) * h,
+        Block::PostLn => b.inputs(Slot::CrossIn, false, 1, b.r, h) + saved * h + ln_stats,
+        _ => saved * h + ln_stats + b.inputs(Slot::CrossIn, false, 1, out, h),
     };
     let q_saved = if b.amp { 2 } else { out };
     c.attention += q_saved * m.q_dim() as u128 + b.e * m.q_dim() as u128 + 4 * m.heads as u128;
     if m.hidden_dropout > 0.0 {
         c.attention += h;
     }
-    let copies = if b.amp && b.r == 4 { b.linear_inputs(2, b.r) * h } else { 0 };
+    if let Some(l) = b.lora {
+        c.attention += l.saved(l.count(Slot::CrossOut, false), m.q_dim() as u128);
+    }
+    // The encoder output reaches k_proj and v_proj in the residual dtype (fp32 under autocast).
+    let copies = match b.lora {
+        None if b.amp && b.r == 4 => b.linear_inputs(2, b.r) * h,
+        None => 0,
+        Some(_) => b.inputs(Slot::CrossMemory, false, 2, b.r, h),
+    };
     c.cross += copies + 2 * b.e * m.kv_dim() as u128;
 }
 

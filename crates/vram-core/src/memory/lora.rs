@@ -139,10 +139,10 @@ pub(crate) fn resolved(m: &Model, job: &Job) -> Option<Resolved> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LoraActs {
     /// Adapted modules per slot, in dense layers: attention input, MLA inner, attention
-    /// output, MLP input, MLP output.
-    pub dense: [u128; 5],
+    /// output, MLP input, MLP output, cross-attention query, key/value and output.
+    pub dense: [u128; 8],
     /// The same in MoE layers.
-    pub moe: [u128; 5],
+    pub moe: [u128; 8],
     /// Rank r.
     pub r: u128,
     /// Bytes per element of the input copy each adapted module saves: peft casts the input to
@@ -171,6 +171,9 @@ fn slot_index(s: Slot) -> Option<usize> {
         Slot::AttnOut => Some(2),
         Slot::MlpIn => Some(3),
         Slot::MlpOut => Some(4),
+        Slot::CrossIn => Some(5),
+        Slot::CrossMemory => Some(6),
+        Slot::CrossOut => Some(7),
         Slot::Experts | Slot::Router => None,
     }
 }

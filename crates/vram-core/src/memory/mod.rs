@@ -320,8 +320,10 @@ pub fn require_decoder(model: &Model, what: &str) -> Result<()> {
 /// sharding, fused cross-entropy and generation settings are refused, not estimated as a decoder.
 pub fn check_encoder(model: &Model, job: &Job) -> Result<()> {
     if model.seq2seq.is_some() {
-        let what = if job.lora.is_some() {
-            Some("LoRA/QLoRA")
+        let what = if job.base.is_some_and(crate::peft::BaseWeights::is_bnb) {
+            Some("QLoRA (a bitsandbytes base)")
+        } else if job.lora.as_ref().is_some_and(|l| l.method != crate::peft::Method::Lora || !l.modules_to_save.is_empty()) {
+            Some("DoRA and modules_to_save")
         } else if job.model_state_shards > 1 {
             Some("sharded training (ZeRO/FSDP)")
         } else if job.fused_cross_entropy {
@@ -339,7 +341,7 @@ pub fn check_encoder(model: &Model, job: &Job) -> Result<()> {
             Some(what) => Err(Error::InvalidValue {
                 what: "encoder-decoder job".into(),
                 value: what.into(),
-                hint: format!("vram estimates encoder-decoder models' (Whisper, BART, T5) full fine-tuning and a forward pass on one GPU; {what} is not modelled for encoder-decoder models yet"),
+                hint: format!("vram estimates encoder-decoder models' (Whisper, BART, T5) full fine-tuning, LoRA on a bf16/fp16/fp32 base and a forward pass on one GPU; {what} is not modelled for encoder-decoder models yet"),
             }),
             None => Ok(()),
         };

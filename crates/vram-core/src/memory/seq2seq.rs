@@ -32,13 +32,18 @@ const DEC_FWD: &str = "decoder forward (no grad)";
 
 /// Bytes the frontend saves per sample. Audio (Whisper): conv1's input (a half copy of the
 /// fp32 features under autocast), each GELU's input and conv2's input (the first GELU's
-/// output). Text: what the encoder saves outside its layers, [`text_outside`].
+/// output). Text: what the encoder saves outside its layers, [`text_outside`]. Under LoRA the
+/// frozen frontend has no gradient path (nothing before the first adapter requires grad): it
+/// saves nothing — unless checkpointing, for which `enable_input_require_grads` hooks every
+/// input embedding, WhisperEncoder's conv1 and the shared token embedding included
+/// (transformers modeling_utils.py; measured on whisper-small and bart-base-3l).
 fn frontend_saved(s: &Seq2Seq, job: &Job) -> u128 {
     let e = job.precision.compute_dtype().bytes() as u128;
     let amp = job.precision.is_mixed();
     let d = s.encoder.hidden as u128;
     let (frames, src) = (s.frames() as u128, s.source_tokens as u128);
     match s.frontend {
+        Frontend::Audio { .. } if frozen_inputs(job) => 0,
         Frontend::Audio { mel_bins } => {
             let copy = if amp { 2 * mel_bins as u128 * frames } else { 0 };
             copy + e * d * frames * 2 + e * d * src
@@ -53,32 +58,36 @@ fn frontend_saved(s: &Seq2Seq, job: &Job) -> u128 {
 /// the encoder's input_ids are the batch's); BART's `layernorm_embedding` saves its input
 /// (fp32 under autocast) and row statistics; T5's stacks end with a dropout after the final
 /// norm (a mask). An encoder's own final norm and embedding dropout are counted here too.
+/// Under LoRA the frozen embeddings are not recorded by autograd: only what follows the
+/// adapted layers (the final norm, T5's final dropout) saves.
 fn text_outside(m: &Model, job: &Job, encoder: bool) -> u128 {
-    let amp = job.precision.is_mixed();
-    let e = job.precision.compute_dtype().bytes() as u128;
-    let r = if amp { 4 } else { e };
+    let b = act::Bytes::of(m, job);
+    let lora = frozen_inputs(job);
     let h = m.hidden as u128;
     let dropout = if m.hidden_dropout > 0.0 { h } else { 0 };
-    let mut tok = if encoder { 0 } else { 8 };
-    if m.embedding_norm {
+    let mut tok = if encoder || lora { 0 } else { 8 };
+    if m.embedding_norm && !lora {
         // BartLearnedPositionalEmbedding's position ids [batch, seq] (the encoder's; the
         // decoder's are [1, seq]), then the LayerNorm over the fp32 sum.
-        tok += if encoder { 8 } else { 0 } + r * h + 8;
+        tok += if encoder { 8 } else { 0 } + b.norm(m.norm, b.r).0 * h + 8;
     }
     if m.relative_buckets > 0 {
         tok += dropout;
     }
     if encoder {
-        tok += dropout;
+        tok += if lora { 0 } else { dropout };
         if m.final_norm {
-            // T5LayerNorm: the fp32 input (pow) and normalised copy (weight multiply), rsqrt per row.
-            tok += match m.norm {
-                Norm::LayerNorm { .. } => r * h + 8,
-                _ => 4 + h * if amp || e == 4 { 8 } else { 4 + 2 * e },
-            };
+            // T5LayerNorm's saved tensors (activations.rs Bytes::norm), its rsqrt per row.
+            let stats = if matches!(m.norm, Norm::LayerNorm { .. }) { 8 } else { 4 };
+            tok += b.norm(m.norm, b.r).0 * h + stats;
         }
     }
     tok
+}
+
+/// Whether the embeddings' outputs do not require grad: a LoRA job without checkpointing.
+fn frozen_inputs(job: &Job) -> bool {
+    job.lora.is_some() && job.checkpointing == crate::job::Checkpointing::None
 }
 
 /// T5's relative position bias as the layers keep it, (encoder, decoder). Each stack's first
@@ -94,10 +103,16 @@ fn relative_bias(m: &Model, s: &Seq2Seq, job: &Job) -> (u128, u128) {
         return (0, 0);
     }
     let (src, tgt) = (s.source_tokens as u128, job.seq as u128);
-    let p = job.precision.param_dtype().bytes() as u128;
+    // The bias table's dtype: the parameters' (a LoRA base's), whose per-layer copies need no
+    // autocast cast when already half.
+    let p = match job.lora {
+        Some(_) => super::lora::base_dtype(job).bytes() as u128,
+        None => job.precision.param_dtype().bytes() as u128,
+    };
     let e = job.precision.compute_dtype().bytes() as u128;
     let per_layer = match job.checkpointing {
-        crate::job::Checkpointing::None => if job.precision.is_mixed() { e } else { p },
+        crate::job::Checkpointing::None if job.precision.is_mixed() => e,
+        crate::job::Checkpointing::None => p,
         _ => 0,
     };
     let (enc, dec) = (s.encoder.heads as u128 * src * src, m.heads as u128 * tgt * tgt);
@@ -115,6 +130,57 @@ fn encoder_input(s: &Seq2Seq, batch: u128) -> (&'static str, u128, &'static str)
     }
 }
 
+/// The encoder's model states: its parameters (with Whisper's convs), optimizer states,
+/// gradients, autocast weight copies and step temporaries.
+struct EncoderStates {
+    params: u128,
+    params_detail: String,
+    states: u128,
+    states_detail: String,
+    grads: u128,
+    casts: u128,
+    step_tmp: u128,
+}
+
+fn encoder_states(s: &Seq2Seq, job: &Job, ej: &Job) -> EncoderStates {
+    let enc = &s.encoder;
+    let h = enc.hidden as u128;
+    let enc_params = s.encoder_parameters() as u128;
+    let conv = enc_params - enc.parameters() as u128;
+    if job.lora.is_some() {
+        // LoRA: the frozen base in its dtype (the convs too), the adapters of the encoder's
+        // targets trained (lora.rs model_states on the encoder stack).
+        let ms = super::lora::model_states(enc, ej, &act::Bytes::of(enc, ej));
+        let base = super::lora::base_dtype(job).bytes() as u128;
+        return EncoderStates {
+            params: ms.weights + ms.adapters + conv * base,
+            params_detail: format!("{enc_params} frozen parameters × {base} B, and the adapters"),
+            states: ms.states,
+            states_detail: format!("{} states of the encoder's adapters", job.optimizer.name()),
+            grads: ms.grads,
+            casts: ms.casts,
+            step_tmp: 0,
+        };
+    }
+    let p = job.precision.param_dtype().bytes() as u128;
+    // WhisperEncoder.embed_positions is frozen (requires_grad_(False)): no gradient, no states.
+    // BART's learned positions train; T5 has none.
+    let positions = if s.text() { 0 } else { enc.position_embeddings as u128 * h };
+    let trainable = enc_params - positions;
+    let (state_pp, tmp_pp) = optimizer::per_parameter(enc, job);
+    let matrices: u128 = enc.tensors().iter().filter(|t| t.role == Role::Linear).map(|t| t.numel as u128 * t.count as u128).sum();
+    let frozen = if positions > 0 { " (positions frozen)" } else { "" };
+    EncoderStates {
+        params: enc_params * p,
+        params_detail: format!("{enc_params} parameters × {p} B"),
+        states: if optimizer::paged(job) { 0 } else { trainable * state_pp },
+        states_detail: format!("{} states of {trainable} trainable encoder parameters{frozen}", job.optimizer.name()),
+        grads: trainable * p,
+        casts: if job.precision.is_mixed() { 2 * (matrices + conv) } else { 0 },
+        step_tmp: trainable * tmp_pp,
+    }
+}
+
 pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<String>) {
     let s = m.seq2seq.as_ref().expect("an encoder-decoder model");
     let enc = &s.encoder;
@@ -123,7 +189,7 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
     let (input_name, features, input_what) = encoder_input(s, batch);
     // Whisper's encoder takes fixed-length audio: no padding mask reaches it; a padded text
     // batch masks the source as it masks the target.
-    let ej = Job { batch: job.batch, seq: s.source_tokens, lora: None, base: None, padded: job.padded && s.text(), ..job.clone() };
+    let ej = Job { batch: job.batch, seq: s.source_tokens, padded: job.padded && s.text(), ..job.clone() };
     let notes_head = match s.frontend {
         Frontend::Audio { .. } => format!(
             "encoder-decoder: the encoder runs {} positions per sample ({} mel frames), the decoder {} tokens; every decoder layer's cross-attention keeps K and V of all {} encoder positions",
@@ -142,24 +208,16 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
     }
     let (mut phases, kernel, mut notes) = train::phases(m, job);
     notes.insert(0, notes_head);
-    let p = job.precision.param_dtype().bytes() as u128;
     let e = job.precision.compute_dtype().bytes() as u128;
-    let amp = job.precision.is_mixed();
     let h = enc.hidden as u128;
-    let enc_params = s.encoder_parameters() as u128;
-    // WhisperEncoder.embed_positions is frozen (requires_grad_(False)): no gradient, no states.
-    // BART's learned positions train; T5 has none.
-    let positions = if s.text() { 0 } else { enc.position_embeddings as u128 * h };
-    let trainable = enc_params - positions;
-    let (state_pp, tmp_pp) = optimizer::per_parameter(enc, job);
-    let states = if optimizer::paged(job) { 0 } else { trainable * state_pp };
-    let conv = enc_params - enc.parameters() as u128;
-    let matrices: u128 = enc.tensors().iter().filter(|t| t.role == Role::Linear).map(|t| t.numel as u128 * t.count as u128).sum();
-    let casts = if amp { 2 * (matrices + conv) } else { 0 };
+    let st = encoder_states(s, job, &ej);
     let profile: ActivationProfile = train::activation_profile(enc, &ej);
     // The encoder output (its final norm's, fp32 under autocast) stays referenced by the model
     // output while the decoder runs.
-    let out = src_t * h * if amp { 4 } else { e };
+    // The encoder output: its final norm's (LayerNorm: fp32 under autocast), else the residual.
+    let b_enc = act::Bytes::of(enc, &ej);
+    let r = if enc.final_norm { b_enc.norm(enc.norm, b_enc.r).1 } else { b_enc.r };
+    let out = src_t * h * r;
     // A text encoder's outside-the-layers terms are its own (text_outside), not a decoder's.
     let layers_saved = if s.text() { profile.saved - profile.outside } else { profile.saved };
     let saved = layers_saved + batch * frontend_saved(s, job) + out;
@@ -169,20 +227,19 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
     // padded_mask).
     let cross_masks = if act::padded_mask(job) && s.text() { m.layers as u128 * job.seq as u128 * src_t * e } else { 0 };
     let (enc_bias, dec_bias) = relative_bias(m, s, job);
-    let frozen = if positions > 0 { " (positions frozen)" } else { "" };
     for ph in &mut phases {
-        ph.add(ENC, enc_params * p, format!("{enc_params} parameters × {p} B"));
-        ph.add(ENC_STATES, states, format!("{} states of {trainable} trainable encoder parameters{frozen}", job.optimizer.name()));
+        ph.add(ENC, st.params, st.params_detail.clone());
+        ph.add(ENC_STATES, st.states, st.states_detail.clone());
         ph.add(input_name, features, input_what);
         match ph.phase {
             Phase::BackwardEnd | Phase::OptimizerStep => {
-                ph.add(ENC_GRADS, trainable * p, format!("{trainable} gradients × {p} B"));
+                ph.add(ENC_GRADS, st.grads, "gradients of the encoder's trainable parameters");
                 if ph.phase == Phase::OptimizerStep {
-                    ph.add(train::OPT_TMP, trainable * tmp_pp, "step temporaries of the encoder parameters");
+                    ph.add(train::OPT_TMP, st.step_tmp, "step temporaries of the encoder parameters");
                 }
             }
             _ => {
-                ph.add(ENC_CASTS, casts, "half copies of the encoder's matmul and conv weights");
+                ph.add(ENC_CASTS, st.casts, "half copies of the encoder's matmul and conv weights");
                 ph.add(ENC_ACTS, saved, format!("{src_t} encoder positions: frontend, {} layers, the output", enc.layers));
                 ph.add(DEC_EMB, dec_emb, "decoder input ids from the shifted labels, BART's embedding LayerNorm, T5's final dropout");
                 ph.add(CROSS_MASKS, cross_masks, "padded source: each cross-attention layer's float mask");
@@ -191,29 +248,35 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
         }
     }
     // After the decoder's backward: every decoder gradient, the encoder output's gradient summed
-    // over the decoder layers (fp32), then one encoder layer's backward.
+    // over the decoder layers, then one encoder layer's backward.
     let first = phases.first().cloned().unwrap_or_else(|| Breakdown::new(Phase::Backward));
-    let dec_params: u128 = m.tensors().iter().map(|t| t.numel as u128 * t.count as u128).sum();
+    let end = phases.iter().find(|ph| ph.phase == Phase::BackwardEnd).cloned().unwrap_or_else(|| first.clone());
     let mut b = Breakdown::new(Phase::Backward);
-    b.add(train::PARAMS, first.get(train::PARAMS), "decoder");
-    b.add(train::STATES, first.get(train::STATES), "decoder");
-    b.add(train::GRADS, dec_params * p, "decoder gradients");
-    b.add(ENC, enc_params * p, "encoder");
-    b.add(ENC_STATES, states, "encoder");
+    for name in [train::PARAMS, train::ADAPTERS, train::STATES] {
+        b.add(name, first.get(name), "decoder");
+    }
+    b.add(train::GRADS, end.get(train::GRADS), "decoder gradients");
+    b.add(ENC, st.params, "encoder");
+    b.add(ENC_STATES, st.states, "encoder");
     b.add(input_name, features, input_what);
-    b.add(ENC_CASTS, casts, "half copies of the encoder's weights");
+    b.add(ENC_CASTS, st.casts, "half copies of the encoder's weights");
     b.add(ENC_ACTS, saved, "the encoder's saved activations and output");
     b.add(BIAS, enc_bias, "the encoder's relative position bias");
     // The decoder's token embedding backward, when the embedding also serves as the LM head
     // (tied) or the encoder's input (shared): the gradient already accumulated, the embedding's
     // own dense gradient and their sum (torch autograd accumulates into a new tensor).
-    let shared = m.tied_embeddings || s.text();
+    // A frozen embedding (LoRA) has no gradient.
+    let shared = (m.tied_embeddings || s.text()) && job.lora.is_none();
     if shared {
+        let p = job.precision.param_dtype().bytes() as u128;
         let mut emb = b.clone();
         emb.add(EMB_BWD, 2 * m.vocab as u128 * m.embed_dim as u128 * p, "the token embedding's gradient and its accumulation");
         phases.push(emb);
     }
-    b.add(ENC_BWD, profile.backward_transient + src_t * h * 4, "the encoder output's gradient and one encoder layer's backward");
+    // The encoder output's gradient: fp32 summed over the decoder layers under autocast of an
+    // fp32 model, the residual dtype otherwise.
+    let grad_out = if job.lora.is_none() { 4 } else { r };
+    b.add(ENC_BWD, profile.backward_transient + src_t * h * grad_out, "the encoder output's gradient and one encoder layer's backward");
     phases.push(b);
     (phases, kernel, notes)
 }

@@ -78,7 +78,7 @@ fn family_line(model: &Model, job: &Job) -> String {
 /// The adapters of a LoRA job on a second line: method, rank, what is adapted, what trains.
 fn peft_line(model: &Model, job: &Job) -> String {
     let Some(l) = &job.lora else { return String::new() };
-    let Ok(r) = vram_core::peft::resolve(model, l) else { return String::new() };
+    let Ok(r) = vram_core::peft::resolve_model(model, l) else { return String::new() };
     let mut names: Vec<&str> = r.adapted.iter().map(|a| a.name.as_str()).collect();
     names.sort_unstable();
     names.dedup();
