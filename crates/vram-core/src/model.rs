@@ -877,7 +877,14 @@ impl Model {
         }
         if self.relative_buckets > 0 {
             // T5Attention.relative_attention_bias, first layer only (shared by the others).
-            v.push(TensorGroup::matrix("block.0.relative_attention_bias.weight".into(), 1, self.relative_buckets, self.heads, 1, Role::Position));
+            v.push(TensorGroup::matrix(
+                "block.0.relative_attention_bias.weight".into(),
+                1,
+                self.relative_buckets,
+                self.heads,
+                1,
+                Role::Position,
+            ));
         }
         if self.embed_dim != h {
             // OPT with word_embed_proj_dim != hidden_size: project_in / project_out, no bias.

@@ -82,15 +82,8 @@ pub(super) fn parse(c: &Cfg, name: &str, model_type: &str) -> Result<Model> {
     encoder.use_cache = false;
     encoder.model_type = format!("{model_type}_encoder");
     super::validate(&encoder, c.file)?;
-    let mut m = stack(
-        c,
-        name,
-        pre_ln,
-        d,
-        key(c, "decoder_layers", 12)?,
-        key(c, "decoder_attention_heads", 16)?,
-        key(c, "decoder_ffn_dim", 4096)?,
-    )?;
+    let mut m =
+        stack(c, name, pre_ln, d, key(c, "decoder_layers", 12)?, key(c, "decoder_attention_heads", 16)?, key(c, "decoder_ffn_dim", 4096)?)?;
     m.vocab = key(c, "vocab_size", if pre_ln { 250027 } else { 50265 })?;
     m.tied_embeddings = c.bool("tie_word_embeddings", true)?;
     m.cross_attention = true;

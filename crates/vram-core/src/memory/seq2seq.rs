@@ -285,7 +285,13 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
 /// Seq2SeqTrainer without generation): weights, the features, then the wider of the encoder's
 /// forward and the decoder's, which holds the encoder output, the self- and cross-attention
 /// caches, and the logits of every decoder position with the loss's log_softmax of them.
-fn inference(m: &Model, s: &Seq2Seq, job: &Job, input: (&'static str, u128, &str), note: String) -> (Vec<Breakdown>, act::Kernel, Vec<String>) {
+fn inference(
+    m: &Model,
+    s: &Seq2Seq,
+    job: &Job,
+    input: (&'static str, u128, &str),
+    note: String,
+) -> (Vec<Breakdown>, act::Kernel, Vec<String>) {
     let (kernel, kernel_note) = act::choose_kernel(m, job);
     let e: u128 = if job.precision == crate::job::Precision::Fp32 { 4 } else { 2 };
     let enc = &s.encoder;

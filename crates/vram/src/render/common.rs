@@ -69,7 +69,9 @@ fn family_line(model: &Model, job: &Job) -> String {
             vram_core::Frontend::Audio { .. } => {
                 format!("\nencoder: {} positions from {} mel frames · decoder: {} label tokens", s.source_tokens, s.frames(), job.seq)
             }
-            vram_core::Frontend::Text => format!("\nencoder: {} source tokens (--source-len) · decoder: {} target tokens (--seq-len)", s.source_tokens, job.seq),
+            vram_core::Frontend::Text => {
+                format!("\nencoder: {} source tokens (--source-len) · decoder: {} target tokens (--seq-len)", s.source_tokens, job.seq)
+            }
         };
     }
     String::new()
