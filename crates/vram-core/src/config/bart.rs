@@ -5,9 +5,9 @@
 //! every decoder layer adds cross-attention; the LM head is tied to the shared embedding
 //! (`final_logits_bias` is a buffer, not a parameter).
 
-use super::keys::{base, Cfg};
-use crate::error::{Error, Result};
-use crate::model::{Act, Attention, Block, Frontend, Mlp, Model, Norm, QkNorm, Seq2Seq};
+use super::keys::{encdec_stack, require_head, Cfg};
+use crate::error::Result;
+use crate::model::{Block, Frontend, Model, Seq2Seq};
 
 /// BartConfig's defaults (bart-large's shape), for keys a config leaves out. BartConfig's
 /// `attribute_map` aliases `hidden_size`, `num_attention_heads` and `num_hidden_layers` to the
@@ -24,30 +24,15 @@ fn key(c: &Cfg, k: &str, default: u64) -> Result<u64> {
     Ok(c.opt(&[alias.unwrap_or(k), k])?.unwrap_or(default))
 }
 
-/// One stack: q/k/v/o and fc1/fc2 with biases, LayerNorm with bias, a plain MLP.
+/// One stack (keys.rs `encdec_stack`) with BART's learned positions and embedding LayerNorm.
 fn stack(c: &Cfg, name: &str, pre_ln: bool, d: u64, layers: u64, heads: u64, ffn: u64) -> Result<Model> {
-    let mut m = base(name);
-    m.hidden = d;
-    m.embed_dim = d;
-    m.layers = layers;
-    m.heads = heads;
-    m.kv_heads = heads;
-    m.head_dim = d.checked_div(heads).unwrap_or(0);
-    m.intermediate = ffn;
+    let mut m = encdec_stack(c, name, d, layers, heads, ffn)?;
     // BartLearnedPositionalEmbedding(max_position_embeddings, d): num_embeddings + 2 rows.
     m.position_embeddings = key(c, "max_position_embeddings", 1024)?.saturating_add(2);
-    m.norm = Norm::LayerNorm { bias: true };
     m.block = if pre_ln { Block::Sequential } else { Block::PostLn };
-    m.attention =
-        Attention { qkv_bias: true, o_bias: true, fused_qkv: false, qk_norm: QkNorm::None, mla: None, softcap: false, sinks: false };
-    m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["activation_function"], Act::Gelu), bias: true };
     // mBART ends each stack with a LayerNorm (`layer_norm`); BART has none.
     m.final_norm = pre_ln;
     m.embedding_norm = true;
-    m.tied_embeddings = true;
-    m.hidden_dropout = c.dropout(&["dropout"])?;
-    m.attention_dropout = c.dropout(&["attention_dropout"])?;
-    m.mlp_dropout = c.dropout(&["activation_dropout"])? > 0.0;
     Ok(m)
 }
 
@@ -56,18 +41,12 @@ fn stack(c: &Cfg, name: &str, pre_ln: bool, d: u64, layers: u64, heads: u64, ffn
 const HEADS: &[&str] = &["BartForConditionalGeneration", "BartModel", "MBartForConditionalGeneration", "MBartModel"];
 
 pub(super) fn parse(c: &Cfg, name: &str, model_type: &str) -> Result<Model> {
-    // A checkpoint may list several heads (facebook/bart-large: the bare model, generation
-    // and classification); refused only when none is one vram models.
-    if let Some(serde_json::Value::Array(a)) = c.get("architectures") {
-        let mut names = a.iter().filter_map(serde_json::Value::as_str);
-        if let Some(arch) = names.clone().find(|a| !HEADS.contains(a)).filter(|_| !names.any(|a| HEADS.contains(&a))) {
-            return Err(Error::InvalidValue {
-                what: format!("{model_type} head"),
-                value: arch.into(),
-                hint: "vram models BART/mBART for conditional generation (summarization, translation fine-tuning); classification and question-answering heads are not modelled yet".into(),
-            });
-        }
-    }
+    require_head(
+        c,
+        model_type,
+        HEADS,
+        "vram models BART/mBART for conditional generation (summarization, translation fine-tuning); classification and question-answering heads are not modelled yet",
+    )?;
     let pre_ln = model_type == "mbart";
     let d = key(c, "d_model", 1024)?;
     let mut encoder = stack(

@@ -182,3 +182,41 @@ pub(super) fn core_dims(c: &Cfg, name: &str, hidden: &[&str], layers: &[&str], h
     m.head_dim = m.hidden.checked_div(m.heads).unwrap_or(0);
     Ok(m)
 }
+
+/// A stack of an encoder-decoder in the BART/Whisper style (modeling_bart.py, modeling_whisper.py):
+/// multi-head attention with biased q/k/v/o, LayerNorm with bias, a plain biased MLP (fc1, the
+/// config's `activation_function`, fc2), dropout from `dropout`, `attention_dropout` and
+/// `activation_dropout`. Callers set positions, the block order and the final norm.
+pub(super) fn encdec_stack(c: &Cfg, name: &str, d: u64, layers: u64, heads: u64, ffn: u64) -> Result<Model> {
+    let mut m = base(name);
+    m.hidden = d;
+    m.embed_dim = d;
+    m.layers = layers;
+    m.heads = heads;
+    m.kv_heads = heads;
+    m.head_dim = d.checked_div(heads).unwrap_or(0);
+    m.intermediate = ffn;
+    m.norm = Norm::LayerNorm { bias: true };
+    m.attention =
+        Attention { qkv_bias: true, o_bias: true, fused_qkv: false, qk_norm: QkNorm::None, mla: None, softcap: false, sinks: false };
+    m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["activation_function"], Act::Gelu), bias: true };
+    m.tied_embeddings = true;
+    m.hidden_dropout = c.dropout(&["dropout"])?;
+    m.attention_dropout = c.dropout(&["attention_dropout"])?;
+    m.mlp_dropout = c.dropout(&["activation_dropout"])? > 0.0;
+    Ok(m)
+}
+
+/// An encoder-decoder's `architectures` must name a head vram models (`heads`); a checkpoint may
+/// list several (facebook/bart-large: the bare model, generation and classification), and is
+/// refused only when none is one of them.
+pub(super) fn require_head(c: &Cfg, model_type: &str, heads: &[&str], hint: &str) -> Result<()> {
+    let Some(Value::Array(a)) = c.get("architectures") else { return Ok(()) };
+    let names: Vec<&str> = a.iter().filter_map(Value::as_str).collect();
+    match names.iter().find(|n| !heads.contains(n)) {
+        Some(arch) if !names.iter().any(|n| heads.contains(n)) => {
+            Err(Error::InvalidValue { what: format!("{model_type} head"), value: (*arch).into(), hint: hint.into() })
+        }
+        _ => Ok(()),
+    }
+}

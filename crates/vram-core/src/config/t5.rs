@@ -9,8 +9,8 @@
 //! `self.tie_word_embeddings = True`, the flag only deciding whether decoder outputs are
 //! scaled); vram follows transformers 5 and says so.
 
-use super::keys::{act_from_name, base, Cfg};
-use crate::error::{Error, Result};
+use super::keys::{act_from_name, base, require_head, Cfg};
+use crate::error::Result;
 use crate::model::{Attention, Block, Frontend, Mlp, Model, Norm, QkNorm, Seq2Seq};
 
 /// T5Config's defaults (t5-small's shape; MT5Config: mt5-small's), for keys a config leaves out.
@@ -86,18 +86,12 @@ fn stack(c: &Cfg, name: &str, d: &Defaults, layers: u64) -> Result<Model> {
 const HEADS: &[&str] = &["T5ForConditionalGeneration", "T5WithLMHeadModel", "MT5ForConditionalGeneration"];
 
 pub(super) fn parse(c: &Cfg, name: &str, model_type: &str) -> Result<Model> {
-    // A checkpoint may list several heads (facebook/bart-large: the bare model, generation
-    // and classification); refused only when none is one vram models.
-    if let Some(serde_json::Value::Array(a)) = c.get("architectures") {
-        let mut names = a.iter().filter_map(serde_json::Value::as_str);
-        if let Some(arch) = names.clone().find(|a| !HEADS.contains(a)).filter(|_| !names.any(|a| HEADS.contains(&a))) {
-            return Err(Error::InvalidValue {
-                what: format!("{model_type} head"),
-                value: arch.into(),
-                hint: "vram models T5/mT5 for conditional generation (seq2seq fine-tuning); T5EncoderModel and classification heads are not modelled yet".into(),
-            });
-        }
-    }
+    require_head(
+        c,
+        model_type,
+        HEADS,
+        "vram models T5/mT5 for conditional generation (seq2seq fine-tuning); T5EncoderModel and classification heads are not modelled yet",
+    )?;
     let d = if model_type == "mt5" { &MT5 } else { &T5 };
     let layers = c.opt(&["num_hidden_layers", "num_layers"])?.unwrap_or(d.layers);
     let mut encoder = stack(c, &format!("{name} (encoder)"), d, layers)?;

@@ -3,51 +3,33 @@
 //! whose layers add cross-attention over the encoder output; the output projection is tied to
 //! the decoder's token embedding.
 
-use super::keys::{base, Cfg};
-use crate::error::{Error, Result};
-use crate::model::{Act, Attention, Block, Frontend, Mlp, Model, Norm, QkNorm, Seq2Seq};
+use super::keys::{encdec_stack, require_head, Cfg};
+use crate::error::Result;
+use crate::model::{Block, Frontend, Model, Seq2Seq};
 
 /// WhisperConfig's defaults (whisper-tiny's shape), for keys a config leaves out.
 fn key(c: &Cfg, k: &str, default: u64) -> Result<u64> {
     Ok(c.opt(&[k])?.unwrap_or(default))
 }
 
-/// One pre-LN stack of Whisper (`WhisperEncoderLayer` / `WhisperDecoderLayer`): LayerNorm with
-/// bias, q/v/o with bias and k without, a plain MLP (fc1, activation, fc2) with biases.
+/// One pre-LN stack of Whisper (`WhisperEncoderLayer` / `WhisperDecoderLayer`, keys.rs
+/// `encdec_stack`): k_proj has no bias, positions are learned, a final LayerNorm.
 fn stack(c: &Cfg, name: &str, d: u64, layers: u64, heads: u64, ffn: u64, positions: u64) -> Result<Model> {
-    let mut m = base(name);
-    m.hidden = d;
-    m.embed_dim = d;
-    m.layers = layers;
-    m.heads = heads;
-    m.kv_heads = heads;
-    m.head_dim = d.checked_div(heads).unwrap_or(0);
-    m.intermediate = ffn;
+    let mut m = encdec_stack(c, name, d, layers, heads, ffn)?;
     m.position_embeddings = positions;
-    m.norm = Norm::LayerNorm { bias: true };
     m.block = Block::Sequential;
-    m.attention =
-        Attention { qkv_bias: true, o_bias: true, fused_qkv: false, qk_norm: QkNorm::None, mla: None, softcap: false, sinks: false };
     m.k_bias = false;
-    m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["activation_function"], Act::Gelu), bias: true };
     m.final_norm = true;
-    m.tied_embeddings = true;
-    m.hidden_dropout = c.dropout(&["dropout"])?;
-    m.attention_dropout = c.dropout(&["attention_dropout"])?;
-    m.mlp_dropout = c.dropout(&["activation_dropout"])? > 0.0;
     Ok(m)
 }
 
 pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
-    if let Some(serde_json::Value::Array(a)) = c.get("architectures") {
-        if let Some(arch) = a.iter().filter_map(serde_json::Value::as_str).find(|a| *a != "WhisperForConditionalGeneration") {
-            return Err(Error::InvalidValue {
-                what: "Whisper head".into(),
-                value: arch.into(),
-                hint: "vram models WhisperForConditionalGeneration (speech recognition and translation fine-tuning); audio classification heads are not modelled yet".into(),
-            });
-        }
-    }
+    require_head(
+        c,
+        "whisper",
+        &["WhisperForConditionalGeneration"],
+        "vram models WhisperForConditionalGeneration (speech recognition and translation fine-tuning); audio classification heads are not modelled yet",
+    )?;
     let d = key(c, "d_model", 384)?;
     let mut encoder = stack(
         c,
