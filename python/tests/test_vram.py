@@ -130,6 +130,17 @@ class EstimateMatchesTheCli(unittest.TestCase):
         with self.assertRaises(vram.VramError):
             vram.estimate(vit, seq_len=512)  # the image size decides a vision encoder's sequence
 
+    def test_encoder_decoder_source_len_keyword(self):
+        # A text encoder-decoder: source_len sizes the encoder, seq_len the target; the CLI agrees.
+        t5 = os.path.join(REPO, "validation/configs/encdec/t5-small.json")
+        long = vram.estimate(t5, source_len=1024, seq_len=128, batch_size=8)
+        short = vram.estimate(t5, source_len=256, seq_len=128, batch_size=8)
+        self.assertGreater(long.total, short.total)
+        cli = cli_json("estimate", "--model", t5, "--source-len", "1024", "--seq-len", "128", "-b", "8")
+        self.assertEqual(long.total, cli["total_bytes"])
+        with self.assertRaises(vram.VramError):
+            vram.estimate(os.path.join(REPO, "validation/configs/encdec/whisper-small.json"), source_len=512)
+
     def test_fit_plan_serve(self):
         f = vram.fit("qwen2.5-1.5b", gpu="h20", seq_len=4096, precision="fp16-mixed", target_utilization=0.9)
         cli = cli_json("fit", "--model", "qwen2.5-1.5b", "--gpu", "h20", "--seq-len", "4096", "--precision", "fp16-mixed", "--target-utilization", "0.9")
