@@ -6,7 +6,7 @@
 //! (`final_logits_bias` is a buffer, not a parameter).
 
 use super::keys::{encdec_stack, require_head, Cfg};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::model::{Block, Frontend, Model, Seq2Seq};
 
 /// BartConfig's defaults (bart-large's shape), for keys a config leaves out. BartConfig's
@@ -64,7 +64,16 @@ pub(super) fn parse(c: &Cfg, name: &str, model_type: &str) -> Result<Model> {
     let mut m =
         stack(c, name, pre_ln, d, key(c, "decoder_layers", 12)?, key(c, "decoder_attention_heads", 16)?, key(c, "decoder_ffn_dim", 4096)?)?;
     m.vocab = key(c, "vocab_size", if pre_ln { 250027 } else { 50265 })?;
-    m.tied_embeddings = c.bool("tie_word_embeddings", true)?;
+    if !c.bool("tie_word_embeddings", true)? {
+        // transformers 5 then unties all four: `shared`, both stacks' embed_tokens and lm_head
+        // (measured: an mBART config with tie_word_embeddings false has 2 × vocab × d_model
+        // more parameters than shared + lm_head); not modelled yet.
+        return Err(Error::InvalidValue {
+            what: format!("{model_type} tie_word_embeddings"),
+            value: "false".into(),
+            hint: "vram models BART/mBART with the shared embedding tied to both stacks and the LM head (the released checkpoints); untied embeddings are not modelled yet".into(),
+        });
+    }
     m.cross_attention = true;
     let source_tokens = key(c, "max_position_embeddings", 1024)?;
     m.seq2seq = Some(Box::new(Seq2Seq { encoder, source_tokens, frontend: Frontend::Text, labels_disable_cache: true }));

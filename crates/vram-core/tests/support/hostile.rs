@@ -246,6 +246,7 @@ pub fn config_cases() -> Vec<Case> {
         case("a T5 with a three-part feed_forward_proj", br#"{"model_type":"t5","feed_forward_proj":"gated-gelu-new"}"#.to_vec(), "feed_forward_proj"),
         case("a T5 with 10^12 position buckets", br#"{"model_type":"t5","relative_attention_num_buckets":1000000000000}"#.to_vec(), "relative_attention_num_buckets"),
         case("a BART with a billion encoder layers", br#"{"model_type":"bart","encoder_layers":1000000000}"#.to_vec(), "num_hidden_layers"),
+        case("a BART with untied embeddings", br#"{"model_type":"mbart","tie_word_embeddings":false}"#.to_vec(), "tie_word_embeddings"),
         case("a BART summarization classifier", br#"{"model_type":"bart","architectures":["BartForSequenceClassification"]}"#.to_vec(), "BartForSequenceClassification"),
         case("a LLaVA without a vision config", br#"{"model_type":"llava","text_config":{"model_type":"llama"}}"#.to_vec(), "vision_config"),
     ]
