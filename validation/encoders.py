@@ -72,8 +72,8 @@ import harness  # noqa: E402  (registers the CUDA SDPA, dropout and autocast emu
 from harness import DTYPES, KERNELS, Tracker, result, run_resumable  # noqa: E402
 
 TASK_CLASS = {"mlm": "AutoModelForMaskedLM", "classification": "AutoModelForSequenceClassification",
-              "embedding": "AutoModel"}
-TOKEN_TYPE_MODELS = ("bert", "deberta-v2")  # tokenizers that return token_type_ids
+              "embedding": "AutoModel", "pretraining": "ElectraForPreTraining"}
+TOKEN_TYPE_MODELS = ("bert", "deberta-v2", "electra")  # tokenizers that return token_type_ids
 MNRL_SCALE = 20.0  # sentence_transformers MultipleNegativesRankingLoss default scale
 
 _orig_ignore_bidir = _masking._ignore_bidirectional_mask_sdpa
@@ -122,6 +122,9 @@ def make_batch(cfg, task, batch, seq, mask):
         inputs["labels"] = torch.where(torch.rand(batch, seq) < 0.15, ids, -100)
     elif task == "classification":
         inputs["labels"] = torch.randint(0, cfg.num_labels, (batch,))
+    elif task == "pretraining":
+        # ELECTRA's discriminator: one 0/1 label per token (replaced or original)
+        inputs["labels"] = torch.randint(0, 2, (batch, seq))
     return inputs
 
 
@@ -248,6 +251,12 @@ DEVELOPMENT = ["bert-base-uncased", "roberta-base"]
 HELD_OUT = ["bert-large-uncased", "xlm-roberta-base", "all-minilm-l6-v2", "bge-small-en-v1.5", "roberta-large"]
 SENTIMENT = "bert-base-multilingual-uncased-sentiment"
 NOT_MODELLED = ["deberta-v3-base"]
+# Families added after BERT (issue 15): a development model each, the rest held out; a smaller
+# matrix per model (SMALL_MATRIX).
+FAMILY_DEVELOPMENT = ["distilbert-base-uncased", "electra-small-discriminator"]
+FAMILY_HELD_OUT = ["distilbert-base-multilingual-cased-sentiments-student", "electra-base-discriminator",
+                   "electra-base-generator"]
+ELECTRA_DISCRIMINATORS = ["electra-small-discriminator", "electra-base-discriminator"]
 
 
 def attention_for(model):
@@ -295,14 +304,37 @@ def points():
     train_pt(SENTIMENT, "classification", "bf16-mixed", 32, 256, mask="padding")
     train_pt(SENTIMENT, "classification", "fp32", 16, 128)
     infer_pt(SENTIMENT, "classification", "bf16", 64, 256)
+    for m in FAMILY_DEVELOPMENT + FAMILY_HELD_OUT:
+        small_matrix(m, train_pt, infer_pt)
+    for m in ELECTRA_DISCRIMINATORS:
+        # ElectraForPreTraining with an attention mask indexes the logits by it (a data-dependent
+        # shape FakeTensorMode cannot run): unpadded batches only.
+        train_pt(m, "pretraining", "bf16-mixed", 16, 512)
+        train_pt(m, "pretraining", "fp32", 8, 128)
+        train_pt(m, "pretraining", "bf16-mixed", 8, 512, checkpointing=True)
+        infer_pt(m, "pretraining", "bf16", 32, 512)
     for m in NOT_MODELLED:
         train_pt(m, "mlm", "bf16-mixed", 8, 512)
         train_pt(m, "classification", "bf16-mixed", 32, 256)
         infer_pt(m, "mlm", "bf16", 32, 512)
     for p in out:
-        p["set"] = "development" if p["model"] in DEVELOPMENT else "held-out"
+        p["set"] = "development" if p["model"] in DEVELOPMENT + FAMILY_DEVELOPMENT else "held-out"
         p["id"] = "|".join(f"{k}={p[k]}" for k in sorted(p) if k != "set")
     return out
+
+
+def small_matrix(m, train_pt, infer_pt):
+    """Nine points per model: MLM in fp32, bf16-mixed, checkpointed and padded; classification in
+    bf16-mixed and fp32; sentence embedding; inference of both heads."""
+    train_pt(m, "mlm", "fp32", 8, 128)
+    train_pt(m, "mlm", "bf16-mixed", 16, 512)
+    train_pt(m, "mlm", "bf16-mixed", 8, 512, checkpointing=True)
+    train_pt(m, "mlm", "bf16-mixed", 8, 512, mask="padding")
+    train_pt(m, "classification", "bf16-mixed", 32, 256)
+    train_pt(m, "classification", "fp32", 16, 128)
+    train_pt(m, "embedding", "bf16-mixed", 64, 128)
+    infer_pt(m, "mlm", "bf16", 32, 512)
+    infer_pt(m, "classification", "fp32", 32, 128)
 
 
 def run(point):

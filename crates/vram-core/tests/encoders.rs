@@ -34,6 +34,7 @@ fn head(task: &str, labels: Option<u64>) -> EncoderHead {
         "classification" => EncoderHead::SequenceClassification { labels: labels.unwrap_or(2) },
         "token-classification" => EncoderHead::TokenClassification { labels: labels.unwrap_or(2) },
         "embedding" => EncoderHead::Embedding,
+        "pretraining" => EncoderHead::ReplacedTokenDetection,
         other => panic!("unknown task {other}"),
     }
 }

@@ -49,8 +49,12 @@ fn every_family_config_is_counted_exactly_or_refused() {
         exact += 1;
     }
     println!("{exact} exact; refused: {}", refused.join(", "));
-    assert!(exact >= 36, "{exact}");
+    assert!(exact >= 64, "{exact}");
     // T5, DeBERTa and the CLIP dual encoder are not modelled yet: refused, with the reason.
+    // DistilBERT and ELECTRA (every head, the generator's embedding_size ≠ hidden_size too) are exact.
+    for t in ["distilbert", "electra"] {
+        assert!(!refused.iter().any(|r| r.contains(&format!("({t})"))), "{t} is modelled: {refused:?}");
+    }
     for t in ["t5", "deberta-v2", "clip"] {
         assert!(refused.iter().any(|r| r.contains(&format!("({t})"))), "{t} should be refused: {refused:?}");
     }

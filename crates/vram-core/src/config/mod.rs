@@ -9,6 +9,8 @@
 //! touches its own file and the registry only.
 
 mod bert;
+mod distilbert;
+mod electra;
 mod falcon;
 mod gpt2;
 mod gpt_neox;
