@@ -1,5 +1,5 @@
 """Measure what PyTorch really allocates when training or running an ENCODER (BERT, RoBERTa, XLM-R,
-MiniLM/BGE sentence embedders, DeBERTa-v2/v3): fixtures/encoders.jsonl.
+MiniLM/BGE sentence embedders, DistilBERT, ELECTRA, DeBERTa-v2/v3): fixtures/encoders.jsonl.
 
 Same method as harness.py, whose pieces are imported unchanged: real transformers models built
 from config.json under FakeTensorMode, the CUDA emulation (SDPA kernel choice, autocast fp32 list,
@@ -13,6 +13,10 @@ Only the model class, the batch and the loss differ, per task:
   positions are only ignored by nll_loss), so the (B, S, vocab) logits dominate.
 - "classification": AutoModelForSequenceClassification, num_labels = len(id2label) when the
   config has two or more labels, else 2; labels one int per sequence (single-label CE).
+- "pretraining": ElectraForPreTraining (ELECTRA's discriminator, replaced-token detection); labels
+  one 0/1 int per token, BCEWithLogitsLoss over the (B, S) logits. Unpadded batches only: with an
+  attention mask the model indexes the logits by it (a data-dependent shape FakeTensorMode cannot
+  run).
 - "embedding": AutoModel (BertModel with its pooler, as sentence-transformers loads it); one
   forward of batch B, mean pooling of last_hidden_state over the attention mask
   (sentence_transformers.models.Pooling), the first B/2 rows are anchors and the last B/2 their
@@ -21,7 +25,8 @@ Only the model class, the batch and the loss differ, per task:
   per_device_train_batch_size P puts 2P sequences through the model (anchors and positives, two
   forward calls, both alive for backward): that is batch B = 2P here, up to transients.
 
-Batch: input_ids, attention_mask and, for BERT/DeBERTa tokenizers (model_type bert, deberta-v2),
+Batch: input_ids, attention_mask and, for BERT/ELECTRA/DeBERTa tokenizers (model_type bert, electra,
+deberta-v2),
 token_type_ids of zeros (RoBERTa/XLM-R tokenizers return none). Mask "none": the all-ones mask is
 created but not passed, as harness.py does (transformers skips an all-ones mask: a real unpadded
 run builds no (B,1,S,S) mask and SDPA can take flash). Mask "padding": the last 25% of every second
@@ -43,7 +48,11 @@ FakeTensorMode gives tracked peaks (and peak phases) equal byte for byte in all 
 padding mask, classification with and without padding, embedding with and without padding,
 inference mlm bf16 / fp32 / padded embedding): fixtures/encoders_technique.jsonl (~35 s).
 
-Matrix: 189 points, 0.3-49 s each, 1,785 point-seconds (21 min wall, 2 workers, shared 2 cores).
+Matrix: 189 points for BERT, RoBERTa, XLM-R, MiniLM/BGE and DeBERTa, 0.3-49 s each, 1,785
+point-seconds (21 min wall, 2 workers, shared 2 cores); then SMALL_MATRIX (9 points) per DistilBERT and
+ELECTRA model plus 4 replaced-token-detection points per ELECTRA discriminator: 53 points, 0.3-35 s.
+
+    /work/venv/bin/python validation/encoders.py --only distilbert-base-uncased,electra-small-discriminator
 
     /work/venv/bin/python validation/encoders.py                # the matrix (resumable)
     /work/venv/bin/python validation/encoders.py --technique    # real vs fake on a tiny BERT
@@ -104,7 +113,8 @@ def build(raw_config, task, precision, attention):
         raw.pop("_num_labels", None)
     cfg = AutoConfig.for_model(model_type, **raw)
     cls = getattr(transformers, TASK_CLASS[task])
-    model = cls.from_config(cfg, attn_implementation=attention, dtype=DTYPES[precision])
+    make = cls.from_config if cls.__name__.startswith("Auto") else cls._from_config  # a concrete class
+    model = make(cfg, attn_implementation=attention, dtype=DTYPES[precision])
     return cfg, model
 
 
