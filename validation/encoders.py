@@ -1,5 +1,5 @@
 """Measure what PyTorch really allocates when training or running an ENCODER (BERT, RoBERTa, XLM-R,
-MiniLM/BGE sentence embedders, DeBERTa-v2/v3): fixtures/encoders.jsonl.
+MiniLM/BGE sentence embedders, DistilBERT, ELECTRA, DeBERTa-v2/v3): fixtures/encoders.jsonl.
 
 Same method as harness.py, whose pieces are imported unchanged: real transformers models built
 from config.json under FakeTensorMode, the CUDA emulation (SDPA kernel choice, autocast fp32 list,
@@ -13,6 +13,10 @@ Only the model class, the batch and the loss differ, per task:
   positions are only ignored by nll_loss), so the (B, S, vocab) logits dominate.
 - "classification": AutoModelForSequenceClassification, num_labels = len(id2label) when the
   config has two or more labels, else 2; labels one int per sequence (single-label CE).
+- "pretraining": ElectraForPreTraining (ELECTRA's discriminator, replaced-token detection); labels
+  one 0/1 int per token, BCEWithLogitsLoss over the (B, S) logits. Unpadded batches only: with an
+  attention mask the model indexes the logits by it (a data-dependent shape FakeTensorMode cannot
+  run).
 - "embedding": AutoModel (BertModel with its pooler, as sentence-transformers loads it); one
   forward of batch B, mean pooling of last_hidden_state over the attention mask
   (sentence_transformers.models.Pooling), the first B/2 rows are anchors and the last B/2 their
@@ -21,7 +25,8 @@ Only the model class, the batch and the loss differ, per task:
   per_device_train_batch_size P puts 2P sequences through the model (anchors and positives, two
   forward calls, both alive for backward): that is batch B = 2P here, up to transients.
 
-Batch: input_ids, attention_mask and, for BERT/DeBERTa tokenizers (model_type bert, deberta-v2),
+Batch: input_ids, attention_mask and, for BERT/ELECTRA/DeBERTa tokenizers (model_type bert, electra,
+deberta-v2),
 token_type_ids of zeros (RoBERTa/XLM-R tokenizers return none). Mask "none": the all-ones mask is
 created but not passed, as harness.py does (transformers skips an all-ones mask: a real unpadded
 run builds no (B,1,S,S) mask and SDPA can take flash). Mask "padding": the last 25% of every second
@@ -43,7 +48,11 @@ FakeTensorMode gives tracked peaks (and peak phases) equal byte for byte in all 
 padding mask, classification with and without padding, embedding with and without padding,
 inference mlm bf16 / fp32 / padded embedding): fixtures/encoders_technique.jsonl (~35 s).
 
-Matrix: 189 points, 0.3-49 s each, 1,785 point-seconds (21 min wall, 2 workers, shared 2 cores).
+Matrix: 189 points for BERT, RoBERTa, XLM-R, MiniLM/BGE and DeBERTa, 0.3-49 s each, 1,785
+point-seconds (21 min wall, 2 workers, shared 2 cores); then SMALL_MATRIX (9 points) per DistilBERT and
+ELECTRA model plus 4 replaced-token-detection points per ELECTRA discriminator: 53 points, 0.3-35 s.
+
+    /work/venv/bin/python validation/encoders.py --only distilbert-base-uncased,electra-small-discriminator
 
     /work/venv/bin/python validation/encoders.py                # the matrix (resumable)
     /work/venv/bin/python validation/encoders.py --technique    # real vs fake on a tiny BERT
@@ -72,8 +81,8 @@ import harness  # noqa: E402  (registers the CUDA SDPA, dropout and autocast emu
 from harness import DTYPES, KERNELS, Tracker, result, run_resumable  # noqa: E402
 
 TASK_CLASS = {"mlm": "AutoModelForMaskedLM", "classification": "AutoModelForSequenceClassification",
-              "embedding": "AutoModel"}
-TOKEN_TYPE_MODELS = ("bert", "deberta-v2")  # tokenizers that return token_type_ids
+              "embedding": "AutoModel", "pretraining": "ElectraForPreTraining"}
+TOKEN_TYPE_MODELS = ("bert", "deberta-v2", "electra")  # tokenizers that return token_type_ids
 MNRL_SCALE = 20.0  # sentence_transformers MultipleNegativesRankingLoss default scale
 
 _orig_ignore_bidir = _masking._ignore_bidirectional_mask_sdpa
@@ -104,7 +113,8 @@ def build(raw_config, task, precision, attention):
         raw.pop("_num_labels", None)
     cfg = AutoConfig.for_model(model_type, **raw)
     cls = getattr(transformers, TASK_CLASS[task])
-    model = cls.from_config(cfg, attn_implementation=attention, dtype=DTYPES[precision])
+    make = cls.from_config if cls.__name__.startswith("Auto") else cls._from_config  # a concrete class
+    model = make(cfg, attn_implementation=attention, dtype=DTYPES[precision])
     return cfg, model
 
 
@@ -122,6 +132,9 @@ def make_batch(cfg, task, batch, seq, mask):
         inputs["labels"] = torch.where(torch.rand(batch, seq) < 0.15, ids, -100)
     elif task == "classification":
         inputs["labels"] = torch.randint(0, cfg.num_labels, (batch,))
+    elif task == "pretraining":
+        # ELECTRA's discriminator: one 0/1 label per token (replaced or original)
+        inputs["labels"] = torch.randint(0, 2, (batch, seq))
     return inputs
 
 
@@ -248,6 +261,12 @@ DEVELOPMENT = ["bert-base-uncased", "roberta-base"]
 HELD_OUT = ["bert-large-uncased", "xlm-roberta-base", "all-minilm-l6-v2", "bge-small-en-v1.5", "roberta-large"]
 SENTIMENT = "bert-base-multilingual-uncased-sentiment"
 NOT_MODELLED = ["deberta-v3-base"]
+# Families added after BERT (issue 15): a development model each, the rest held out; a smaller
+# matrix per model (SMALL_MATRIX).
+FAMILY_DEVELOPMENT = ["distilbert-base-uncased", "electra-small-discriminator"]
+FAMILY_HELD_OUT = ["distilbert-base-multilingual-cased-sentiments-student", "electra-base-discriminator",
+                   "electra-base-generator"]
+ELECTRA_DISCRIMINATORS = ["electra-small-discriminator", "electra-base-discriminator"]
 
 
 def attention_for(model):
@@ -295,14 +314,37 @@ def points():
     train_pt(SENTIMENT, "classification", "bf16-mixed", 32, 256, mask="padding")
     train_pt(SENTIMENT, "classification", "fp32", 16, 128)
     infer_pt(SENTIMENT, "classification", "bf16", 64, 256)
+    for m in FAMILY_DEVELOPMENT + FAMILY_HELD_OUT:
+        small_matrix(m, train_pt, infer_pt)
+    for m in ELECTRA_DISCRIMINATORS:
+        # ElectraForPreTraining with an attention mask indexes the logits by it (a data-dependent
+        # shape FakeTensorMode cannot run): unpadded batches only.
+        train_pt(m, "pretraining", "bf16-mixed", 16, 512)
+        train_pt(m, "pretraining", "fp32", 8, 128)
+        train_pt(m, "pretraining", "bf16-mixed", 8, 512, checkpointing=True)
+        infer_pt(m, "pretraining", "bf16", 32, 512)
     for m in NOT_MODELLED:
         train_pt(m, "mlm", "bf16-mixed", 8, 512)
         train_pt(m, "classification", "bf16-mixed", 32, 256)
         infer_pt(m, "mlm", "bf16", 32, 512)
     for p in out:
-        p["set"] = "development" if p["model"] in DEVELOPMENT else "held-out"
+        p["set"] = "development" if p["model"] in DEVELOPMENT + FAMILY_DEVELOPMENT else "held-out"
         p["id"] = "|".join(f"{k}={p[k]}" for k in sorted(p) if k != "set")
     return out
+
+
+def small_matrix(m, train_pt, infer_pt):
+    """Nine points per model: MLM in fp32, bf16-mixed, checkpointed and padded; classification in
+    bf16-mixed and fp32; sentence embedding; inference of both heads."""
+    train_pt(m, "mlm", "fp32", 8, 128)
+    train_pt(m, "mlm", "bf16-mixed", 16, 512)
+    train_pt(m, "mlm", "bf16-mixed", 8, 512, checkpointing=True)
+    train_pt(m, "mlm", "bf16-mixed", 8, 512, mask="padding")
+    train_pt(m, "classification", "bf16-mixed", 32, 256)
+    train_pt(m, "classification", "fp32", 16, 128)
+    train_pt(m, "embedding", "bf16-mixed", 64, 128)
+    infer_pt(m, "mlm", "bf16", 32, 512)
+    infer_pt(m, "classification", "fp32", 32, 128)
 
 
 def run(point):

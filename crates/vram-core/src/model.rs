@@ -72,6 +72,9 @@ pub enum EncoderHead {
     /// The bare `…Model` with its pooler (feature-extraction: sentence-embedding training,
     /// sentence-transformers): the loss works on pooled vectors.
     Embedding,
+    /// `ElectraForPreTraining` (replaced-token detection, ELECTRA's discriminator): dense h×h,
+    /// activation, then one logit per token (`dense_prediction`) under a binary cross-entropy.
+    ReplacedTokenDetection,
     /// `…ForImageClassification` (image-classification): a linear classifier on the class
     /// token (DINOv2: on the class token and the mean patch token, 2 × hidden inputs).
     ImageClassification {
@@ -140,7 +143,10 @@ impl EncoderHead {
             "text-classification" | "sequence-classification" | "classification" => Ok(EncoderHead::SequenceClassification { labels }),
             "token-classification" | "ner" => Ok(EncoderHead::TokenClassification { labels }),
             "feature-extraction" | "embedding" | "sentence-embedding" => Ok(EncoderHead::Embedding),
-            other => Err(format!("unknown task `{other}`: use fill-mask, text-classification, token-classification or feature-extraction")),
+            "replaced-token-detection" | "pretraining" | "discriminator" => Ok(EncoderHead::ReplacedTokenDetection),
+            other => Err(format!(
+                "unknown task `{other}`: use fill-mask, text-classification, token-classification, feature-extraction or (ELECTRA) replaced-token-detection"
+            )),
         }
     }
 
@@ -161,6 +167,7 @@ impl EncoderHead {
             EncoderHead::SequenceClassification { .. } => "text-classification",
             EncoderHead::TokenClassification { .. } => "token-classification",
             EncoderHead::Embedding => "feature-extraction",
+            EncoderHead::ReplacedTokenDetection => "replaced-token-detection",
             EncoderHead::ImageClassification { .. } => "image-classification",
         }
     }
@@ -268,6 +275,12 @@ pub struct Encoder {
     pub head: EncoderHead,
     /// Patch embedding of a vision transformer (tokens come from images, not a vocabulary).
     pub vision: Option<Vision>,
+    /// The bare model (`…Model`, feature-extraction) carries a pooler (BertModel's
+    /// `add_pooling_layer=True`); DistilBertModel and ElectraModel have none.
+    pub pooler: bool,
+    /// A dropout on the attention block's output before its residual add (BertSelfOutput);
+    /// DistilBERT's TransformerBlock adds `out_lin`'s output directly.
+    pub attention_output_dropout: bool,
 }
 
 /// Multi-head latent attention (DeepSeek-V2/V3).
@@ -766,6 +779,10 @@ impl Model {
             };
             return Err(format!("--task {} does not fit {}, {kind}", head.task(), self.model_type));
         }
+        // Only ELECTRA has a replaced-token-detection head (ElectraForPreTraining).
+        if head == EncoderHead::ReplacedTokenDetection && self.model_type != "electra" {
+            return Err(format!("--task {} is ELECTRA's discriminator head; {} has none", head.task(), self.model_type));
+        }
         enc.head = head;
         // BertForMaskedLM ties its decoder to the word embedding; other heads have no decoder.
         self.tied_embeddings = head == EncoderHead::MaskedLm;
@@ -915,33 +932,40 @@ impl Model {
     }
 
     /// A BERT-style encoder's inventory (transformers models/bert/modeling_bert.py; RoBERTa and
-    /// XLM-R name them `roberta.`/`lm_head.` but hold the same shapes): word, position and
-    /// token-type embeddings with a LayerNorm, the layers, then the head.
+    /// XLM-R name them `roberta.`/`lm_head.`, DistilBERT `distilbert.`/`vocab_*`, but hold the
+    /// same shapes): word, position and token-type embeddings with a LayerNorm, the layers, then
+    /// the head. ELECTRA's embeddings are `embed_dim` wide and projected to the hidden size
+    /// (modeling_electra.py ElectraModel.embeddings_project), its generator head back to it.
     fn encoder_tensors(&self, enc: Encoder) -> Vec<TensorGroup> {
         if let Some(vis) = enc.vision {
             return self.vision_tensors(enc.head, vis);
         }
-        let h = self.hidden;
-        let mut v = vec![TensorGroup::matrix("embeddings.word_embeddings.weight".into(), 1, self.vocab, h, 1, Role::Embedding)];
-        v.push(TensorGroup::matrix("embeddings.position_embeddings.weight".into(), 1, self.position_embeddings, h, 1, Role::Position));
+        let (h, e) = (self.hidden, self.embed_dim);
+        let mut v = vec![TensorGroup::matrix("embeddings.word_embeddings.weight".into(), 1, self.vocab, e, 1, Role::Embedding)];
+        v.push(TensorGroup::matrix("embeddings.position_embeddings.weight".into(), 1, self.position_embeddings, e, 1, Role::Position));
         if enc.token_types > 0 {
-            v.push(TensorGroup::matrix("embeddings.token_type_embeddings.weight".into(), 1, enc.token_types, h, 1, Role::Position));
+            v.push(TensorGroup::matrix("embeddings.token_type_embeddings.weight".into(), 1, enc.token_types, e, 1, Role::Position));
         }
-        self.norm_tensors("embeddings.LayerNorm", 1, h, &mut v);
+        self.norm_tensors("embeddings.LayerNorm", 1, e, &mut v);
+        if e != h {
+            Self::linear(&mut v, "embeddings_project", e, h, true, 1);
+        }
         self.layer_tensors(0, self.layers, &mut v);
         match enc.head {
             // BertOnlyMLMHead: transform (dense, act, LayerNorm), decoder tied to the word embedding,
-            // and its own `bias` [vocab] (RobertaLMHead: dense, layer_norm, decoder tied, bias).
+            // and its own `bias` [vocab] (RobertaLMHead, DistilBERT's vocab_transform /
+            // vocab_layer_norm / vocab_projector, ELECTRA's generator h → embed_dim: the same).
             EncoderHead::MaskedLm => {
-                Self::linear(&mut v, "cls.predictions.transform.dense", h, h, true, 1);
-                self.norm_tensors("cls.predictions.transform.LayerNorm", 1, h, &mut v);
+                Self::linear(&mut v, "cls.predictions.transform.dense", h, e, true, 1);
+                self.norm_tensors("cls.predictions.transform.LayerNorm", 1, e, &mut v);
                 if !self.tied_embeddings {
-                    v.push(TensorGroup::matrix("cls.predictions.decoder.weight".into(), 1, self.vocab, h, 1, Role::LmHead));
+                    v.push(TensorGroup::matrix("cls.predictions.decoder.weight".into(), 1, self.vocab, e, 1, Role::LmHead));
                 }
                 v.push(TensorGroup::vector("cls.predictions.bias".into(), self.vocab, 1, Role::Bias));
             }
             // BertPooler (dense h×h + tanh on the first token) + classifier; RoBERTa's
-            // RobertaClassificationHead has dense h×h + out_proj instead: the same shapes.
+            // RobertaClassificationHead and ELECTRA's have dense h×h + out_proj, DistilBERT
+            // pre_classifier + classifier: the same shapes.
             EncoderHead::SequenceClassification { labels } => {
                 Self::linear(&mut v, "pooler.dense", h, h, true, 1);
                 Self::linear(&mut v, "classifier", h, labels, true, 1);
@@ -951,7 +975,13 @@ impl Model {
                 Self::linear(&mut v, "classifier", h, labels, true, 1)
             }
             // BertModel as AutoModel loads it: with its pooler (add_pooling_layer=True).
-            EncoderHead::Embedding => Self::linear(&mut v, "pooler.dense", h, h, true, 1),
+            EncoderHead::Embedding if enc.pooler => Self::linear(&mut v, "pooler.dense", h, h, true, 1),
+            EncoderHead::Embedding => {}
+            // ElectraDiscriminatorPredictions: dense h×h, activation, dense_prediction h → 1.
+            EncoderHead::ReplacedTokenDetection => {
+                Self::linear(&mut v, "discriminator_predictions.dense", h, h, true, 1);
+                Self::linear(&mut v, "discriminator_predictions.dense_prediction", h, 1, true, 1);
+            }
         }
         v
     }
@@ -1016,6 +1046,7 @@ impl Model {
                 (labels, if dinov2 { 2 * self.hidden } else { self.hidden })
             }
             Some(EncoderHead::Embedding) => (0, 0),
+            Some(EncoderHead::ReplacedTokenDetection) => (1, self.hidden),
         }
     }
 
@@ -1040,6 +1071,7 @@ impl Model {
             }
             Some(EncoderHead::TokenClassification { labels }) => (t, labels as u128),
             Some(EncoderHead::Embedding) => (batch as u128, batch as u128),
+            Some(EncoderHead::ReplacedTokenDetection) => (t, 1),
         }
     }
 

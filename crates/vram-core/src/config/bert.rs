@@ -42,7 +42,7 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
             hint: "vram models BERT-style encoders with a masked-LM, sequence- or token-classification head, or the bare model (embeddings); pass --task fill-mask|text-classification|token-classification|feature-extraction to choose one".into(),
         });
     };
-    m.encoder = Some(Encoder { token_types, head, vision: None });
+    m.encoder = Some(Encoder { token_types, head, vision: None, pooler: true, attention_output_dropout: true });
     m.tied_embeddings = head == EncoderHead::MaskedLm && c.bool("tie_word_embeddings", true)?;
     m.norm = Norm::LayerNorm { bias: true };
     m.block = Block::PostLn;

@@ -10,6 +10,8 @@
 
 mod bart;
 mod bert;
+mod distilbert;
+mod electra;
 mod falcon;
 mod gpt2;
 mod gpt_neox;

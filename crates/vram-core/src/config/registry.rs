@@ -1,7 +1,7 @@
 //! Which parser reads which `model_type`, and the families recognised but not estimated.
 
 use super::keys::Cfg;
-use super::{bart, bert, falcon, gpt2, gpt_neox, llama, opt, phi, t5, vision, whisper};
+use super::{bart, bert, distilbert, electra, falcon, gpt2, gpt_neox, llama, opt, phi, t5, vision, whisper};
 use crate::error::Result;
 use crate::model::Model;
 
@@ -38,6 +38,8 @@ const FAMILIES: &[(&[&str], Parser)] = &[
     (&["opt"], opt::parse),
     (&["phi"], phi::parse),
     (&["bert", "roberta", "xlm-roberta", "camembert"], bert::parse),
+    (&["distilbert"], distilbert::parse),
+    (&["electra"], electra::parse),
     (&["vit", "dinov2", "clip_vision_model", "siglip_vision_model"], vision::parse),
     (&["whisper"], whisper::parse),
     (&["bart", "mbart"], bart::parse),
@@ -52,7 +54,19 @@ pub(super) fn reads_own_heads(model_type: &str) -> bool {
 
 /// The encoder types (their `architectures` name encoder heads, not causal-LM classes).
 pub(super) fn is_encoder(model_type: &str) -> bool {
-    matches!(model_type, "bert" | "roberta" | "xlm-roberta" | "camembert" | "vit" | "dinov2" | "clip_vision_model" | "siglip_vision_model")
+    matches!(
+        model_type,
+        "bert"
+            | "roberta"
+            | "xlm-roberta"
+            | "camembert"
+            | "distilbert"
+            | "electra"
+            | "vit"
+            | "dinov2"
+            | "clip_vision_model"
+            | "siglip_vision_model"
+    )
 }
 
 /// The parser for `model_type`, when vram reads it natively.
@@ -73,8 +87,8 @@ pub(super) fn is_known(model_type: &str) -> bool {
 /// Families vram recognises but cannot estimate, with the reason given to the user.
 const UNSUPPORTED: &[(&[&str], &str)] = &[
     (
-        &["distilbert", "albert", "electra", "deberta", "deberta-v2", "modernbert", "mpnet", "ernie", "nomic_bert", "xlm", "xlm-roberta-xl", "roberta-prelayernorm"],
-        "this encoder is not supported yet: vram models BERT, RoBERTa, XLM-RoBERTa and CamemBERT among encoders (DistilBERT, ALBERT, ELECTRA, DeBERTa, ModernBERT and MPNet differ in embeddings, attention or norms)",
+        &["albert", "deberta", "deberta-v2", "modernbert", "mpnet", "ernie", "nomic_bert", "xlm", "xlm-roberta-xl", "roberta-prelayernorm"],
+        "this encoder is not supported yet: vram models BERT, RoBERTa, XLM-RoBERTa, CamemBERT, DistilBERT and ELECTRA among encoders (ALBERT, DeBERTa, ModernBERT and MPNet differ in embeddings, attention or norms)",
     ),
     (
         &["umt5", "longt5", "pegasus", "marian", "blenderbot", "m2m_100", "nllb-moe", "seamless_m4t", "switch_transformers", "speecht5", "fsmt", "prophetnet"],

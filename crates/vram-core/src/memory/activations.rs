@@ -332,8 +332,9 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
     if masked {
         c.mask_sq += b.e;
     }
-    // Residual dropout after the attention output (GPT-2 resid_dropout): a bool mask.
-    if m.hidden_dropout > 0.0 {
+    // Residual dropout after the attention output (GPT-2 resid_dropout, BertSelfOutput): a bool
+    // mask; DistilBERT's TransformerBlock has none (modeling_distilbert.py).
+    if m.hidden_dropout > 0.0 && m.encoder.is_none_or(|e| e.attention_output_dropout) {
         c.attention += h;
     }
     // DINOv2 layer scale (modeling_dinov2.py Dinov2LayerScale): `x * lambda1` saves x, the
@@ -663,26 +664,36 @@ pub fn outside_layers(m: &Model, job: &Job, batch: u64) -> (u128, u128) {
 
 /// A BERT-style encoder's bytes per token saved outside its layers (modeling_bert.py):
 /// BertEmbeddings sums three embeddings in the parameter dtype, its LayerNorm saves the sum and
-/// the row statistics, dropout its mask; then the head's saved inputs.
+/// the row statistics, dropout its mask; then the head's saved inputs. ELECTRA's embeddings are
+/// `embed_dim` wide, and `embeddings_project` saves its input (modeling_electra.py ElectraModel).
 fn encoder_outside(m: &Model, b: &Bytes, head: EncoderHead) -> u128 {
-    let h = m.hidden as u128;
+    let (h, ed) = (m.hidden as u128, m.embed_dim as u128);
     if let Some(vis) = m.encoder.and_then(|e| e.vision) {
         return vision_outside(m, b, head, vis);
     }
-    let dropout = if m.hidden_dropout > 0.0 { h } else { 0 };
+    let dropout = if m.hidden_dropout > 0.0 { 1 } else { 0 };
     let (ln_saved, ln_out) = b.norm(m.norm, b.r);
-    let embeddings = ln_saved * h + 8 + dropout;
+    let project = if ed != h { b.linear_inputs(1, ln_out) * ed } else { 0 };
+    let embeddings = ln_saved * ed + 8 + dropout * ed + project;
     let head = match head {
         // BertLMPredictionHead: transform.dense reads the last LayerNorm's output (saves its copy),
         // the activation saves its input, transform.LayerNorm its (fp32 under autocast) input and
-        // statistics, the tied decoder its own copy of that LayerNorm's output.
+        // statistics, the tied decoder its own copy of that LayerNorm's output. DistilBERT's
+        // vocab_transform/vocab_layer_norm/vocab_projector alike; ELECTRA's generator head
+        // (ElectraGeneratorPredictions) works at `embed_dim` after its dense.
         EncoderHead::MaskedLm => {
             let (act_saved, act_out) = activation(m.mlp.act, b);
             let (t_saved, t_out) = b.norm(m.norm, act_out);
-            b.linear_inputs(1, ln_out) * h + act_saved * h + t_saved * h + 8 + b.linear_inputs(1, t_out) * h
+            b.linear_inputs(1, ln_out) * h + act_saved * ed + t_saved * ed + 8 + b.linear_inputs(1, t_out) * ed
+        }
+        // ElectraDiscriminatorPredictions: dense saves its input copy, the activation its input,
+        // dense_prediction the activation's output (one logit per token after it).
+        EncoderHead::ReplacedTokenDetection => {
+            let (act_saved, act_out) = activation(m.mlp.act, b);
+            b.linear_inputs(1, ln_out) * h + act_saved * h + b.linear_inputs(1, act_out) * h
         }
         // BertForTokenClassification: dropout, then the classifier saves its input copy.
-        EncoderHead::TokenClassification { .. } => dropout + b.linear_inputs(1, ln_out) * h,
+        EncoderHead::TokenClassification { .. } => dropout * h + b.linear_inputs(1, ln_out) * h,
         // The pooler and the classifier read one token per sequence: bytes per sequence, negligible.
         EncoderHead::SequenceClassification { .. } | EncoderHead::Embedding | EncoderHead::ImageClassification { .. } => 0,
     };

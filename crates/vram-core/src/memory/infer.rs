@@ -173,6 +173,8 @@ fn encoder_forward(m: &Model, job: &Job, head: EncoderHead) -> (Vec<Breakdown>, 
     let out = match head {
         // The prediction head's transform (dense, activation, LayerNorm) then the logits.
         EncoderHead::MaskedLm => t * 2 * h * e + rows * width * e,
+        // ElectraDiscriminatorPredictions: dense and activation outputs, then one logit per token.
+        EncoderHead::ReplacedTokenDetection => t * 2 * h * e + rows * width * e,
         _ => t * h * e,
     };
     // input_ids + attention_mask, or a vision encoder's pixels (and their copy in the weights' dtype).
