@@ -102,7 +102,10 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
     // embeddings, the tower's patch conv too, so its output requires grad and the checkpointed
     // layers keep their inputs and are recomputed in backward (measured: validation/vlm.py).
     let ckpt_frozen = !trained && job.checkpointing == Checkpointing::Full;
-    let tower_profile = if trained || ckpt_frozen { train::activation_profile(&tower, &tj) } else { ActivationProfile::default() };
+    let mut tower_profile = if trained || ckpt_frozen { train::activation_profile(&tower, &tj) } else { ActivationProfile::default() };
+    if trained && job.checkpointing != Checkpointing::Full {
+        tower_profile.saved += qwen_attention_cat(mm, &tower, &tj, e);
+    }
     let projector_acts = image_tokens * projector_saved(mm, m.hidden, amp, if amp { 2 } else { p.max(e) }, e);
     let saved = tower_profile.saved + projector_acts;
     let ckpt = if job.checkpointing == Checkpointing::Full { " (tower checkpointed)" } else { "" };
@@ -179,4 +182,15 @@ fn projector_saved(mm: &Multimodal, text_hidden: u64, amp: bool, proj_in: u128, 
         _ => (4 + e) * wide + 4 * patches,
     };
     ln + proj_in * wide + 2 * e * wide
+}
+
+/// Qwen2-VL's tower attention under SDPA (modeling_qwen2_vl.py VisionAttention.forward): one
+/// SDPA call per image (Qwen2.5-VL: per window in windowed blocks) over `torch.split` views, then
+/// `torch.cat` of their outputs — a copy `proj` saves, beside the outputs the kernel saves
+/// itself (measured: validation/vlm.py saved tensors, 2 B × width per patch and block in bf16).
+fn qwen_attention_cat(mm: &Multimodal, tower: &Model, tj: &Job, e: u128) -> u128 {
+    if mm.merger.is_none() {
+        return 0;
+    }
+    tower.layers as u128 * tj.batch as u128 * tj.seq as u128 * e * tower.hidden as u128
 }
