@@ -224,6 +224,9 @@ pub struct PatchMerger {
     pub full_attention_layers: u64,
 }
 
+/// How the warning on Qwen2-VL's assumed image size begins (dropped once `--image-size` is given).
+pub const QWEN_IMAGE_ASSUMED: &str = "Qwen2-VL images assumed";
+
 /// `max_pixels` and `min_pixels` of Qwen2-VL-7B-Instruct's and Qwen2.5-VL's
 /// preprocessor_config.json (12845056 = 3584², 3136 = 56²).
 const QWEN_MAX_PIXELS: f64 = 12_845_056.0;
@@ -718,7 +721,9 @@ impl Model {
     /// interpolates the position table). Text models have no image size.
     pub fn set_image_size(&mut self, side: u64) -> Result<(), String> {
         if let Some(mm) = self.multimodal.as_mut().filter(|mm| mm.merger.is_some()) {
-            return mm.set_qwen_image_size(side);
+            mm.set_qwen_image_size(side)?;
+            self.warnings.retain(|w| !w.starts_with(QWEN_IMAGE_ASSUMED));
+            return Ok(());
         }
         let Some(vis) = self.encoder.as_mut().and_then(|e| e.vision.as_mut()) else {
             return Err(format!("--image-size applies to vision encoders (ViT, DINOv2, CLIP, SigLIP); {} reads tokens", self.model_type));

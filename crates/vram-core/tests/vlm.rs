@@ -126,8 +126,10 @@ fn qwen_image_size_sets_image_tokens() {
     let mut m = parse_config(&qwen_config("Qwen2-VL-2B-Instruct.json"), "q", "q").unwrap();
     assert_eq!(m.multimodal.as_ref().unwrap().image_tokens, 256);
     assert!(m.warnings.iter().any(|w| w.contains("448×448") && w.contains("--image-size")));
+    let before = m.warnings.len();
     m.set_image_size(672).unwrap();
     assert_eq!(m.multimodal.as_ref().unwrap().image_tokens, 576);
+    assert_eq!(m.warnings.len(), before - 1, "the assumption is dropped");
     // 1000 px rounds to 1008 (36 × 28): 72² patches, 1296 tokens.
     m.set_image_size(1000).unwrap();
     assert_eq!(m.multimodal.as_ref().unwrap().image_tokens, 1296);

@@ -13,7 +13,10 @@ use serde_json::{Map, Value};
 use super::keys::Cfg;
 use super::{parse_object, ParseOptions};
 use crate::error::{Error, Result};
-use crate::model::{Act, Attention, Block, Encoder, EncoderHead, Mlp, Model, Multimodal, Norm, PatchMerger, QkNorm, Vision, VisionFamily};
+use crate::model::{
+    Act, Attention, Block, Encoder, EncoderHead, Mlp, Model, Multimodal, Norm, PatchMerger, QkNorm, Vision, VisionFamily,
+    QWEN_IMAGE_ASSUMED,
+};
 
 /// Square side in pixels assumed when `--image-size` is not given: 448 px → 32×32 patches →
 /// 256 image tokens. The processor keeps an image's own resolution (rounded to 28 px, up to
@@ -72,12 +75,16 @@ pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: Parse
     let patch = tower.encoder.and_then(|e| e.vision).map_or(14, |v| v.patch);
     let image_tokens = merger.image_tokens(DEFAULT_IMAGE_SIDE, patch);
     m.warnings.push(format!(
-        "{}: a {}-block vision tower ({} patches of {patch} px merged {}×{} per token), the PatchMerger and a Qwen2 language model; images assumed {DEFAULT_IMAGE_SIDE}×{DEFAULT_IMAGE_SIDE} px ({image_tokens} tokens each): pass --image-size for yours",
+        "{}: a {}-block vision tower (patches of {patch} px, merged {}×{} into one token), the PatchMerger and a Qwen2 language model",
         if fam == VisionFamily::Qwen25Vl { "Qwen2.5-VL" } else { "Qwen2-VL" },
         tower.layers,
-        image_tokens * merger.merge * merger.merge,
         merger.merge,
         merger.merge,
+    ));
+    // Removed by Model::set_image_size once the user gives the size.
+    m.warnings.push(format!(
+        "{QWEN_IMAGE_ASSUMED} {DEFAULT_IMAGE_SIDE}×{DEFAULT_IMAGE_SIDE} px ({image_tokens} tokens each, {} patches through the tower): pass --image-size for yours",
+        image_tokens * merger.merge * merger.merge
     ));
     m.multimodal = Some(Box::new(Multimodal {
         tower,
