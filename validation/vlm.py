@@ -67,6 +67,7 @@ tracked peaks and peak phases in all 15 cases: fixtures/vlm_technique.jsonl (~1 
     /work/venv/bin/python validation/vlm.py --technique    # real vs fake on a tiny llava
 """
 import argparse
+import math
 import contextlib
 import json
 import os
@@ -82,6 +83,9 @@ sys.path.insert(0, HERE)
 import torch  # noqa: E402
 import transformers  # noqa: E402
 import transformers.models.llava.modeling_llava as _llava  # noqa: E402
+import transformers.models.qwen2_5_vl.modeling_qwen2_5_vl as _qwen25  # noqa: E402
+import transformers.models.qwen2_vl.modeling_qwen2_vl as _qwen2  # noqa: E402
+import torch._subclasses.fake_tensor as _fake_tensor  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode  # noqa: E402
 from transformers import AutoConfig, AutoModelForImageTextToText  # noqa: E402
 
@@ -130,6 +134,83 @@ def _placeholder_mask(self, input_ids, inputs_embeds, image_features):
 
 
 _llava.LlavaModel.get_placeholder_mask = _placeholder_mask
+
+
+# --------------------------------------------------------------------------------------------
+# Patch 1b (Qwen2-VL / Qwen2.5-VL): values of the small index tensors under fake tensors
+#
+# Qwen2-VL's vision tower and M-RoPE read values of image_grid_thw and mm_token_type_ids in Python
+# (vision_utils.get_vision_attention_seqlens: repeat_interleave + cumsum; VisionAttention's sdpa
+# path: torch.split(..., lengths.tolist()); get_rope_index: tolist/item; get_image_features:
+# split sizes). FakeTensorMode keeps the real values of a tensor made by torch.tensor(...) as a
+# "constant" and propagates them through ops whose inputs are all constants, but only for
+# tensors of at most CONSTANT_NUMEL_LIMIT (1) elements. Raising the limit lets these index
+# tensors (grid [images, 3], mm_token_type_ids [B, S], cu_seqlens ...) keep their values: every op
+# still runs through the fake mode and the Tracker with its real shape (same allocations); only
+# the Python-side reads get numbers. Big tensors (activations, weights) are never constants: they
+# come from ops with non-constant inputs (randn, randint, parameters).
+#
+# get_vision_window_index (Qwen2.5-VL) builds its index from torch.arange (no tensor input, so not
+# a constant) and filters it with a boolean mask (data-dependent size): for a fake grid it runs on
+# the grid's real values with fake mode suspended and its two small results are made fake
+# constants of the same shapes (window_index [patches/4] int64, cu_window_seqlens [windows+1]
+# int32: a few KB), allocated by torch.tensor in the fake mode. The technique check runs the
+# original with real tensors.
+#
+# The placeholder check (torch_compilable_check) is the LLaVA one (patch 1).
+_fake_tensor.CONSTANT_NUMEL_LIMIT = 1 << 16
+_orig_window_index = _qwen25.get_vision_window_index
+
+
+def _window_index(grid_thw, *args, **kwargs):
+    if isinstance(grid_thw, FakeTensor) and grid_thw.constant is not None:
+        with _fake_tensor.unset_fake_temporarily():
+            outs = _orig_window_index(grid_thw.constant.clone(), *args, **kwargs)
+        # torch.tensor inside the fake mode: an allocation the Tracker sees, a constant with values.
+        return tuple(torch.tensor(t.tolist(), dtype=t.dtype) for t in outs)
+    return _orig_window_index(grid_thw, *args, **kwargs)
+
+
+_qwen25.get_vision_window_index = _window_index
+for _mod in (_qwen2, _qwen25):
+    _mod.torch_compilable_check = _check
+
+
+def _qwen_placeholder(orig):
+    def mask(self, input_ids, inputs_embeds, image_features=None, video_features=None):
+        if isinstance(input_ids, FakeTensor) and image_features is not None:
+            _CHECK_OK[0] = PLACED[0] * inputs_embeds.shape[-1] == image_features.numel()
+        return orig(self, input_ids, inputs_embeds, image_features, video_features)
+    return mask
+
+
+def _real(x):
+    """A fake tensor's real values (a constant), or zeros of its shape (values unused: input_ids
+    gives get_rope_index its shape only)."""
+    if not isinstance(x, FakeTensor):
+        return x
+    return x.constant.clone() if x.constant is not None else torch.zeros(x.shape, dtype=x.dtype)
+
+
+def _qwen_rope_index(orig):
+    """get_rope_index (M-RoPE positions) builds its result from Python lists of 0-d tensors
+    (torch.tensor(mrope_position_deltas)), which fake tensors cannot give. For fake inputs it runs
+    on their real values with fake mode suspended; its results (position_ids [3, B, S] int64,
+    rope_deltas [B, 1]) are then allocated as fake tensors of the same shapes, as the original
+    leaves them (its temporaries are per-sample [3, S] int64 pieces, freed before it returns)."""
+    def rope_index(self, input_ids, *args, **kwargs):
+        if not isinstance(input_ids, FakeTensor):
+            return orig(self, input_ids, *args, **kwargs)
+        with _fake_tensor.unset_fake_temporarily():
+            real = orig(self, _real(input_ids), *[_real(a) for a in args], **{k: _real(v) for k, v in kwargs.items()})
+        return tuple(torch.empty(t.shape, dtype=t.dtype) for t in real)
+    return rope_index
+
+
+_qwen2.Qwen2VLModel.get_rope_index = _qwen_rope_index(_qwen2.Qwen2VLModel.get_rope_index)
+_qwen25.Qwen2_5_VLModel.get_rope_index = _qwen_rope_index(_qwen25.Qwen2_5_VLModel.get_rope_index)
+_qwen2.Qwen2VLModel.get_placeholder_mask = _qwen_placeholder(_qwen2.Qwen2VLModel.get_placeholder_mask)
+_qwen25.Qwen2_5_VLModel.get_placeholder_mask = _qwen_placeholder(_qwen25.Qwen2_5_VLModel.get_placeholder_mask)
 
 
 # --------------------------------------------------------------------------------------------
@@ -186,16 +267,48 @@ def build(raw_config, precision, attention):
     return cfg, model
 
 
-def image_tokens(cfg):
-    """LLM tokens per image: the tower's patches (+ CLIP's CLS), minus the CLS for "default"."""
+def is_qwen(cfg):
+    return cfg.model_type in ("qwen2_vl", "qwen2_5_vl")
+
+
+def qwen_side(cfg, side):
+    """The side the processor resizes a square image of `side` pixels to
+    (models/qwen2_vl/image_processing_qwen2_vl.py smart_resize): a multiple of patch_size x
+    merge_size (28) with min_pixels 3136 and max_pixels 12845056, the values of Qwen2-VL-7B-Instruct's
+    preprocessor_config.json (Python's round: halves to even)."""
+    # smart_resize's lines for a square image (the module itself imports torchvision, absent here).
+    f = cfg.vision_config.patch_size * cfg.vision_config.spatial_merge_size
+    h = round(side / f) * f
+    if h * h > 12845056:
+        h = max(f, math.floor(side / math.sqrt(side * side / 12845056) / f) * f)
+    elif h * h < 3136:
+        h = math.ceil(side * math.sqrt(3136 / (side * side)) / f) * f
+    return h
+
+
+def image_tokens(cfg, side=None):
+    """LLM tokens per image. LLaVA: the tower's patches (+ CLIP's CLS), minus the CLS for "default".
+    Qwen2-VL: (side/14)^2 patches, merged 2x2 by the PatchMerger."""
     v = cfg.vision_config
+    if is_qwen(cfg):
+        return (qwen_side(cfg, side) // v.patch_size) ** 2 // v.spatial_merge_size ** 2
     tower = (v.image_size // v.patch_size) ** 2 + (1 if v.model_type == "clip_vision_model" else 0)
     return tower - (1 if cfg.vision_feature_select_strategy == "default" else 0)
 
 
-def make_batch(cfg, batch, seq, images):
+def qwen_pixels(cfg, batch, images, side):
+    """pixel_values as Qwen2VLImageProcessor returns them: every patch flattened to
+    channels x temporal_patch_size x patch^2 (an image is repeated to 2 frames), float32
+    [patches, 1176]; image_grid_thw [images, 3] = (1, side/14, side/14)."""
+    v = cfg.vision_config
+    grid = qwen_side(cfg, side) // v.patch_size
+    pix = torch.randn(batch * images * grid * grid, v.in_channels * v.temporal_patch_size * v.patch_size ** 2)
+    return pix, torch.tensor([[1, grid, grid]] * (batch * images))
+
+
+def make_batch(cfg, batch, seq, images, side=None):
     """input_ids, labels, pixel_values (all tracked as inputs)."""
-    per = image_tokens(cfg)
+    per = image_tokens(cfg, side)
     tok = cfg.image_token_id
     if images * per > seq:
         raise ValueError(f"{images} images x {per} tokens do not fit in seq {seq}")
@@ -210,14 +323,42 @@ def make_batch(cfg, batch, seq, images):
     PLACED[0] = batch * images * per
     labels = ids.masked_fill(is_img, -100)
     v = cfg.vision_config
+    if is_qwen(cfg):
+        pix, grid = qwen_pixels(cfg, batch, images, side)
+        # mm_token_type_ids (1 at image tokens), as the processor returns them; built by
+        # torch.tensor so that fake tensors keep its values (patch 1b).
+        types = [[0] * seq for _ in range(batch)]
+        for i in range(images):
+            start = gap * (i + 1) + per * i
+            for row in types:
+                row[start:start + per] = [1] * per
+        extra = {"image_grid_thw": grid, "mm_token_type_ids": torch.tensor(types)}
+        return {"input_ids": ids, "labels": labels, "pixel_values": pix, **extra}
     pix = torch.randn(batch * images, 3, v.image_size, v.image_size)
     return {"input_ids": ids, "labels": labels, "pixel_values": pix, "attention_mask": torch.ones_like(ids)}
+
+
+def tower_of(model):
+    """The vision tower module (Qwen2-VL: `visual`, whose `merger` is the projector)."""
+    return model.model.visual if hasattr(model.model, "visual") else model.model.vision_tower
+
+
+def projector_of(model):
+    return model.model.visual.merger if hasattr(model.model, "visual") else model.model.multi_modal_projector
+
+
+def model_inputs(inputs):
+    """What the model's forward takes from the batch (not labels, not the unused all-ones mask)."""
+    return {k: v for k, v in inputs.items() if k not in ("labels", "attention_mask")}
 
 
 def freeze(model, train):
     m = model.model
     if train in ("frozen_vision", "projector_only"):
-        m.vision_tower.requires_grad_(False)
+        tower_of(model).requires_grad_(False)
+        # Qwen2-VL's merger (the projector) sits inside `visual`: it trains, as in Qwen's own
+        # fine-tuning recipe (qwen-vl-finetune: tune_mm_vision False, tune_mm_mlp True).
+        projector_of(model).requires_grad_(True)
     if train == "projector_only":
         m.language_model.requires_grad_(False)
         model.lm_head.requires_grad_(False)
@@ -237,8 +378,9 @@ def count(params):
 def parts(model):
     m = model.model
     lm = {id(p) for p in m.language_model.parameters()}
-    return {"vision_tower": count(m.vision_tower.parameters()),
-            "projector": count(m.multi_modal_projector.parameters()),
+    proj = {id(p) for p in projector_of(model).parameters()}
+    return {"vision_tower": count(p for p in tower_of(model).parameters() if id(p) not in proj),
+            "projector": count(projector_of(model).parameters()),
             "language_model": count(m.language_model.parameters()),
             "lm_head_untied": count(p for p in model.lm_head.parameters() if id(p) not in lm)}
 
@@ -266,15 +408,15 @@ def label_vision(model, tr, seen):
     def proj(mod, args, out):
         seen["projector_output_dtype"] = str(out.dtype).replace("torch.", "")
 
-    model.model.vision_tower.register_forward_pre_hook(pre)
-    model.model.vision_tower.register_forward_hook(post)
-    model.model.multi_modal_projector.register_forward_hook(proj)
+    tower_of(model).register_forward_pre_hook(pre)
+    tower_of(model).register_forward_hook(post)
+    projector_of(model).register_forward_hook(proj)
 
 
 def checkpointed(model):
     m = model.model
     n = lambda mod: sum(1 for x in mod.modules() if getattr(x, "gradient_checkpointing", False))
-    return {"vision_tower": n(m.vision_tower), "language_model": n(m.language_model)}
+    return {"vision_tower": n(tower_of(model)), "language_model": n(m.language_model)}
 
 
 def track_model(tr, model):
@@ -285,7 +427,7 @@ def track_model(tr, model):
 
 
 def train(raw_config, batch, seq, images, train="frozen_vision", precision="bf16-mixed", checkpointing=False,
-          attention="sdpa", steps=2, fake=True, seed=0):
+          attention="sdpa", steps=2, fake=True, seed=0, image_size=None):
     KERNELS.clear()
     tr = Tracker()
     mode = FakeTensorMode() if fake else contextlib.nullcontext()
@@ -308,13 +450,12 @@ def train(raw_config, batch, seq, images, train="frozen_vision", precision="bf16
             track_model(tr, model)
             for step in range(steps):
                 tr.category = "inputs"
-                inputs = make_batch(cfg, batch, seq, images)
+                inputs = make_batch(cfg, batch, seq, images, image_size)
                 tr.phase, tr.category = f"forward{step}", "activations"
                 half = torch.bfloat16 if precision == "bf16-mixed" else torch.float16
                 ctx = torch.autocast("cpu", dtype=half) if amp else contextlib.nullcontext()
                 with ctx:
-                    loss = model(input_ids=inputs["input_ids"], pixel_values=inputs["pixel_values"],
-                                 labels=inputs["labels"]).loss
+                    loss = model(**model_inputs(inputs), labels=inputs["labels"]).loss
                 if step == steps - 1:  # what the forward holds for backward, by category
                     seen["categories_after_forward"] = {k: v for k, v in tr.cats.items() if v}
                 tr.phase, tr.category = f"backward{step}", "backward"
@@ -336,7 +477,7 @@ def train(raw_config, batch, seq, images, train="frozen_vision", precision="bf16
     return r
 
 
-def infer(raw_config, batch, seq, images, precision="bf16", attention="sdpa", fake=True, seed=0):
+def infer(raw_config, batch, seq, images, precision="bf16", attention="sdpa", fake=True, seed=0, image_size=None):
     KERNELS.clear()
     tr = Tracker()
     mode = FakeTensorMode() if fake else contextlib.nullcontext()
@@ -350,10 +491,9 @@ def infer(raw_config, batch, seq, images, precision="bf16", attention="sdpa", fa
         with tr:
             track_model(tr, model)
             tr.category = "inputs"
-            inputs = make_batch(cfg, batch, seq, images)
+            inputs = make_batch(cfg, batch, seq, images, image_size)
             tr.phase, tr.category = "prefill", "activations"
-            out = model(input_ids=inputs["input_ids"], pixel_values=inputs["pixel_values"], use_cache=True,
-                        logits_to_keep=1)
+            out = model(**model_inputs(inputs), use_cache=True, logits_to_keep=1)
             tokens = out.logits[:, -1, :].to(copy=True, dtype=torch.float32).argmax(-1, keepdim=True)
             del out, tokens
     r = result(tr)
@@ -388,26 +528,65 @@ def points():
         pt(m, "frozen_vision", "bf16-mixed", 2, 2048, checkpointing=True)
         pt(m, "frozen_vision", "bf16", 1, 2048)
         pt(m, None, "bf16", 4, 2048, mode="infer")
+    out += qwen_points()
     for p in out:
-        p["set"] = "development" if p["model"] in DEVELOPMENT else "held-out"
+        p["set"] = "development" if p["model"] in DEVELOPMENT + QWEN_DEVELOPMENT else "held-out"
         p["id"] = "|".join(f"{k}={p[k]}" for k in sorted(p) if k != "set")
+    return out
+
+
+QWEN_DEVELOPMENT = ["Qwen2-VL-2B-Instruct", "Qwen2.5-VL-3B-Instruct"]
+QWEN_HELD_OUT = ["Qwen2-VL-7B-Instruct", "Qwen2.5-VL-7B-Instruct"]
+
+
+def qwen_points():
+    """Qwen2-VL / Qwen2.5-VL: images of `image_size` pixels (448: 256 image tokens; 672: 576)."""
+    out = []
+
+    def pt(model, train, precision, batch, seq, images=1, checkpointing=False, mode="train", image_size=448):
+        out.append(dict(model=model, train=train if mode == "train" else None, mode=mode, precision=precision,
+                        batch=batch, seq=seq, images=images, checkpointing=checkpointing, attention="sdpa",
+                        image_size=image_size))
+
+    for m in QWEN_DEVELOPMENT + QWEN_HELD_OUT:
+        dev = m in QWEN_DEVELOPMENT
+        pt(m, "full", "bf16-mixed", 1, 2048)
+        pt(m, "frozen_vision", "bf16-mixed", 1, 2048)
+        pt(m, "frozen_vision", "bf16-mixed", 2, 1024, image_size=672)
+        if dev:  # CPU time on the shared machine: these two on the development models only
+            pt(m, "frozen_vision", "bf16-mixed", 1, 2048, images=4)
+            pt(m, "full", "bf16-mixed", 1, 2048, checkpointing=True)
+        pt(m, "frozen_vision", "bf16-mixed", 2, 2048, checkpointing=True)
+        pt(m, "frozen_vision", "bf16", 1, 2048)
+        pt(m, None, "bf16", 2, 2048, mode="infer")
+        # One 896-px image (4096 patches through the tower): the trained tower's saved activations
+        # decide the backward peak; frozen and checkpointed, its recomputation.
+        pt(m, "full", "bf16-mixed", 1, 2048, image_size=896)
+        if dev:
+            pt(m, "frozen_vision", "bf16-mixed", 1, 2048, image_size=896, checkpointing=True)
     return out
 
 
 def run(point):
     raw = json.load(open(os.path.join(ROOT, DIR, point["model"] + ".json")))
     cfg = AutoConfig.for_model(raw["model_type"], **{k: v for k, v in raw.items() if k != "model_type"})
-    extra = {"image_size": cfg.vision_config.image_size, "image_tokens_per_image": image_tokens(cfg),
-             "vision_feature_layer": cfg.vision_feature_layer,
-             "vision_feature_select_strategy": cfg.vision_feature_select_strategy,
-             "vision_model_type": cfg.vision_config.model_type}
+    side = point.get("image_size")
+    if is_qwen(cfg):
+        extra = {"image_size_processed": qwen_side(cfg, side), "image_tokens_per_image": image_tokens(cfg, side),
+                 "vision_model_type": cfg.vision_config.model_type}
+    else:
+        extra = {"image_size": cfg.vision_config.image_size, "image_tokens_per_image": image_tokens(cfg),
+                 "vision_feature_layer": cfg.vision_feature_layer,
+                 "vision_feature_select_strategy": cfg.vision_feature_select_strategy,
+                 "vision_model_type": cfg.vision_config.model_type}
     t = time.time()
     try:
         if point["mode"] == "train":
             r = train(raw, point["batch"], point["seq"], point["images"], point["train"], point["precision"],
-                      point["checkpointing"], point["attention"])
+                      point["checkpointing"], point["attention"], image_size=side)
         else:
-            r = infer(raw, point["batch"], point["seq"], point["images"], point["precision"], point["attention"])
+            r = infer(raw, point["batch"], point["seq"], point["images"], point["precision"], point["attention"],
+                      image_size=side)
     except Exception as e:  # recorded, never silently dropped
         r = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-2000:]}
     r["seconds"] = round(time.time() - t, 2)
@@ -446,6 +625,37 @@ TINY_LLAVA_SIGLIP = {
 }
 
 
+# Qwen2-VL: 2-block vision tower (embed 64, merger to 128) + 2-layer Qwen2 LM, tied embeddings.
+TINY_QWEN2VL = {
+    "model_type": "qwen2_vl", "image_token_id": 1000, "video_token_id": 1001, "vision_start_token_id": 1002,
+    "vision_end_token_id": 1003, "hidden_size": 128, "intermediate_size": 512, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1024, "max_position_embeddings": 512,
+    "tie_word_embeddings": True, "rope_scaling": {"type": "mrope", "mrope_section": [4, 6, 6]},
+    "vision_config": {"depth": 2, "embed_dim": 64, "hidden_size": 128, "mlp_ratio": 4, "num_heads": 4,
+                      "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2},
+}
+
+# Qwen2.5-VL: window attention in block 0, full attention in block 1; untied LM.
+TINY_QWEN25VL = {
+    "model_type": "qwen2_5_vl", "image_token_id": 1000, "video_token_id": 1001, "vision_start_token_id": 1002,
+    "vision_end_token_id": 1003, "hidden_size": 128, "intermediate_size": 512, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1024, "max_position_embeddings": 512,
+    "tie_word_embeddings": False, "rope_scaling": {"type": "mrope", "mrope_section": [4, 6, 6]},
+    "vision_config": {"depth": 2, "hidden_size": 64, "intermediate_size": 160, "num_heads": 4, "out_hidden_size": 128,
+                      "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "window_size": 112,
+                      "fullatt_block_indexes": [1]},
+}
+
+
+def technique_cases_qwen():
+    t = lambda tr, p, b, s, i=1, ck=False: ("train", dict(train=tr, precision=p, batch=b, seq=s, images=i,
+                                                          checkpointing=ck, image_size=224))
+    return [t("full", "bf16-mixed", 2, 128), t("frozen_vision", "bf16-mixed", 2, 256, i=2),
+            t("frozen_vision", "bf16-mixed", 2, 128, ck=True), t("full", "bf16-mixed", 2, 128, ck=True),
+            t("frozen_vision", "bf16", 2, 128),
+            ("infer", dict(precision="bf16", batch=2, seq=128, images=1, image_size=224))]
+
+
 def technique_cases():
     t = lambda tr, p, b, s, i=1, ck=False: ("train", dict(train=tr, precision=p, batch=b, seq=s, images=i,
                                                           checkpointing=ck))
@@ -471,9 +681,12 @@ def check_technique():
     f = open(os.path.join(HERE, "fixtures", "vlm_technique.jsonl"), "w")
     f.write(json.dumps({"_meta": {"torch": torch.__version__, "transformers": transformers.__version__,
                                   "command": "python validation/vlm.py --technique",
-                                  "configs": {"clip_llama": TINY_LLAVA, "siglip_qwen2": TINY_LLAVA_SIGLIP}}}) + "\n")
+                                  "configs": {"clip_llama": TINY_LLAVA, "siglip_qwen2": TINY_LLAVA_SIGLIP,
+                                              "qwen2_vl": TINY_QWEN2VL, "qwen2_5_vl": TINY_QWEN25VL}}}) + "\n")
     cases = [("clip_llama", TINY_LLAVA, c) for c in technique_cases()]
     cases += [("siglip_qwen2", TINY_LLAVA_SIGLIP, c) for c in technique_cases_siglip()]
+    cases += [(n, c, x) for n, c in (("qwen2_vl", TINY_QWEN2VL), ("qwen2_5_vl", TINY_QWEN25VL))
+              for x in technique_cases_qwen()]
     for name, config, (mode, case) in cases:
         fn = train if mode == "train" else infer
         t = time.time()

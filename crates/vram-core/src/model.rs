@@ -96,6 +96,18 @@ pub enum VisionFamily {
     Clip,
     /// SigLIP's vision tower (models/siglip): no class token, attention-pooling head (`head`).
     Siglip,
+    /// Qwen2-VL's vision tower (models/qwen2_vl Qwen2VisionTransformerPretrainedModel): a bias-free
+    /// Conv3d over two frames (an image is repeated), 2-D rotary positions, LayerNorm + fc1/fc2.
+    Qwen2Vl,
+    /// Qwen2.5-VL's (models/qwen2_5_vl): as Qwen2-VL with RMSNorm, a SwiGLU MLP and window attention.
+    Qwen25Vl,
+}
+
+impl VisionFamily {
+    /// Qwen2-VL or Qwen2.5-VL (no class token, no position table, no final norm).
+    pub fn is_qwen(self) -> bool {
+        matches!(self, VisionFamily::Qwen2Vl | VisionFamily::Qwen25Vl)
+    }
 }
 
 /// A vision transformer's patch embedding: images become `(image / patch)²` tokens (+ a class token).
@@ -118,12 +130,22 @@ pub struct Vision {
 impl Vision {
     /// Whether the family prepends a class token.
     pub fn class_token(self) -> bool {
-        self.family != VisionFamily::Siglip
+        !matches!(self.family, VisionFamily::Siglip | VisionFamily::Qwen2Vl | VisionFamily::Qwen25Vl)
     }
 
-    /// Bytes of one image as fp32 `pixel_values` (channels × side²).
+    /// Frames each image is fed as: Qwen2-VL's processor repeats an image to its
+    /// `temporal_patch_size` (2) frames (image_processing_qwen2_vl.py), others 1.
+    pub fn frames(self) -> u128 {
+        if self.family.is_qwen() {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Bytes of one image as fp32 `pixel_values` (channels × frames × side²).
     pub fn pixel_bytes(self) -> u128 {
-        4 * self.channels as u128 * self.image_size as u128 * self.image_size as u128
+        4 * self.channels as u128 * self.frames() * self.image_size as u128 * self.image_size as u128
     }
 
     /// Tokens the encoder sees for an image of `side` pixels.
@@ -195,11 +217,85 @@ pub struct Multimodal {
     /// The vision tower is frozen (`--freeze-vision-tower`): no gradients, states or saved
     /// activations for it.
     pub tower_frozen: bool,
+    /// Qwen2-VL's PatchMerger in place of LLaVA's projector.
+    pub merger: Option<PatchMerger>,
+}
+
+/// Qwen2-VL's `PatchMerger` (modeling_qwen2_vl.py; Qwen2.5-VL's with RMSNorm): `ln_q` over the
+/// tower width, `merge`² neighbouring patches concatenated, then Linear(w·merge², w·merge²), GELU,
+/// Linear(w·merge², text width), both with bias. Image tokens = patches / merge².
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PatchMerger {
+    /// `spatial_merge_size` (2).
+    pub merge: u64,
+    /// Qwen2.5-VL window attention: window side in patches (`window_size` / patch_size; 0: none).
+    pub window: u64,
+    /// Blocks attending over the whole image (`fullatt_block_indexes`; all of Qwen2-VL's).
+    pub full_attention_layers: u64,
+}
+
+/// How the warning on Qwen2-VL's assumed image size begins (dropped once `--image-size` is given).
+pub const QWEN_IMAGE_ASSUMED: &str = "Qwen2-VL images assumed";
+
+/// `max_pixels` and `min_pixels` of Qwen2-VL-7B-Instruct's and Qwen2.5-VL's
+/// preprocessor_config.json (12845056 = 3584², 3136 = 56²).
+const QWEN_MAX_PIXELS: f64 = 12_845_056.0;
+const QWEN_MIN_PIXELS: f64 = 3136.0;
+
+impl PatchMerger {
+    /// The side the processor resizes a square image of `side` pixels to: transformers
+    /// models/qwen2_vl/image_processing_qwen2_vl.py `smart_resize` with factor patch × merge (28):
+    /// Python's `round` (halves to even), then held within min/max_pixels (same f64 arithmetic).
+    pub fn processed_side(self, side: u64, patch: u64) -> u64 {
+        let f = patch.saturating_mul(self.merge).max(1);
+        let (q, r) = (side / f, side % f);
+        let q = if 2 * r > f || (2 * r == f && q % 2 == 1) { q + 1 } else { q };
+        let h = q.saturating_mul(f);
+        let (sf, ff) = (side as f64, f as f64);
+        if (h as f64) * (h as f64) > QWEN_MAX_PIXELS {
+            let beta = (sf * sf / QWEN_MAX_PIXELS).sqrt();
+            ((sf / beta / ff).floor() as u64 * f).max(f)
+        } else if (h as f64) * (h as f64) < QWEN_MIN_PIXELS {
+            let beta = (QWEN_MIN_PIXELS / (sf * sf)).sqrt();
+            (sf * beta / ff).ceil() as u64 * f
+        } else {
+            h
+        }
+    }
+
+    /// Language-model tokens of an image of `side` pixels (after the processor's resize): its
+    /// patches merged `merge`×`merge`.
+    pub fn image_tokens(self, side: u64, patch: u64) -> u64 {
+        let per_side = self.processed_side(side, patch) / patch.max(1);
+        per_side * per_side / (self.merge * self.merge).max(1)
+    }
 }
 
 impl Multimodal {
-    /// The projector's parameters (two linears).
+    /// `--image-size` on Qwen2-VL: square images of `side` pixels, resized as the processor does.
+    fn set_qwen_image_size(&mut self, side: u64) -> Result<(), String> {
+        let pm = self.merger.ok_or("not a Qwen2-VL model")?;
+        let Some(vis) = self.tower.encoder.as_mut().and_then(|e| e.vision.as_mut()) else {
+            return Err("the vision tower has no patch embedding".into());
+        };
+        if side == 0 || side > MAX_IMAGE_SIDE {
+            return Err(format!("--image-size {side}: must be between 1 and {MAX_IMAGE_SIDE} pixels"));
+        }
+        let processed = pm.processed_side(side, vis.patch);
+        vis.image_size = processed;
+        vis.native_image_size = processed;
+        self.image_tokens = pm.image_tokens(side, vis.patch);
+        Ok(())
+    }
+
+    /// The projector's parameters (two linears; Qwen2-VL's merger adds `ln_q`).
     pub fn projector_parameters(&self, text_hidden: u64) -> u64 {
+        if let Some(pm) = self.merger {
+            let w = self.tower.hidden;
+            let wide = w * pm.merge * pm.merge;
+            let ln = if matches!(self.tower.norm, Norm::LayerNorm { bias: true }) { 2 * w } else { w };
+            return ln + wide * wide + wide + wide * text_hidden + text_hidden;
+        }
         let b = u64::from(self.projector_bias);
         self.tower.hidden * text_hidden + b * text_hidden + text_hidden * text_hidden + b * text_hidden
     }
@@ -684,6 +780,11 @@ impl Model {
     /// `--image-size`: run a vision encoder on square images of `side` pixels (transformers
     /// interpolates the position table). Text models have no image size.
     pub fn set_image_size(&mut self, side: u64) -> Result<(), String> {
+        if let Some(mm) = self.multimodal.as_mut().filter(|mm| mm.merger.is_some()) {
+            mm.set_qwen_image_size(side)?;
+            self.warnings.retain(|w| !w.starts_with(QWEN_IMAGE_ASSUMED));
+            return Ok(());
+        }
         let Some(vis) = self.encoder.as_mut().and_then(|e| e.vision.as_mut()) else {
             return Err(format!("--image-size applies to vision encoders (ViT, DINOv2, CLIP, SigLIP); {} reads tokens", self.model_type));
         };
@@ -993,8 +1094,14 @@ impl Model {
         let (h, l) = (self.hidden, self.layers);
         let fam = vis.family;
         let mut v = Vec::new();
-        let pixels = vis.channels * vis.patch * vis.patch;
+        let pixels = vis.channels * vis.frames() as u64 * vis.patch * vis.patch;
         v.push(TensorGroup::matrix("embeddings.patch_embeddings.weight".into(), 1, h, pixels, 1, Role::Linear));
+        if fam.is_qwen() {
+            // Qwen2-VL: Conv3d without bias, rotary positions, no final norm (the merger's ln_q
+            // is the projector's), no head.
+            self.layer_tensors(0, l, &mut v);
+            return v;
+        }
         if fam != VisionFamily::Clip {
             v.push(TensorGroup::vector("embeddings.patch_embeddings.bias".into(), h, 1, Role::Bias));
         }

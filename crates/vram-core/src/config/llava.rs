@@ -116,6 +116,7 @@ pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: Parse
         image_tokens,
         images: 1,
         tower_frozen: false,
+        merger: None,
     }));
     m.warnings.push(format!(
         "LLaVA: a {} vision tower ({} tokens per image of {}×{} pixels, hidden state {} of {} layers), the projector and a {} language model",

@@ -22,6 +22,7 @@ mod opt;
 mod phi;
 mod positions;
 mod quantization;
+mod qwen2_vl;
 mod registry;
 mod t5;
 mod vision;
@@ -63,8 +64,10 @@ pub fn parse_config(bytes: &[u8], name: &str, file: &str) -> Result<Model> {
 /// [`parse_config`] with options (the approximate-architecture opt-in).
 pub fn parse_config_with(bytes: &[u8], name: &str, file: &str, opts: ParseOptions) -> Result<Model> {
     let obj = json_object(bytes, file)?;
-    if obj.get("model_type").and_then(Value::as_str) == Some("llava") {
-        return llava::parse(obj, name, file, opts);
+    match obj.get("model_type").and_then(Value::as_str) {
+        Some("llava") => return llava::parse(obj, name, file, opts),
+        Some("qwen2_vl" | "qwen2_5_vl") => return qwen2_vl::parse(obj, name, file, opts),
+        _ => {}
     }
     parse_object(obj, name, file, opts)
 }

@@ -103,7 +103,7 @@ const UNSUPPORTED: &[(&[&str], &str)] = &[
         "CLIP/SigLIP dual encoders (image and text towers trained together) are not modelled yet; their vision tower is: save the config's `vision_config` as its own config.json with \"model_type\": \"clip_vision_model\" (or \"siglip_vision_model\")",
     ),
     (
-        &["llava", "llava_next", "llava_onevision", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "mllama", "idefics2", "idefics3", "paligemma", "pixtral", "llama4", "blip-2", "kosmos-2", "phi3_v", "internvl", "chameleon", "gemma3n", "qwen2_5_omni", "smolvlm", "mistral3", "aya_vision", "sam"],
+        &["llava", "llava_next", "llava_onevision", "qwen3_vl", "mllama", "idefics2", "idefics3", "paligemma", "pixtral", "llama4", "blip-2", "kosmos-2", "phi3_v", "internvl", "chameleon", "gemma3n", "qwen2_5_omni", "smolvlm", "mistral3", "aya_vision", "sam"],
         "vision and multimodal models are not supported yet: only language models are estimated",
     ),
 ];

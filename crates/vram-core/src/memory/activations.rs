@@ -148,7 +148,10 @@ impl Bytes {
             }
             None => {
                 let p = job.precision.param_dtype().bytes() as u128;
-                Bytes { amp, e, r: if amp { 4 } else { e }, p, lora: None, lin: e }
+                // Qwen2-VL's vision tower adds no fp32 embedding to its patches: under autocast its
+                // residual stream is the conv's half output (modeling_qwen2_vl.py PatchEmbed).
+                let half_residual = m.encoder.and_then(|e| e.vision).is_some_and(|v| v.family.is_qwen());
+                Bytes { amp, e, r: if amp && !half_residual { 4 } else { e }, p, lora: None, lin: e }
             }
         }
     }
@@ -712,6 +715,12 @@ fn encoder_outside(m: &Model, b: &Bytes, head: EncoderHead) -> u128 {
 fn vision_outside(m: &Model, b: &Bytes, head: EncoderHead, vis: crate::model::Vision) -> u128 {
     use crate::model::VisionFamily;
     let h = m.hidden as u128;
+    if vis.family.is_qwen() {
+        // Qwen2-VL: no final norm (the merger's ln_q is the projector's); the rotary cos and sin,
+        // fp32 [patches, head_dim] each, saved by every block's multiply (apply_rotary_pos_emb_vision).
+        let _ = head;
+        return 8 * m.head_dim as u128;
+    }
     let (ln_saved, ln_out) = b.norm(m.norm, b.r);
     let ln = ln_saved * h + 8;
     // One LayerNorm over every token: CLIP's pre_layrnorm on the embeddings, the others' final one.
@@ -735,7 +744,7 @@ pub fn pixel_copy(m: &Model, job: &Job) -> u128 {
     let b = Bytes::of(m, job);
     let side = (vis.image_size / vis.patch.max(1) * vis.patch) as u128;
     if b.amp {
-        2 * vis.channels as u128 * side * side
+        2 * vis.channels as u128 * vis.frames() * side * side
     } else {
         0
     }

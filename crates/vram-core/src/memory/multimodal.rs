@@ -93,7 +93,7 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
     let states = if optimizer::paged(job) { 0 } else { trainable * state_pp };
     // Autocast caches half copies of trained weights only (leaves that require grad).
     let matmul_tower: u128 = mm.tower.tensors().iter().filter(|t| t.is_matrix()).map(|t| t.numel as u128 * t.count as u128).sum();
-    let proj_matrix = mm.tower.hidden as u128 * m.hidden as u128 + (m.hidden as u128).pow(2);
+    let proj_matrix = projector_matrices(mm, m.hidden);
     let casts = if amp { 2 * (proj_matrix + if trained { matmul_tower } else { 0 }) } else { 0 };
     // Saved: the trained tower's activations (its own activation profile), and the projector's
     // (linear_1's input copy, the activation's input, linear_2's input: per image token).
@@ -102,11 +102,11 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
     // embeddings, the tower's patch conv too, so its output requires grad and the checkpointed
     // layers keep their inputs and are recomputed in backward (measured: validation/vlm.py).
     let ckpt_frozen = !trained && job.checkpointing == Checkpointing::Full;
-    let tower_profile = if trained || ckpt_frozen { train::activation_profile(&tower, &tj) } else { ActivationProfile::default() };
-    let h_v = mm.tower.hidden as u128;
-    let h_t = m.hidden as u128;
-    let proj_in = if amp { 2 } else { p.max(e) };
-    let projector_acts = image_tokens * (proj_in * h_v + 2 * e * h_t);
+    let mut tower_profile = if trained || ckpt_frozen { train::activation_profile(&tower, &tj) } else { ActivationProfile::default() };
+    if trained && job.checkpointing != Checkpointing::Full {
+        tower_profile.saved += qwen_attention_cat(mm, &tower, &tj, e);
+    }
+    let projector_acts = image_tokens * projector_saved(mm, m.hidden, amp, if amp { 2 } else { p.max(e) }, e);
     let saved = tower_profile.saved + projector_acts;
     let ckpt = if job.checkpointing == Checkpointing::Full { " (tower checkpointed)" } else { "" };
     for ph in &mut phases {
@@ -149,4 +149,48 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
         phases.push(b);
     }
     (phases, kernel, notes)
+}
+
+/// Elements of the projector's weight matrices (what autocast caches half copies of).
+fn projector_matrices(mm: &Multimodal, text_hidden: u64) -> u128 {
+    let (w, t) = (mm.tower.hidden as u128, text_hidden as u128);
+    match mm.merger {
+        // PatchMerger: Linear(w·m², w·m²) and Linear(w·m², text).
+        Some(pm) => {
+            let wide = w * (pm.merge * pm.merge) as u128;
+            wide * wide + wide * t
+        }
+        None => w * t + t * t,
+    }
+}
+
+/// Bytes the projector saves per image token. LLaVA: linear_1's input copy, the activation's
+/// input and linear_2's input. Qwen2-VL's PatchMerger (modeling_qwen2_vl.py PatchMerger.forward:
+/// `mlp(ln_q(x).view(-1, w·m²))`), per merged token of m² patches: ln_q's saved tensors (LayerNorm:
+/// the fp32 input under autocast and fp32 mean/rstd per patch; Qwen2.5-VL's RMSNorm: the fp32
+/// input, the half normed copy and rstd), the first linear's input (a half copy under autocast),
+/// GELU's input and the second linear's input (measured: validation/vlm.py saved tensors).
+fn projector_saved(mm: &Multimodal, text_hidden: u64, amp: bool, proj_in: u128, e: u128) -> u128 {
+    let w = mm.tower.hidden as u128;
+    let Some(pm) = mm.merger else {
+        return proj_in * w + 2 * e * text_hidden as u128;
+    };
+    let patches = (pm.merge * pm.merge) as u128;
+    let wide = w * patches;
+    let ln = match mm.tower.norm {
+        crate::model::Norm::LayerNorm { .. } => (if amp { 4 } else { e }) * wide + 8 * patches,
+        _ => (4 + e) * wide + 4 * patches,
+    };
+    ln + proj_in * wide + 2 * e * wide
+}
+
+/// Qwen2-VL's tower attention under SDPA (modeling_qwen2_vl.py VisionAttention.forward): one
+/// SDPA call per image (Qwen2.5-VL: per window in windowed blocks) over `torch.split` views, then
+/// `torch.cat` of their outputs — a copy `proj` saves, beside the outputs the kernel saves
+/// itself (measured: validation/vlm.py saved tensors, 2 B × width per patch and block in bf16).
+fn qwen_attention_cat(mm: &Multimodal, tower: &Model, tj: &Job, e: u128) -> u128 {
+    if mm.merger.is_none() {
+        return 0;
+    }
+    tower.layers as u128 * tj.batch as u128 * tj.seq as u128 * e * tower.hidden as u128
 }
