@@ -690,18 +690,10 @@ pub fn llama_cpp_with(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides)
     // it follows the layer's device (llama-kv-cache.cpp `model.dev_layer(il)`), never -ot.
     // Every layer is planned at the full context, which is conservative for sliding-window models
     // (llama-kv-cache-iswa.cpp keeps min(ctx, window × n_seq + ubatch) there).
-    let per_tok = (hp.kv_heads * (hp.head_k + hp.head_v)) as f64 * c.kv_bytes;
-    let kv_layer = (ctx as f64 * per_tok) as u64;
+    let kv_layer = kv_layer_bytes(hp, c, ctx);
     let gpu_kv = kv_layer.saturating_mul(gpu_layers);
     let cpu_kv = kv_layer.saturating_mul(first_gpu);
-    // Compute buffer (ggml-alloc reserves the worst graph for one ubatch): f32 scores
-    // [ctx, ubatch, heads] without flash attention, the FFN intermediates, and the output
-    // logits [vocab, ubatch] when the output layer is on the GPU. A model, not a measurement.
-    let u = c.ubatch.min(ctx) as f64;
-    let attn = if c.flash_attn { u * (hp.heads * hp.head_k) as f64 * 4.0 } else { ctx as f64 * u * hp.heads as f64 * 4.0 };
-    let ffn = 3.0 * u * hp.ff as f64 * 4.0;
-    let logits = if output_on_gpu { u * hp.vocab as f64 * 4.0 } else { 0.0 };
-    let compute = if gpu_layers == 0 && !output_on_gpu { 0 } else { (attn.max(ffn).max(logits) + 4.0 * u * hp.embd as f64 * 4.0) as u64 };
+    let compute = if gpu_layers == 0 && !output_on_gpu { 0 } else { compute_buffer_bytes(hp, c, ctx, output_on_gpu) };
     let total = w.gpu.saturating_add(gpu_kv).saturating_add(compute).saturating_add(c.cuda_overhead);
     Ok(LlamaCppPlan {
         gpu_layers,
@@ -719,6 +711,24 @@ pub fn llama_cpp_with(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides)
         cuda_overhead_bytes: c.cuda_overhead,
         gpu_total_bytes: total,
     })
+}
+
+/// KV cache of one layer at padded context `ctx`: ctx × (n_embd_k_gqa + n_embd_v_gqa) × type
+/// size (llama-kv-cache.cpp).
+pub fn kv_layer_bytes(hp: &HParams, c: &LlamaCppConfig, ctx: u64) -> u64 {
+    (ctx as f64 * (hp.kv_heads * (hp.head_k + hp.head_v)) as f64 * c.kv_bytes) as u64
+}
+
+/// The compute buffer of one GPU at padded context `ctx` (ggml-alloc reserves the worst graph
+/// for one ubatch): f32 scores [ctx, ubatch, heads] without flash attention, the FFN
+/// intermediates, and the output logits [vocab, ubatch] when the output layer is on this GPU.
+/// A model, not a measurement.
+pub fn compute_buffer_bytes(hp: &HParams, c: &LlamaCppConfig, ctx: u64, with_output: bool) -> u64 {
+    let u = c.ubatch.min(ctx) as f64;
+    let attn = if c.flash_attn { u * (hp.heads * hp.head_k) as f64 * 4.0 } else { ctx as f64 * u * hp.heads as f64 * 4.0 };
+    let ffn = 3.0 * u * hp.ff as f64 * 4.0;
+    let logits = if with_output { u * hp.vocab as f64 * 4.0 } else { 0.0 };
+    (attn.max(ffn).max(logits) + 4.0 * u * hp.embd as f64 * 4.0) as u64
 }
 
 /// Weight bytes by device, and what the overrides moved.
@@ -762,7 +772,7 @@ fn place_weights(g: &Gguf, o: &Overrides, first_gpu: u64, output_on_gpu: bool) -
 }
 
 /// `blk.12.attn_q.weight` → 12.
-fn layer_of(name: &str) -> Option<u64> {
+pub fn layer_of(name: &str) -> Option<u64> {
     name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
 }
 
