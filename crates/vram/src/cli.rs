@@ -605,6 +605,20 @@ pub struct ServeArgs {
     /// matches the regex go to CPU (RAM) or CUDA0 (the GPU); the first match wins.
     #[arg(long)]
     pub override_tensor: Vec<String>,
+    /// GPUs of the --gpu kind llama.cpp spreads a .gguf model over (CUDA0 …) [default: the number
+    /// of --tensor-split values, else 1].
+    #[arg(long)]
+    pub gpus: Option<u64>,
+    /// llama.cpp `--tensor-split` / `-ts`: proportions per GPU, comma-separated (e.g. 3,1)
+    /// [default: by free memory, planned as equal].
+    #[arg(long)]
+    pub tensor_split: Option<String>,
+    /// llama.cpp `--split-mode` / `-sm`: none, layer or row [default: layer].
+    #[arg(long)]
+    pub split_mode: Option<String>,
+    /// llama.cpp `--main-gpu` / `-mg`: the GPU of `--split-mode none` [default: 0].
+    #[arg(long)]
+    pub main_gpu: Option<u64>,
     /// A vLLM, SGLang or llama.cpp start-up log to compare the estimate with (only read).
     #[arg(long, value_name = "FILE")]
     pub log: Option<std::path::PathBuf>,

@@ -106,6 +106,12 @@ const LLAMA_VALUE: &[(&str, &str)] = &[
     ("-ncmoe", "--n-cpu-moe"),
     ("-ot", "--override-tensor"),
     ("--override-tensor", "--override-tensor"),
+    ("-ts", "--tensor-split"),
+    ("--tensor-split", "--tensor-split"),
+    ("-sm", "--split-mode"),
+    ("--split-mode", "--split-mode"),
+    ("-mg", "--main-gpu"),
+    ("--main-gpu", "--main-gpu"),
 ];
 const LLAMA_FLAG: &[(&str, &str)] = &[("--cpu-moe", "--cpu-moe"), ("-cmoe", "--cpu-moe")];
 const LLAMA_NO_MEMORY: &[&str] = &[
@@ -124,8 +130,7 @@ const LLAMA_NO_MEMORY: &[&str] = &[
     "--n-predict",
 ];
 const LLAMA_NO_MEMORY_FLAG: &[&str] = &["--jinja", "--verbose", "-v", "--mlock", "--no-mmap", "--metrics", "--cont-batching", "--no-webui"];
-const LLAMA_UNMODELLED: &[&str] =
-    &["-ts", "--tensor-split", "-sm", "--split-mode", "-ctk", "-ctv", "--cache-type-k", "--cache-type-v", "-b", "--batch-size"];
+const LLAMA_UNMODELLED: &[&str] = &["-ctk", "-ctv", "--cache-type-k", "--cache-type-v", "-b", "--batch-size"];
 
 /// SGLang flags vram reads (`python -m sglang.launch_server`, `sglang serve`), as `vram serve`
 /// spells them (arg_groups/fields/*.py of SGLang 0.5.23).
@@ -314,6 +319,10 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
         if let Some(v) = v {
             argv.extend([flag.to_string(), v.clone()]);
         }
+    }
+    // How many GPUs the machine has is vram's own flag, not the engine's: keep it.
+    if let Some(n) = a.gpus {
+        argv.extend(["--gpus".into(), n.to_string()]);
     }
     argv.extend(out);
     let args = ServeOnly::try_parse_from(&argv).map_err(|e| UsageError(format!("the pasted command does not translate: {e}")))?.args;

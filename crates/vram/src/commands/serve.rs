@@ -68,6 +68,9 @@ fn run_with(a: &ServeArgs, pasted: &[String], log: Option<&(String, vram_core::s
     if gguf {
         let mut s = llama_cpp(a, path)?;
         s.notes = pasted.to_vec();
+        if let Some((p, fit)) = &s.split {
+            return split_output(a, &s, p, *fit, log);
+        }
         let c = |l: &StartupLog| if let StartupLog::LlamaCpp(l) = l { Some(cmp::llama_cpp(&s, l)) } else { None };
         with_log(render::serve::llama_cpp_json(&s), render::serve::llama_cpp_text(&s), &c, "llama.cpp (a .gguf file)")
     } else if engine == Engine::Sglang {
@@ -83,6 +86,38 @@ fn run_with(a: &ServeArgs, pasted: &[String], log: Option<&(String, vram_core::s
         let c = |l: &StartupLog| if let StartupLog::Vllm(l) = l { Some(cmp::vllm(&s, l)) } else { None };
         with_log(render::serve::vllm_json(&s), render::serve::vllm_text(&s), &c, "vLLM")
     }
+}
+
+/// Print a multi-GPU llama.cpp plan, with the per-GPU comparison when a log is given.
+fn split_output(
+    a: &ServeArgs,
+    s: &LlamaCppServe,
+    p: &vram_core::llama_split::SplitPlan,
+    fit: Option<u64>,
+    log: Option<&(String, vram_core::startup_log::StartupLog)>,
+) -> Result<()> {
+    use render::llama_split as r;
+    use vram_core::startup_log::StartupLog;
+    let l = match log {
+        None => None,
+        Some((file, StartupLog::LlamaCpp(l))) => Some((file, l)),
+        Some((file, _)) => {
+            return Err(
+                UsageError(format!("--log {file} is not a llama.cpp start-up log; this .gguf file is planned under llama.cpp")).into()
+            )
+        }
+    };
+    show(
+        a.json,
+        || {
+            let mut v = r::json(s, p, fit);
+            if let Some((_, l)) = l {
+                v["log"] = r::compare_json(p, l);
+            }
+            v
+        },
+        || format!("{}{}", r::text(s, p, fit), l.map(|(f, l)| r::compare_text(p, l, f)).unwrap_or_default()),
+    )
 }
 
 /// Which engine plans the model.
@@ -138,6 +173,10 @@ fn reject_other_engines_flags(a: &ServeArgs, engine: Engine) -> Result<()> {
             given(!a.override_tensor.is_empty(), "--override-tensor/-ot"),
             given(a.ubatch_size != 512, "--ubatch-size"),
             given(a.parallel != 1, "--parallel/-np"),
+            given(a.gpus.is_some(), "--gpus"),
+            given(a.tensor_split.is_some(), "--tensor-split/-ts"),
+            given(a.split_mode.is_some(), "--split-mode/-sm"),
+            given(a.main_gpu.is_some(), "--main-gpu/-mg"),
         ]
     };
     // (foreign flags, whose they are, what to use instead), for each foreign engine in turn.
@@ -430,6 +469,9 @@ pub struct LlamaCppServe {
     pub moe_table: Vec<MoeRow>,
     /// How a pasted command was read.
     pub notes: Vec<String>,
+    /// With several GPUs (`--gpus`, `--tensor-split`, `--split-mode`, `--main-gpu`): the plan per
+    /// GPU and the longest context at which every GPU fits.
+    pub split: Option<(vram_core::llama_split::SplitPlan, Option<u64>)>,
 }
 
 /// One row of the `--n-cpu-moe` table, at the given `--n-gpu-layers` and `--ctx-size`.
@@ -500,9 +542,55 @@ pub fn llama_cpp(a: &ServeArgs, path: &std::path::Path) -> Result<LlamaCppServe>
     };
     let overrides = overrides(a)?;
     let plan = llama_cpp_with(&gguf, &hparams, &config, &overrides)?;
+    if let Some(m) = multi_gpu(a)? {
+        let split = vram_core::llama_split::plan(&gguf, &hparams, &config, &overrides, &m)?;
+        let limit = if hparams.context_length > 0 { hparams.context_length } else { 1 << 20 };
+        let fit = vram_core::llama_split::max_ctx(&gguf, &hparams, &config, &overrides, &m, g.memory, limit)?;
+        let split = Some((split, fit));
+        let (offload_table, moe_table) = (Vec::new(), Vec::new());
+        return Ok(LlamaCppServe {
+            file,
+            gguf,
+            hparams,
+            gpu: g,
+            config,
+            overrides,
+            plan,
+            offload_table,
+            moe_table,
+            notes: Vec::new(),
+            split,
+        });
+    }
     let offload_table = offload_table(&gguf, &hparams, &config, &overrides, g.memory)?;
     let moe_table = if overrides.tensor.is_empty() { moe_table(&gguf, &hparams, &config, g.memory)? } else { Vec::new() };
-    Ok(LlamaCppServe { file, gguf, hparams, gpu: g, config, overrides, plan, offload_table, moe_table, notes: Vec::new() })
+    Ok(LlamaCppServe { file, gguf, hparams, gpu: g, config, overrides, plan, offload_table, moe_table, notes: Vec::new(), split: None })
+}
+
+/// The multi-GPU settings, or `None` for one GPU with none of the split flags. A
+/// `--tensor-split` of N values means N GPUs unless `--gpus` says more.
+fn multi_gpu(a: &ServeArgs) -> Result<Option<vram_core::llama_split::MultiGpu>> {
+    use vram_core::llama_split::{MultiGpu, SplitMode};
+    if a.gpus.is_none() && a.tensor_split.is_none() && a.split_mode.is_none() && a.main_gpu.is_none() {
+        return Ok(None);
+    }
+    let tensor_split = match &a.tensor_split {
+        None => Vec::new(),
+        // llama.cpp's common/arg.cpp splits on `,` and `/`.
+        Some(v) => v
+            .split([',', '/'])
+            .map(|x| {
+                x.trim()
+                    .parse::<f64>()
+                    .map_err(|_| UsageError(format!("--tensor-split `{v}`: `{x}` is not a number (write proportions like 3,1)")))
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?,
+    };
+    let gpus = a.gpus.unwrap_or((tensor_split.len() as u64).max(1));
+    let mode = a.split_mode.as_deref().map(SplitMode::parse).transpose()?.unwrap_or_default();
+    let m = MultiGpu { gpus, tensor_split, mode, main_gpu: a.main_gpu.unwrap_or(0) };
+    m.validate()?;
+    Ok(Some(m))
 }
 
 /// `-ot` values in order, then `--cpu-moe` (all layers, so it wins over `--n-cpu-moe`).

@@ -1,0 +1,133 @@
+//! llama.cpp over several GPUs, held to public start-up logs (validation/logs/llama.cpp/,
+//! sources in SOURCES.md there): the layer→device rule, KV per GPU, and the compute buffer
+//! under pipeline parallelism.
+
+#[path = "support/gguf_writer.rs"]
+mod gguf_writer;
+
+use gguf_writer::{Writer, F16, F32};
+use vram_core::gguf::{self, CpuMoe, Gguf, LlamaCppConfig, Overrides, Parsed};
+use vram_core::llama_split::{layer_devices, plan, MultiGpu, SplitMode};
+use vram_core::startup_log::{self, StartupLog};
+
+const MIB: f64 = (1u64 << 20) as f64;
+
+fn log(name: &str) -> startup_log::LlamaCppLog {
+    let path = format!("{}/../../validation/logs/llama.cpp/{name}", env!("CARGO_MANIFEST_DIR"));
+    match startup_log::parse(&std::fs::read_to_string(path).unwrap()).unwrap() {
+        StartupLog::LlamaCpp(l) => l,
+        other => panic!("not llama.cpp: {other:?}"),
+    }
+}
+
+fn log_mib(l: &startup_log::LlamaCppLog, device: &str, pick: fn(&startup_log::LlamaCppDevice) -> Option<f64>) -> f64 {
+    pick(l.devices.iter().find(|d| d.name == device).unwrap()).unwrap() * 1024.0
+}
+
+/// c4ai-command-r-v01's shapes (the hyper-parameters its log and model card give), with one
+/// small tensor per layer: this test checks KV and compute, which depend on the shapes only.
+fn command_r() -> Gguf {
+    let mut w = Writer::default();
+    w.str("general.architecture", "command-r")
+        .u32("command-r.block_count", 40)
+        .u32("command-r.context_length", 131072)
+        .u32("command-r.embedding_length", 8192)
+        .u32("command-r.feed_forward_length", 22528)
+        .u32("command-r.attention.head_count", 64)
+        .u32("command-r.attention.head_count_kv", 64)
+        .tokens(256_000);
+    w.tensor("token_embd.weight", &[8192, 32], F16);
+    for i in 0..40 {
+        w.tensor(&format!("blk.{i}.attn_norm.weight"), &[8192], F32);
+    }
+    w.tensor("output_norm.weight", &[8192], F32);
+    match gguf::parse(&w.bytes(), "command-r.gguf").unwrap() {
+        Parsed::Complete(g) => *g,
+        Parsed::NeedMore(n) => panic!("needs {n}"),
+    }
+}
+
+/// ggml-org/llama.cpp#6122: 2 GPUs, layer split, no flash attention, pipeline parallelism on.
+#[test]
+fn command_r_on_two_gpus_kv_per_gpu_and_the_compute_buffer() {
+    let l = log("ggml-org-llama.cpp-6122-command-r-2gpu.log");
+    let g = command_r();
+    let hp = g.hparams("command-r.gguf").unwrap();
+    let c = LlamaCppConfig { n_gpu_layers: 41, ctx: 4096, ubatch: 512, parallel: 1, flash_attn: false, kv_bytes: 2.0, cuda_overhead: 0 };
+    // The log's split is by free memory (not printed); 28:72 puts its 12 layers on CUDA0.
+    let m = MultiGpu { gpus: 2, tensor_split: vec![28.0, 72.0], mode: SplitMode::Layer, main_gpu: 0 };
+    let p = plan(&g, &hp, &c, &Overrides::default(), &m).unwrap();
+    assert!(p.pipeline_parallel, "the log says: pipeline parallelism enabled (n_copies=4)");
+    assert_eq!((p.devices[0].layers, p.devices[1].layers), (12, 28));
+    assert!(p.devices[1].output && !p.devices[0].output);
+    for (i, d) in p.devices.iter().enumerate() {
+        let logged = log_mib(&l, &format!("CUDA{i}"), |d| d.kv.as_ref().map(|s| s.gib));
+        assert_eq!(d.kv_bytes as f64 / MIB, logged, "{} KV", d.name);
+    }
+    // Compute buffer: modelled; held within 5% of the one figure the log shows.
+    let logged = log_mib(&l, "CUDA0", |d| d.compute.as_ref().map(|s| s.gib));
+    let est = p.devices[0].compute_bytes as f64 / MIB;
+    let err = (est - logged) / logged;
+    assert!(err.abs() < 0.05, "CUDA0 compute: vram {est:.2} MiB, log {logged:.2} MiB ({:+.1}%)", err * 100.0);
+}
+
+/// ikawrakow/ik_llama.cpp#239: DeepSeek-R1's 61 layers and output over 16 equal shares; the KV
+/// per GPU (9 MiB a layer under its MLA cache) gives the layers each GPU got.
+#[test]
+fn deepseek_r1_layers_over_sixteen_gpus() {
+    let l = log("ik_llama.cpp-239-deepseek-r1-16gpu-kv.log");
+    let m = MultiGpu { gpus: 16, tensor_split: vec![24.0; 16], mode: SplitMode::Layer, main_gpu: 0 };
+    let devs = layer_devices(61, 99, &m.split_points());
+    for d in &l.devices {
+        let i: usize = d.name.trim_start_matches("CUDA").parse().unwrap();
+        let layers = devs[..61].iter().filter(|x| **x == Some(i)).count() as f64;
+        assert_eq!(layers * 9.0, d.kv.as_ref().unwrap().gib * 1024.0, "{}", d.name);
+    }
+    assert_eq!(l.devices.len(), 13, "the thread shows CUDA0–CUDA12");
+}
+
+/// One GPU with no split flag gives the one-GPU plan, device for device.
+#[test]
+fn one_gpu_equals_the_single_plan() {
+    let g = command_r();
+    let hp = g.hparams("command-r.gguf").unwrap();
+    let c =
+        LlamaCppConfig { n_gpu_layers: 30, ctx: 8192, ubatch: 512, parallel: 1, flash_attn: true, kv_bytes: 2.0, cuda_overhead: 1 << 29 };
+    let o = Overrides { tensor: Vec::new(), cpu_moe: CpuMoe::None };
+    let single = gguf::llama_cpp_with(&g, &hp, &c, &o).unwrap();
+    let m = MultiGpu { gpus: 1, tensor_split: Vec::new(), mode: SplitMode::Layer, main_gpu: 0 };
+    let p = plan(&g, &hp, &c, &o, &m).unwrap();
+    let d = &p.devices[0];
+    assert_eq!(
+        (d.weights_bytes, d.kv_bytes, d.compute_bytes, d.total_bytes),
+        (single.gpu_weights_bytes, single.gpu_kv_bytes, single.gpu_compute_bytes, single.gpu_total_bytes)
+    );
+    assert_eq!((p.cpu_weights_bytes, p.cpu_kv_bytes), (single.cpu_weights_bytes, single.cpu_kv_bytes));
+}
+
+/// `-sm none` puts everything on `--main-gpu`; `-sm row` splits the matrices' rows by share.
+#[test]
+fn split_modes_none_and_row() {
+    let g = match gguf::parse(&gguf_writer::tiny_llama().bytes(), "tiny.gguf").unwrap() {
+        Parsed::Complete(g) => *g,
+        Parsed::NeedMore(n) => panic!("needs {n}"),
+    };
+    let hp = g.hparams("tiny.gguf").unwrap();
+    let c = LlamaCppConfig { n_gpu_layers: 99, ctx: 4096, ubatch: 512, parallel: 1, flash_attn: true, kv_bytes: 2.0, cuda_overhead: 0 };
+    let o = Overrides::default();
+    let none = plan(&g, &hp, &c, &o, &MultiGpu { gpus: 2, tensor_split: Vec::new(), mode: SplitMode::None, main_gpu: 1 }).unwrap();
+    assert_eq!(none.devices.len(), 1);
+    assert_eq!((none.devices[0].name.as_str(), none.devices[0].layers), ("CUDA1", 4));
+    assert!(!none.pipeline_parallel);
+    let row = plan(&g, &hp, &c, &o, &MultiGpu { gpus: 2, tensor_split: vec![3.0, 1.0], mode: SplitMode::Row, main_gpu: 0 }).unwrap();
+    let (a, b) = (row.devices[0].row_split_bytes, row.devices[1].row_split_bytes);
+    assert!(a > 0 && (a as f64 / (a + b) as f64 - 0.75).abs() < 0.01, "{a} {b}");
+    assert!(!row.pipeline_parallel);
+    // Every byte is somewhere, once.
+    let layer = plan(&g, &hp, &c, &o, &MultiGpu { gpus: 2, tensor_split: Vec::new(), mode: SplitMode::Layer, main_gpu: 0 }).unwrap();
+    let sum = |p: &vram_core::llama_split::SplitPlan| {
+        p.cpu_weights_bytes + p.devices.iter().map(|d| d.weights_bytes + d.row_split_bytes).sum::<u64>()
+    };
+    assert!(sum(&row).abs_diff(g.tensor_bytes()) <= 2 * g.tensors.len() as u64);
+    assert_eq!(sum(&layer), g.tensor_bytes());
+}
