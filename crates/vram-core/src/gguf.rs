@@ -768,7 +768,21 @@ fn place_weights(g: &Gguf, o: &Overrides, first_gpu: u64, output_on_gpu: bool) -
             p.cpu = p.cpu.saturating_add(t.bytes);
         }
     }
+    if output_on_gpu {
+        p.gpu = p.gpu.saturating_add(tied_output_bytes(g));
+    }
     Ok(p)
+}
+
+/// A file without `output.weight` ties the LM head to the token embeddings: llama.cpp then
+/// loads `token_embd.weight` a second time as the output layer, on the output layer's device
+/// (src/llama-model.cpp load_tensors: "if output is NULL, init from the input tok embed",
+/// `TENSOR_DUPLICATED`). Bytes of that second copy; 0 when the file has its own output.
+pub fn tied_output_bytes(g: &Gguf) -> u64 {
+    if g.tensors.iter().any(|t| t.name == "output.weight") {
+        return 0;
+    }
+    g.tensors.iter().find(|t| t.name == "token_embd.weight").map_or(0, |t| t.bytes)
 }
 
 /// `blk.12.attn_q.weight` → 12.

@@ -23,7 +23,9 @@
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::gguf::{compute_buffer_bytes, kv_layer_bytes, layer_of, Gguf, HParams, LlamaCppConfig, Overrides, TensorInfo};
+use crate::gguf::{
+    compute_buffer_bytes, kv_layer_bytes, layer_of, tied_output_bytes, Gguf, HParams, LlamaCppConfig, Overrides, TensorInfo,
+};
 
 /// How llama.cpp spreads a model over GPUs (`--split-mode`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -207,6 +209,9 @@ pub fn plan(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides, m: &Multi
             }
             Some(d) => out[d].weights_bytes = out[d].weights_bytes.saturating_add(t.bytes),
         }
+    }
+    if let Some(Some(d)) = devs.last() {
+        out[*d].weights_bytes = out[*d].weights_bytes.saturating_add(tied_output_bytes(g));
     }
     let kv_layer = kv_layer_bytes(hp, c, ctx);
     let mut cpu_kv = 0u64;

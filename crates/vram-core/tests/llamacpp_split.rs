@@ -5,7 +5,7 @@
 #[path = "support/gguf_writer.rs"]
 mod gguf_writer;
 
-use gguf_writer::{Writer, F16, F32};
+use gguf_writer::{Writer, F32, Q6_K};
 use vram_core::gguf::{self, CpuMoe, Gguf, LlamaCppConfig, Overrides, Parsed};
 use vram_core::llama_split::{layer_devices, plan, MultiGpu, SplitMode};
 use vram_core::startup_log::{self, StartupLog};
@@ -24,8 +24,10 @@ fn log_mib(l: &startup_log::LlamaCppLog, device: &str, pick: fn(&startup_log::Ll
     pick(l.devices.iter().find(|d| d.name == device).unwrap()).unwrap() * 1024.0
 }
 
-/// c4ai-command-r-v01's shapes (the hyper-parameters its log and model card give), with one
-/// small tensor per layer: this test checks KV and compute, which depend on the shapes only.
+/// c4ai-command-r-v01's shapes (the hyper-parameters its log and model card give): the real
+/// token embeddings (Q6_K, 256000 × 8192, as its "CPU buffer size" line shows), no
+/// `output.weight` (the LM head is tied), and one small tensor per layer: the layer weights of
+/// its Q4_K_S mix are not known here, so only KV, compute and the embeddings are checked.
 fn command_r() -> Gguf {
     let mut w = Writer::default();
     w.str("general.architecture", "command-r")
@@ -36,7 +38,7 @@ fn command_r() -> Gguf {
         .u32("command-r.attention.head_count", 64)
         .u32("command-r.attention.head_count_kv", 64)
         .tokens(256_000);
-    w.tensor("token_embd.weight", &[8192, 32], F16);
+    w.tensor("token_embd.weight", &[8192, 256_000], Q6_K);
     for i in 0..40 {
         w.tensor(&format!("blk.{i}.attn_norm.weight"), &[8192], F32);
     }
@@ -64,6 +66,10 @@ fn command_r_on_two_gpus_kv_per_gpu_and_the_compute_buffer() {
         let logged = log_mib(&l, &format!("CUDA{i}"), |d| d.kv.as_ref().map(|s| s.gib));
         assert_eq!(d.kv_bytes as f64 / MIB, logged, "{} KV", d.name);
     }
+    // Token embeddings in RAM ("CPU buffer size"), and their tied copy with the output layer.
+    let cpu = log_mib(&l, "CPU", |d| d.model.as_ref().map(|s| s.gib));
+    assert!((p.cpu_weights_bytes as f64 / MIB - cpu).abs() <= 0.006, "the log prints 2 decimals");
+    assert!(p.devices[1].weights_bytes >= p.cpu_weights_bytes && p.devices[0].weights_bytes < p.cpu_weights_bytes);
     // Compute buffer: modelled; held within 5% of the one figure the log shows.
     let logged = log_mib(&l, "CUDA0", |d| d.compute.as_ref().map(|s| s.gib));
     let est = p.devices[0].compute_bytes as f64 / MIB;
@@ -130,4 +136,22 @@ fn split_modes_none_and_row() {
     };
     assert!(sum(&row).abs_diff(g.tensor_bytes()) <= 2 * g.tensors.len() as u64);
     assert_eq!(sum(&layer), g.tensor_bytes());
+}
+
+/// Regression: a tied LM head (no `output.weight`) is loaded a second time on the GPU with the
+/// output layer; vram used to leave it out of the GPU weights.
+#[test]
+fn a_tied_output_layer_is_a_second_copy_of_the_embeddings_on_the_gpu() {
+    let g = command_r();
+    let hp = g.hparams("command-r.gguf").unwrap();
+    let embd = g.tensors.iter().find(|t| t.name == "token_embd.weight").unwrap().bytes;
+    let c = LlamaCppConfig { n_gpu_layers: 41, ctx: 4096, ubatch: 512, parallel: 1, flash_attn: true, kv_bytes: 2.0, cuda_overhead: 0 };
+    let all = gguf::llama_cpp(&g, &hp, &c).unwrap();
+    let layers_only = gguf::llama_cpp(&g, &hp, &LlamaCppConfig { n_gpu_layers: 40, ..c }).unwrap();
+    assert_eq!(all.gpu_weights_bytes - layers_only.gpu_weights_bytes, embd + output_norm_bytes(&g));
+    assert_eq!(all.cpu_weights_bytes, embd);
+}
+
+fn output_norm_bytes(g: &Gguf) -> u64 {
+    g.tensors.iter().filter(|t| t.name == "output_norm.weight").map(|t| t.bytes).sum()
 }
