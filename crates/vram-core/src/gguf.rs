@@ -719,16 +719,29 @@ pub fn kv_layer_bytes(hp: &HParams, c: &LlamaCppConfig, ctx: u64) -> u64 {
     (ctx as f64 * (hp.kv_heads * (hp.head_k + hp.head_v)) as f64 * c.kv_bytes) as u64
 }
 
-/// The compute buffer of one GPU at padded context `ctx` (ggml-alloc reserves the worst graph
-/// for one ubatch): f32 scores [ctx, ubatch, heads] without flash attention, the FFN
-/// intermediates, and the output logits [vocab, ubatch] when the output layer is on this GPU.
-/// A model, not a measurement.
+/// The compute buffer of one GPU at padded context `ctx`: ggml-alloc reserves the worst graph
+/// for one ubatch of `u` tokens and reuses a tensor's memory once its last consumer has run, so
+/// the buffer is the largest set of tensors alive at once, in one of three phases
+/// (src/llama-graph.cpp):
+/// - attention (`build_attn_mha`): without flash attention the f32 scores [ctx, u, n_head]
+///   (`ggml_soft_max_ext` runs in place), always the KQ mask [ctx, u] (f32, f16 under flash
+///   attention: `build_attn_inp_kq_mask`), and 4 hidden states [n_embd, u] f32;
+/// - feed-forward: gate, up and their product [n_ff, u] f32 and 2 hidden states;
+/// - output, on the GPU holding the output layer: the logits [n_vocab, u] f32 and the normed
+///   hidden state.
+///
+/// The "4 hidden states" are measured: they make Mistral-7B-v0.2's buffers at n_ctx 2048 and
+/// 32768 (164.00 and 2144.00 MiB, fedora-copr/logdetective#106) exact; the other phases are
+/// from the graph. validation/logs/llama.cpp/SOURCES.md lists the logs.
 pub fn compute_buffer_bytes(hp: &HParams, c: &LlamaCppConfig, ctx: u64, with_output: bool) -> u64 {
     let u = c.ubatch.min(ctx) as f64;
-    let attn = if c.flash_attn { u * (hp.heads * hp.head_k) as f64 * 4.0 } else { ctx as f64 * u * hp.heads as f64 * 4.0 };
-    let ffn = 3.0 * u * hp.ff as f64 * 4.0;
-    let logits = if with_output { u * hp.vocab as f64 * 4.0 } else { 0.0 };
-    (attn.max(ffn).max(logits) + 4.0 * u * hp.embd as f64 * 4.0) as u64
+    let hidden = u * hp.embd as f64 * 4.0;
+    let mask = ctx as f64 * u * if c.flash_attn { 2.0 } else { 4.0 };
+    let scores = if c.flash_attn { 0.0 } else { ctx as f64 * u * hp.heads as f64 * 4.0 };
+    let attn = scores + mask + 4.0 * hidden;
+    let ffn = 3.0 * u * hp.ff as f64 * 4.0 + 2.0 * hidden;
+    let output = if with_output { u * hp.vocab as f64 * 4.0 + hidden } else { 0.0 };
+    attn.max(ffn).max(output) as u64
 }
 
 /// Weight bytes by device, and what the overrides moved.
