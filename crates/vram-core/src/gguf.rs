@@ -608,6 +608,20 @@ pub struct HParams {
     pub sliding_window: Option<u64>,
 }
 
+/// Architectures whose sliding-window layers llama.cpp sizes by the window, and their pattern
+/// (src/llama-model.cpp load_hparams `set_swa_pattern(n)`: layer il is sliding-window when
+/// il % n < n − 1): Gemma 2 and gpt-oss alternate, Gemma 3 has 5 sliding layers to 1 global,
+/// Command R7B (cohere2) 3 to 1. Other architectures keep every layer at the full context, which
+/// over-counts where llama.cpp knows a pattern vram does not.
+const SWA_PATTERNS: &[(&str, u64)] = &[("gemma2", 2), ("gemma3", 6), ("gpt-oss", 2), ("cohere2", 4)];
+
+impl HParams {
+    /// Whether layer `il` is a sliding-window layer as llama.cpp sizes it.
+    pub fn is_swa_layer(&self, il: u64) -> bool {
+        self.sliding_window.is_some() && SWA_PATTERNS.iter().find(|(a, _)| *a == self.architecture).is_some_and(|(_, n)| il % n < n - 1)
+    }
+}
+
 /// llama.cpp launch settings.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct LlamaCppConfig {
@@ -688,11 +702,8 @@ pub fn llama_cpp_with(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides)
     let ctx = c.ctx.div_ceil(256) * 256;
     // KV cache per layer: ctx × (n_embd_k_gqa + n_embd_v_gqa) × type size (llama-kv-cache.cpp);
     // it follows the layer's device (llama-kv-cache.cpp `model.dev_layer(il)`), never -ot.
-    // Every layer is planned at the full context, which is conservative for sliding-window models
-    // (llama-kv-cache-iswa.cpp keeps min(ctx, window × n_seq + ubatch) there).
-    let kv_layer = kv_layer_bytes(hp, c, ctx);
-    let gpu_kv = kv_layer.saturating_mul(gpu_layers);
-    let cpu_kv = kv_layer.saturating_mul(first_gpu);
+    let gpu_kv = kv_layers_bytes(hp, c, ctx, first_gpu, hp.layers);
+    let cpu_kv = kv_layers_bytes(hp, c, ctx, 0, first_gpu);
     let compute = if gpu_layers == 0 && !output_on_gpu { 0 } else { compute_buffer_bytes(hp, c, ctx, output_on_gpu) };
     let total = w.gpu.saturating_add(gpu_kv).saturating_add(compute).saturating_add(c.cuda_overhead);
     Ok(LlamaCppPlan {
@@ -713,10 +724,21 @@ pub fn llama_cpp_with(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides)
     })
 }
 
-/// KV cache of one layer at padded context `ctx`: ctx × (n_embd_k_gqa + n_embd_v_gqa) × type
-/// size (llama-kv-cache.cpp).
-pub fn kv_layer_bytes(hp: &HParams, c: &LlamaCppConfig, ctx: u64) -> u64 {
-    (ctx as f64 * (hp.kv_heads * (hp.head_k + hp.head_v)) as f64 * c.kv_bytes) as u64
+/// KV cache of layer `il` at padded context `ctx`: cells × (n_embd_k_gqa + n_embd_v_gqa) × type
+/// size (llama-kv-cache.cpp), where a sliding-window layer holds only
+/// GGML_PAD(min(ctx, n_swa × n_seq + n_ubatch), 256) cells (llama-kv-cache-iswa.cpp, with
+/// llama-server's unified KV cache: n_seq = --parallel).
+pub fn kv_layer_bytes(hp: &HParams, c: &LlamaCppConfig, ctx: u64, il: u64) -> u64 {
+    let cells = match hp.sliding_window.filter(|_| hp.is_swa_layer(il)) {
+        Some(w) => w.saturating_mul(c.parallel).saturating_add(c.ubatch).min(ctx).div_ceil(256).saturating_mul(256),
+        None => ctx,
+    };
+    (cells as f64 * (hp.kv_heads * (hp.head_k + hp.head_v)) as f64 * c.kv_bytes) as u64
+}
+
+/// KV bytes of layers `from..to` (see [`kv_layer_bytes`]).
+pub fn kv_layers_bytes(hp: &HParams, c: &LlamaCppConfig, ctx: u64, from: u64, to: u64) -> u64 {
+    (from..to).fold(0u64, |a, il| a.saturating_add(kv_layer_bytes(hp, c, ctx, il)))
 }
 
 /// The compute buffer of one GPU at padded context `ctx`: ggml-alloc reserves the worst graph

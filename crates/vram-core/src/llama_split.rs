@@ -213,15 +213,15 @@ pub fn plan(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides, m: &Multi
     if let Some(Some(d)) = devs.last() {
         out[*d].weights_bytes = out[*d].weights_bytes.saturating_add(tied_output_bytes(g));
     }
-    let kv_layer = kv_layer_bytes(hp, c, ctx);
     let mut cpu_kv = 0u64;
-    for d in devs.iter().take(hp.layers as usize) {
+    for (il, d) in devs.iter().enumerate().take(hp.layers as usize) {
+        let kv = kv_layer_bytes(hp, c, ctx, il as u64);
         match d {
             Some(d) => {
                 out[*d].layers += 1;
-                out[*d].kv_bytes = out[*d].kv_bytes.saturating_add(kv_layer);
+                out[*d].kv_bytes = out[*d].kv_bytes.saturating_add(kv);
             }
-            None => cpu_kv = cpu_kv.saturating_add(kv_layer),
+            None => cpu_kv = cpu_kv.saturating_add(kv),
         }
     }
     if let Some(Some(d)) = devs.last() {
