@@ -29,6 +29,7 @@ pub mod llama_split;
 pub mod measurement;
 pub mod memory;
 pub mod model;
+pub mod ollama;
 pub mod parallel;
 pub mod peft;
 pub mod pickle;

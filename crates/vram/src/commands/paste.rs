@@ -207,7 +207,10 @@ enum Engine {
 
 /// Translate `a.command` (the tokens after `--`) into `vram serve` arguments.
 pub fn translate(a: &ServeArgs) -> Result<Pasted> {
-    let cmd = &a.command;
+    let (env, cmd) = split_env(&a.command);
+    if cmd.first().is_some_and(|p| p.rsplit('/').next() == Some("ollama")) {
+        return ollama(a, env, &cmd[1..]);
+    }
     if a.model.is_some() {
         return Err(UsageError("give the model either with --model or inside the pasted command, not both".into()).into());
     }
@@ -338,6 +341,108 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
     if !ignored.is_empty() {
         notes.push(format!("ignored (no effect on GPU memory): {}", ignored.join(", ")));
     }
+    unknown.extend(env.iter().cloned());
+    if !unknown.is_empty() {
+        notes.push(format!("NOT UNDERSTOOD, so not modelled (check they change no memory): {}", unknown.join(", ")));
+    }
+    Ok(Pasted { args, notes })
+}
+
+/// Leading `NAME=value` environment assignments, and the command after them.
+fn split_env(cmd: &[String]) -> (&[String], &[String]) {
+    let is_env = |t: &String| {
+        t.split_once('=')
+            .is_some_and(|(k, _)| !k.is_empty() && k.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_'))
+    };
+    let n = cmd.iter().take_while(|t| is_env(t)).count();
+    cmd.split_at(n)
+}
+
+/// Ollama environment variables that change no GPU memory vram accounts.
+const OLLAMA_NO_MEMORY: &[&str] = &[
+    "OLLAMA_HOST",
+    "OLLAMA_KEEP_ALIVE",
+    "OLLAMA_MAX_KEEP_ALIVE",
+    "OLLAMA_MODELS",
+    "OLLAMA_ORIGINS",
+    "OLLAMA_DEBUG",
+    "OLLAMA_MAX_QUEUE",
+    "OLLAMA_MAX_LOADED_MODELS",
+    "OLLAMA_NOPRUNE",
+    "OLLAMA_NOHISTORY",
+    "OLLAMA_LOAD_TIMEOUT",
+];
+
+/// `[ENV=…] ollama serve` / `ollama run NAME [/set parameter num_ctx N]`, read as Ollama reads it
+/// (vram_core::ollama has the sources). An Ollama model name cannot be resolved offline, so the
+/// model's GGUF comes from `--model`.
+fn ollama(a: &ServeArgs, env: &[String], rest: &[String]) -> Result<Pasted> {
+    let (mut out, mut ignored, mut unknown) = (Vec::<String>::new(), Vec::new(), Vec::new());
+    let name = match rest.first().map(String::as_str) {
+        Some("serve") => None,
+        Some("run") => Some(rest.get(1).ok_or_else(|| UsageError("`ollama run` needs a model name".into()))?.clone()),
+        other => {
+            return Err(UsageError(format!(
+                "`ollama {}` starts no model: paste `ollama serve` or `ollama run NAME` (with its OLLAMA_* variables in front)",
+                other.unwrap_or("")
+            ))
+            .into())
+        }
+    };
+    let path = a.model.clone().filter(|m| m.to_ascii_lowercase().ends_with(".gguf")).ok_or_else(|| {
+        UsageError(format!(
+            "Ollama model names{} cannot be resolved offline: give the model's GGUF with --model FILE.gguf (`ollama show --modelfile NAME` prints its FROM path, a blob under ~/.ollama/models/blobs; name the copy or link *.gguf)",
+            name.as_deref().map(|n| format!(" ({n})")).unwrap_or_default()
+        ))
+    })?;
+    let tail = if name.is_some() { &rest[2.min(rest.len())..] } else { &rest[1.min(rest.len())..] };
+    let mut num_ctx = None;
+    let mut i = 0;
+    while i < tail.len() {
+        if tail[i] == "/set"
+            && tail.get(i + 1).map(String::as_str) == Some("parameter")
+            && tail.get(i + 2).map(String::as_str) == Some("num_ctx")
+        {
+            num_ctx = Some(tail.get(i + 3).ok_or_else(|| UsageError("`/set parameter num_ctx` has no value".into()))?.clone());
+            i += 4;
+        } else {
+            unknown.push(tail[i].clone());
+            i += 1;
+        }
+    }
+    for e in env {
+        let (k, v) = e.split_once('=').expect("split_env keeps NAME=value only");
+        match k {
+            "OLLAMA_NUM_PARALLEL" => out.extend(["--parallel".into(), v.into()]),
+            "OLLAMA_FLASH_ATTENTION" => out.extend(["--flash-attn".into(), v.into()]),
+            "OLLAMA_KV_CACHE_TYPE" => out.extend(["--kv-cache-dtype".into(), v.into()]),
+            "OLLAMA_CONTEXT_LENGTH" => {
+                num_ctx.get_or_insert_with(|| v.to_string());
+            }
+            k if OLLAMA_NO_MEMORY.contains(&k) => ignored.push(e.clone()),
+            _ => unknown.push(e.clone()),
+        }
+    }
+    let mut argv: Vec<String> =
+        vec!["serve".into(), "--model".into(), path, "--gpu".into(), a.gpu.clone(), "--engine".into(), "ollama".into()];
+    if let Some(n) = a.num_ctx.map(|n| n.to_string()).or(num_ctx) {
+        argv.extend(["--num-ctx".into(), n]);
+    }
+    if let Some(n) = a.gpus {
+        argv.extend(["--gpus".into(), n.to_string()]);
+    }
+    if a.json {
+        argv.push("--json".into());
+    }
+    argv.extend(out);
+    let args = ServeOnly::try_parse_from(&argv).map_err(|e| UsageError(format!("the pasted Ollama command does not translate: {e}")))?.args;
+    let mut notes = vec![format!(
+        "read from the pasted Ollama command: {}",
+        argv[1..].iter().filter(|s| *s != "--json").cloned().collect::<Vec<_>>().join(" ")
+    )];
+    if !ignored.is_empty() {
+        notes.push(format!("ignored (no effect on GPU memory): {}", ignored.join(", ")));
+    }
     if !unknown.is_empty() {
         notes.push(format!("NOT UNDERSTOOD, so not modelled (check they change no memory): {}", unknown.join(", ")));
     }
@@ -376,12 +481,8 @@ fn recognise(cmd: &[String]) -> Result<(Engine, Vec<String>, Option<String>)> {
         // `sglang serve MODEL …` (sglang/cli/serve.py: a leading positional is the model path).
         "sglang" if cmd.get(1).map(String::as_str) == Some("serve") => Ok((Engine::Sglang, cmd[2..].to_vec(), None)),
         "llama-server" | "llama-cli" => Ok((Engine::LlamaCpp, cmd[1..].to_vec(), None)),
-        "ollama" => Err(UsageError(
-            "Ollama is not read from its command line yet: point vram serve at the model's .gguf file with -c/--ctx-size (Ollama's num_ctx)".into(),
-        )
-        .into()),
         other => Err(UsageError(format!(
-            "`{other}` is not a serving command vram knows: paste `vllm serve MODEL …`, `python -m vllm.entrypoints.openai.api_server --model MODEL …`, `python -m sglang.launch_server --model-path MODEL …`, `sglang serve MODEL …` or `llama-server -m FILE …`"
+            "`{other}` is not a serving command vram knows: paste `vllm serve MODEL …`, `python -m vllm.entrypoints.openai.api_server --model MODEL …`, `python -m sglang.launch_server --model-path MODEL …`, `sglang serve MODEL …` , `llama-server -m FILE …` or `[OLLAMA_…=…] ollama serve|run NAME` (with --model FILE.gguf)"
         ))
         .into()),
     }
