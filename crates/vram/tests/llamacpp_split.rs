@@ -67,3 +67,23 @@ fn bad_split_settings_exit_2_saying_why() {
     // A vLLM model does not read them.
     assert!(fails(&["serve", "-m", "llama-3-8b", "-g", "h100", "--tensor-split", "1,1"], 2).contains("--tensor-split/-ts"));
 }
+
+#[test]
+fn a_pasted_llama_server_reads_fa_and_the_cache_types() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = tiny(&dir);
+    let run = |extra: &[&str]| -> serde_json::Value {
+        let out =
+            vram().args([&["serve", "-g", "rtx-3090", "--json", "--", "llama-server", "-m", &p][..], extra].concat()).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let v = run(&["-fa", "off", "-ctk", "q8_0", "-ctv", "q8_0"]);
+    assert_eq!(v["config"]["flash_attn"], false);
+    assert!((v["config"]["kv_bytes"].as_f64().unwrap() - 34.0 / 32.0).abs() < 1e-9);
+    // `-fa` without a value (older llama.cpp) is on, and the next flag is still read.
+    let v = run(&["-fa", "-c", "2048"]);
+    assert_eq!((v["config"]["flash_attn"].as_bool(), v["config"]["ctx"].as_u64()), (Some(true), Some(2048)));
+    let e = fails(&["serve", "-g", "rtx-3090", "--", "llama-server", "-m", &p, "-ctk", "q8_0"], 2);
+    assert!(e.contains("K as q8_0 and V as f16"), "{e}");
+}

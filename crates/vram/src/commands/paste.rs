@@ -130,7 +130,7 @@ const LLAMA_NO_MEMORY: &[&str] = &[
     "--n-predict",
 ];
 const LLAMA_NO_MEMORY_FLAG: &[&str] = &["--jinja", "--verbose", "-v", "--mlock", "--no-mmap", "--metrics", "--cont-batching", "--no-webui"];
-const LLAMA_UNMODELLED: &[&str] = &["-ctk", "-ctv", "--cache-type-k", "--cache-type-v", "-b", "--batch-size"];
+const LLAMA_UNMODELLED: &[&str] = &["-b", "--batch-size"];
 
 /// SGLang flags vram reads (`python -m sglang.launch_server`, `sglang serve`), as `vram serve`
 /// spells them (arg_groups/fields/*.py of SGLang 0.5.23).
@@ -217,6 +217,7 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
     let (engine, rest, mut model) = recognise(cmd)?;
     let mut out: Vec<String> = Vec::new();
     let (mut ignored, mut unknown) = (Vec::new(), Vec::new());
+    let mut kv: [Option<String>; 2] = [None, None];
     let mut i = 0;
     while i < rest.len() {
         let tok = rest[i].as_str();
@@ -283,7 +284,20 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
                 }
             }
             Engine::LlamaCpp => {
-                if let Some((_, ours)) = LLAMA_VALUE.iter().find(|(f, _)| *f == flag) {
+                if flag == "-fa" || flag == "--flash-attn" {
+                    // `-fa` alone (older llama.cpp) is on; newer ones take on|off|auto.
+                    let v = match (&inline, rest.get(i + 1).map(String::as_str)) {
+                        (Some(v), _) => v.clone(),
+                        (None, Some(v @ ("on" | "off" | "auto"))) => {
+                            i += 1;
+                            v.to_string()
+                        }
+                        _ => "on".into(),
+                    };
+                    out.extend(["--flash-attn".into(), v]);
+                } else if let Some(kind) = kv_flag(flag) {
+                    kv[kind] = Some(next(&mut i)?);
+                } else if let Some((_, ours)) = LLAMA_VALUE.iter().find(|(f, _)| *f == flag) {
                     let v = next(&mut i)?;
                     if *ours == "-m" {
                         model = Some(v);
@@ -307,6 +321,9 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
             }
         }
         i += 1;
+    }
+    if let Some(t) = kv_type(&kv)? {
+        out.extend(["--kv-cache-dtype".into(), t]);
     }
     let model = model.ok_or_else(|| {
         UsageError("the pasted command names no model (vllm serve MODEL, --model, --model-path, llama-server -m FILE)".into())
@@ -346,6 +363,31 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
         notes.push(format!("NOT UNDERSTOOD, so not modelled (check they change no memory): {}", unknown.join(", ")));
     }
     Ok(Pasted { args, notes })
+}
+
+/// `-ctk`/`--cache-type-k` → 0, `-ctv`/`--cache-type-v` → 1.
+fn kv_flag(flag: &str) -> Option<usize> {
+    match flag {
+        "-ctk" | "--cache-type-k" => Some(0),
+        "-ctv" | "--cache-type-v" => Some(1),
+        _ => None,
+    }
+}
+
+/// The one KV type vram plans from llama.cpp's `-ctk`/`-ctv` (each defaults to f16); different
+/// K and V types are refused rather than averaged.
+fn kv_type(kv: &[Option<String>; 2]) -> Result<Option<String>> {
+    if kv.iter().all(Option::is_none) {
+        return Ok(None);
+    }
+    let (k, v) = (kv[0].as_deref().unwrap_or("f16"), kv[1].as_deref().unwrap_or("f16"));
+    if k != v {
+        return Err(UsageError(format!(
+            "the pasted command caches K as {k} and V as {v}; vram plans one KV type: give -ctk and -ctv the same type"
+        ))
+        .into());
+    }
+    Ok(Some(k.to_string()))
 }
 
 /// Leading `NAME=value` environment assignments, and the command after them.
