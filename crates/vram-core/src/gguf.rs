@@ -608,6 +608,20 @@ pub struct HParams {
     pub sliding_window: Option<u64>,
 }
 
+/// Architectures whose sliding-window layers llama.cpp sizes by the window, and their pattern
+/// (src/llama-model.cpp load_hparams `set_swa_pattern(n)`: layer il is sliding-window when
+/// il % n < n − 1): Gemma 2 and gpt-oss alternate, Gemma 3 has 5 sliding layers to 1 global,
+/// Command R7B (cohere2) 3 to 1. Other architectures keep every layer at the full context, which
+/// over-counts where llama.cpp knows a pattern vram does not.
+const SWA_PATTERNS: &[(&str, u64)] = &[("gemma2", 2), ("gemma3", 6), ("gpt-oss", 2), ("cohere2", 4)];
+
+impl HParams {
+    /// Whether layer `il` is a sliding-window layer as llama.cpp sizes it.
+    pub fn is_swa_layer(&self, il: u64) -> bool {
+        self.sliding_window.is_some() && SWA_PATTERNS.iter().find(|(a, _)| *a == self.architecture).is_some_and(|(_, n)| il % n < n - 1)
+    }
+}
+
 /// llama.cpp launch settings.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct LlamaCppConfig {
@@ -688,20 +702,9 @@ pub fn llama_cpp_with(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides)
     let ctx = c.ctx.div_ceil(256) * 256;
     // KV cache per layer: ctx × (n_embd_k_gqa + n_embd_v_gqa) × type size (llama-kv-cache.cpp);
     // it follows the layer's device (llama-kv-cache.cpp `model.dev_layer(il)`), never -ot.
-    // Every layer is planned at the full context, which is conservative for sliding-window models
-    // (llama-kv-cache-iswa.cpp keeps min(ctx, window × n_seq + ubatch) there).
-    let per_tok = (hp.kv_heads * (hp.head_k + hp.head_v)) as f64 * c.kv_bytes;
-    let kv_layer = (ctx as f64 * per_tok) as u64;
-    let gpu_kv = kv_layer.saturating_mul(gpu_layers);
-    let cpu_kv = kv_layer.saturating_mul(first_gpu);
-    // Compute buffer (ggml-alloc reserves the worst graph for one ubatch): f32 scores
-    // [ctx, ubatch, heads] without flash attention, the FFN intermediates, and the output
-    // logits [vocab, ubatch] when the output layer is on the GPU. A model, not a measurement.
-    let u = c.ubatch.min(ctx) as f64;
-    let attn = if c.flash_attn { u * (hp.heads * hp.head_k) as f64 * 4.0 } else { ctx as f64 * u * hp.heads as f64 * 4.0 };
-    let ffn = 3.0 * u * hp.ff as f64 * 4.0;
-    let logits = if output_on_gpu { u * hp.vocab as f64 * 4.0 } else { 0.0 };
-    let compute = if gpu_layers == 0 && !output_on_gpu { 0 } else { (attn.max(ffn).max(logits) + 4.0 * u * hp.embd as f64 * 4.0) as u64 };
+    let gpu_kv = kv_layers_bytes(hp, c, ctx, first_gpu, hp.layers);
+    let cpu_kv = kv_layers_bytes(hp, c, ctx, 0, first_gpu);
+    let compute = if gpu_layers == 0 && !output_on_gpu { 0 } else { compute_buffer_bytes(hp, c, ctx, output_on_gpu) };
     let total = w.gpu.saturating_add(gpu_kv).saturating_add(compute).saturating_add(c.cuda_overhead);
     Ok(LlamaCppPlan {
         gpu_layers,
@@ -719,6 +722,48 @@ pub fn llama_cpp_with(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides)
         cuda_overhead_bytes: c.cuda_overhead,
         gpu_total_bytes: total,
     })
+}
+
+/// KV cache of layer `il` at padded context `ctx`: cells × (n_embd_k_gqa + n_embd_v_gqa) × type
+/// size (llama-kv-cache.cpp), where a sliding-window layer holds only
+/// GGML_PAD(min(ctx, n_swa × n_seq + n_ubatch), 256) cells (llama-kv-cache-iswa.cpp, with
+/// llama-server's unified KV cache: n_seq = --parallel).
+pub fn kv_layer_bytes(hp: &HParams, c: &LlamaCppConfig, ctx: u64, il: u64) -> u64 {
+    let cells = match hp.sliding_window.filter(|_| hp.is_swa_layer(il)) {
+        Some(w) => w.saturating_mul(c.parallel).saturating_add(c.ubatch).min(ctx).div_ceil(256).saturating_mul(256),
+        None => ctx,
+    };
+    (cells as f64 * (hp.kv_heads * (hp.head_k + hp.head_v)) as f64 * c.kv_bytes) as u64
+}
+
+/// KV bytes of layers `from..to` (see [`kv_layer_bytes`]).
+pub fn kv_layers_bytes(hp: &HParams, c: &LlamaCppConfig, ctx: u64, from: u64, to: u64) -> u64 {
+    (from..to).fold(0u64, |a, il| a.saturating_add(kv_layer_bytes(hp, c, ctx, il)))
+}
+
+/// The compute buffer of one GPU at padded context `ctx`: ggml-alloc reserves the worst graph
+/// for one ubatch of `u` tokens and reuses a tensor's memory once its last consumer has run, so
+/// the buffer is the largest set of tensors alive at once, in one of three phases
+/// (src/llama-graph.cpp):
+/// - attention (`build_attn_mha`): without flash attention the f32 scores [ctx, u, n_head]
+///   (`ggml_soft_max_ext` runs in place), always the KQ mask [ctx, u] (f32, f16 under flash
+///   attention: `build_attn_inp_kq_mask`), and 4 hidden states [n_embd, u] f32;
+/// - feed-forward: gate, up and their product [n_ff, u] f32 and 2 hidden states;
+/// - output, on the GPU holding the output layer: the logits [n_vocab, u] f32 and the normed
+///   hidden state.
+///
+/// The "4 hidden states" are measured: they make Mistral-7B-v0.2's buffers at n_ctx 2048 and
+/// 32768 (164.00 and 2144.00 MiB, fedora-copr/logdetective#106) exact; the other phases are
+/// from the graph. validation/logs/llama.cpp/SOURCES.md lists the logs.
+pub fn compute_buffer_bytes(hp: &HParams, c: &LlamaCppConfig, ctx: u64, with_output: bool) -> u64 {
+    let u = c.ubatch.min(ctx) as f64;
+    let hidden = u * hp.embd as f64 * 4.0;
+    let mask = ctx as f64 * u * if c.flash_attn { 2.0 } else { 4.0 };
+    let scores = if c.flash_attn { 0.0 } else { ctx as f64 * u * hp.heads as f64 * 4.0 };
+    let attn = scores + mask + 4.0 * hidden;
+    let ffn = 3.0 * u * hp.ff as f64 * 4.0 + 2.0 * hidden;
+    let output = if with_output { u * hp.vocab as f64 * 4.0 + hidden } else { 0.0 };
+    attn.max(ffn).max(output) as u64
 }
 
 /// Weight bytes by device, and what the overrides moved.
@@ -758,11 +803,25 @@ fn place_weights(g: &Gguf, o: &Overrides, first_gpu: u64, output_on_gpu: bool) -
             p.cpu = p.cpu.saturating_add(t.bytes);
         }
     }
+    if output_on_gpu {
+        p.gpu = p.gpu.saturating_add(tied_output_bytes(g));
+    }
     Ok(p)
 }
 
+/// A file without `output.weight` ties the LM head to the token embeddings: llama.cpp then
+/// loads `token_embd.weight` a second time as the output layer, on the output layer's device
+/// (src/llama-model.cpp load_tensors: "if output is NULL, init from the input tok embed",
+/// `TENSOR_DUPLICATED`). Bytes of that second copy; 0 when the file has its own output.
+pub fn tied_output_bytes(g: &Gguf) -> u64 {
+    if g.tensors.iter().any(|t| t.name == "output.weight") {
+        return 0;
+    }
+    g.tensors.iter().find(|t| t.name == "token_embd.weight").map_or(0, |t| t.bytes)
+}
+
 /// `blk.12.attn_q.weight` → 12.
-fn layer_of(name: &str) -> Option<u64> {
+pub fn layer_of(name: &str) -> Option<u64> {
     name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
 }
 

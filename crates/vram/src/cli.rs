@@ -482,7 +482,7 @@ pub struct ServeArgs {
     /// A GPU (`h100`, `a100-40gb`, `rtx-4090`) or a size (`24GiB`, `80GB`).
     #[arg(long, short = 'g')]
     pub gpu: String,
-    /// Serving engine: vllm or sglang (llama.cpp is used for .gguf files).
+    /// Serving engine: vllm or sglang; for a .gguf file llama.cpp (default) or ollama.
     #[arg(long, default_value = "vllm")]
     pub engine: String,
     /// vLLM `--tensor-parallel-size`, SGLang `--tp-size` / `--tp`.
@@ -609,6 +609,27 @@ pub struct ServeArgs {
     /// matches the regex go to CPU (RAM) or CUDA0 (the GPU); the first match wins.
     #[arg(long)]
     pub override_tensor: Vec<String>,
+    /// GPUs of the --gpu kind llama.cpp spreads a .gguf model over (CUDA0 …) [default: the number
+    /// of --tensor-split values, else 1].
+    #[arg(long)]
+    pub gpus: Option<u64>,
+    /// llama.cpp `--tensor-split` / `-ts`: proportions per GPU, comma-separated (e.g. 3,1)
+    /// [default: by free memory, planned as equal].
+    #[arg(long)]
+    pub tensor_split: Option<String>,
+    /// llama.cpp `--split-mode` / `-sm`: none, layer or row [default: layer].
+    #[arg(long)]
+    pub split_mode: Option<String>,
+    /// llama.cpp `--main-gpu` / `-mg`: the GPU of `--split-mode none` [default: 0].
+    #[arg(long)]
+    pub main_gpu: Option<u64>,
+    /// llama.cpp `--flash-attn` / `-fa`: on, off or auto [default: auto, on where the GPU has it].
+    #[arg(long)]
+    pub flash_attn: Option<String>,
+    /// Ollama's `num_ctx` (`/set parameter num_ctx N`) for a .gguf under `--engine ollama`: tokens
+    /// per request; Ollama runs llama.cpp with num_ctx × --parallel [default: Ollama's, by VRAM].
+    #[arg(long)]
+    pub num_ctx: Option<u64>,
     /// A vLLM, SGLang or llama.cpp start-up log to compare the estimate with (only read).
     #[arg(long, value_name = "FILE")]
     pub log: Option<std::path::PathBuf>,

@@ -22,6 +22,7 @@ fn type_bytes(ggml_type: u32, numel: u64) -> u64 {
         13 => numel / 256 * 176,
         14 => numel / 256 * 210,
         23 => numel / 256 * 136,
+        39 => numel / 32 * 17,
         _ => 0,
     }
 }
@@ -97,6 +98,7 @@ pub const IQ4_XS: u32 = 23;
 pub const F32: u32 = 0;
 pub const F16: u32 = 1;
 pub const Q5_K: u32 = 13;
+pub const MXFP4: u32 = 39;
 
 /// A 4-layer llama-architecture Q4_K_M-style file: attention in Q4_K, FFN down in Q6_K, the rest mixed.
 pub fn tiny_llama() -> Writer {

@@ -106,6 +106,12 @@ const LLAMA_VALUE: &[(&str, &str)] = &[
     ("-ncmoe", "--n-cpu-moe"),
     ("-ot", "--override-tensor"),
     ("--override-tensor", "--override-tensor"),
+    ("-ts", "--tensor-split"),
+    ("--tensor-split", "--tensor-split"),
+    ("-sm", "--split-mode"),
+    ("--split-mode", "--split-mode"),
+    ("-mg", "--main-gpu"),
+    ("--main-gpu", "--main-gpu"),
 ];
 const LLAMA_FLAG: &[(&str, &str)] = &[("--cpu-moe", "--cpu-moe"), ("-cmoe", "--cpu-moe")];
 const LLAMA_NO_MEMORY: &[&str] = &[
@@ -124,8 +130,7 @@ const LLAMA_NO_MEMORY: &[&str] = &[
     "--n-predict",
 ];
 const LLAMA_NO_MEMORY_FLAG: &[&str] = &["--jinja", "--verbose", "-v", "--mlock", "--no-mmap", "--metrics", "--cont-batching", "--no-webui"];
-const LLAMA_UNMODELLED: &[&str] =
-    &["-ts", "--tensor-split", "-sm", "--split-mode", "-ctk", "-ctv", "--cache-type-k", "--cache-type-v", "-b", "--batch-size"];
+const LLAMA_UNMODELLED: &[&str] = &["-b", "--batch-size"];
 
 /// SGLang flags vram reads (`python -m sglang.launch_server`, `sglang serve`), as `vram serve`
 /// spells them (arg_groups/fields/*.py of SGLang 0.5.23).
@@ -202,13 +207,17 @@ enum Engine {
 
 /// Translate `a.command` (the tokens after `--`) into `vram serve` arguments.
 pub fn translate(a: &ServeArgs) -> Result<Pasted> {
-    let cmd = &a.command;
+    let (env, cmd) = split_env(&a.command);
+    if cmd.first().is_some_and(|p| p.rsplit('/').next() == Some("ollama")) {
+        return ollama(a, env, &cmd[1..]);
+    }
     if a.model.is_some() {
         return Err(UsageError("give the model either with --model or inside the pasted command, not both".into()).into());
     }
     let (engine, rest, mut model) = recognise(cmd)?;
     let mut out: Vec<String> = Vec::new();
     let (mut ignored, mut unknown) = (Vec::new(), Vec::new());
+    let mut kv: [Option<String>; 2] = [None, None];
     let mut i = 0;
     while i < rest.len() {
         let tok = rest[i].as_str();
@@ -275,7 +284,20 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
                 }
             }
             Engine::LlamaCpp => {
-                if let Some((_, ours)) = LLAMA_VALUE.iter().find(|(f, _)| *f == flag) {
+                if flag == "-fa" || flag == "--flash-attn" {
+                    // `-fa` alone (older llama.cpp) is on; newer ones take on|off|auto.
+                    let v = match (&inline, rest.get(i + 1).map(String::as_str)) {
+                        (Some(v), _) => v.clone(),
+                        (None, Some(v @ ("on" | "off" | "auto"))) => {
+                            i += 1;
+                            v.to_string()
+                        }
+                        _ => "on".into(),
+                    };
+                    out.extend(["--flash-attn".into(), v]);
+                } else if let Some(kind) = kv_flag(flag) {
+                    kv[kind] = Some(next(&mut i)?);
+                } else if let Some((_, ours)) = LLAMA_VALUE.iter().find(|(f, _)| *f == flag) {
                     let v = next(&mut i)?;
                     if *ours == "-m" {
                         model = Some(v);
@@ -300,6 +322,9 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
         }
         i += 1;
     }
+    if let Some(t) = kv_type(&kv)? {
+        out.extend(["--kv-cache-dtype".into(), t]);
+    }
     let model = model.ok_or_else(|| {
         UsageError("the pasted command names no model (vllm serve MODEL, --model, --model-path, llama-server -m FILE)".into())
     })?;
@@ -315,6 +340,10 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
             argv.extend([flag.to_string(), v.clone()]);
         }
     }
+    // How many GPUs the machine has is vram's own flag, not the engine's: keep it.
+    if let Some(n) = a.gpus {
+        argv.extend(["--gpus".into(), n.to_string()]);
+    }
     argv.extend(out);
     let args = ServeOnly::try_parse_from(&argv).map_err(|e| UsageError(format!("the pasted command does not translate: {e}")))?.args;
     let mut notes = vec![format!(
@@ -324,6 +353,133 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
             Engine::Sglang => "SGLang",
             Engine::LlamaCpp => "llama.cpp",
         },
+        argv[1..].iter().filter(|s| *s != "--json").cloned().collect::<Vec<_>>().join(" ")
+    )];
+    if !ignored.is_empty() {
+        notes.push(format!("ignored (no effect on GPU memory): {}", ignored.join(", ")));
+    }
+    unknown.extend(env.iter().cloned());
+    if !unknown.is_empty() {
+        notes.push(format!("NOT UNDERSTOOD, so not modelled (check they change no memory): {}", unknown.join(", ")));
+    }
+    Ok(Pasted { args, notes })
+}
+
+/// `-ctk`/`--cache-type-k` → 0, `-ctv`/`--cache-type-v` → 1.
+fn kv_flag(flag: &str) -> Option<usize> {
+    match flag {
+        "-ctk" | "--cache-type-k" => Some(0),
+        "-ctv" | "--cache-type-v" => Some(1),
+        _ => None,
+    }
+}
+
+/// The one KV type vram plans from llama.cpp's `-ctk`/`-ctv` (each defaults to f16); different
+/// K and V types are refused rather than averaged.
+fn kv_type(kv: &[Option<String>; 2]) -> Result<Option<String>> {
+    if kv.iter().all(Option::is_none) {
+        return Ok(None);
+    }
+    let (k, v) = (kv[0].as_deref().unwrap_or("f16"), kv[1].as_deref().unwrap_or("f16"));
+    if k != v {
+        return Err(UsageError(format!(
+            "the pasted command caches K as {k} and V as {v}; vram plans one KV type: give -ctk and -ctv the same type"
+        ))
+        .into());
+    }
+    Ok(Some(k.to_string()))
+}
+
+/// Leading `NAME=value` environment assignments, and the command after them.
+fn split_env(cmd: &[String]) -> (&[String], &[String]) {
+    let is_env = |t: &String| {
+        t.split_once('=')
+            .is_some_and(|(k, _)| !k.is_empty() && k.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_'))
+    };
+    let n = cmd.iter().take_while(|t| is_env(t)).count();
+    cmd.split_at(n)
+}
+
+/// Ollama environment variables that change no GPU memory vram accounts.
+const OLLAMA_NO_MEMORY: &[&str] = &[
+    "OLLAMA_HOST",
+    "OLLAMA_KEEP_ALIVE",
+    "OLLAMA_MAX_KEEP_ALIVE",
+    "OLLAMA_MODELS",
+    "OLLAMA_ORIGINS",
+    "OLLAMA_DEBUG",
+    "OLLAMA_MAX_QUEUE",
+    "OLLAMA_MAX_LOADED_MODELS",
+    "OLLAMA_NOPRUNE",
+    "OLLAMA_NOHISTORY",
+    "OLLAMA_LOAD_TIMEOUT",
+];
+
+/// `[ENV=…] ollama serve` / `ollama run NAME [/set parameter num_ctx N]`, read as Ollama reads it
+/// (vram_core::ollama has the sources). An Ollama model name cannot be resolved offline, so the
+/// model's GGUF comes from `--model`.
+fn ollama(a: &ServeArgs, env: &[String], rest: &[String]) -> Result<Pasted> {
+    let (mut out, mut ignored, mut unknown) = (Vec::<String>::new(), Vec::new(), Vec::new());
+    let name = match rest.first().map(String::as_str) {
+        Some("serve") => None,
+        Some("run") => Some(rest.get(1).ok_or_else(|| UsageError("`ollama run` needs a model name".into()))?.clone()),
+        other => {
+            return Err(UsageError(format!(
+                "`ollama {}` starts no model: paste `ollama serve` or `ollama run NAME` (with its OLLAMA_* variables in front)",
+                other.unwrap_or("")
+            ))
+            .into())
+        }
+    };
+    let path = a.model.clone().filter(|m| m.to_ascii_lowercase().ends_with(".gguf")).ok_or_else(|| {
+        UsageError(format!(
+            "Ollama model names{} cannot be resolved offline: give the model's GGUF with --model FILE.gguf (`ollama show --modelfile NAME` prints its FROM path, a blob under ~/.ollama/models/blobs; name the copy or link *.gguf)",
+            name.as_deref().map(|n| format!(" ({n})")).unwrap_or_default()
+        ))
+    })?;
+    let tail = if name.is_some() { &rest[2.min(rest.len())..] } else { &rest[1.min(rest.len())..] };
+    let mut num_ctx = None;
+    let mut i = 0;
+    while i < tail.len() {
+        if tail[i] == "/set"
+            && tail.get(i + 1).map(String::as_str) == Some("parameter")
+            && tail.get(i + 2).map(String::as_str) == Some("num_ctx")
+        {
+            num_ctx = Some(tail.get(i + 3).ok_or_else(|| UsageError("`/set parameter num_ctx` has no value".into()))?.clone());
+            i += 4;
+        } else {
+            unknown.push(tail[i].clone());
+            i += 1;
+        }
+    }
+    for e in env {
+        let (k, v) = e.split_once('=').expect("split_env keeps NAME=value only");
+        match k {
+            "OLLAMA_NUM_PARALLEL" => out.extend(["--parallel".into(), v.into()]),
+            "OLLAMA_FLASH_ATTENTION" => out.extend(["--flash-attn".into(), v.into()]),
+            "OLLAMA_KV_CACHE_TYPE" => out.extend(["--kv-cache-dtype".into(), v.into()]),
+            "OLLAMA_CONTEXT_LENGTH" => {
+                num_ctx.get_or_insert_with(|| v.to_string());
+            }
+            k if OLLAMA_NO_MEMORY.contains(&k) => ignored.push(e.clone()),
+            _ => unknown.push(e.clone()),
+        }
+    }
+    let mut argv: Vec<String> =
+        vec!["serve".into(), "--model".into(), path, "--gpu".into(), a.gpu.clone(), "--engine".into(), "ollama".into()];
+    if let Some(n) = a.num_ctx.map(|n| n.to_string()).or(num_ctx) {
+        argv.extend(["--num-ctx".into(), n]);
+    }
+    if let Some(n) = a.gpus {
+        argv.extend(["--gpus".into(), n.to_string()]);
+    }
+    if a.json {
+        argv.push("--json".into());
+    }
+    argv.extend(out);
+    let args = ServeOnly::try_parse_from(&argv).map_err(|e| UsageError(format!("the pasted Ollama command does not translate: {e}")))?.args;
+    let mut notes = vec![format!(
+        "read from the pasted Ollama command: {}",
         argv[1..].iter().filter(|s| *s != "--json").cloned().collect::<Vec<_>>().join(" ")
     )];
     if !ignored.is_empty() {
@@ -367,12 +523,8 @@ fn recognise(cmd: &[String]) -> Result<(Engine, Vec<String>, Option<String>)> {
         // `sglang serve MODEL …` (sglang/cli/serve.py: a leading positional is the model path).
         "sglang" if cmd.get(1).map(String::as_str) == Some("serve") => Ok((Engine::Sglang, cmd[2..].to_vec(), None)),
         "llama-server" | "llama-cli" => Ok((Engine::LlamaCpp, cmd[1..].to_vec(), None)),
-        "ollama" => Err(UsageError(
-            "Ollama is not read from its command line yet: point vram serve at the model's .gguf file with -c/--ctx-size (Ollama's num_ctx)".into(),
-        )
-        .into()),
         other => Err(UsageError(format!(
-            "`{other}` is not a serving command vram knows: paste `vllm serve MODEL …`, `python -m vllm.entrypoints.openai.api_server --model MODEL …`, `python -m sglang.launch_server --model-path MODEL …`, `sglang serve MODEL …` or `llama-server -m FILE …`"
+            "`{other}` is not a serving command vram knows: paste `vllm serve MODEL …`, `python -m vllm.entrypoints.openai.api_server --model MODEL …`, `python -m sglang.launch_server --model-path MODEL …`, `sglang serve MODEL …` , `llama-server -m FILE …` or `[OLLAMA_…=…] ollama serve|run NAME` (with --model FILE.gguf)"
         ))
         .into()),
     }

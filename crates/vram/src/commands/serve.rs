@@ -67,7 +67,10 @@ fn run_with(a: &ServeArgs, pasted: &[String], log: Option<&(String, vram_core::s
     };
     if gguf {
         let mut s = llama_cpp(a, path)?;
-        s.notes = pasted.to_vec();
+        s.notes.splice(0..0, pasted.iter().cloned());
+        if let Some((p, fit)) = &s.split {
+            return split_output(a, &s, p, *fit, log);
+        }
         let c = |l: &StartupLog| if let StartupLog::LlamaCpp(l) = l { Some(cmp::llama_cpp(&s, l)) } else { None };
         with_log(render::serve::llama_cpp_json(&s), render::serve::llama_cpp_text(&s), &c, "llama.cpp (a .gguf file)")
     } else if engine == Engine::Sglang {
@@ -83,6 +86,38 @@ fn run_with(a: &ServeArgs, pasted: &[String], log: Option<&(String, vram_core::s
         let c = |l: &StartupLog| if let StartupLog::Vllm(l) = l { Some(cmp::vllm(&s, l)) } else { None };
         with_log(render::serve::vllm_json(&s), render::serve::vllm_text(&s), &c, "vLLM")
     }
+}
+
+/// Print a multi-GPU llama.cpp plan, with the per-GPU comparison when a log is given.
+fn split_output(
+    a: &ServeArgs,
+    s: &LlamaCppServe,
+    p: &vram_core::llama_split::SplitPlan,
+    fit: Option<u64>,
+    log: Option<&(String, vram_core::startup_log::StartupLog)>,
+) -> Result<()> {
+    use render::llama_split as r;
+    use vram_core::startup_log::StartupLog;
+    let l = match log {
+        None => None,
+        Some((file, StartupLog::LlamaCpp(l))) => Some((file, l)),
+        Some((file, _)) => {
+            return Err(
+                UsageError(format!("--log {file} is not a llama.cpp start-up log; this .gguf file is planned under llama.cpp")).into()
+            )
+        }
+    };
+    show(
+        a.json,
+        || {
+            let mut v = r::json(s, p, fit);
+            if let Some((_, l)) = l {
+                v["log"] = r::compare_json(p, l);
+            }
+            v
+        },
+        || format!("{}{}", r::text(s, p, fit), l.map(|(f, l)| r::compare_text(p, l, f)).unwrap_or_default()),
+    )
 }
 
 /// Which engine plans the model.
@@ -138,6 +173,12 @@ fn reject_other_engines_flags(a: &ServeArgs, engine: Engine) -> Result<()> {
             given(!a.override_tensor.is_empty(), "--override-tensor/-ot"),
             given(a.ubatch_size != 512, "--ubatch-size"),
             given(a.parallel != 1, "--parallel/-np"),
+            given(a.gpus.is_some(), "--gpus"),
+            given(a.tensor_split.is_some(), "--tensor-split/-ts"),
+            given(a.split_mode.is_some(), "--split-mode/-sm"),
+            given(a.main_gpu.is_some(), "--main-gpu/-mg"),
+            given(a.flash_attn.is_some(), "--flash-attn/-fa"),
+            given(a.num_ctx.is_some(), "--num-ctx (Ollama)"),
         ]
     };
     // (foreign flags, whose they are, what to use instead), for each foreign engine in turn.
@@ -149,7 +190,7 @@ fn reject_other_engines_flags(a: &ServeArgs, engine: Engine) -> Result<()> {
                     given(a.tp != 1, "--tensor-parallel-size"),
                     given(a.quantization.is_some(), "--quantization"),
                     given(a.dtype != "auto", "--dtype"),
-                    given(a.engine != "vllm", "--engine"),
+                    given(!matches!(a.engine.as_str(), "vllm" | "llama.cpp" | "ollama"), "--engine"),
                     given(a.approximate_architecture, "--approximate-architecture"),
                 ]
                 .into_iter()
@@ -310,6 +351,10 @@ fn parse_engine(engine: &str) -> Result<Engine> {
         "vllm" => Ok(Engine::Vllm),
         "sglang" => Ok(Engine::Sglang),
         "tgi" => Err(UsageError("--engine tgi: TGI's accounting is not modelled (use --engine vllm or sglang)".into()).into()),
+        "ollama" | "llama.cpp" => Err(UsageError(format!(
+            "--engine {engine} plans a .gguf file: give the model's GGUF with --model (for Ollama, `ollama show --modelfile NAME` prints its FROM path, a blob under ~/.ollama/models/blobs)"
+        ))
+        .into()),
         other => Err(UsageError(format!("unknown --engine `{other}`: use vllm or sglang")).into()),
     }
 }
@@ -430,6 +475,9 @@ pub struct LlamaCppServe {
     pub moe_table: Vec<MoeRow>,
     /// How a pasted command was read.
     pub notes: Vec<String>,
+    /// With several GPUs (`--gpus`, `--tensor-split`, `--split-mode`, `--main-gpu`): the plan per
+    /// GPU and the longest context at which every GPU fits.
+    pub split: Option<(vram_core::llama_split::SplitPlan, Option<u64>)>,
 }
 
 /// One row of the `--n-cpu-moe` table, at the given `--n-gpu-layers` and `--ctx-size`.
@@ -463,8 +511,10 @@ pub fn llama_cpp(a: &ServeArgs, path: &std::path::Path) -> Result<LlamaCppServe>
     let gguf = crate::source::gguf::read_gguf(path)?;
     let hparams = gguf.hparams(&file)?;
     let g = resolve::gpu(&a.gpu)?;
+    let ollama = ollama_launch(a, &hparams, g.memory)?;
     // llama.cpp's default context (common/common.h `n_ctx = 4096`).
     let ctx = match (a.ctx_size, a.max_model_len) {
+        _ if ollama.is_some() => ollama.as_ref().map_or(0, |o| o.ctx_size),
         (Some(c), _) => c,
         (None, Some(MaxModelLen::Tokens(n))) => n,
         (None, Some(MaxModelLen::Auto)) => {
@@ -476,7 +526,8 @@ pub fn llama_cpp(a: &ServeArgs, path: &std::path::Path) -> Result<LlamaCppServe>
         (None, None) => 4096,
     };
     // --cache-type-k/v: ggml types, bytes per element from their block layouts.
-    let kv_type = match a.kv_cache_dtype.to_ascii_lowercase().as_str() {
+    let kv_name = ollama.as_ref().map_or_else(|| a.kv_cache_dtype.to_ascii_lowercase(), |o| o.kv_cache_type.clone());
+    let kv_type = match kv_name.as_str() {
         "auto" | "f16" => 1,
         "f32" => 0,
         "q8_0" => 8,
@@ -493,16 +544,101 @@ pub fn llama_cpp(a: &ServeArgs, path: &std::path::Path) -> Result<LlamaCppServe>
         n_gpu_layers: a.n_gpu_layers.unwrap_or(hparams.layers + 1),
         ctx,
         ubatch: a.ubatch_size,
-        parallel: a.parallel,
-        flash_attn: true,
+        parallel: ollama.as_ref().map_or(a.parallel, |o| o.parallel),
+        flash_attn: ollama.as_ref().map_or(flash_attn(a.flash_attn.as_deref())?, |o| o.flash_attn),
         kv_bytes,
         cuda_overhead,
     };
     let overrides = overrides(a)?;
     let plan = llama_cpp_with(&gguf, &hparams, &config, &overrides)?;
+    let notes = ollama.map(|o| o.notes).unwrap_or_default();
+    if let Some(m) = multi_gpu(a)? {
+        let split = vram_core::llama_split::plan(&gguf, &hparams, &config, &overrides, &m)?;
+        let limit = if hparams.context_length > 0 { hparams.context_length } else { 1 << 20 };
+        let fit = vram_core::llama_split::max_ctx(&gguf, &hparams, &config, &overrides, &m, g.memory, limit)?;
+        let split = Some((split, fit));
+        let (offload_table, moe_table) = (Vec::new(), Vec::new());
+        return Ok(LlamaCppServe {
+            file,
+            gguf,
+            hparams,
+            gpu: g,
+            config,
+            overrides,
+            plan,
+            offload_table,
+            moe_table,
+            notes: Vec::new(),
+            split,
+        });
+    }
     let offload_table = offload_table(&gguf, &hparams, &config, &overrides, g.memory)?;
     let moe_table = if overrides.tensor.is_empty() { moe_table(&gguf, &hparams, &config, g.memory)? } else { Vec::new() };
-    Ok(LlamaCppServe { file, gguf, hparams, gpu: g, config, overrides, plan, offload_table, moe_table, notes: Vec::new() })
+    Ok(LlamaCppServe { file, gguf, hparams, gpu: g, config, overrides, plan, offload_table, moe_table, notes, split: None })
+}
+
+/// `--flash-attn`: on, off or auto (llama.cpp's default, on where the GPU supports it: planned on).
+fn flash_attn(v: Option<&str>) -> Result<bool> {
+    match v {
+        None | Some("auto") | Some("on") | Some("1") | Some("true") => Ok(true),
+        Some("off") | Some("0") | Some("false") => Ok(false),
+        Some(other) => Err(UsageError(format!("--flash-attn `{other}`: use on, off or auto (llama.cpp's values)")).into()),
+    }
+}
+
+/// Under `--engine ollama`, Ollama's launch (context × parallel, flash attention, KV type);
+/// `None` for llama.cpp. `--num-ctx` is Ollama's and `--ctx-size` llama.cpp's: each is refused
+/// under the other engine.
+fn ollama_launch(a: &ServeArgs, hp: &vram_core::gguf::HParams, vram: u64) -> Result<Option<vram_core::ollama::OllamaLaunch>> {
+    use vram_core::ollama::{parse_bool, resolve, OllamaInput};
+    if a.engine != "ollama" {
+        if a.num_ctx.is_some() {
+            return Err(UsageError("--num-ctx is Ollama's num_ctx: add --engine ollama, or give llama.cpp's --ctx-size".into()).into());
+        }
+        return Ok(None);
+    }
+    if a.ctx_size.is_some() || a.max_model_len.is_some() {
+        return Err(UsageError(
+            "under --engine ollama the context is --num-ctx (Ollama's num_ctx, per request); --ctx-size/--max-model-len are not Ollama's"
+                .into(),
+        )
+        .into());
+    }
+    let kv = a.kv_cache_dtype.to_ascii_lowercase();
+    let input = OllamaInput {
+        num_ctx: a.num_ctx,
+        context_length: None,
+        num_parallel: Some(a.parallel),
+        flash_attention: a.flash_attn.as_deref().map(parse_bool),
+        kv_cache_type: (kv != "auto").then_some(kv),
+    };
+    Ok(Some(resolve(&input, vram, hp.context_length)?))
+}
+
+/// The multi-GPU settings, or `None` for one GPU with none of the split flags. A
+/// `--tensor-split` of N values means N GPUs unless `--gpus` says more.
+fn multi_gpu(a: &ServeArgs) -> Result<Option<vram_core::llama_split::MultiGpu>> {
+    use vram_core::llama_split::{MultiGpu, SplitMode};
+    if a.gpus.is_none() && a.tensor_split.is_none() && a.split_mode.is_none() && a.main_gpu.is_none() {
+        return Ok(None);
+    }
+    let tensor_split = match &a.tensor_split {
+        None => Vec::new(),
+        // llama.cpp's common/arg.cpp splits on `,` and `/`.
+        Some(v) => v
+            .split([',', '/'])
+            .map(|x| {
+                x.trim()
+                    .parse::<f64>()
+                    .map_err(|_| UsageError(format!("--tensor-split `{v}`: `{x}` is not a number (write proportions like 3,1)")))
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?,
+    };
+    let gpus = a.gpus.unwrap_or((tensor_split.len() as u64).max(1));
+    let mode = a.split_mode.as_deref().map(SplitMode::parse).transpose()?.unwrap_or_default();
+    let m = MultiGpu { gpus, tensor_split, mode, main_gpu: a.main_gpu.unwrap_or(0) };
+    m.validate()?;
+    Ok(Some(m))
 }
 
 /// `-ot` values in order, then `--cpu-moe` (all layers, so it wins over `--n-cpu-moe`).

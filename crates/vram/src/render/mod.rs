@@ -5,6 +5,7 @@ pub mod emit;
 pub mod estimate;
 pub mod fit;
 pub mod lists;
+pub mod llama_split;
 pub mod measured;
 pub mod plan;
 pub mod prometheus;

@@ -311,7 +311,7 @@ pub fn llama_cpp_text(s: &LlamaCppServe) -> String {
     );
     let _ = writeln!(
         out,
-        "llama.cpp on {} · --n-gpu-layers {} · --ctx-size {} (padded {}) · --ubatch-size {} · --parallel {} ({} tokens each) · flash attention{}",
+        "llama.cpp on {} · --n-gpu-layers {} · --ctx-size {} (padded {}) · --ubatch-size {} · --parallel {} ({} tokens each) · flash attention{}{}",
         gpu_line(&s.gpu),
         c.n_gpu_layers,
         c.ctx,
@@ -319,6 +319,7 @@ pub fn llama_cpp_text(s: &LlamaCppServe) -> String {
         c.ubatch,
         c.parallel,
         p.ctx_per_sequence,
+        if c.flash_attn { "" } else { " off" },
         match override_flags(&s.overrides) {
             f if f.is_empty() => f,
             f => format!(" · {f}"),

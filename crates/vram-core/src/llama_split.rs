@@ -1,0 +1,351 @@
+//! llama.cpp over several GPUs: `--tensor-split`/`-ts`, `--split-mode`/`-sm none|layer|row`,
+//! `--main-gpu`/`-mg`. Each tensor, KV layer and compute buffer is placed on the device
+//! llama.cpp gives it, and the memory is reported per device ("CUDA0 model buffer size", …).
+//!
+//! Sources (ggml-org/llama.cpp):
+//! - src/llama-model.cpp `load_tensors`: split points are the running sum of `tensor_split`
+//!   normalised to 1 (all zero: each device's free memory); layer `il` of the offloaded range goes
+//!   to the first device whose split point is above `(il − i_gpu_start) / act_gpu_layers`
+//!   (`std::upper_bound`), and the output layer is `il = n_layer` of the same rule, so it lands
+//!   on the last device that holds layers. The input layer (token embeddings) stays on the CPU.
+//! - src/llama.cpp `llama_model_load_from_file_impl`: `-sm none` keeps only `--main-gpu`.
+//! - src/llama-model.cpp `make_gpu_buft_list`: with `-sm row` a layer's buffer list starts with
+//!   ggml-cuda's split buffer type, which takes the matrix weights (`MUL_MAT`; not the
+//!   `MUL_MAT_ID` expert weights) and splits their rows over every GPU by `tensor_split`
+//!   (ggml-cuda.cu `get_row_split`; the default split is by total memory).
+//! - src/llama-kv-cache.cpp: a layer's KV cache sits on `model.dev_layer(il)`.
+//! - src/llama-context.cpp: pipeline parallelism (n_copies = `GGML_SCHED_MAX_COPIES` = 4,
+//!   ggml-backend.cpp) when the model spans several devices, every layer and the output are
+//!   offloaded, the split mode is `layer` and no tensor override is given; every graph input
+//!   (the KQ mask, the layer input) is then held 4 times per device (unslothai/unsloth#7637
+//!   traces the same 4× per device to these lines).
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::gguf::{
+    compute_buffer_bytes, kv_layer_bytes, layer_of, tied_output_bytes, Gguf, HParams, LlamaCppConfig, Overrides, TensorInfo,
+};
+
+/// How llama.cpp spreads a model over GPUs (`--split-mode`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SplitMode {
+    /// `none`: one GPU, `--main-gpu`.
+    None,
+    /// `layer` (llama.cpp's default): whole layers per GPU by `--tensor-split`.
+    #[default]
+    Layer,
+    /// `row`: every matrix weight's rows split over the GPUs; the rest by layer.
+    Row,
+}
+
+impl SplitMode {
+    /// Parse `--split-mode` as llama.cpp's common/arg.cpp does (`none`, `layer`, `row`).
+    pub fn parse(s: &str) -> Result<SplitMode> {
+        match s {
+            "none" => Ok(SplitMode::None),
+            "layer" => Ok(SplitMode::Layer),
+            "row" => Ok(SplitMode::Row),
+            other => Err(Error::InvalidValue {
+                what: "--split-mode".into(),
+                value: other.into(),
+                hint: "use none, layer or row (llama.cpp's values; `tensor` is not modelled)".into(),
+            }),
+        }
+    }
+}
+
+/// The GPUs and how the model is spread over them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MultiGpu {
+    /// GPUs (CUDA0 … CUDA{n−1}).
+    pub gpus: u64,
+    /// `--tensor-split` proportions, one per GPU (missing ones are 0, as llama.cpp fills them);
+    /// empty or all zero: llama.cpp splits by each GPU's free memory, planned as equal for
+    /// identical GPUs (a stated assumption: the free memory is not known here).
+    pub tensor_split: Vec<f64>,
+    /// `--split-mode`.
+    pub mode: SplitMode,
+    /// `--main-gpu`: the one GPU of `-sm none`.
+    pub main_gpu: u64,
+}
+
+/// Most GPUs llama.cpp addresses (llama.h `LLAMA_MAX_DEVICES` is 16 for CUDA builds).
+const MAX_GPUS: u64 = 16;
+/// `GGML_SCHED_MAX_COPIES` (ggml-backend.cpp): input copies per device under pipeline parallelism.
+pub const PIPELINE_COPIES: u64 = 4;
+
+impl MultiGpu {
+    /// Check the settings as llama.cpp would.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |value: String, hint: &str| Error::InvalidValue { what: "multi-GPU settings".into(), value, hint: hint.into() };
+        if self.gpus == 0 || self.gpus > MAX_GPUS {
+            return Err(bad(format!("{} GPUs", self.gpus), "1 to 16 GPUs (llama.cpp's LLAMA_MAX_DEVICES)"));
+        }
+        if self.tensor_split.len() as u64 > self.gpus {
+            return Err(bad(
+                format!("--tensor-split with {} values for {} GPUs", self.tensor_split.len(), self.gpus),
+                "give at most one proportion per GPU, or raise --gpus",
+            ));
+        }
+        if self.tensor_split.iter().any(|v| !v.is_finite() || *v < 0.0 || *v > 1e9) {
+            return Err(bad(format!("--tensor-split {:?}", self.tensor_split), "proportions are numbers ≥ 0, e.g. 3,1"));
+        }
+        if self.main_gpu >= self.gpus {
+            return Err(bad(
+                format!("--main-gpu {} with {} GPUs", self.main_gpu, self.gpus),
+                "llama.cpp: \"invalid value for main_gpu\"; GPUs are numbered from 0",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Normalised split points (running sums of the proportions, the last 1.0), in f32 as
+    /// llama.cpp computes them; equal shares when no proportion is given.
+    pub fn split_points(&self) -> Vec<f32> {
+        let n = self.gpus as usize;
+        let mut w: Vec<f32> = (0..n).map(|i| self.tensor_split.get(i).copied().unwrap_or(0.0) as f32).collect();
+        if w.iter().all(|x| *x == 0.0) {
+            w = vec![1.0; n];
+        }
+        let mut sum = 0.0f32;
+        for x in w.iter_mut() {
+            sum += *x;
+            *x = sum;
+        }
+        w.iter().map(|x| x / sum).collect()
+    }
+
+    /// Each GPU's share of the rows of a row-split matrix (differences of the split points).
+    fn row_shares(&self) -> Vec<f64> {
+        let p = self.split_points();
+        (0..p.len()).map(|i| (p[i] - if i == 0 { 0.0 } else { p[i - 1] }) as f64).collect()
+    }
+}
+
+/// Device of each layer `0..=n_layer` (the last entry is the output layer): `None` is the CPU.
+/// load_tensors: i_gpu_start = max(n_layer − ngl, 0), act_gpu_layers = min(ngl, n_layer + 1),
+/// device = upper_bound(split points, (il − i_gpu_start) / act_gpu_layers).
+pub fn layer_devices(n_layer: u64, n_gpu_layers: u64, points: &[f32]) -> Vec<Option<usize>> {
+    let start = n_layer.saturating_sub(n_gpu_layers);
+    let act = n_gpu_layers.min(n_layer + 1);
+    (0..=n_layer)
+        .map(|il| {
+            if il < start || il - start >= act || points.is_empty() {
+                return None;
+            }
+            let f = (il - start) as f32 / act as f32;
+            Some(points.partition_point(|p| *p <= f).min(points.len() - 1))
+        })
+        .collect()
+}
+
+/// One GPU's memory.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct DevicePlan {
+    /// llama.cpp's name for it ("CUDA0").
+    pub name: String,
+    /// Repeating layers placed on it.
+    pub layers: u64,
+    /// Whether the output layer is on it.
+    pub output: bool,
+    /// "CUDAn model buffer size": weights on this device (row-split shares excluded).
+    pub weights_bytes: u64,
+    /// This device's share of the row-split matrices (llama.cpp prints their sum as one
+    /// "CUDA_Split" buffer).
+    pub row_split_bytes: u64,
+    /// "CUDAn KV buffer size".
+    pub kv_bytes: u64,
+    /// "CUDAn compute buffer size", modelled.
+    pub compute_bytes: u64,
+    /// CUDA context and libraries.
+    pub cuda_overhead_bytes: u64,
+    /// Everything on this device.
+    pub total_bytes: u64,
+}
+
+/// llama.cpp's memory over several GPUs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SplitPlan {
+    /// The settings.
+    pub multi: MultiGpu,
+    /// Padded context.
+    pub ctx: u64,
+    /// Per GPU, CUDA0 first (only `--main-gpu` under `-sm none`).
+    pub devices: Vec<DevicePlan>,
+    /// Weights left in RAM (token embeddings, layers not offloaded, overrides to CPU).
+    pub cpu_weights_bytes: u64,
+    /// KV of layers not offloaded.
+    pub cpu_kv_bytes: u64,
+    /// Whether llama.cpp enables pipeline parallelism (4 copies of the graph inputs per GPU).
+    pub pipeline_parallel: bool,
+    /// The largest per-GPU total.
+    pub max_device_total_bytes: u64,
+}
+
+/// Plan `g` over the GPUs of `m` with llama.cpp settings `c` and overrides `o`.
+pub fn plan(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides, m: &MultiGpu) -> Result<SplitPlan> {
+    m.validate()?;
+    // Validates ctx/ubatch/parallel as the one-GPU plan does, and gives the padded context.
+    let single = crate::gguf::llama_cpp_with(g, hp, c, o)?;
+    let ctx = single.ctx;
+    let (names, points): (Vec<String>, Vec<f32>) = match m.mode {
+        SplitMode::None => (vec![format!("CUDA{}", m.main_gpu)], vec![1.0]),
+        _ => ((0..m.gpus).map(|i| format!("CUDA{i}")).collect(), m.split_points()),
+    };
+    let devs = layer_devices(hp.layers, c.n_gpu_layers, &points);
+    let mut out: Vec<DevicePlan> = names.into_iter().map(|name| DevicePlan { name, ..Default::default() }).collect();
+    let mut cpu_weights = 0u64;
+    let shares = if m.mode == SplitMode::Row { m.row_shares() } else { Vec::new() };
+    for t in &g.tensors {
+        match place(t, &devs, o, hp.layers)? {
+            None => cpu_weights = cpu_weights.saturating_add(t.bytes),
+            Some(_) if !shares.is_empty() && row_split(t) => {
+                // ggml-cuda rounds each device's row range to a block of rows: ± one block per tensor.
+                for (dev, share) in out.iter_mut().zip(&shares) {
+                    dev.row_split_bytes = dev.row_split_bytes.saturating_add((t.bytes as f64 * share) as u64);
+                }
+            }
+            Some(d) => out[d].weights_bytes = out[d].weights_bytes.saturating_add(t.bytes),
+        }
+    }
+    if let Some(Some(d)) = devs.last() {
+        out[*d].weights_bytes = out[*d].weights_bytes.saturating_add(tied_output_bytes(g));
+    }
+    let mut cpu_kv = 0u64;
+    for (il, d) in devs.iter().enumerate().take(hp.layers as usize) {
+        let kv = kv_layer_bytes(hp, c, ctx, il as u64);
+        match d {
+            Some(d) => {
+                out[*d].layers += 1;
+                out[*d].kv_bytes = out[*d].kv_bytes.saturating_add(kv);
+            }
+            None => cpu_kv = cpu_kv.saturating_add(kv),
+        }
+    }
+    if let Some(Some(d)) = devs.last() {
+        out[*d].output = true;
+    }
+    let used = out.iter().filter(|d| d.layers > 0 || d.output).count();
+    let pipeline = used > 1
+        && c.n_gpu_layers > hp.layers
+        && m.mode == SplitMode::Layer
+        && o.tensor.is_empty()
+        && o.cpu_moe == crate::gguf::CpuMoe::None;
+    for d in out.iter_mut() {
+        finish(d, hp, c, ctx, pipeline);
+    }
+    let max = out.iter().map(|d| d.total_bytes).max().unwrap_or(0);
+    Ok(SplitPlan {
+        multi: m.clone(),
+        ctx,
+        devices: out,
+        cpu_weights_bytes: cpu_weights,
+        cpu_kv_bytes: cpu_kv,
+        pipeline_parallel: pipeline,
+        max_device_total_bytes: max,
+    })
+}
+
+/// Compute buffer and totals of one device: every GPU holding a layer or the output has a
+/// compute buffer; the CUDA context is per process and GPU.
+fn finish(d: &mut DevicePlan, hp: &HParams, c: &LlamaCppConfig, ctx: u64, pipeline: bool) {
+    let holds = d.layers > 0 || d.output || d.row_split_bytes > 0;
+    d.compute_bytes = if holds { compute_buffer_bytes(hp, c, ctx, d.output) } else { 0 };
+    if pipeline && holds {
+        d.compute_bytes = d.compute_bytes.saturating_add((PIPELINE_COPIES - 1).saturating_mul(graph_inputs(hp, c, ctx)));
+    }
+    d.cuda_overhead_bytes = c.cuda_overhead;
+    d.total_bytes = [d.weights_bytes, d.row_split_bytes, d.kv_bytes, d.compute_bytes, d.cuda_overhead_bytes]
+        .iter()
+        .fold(0u64, |a, b| a.saturating_add(*b));
+}
+
+/// The graph inputs one device copies per ubatch: the KQ mask [ctx, ubatch] (f16 under flash
+/// attention, f32 otherwise; llama-graph.cpp `build_attn_inp_kq_mask`) and the layer input
+/// [n_embd, ubatch] f32.
+fn graph_inputs(hp: &HParams, c: &LlamaCppConfig, ctx: u64) -> u64 {
+    let u = c.ubatch.min(ctx);
+    let mask = if c.flash_attn { 2 } else { 4 };
+    ctx.saturating_mul(u).saturating_mul(mask).saturating_add(u.saturating_mul(hp.embd).saturating_mul(4))
+}
+
+/// Where one tensor goes: an override first (`CUDA0` is device 0), else its layer's device;
+/// token embeddings on the CPU; other non-layer tensors with the output layer.
+fn place(t: &TensorInfo, devs: &[Option<usize>], o: &Overrides, n_layer: u64) -> Result<Option<usize>> {
+    if let Some(forced) = o.device_of(&t.name)? {
+        return Ok(forced.then_some(0));
+    }
+    Ok(match layer_of(&t.name) {
+        Some(i) if i < n_layer => devs.get(i as usize).copied().flatten(),
+        Some(_) => None,
+        None if t.name.starts_with("token_embd") => None,
+        None => devs.last().copied().flatten(),
+    })
+}
+
+/// Whether `-sm row` puts `t` in the split buffer: a matrix multiplied with `MUL_MAT`
+/// (2-D `.weight`, not the token embeddings, not MoE experts, which use `MUL_MAT_ID`).
+fn row_split(t: &TensorInfo) -> bool {
+    t.n_dims >= 2 && t.name.ends_with(".weight") && !t.name.starts_with("token_embd") && !t.name.contains("_exps")
+}
+
+/// The longest context (a multiple of 256, up to `limit`) at which every GPU fits `budget`
+/// bytes, or `None` when 256 tokens do not fit.
+pub fn max_ctx(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides, m: &MultiGpu, budget: u64, limit: u64) -> Result<Option<u64>> {
+    let fits = |ctx: u64| -> Result<bool> { Ok(plan(g, hp, &LlamaCppConfig { ctx, ..*c }, o, m)?.max_device_total_bytes <= budget) };
+    if !fits(256)? {
+        return Ok(None);
+    }
+    let (mut lo, mut hi) = (1u64, limit.max(256) / 256);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if fits(mid * 256)? {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    Ok(Some(lo * 256))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn multi(gpus: u64, ts: &[f64]) -> MultiGpu {
+        MultiGpu { gpus, tensor_split: ts.to_vec(), mode: SplitMode::Layer, main_gpu: 0 }
+    }
+
+    #[test]
+    fn even_split_of_32_layers_and_output_over_two_gpus() {
+        // (il)/33 < 0.5 for il ≤ 16: layers 0–16 on CUDA0, 17–31 and the output on CUDA1.
+        let d = layer_devices(32, 99, &multi(2, &[]).split_points());
+        assert_eq!(d.iter().filter(|x| **x == Some(0)).count(), 17);
+        assert_eq!(d[32], Some(1));
+    }
+
+    #[test]
+    fn tensor_split_three_to_one() {
+        let d = layer_devices(40, 41, &multi(2, &[3.0, 1.0]).split_points());
+        // il/41 < 0.75 for il ≤ 30.
+        assert_eq!(d.iter().filter(|x| **x == Some(0)).count(), 31);
+    }
+
+    #[test]
+    fn partial_offload_keeps_the_first_layers_on_the_cpu() {
+        let d = layer_devices(10, 4, &multi(2, &[]).split_points());
+        assert!(d[..6].iter().all(|x| x.is_none()));
+        assert_eq!(&d[6..], &[Some(0), Some(0), Some(1), Some(1), None]);
+    }
+
+    #[test]
+    fn bad_settings_are_refused() {
+        assert!(multi(2, &[1.0, 1.0, 1.0]).validate().is_err());
+        assert!(multi(2, &[-1.0]).validate().is_err());
+        assert!(MultiGpu { main_gpu: 2, ..multi(2, &[]) }.validate().is_err());
+        assert!(multi(0, &[]).validate().is_err());
+        assert!(SplitMode::parse("tensor").is_err());
+    }
+}

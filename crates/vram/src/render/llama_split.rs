@@ -1,0 +1,164 @@
+//! `vram serve` of a .gguf file over several GPUs (`--gpus`, `--tensor-split`, `--split-mode`):
+//! the per-GPU table, and the per-GPU comparison with a llama.cpp start-up log. Pure functions.
+
+use std::fmt::Write;
+
+use serde_json::{json, Value};
+use vram_core::llama_split::{SplitMode, SplitPlan};
+use vram_core::startup_log::{LlamaCppLog, LogSize};
+use vram_core::units::GIB;
+
+use crate::commands::serve::LlamaCppServe;
+
+const MIB: f64 = (1u64 << 20) as f64;
+
+fn gib(b: u64) -> String {
+    format!("{:.2}", b as f64 / GIB as f64)
+}
+
+/// The per-GPU table.
+pub fn text(s: &LlamaCppServe, p: &SplitPlan, fit: Option<u64>) -> String {
+    let (hp, c) = (&s.hparams, &s.config);
+    let mut out = String::new();
+    for n in &s.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    let _ = writeln!(
+        out,
+        "{} — {} · {} · {} layers · {} KV heads × {} · vocabulary {}",
+        s.file,
+        hp.architecture,
+        s.gguf.file_type().unwrap_or("unknown mix"),
+        hp.layers,
+        hp.kv_heads,
+        hp.head_k,
+        hp.vocab
+    );
+    let m = &p.multi;
+    let split = if m.tensor_split.is_empty() {
+        "even (llama.cpp splits by free memory: equal GPUs assumed)".to_string()
+    } else {
+        m.tensor_split.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(",")
+    };
+    let mode = match m.mode {
+        SplitMode::None => format!("none (--main-gpu {})", m.main_gpu),
+        SplitMode::Layer => "layer".into(),
+        SplitMode::Row => format!("row (--main-gpu {})", m.main_gpu),
+    };
+    let _ = writeln!(
+        out,
+        "llama.cpp on {} × {} · --split-mode {mode} · --tensor-split {split} · --n-gpu-layers {} · --ctx-size {} (padded {}) · --ubatch-size {} · --parallel {}",
+        m.gpus, s.gpu.name, c.n_gpu_layers, c.ctx, p.ctx, c.ubatch, c.parallel
+    );
+    if p.pipeline_parallel {
+        let _ = writeln!(out, "pipeline parallelism: on (llama.cpp keeps 4 copies of the graph inputs per GPU, in the compute buffer)");
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "  {:<7} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "device", "layers", "model GiB", "split GiB", "KV GiB", "compute", "CUDA ctx", "total GiB"
+    );
+    for d in &p.devices {
+        let _ = writeln!(
+            out,
+            "  {:<7} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+            d.name,
+            format!("{}{}", d.layers, if d.output { "+out" } else { "" }),
+            gib(d.weights_bytes),
+            gib(d.row_split_bytes),
+            gib(d.kv_bytes),
+            gib(d.compute_bytes),
+            gib(d.cuda_overhead_bytes),
+            gib(d.total_bytes)
+        );
+    }
+    let _ = writeln!(out, "  {:<7} {:>6} {:>10} {:>10} {:>10}", "RAM", "", gib(p.cpu_weights_bytes), "", gib(p.cpu_kv_bytes));
+    let util = p.max_device_total_bytes as f64 / s.gpu.memory as f64;
+    let verdict = if util <= 1.0 { "fits" } else { "does NOT fit" };
+    let _ = writeln!(out, "fullest GPU: {:.1}% of {} — {verdict}", util * 100.0, s.gpu.name);
+    let _ = writeln!(out, "compute buffers are modelled, not measured; the CUDA context size is assumed");
+    match fit {
+        Some(n) => {
+            let _ = writeln!(out, "longest --ctx-size at which every GPU fits: {n}");
+        }
+        None => {
+            let _ = writeln!(out, "even --ctx-size 256 does not fit every GPU");
+        }
+    }
+    out
+}
+
+/// The JSON: the one-GPU document with `split` added and `fits` judged on the fullest GPU.
+pub fn json(s: &LlamaCppServe, p: &SplitPlan, fit: Option<u64>) -> Value {
+    let mut v = crate::render::serve::llama_cpp_json(s);
+    v["split"] = json!({ "plan": p, "max_ctx_size": fit });
+    v["fits"] = json!(p.max_device_total_bytes <= s.gpu.memory);
+    v
+}
+
+/// One compared buffer.
+struct Cmp {
+    device: String,
+    buffer: &'static str,
+    estimate: u64,
+    log: Option<LogSize>,
+}
+
+fn rows(p: &SplitPlan, l: &LlamaCppLog) -> Vec<Cmp> {
+    let find = |name: &str| l.devices.iter().find(|d| d.name == name);
+    let mut out = Vec::new();
+    for d in &p.devices {
+        let dev = find(&d.name);
+        let get = |f: fn(&vram_core::startup_log::LlamaCppDevice) -> &Option<LogSize>| dev.and_then(|x| f(x).clone());
+        out.push(Cmp { device: d.name.clone(), buffer: "model", estimate: d.weights_bytes, log: get(|x| &x.model) });
+        out.push(Cmp { device: d.name.clone(), buffer: "KV", estimate: d.kv_bytes, log: get(|x| &x.kv) });
+        out.push(Cmp { device: d.name.clone(), buffer: "compute", estimate: d.compute_bytes, log: get(|x| &x.compute) });
+    }
+    if p.multi.mode == SplitMode::Row {
+        let split: u64 = p.devices.iter().map(|d| d.row_split_bytes).sum();
+        let log = l.devices.iter().find(|d| d.name.ends_with("_Split")).and_then(|d| d.model.clone());
+        out.push(Cmp { device: "CUDA_Split".into(), buffer: "model", estimate: split, log });
+    }
+    out
+}
+
+/// The per-GPU comparison, as text.
+pub fn compare_text(p: &SplitPlan, l: &LlamaCppLog, file: &str) -> String {
+    let mut out = format!("\ncompared with {file} (llama.cpp, per device):\n");
+    if let Some(n) = l.n_ctx.filter(|&n| n != p.ctx) {
+        let _ = writeln!(out, "  CONTRADICTION: the log's n_ctx is {n}; the plan is for {}", p.ctx);
+    }
+    let _ = writeln!(out, "  {:<10} {:<8} {:>14} {:>14} {:>9}", "device", "buffer", "vram MiB", "log MiB", "diff");
+    for r in rows(p, l) {
+        let est = r.estimate as f64 / MIB;
+        let (log, diff) = match &r.log {
+            Some(s) => {
+                let l = s.gib * 1024.0;
+                (format!("{l:.2}"), if est > 0.0 { format!("{:+.1}%", (l - est) / est * 100.0) } else { "—".into() })
+            }
+            None => ("not printed".into(), String::new()),
+        };
+        let _ = writeln!(out, "  {:<10} {:<8} {:>14.2} {:>14} {:>9}", r.device, r.buffer, est, log, diff);
+    }
+    out
+}
+
+/// The per-GPU comparison, as JSON.
+pub fn compare_json(p: &SplitPlan, l: &LlamaCppLog) -> Value {
+    let rows: Vec<Value> = rows(p, l)
+        .into_iter()
+        .map(|r| {
+            let est = r.estimate as f64 / MIB;
+            let log = r.log.as_ref().map(|s| s.gib * 1024.0);
+            json!({
+                "device": r.device,
+                "buffer": r.buffer,
+                "estimate_mib": est,
+                "log_mib": log,
+                "percent": log.filter(|_| est > 0.0).map(|l| (l - est) / est * 100.0),
+            })
+        })
+        .collect();
+    json!({ "engine": "llama.cpp", "n_ctx": l.n_ctx, "rows": rows })
+}

@@ -1,0 +1,89 @@
+//! `vram serve` of a .gguf file over several GPUs: `--gpus`, `--tensor-split`/`-ts`,
+//! `--split-mode`/`-sm`, `--main-gpu`/`-mg`, typed or pasted in a `llama-server` command.
+
+mod util;
+
+#[path = "../../vram-core/tests/support/gguf_writer.rs"]
+mod gguf_writer;
+
+use util::{fails, json, vram};
+
+/// The 4-layer test file, padded so the tensor data it promises is in the file.
+fn tiny(dir: &tempfile::TempDir) -> String {
+    let path = dir.path().join("tiny.gguf");
+    std::fs::write(&path, gguf_writer::tiny_llama().bytes()).unwrap();
+    std::fs::File::options().write(true).open(&path).unwrap().set_len(4 << 20).unwrap();
+    path.display().to_string()
+}
+
+fn devices(v: &serde_json::Value) -> Vec<(String, u64)> {
+    v["split"]["plan"]["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| (d["name"].as_str().unwrap().to_string(), d["layers"].as_u64().unwrap()))
+        .collect()
+}
+
+#[test]
+fn two_gpus_split_the_layers_and_print_a_row_per_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = tiny(&dir);
+    // 4 layers + output over two equal shares: il/5 < 0.5 → layers 0–2 on CUDA0.
+    let v = json(&["serve", "-m", &p, "-g", "rtx-3090", "--gpus", "2"]);
+    assert_eq!(devices(&v), [("CUDA0".to_string(), 3), ("CUDA1".to_string(), 1)]);
+    assert_eq!(v["split"]["plan"]["pipeline_parallel"], true);
+    assert!(v["split"]["max_ctx_size"].as_u64().unwrap() >= 8192);
+    let out = vram().args(["serve", "-m", &p, "-g", "rtx-3090", "--tensor-split", "1,3"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("CUDA1") && text.contains("--tensor-split 1,3") && text.contains("fullest GPU"), "{text}");
+}
+
+#[test]
+fn a_pasted_llama_server_command_reads_ts_sm_mg() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = tiny(&dir);
+    let pasted = |args: &[&str]| -> serde_json::Value {
+        let out = vram().args(args).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let v = pasted(&["serve", "-g", "rtx-3090", "--json", "--", "llama-server", "-m", &p, "-ts", "3,1", "-ngl", "99"]);
+    assert_eq!(devices(&v)[0].1, 4);
+    let v = pasted(&["serve", "-g", "rtx-3090", "--gpus", "2", "--json", "--", "llama-server", "-m", &p, "-sm", "none", "-mg", "1"]);
+    assert_eq!(devices(&v), [("CUDA1".to_string(), 4)]);
+}
+
+#[test]
+fn bad_split_settings_exit_2_saying_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = tiny(&dir);
+    let serve = |extra: &[&str]| fails(&[&["serve", "-m", &p, "-g", "rtx-3090"][..], extra].concat(), 2);
+    assert!(serve(&["--gpus", "2", "--tensor-split", "1,1,1"]).contains("at most one proportion per GPU"));
+    assert!(serve(&["--tensor-split", "3,x"]).contains("is not a number"));
+    assert!(serve(&["--split-mode", "tensor"]).contains("none, layer or row"));
+    assert!(serve(&["--gpus", "2", "--main-gpu", "2"]).contains("main_gpu"));
+    // A vLLM model does not read them.
+    assert!(fails(&["serve", "-m", "llama-3-8b", "-g", "h100", "--tensor-split", "1,1"], 2).contains("--tensor-split/-ts"));
+}
+
+#[test]
+fn a_pasted_llama_server_reads_fa_and_the_cache_types() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = tiny(&dir);
+    let run = |extra: &[&str]| -> serde_json::Value {
+        let out =
+            vram().args([&["serve", "-g", "rtx-3090", "--json", "--", "llama-server", "-m", &p][..], extra].concat()).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let v = run(&["-fa", "off", "-ctk", "q8_0", "-ctv", "q8_0"]);
+    assert_eq!(v["config"]["flash_attn"], false);
+    assert!((v["config"]["kv_bytes"].as_f64().unwrap() - 34.0 / 32.0).abs() < 1e-9);
+    // `-fa` without a value (older llama.cpp) is on, and the next flag is still read.
+    let v = run(&["-fa", "-c", "2048"]);
+    assert_eq!((v["config"]["flash_attn"].as_bool(), v["config"]["ctx"].as_u64()), (Some(true), Some(2048)));
+    let e = fails(&["serve", "-g", "rtx-3090", "--", "llama-server", "-m", &p, "-ctk", "q8_0"], 2);
+    assert!(e.contains("K as q8_0 and V as f16"), "{e}");
+}
