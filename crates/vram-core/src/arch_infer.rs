@@ -214,7 +214,9 @@ pub fn infer(tensors: &[TensorInfo]) -> Result<Structure> {
 }
 
 /// The embedding: the largest matrix outside the stacks with more rows than columns (a
-/// vocabulary), preferring one of the main stack's width; the head: another of its shape.
+/// vocabulary), preferring one named an embedding, then one of the main stack's width (an
+/// ELECTRA generator's 768-wide word embedding feeds 256-wide layers, and its 768×256 head
+/// dense is not a vocabulary); the head: another of its shape.
 fn embedding_and_head(outside: &[&TensorInfo], width: Option<u64>) -> (Option<Matrix>, Option<Matrix>) {
     let mats: Vec<Matrix> = outside
         .iter()
@@ -223,7 +225,8 @@ fn embedding_and_head(outside: &[&TensorInfo], width: Option<u64>) -> (Option<Ma
             _ => None,
         })
         .collect();
-    let key = |m: &&Matrix| (width.is_none_or(|w| m.cols == w), !is_head_name(&m.name), m.rows.saturating_mul(m.cols));
+    let named = |m: &Matrix| m.name.contains("embed") || m.name.contains("wte");
+    let key = |m: &&Matrix| (named(m), width.is_none_or(|w| m.cols == w), !is_head_name(&m.name), m.rows.saturating_mul(m.cols));
     let Some(emb) = mats.iter().max_by_key(key).cloned() else { return (None, None) };
     let head = mats.iter().find(|m| m.name != emb.name && m.rows == emb.rows && m.cols == emb.cols).cloned();
     (Some(emb), head)
