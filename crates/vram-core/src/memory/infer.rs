@@ -171,8 +171,10 @@ fn encoder_forward(m: &Model, job: &Job, head: EncoderHead) -> (Vec<Breakdown>, 
     let mlp = t * (3 * h + live * inter) * e;
     let (rows, width) = m.loss_logits(job.batch, job.seq);
     let out = match head {
-        // The prediction head's transform (dense, activation, LayerNorm) then the logits.
-        EncoderHead::MaskedLm => t * 2 * h * e + rows * width * e,
+        // At the logits: the last hidden state and the prediction head's transform output
+        // (dense, activation, LayerNorm, each freed by the next; ELECTRA's generator maps to
+        // embedding_size: ElectraGeneratorPredictions), then the logits.
+        EncoderHead::MaskedLm => t * (h + m.embed_dim as u128) * e + rows * width * e,
         // ElectraDiscriminatorPredictions: dense and activation outputs, then one logit per token.
         EncoderHead::ReplacedTokenDetection => t * 2 * h * e + rows * width * e,
         _ => t * h * e,
