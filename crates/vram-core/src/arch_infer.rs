@@ -214,9 +214,9 @@ pub fn infer(tensors: &[TensorInfo]) -> Result<Structure> {
 }
 
 /// The embedding: the largest matrix outside the stacks with more rows than columns (a
-/// vocabulary), preferring one named as an embedding, then one of the main stack's width (an
-/// ELECTRA generator's `generator_predictions.dense` has the stack's width, its
-/// `word_embeddings` the wider embedding size); the head: another of its shape.
+/// vocabulary), preferring one named an embedding, then one of the main stack's width (an
+/// ELECTRA generator's 768-wide word embedding feeds 256-wide layers, and its 768×256 head
+/// dense is not a vocabulary); the head: another of its shape.
 fn embedding_and_head(outside: &[&TensorInfo], width: Option<u64>) -> (Option<Matrix>, Option<Matrix>) {
     let mats: Vec<Matrix> = outside
         .iter()

@@ -1,13 +1,14 @@
 //! Hold the encoder estimates (BERT, RoBERTa, XLM-R, CamemBERT: config/bert.rs; DistilBERT,
-//! ELECTRA: config/distilbert.rs, config/electra.rs) to what PyTorch
-//! allocates: `validation/fixtures/encoders.jsonl`, written by `validation/encoders.py` (real
+//! ELECTRA: config/distilbert.rs, config/electra.rs) to what PyTorch allocates:
+//! `validation/fixtures/encoders.jsonl`, written by `validation/encoders.py` (real
 //! transformers models under FakeTensorMode with CUDA's kernel, autocast and dropout choices
 //! emulated; two training steps of HF Trainer, or one no-grad forward), and their exact
 //! parameter counts per head: `validation/fixtures/family_params.jsonl`.
 //!
 //! bert-base-uncased, roberta-base, distilbert-base-uncased and electra-small-discriminator were
 //! used to develop the model; every other model is held out (DistilBERT: the multilingual
-//! sentiment student; ELECTRA: electra-base-discriminator and electra-base-generator). The bound is issue 15's: held-out median |error| ≤ 3%, worst ≤ 15%.
+//! sentiment student; ELECTRA: electra-base-discriminator and electra-base-generator). The
+//! bound is issue 15's: held-out median |error| ≤ 3%, worst ≤ 15%.
 //! Points with a padding mask are reported apart and held to a looser worst case (5%): the
 //! (B, 1, S, S) mask SDPA then receives is not part of the job description.
 

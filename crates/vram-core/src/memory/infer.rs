@@ -171,8 +171,10 @@ fn encoder_forward(m: &Model, job: &Job, head: EncoderHead) -> (Vec<Breakdown>, 
     let mlp = t * (3 * h + live * inter) * e;
     let (rows, width) = m.loss_logits(job.batch, job.seq);
     let out = match head {
-        // The prediction head's transform (dense, activation, LayerNorm) then the logits.
-        EncoderHead::MaskedLm => t * 2 * h * e + rows * width * e,
+        // At the logits: the last hidden state and the prediction head's transform output
+        // (dense, activation, LayerNorm, each freed by the next; ELECTRA's generator maps to
+        // embedding_size: ElectraGeneratorPredictions), then the logits.
+        EncoderHead::MaskedLm => t * (h + m.embed_dim as u128) * e + rows * width * e,
         // ElectraDiscriminatorPredictions: dense and activation outputs, then one logit per token.
         EncoderHead::ReplacedTokenDetection => t * 2 * h * e + rows * width * e,
         _ => t * h * e,
@@ -183,10 +185,19 @@ fn encoder_forward(m: &Model, job: &Job, head: EncoderHead) -> (Vec<Breakdown>, 
     bd.add(WEIGHTS, weights.bytes.weight, weights.detail.clone());
     bd.add(SCALES, weights.bytes.scales, weights.scales_detail);
     bd.add(INPUT, input, "input_ids and attention_mask, int64");
-    let widest = attn.max(mlp).max(out) + mask;
-    let what = if widest == out {
+    // The embeddings' LayerNorm (BertEmbeddings/ElectraEmbeddings.forward): the word and
+    // token-type lookups stay referenced as locals beside their sum and its normalised copy
+    // (position rows are per position), `embed_dim` wide: wider than a layer only when the
+    // embeddings are (an ELECTRA generator's 768 before 256-wide layers).
+    let lookups = 3 + u128::from(m.encoder.is_some_and(|x| x.token_types > 0 && x.vision.is_none()));
+    let embeddings = t * lookups * m.embed_dim as u128 * e;
+    let core = attn.max(mlp).max(out).max(embeddings);
+    let widest = core + mask;
+    let what = if core == out {
         "the head's output"
-    } else if widest == attn {
+    } else if core == embeddings {
+        "the embeddings"
+    } else if core == attn {
         "attention"
     } else {
         "the MLP"
