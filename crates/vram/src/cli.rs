@@ -63,9 +63,10 @@ pub struct JobArgs {
     /// for a config.json given alone (then read as a Llama-style decoder from its keys).
     #[arg(long)]
     pub approximate_architecture: bool,
-    /// Encoders (BERT, RoBERTa, XLM-R): the head to train or run, as Hugging Face pipelines name
-    /// the task: fill-mask, text-classification, token-classification, feature-extraction
-    /// (sentence embeddings) [default: the config's class]
+    /// Encoders (BERT, RoBERTa, XLM-R, DistilBERT, ELECTRA): the head to train or run, as Hugging
+    /// Face pipelines name the task: fill-mask, text-classification, token-classification,
+    /// feature-extraction (sentence embeddings), replaced-token-detection (ELECTRA's
+    /// discriminator) [default: the config's class]
     #[arg(long)]
     pub task: Option<String>,
     /// Encoders: classes of a classification head [default: the config's id2label, else 2]
