@@ -78,7 +78,7 @@ pub struct Alternative {
     pub flags: Vec<Flag>,
     /// What it does, in words.
     pub description: String,
-    /// Whether one request at `max_model_len` fits.
+    /// Whether the engine starts and one request of `max_model_len` tokens fits the pool.
     pub fits: bool,
     /// Tokens the KV pool holds.
     pub kv_tokens: u64,
@@ -339,7 +339,8 @@ fn from_sglang(change: ServeChange, flags: Vec<Flag>, description: String, m: &M
         change,
         flags,
         description,
-        fits: r.fits,
+        // SGLang starts with any positive pool; a request of context_len tokens needs that many.
+        fits: r.fits && r.max_total_num_tokens >= r.context_len,
         kv_tokens: r.max_total_num_tokens,
         max_concurrency: sglang_concurrency(r),
         max_model_len: r.context_len,
@@ -501,6 +502,41 @@ mod tests {
         let gb: u64 = off.flags[0].value.as_ref().unwrap().parse().unwrap();
         let at = |g: u64| serve(&m, &ServeConfig { cpu_offload_bytes: g * GIB, ..c.clone() }).unwrap().fits;
         assert!(at(gb) && !at(gb - 1), "{gb}");
+    }
+
+    #[test]
+    fn sglang_alternatives_are_reruns_and_a_short_pool_needs_advice() {
+        let m = presets::load("llama-3.1-8b").unwrap();
+        let c = SglangConfig {
+            gpu_memory: 24 * GIB - 434 * (1 << 20),
+            gpu_memory_smi_mib: 24_564,
+            tp: 1,
+            dtype: None,
+            quantization: Quantization::None,
+            kv_cache_dtype: None,
+            kv_cache_dtype_name: None,
+            context_length: None,
+            mem_fraction_static: None,
+            max_running_requests: None,
+            chunked_prefill_size: None,
+            cuda_graph_max_bs: None,
+            disable_cuda_graph: false,
+            max_total_tokens: None,
+            page_size: 1,
+            cuda_context: 512 << 20,
+            distributed: 0,
+        };
+        let base = sglang(&m, &c).unwrap();
+        // SGLang starts (fits) with a pool shorter than one 128k request: advice is still needed.
+        assert!(base.fits && base.max_total_num_tokens < base.context_len);
+        let adv = sglang_alternatives(&m, &c, &base, Some(true));
+        assert!(adv.needed);
+        let short = adv.alternatives.iter().find(|a| a.change == ServeChange::MaxModelLen).expect("a shorter context");
+        let n: u64 = short.flags[0].value.as_ref().unwrap().parse().unwrap();
+        let r = sglang(&m, &SglangConfig { context_length: Some(n), ..c.clone() }).unwrap();
+        assert!(r.max_total_num_tokens >= n && short.fits);
+        assert_eq!(short.kv_tokens, r.max_total_num_tokens);
+        assert!(adv.alternatives[0].fits, "a fitting alternative ranks first");
     }
 
     #[test]
