@@ -356,8 +356,20 @@ pub fn sglang_concurrency(r: &SglangReport) -> f64 {
     r.max_total_num_tokens as f64 / r.context_len.max(1) as f64
 }
 
-/// SGLang: each single change of `cfg` re-run through [`sglang`]. `base` is `sglang(m, cfg)`.
-pub fn sglang_alternatives(m: &Model, cfg: &SglangConfig, base: &SglangReport, fp8: Option<bool>) -> ServeAdvice {
+/// NCCL and custom all-reduce buffers SGLang holds before the weights load at TP ≥ 2: the TP
+/// share of vLLM's non-torch default ([`crate::serve::non_torch_default`]), the same libraries
+/// on the same GPUs; a stated assumption. `nvswitch` is [`crate::serve::nvswitch_gpu`].
+pub fn sglang_distributed(tp: u64, nvswitch: bool) -> u64 {
+    if tp > 1 {
+        crate::serve::non_torch_default(tp, nvswitch) - crate::serve::non_torch_default(1, nvswitch)
+    } else {
+        0
+    }
+}
+
+/// SGLang: each single change of `cfg` re-run through [`sglang`]. `base` is `sglang(m, cfg)`;
+/// `nvswitch` sizes the distributed buffers of a larger TP ([`sglang_distributed`]).
+pub fn sglang_alternatives(m: &Model, cfg: &SglangConfig, base: &SglangReport, fp8: Option<bool>, nvswitch: bool) -> ServeAdvice {
     let base_c = sglang_concurrency(base);
     let needed = !base.fits || base_c < 1.0;
     let run = |c: &SglangConfig| sglang(m, c).ok();
@@ -388,10 +400,13 @@ pub fn sglang_alternatives(m: &Model, cfg: &SglangConfig, base: &SglangReport, f
             alts.push(a);
         }
     }
-    let tried = tp_candidates(m, cfg.tp).into_iter().filter_map(|tp| run(&SglangConfig { tp, ..cfg.clone() })).map(|r| {
-        let f = r.fits;
-        (r, f)
-    });
+    let tried = tp_candidates(m, cfg.tp)
+        .into_iter()
+        .filter_map(|tp| run(&SglangConfig { tp, distributed: sglang_distributed(tp, nvswitch), ..cfg.clone() }))
+        .map(|r| {
+            let f = r.fits;
+            (r, f)
+        });
     if let Some(r) = first_fitting(tried.collect()) {
         let desc = format!("{} GPUs (tensor parallelism {}) instead of {}", r.tp, r.tp, cfg.tp);
         alts.push(from_sglang(ServeChange::TensorParallel, vec![Flag::new("--tp-size", r.tp)], desc, m, &r));
@@ -529,7 +544,7 @@ mod tests {
         let base = sglang(&m, &c).unwrap();
         // SGLang starts (fits) with a pool shorter than one 128k request: advice is still needed.
         assert!(base.fits && base.max_total_num_tokens < base.context_len);
-        let adv = sglang_alternatives(&m, &c, &base, Some(true));
+        let adv = sglang_alternatives(&m, &c, &base, Some(true), false);
         assert!(adv.needed);
         let short = adv.alternatives.iter().find(|a| a.change == ServeChange::MaxModelLen).expect("a shorter context");
         let n: u64 = short.flags[0].value.as_ref().unwrap().parse().unwrap();

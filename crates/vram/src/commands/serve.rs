@@ -81,7 +81,8 @@ fn run_with(a: &ServeArgs, pasted: &[String], log: Option<&(String, vram_core::s
             sglang(a, crate::source::load_model(model, vram_core::ParseOptions { approximate_unknown: a.approximate_architecture })?)?;
         s.report.notes.splice(0..0, pasted.iter().cloned());
         let fp8 = vram_core::serve_advice::fp8_compute(&s.gpu.name);
-        let advice = vram_core::serve_advice::sglang_alternatives(&s.model, &s.config, &s.report, fp8);
+        let nvswitch = vram_core::serve::nvswitch_gpu(&s.gpu.name);
+        let advice = vram_core::serve_advice::sglang_alternatives(&s.model, &s.config, &s.report, fp8, nvswitch);
         if let Some(f) = format {
             let l = launch::sglang(a, model);
             if write_launch(a, f, l, &advice, s.report.fits)? {
@@ -439,12 +440,7 @@ pub fn sglang(a: &ServeArgs, model: Model) -> Result<SglangServe> {
         cuda_context,
         // NCCL and custom all-reduce buffers at TP ≥ 2: the TP share of vLLM's non-torch default
         // (serve.rs non_torch_default), the same libraries on the same GPUs; a stated assumption.
-        distributed: if a.tp > 1 {
-            let nv = vram_core::serve::nvswitch_gpu(&g.name);
-            vram_core::serve::non_torch_default(a.tp, nv) - vram_core::serve::non_torch_default(1, nv)
-        } else {
-            0
-        },
+        distributed: vram_core::serve_advice::sglang_distributed(a.tp, vram_core::serve::nvswitch_gpu(&g.name)),
     };
     let report = vram_core::sglang::sglang(&model, &config)?;
     Ok(SglangServe { model, gpu: g, config, report })
