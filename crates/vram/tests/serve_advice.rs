@@ -84,6 +84,9 @@ fn a_launch_that_fits_lists_at_most_two_that_raise_concurrency() {
     assert!(alts.len() <= 2);
     let now = v["gpus"][0]["max_concurrency"].as_f64().unwrap();
     assert!(alts.iter().all(|a| a["fits"] == true && a["max_concurrency"].as_f64().unwrap() > now));
+    // The text shows the concurrency the length buys, and no alternatives.
+    let text = stdout(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--max-model-len", "8192"]);
+    assert!(text.contains("maximum concurrency for 8,192 tokens per request") && !text.contains("alternatives ("), "{text}");
 }
 
 /// The JSON-style flow list after `key: ` on one line, parsed as JSON.

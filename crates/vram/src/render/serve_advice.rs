@@ -7,23 +7,23 @@ use vram_core::serve_advice::ServeAdvice;
 
 use super::common::thousands;
 
-/// The alternatives as a table under the estimate; `engine` names whose accounting re-ran them.
+/// The alternatives as a table under the estimate, when the launch needs them (it does not fit,
+/// or buys less than one request); `engine` names whose accounting re-ran them. A launch that
+/// fits already shows the concurrency its length buys; the changes that would raise it are in
+/// `--json` only.
 pub fn text(a: &ServeAdvice, engine: &str) -> String {
     let mut out = String::new();
-    if a.alternatives.is_empty() {
-        if a.needed {
-            let _ = writeln!(out, "\nno single change vram tries (fp8 KV cache, memory fraction, more tensor parallelism up to 8, FP8/AWQ weights, shorter context, CPU offload) makes this launch fit.");
-        }
+    if !a.needed {
         return out;
     }
-    let head = if a.needed {
-        format!(
-            "alternatives (each one change, re-run through {engine}'s accounting; ranked: fits first, least disruptive, most concurrency):"
-        )
-    } else {
-        format!("to raise concurrency ({:.2}x now; each one change, re-run through {engine}'s accounting):", a.max_concurrency)
-    };
-    let _ = writeln!(out, "\n{head}");
+    if a.alternatives.is_empty() {
+        let _ = writeln!(out, "\nno single change vram tries (fp8 KV cache, memory fraction, more tensor parallelism up to 8, FP8/AWQ weights, shorter context, CPU offload) makes this launch fit.");
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "\nalternatives (each one change, re-run through {engine}'s accounting; ranked: fits first, least disruptive, most concurrency):"
+    );
     let _ = writeln!(
         out,
         "  {:>2}  {:<50} {:>4}  {:>11}  {:>24}  {:>11}  {:>4}",
