@@ -9,6 +9,8 @@
 use serde::Serialize;
 
 use crate::dtype::DType;
+use crate::error::Result;
+use crate::gguf::{llama_cpp_with, max_ctx_with, CpuMoe, Gguf, HParams, LlamaCppConfig, LlamaCppPlan, Overrides};
 use crate::model::Model;
 use crate::serve::{serve, Quantization, ServeConfig, ServeReport};
 use crate::sglang::{sglang, SglangConfig, SglangReport};
@@ -57,6 +59,8 @@ impl std::fmt::Display for Flag {
 pub enum ServeChange {
     /// `--kv-cache-dtype fp8` (SGLang `fp8_e5m2`): half the KV bytes per token.
     KvFp8,
+    /// llama.cpp `-ctk q8_0 -ctv q8_0`: a 8.5-bit KV cache.
+    KvQ8,
     /// A higher `--gpu-memory-utilization` / `--mem-fraction-static`.
     MemoryFraction,
     /// More tensor parallelism.
@@ -65,7 +69,7 @@ pub enum ServeChange {
     QuantizedWeights,
     /// A shorter `--max-model-len` / `--context-length`.
     MaxModelLen,
-    /// `--cpu-offload-gb` (vLLM).
+    /// `--cpu-offload-gb` (vLLM); llama.cpp's `--n-cpu-moe` and fewer `-ngl`.
     CpuOffload,
 }
 
@@ -441,6 +445,95 @@ fn sglang_shorter(m: &Model, cfg: &SglangConfig, base: &SglangReport) -> Option<
         len = r.max_total_num_tokens.min(len - 1);
     }
     None
+}
+
+/// An alternative from a llama.cpp plan: the context is the KV pool; `--parallel` slots share
+/// it (llama-server `n_ctx_slot = n_ctx / n_parallel`), so concurrency is the slot count when
+/// the plan fits the GPU and 0 when it does not.
+fn from_llama(change: ServeChange, flags: Vec<Flag>, description: String, p: &LlamaCppPlan, c: &LlamaCppConfig, fits: bool) -> Alternative {
+    Alternative {
+        change,
+        flags,
+        description,
+        fits,
+        kv_tokens: p.ctx,
+        max_concurrency: if fits { c.parallel as f64 } else { 0.0 },
+        max_model_len: p.ctx_per_sequence,
+        longest_max_model_len: 0,
+        gpus: 1,
+        suggestion: false,
+        caveats: Vec::new(),
+    }
+}
+
+/// The smallest `n` in `lo..=hi` for which `fits(n)` holds, when `fits(hi)` does (monotone).
+fn smallest(lo: u64, hi: u64, fits: &dyn Fn(u64) -> Result<bool>) -> Result<Option<u64>> {
+    if lo > hi || !fits(hi)? {
+        return Ok(None);
+    }
+    let (mut lo, mut hi) = (lo, hi);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid)? {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    Ok(Some(lo))
+}
+
+/// llama.cpp: when the plan does not fit `budget` bytes of VRAM, each single change re-planned
+/// through [`llama_cpp_with`]: a q8_0 KV cache, the longest `-c` that fits, the fewest
+/// `--n-cpu-moe` layers (MoE files), the most `-ngl` layers that fit.
+pub fn llama_cpp(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides, budget: u64) -> Result<ServeAdvice> {
+    let plan = |c: &LlamaCppConfig, o: &Overrides| llama_cpp_with(g, hp, c, o);
+    let base = plan(c, o)?;
+    let needed = base.gpu_total_bytes > budget;
+    let mut alts = Vec::new();
+    if !needed {
+        return Ok(ServeAdvice { needed, max_concurrency: c.parallel as f64, alternatives: alts });
+    }
+    // q8_0: 34 bytes per block of 32 (ggml-common.h block_q8_0).
+    let q8 = crate::gguf::ggml_type(8).map_or(34.0 / 32.0, |(_, n, b)| b as f64 / n as f64);
+    if c.kv_bytes > q8 {
+        let cq = LlamaCppConfig { kv_bytes: q8, ..*c };
+        let p = plan(&cq, o)?;
+        let flags = vec![Flag::new("-ctk", "q8_0"), Flag::new("-ctv", "q8_0")];
+        let mut a = from_llama(ServeChange::KvQ8, flags, "q8_0 KV cache: 8.5 bits per cached element".into(), &p, &cq, p.gpu_total_bytes <= budget);
+        a.caveats.push("a quantized V cache needs flash attention (-fa on)".into());
+        alts.push(a);
+    }
+    if let Some(ctx) = max_ctx_with(g, hp, c, o, budget, c.ctx.saturating_sub(1))? {
+        let cc = LlamaCppConfig { ctx, ..*c };
+        let p = plan(&cc, o)?;
+        let desc = format!("a context of {ctx} tokens instead of {}", c.ctx);
+        alts.push(from_llama(ServeChange::MaxModelLen, vec![Flag::new("-c", ctx)], desc, &p, &cc, p.gpu_total_bytes <= budget));
+    }
+    let all = Overrides { tensor: Vec::new(), cpu_moe: CpuMoe::All };
+    if o.tensor.is_empty() && o.cpu_moe == CpuMoe::None && plan(c, &all)?.overridden_tensors > 0 {
+        let moe = |n: u64| Overrides { tensor: Vec::new(), cpu_moe: CpuMoe::FirstLayers(n) };
+        if let Some(n) = smallest(1, hp.layers, &|n| Ok(plan(c, &moe(n))?.gpu_total_bytes <= budget))? {
+            let p = plan(c, &moe(n))?;
+            let desc = format!("keep the MoE expert weights of the first {n} layers in RAM");
+            let mut a = from_llama(ServeChange::CpuOffload, vec![Flag::new("--n-cpu-moe", n)], desc, &p, c, true);
+            a.caveats.push("slower: those experts run on the CPU".into());
+            alts.push(a);
+        }
+    }
+    let gpu_layers = |n: u64| LlamaCppConfig { n_gpu_layers: n, ..*c };
+    let top = c.n_gpu_layers.min(hp.layers + 1);
+    // The most layers that fit = (top − the fewest layers to take off).
+    let off = smallest(1, top, &|k| Ok(plan(&gpu_layers(top - k), o)?.gpu_total_bytes <= budget))?;
+    if let Some(k) = off {
+        let cn = gpu_layers(top - k);
+        let p = plan(&cn, o)?;
+        let desc = format!("{} of {} layers on the GPU, the rest on the CPU", top - k, hp.layers + 1);
+        let mut a = from_llama(ServeChange::CpuOffload, vec![Flag::new("-ngl", top - k)], desc, &p, &cn, true);
+        a.caveats.push("slow: the layers left in RAM run on the CPU".into());
+        alts.push(a);
+    }
+    Ok(ServeAdvice { needed, max_concurrency: 0.0, alternatives: select(alts, needed, 0.0) })
 }
 
 #[cfg(test)]
