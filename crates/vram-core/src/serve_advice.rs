@@ -500,7 +500,8 @@ pub fn llama_cpp(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides, budg
         let cq = LlamaCppConfig { kv_bytes: q8, ..*c };
         let p = plan(&cq, o)?;
         let flags = vec![Flag::new("-ctk", "q8_0"), Flag::new("-ctv", "q8_0")];
-        let mut a = from_llama(ServeChange::KvQ8, flags, "q8_0 KV cache: 8.5 bits per cached element".into(), &p, &cq, p.gpu_total_bytes <= budget);
+        let mut a =
+            from_llama(ServeChange::KvQ8, flags, "q8_0 KV cache: 8.5 bits per cached element".into(), &p, &cq, p.gpu_total_bytes <= budget);
         a.caveats.push("a quantized V cache needs flash attention (-fa on)".into());
         alts.push(a);
     }

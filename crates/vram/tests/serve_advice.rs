@@ -210,3 +210,34 @@ fn a_pasted_command_keeps_its_flags_in_the_emitted_launch() {
         "{s}"
     );
 }
+
+#[path = "../../vram-core/tests/support/gguf_writer.rs"]
+mod gguf_writer;
+#[path = "../../vram-core/tests/support/moe_gguf.rs"]
+mod moe_gguf;
+
+#[test]
+fn llama_cpp_alternatives_equal_a_replan_with_their_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny-moe.gguf");
+    std::fs::write(&path, moe_gguf::tiny_moe().bytes()).unwrap();
+    std::fs::File::options().write(true).open(&path).unwrap().set_len(16 << 20).unwrap();
+    let p = path.to_str().unwrap();
+    let full = json(&["serve", "-m", p, "-g", "24GiB", "--cuda-context", "1B"]);
+    assert_eq!(full["advice"]["needed"], false);
+    let total = full["plan"]["gpu_total_bytes"].as_u64().unwrap();
+    let gpu = format!("{}B", total - total / 10);
+    let base = ["serve", "-m", p, "-g", &gpu, "--cuda-context", "1B"];
+    let v = json(&base);
+    assert_eq!(v["advice"]["needed"], true);
+    let alts = v["advice"]["alternatives"].as_array().unwrap();
+    // --n-cpu-moe and -ngl are vram flags too: re-plan with them and compare.
+    for a in alts.iter().filter(|a| ["--n-cpu-moe", "-ngl"].contains(&a["flags"][0]["name"].as_str().unwrap())) {
+        let r = rerun(&base, a["flag"].as_str().unwrap());
+        assert!(r["plan"]["gpu_total_bytes"].as_u64().unwrap() <= total - total / 10, "{}", a["flag"]);
+        assert_eq!(a["kv_tokens"], r["plan"]["ctx"], "{}", a["flag"]);
+    }
+    assert!(alts.iter().any(|a| a["flags"][0]["name"] == "--n-cpu-moe"), "{alts:?}");
+    let text = stdout(&base);
+    assert!(text.contains("re-run through llama.cpp's accounting"), "{text}");
+}

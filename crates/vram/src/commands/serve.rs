@@ -74,8 +74,10 @@ fn run_with(a: &ServeArgs, pasted: &[String], log: Option<&(String, vram_core::s
     if gguf {
         let mut s = llama_cpp(a, path)?;
         s.notes = pasted.to_vec();
+        let advice = vram_core::serve_advice::llama_cpp(&s.gguf, &s.hparams, &s.config, &s.overrides, s.gpu.memory)?;
+        let (json, text) = with_advice(render::serve::llama_cpp_json(&s), render::serve::llama_cpp_text(&s), &advice, "llama.cpp");
         let c = |l: &StartupLog| if let StartupLog::LlamaCpp(l) = l { Some(cmp::llama_cpp(&s, l)) } else { None };
-        with_log(render::serve::llama_cpp_json(&s), render::serve::llama_cpp_text(&s), &c, "llama.cpp (a .gguf file)")
+        with_log(json, text, &c, "llama.cpp (a .gguf file)")
     } else if engine == Engine::Sglang {
         let mut s =
             sglang(a, crate::source::load_model(model, vram_core::ParseOptions { approximate_unknown: a.approximate_architecture })?)?;
