@@ -90,7 +90,8 @@ pub struct Alternative {
     pub max_concurrency: f64,
     /// The context length of this launch (the requested one, except for a shorter-length change).
     pub max_model_len: u64,
-    /// The longest context one request could have in this pool.
+    /// The longest context one request could have in this pool, searched up to the requested
+    /// length (as vLLM's `estimate_max_model_len` searches); 0 when none fits.
     pub longest_max_model_len: u64,
     /// GPUs of one replica (TP × PP).
     pub gpus: u64,
@@ -337,8 +338,8 @@ fn vllm_offload(m: &Model, cfg: &ServeConfig, base: &ServeReport) -> Option<Alte
 }
 
 /// An alternative from a re-run SGLang report.
-fn from_sglang(change: ServeChange, flags: Vec<Flag>, description: String, m: &Model, r: &SglangReport) -> Alternative {
-    let longest = if m.max_positions > 0 { r.max_total_num_tokens.min(m.max_positions) } else { r.max_total_num_tokens };
+fn from_sglang(change: ServeChange, flags: Vec<Flag>, description: String, r: &SglangReport) -> Alternative {
+    let longest = if r.fits { r.max_total_num_tokens.min(r.context_len) } else { 0 };
     Alternative {
         change,
         flags,
@@ -385,7 +386,6 @@ pub fn sglang_alternatives(m: &Model, cfg: &SglangConfig, base: &SglangReport, f
                 ServeChange::KvFp8,
                 vec![Flag::new("--kv-cache-dtype", "fp8_e5m2")],
                 "fp8 (e5m2) KV cache: half the bytes per cached token".into(),
-                m,
                 &r,
             );
             a.caveats.extend(fp8_kv_caveat(fp8));
@@ -396,7 +396,7 @@ pub fn sglang_alternatives(m: &Model, cfg: &SglangConfig, base: &SglangReport, f
         let f = ((base.mem_fraction_static + 0.05).min(MAX_MEMORY_FRACTION) * 100.0).round() / 100.0;
         if let Some(r) = run(&SglangConfig { mem_fraction_static: Some(f), ..cfg.clone() }) {
             let desc = format!("weights + KV pool take {f} of the GPU instead of {}", base.mem_fraction_static);
-            let mut a = from_sglang(ServeChange::MemoryFraction, vec![Flag::new("--mem-fraction-static", f)], desc, m, &r);
+            let mut a = from_sglang(ServeChange::MemoryFraction, vec![Flag::new("--mem-fraction-static", f)], desc, &r);
             a.caveats.push(format!(
                 "risky: {:.2} GiB left for activations and CUDA graphs (SGLang's own default reserves more)",
                 r.headroom_bytes as f64 / GIB as f64
@@ -413,13 +413,13 @@ pub fn sglang_alternatives(m: &Model, cfg: &SglangConfig, base: &SglangReport, f
         });
     if let Some(r) = first_fitting(tried.collect()) {
         let desc = format!("{} GPUs (tensor parallelism {}) instead of {}", r.tp, r.tp, cfg.tp);
-        alts.push(from_sglang(ServeChange::TensorParallel, vec![Flag::new("--tp-size", r.tp)], desc, m, &r));
+        alts.push(from_sglang(ServeChange::TensorParallel, vec![Flag::new("--tp-size", r.tp)], desc, &r));
     }
     if cfg.quantization == Quantization::None && base.dtype.bytes() >= 2 {
         if let Some(r) = run(&SglangConfig { quantization: Quantization::Fp8, ..cfg.clone() }) {
             let desc =
                 "FP8 weights: SGLang quantizes this checkpoint at load (or serve an FP8 checkpoint of the model, if one exists)".into();
-            let mut a = from_sglang(ServeChange::QuantizedWeights, vec![Flag::new("--quantization", "fp8")], desc, m, &r);
+            let mut a = from_sglang(ServeChange::QuantizedWeights, vec![Flag::new("--quantization", "fp8")], desc, &r);
             a.caveats.push("online quantization: vram counts the FP8 weights after loading; the 16-bit checkpoint is read first".into());
             alts.push(a);
         }
@@ -440,7 +440,7 @@ fn sglang_shorter(m: &Model, cfg: &SglangConfig, base: &SglangReport) -> Option<
         let r = sglang(m, &SglangConfig { context_length: Some(len), ..cfg.clone() }).ok()?;
         if r.fits && r.max_total_num_tokens >= len {
             let desc = format!("serve at most {len} tokens per request instead of {}", base.context_len);
-            return Some(from_sglang(ServeChange::MaxModelLen, vec![Flag::new("--context-length", len)], desc, m, &r));
+            return Some(from_sglang(ServeChange::MaxModelLen, vec![Flag::new("--context-length", len)], desc, &r));
         }
         len = r.max_total_num_tokens.min(len - 1);
     }
@@ -451,6 +451,7 @@ fn sglang_shorter(m: &Model, cfg: &SglangConfig, base: &SglangReport) -> Option<
 /// it (llama-server `n_ctx_slot = n_ctx / n_parallel`), so concurrency is the slot count when
 /// the plan fits the GPU and 0 when it does not.
 fn from_llama(change: ServeChange, flags: Vec<Flag>, description: String, p: &LlamaCppPlan, c: &LlamaCppConfig, fits: bool) -> Alternative {
+    // The context that plan serves; the longest that fits is filled in by `with_longest`.
     Alternative {
         change,
         flags,
@@ -534,7 +535,35 @@ pub fn llama_cpp(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides, budg
         a.caveats.push("slow: the layers left in RAM run on the CPU".into());
         alts.push(a);
     }
+    for a in &mut alts {
+        a.longest_max_model_len = longest_ctx(g, hp, c, o, budget, a)?;
+    }
     Ok(ServeAdvice { needed, max_concurrency: 0.0, alternatives: select(alts, needed, 0.0) })
+}
+
+/// The longest `-c` (up to the requested one, in llama.cpp's 256-token steps) that fits with
+/// the alternative's change applied; 0 when none does.
+fn longest_ctx(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides, budget: u64, a: &Alternative) -> Result<u64> {
+    let (mut c, mut o) = (*c, o.clone());
+    for f in &a.flags {
+        let n = || f.value.as_deref().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        match f.name.as_str() {
+            "-ctk" => c.kv_bytes = a_kv_bytes(c.kv_bytes, f),
+            "-c" => c.ctx = n(),
+            "-ngl" => c.n_gpu_layers = n(),
+            "--n-cpu-moe" => o.cpu_moe = CpuMoe::FirstLayers(n()),
+            _ => {}
+        }
+    }
+    Ok(max_ctx_with(g, hp, &c, &o, budget, c.ctx)?.unwrap_or(0))
+}
+
+/// Bytes per KV element of a `-ctk` value this module offers (q8_0), else unchanged.
+fn a_kv_bytes(current: f64, f: &Flag) -> f64 {
+    match f.value.as_deref() {
+        Some("q8_0") => crate::gguf::ggml_type(8).map_or(current, |(_, n, b)| b as f64 / n as f64),
+        _ => current,
+    }
 }
 
 #[cfg(test)]

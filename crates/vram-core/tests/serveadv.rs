@@ -46,6 +46,10 @@ fn llama_cpp_alternatives_are_replans_and_offload_is_tight() {
         assert_eq!(c.kv_tokens, p.ctx);
         assert!(c.fits && p.gpu_total_bytes <= budget);
     }
+    // A fitting alternative serves its own context at least.
+    for a in adv.alternatives.iter().filter(|a| a.fits) {
+        assert!(a.longest_max_model_len >= a.kv_tokens.min(CFG.ctx) && a.longest_max_model_len > 0, "{a:?}");
+    }
     // The same file fits a bigger budget: no advice needed.
     assert!(!serve_advice::llama_cpp(&g, &hp, &CFG, &none, full).unwrap().needed);
 }
