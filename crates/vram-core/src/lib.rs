@@ -39,6 +39,7 @@ pub mod quant;
 pub mod report;
 pub mod safetensors;
 pub mod serve;
+pub mod serve_advice;
 pub mod sglang;
 pub mod snapshot;
 pub mod sniff;

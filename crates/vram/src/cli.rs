@@ -634,6 +634,20 @@ pub struct ServeArgs {
     /// A vLLM, SGLang or llama.cpp start-up log to compare the estimate with (only read).
     #[arg(long, value_name = "FILE")]
     pub log: Option<std::path::PathBuf>,
+    /// Write the launch: vllm or sglang (the command), docker (a compose service), k8s (a
+    /// Deployment and Service). To stdout instead of the report, unless --emit-file.
+    #[arg(long, value_name = "FORMAT")]
+    pub emit: Option<String>,
+    /// With --emit: apply ranked alternative N (as `vram serve` lists them, 1 = first) to the launch.
+    #[arg(long, value_name = "N", requires = "emit")]
+    pub emit_alternative: Option<usize>,
+    /// With --emit: write the launch to this file (the report still goes to stdout); an existing
+    /// file is refused unless --force.
+    #[arg(long, short = 'o', value_name = "PATH", requires = "emit")]
+    pub emit_file: Option<std::path::PathBuf>,
+    /// Overwrite an existing --emit-file.
+    #[arg(long, requires = "emit_file")]
+    pub force: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,

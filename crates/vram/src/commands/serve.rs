@@ -13,7 +13,9 @@ use super::show;
 use crate::cli::{MaxModelLen, ServeArgs};
 use crate::errors::{usage, UsageError};
 use crate::render;
+use crate::render::emit::launch::{self, Format, Launch};
 use crate::resolve;
+use vram_core::serve_advice::ServeAdvice;
 
 /// Pick the engine from the model file, resolve, compute, render.
 pub fn run(a: &ServeArgs) -> Result<()> {
@@ -23,7 +25,10 @@ pub fn run(a: &ServeArgs) -> Result<()> {
         None => None,
     };
     if !a.command.is_empty() {
-        let p = super::paste::translate(a)?;
+        let mut p = super::paste::translate(a)?;
+        // vram's own output flags stay outside the pasted command.
+        (p.args.emit, p.args.emit_alternative, p.args.emit_file, p.args.force) =
+            (a.emit.clone(), a.emit_alternative, a.emit_file.clone(), a.force);
         return run_with(&p.args, &p.notes, log.as_ref());
     }
     run_with(a, &[], log.as_ref())
@@ -57,6 +62,7 @@ fn run_with(a: &ServeArgs, pasted: &[String], log: Option<&(String, vram_core::s
     let gguf = model.to_ascii_lowercase().ends_with(".gguf") || (path.is_file() && crate::source::local::is_gguf(path));
     let engine = if gguf { Engine::LlamaCpp } else { parse_engine(&a.engine)? };
     reject_other_engines_flags(a, engine)?;
+    let format = emit_format(a, engine)?;
     // With --log, the comparison follows the estimate (text) or sits beside it (JSON).
     let with_log = |est_json: Value, est_text: String, compare: &dyn Fn(&StartupLog) -> Option<cmp::Comparison>, planned: &str| match log {
         None => show(a.json, || est_json, || est_text),
@@ -71,20 +77,40 @@ fn run_with(a: &ServeArgs, pasted: &[String], log: Option<&(String, vram_core::s
         if let Some((p, fit)) = &s.split {
             return split_output(a, &s, p, *fit, log);
         }
+        let advice = vram_core::serve_advice::llama_cpp(&s.gguf, &s.hparams, &s.config, &s.overrides, s.gpu.memory)?;
+        let (json, text) = with_advice(render::serve::llama_cpp_json(&s), render::serve::llama_cpp_text(&s), &advice, "llama.cpp");
         let c = |l: &StartupLog| if let StartupLog::LlamaCpp(l) = l { Some(cmp::llama_cpp(&s, l)) } else { None };
-        with_log(render::serve::llama_cpp_json(&s), render::serve::llama_cpp_text(&s), &c, "llama.cpp (a .gguf file)")
+        with_log(json, text, &c, "llama.cpp (a .gguf file)")
     } else if engine == Engine::Sglang {
         let mut s =
             sglang(a, crate::source::load_model(model, vram_core::ParseOptions { approximate_unknown: a.approximate_architecture })?)?;
         s.report.notes.splice(0..0, pasted.iter().cloned());
+        let fp8 = vram_core::serve_advice::fp8_compute(&s.gpu.name);
+        let nvswitch = vram_core::serve::nvswitch_gpu(&s.gpu.name);
+        let advice = vram_core::serve_advice::sglang_alternatives(&s.model, &s.config, &s.report, fp8, nvswitch);
+        if let Some(f) = format {
+            let l = launch::sglang(a, model);
+            if write_launch(a, f, l, &advice, s.report.fits)? {
+                return Ok(());
+            }
+        }
+        let (json, text) = with_advice(render::serve::sglang_json(&s), render::serve::sglang_text(&s), &advice, "SGLang");
         let c = |l: &StartupLog| if let StartupLog::Sglang(l) = l { Some(cmp::sglang(&s, l)) } else { None };
-        with_log(render::serve::sglang_json(&s), render::serve::sglang_text(&s), &c, "SGLang (--engine sglang)")
+        with_log(json, text, &c, "SGLang (--engine sglang)")
     } else {
         let mut s =
             vllm(a, crate::source::load_model(model, vram_core::ParseOptions { approximate_unknown: a.approximate_architecture })?)?;
         s.report.notes.splice(0..0, pasted.iter().cloned());
+        let fp8 = vram_core::serve_advice::fp8_compute(&s.gpu.name);
+        let advice = vram_core::serve_advice::vllm(&s.model, &s.config, &s.report, fp8);
+        if let Some(f) = format {
+            if write_launch(a, f, launch::vllm(a, model), &advice, s.report.fits)? {
+                return Ok(());
+            }
+        }
+        let (json, text) = with_advice(render::serve::vllm_json(&s), render::serve::vllm_text(&s), &advice, "vLLM");
         let c = |l: &StartupLog| if let StartupLog::Vllm(l) = l { Some(cmp::vllm(&s, l)) } else { None };
-        with_log(render::serve::vllm_json(&s), render::serve::vllm_text(&s), &c, "vLLM")
+        with_log(json, text, &c, "vLLM")
     }
 }
 
@@ -118,6 +144,56 @@ fn split_output(
         },
         || format!("{}{}", r::text(s, p, fit), l.map(|(f, l)| r::compare_text(p, l, f)).unwrap_or_default()),
     )
+}
+
+/// The estimate with the ranked alternatives: under the table, and as `advice` in the JSON.
+fn with_advice(mut json: Value, text: String, advice: &ServeAdvice, engine: &str) -> (Value, String) {
+    json["advice"] = render::serve_advice::json(advice);
+    (json, format!("{text}{}", render::serve_advice::text(advice, engine)))
+}
+
+/// `--emit`: which format, refused (exit 2) where it cannot describe this engine's launch.
+fn emit_format(a: &ServeArgs, engine: Engine) -> Result<Option<Format>> {
+    let Some(s) = a.emit.as_deref() else { return Ok(None) };
+    let f = Format::parse(s).map_err(usage)?;
+    match (engine, f) {
+        (Engine::LlamaCpp, _) => Err(usage("--emit writes vLLM or SGLang launches; a .gguf model is planned under llama.cpp, which --emit does not write yet")),
+        (Engine::Sglang, Format::Vllm) => Err(usage("--emit vllm: this launch is planned under SGLang (--engine sglang); use --emit sglang, docker or k8s, or drop --engine sglang for vLLM")),
+        (Engine::Vllm, Format::Sglang) => Err(usage("--emit sglang: this launch is planned under vLLM; add --engine sglang to plan and emit an SGLang launch, or use --emit vllm")),
+        _ => Ok(Some(f)),
+    }
+}
+
+/// Write the launch (with `--emit-alternative N` applied) to stdout or `--emit-file`. Returns
+/// whether that was all the output (no file: the launch replaces the report on stdout).
+fn write_launch(a: &ServeArgs, f: Format, mut l: Launch, advice: &ServeAdvice, fits: bool) -> Result<bool> {
+    let fits = match a.emit_alternative {
+        None => fits,
+        Some(n) => {
+            let count = advice.alternatives.len();
+            let alt = n.checked_sub(1).and_then(|i| advice.alternatives.get(i)).ok_or_else(|| {
+                usage(format!(
+                    "--emit-alternative {n}: there are {count} ranked alternatives for this launch (run without --emit to see them)"
+                ))
+            })?;
+            l.apply(alt).map_err(usage)?;
+            alt.fits
+        }
+    };
+    if !fits {
+        l.warning =
+            Some("vram estimates that this launch does NOT fit (see `vram serve` without --emit for the ranked alternatives)".into());
+    }
+    let text = launch::render(f, &l);
+    let Some(path) = &a.emit_file else {
+        super::emit(&text)?;
+        return Ok(true);
+    };
+    if path.exists() && !a.force {
+        return Err(usage(format!("--emit-file {} exists; pass --force to overwrite it", path.display())));
+    }
+    std::fs::write(path, text).with_context(|| format!("cannot write --emit-file {}", path.display()))?;
+    Ok(false)
 }
 
 /// Which engine plans the model.
@@ -411,12 +487,7 @@ pub fn sglang(a: &ServeArgs, model: Model) -> Result<SglangServe> {
         cuda_context,
         // NCCL and custom all-reduce buffers at TP ≥ 2: the TP share of vLLM's non-torch default
         // (serve.rs non_torch_default), the same libraries on the same GPUs; a stated assumption.
-        distributed: if a.tp > 1 {
-            let nv = vram_core::serve::nvswitch_gpu(&g.name);
-            vram_core::serve::non_torch_default(a.tp, nv) - vram_core::serve::non_torch_default(1, nv)
-        } else {
-            0
-        },
+        distributed: vram_core::serve_advice::sglang_distributed(a.tp, vram_core::serve::nvswitch_gpu(&g.name)),
     };
     let report = vram_core::sglang::sglang(&model, &config)?;
     Ok(SglangServe { model, gpu: g, config, report })

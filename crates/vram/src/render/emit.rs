@@ -1,6 +1,12 @@
 //! Write a plan in an engine's own format: a DeepSpeed config JSON, an accelerate config YAML,
 //! or the launch command. Pure functions of the plan.
 
+pub mod docker;
+pub mod k8s;
+pub mod launch;
+pub mod sglang;
+pub mod vllm;
+
 use serde_json::{json, Value};
 use vram_core::parallel::{Engine, FsdpStrategy};
 use vram_core::plan::Plan;

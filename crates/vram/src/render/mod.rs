@@ -10,6 +10,7 @@ pub mod measured;
 pub mod plan;
 pub mod prometheus;
 pub mod serve;
+pub mod serve_advice;
 pub mod serve_log;
 pub mod svg;
 

@@ -1,0 +1,266 @@
+//! The launch `vram serve --emit` writes: the engine, the model, the flags the estimate used
+//! (the user's, or with one ranked alternative applied), and the GPUs it needs. Pure.
+
+use vram_core::serve_advice::{Alternative, Flag};
+
+use crate::cli::{MaxModelLen, ServeArgs};
+
+/// Which engine the launch starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LaunchEngine {
+    /// `vllm serve`.
+    Vllm,
+    /// `python -m sglang.launch_server`.
+    Sglang,
+}
+
+/// A serving launch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Launch {
+    /// The engine.
+    pub engine: LaunchEngine,
+    /// The model as the engine loads it (a Hub id or a path).
+    pub model: String,
+    /// The engine's flags, in its own spelling.
+    pub flags: Vec<Flag>,
+    /// GPUs the launch needs (vLLM: TP × PP × DP; SGLang: TP).
+    pub gpus: u64,
+    /// Container image tag: the release asked for with `--vllm-version X.Y.Z`, else `latest`.
+    pub image_tag: String,
+    /// Whose accounting vram followed (`vLLM 0.21 rules`), said in the emitted comment.
+    pub modelled: String,
+    /// Set when vram estimates that this launch does not fit: why.
+    pub warning: Option<String>,
+}
+
+impl Launch {
+    /// The engine's port (vLLM's `--port` default 8000, SGLang's 30000).
+    pub fn port(&self) -> u16 {
+        match self.engine {
+            LaunchEngine::Vllm => 8000,
+            LaunchEngine::Sglang => 30000,
+        }
+    }
+
+    /// Set a flag, replacing one of the same name.
+    pub fn set(&mut self, flag: Flag) {
+        match self.flags.iter_mut().find(|f| f.name == flag.name) {
+            Some(f) => *f = flag,
+            None => self.flags.push(flag),
+        }
+    }
+
+    /// Apply one alternative's flags; a suggestion (a checkpoint vram cannot name) is refused.
+    pub fn apply(&mut self, alt: &Alternative) -> Result<(), String> {
+        if alt.suggestion {
+            return Err(format!(
+                "that alternative is a suggestion ({}): vram cannot name the checkpoint; find one and pass it as --model",
+                alt.description
+            ));
+        }
+        for f in &alt.flags {
+            self.set(f.clone());
+        }
+        if let Some(f) = alt.flags.iter().find(|f| f.name == "--tensor-parallel-size" || f.name == "--tp-size") {
+            let tp: u64 = f.value.as_deref().and_then(|v| v.parse().ok()).unwrap_or(1);
+            let rest = self.flag_u64("--pipeline-parallel-size") * self.flag_u64("--data-parallel-size");
+            self.gpus = tp.saturating_mul(rest);
+        }
+        Ok(())
+    }
+
+    /// A numeric flag's value, 1 when absent.
+    fn flag_u64(&self, name: &str) -> u64 {
+        self.flags.iter().find(|f| f.name == name).and_then(|f| f.value.as_deref()?.parse().ok()).unwrap_or(1)
+    }
+}
+
+/// The model as an engine loads it: a built-in preset's Hub repository, else as given.
+pub fn model_id(given: &str) -> String {
+    vram_core::presets::find(given).map_or_else(|| given.to_string(), |p| p.hf_id.to_string())
+}
+
+fn push(flags: &mut Vec<Flag>, cond: bool, name: &str, value: impl ToString) {
+    if cond {
+        flags.push(Flag::new(name, value));
+    }
+}
+
+fn switch(flags: &mut Vec<Flag>, cond: bool, name: &str) {
+    if cond {
+        flags.push(Flag { name: name.into(), value: None });
+    }
+}
+
+/// A vLLM launch from the `vram serve` flags as given (defaults left out, as vLLM has them).
+pub fn vllm(a: &ServeArgs, model: &str) -> Launch {
+    let mut f = Vec::new();
+    push(&mut f, a.tp != 1, "--tensor-parallel-size", a.tp);
+    push(&mut f, a.pipeline_parallel_size != 1, "--pipeline-parallel-size", a.pipeline_parallel_size);
+    push(&mut f, a.data_parallel_size != 1, "--data-parallel-size", a.data_parallel_size);
+    match a.max_model_len {
+        Some(MaxModelLen::Tokens(n)) => f.push(Flag::new("--max-model-len", n)),
+        Some(MaxModelLen::Auto) => f.push(Flag::new("--max-model-len", "auto")),
+        None => {}
+    }
+    push(&mut f, a.gpu_memory_utilization != 0.9, "--gpu-memory-utilization", a.gpu_memory_utilization);
+    for (name, v) in [("--kv-cache-memory-bytes", &a.kv_cache_memory_bytes), ("--quantization", &a.quantization)] {
+        push(&mut f, v.is_some(), name, v.clone().unwrap_or_default());
+    }
+    push(&mut f, a.dtype != "auto", "--dtype", &a.dtype);
+    push(&mut f, a.kv_cache_dtype != "auto", "--kv-cache-dtype", &a.kv_cache_dtype);
+    push(&mut f, a.block_size != 16, "--block-size", a.block_size);
+    push(&mut f, a.max_num_batched_tokens.is_some(), "--max-num-batched-tokens", a.max_num_batched_tokens.unwrap_or(0));
+    push(&mut f, a.max_num_seqs.is_some(), "--max-num-seqs", a.max_num_seqs.unwrap_or(0));
+    push(&mut f, a.cpu_offload_gb.is_some(), "--cpu-offload-gb", a.cpu_offload_gb.unwrap_or(0.0));
+    switch(&mut f, a.enforce_eager, "--enforce-eager");
+    switch(&mut f, a.enable_lora, "--enable-lora");
+    push(&mut f, a.max_loras.is_some(), "--max-loras", a.max_loras.unwrap_or(0));
+    push(&mut f, a.max_lora_rank.is_some(), "--max-lora-rank", a.max_lora_rank.unwrap_or(0));
+    push(&mut f, a.max_cpu_loras.is_some(), "--max-cpu-loras", a.max_cpu_loras.unwrap_or(0));
+    let version = a.vllm_version.as_deref().map(|v| v.trim().trim_start_matches('v'));
+    // Only a full release (0.10.2) names an image tag; vram's rules are by major.minor.
+    let image_tag = match version {
+        Some(v) if v.split('.').count() == 3 && v.chars().all(|c| c.is_ascii_digit() || c == '.') => format!("v{v}"),
+        _ => "latest".into(),
+    };
+    Launch {
+        engine: LaunchEngine::Vllm,
+        model: model_id(model),
+        flags: f,
+        gpus: a.tp.saturating_mul(a.pipeline_parallel_size).saturating_mul(a.data_parallel_size),
+        image_tag,
+        modelled: format!("vLLM {} rules", version.map_or_else(|| vram_core::serve::VllmVersion::NEWEST.to_string(), str::to_string)),
+        warning: None,
+    }
+}
+
+/// An SGLang launch from the `vram serve --engine sglang` flags as given.
+pub fn sglang(a: &ServeArgs, model: &str) -> Launch {
+    let mut f = Vec::new();
+    push(&mut f, a.tp != 1, "--tp-size", a.tp);
+    push(&mut f, a.context_length.is_some(), "--context-length", a.context_length.unwrap_or(0));
+    push(&mut f, a.mem_fraction_static.is_some(), "--mem-fraction-static", a.mem_fraction_static.unwrap_or(0.0));
+    push(&mut f, a.max_running_requests.is_some(), "--max-running-requests", a.max_running_requests.unwrap_or(0));
+    push(&mut f, a.chunked_prefill_size.is_some(), "--chunked-prefill-size", a.chunked_prefill_size.unwrap_or(0));
+    push(&mut f, a.cuda_graph_max_bs.is_some(), "--cuda-graph-max-bs", a.cuda_graph_max_bs.unwrap_or(0));
+    switch(&mut f, a.disable_cuda_graph, "--disable-cuda-graph");
+    push(&mut f, a.max_total_tokens.is_some(), "--max-total-tokens", a.max_total_tokens.unwrap_or(0));
+    push(&mut f, a.page_size.is_some(), "--page-size", a.page_size.unwrap_or(1));
+    push(&mut f, a.quantization.is_some(), "--quantization", a.quantization.clone().unwrap_or_default());
+    push(&mut f, a.dtype != "auto", "--dtype", &a.dtype);
+    push(&mut f, a.kv_cache_dtype != "auto", "--kv-cache-dtype", &a.kv_cache_dtype);
+    Launch {
+        engine: LaunchEngine::Sglang,
+        model: model_id(model),
+        flags: f,
+        gpus: a.tp,
+        image_tag: "latest".into(),
+        modelled: format!("SGLang {} rules", vram_core::sglang::SGLANG_VERSION),
+        warning: None,
+    }
+}
+
+/// The engine's arguments after the program: the model, then the flags, split for an argv.
+pub fn argv(l: &Launch, with_model_flag: bool) -> Vec<String> {
+    let mut v = Vec::new();
+    if with_model_flag {
+        v.push(match l.engine {
+            LaunchEngine::Vllm => "--model".to_string(),
+            LaunchEngine::Sglang => "--model-path".to_string(),
+        });
+    }
+    v.push(l.model.clone());
+    for f in &l.flags {
+        v.push(f.name.clone());
+        v.extend(f.value.clone());
+    }
+    v
+}
+
+/// The comment lines every format starts with (`#` comments in shell and YAML alike).
+pub fn header(l: &Launch) -> String {
+    let mut s = format!(
+        "# written by vram {} from its estimate ({}); flags vram does not model are not carried over\n",
+        env!("CARGO_PKG_VERSION"),
+        l.modelled
+    );
+    if let Some(w) = &l.warning {
+        s.push_str(&format!("# WARNING: {w}\n"));
+    }
+    s
+}
+
+/// The header of a container format: with `latest`, a reminder to pin the image.
+pub fn image_header(l: &Launch) -> String {
+    let mut s = header(l);
+    if l.image_tag == "latest" {
+        s.push_str("# the image tag is `latest`: pin the release you run (vLLM: give --vllm-version X.Y.Z and vram writes that tag)\n");
+    }
+    s
+}
+
+/// A shell word: as is when safe, else single-quoted.
+pub fn shell_word(w: &str) -> String {
+    let safe = !w.is_empty() && w.chars().all(|c| c.is_ascii_alphanumeric() || "-_./:=@%+,".contains(c));
+    if safe {
+        w.to_string()
+    } else {
+        format!("'{}'", w.replace('\'', r"'\''"))
+    }
+}
+
+/// A YAML scalar that is also a JSON string (double-quoted, JSON escapes are YAML escapes).
+pub fn yaml_str(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
+}
+
+/// A Kubernetes / compose name: lowercase letters, digits and `-`, at most 63, from the model.
+pub fn service_name(l: &Launch) -> String {
+    let last = l.model.trim_end_matches('/').rsplit('/').next().unwrap_or("");
+    let mut n: String = last.to_ascii_lowercase().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+    n = n.trim_matches('-').to_string();
+    n.truncate(63);
+    let n = n.trim_end_matches('-');
+    if n.is_empty() {
+        "vram-serve".into()
+    } else {
+        n.into()
+    }
+}
+
+/// What `--emit` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// The `vllm serve` command.
+    Vllm,
+    /// The `python -m sglang.launch_server` command.
+    Sglang,
+    /// A Docker Compose service.
+    Docker,
+    /// A Kubernetes Deployment and Service.
+    K8s,
+}
+
+impl Format {
+    /// Parse `--emit`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "vllm" => Ok(Format::Vllm),
+            "sglang" => Ok(Format::Sglang),
+            "docker" | "compose" | "docker-compose" => Ok(Format::Docker),
+            "k8s" | "kubernetes" => Ok(Format::K8s),
+            other => Err(format!("invalid --emit `{other}`: use vllm, sglang, docker or k8s")),
+        }
+    }
+}
+
+/// The launch in the chosen format.
+pub fn render(format: Format, l: &Launch) -> String {
+    match format {
+        Format::Vllm => super::vllm::command(l),
+        Format::Sglang => super::sglang::command(l),
+        Format::Docker => super::docker::compose(l),
+        Format::K8s => super::k8s::manifest(l),
+    }
+}
