@@ -61,7 +61,16 @@ it tests weight values, which neither exist under fake tensors nor change memory
 Technique check (`--technique`): two tiny llavas (2-layer CLIP tower, hidden 64, image 32, patch 8,
 + 2-layer llama LM, hidden 128, vocab 1024; and 2-layer SigLIP + 2-layer tied Qwen2, "full"
 strategy, feature layer -1) run with real tensors on the CPU and under FakeTensorMode give equal
-tracked peaks and peak phases in all 15 cases: fixtures/vlm_technique.jsonl (~1 min).
+tracked peaks and peak phases in all 15 cases; with tiny Qwen2-VL and Qwen2.5-VL configs (2 vision
+blocks, windowed + full attention, 224-px images) 27 cases, all equal: fixtures/vlm_technique.jsonl.
+
+QWEN2-VL / QWEN2.5-VL (model_type qwen2_vl, qwen2_5_vl): a point names `image_size`, the side of
+square images, resized as Qwen2VLImageProcessor's smart_resize does (multiples of 28); pixel_values
+are the processor's flattened patches [patches, 3*2*14*14] with image_grid_thw, and mm_token_type_ids
+marks the image tokens ((side/14)^2/4 per image). "frozen_vision" freezes `visual` except its
+`merger` (Qwen's own fine-tuning recipe). Patches 1b (fake tensors only; see there): index tensors
+keep their values as fake-tensor constants, get_rope_index and get_vision_window_index run on real
+values with fake mode suspended.
 
     /work/venv/bin/python validation/vlm.py                # the matrix (resumable)
     /work/venv/bin/python validation/vlm.py --technique    # real vs fake on a tiny llava
