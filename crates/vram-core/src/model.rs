@@ -762,7 +762,7 @@ impl Model {
             return match (images, freeze_tower) {
                 (None, false) => Ok(()),
                 _ => Err(format!(
-                    "--images-per-sample and --freeze-vision-tower apply to vision-language models (LLaVA); {} has no vision tower",
+                    "--images-per-sample and --freeze-vision-tower apply to vision-language models (LLaVA, Qwen2-VL, Qwen2.5-VL); {} has no vision tower",
                     self.model_type
                 )),
             };

@@ -371,7 +371,7 @@ pub fn check_encoder(model: &Model, job: &Job) -> Result<()> {
             return Err(Error::InvalidValue {
                 what: "vision-language job".into(),
                 value: what.into(),
-                hint: format!("vram estimates LLaVA full fine-tuning (vision tower trained or frozen) and inference on one GPU; {what} is not modelled for vision-language models yet"),
+                hint: format!("vram estimates LLaVA and Qwen2-VL full fine-tuning (vision tower trained or frozen) and inference on one GPU; {what} is not modelled for vision-language models yet"),
             });
         }
         return Ok(());
