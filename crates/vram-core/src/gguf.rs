@@ -833,7 +833,12 @@ pub fn max_ctx(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, budget: u64, limit: u
 
 /// [`max_ctx`] with the tensor overrides `o`, placed as [`llama_cpp_with`] places them.
 pub fn max_ctx_with(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides, budget: u64, limit: u64) -> Result<Option<u64>> {
-    let fits = |ctx: u64| -> Result<bool> { Ok(llama_cpp_with(g, hp, &LlamaCppConfig { ctx, ..*c }, o)?.gpu_total_bytes <= budget) };
+    longest_ctx(limit, |ctx| Ok(llama_cpp_with(g, hp, &LlamaCppConfig { ctx, ..*c }, o)?.gpu_total_bytes <= budget))
+}
+
+/// The longest context, a multiple of 256 (llama.cpp pads to it) up to `limit`, for which `fits`
+/// holds, by bisection (fitting shrinks as the context grows); `None` when 256 tokens do not.
+pub(crate) fn longest_ctx(limit: u64, fits: impl Fn(u64) -> Result<bool>) -> Result<Option<u64>> {
     if !fits(256)? {
         return Ok(None);
     }

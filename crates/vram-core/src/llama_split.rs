@@ -294,20 +294,7 @@ fn row_split(t: &TensorInfo) -> bool {
 /// The longest context (a multiple of 256, up to `limit`) at which every GPU fits `budget`
 /// bytes, or `None` when 256 tokens do not fit.
 pub fn max_ctx(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides, m: &MultiGpu, budget: u64, limit: u64) -> Result<Option<u64>> {
-    let fits = |ctx: u64| -> Result<bool> { Ok(plan(g, hp, &LlamaCppConfig { ctx, ..*c }, o, m)?.max_device_total_bytes <= budget) };
-    if !fits(256)? {
-        return Ok(None);
-    }
-    let (mut lo, mut hi) = (1u64, limit.max(256) / 256);
-    while lo < hi {
-        let mid = lo + (hi - lo).div_ceil(2);
-        if fits(mid * 256)? {
-            lo = mid;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    Ok(Some(lo * 256))
+    crate::gguf::longest_ctx(limit, |ctx| Ok(plan(g, hp, &LlamaCppConfig { ctx, ..*c }, o, m)?.max_device_total_bytes <= budget))
 }
 
 #[cfg(test)]

@@ -42,16 +42,30 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
             hint: "vram models BERT-style encoders with a masked-LM, sequence- or token-classification head, or the bare model (embeddings); pass --task fill-mask|text-classification|token-classification|feature-extraction to choose one".into(),
         });
     };
-    m.encoder = Some(Encoder { token_types, head, vision: None, pooler: true, attention_output_dropout: true });
-    m.tied_embeddings = head == EncoderHead::MaskedLm && c.bool("tie_word_embeddings", true)?;
+    // BertConfig: hidden_dropout_prob 0.1, attention_probs_dropout_prob 0.1.
+    post_ln(
+        c,
+        m,
+        Encoder { token_types, head, vision: None, pooler: true, attention_output_dropout: true },
+        ["hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob"],
+    )
+}
+
+/// What BERT, DistilBERT and ELECTRA share: post-LN layers with LayerNorm (bias), biased q/k/v/o
+/// and a plain biased MLP; the masked-LM head tied to the word embedding unless the config says
+/// otherwise; dropout from `keys` (activation, hidden dropout, attention dropout: each config
+/// class's spelling, 0.1 by default in all three classes).
+pub(super) fn post_ln(c: &Cfg, mut m: Model, enc: Encoder, keys: [&str; 3]) -> Result<Model> {
+    let [act, hidden_drop, attn_drop] = keys;
+    m.tied_embeddings = enc.head == EncoderHead::MaskedLm && c.bool("tie_word_embeddings", true)?;
+    m.encoder = Some(enc);
     m.norm = Norm::LayerNorm { bias: true };
     m.block = Block::PostLn;
     m.final_norm = false;
     m.attention =
         Attention { qkv_bias: true, o_bias: true, fused_qkv: false, qk_norm: QkNorm::None, mla: None, softcap: false, sinks: false };
-    m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["hidden_act"], Act::Gelu), bias: true };
-    // BertConfig: hidden_dropout_prob 0.1, attention_probs_dropout_prob 0.1.
-    m.hidden_dropout = if c.get("hidden_dropout_prob").is_some() { c.f64("hidden_dropout_prob", 0.1)? } else { 0.1 };
-    m.attention_dropout = if c.get("attention_probs_dropout_prob").is_some() { c.f64("attention_probs_dropout_prob", 0.1)? } else { 0.1 };
+    m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&[act], Act::Gelu), bias: true };
+    m.hidden_dropout = if c.get(hidden_drop).is_some() { c.f64(hidden_drop, 0.1)? } else { 0.1 };
+    m.attention_dropout = if c.get(attn_drop).is_some() { c.f64(attn_drop, 0.1)? } else { 0.1 };
     Ok(m)
 }

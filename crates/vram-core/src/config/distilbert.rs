@@ -5,7 +5,7 @@
 use super::bert::head_of;
 use super::keys::{core_dims, Cfg};
 use crate::error::{Error, Result};
-use crate::model::{Act, Attention, Block, Encoder, EncoderHead, Mlp, Model, Norm, QkNorm};
+use crate::model::{Encoder, EncoderHead, Model};
 
 pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     let mut m = core_dims(c, name, &["dim", "hidden_size"], &["n_layers", "num_hidden_layers"], &["n_heads", "num_attention_heads"])?;
@@ -22,17 +22,8 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
             hint: "vram models DistilBertForMaskedLM, …ForSequenceClassification, …ForTokenClassification and the bare DistilBertModel; pass --task fill-mask|text-classification|token-classification|feature-extraction to choose one".into(),
         });
     };
-    m.encoder = Some(Encoder { token_types: 0, head, vision: None, pooler: false, attention_output_dropout: false });
-    // DistilBertConfig: tie_word_embeddings True (vocab_projector.weight is the word embedding).
-    m.tied_embeddings = head == EncoderHead::MaskedLm && c.bool("tie_word_embeddings", true)?;
-    m.norm = Norm::LayerNorm { bias: true };
-    m.block = Block::PostLn;
-    m.final_norm = false;
-    m.attention =
-        Attention { qkv_bias: true, o_bias: true, fused_qkv: false, qk_norm: QkNorm::None, mla: None, softcap: false, sinks: false };
-    m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["activation"], Act::Gelu), bias: true };
-    // DistilBertConfig: dropout 0.1, attention_dropout 0.1.
-    m.hidden_dropout = if c.get("dropout").is_some() { c.f64("dropout", 0.1)? } else { 0.1 };
-    m.attention_dropout = if c.get("attention_dropout").is_some() { c.f64("attention_dropout", 0.1)? } else { 0.1 };
-    Ok(m)
+    // DistilBertConfig: tie_word_embeddings True (vocab_projector.weight is the word embedding),
+    // dropout 0.1, attention_dropout 0.1.
+    let enc = Encoder { token_types: 0, head, vision: None, pooler: false, attention_output_dropout: false };
+    super::bert::post_ln(c, m, enc, ["activation", "dropout", "attention_dropout"])
 }

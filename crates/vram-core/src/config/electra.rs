@@ -9,7 +9,7 @@ use super::bert::head_of;
 use super::keys::{core_dims, Cfg};
 use super::MAX_DIM;
 use crate::error::{Error, Result};
-use crate::model::{Act, Attention, Block, Encoder, EncoderHead, Mlp, Model, Norm, QkNorm};
+use crate::model::{Encoder, EncoderHead, Model};
 
 pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     let mut m = core_dims(c, name, &["hidden_size"], &["num_hidden_layers"], &["num_attention_heads"])?;
@@ -36,17 +36,8 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
             hint: "vram models ElectraForPreTraining (the discriminator), ElectraForMaskedLM (the generator), …ForSequenceClassification, …ForTokenClassification and the bare ElectraModel; pass --task replaced-token-detection|fill-mask|text-classification|token-classification|feature-extraction to choose one".into(),
         });
     };
-    m.encoder = Some(Encoder { token_types, head, vision: None, pooler: false, attention_output_dropout: true });
-    // ElectraForMaskedLM ties generator_lm_head to the word embedding (tie_word_embeddings True).
-    m.tied_embeddings = head == EncoderHead::MaskedLm && c.bool("tie_word_embeddings", true)?;
-    m.norm = Norm::LayerNorm { bias: true };
-    m.block = Block::PostLn;
-    m.final_norm = false;
-    m.attention =
-        Attention { qkv_bias: true, o_bias: true, fused_qkv: false, qk_norm: QkNorm::None, mla: None, softcap: false, sinks: false };
-    m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["hidden_act"], Act::Gelu), bias: true };
+    // ElectraForMaskedLM ties generator_lm_head to the word embedding (tie_word_embeddings True);
     // ElectraConfig: hidden_dropout_prob 0.1, attention_probs_dropout_prob 0.1.
-    m.hidden_dropout = if c.get("hidden_dropout_prob").is_some() { c.f64("hidden_dropout_prob", 0.1)? } else { 0.1 };
-    m.attention_dropout = if c.get("attention_probs_dropout_prob").is_some() { c.f64("attention_probs_dropout_prob", 0.1)? } else { 0.1 };
-    Ok(m)
+    let enc = Encoder { token_types, head, vision: None, pooler: false, attention_output_dropout: true };
+    super::bert::post_ln(c, m, enc, ["hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob"])
 }
