@@ -132,7 +132,8 @@ echo "web-test: config.json in the link = the preset: total $cli_total bytes"
 # Inference and vLLM serving: the KV-cache pool in tokens, as `vram serve` computes it.
 page "?model=llama-3.1-8b&gpu=h100&mode=infer&seq_len=8192&batch_size=4&max_model_len=8192" >"$work/serve.html"
 shown_kv=$(attr "$work/serve.html" kv-tokens data-tokens)
-cli_kv=$("$vram" serve --model llama-3.1-8b --gpu h100 --max-model-len 8192 --json | cli_field kv_tokens)
+# The plan's own KV tokens (gpus[0]), not an alternative's under "advice".
+cli_kv=$("$vram" serve --model llama-3.1-8b --gpu h100 --max-model-len 8192 --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["gpus"][0]["kv_tokens"])')
 shown_infer=$(attr "$work/serve.html" total-bytes data-bytes)
 cli_infer=$("$vram" estimate --model llama-3.1-8b --gpu h100 --mode infer --seq-len 8192 --batch-size 4 --json | cli_field total_bytes)
 [[ $shown_kv == "$cli_kv" ]] || fail "vLLM KV tokens: page '$shown_kv', CLI $cli_kv (error: '$(text "$work/serve.html" error)')"

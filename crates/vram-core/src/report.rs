@@ -76,3 +76,20 @@ pub fn estimate_body(e: &Estimate) -> Value {
         "notes": e.notes,
     })
 }
+
+/// A serving launch's ranked alternatives as JSON (`advice`: the CLI's `vram serve --json` and the
+/// web page's serve answer): each alternative with its rank and its flags as one string.
+pub fn serve_advice_json(a: &crate::serve_advice::ServeAdvice) -> Value {
+    let alts: Vec<Value> = a
+        .alternatives
+        .iter()
+        .enumerate()
+        .map(|(i, alt)| {
+            let mut v = serde_json::to_value(alt).unwrap_or(Value::Null);
+            v["rank"] = json!(i + 1);
+            v["flag"] = json!(alt.flags.iter().map(|f| f.to_string()).collect::<Vec<_>>().join(" "));
+            v
+        })
+        .collect();
+    json!({ "needed": a.needed, "max_concurrency": a.max_concurrency, "alternatives": alts })
+}

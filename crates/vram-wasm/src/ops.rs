@@ -163,7 +163,11 @@ pub fn serve_op(mut f: Fields) -> R<Value> {
     }
     f.finish("serve", SERVE_KEYS)?;
     let report = serve(&model, &config)?;
-    Ok(report::serve_json(&model, &gpu, &config, &report))
+    // The ranked alternatives, as `vram serve --json` gives them (serve_advice.rs).
+    let advice = vram_core::serve_advice::vllm(&model, &config, &report, vram_core::serve_advice::fp8_compute(&gpu.name));
+    let mut v = report::serve_json(&model, &gpu, &config, &report);
+    v["advice"] = vram_core::report::serve_advice_json(&advice);
+    Ok(v)
 }
 
 /// vLLM `--dtype`.

@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use vram_core::serve_advice::ServeAdvice;
 
 use super::common::thousands;
@@ -53,16 +53,5 @@ pub fn text(a: &ServeAdvice, engine: &str) -> String {
 
 /// The alternatives as JSON: `{needed, max_concurrency, alternatives: [{change, flags, fits, …}]}`.
 pub fn json(a: &ServeAdvice) -> Value {
-    let alts: Vec<Value> = a
-        .alternatives
-        .iter()
-        .enumerate()
-        .map(|(i, alt)| {
-            let mut v = serde_json::to_value(alt).unwrap_or(Value::Null);
-            v["rank"] = json!(i + 1);
-            v["flag"] = json!(alt.flags.iter().map(|f| f.to_string()).collect::<Vec<_>>().join(" "));
-            v
-        })
-        .collect();
-    json!({ "needed": a.needed, "max_concurrency": a.max_concurrency, "alternatives": alts })
+    vram_core::report::serve_advice_json(a)
 }
