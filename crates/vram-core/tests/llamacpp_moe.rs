@@ -7,15 +7,10 @@ mod gguf_writer;
 mod moe_gguf;
 
 use moe_gguf::{EXPERT_BYTES_PER_LAYER, LAYERS, TOKEN_EMBD_BYTES};
-use vram_core::gguf::{
-    self, llama_cpp, llama_cpp_with, max_ctx_with, parse_override_tensor, CpuMoe, Gguf, LlamaCppConfig, Overrides, Parsed,
-};
+use vram_core::gguf::{llama_cpp, llama_cpp_with, max_ctx_with, parse_override_tensor, CpuMoe, Gguf, LlamaCppConfig, Overrides};
 
 fn moe() -> Gguf {
-    match gguf::parse(&moe_gguf::tiny_moe().bytes(), "moe.gguf").unwrap() {
-        Parsed::Complete(g) => *g,
-        Parsed::NeedMore(n) => panic!("header incomplete, needs {n}"),
-    }
+    moe_gguf::parsed()
 }
 
 const CFG: LlamaCppConfig =

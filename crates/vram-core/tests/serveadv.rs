@@ -6,14 +6,11 @@ mod gguf_writer;
 #[path = "support/moe_gguf.rs"]
 mod moe_gguf;
 
-use vram_core::gguf::{self, llama_cpp_with, CpuMoe, Gguf, LlamaCppConfig, Overrides, Parsed};
+use vram_core::gguf::{llama_cpp_with, CpuMoe, Gguf, LlamaCppConfig, Overrides};
 use vram_core::serve_advice::{self, ServeChange};
 
 fn moe() -> Gguf {
-    match gguf::parse(&moe_gguf::tiny_moe().bytes(), "moe.gguf").unwrap() {
-        Parsed::Complete(g) => *g,
-        Parsed::NeedMore(n) => panic!("header incomplete, needs {n}"),
-    }
+    moe_gguf::parsed()
 }
 
 const CFG: LlamaCppConfig =

@@ -10,10 +10,7 @@ use util::{fails, json, vram};
 
 /// The 4-layer test file, padded so the tensor data it promises is in the file.
 fn tiny(dir: &tempfile::TempDir) -> String {
-    let path = dir.path().join("tiny.gguf");
-    std::fs::write(&path, gguf_writer::tiny_llama().bytes()).unwrap();
-    std::fs::File::options().write(true).open(&path).unwrap().set_len(4 << 20).unwrap();
-    path.display().to_string()
+    gguf_writer::write_tiny_llama(dir.path())
 }
 
 fn devices(v: &serde_json::Value) -> Vec<(String, u64)> {

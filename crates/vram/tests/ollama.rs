@@ -10,10 +10,7 @@ use util::{fails, json, vram};
 
 /// The 4-layer test file (trained context 8192), padded so its promised tensor data is there.
 fn tiny(dir: &tempfile::TempDir) -> String {
-    let path = dir.path().join("tiny.gguf");
-    std::fs::write(&path, gguf_writer::tiny_llama().bytes()).unwrap();
-    std::fs::File::options().write(true).open(&path).unwrap().set_len(4 << 20).unwrap();
-    path.display().to_string()
+    gguf_writer::write_tiny_llama(dir.path())
 }
 
 fn pasted(args: &[&str]) -> serde_json::Value {

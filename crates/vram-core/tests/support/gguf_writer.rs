@@ -129,3 +129,12 @@ pub fn tiny_llama() -> Writer {
     w.tensor("output_norm.weight", &[256], F32).tensor("output.weight", &[256, 1024], F16);
     w
 }
+
+/// [`tiny_llama`] written to `dir` as `tiny.gguf`, padded to 4 MiB so the tensor data its header
+/// promises is in the file (the CLI checks that); returns its path.
+pub fn write_tiny_llama(dir: &std::path::Path) -> String {
+    let path = dir.join("tiny.gguf");
+    std::fs::write(&path, tiny_llama().bytes()).unwrap();
+    std::fs::File::options().write(true).open(&path).unwrap().set_len(4 << 20).unwrap();
+    path.display().to_string()
+}

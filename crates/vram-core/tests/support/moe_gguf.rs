@@ -44,3 +44,11 @@ pub fn tiny_moe() -> Writer {
     w.tensor("output_norm.weight", &[256], F32).tensor("output.weight", &[256, 1024], F16);
     w
 }
+
+/// [`tiny_moe`] parsed, as the llama.cpp tests read it.
+pub fn parsed() -> vram_core::gguf::Gguf {
+    match vram_core::gguf::parse(&tiny_moe().bytes(), "moe.gguf").unwrap() {
+        vram_core::gguf::Parsed::Complete(g) => *g,
+        vram_core::gguf::Parsed::NeedMore(n) => panic!("header incomplete, needs {n}"),
+    }
+}
