@@ -40,6 +40,7 @@ pub mod report;
 pub mod safetensors;
 pub mod serve;
 pub mod serve_advice;
+pub mod serve_mm;
 pub mod sglang;
 pub mod snapshot;
 pub mod sniff;

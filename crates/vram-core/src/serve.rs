@@ -168,6 +168,10 @@ pub struct ServeConfig {
     pub kv_cache_memory_bytes: Option<u64>,
     /// `--cpu-offload-gb` in bytes (vLLM reads GiB): weights moved to pinned host memory per GPU.
     pub cpu_offload_bytes: u64,
+    /// `--limit-mm-per-prompt` images; `None` = vLLM's default (999 on V1).
+    pub mm_limit_per_prompt: Option<u64>,
+    /// `--mm-processor-kwargs '{"max_pixels": N}'` (Qwen2-VL); `None` = the processor's default.
+    pub mm_max_pixels: Option<u64>,
 }
 
 /// vLLM's multi-LoRA settings (vllm/config/lora.py `LoRAConfig`).
@@ -211,6 +215,8 @@ impl ServeConfig {
             lora: None,
             kv_cache_memory_bytes: None,
             cpu_offload_bytes: 0,
+            mm_limit_per_prompt: None,
+            mm_max_pixels: None,
         }
     }
 }
@@ -348,7 +354,10 @@ fn invalid(what: &str, value: impl ToString, hint: &str) -> Error {
 
 /// Reproduce vLLM's start-up accounting for `model` under `cfg`.
 pub fn serve(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
-    crate::memory::require_decoder(m, "serving with vLLM")?;
+    match &m.multimodal {
+        Some(mm) if m.encoder.is_none() && m.seq2seq.is_none() => crate::serve_mm::check(m, mm, cfg)?,
+        _ => crate::memory::require_decoder(m, "serving with vLLM")?,
+    }
     if !cfg.max_model_len_auto {
         return serve_at(m, cfg);
     }
@@ -524,8 +533,17 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
         Some(l) => lora_slots(m, &l, tp, e, s.batched)?,
         None => (0, 0),
     };
+    let vision = match &m.multimodal {
+        Some(mm) if stage.first => Some(crate::serve_mm::plan(m, mm, cfg, s.batched, s.seqs, s.max_len, e)?),
+        _ => None,
+    };
+    let weights = weights + vision.as_ref().map_or(0, |v| v.weights);
     let weights_bytes = to_u64(weights + scales + rotary + lora_slots, "weights")?;
     let (mut act, mut act_at) = profile_peak(m, cfg.engine, s.batched, s.seqs, tp, e, stage.last);
+    if let Some(v) = &vision {
+        (act, act_at) = vision_peak(v, act, act_at);
+        notes.push(vision_note(v));
+    }
     act += lora_buffer;
     // vLLM ≥ 0.21 adds its CUDA-graph estimate to the peak activation memory before sizing the KV
     // cache (vllm/v1/worker/gpu_worker.py determine_available_memory:
@@ -580,6 +598,30 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
         shortfall,
         pool,
     })
+}
+
+/// A vision-language model's profile peak: the encoder pass over the budget's images, or the
+/// language model's dummy forward with the encoder outputs still cached, whichever is larger
+/// (gpu_model_runner.py profile_run keeps `encoder_cache` until after the dummy sampler run).
+fn vision_peak(v: &crate::serve_mm::VisionServe, lm: u128, lm_at: String) -> (u128, String) {
+    let with_outputs = lm + v.outputs;
+    if v.encoder_peak > with_outputs {
+        (v.encoder_peak, format!("vision encoder over {} image(s) of {} patches", v.items, v.patches_per_item))
+    } else {
+        (with_outputs, format!("{lm_at}, with {} image(s) of encoder outputs cached", v.items))
+    }
+}
+
+fn vision_note(v: &crate::serve_mm::VisionServe) -> String {
+    format!(
+        "vision: the tower and projector take {:.2} GiB per GPU (in the model dtype: quantized checkpoints keep the tower unquantized); the encoder cache budget is {} tokens, profiled with {} image(s) of the maximum size ({} tokens, {} patches each) — vLLM logs this line; the encoder pass peaks at {:.2} GiB, modelled from vLLM's model code, not yet checked against a logged profile",
+        v.weights as f64 / GIB as f64,
+        v.budget,
+        v.items,
+        v.tokens_per_item,
+        v.patches_per_item,
+        v.encoder_peak as f64 / GIB as f64
+    )
 }
 
 /// The CUDA-graph memory vLLM subtracts from the KV budget: from v0.21 on, unless

@@ -526,6 +526,14 @@ pub struct ServeArgs {
     /// decoder layers, as vLLM moves them).
     #[arg(long)]
     pub cpu_offload_gb: Option<f64>,
+    /// vLLM `--limit-mm-per-prompt` for a vision-language model: images per prompt, as vLLM
+    /// takes it (`'{"image": 4}'` or `image=4`) [default: 999, vLLM V1's].
+    #[arg(long, value_name = "LIMITS")]
+    pub limit_mm_per_prompt: Option<String>,
+    /// vLLM `--mm-processor-kwargs` for Qwen2-VL/Qwen2.5-VL: `'{"max_pixels": N}'` caps the
+    /// largest image the profile run encodes [default: the processor's 12845056].
+    #[arg(long, value_name = "JSON")]
+    pub mm_processor_kwargs: Option<String>,
     /// vLLM release whose start-up accounting to follow (e.g. 0.10, 0.17, 0.21) [default: 0.21,
     /// the newest modelled].
     #[arg(long)]

@@ -41,6 +41,8 @@ const VLLM_VALUE: &[(&str, &str)] = &[
     ("--cpu-offload-gb", "--cpu-offload-gb"),
     ("--data-parallel-size", "--data-parallel-size"),
     ("-dp", "--data-parallel-size"),
+    ("--limit-mm-per-prompt", "--limit-mm-per-prompt"),
+    ("--mm-processor-kwargs", "--mm-processor-kwargs"),
 ];
 const VLLM_FLAG: &[&str] = &["--enforce-eager", "--enable-lora"];
 /// vLLM flags that change no GPU memory vram accounts (network, logging, tokenizer, templates,
@@ -87,7 +89,7 @@ const VLLM_NO_MEMORY_FLAG: &[&str] = &[
     "--disable-custom-all-reduce",
 ];
 /// vLLM flags that change memory in ways vram does not model yet: refused by name.
-const VLLM_UNMODELLED: &[&str] = &["--speculative-config", "--enable-expert-parallel", "--limit-mm-per-prompt", "--max-model-len-auto"];
+const VLLM_UNMODELLED: &[&str] = &["--speculative-config", "--enable-expert-parallel", "--max-model-len-auto"];
 
 /// llama.cpp (`llama-server`, `llama-cli`) flags vram reads.
 const LLAMA_VALUE: &[(&str, &str)] = &[

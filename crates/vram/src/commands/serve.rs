@@ -323,7 +323,9 @@ pub struct VllmServe {
 }
 
 /// Resolve the flags and compute vLLM's accounting.
-pub fn vllm(a: &ServeArgs, model: Model) -> Result<VllmServe> {
+pub fn vllm(a: &ServeArgs, mut model: Model) -> Result<VllmServe> {
+    // vLLM sizes a vision-language model by its largest image, not the training image size.
+    model.warnings.retain(|w| !w.starts_with(vram_core::model::QWEN_IMAGE_ASSUMED));
     let g = resolve::gpu(&a.gpu)?;
     let (dtype, kv_cache_dtype) = (vllm_dtype(&a.dtype)?, vllm_kv_dtype(&a.kv_cache_dtype)?);
     let quantization = quantization(a.quantization.as_deref(), &model)?;
@@ -352,6 +354,8 @@ pub fn vllm(a: &ServeArgs, model: Model) -> Result<VllmServe> {
         lora: serve_lora(a)?,
         kv_cache_memory_bytes: a.kv_cache_memory_bytes.as_deref().map(vram_core::units::parse_bytes).transpose()?,
         cpu_offload_bytes: cpu_offload(a.cpu_offload_gb)?,
+        mm_limit_per_prompt: a.limit_mm_per_prompt.as_deref().map(image_limit).transpose()?.flatten(),
+        mm_max_pixels: a.mm_processor_kwargs.as_deref().map(max_pixels).transpose()?.flatten(),
         ..ServeConfig::new(cuda_total(&g))
     };
     if let Some(c) = &a.cuda_context {
@@ -370,6 +374,55 @@ pub fn vllm(a: &ServeArgs, model: Model) -> Result<VllmServe> {
         ));
     }
     Ok(VllmServe { model, gpu: g, config, report })
+}
+
+/// vLLM `--limit-mm-per-prompt`: JSON (`{"image": 4, "video": 0}`) or the key=value form
+/// (`image=4,video=0`) of vllm/engine/arg_utils.py; the image count, `None` when not given.
+fn image_limit(s: &str) -> Result<Option<u64>> {
+    let bad = |why: &str| UsageError(format!("--limit-mm-per-prompt `{s}`: {why} (e.g. '{{\"image\": 4}}' or image=4)"));
+    let pairs: Vec<(String, serde_json::Value)> = if s.trim_start().starts_with('{') {
+        let v: serde_json::Value = serde_json::from_str(s).map_err(|e| bad(&format!("not JSON: {e}")))?;
+        v.as_object().ok_or_else(|| bad("not a JSON object"))?.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    } else {
+        s.split(',')
+            .map(|kv| {
+                kv.split_once('=')
+                    .map(|(k, v)| (k.trim().to_string(), serde_json::Value::from(v.trim())))
+                    .ok_or_else(|| bad("expected modality=count"))
+            })
+            .collect::<std::result::Result<_, _>>()?
+    };
+    let mut image = None;
+    for (k, v) in pairs {
+        let n = match &v {
+            serde_json::Value::Number(n) => n.as_u64(),
+            serde_json::Value::String(t) => t.parse().ok(),
+            // vLLM ≥ 0.11 also takes {"image": {"count": N, …}}.
+            serde_json::Value::Object(o) => o.get("count").and_then(serde_json::Value::as_u64),
+            _ => None,
+        }
+        .filter(|&n| n <= 1_000_000)
+        .ok_or_else(|| bad(&format!("`{k}` needs a count between 0 and 1000000")))?;
+        match k.as_str() {
+            "image" => image = Some(n),
+            "video" | "audio" => {}
+            other => return Err(bad(&format!("unknown modality `{other}`")).into()),
+        }
+    }
+    Ok(image)
+}
+
+/// `max_pixels` from vLLM `--mm-processor-kwargs` JSON; other keys are not read.
+fn max_pixels(s: &str) -> Result<Option<u64>> {
+    let v: serde_json::Value = serde_json::from_str(s).map_err(|e| UsageError(format!("--mm-processor-kwargs `{s}`: not JSON: {e}")))?;
+    let obj = v.as_object().ok_or_else(|| UsageError(format!("--mm-processor-kwargs `{s}`: not a JSON object")))?;
+    match obj.get("max_pixels") {
+        None => Ok(None),
+        Some(p) => match p.as_u64().filter(|&p| (1..=1u64 << 40).contains(&p)) {
+            Some(p) => Ok(Some(p)),
+            None => Err(UsageError(format!("--mm-processor-kwargs: max_pixels {p} is not a pixel count between 1 and 2^40")).into()),
+        },
+    }
 }
 
 /// `--cpu-offload-gb` (vLLM reads GiB, vllm/config/cache.py `cpu_offload_gb`) in bytes.

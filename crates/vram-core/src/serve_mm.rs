@@ -1,0 +1,250 @@
+//! vLLM serving of vision-language models (LLaVA-1.5 / LLaVA-interleave, Qwen2-VL, Qwen2.5-VL):
+//! the vision tower and projector on every tensor-parallel rank, and the profile run's
+//! multimodal pass (vllm/v1/worker/gpu_model_runner.py `profile_run`): the encoder runs once over
+//! the largest batch of maximum-size images the encoder budget admits, its outputs stay in the
+//! encoder cache while the language model's dummy forward runs, and the larger of the two peaks
+//! is the activation memory vLLM subtracts before sizing the KV cache.
+
+use crate::error::{Error, Result};
+use crate::model::{Model, Multimodal, Role, TensorGroup, VisionFamily};
+use crate::serve::{ServeConfig, VllmEngine};
+
+/// `--limit-mm-per-prompt` default on the V1 engine: 999 items of each modality
+/// (vllm/config/multimodal.py `MultiModalConfig.limit_per_prompt`: "Defaults to 1 (V0) or 999
+/// (V1) for each modality").
+pub const DEFAULT_MM_LIMIT: u64 = 999;
+
+/// `max_pixels` of Qwen2-VL's and Qwen2.5-VL's preprocessor_config.json (3584² = 12845056),
+/// which vLLM's dummy image fills (qwen2_vl.py `get_image_size_with_most_features`).
+const QWEN_MAX_PIXELS: u64 = 12_845_056;
+
+/// The vision side of one rank's budget.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct VisionServe {
+    /// Tower + projector bytes on one TP rank (never quantized: AWQ/GPTQ/FP8 checkpoints of
+    /// VLMs keep the vision tower in the model dtype, `modules_to_not_convert`).
+    pub weights: u128,
+    /// Images in the profile's encoder batch.
+    pub items: u64,
+    /// Language-model tokens per maximum-size image.
+    pub tokens_per_item: u64,
+    /// Vision-transformer tokens (patches) per maximum-size image.
+    pub patches_per_item: u64,
+    /// Encoder budget in tokens (the number vLLM logs: "Encoder cache will be initialized with a
+    /// budget of N tokens").
+    pub budget: u64,
+    /// Peak bytes of the encoder pass.
+    pub encoder_peak: u128,
+    /// Encoder outputs held in the encoder cache during the language model's dummy forward.
+    pub outputs: u128,
+}
+
+fn refuse(what: &str, value: impl ToString, hint: String) -> Error {
+    Error::InvalidValue { what: what.into(), value: value.to_string(), hint }
+}
+
+/// What vLLM serving of a vision-language model may ask for; refused by name otherwise.
+pub(crate) fn check(m: &Model, mm: &Multimodal, cfg: &ServeConfig) -> Result<()> {
+    let name = &m.name;
+    if !supported(mm) {
+        return Err(refuse(
+            "model",
+            &m.model_type,
+            format!("{name}: vLLM serving is modelled for LLaVA-1.5/LLaVA-interleave, Qwen2-VL and Qwen2.5-VL among vision-language models; `vram estimate` gives its training and inference"),
+        ));
+    }
+    if cfg.engine == VllmEngine::V0 {
+        return Err(refuse(
+            "--vllm-engine",
+            "v0",
+            format!("{name} is a vision-language model: its profile run is modelled for the V1 engine only"),
+        ));
+    }
+    if cfg.pp > 1 {
+        return Err(refuse(
+            "--pipeline-parallel-size",
+            cfg.pp,
+            format!("{name} is a vision-language model: the tower's place in a pipeline split is not modelled (estimate with --pipeline-parallel-size 1)"),
+        ));
+    }
+    if cfg.lora.is_some() {
+        return Err(refuse(
+            "--enable-lora",
+            "on",
+            format!("{name} is a vision-language model: LoRA slots on its tower and projector are not modelled"),
+        ));
+    }
+    // The tower's attention is split by heads like the language model's (QKVParallelLinear).
+    if mm.tower.heads % cfg.tp != 0 {
+        return Err(refuse(
+            "--tensor-parallel-size",
+            cfg.tp,
+            format!("vLLM needs it to divide the {} attention heads of {name}'s vision tower", mm.tower.heads),
+        ));
+    }
+    if cfg.mm_limit_per_prompt == Some(0) {
+        return Err(refuse(
+            "--limit-mm-per-prompt",
+            "image=0",
+            format!("{name} with images off: vLLM then serves its language model alone; estimate that with the text model's config"),
+        ));
+    }
+    Ok(())
+}
+
+/// The vision-language layouts modelled here: LLaVA's CLIP/SigLIP tower with its two-layer
+/// projector, and Qwen2-VL/Qwen2.5-VL's tower with its PatchMerger.
+fn supported(mm: &Multimodal) -> bool {
+    let Some(vis) = mm.tower.encoder.and_then(|e| e.vision) else { return false };
+    match mm.merger {
+        Some(_) => vis.family.is_qwen(),
+        None => matches!(vis.family, VisionFamily::Clip | VisionFamily::Siglip),
+    }
+}
+
+/// Tower layers vLLM builds: LLaVA initialises the tower only up to `vision_feature_layer`
+/// (vllm/model_executor/models/llava.py `_get_num_hidden_layers`: L + 1 + index for a negative
+/// index), and drops the final LayerNorm when it stops early (`require_post_norm`).
+fn tower_layers(mm: &Multimodal) -> u64 {
+    let l = mm.tower.layers;
+    if mm.merger.is_some() {
+        return l;
+    }
+    let kept = if mm.feature_layer < 0 { l as i64 + 1 + mm.feature_layer } else { mm.feature_layer };
+    (kept.max(1) as u64).min(l)
+}
+
+/// Elements of one tower tensor on one rank: the blocks' linears are column/row-parallel
+/// (qwen2_5_vl.py, clip.py, siglip.py); the patch embedding, norms and positions are replicated.
+fn tower_rank_numel(t: &TensorGroup, tp: u64) -> u128 {
+    match t.role {
+        Role::Linear if !t.name.contains("patch_embeddings") => (t.numel as u128).div_ceil(tp as u128),
+        _ => t.numel as u128,
+    }
+}
+
+/// Tower + projector bytes on one rank.
+fn rank_weights(mm: &Multimodal, text_hidden: u64, tp: u64, e: u128) -> u128 {
+    let (all, kept) = (mm.tower.layers, tower_layers(mm));
+    let mut n = 0u128;
+    for t in mm.tower.tensors() {
+        let count = match t.count {
+            c if c == all && t.name.contains("{i}") => kept,
+            c => c,
+        };
+        if kept < all && (t.name == "layernorm.weight" || t.name == "layernorm.bias") {
+            continue;
+        }
+        n += tower_rank_numel(&t, tp) * count as u128;
+    }
+    // Projector / PatchMerger: ColumnParallelLinear then RowParallelLinear.
+    n += (mm.projector_parameters(text_hidden) as u128).div_ceil(tp as u128);
+    n * e
+}
+
+/// Vision-transformer tokens and language-model tokens of vLLM's dummy image, the largest the
+/// processor produces. LLaVA: the tower's own image size. Qwen: the square that fills
+/// `max_pixels` (smart_resize of a 9999999-pixel side: ⌊√max_pixels / 28⌋ · 28).
+fn item_tokens(mm: &Multimodal, cfg: &ServeConfig) -> Result<(u64, u64)> {
+    let vis = mm.tower.encoder.and_then(|e| e.vision).ok_or(Error::Overflow { what: "vision tower".into() })?;
+    match mm.merger {
+        Some(pm) => {
+            let max_pixels = cfg.mm_max_pixels.unwrap_or(QWEN_MAX_PIXELS);
+            let f = vis.patch.saturating_mul(pm.merge).max(1);
+            let side = (((max_pixels as f64).sqrt() / f as f64).floor() as u64).max(1) * f;
+            let per_side = side / vis.patch.max(1);
+            let patches = per_side * per_side;
+            Ok((patches, patches / (pm.merge * pm.merge).max(1)))
+        }
+        None => Ok((vis.tokens(vis.native_image_size), mm.image_tokens)),
+    }
+}
+
+/// The encoder budget and the items profiled (vllm/v1/core/encoder_cache_manager.py
+/// `compute_mm_encoder_budget`: compute budget and cache size both default to
+/// max(max_num_batched_tokens, tokens of the largest item); multimodal/encoder_budget.py
+/// `get_max_items`: items per prompt max(1, min(limit, max_model_len // item)), items per batch
+/// max(1, min(budget // item, max_num_seqs · per prompt)) — V1 always chunks prefill).
+fn encoder_items(tokens: u64, cfg: &ServeConfig, batched: u64, seqs: u64, max_len: u64) -> (u64, u64) {
+    let t = tokens.max(1);
+    let budget = batched.max(t);
+    let limit = cfg.mm_limit_per_prompt.unwrap_or(DEFAULT_MM_LIMIT);
+    let per_prompt = limit.min(max_len / t).max(1);
+    let items = (budget / t).min(seqs.saturating_mul(per_prompt)).max(1);
+    (budget, items)
+}
+
+/// Peak bytes of one encoder pass over `p` tower tokens on one rank (inference mode: a block's
+/// input, its norm output and the widest intermediates live together): attention = qkv (3w/tp),
+/// attention output (w/tp) and o-proj output (w); MLP = fc1 or gate_up ((1 or 2)·I/tp), the
+/// activation (I/tp) and fc2's output (w) — the Python locals of vLLM's VisionBlock / CLIP
+/// encoder layer forward. Then the projector over the merged tokens.
+fn encoder_pass(mm: &Multimodal, text_hidden: u64, p: u128, tp: u128, e: u128) -> u128 {
+    let tower = &mm.tower;
+    let (w, i) = (tower.hidden as u128, tower.intermediate as u128);
+    let up = if tower.mlp.gated { 2 * i } else { i };
+    let attn = 4 * w / tp + w;
+    let mlp = (up + i) / tp + w;
+    let block = p * e * (2 * w + attn.max(mlp));
+    let merge = mm.merger.map_or(1, |pm| (pm.merge * pm.merge) as u128);
+    let merged = p / merge;
+    // Merger/projector: the tower output, its norm, the wide fc1 output and activation, the
+    // language-model-width output.
+    let proj = p * e * 2 * w + merged * e * (2 * w * merge / tp + text_hidden as u128);
+    block.max(proj)
+}
+
+/// The vision side of one rank's vLLM budget.
+pub(crate) fn plan(m: &Model, mm: &Multimodal, cfg: &ServeConfig, batched: u64, seqs: u64, max_len: u64, e: u128) -> Result<VisionServe> {
+    let (patches, tokens) = item_tokens(mm, cfg)?;
+    let (budget, items) = encoder_items(tokens, cfg, batched, seqs, max_len);
+    let vis = mm.tower.encoder.and_then(|e| e.vision).ok_or(Error::Overflow { what: "vision tower".into() })?;
+    let side_pixels = match mm.merger {
+        Some(_) => patches as u128 * (vis.patch as u128).pow(2),
+        None => (vis.native_image_size as u128).pow(2),
+    };
+    // pixel_values arrive in fp32 and are cast to the model dtype (qwen2_5_vl.py
+    // `pixel_values.type(self.visual.dtype)`, llava.py `.to(dtype)`): both copies live.
+    let pixels = items as u128 * vis.channels as u128 * vis.frames() * side_pixels * (4 + e);
+    let p = items as u128 * patches as u128;
+    let encoder_peak = pixels + encoder_pass(mm, m.hidden, p, cfg.tp as u128, e);
+    let outputs = items as u128 * tokens as u128 * m.hidden as u128 * e;
+    Ok(VisionServe {
+        weights: rank_weights(mm, m.hidden, cfg.tp, e),
+        items,
+        tokens_per_item: tokens,
+        patches_per_item: patches,
+        budget,
+        encoder_peak,
+        outputs,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> ServeConfig {
+        ServeConfig::new(80 << 30)
+    }
+
+    /// vLLM's log for Qwen2.5-VL: "Encoder cache will be initialized with a budget of 16384
+    /// tokens, and profiled with 1 image items of the maximum feature size"
+    /// (vllm-project/vllm#27706), with the default 8192 batched tokens.
+    #[test]
+    fn qwen_budget_is_one_image_of_16384_tokens() {
+        let (budget, items) = encoder_items(16384, &cfg(), 8192, 256, 128_000);
+        assert_eq!((budget, items), (16384, 1));
+    }
+
+    #[test]
+    fn small_items_fill_the_budget_up_to_the_limits() {
+        // LLaVA-1.5: 576 tokens an image, 8192 batched tokens: 14 images.
+        assert_eq!(encoder_items(576, &cfg(), 8192, 256, 4096), (8192, 14));
+        // --limit-mm-per-prompt image=1 with 4 sequences: 4 images.
+        let c = ServeConfig { mm_limit_per_prompt: Some(1), ..cfg() };
+        assert_eq!(encoder_items(576, &c, 8192, 4, 4096), (8192, 4));
+        // A prompt shorter than one image still takes one.
+        assert_eq!(encoder_items(576, &c, 8192, 1, 100), (8192, 1));
+    }
+}

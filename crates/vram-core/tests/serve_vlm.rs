@@ -1,0 +1,111 @@
+//! `vram serve` (vLLM) for vision-language models: the tower and projector on every TP rank,
+//! the encoder budget of the profile run, and what is refused.
+
+use vram_core::config::parse_config;
+use vram_core::model::Model;
+use vram_core::serve::{serve, Quantization, ServeConfig, ServeLora, VllmEngine};
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+fn config(path: &str) -> Model {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(path);
+    parse_config(&std::fs::read(&p).unwrap(), path, path).unwrap()
+}
+
+fn h100() -> ServeConfig {
+    ServeConfig::new(79_220_000_000)
+}
+
+/// Qwen2.5-VL-72B at TP 4 on A100-40GB (vllm-project/vllm#16570, validation/vllm/logs.jsonl
+/// `qwen2.5-vl-72b-a100-40gb-tp4`): "model weights take 34.43GiB" per rank. The config is
+/// written key by key from the Hub layout (validation/vllm/SOURCES.md).
+#[test]
+fn qwen25_vl_72b_weights_per_rank_match_the_log() {
+    let m = config("validation/vllm/qwen2.5-vl-72b.config.json");
+    let cfg = ServeConfig {
+        tp: 4,
+        max_model_len: Some(8192),
+        max_num_seqs: Some(2),
+        gpu_memory_utilization: 0.95,
+        mm_max_pixels: Some(1280),
+        ..ServeConfig::new(42_500_000_000)
+    };
+    let r = serve(&m, &cfg).unwrap();
+    let got = r.weights_bytes as f64 / GIB;
+    assert!((got / 34.43 - 1.0).abs() < 0.01, "weights {got:.2} GiB per rank, log 34.43");
+    // The tower is split over the ranks: unsplit it would add ~1 GiB per rank.
+    let lm = serve(&m.language_model(), &cfg).unwrap();
+    let tower = (r.weights_bytes - lm.weights_bytes) as f64 / GIB;
+    assert!(tower > 0.3 && tower < 0.4, "tower + merger {tower:.3} GiB per rank");
+}
+
+/// "Encoder cache will be initialized with a budget of 16384 tokens, and profiled with 1 image
+/// items of the maximum feature size" (a Qwen-VL start-up log, vllm-project/vllm#27706): the
+/// processor's max_pixels 12845056 make one 3584² image of 16384 tokens.
+#[test]
+fn qwen_profile_encodes_one_maximum_image() {
+    let m = config("validation/configs/vlm/Qwen2-VL-2B-Instruct.json");
+    let r = serve(&m, &h100()).unwrap();
+    let note = r.notes.iter().find(|n| n.starts_with("vision:")).expect("a vision note");
+    assert!(note.contains("budget is 16384 tokens, profiled with 1 image(s)"), "{note}");
+    assert!(note.contains("65536 patches"), "{note}");
+    // A 2B language model's 8192-token forward is smaller than 65536 patches through the tower.
+    assert!(r.activation_peak_at.starts_with("vision encoder"), "{}", r.activation_peak_at);
+    // Capping max_pixels moves the peak back to the language model, with the outputs cached.
+    let small = serve(&m, &ServeConfig { mm_max_pixels: Some(448 * 448), ..h100() }).unwrap();
+    assert!(small.activation_peak_at.contains("encoder outputs cached"), "{}", small.activation_peak_at);
+    assert!(small.activation_peak_bytes < r.activation_peak_bytes);
+    assert_eq!(small.weights_bytes, r.weights_bytes);
+}
+
+#[test]
+fn the_vision_tower_adds_weights_and_lowers_the_pool() {
+    let m = config("validation/configs/vlm/Qwen2.5-VL-7B-Instruct.json");
+    let vlm = serve(&m, &h100()).unwrap();
+    let lm = serve(&m.language_model(), &h100()).unwrap();
+    let tower = vlm.weights_bytes - lm.weights_bytes;
+    // 669M tower + merger parameters in bf16.
+    let params = m.parameters() - m.language_model().parameters();
+    assert_eq!(tower, 2 * params);
+    assert!(vlm.kv_cache_bytes < lm.kv_cache_bytes);
+}
+
+/// AWQ checkpoints of VLMs keep the tower in 16 bits: only the language model shrinks.
+#[test]
+fn quantization_leaves_the_tower_alone() {
+    let m = config("validation/configs/vlm/Qwen2.5-VL-7B-Instruct.json");
+    let full = serve(&m, &h100()).unwrap();
+    let awq = serve(&m, &ServeConfig { quantization: Quantization::Awq, ..h100() }).unwrap();
+    let full_lm = serve(&m.language_model(), &h100()).unwrap();
+    let awq_lm = serve(&m.language_model(), &ServeConfig { quantization: Quantization::Awq, ..h100() }).unwrap();
+    assert_eq!(full.weights_bytes - full_lm.weights_bytes, awq.weights_bytes - awq_lm.weights_bytes);
+}
+
+/// LLaVA builds its CLIP tower only up to vision_feature_layer −2: 23 of 24 layers, no post
+/// LayerNorm (vllm/model_executor/models/llava.py `_get_num_hidden_layers`).
+#[test]
+fn llava_loads_the_tower_up_to_the_feature_layer() {
+    let m = config("validation/configs/vlm/llava-1.5-7b-hf.json");
+    let vlm = serve(&m, &h100()).unwrap();
+    let lm = serve(&m.language_model(), &h100()).unwrap();
+    let tower_all = m.multimodal.as_ref().unwrap().tower.parameters();
+    let layer = tower_all.div_ceil(24) as i64;
+    let loaded = ((vlm.weights_bytes - lm.weights_bytes) / 2) as i64;
+    let projector = m.multimodal.as_ref().unwrap().projector_parameters(m.hidden) as i64;
+    let dropped = tower_all as i64 + projector - loaded;
+    assert!((dropped - layer).abs() < layer / 20, "dropped {dropped} parameters, a layer is ~{layer}");
+}
+
+#[test]
+fn unmodelled_combinations_are_refused() {
+    let m = config("validation/configs/vlm/Qwen2.5-VL-7B-Instruct.json");
+    for (cfg, flag) in [
+        (ServeConfig { pp: 2, ..h100() }, "--pipeline-parallel-size"),
+        (ServeConfig { lora: Some(ServeLora { max_loras: 1, max_lora_rank: 16, max_cpu_loras: 1 }), ..h100() }, "--enable-lora"),
+        (ServeConfig { engine: VllmEngine::V0, ..h100() }, "--vllm-engine"),
+        (ServeConfig { mm_limit_per_prompt: Some(0), ..h100() }, "--limit-mm-per-prompt"),
+    ] {
+        let e = serve(&m, &cfg).unwrap_err().to_string();
+        assert!(e.contains(flag), "{flag}: {e}");
+    }
+}

@@ -1,0 +1,104 @@
+//! `vram serve` for a vision-language model: vLLM's multimodal flags as vLLM spells them, given
+//! directly or in a pasted command.
+
+mod util;
+
+use util::{fails, json};
+
+const QWEN: &str = "../../validation/configs/vlm/Qwen2-VL-2B-Instruct.json";
+
+fn gpu0(v: &serde_json::Value) -> &serde_json::Value {
+    &v["gpus"][0]
+}
+
+fn vision_note(v: &serde_json::Value) -> String {
+    gpu0(v)["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n.as_str())
+        .find(|n| n.starts_with("vision:"))
+        .expect("a vision note")
+        .to_string()
+}
+
+#[test]
+fn max_pixels_and_the_image_limit_shape_the_profile() {
+    let dflt = json(&["serve", "--model", QWEN, "-g", "h100"]);
+    assert!(vision_note(&dflt).contains("16384 tokens, 65536 patches each"), "{}", vision_note(&dflt));
+    let capped = json(&["serve", "--model", QWEN, "-g", "h100", "--mm-processor-kwargs", r#"{"max_pixels": 200704}"#]);
+    // 200704 = 448²: 1024 patches, 256 tokens; the 8192-token budget holds 32 of them.
+    assert!(
+        vision_note(&capped).contains("profiled with 32 image(s) of the maximum size (256 tokens, 1024 patches each)"),
+        "{}",
+        vision_note(&capped)
+    );
+    let capped_to = |limit: &str| {
+        json(&[
+            "serve",
+            "--model",
+            QWEN,
+            "-g",
+            "h100",
+            "--mm-processor-kwargs",
+            r#"{"max_pixels": 200704}"#,
+            "--limit-mm-per-prompt",
+            limit,
+            "--max-num-seqs",
+            "4",
+        ])
+    };
+    let limited = capped_to("image=1");
+    assert!(vision_note(&limited).contains("profiled with 4 image(s)"), "{}", vision_note(&limited));
+    // The JSON form vLLM also takes.
+    let as_json = capped_to(r#"{"image": 1, "video": 0}"#);
+    assert_eq!(gpu0(&as_json)["activation_peak_bytes"], gpu0(&limited)["activation_peak_bytes"]);
+}
+
+#[test]
+fn a_pasted_vllm_command_with_multimodal_flags_equals_the_flags() {
+    let out = util::vram()
+        .args([
+            "serve",
+            "-g",
+            "h100",
+            "--json",
+            "--",
+            "vllm",
+            "serve",
+            QWEN,
+            "--limit-mm-per-prompt",
+            "image=2",
+            "--mm-processor-kwargs",
+            r#"{"max_pixels": 1003520}"#,
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let pasted: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let direct = json(&[
+        "serve",
+        "--model",
+        QWEN,
+        "-g",
+        "h100",
+        "--limit-mm-per-prompt",
+        "image=2",
+        "--mm-processor-kwargs",
+        r#"{"max_pixels": 1003520}"#,
+    ]);
+    assert_eq!(gpu0(&pasted)["kv_tokens"], gpu0(&direct)["kv_tokens"]);
+    assert_eq!(gpu0(&pasted)["activation_peak_bytes"], gpu0(&direct)["activation_peak_bytes"]);
+}
+
+#[test]
+fn bad_multimodal_flags_are_usage_errors() {
+    let e = fails(&["serve", "--model", QWEN, "-g", "h100", "--limit-mm-per-prompt", "picture=2"], 2);
+    assert!(e.contains("unknown modality `picture`"), "{e}");
+    let e = fails(&["serve", "--model", QWEN, "-g", "h100", "--limit-mm-per-prompt", "image=lots"], 2);
+    assert!(e.contains("needs a count"), "{e}");
+    let e = fails(&["serve", "--model", QWEN, "-g", "h100", "--mm-processor-kwargs", "max_pixels=5"], 2);
+    assert!(e.contains("not JSON"), "{e}");
+    let e = fails(&["serve", "--model", QWEN, "-g", "h100", "--pipeline-parallel-size", "2"], 2);
+    assert!(e.contains("vision-language"), "{e}");
+}
