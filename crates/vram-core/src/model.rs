@@ -301,6 +301,47 @@ impl Multimodal {
     }
 }
 
+/// Which contrastive image-text model (they differ in the text tower's pooling, the heads
+/// and the loss).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DualFamily {
+    /// CLIP (transformers models/clip `CLIPModel`): the text tower pools its EOS token; bias-free
+    /// `visual_projection` and `text_projection` to `projection_dim`; `logit_scale`; a
+    /// symmetric cross-entropy over the batch × batch similarities.
+    Clip,
+    /// SigLIP (models/siglip `SiglipModel`): the text tower pools its last token through a
+    /// biased `head`; the vision tower its attention-pooling head; `logit_scale` and
+    /// `logit_bias`; a pairwise sigmoid loss over the batch × batch similarities.
+    Siglip,
+}
+
+/// A dual encoder: an image tower and a text tower trained together on image-text pairs. The
+/// outer model is the text tower; this holds the vision tower and what joins them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DualEncoder {
+    /// CLIP or SigLIP.
+    pub family: DualFamily,
+    /// The vision tower (a vision encoder, bare: CLIPVisionTransformer / SiglipVisionTransformer).
+    pub vision: Model,
+    /// CLIP's `projection_dim`; SigLIP's text head width (`projection_size`, the text hidden size
+    /// by default).
+    pub projection: u64,
+    /// `--freeze-vision-tower`: the image tower gets no gradients or optimizer states.
+    pub tower_frozen: bool,
+}
+
+impl DualEncoder {
+    /// Parameters outside both towers: CLIP's two projections (no bias) and `logit_scale`;
+    /// SigLIP's `logit_scale` and `logit_bias` (its text `head` belongs to the text tower).
+    pub fn joint_parameters(&self, text_hidden: u64) -> u64 {
+        match self.family {
+            DualFamily::Clip => (self.vision.hidden + text_hidden) * self.projection + 1,
+            DualFamily::Siglip => 2,
+        }
+    }
+}
+
 /// The encoder half of an encoder-decoder model (Whisper: transformers models/whisper; BART:
 /// models/bart; T5: models/t5), whose output every decoder layer reads through cross-attention.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -563,6 +604,8 @@ pub struct Model {
     pub multimodal: Option<Box<Multimodal>>,
     /// Set for an encoder-decoder model: this is its decoder, `seq2seq` its encoder.
     pub seq2seq: Option<Box<Seq2Seq>>,
+    /// Set for a CLIP/SigLIP dual encoder: this is its text tower, `dual` its vision tower.
+    pub dual: Option<Box<DualEncoder>>,
     /// Each decoder layer has cross-attention over the encoder output (its own norm, q/k/v/o).
     pub cross_attention: bool,
     /// With `attention.qkv_bias`, whether k_proj has one too (Whisper's k_proj has none).
@@ -758,6 +801,13 @@ impl Model {
 
     /// `--images-per-sample` and `--freeze-vision-tower` on a vision-language model.
     pub fn set_vision_inputs(&mut self, images: Option<u64>, freeze_tower: bool) -> Result<(), String> {
+        if let Some(d) = self.dual.as_mut() {
+            if images.is_some_and(|n| n != 1) {
+                return Err(format!("--images-per-sample: {} trains on image-text pairs, one image per sample", self.model_type));
+            }
+            d.tower_frozen |= freeze_tower;
+            return Ok(());
+        }
         let Some(mm) = self.multimodal.as_mut() else {
             return match (images, freeze_tower) {
                 (None, false) => Ok(()),
@@ -784,6 +834,9 @@ impl Model {
             mm.set_qwen_image_size(side)?;
             self.warnings.retain(|w| !w.starts_with(QWEN_IMAGE_ASSUMED));
             return Ok(());
+        }
+        if let Some(d) = self.dual.as_mut() {
+            return d.vision.set_image_size(side);
         }
         let Some(vis) = self.encoder.as_mut().and_then(|e| e.vision.as_mut()) else {
             return Err(format!("--image-size applies to vision encoders (ViT, DINOv2, CLIP, SigLIP); {} reads tokens", self.model_type));
@@ -860,6 +913,13 @@ impl Model {
     /// Put `head` on an encoder (the CLI's `--task`): the config names the class it was saved
     /// with, the user may fine-tune it for another task. A decoder has no encoder head.
     pub fn set_encoder_head(&mut self, head: EncoderHead) -> Result<(), String> {
+        if self.dual.is_some() {
+            return Err(format!(
+                "--task {}: {} trains both towers on a contrastive loss; it has no task head to choose",
+                head.task(),
+                self.model_type
+            ));
+        }
         if head.labels().is_some_and(|l| l == 0 || l > MAX_LABELS) {
             return Err(format!("--num-labels must be between 1 and {MAX_LABELS}"));
         }
@@ -928,6 +988,10 @@ impl Model {
             Some(s) => own.saturating_add(s.encoder_parameters()),
             None => own,
         };
+        let own = match &self.dual {
+            Some(d) => own.saturating_add(d.vision.parameters()).saturating_add(d.joint_parameters(self.hidden)),
+            None => own,
+        };
         match &self.multimodal {
             Some(mm) => own.saturating_add(mm.tower.parameters()).saturating_add(mm.projector_parameters(self.hidden)),
             None => own,
@@ -937,13 +1001,15 @@ impl Model {
     /// A decoder-only language model (no encoder head, vision tower or encoder stack): what LoRA,
     /// the parallel layouts and the serving engines are modelled for.
     pub fn is_plain_decoder(&self) -> bool {
-        self.encoder.is_none() && self.multimodal.is_none() && self.seq2seq.is_none()
+        self.encoder.is_none() && self.multimodal.is_none() && self.seq2seq.is_none() && self.dual.is_none()
     }
 
     /// What kind of model this is (a stable name for JSON and messages): `decoder`, `encoder`,
-    /// `vision-encoder`, `vision-language` or `encoder-decoder`.
+    /// `vision-encoder`, `vision-language`, `encoder-decoder` or `dual-encoder`.
     pub fn kind(&self) -> &'static str {
-        if self.encoder.is_some_and(|e| e.vision.is_some()) {
+        if self.dual.is_some() {
+            "dual-encoder"
+        } else if self.encoder.is_some_and(|e| e.vision.is_some()) {
             "vision-encoder"
         } else if self.encoder.is_some() {
             "encoder"

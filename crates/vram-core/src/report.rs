@@ -45,6 +45,19 @@ pub fn model_json(m: &Model) -> Value {
             "images_per_sample": mm.images,
             "frozen": mm.tower_frozen,
         })),
+        // Dual encoders (CLIP, SigLIP): the vision tower beside this text tower.
+        "dual_encoder": m.dual.as_ref().map(|d| {
+            let v = d.vision.encoder.and_then(|e| e.vision);
+            json!({
+                "family": d.family,
+                "vision_parameters": d.vision.parameters(),
+                "joint_parameters": d.joint_parameters(m.hidden),
+                "image_size": v.map(|v| v.image_size),
+                "patch_size": v.map(|v| v.patch),
+                "projection": d.projection,
+                "frozen": d.tower_frozen,
+            })
+        }),
         // Encoder-decoder models: the encoder stack and its positions.
         "seq2seq_encoder": m.seq2seq.as_ref().map(|s| json!({
             "parameters": s.encoder_parameters(),

@@ -7,22 +7,14 @@
 
 #[path = "support/family_table.rs"]
 mod family_table;
+#[path = "support/fixtures.rs"]
+mod fixtures;
 #[path = "support/readme.rs"]
 mod readme;
 
-use std::path::PathBuf;
-
+use fixtures::{fixture, root};
 use serde_json::{Map, Value};
 use vram_core::{parse_config, EncoderHead};
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn fixture(name: &str) -> String {
-    let path = std::env::var("VRAM_FIXTURES").map_or_else(|_| root().join("validation/fixtures"), PathBuf::from).join(name);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e} (run validation/vision.py)", path.display()))
-}
 
 /// A CLIP/SigLIP dual-encoder config's vision tower as its own config, as the harness builds it.
 fn vision_part(src: &[u8]) -> Vec<u8> {
@@ -40,7 +32,7 @@ fn vision_part(src: &[u8]) -> Vec<u8> {
 #[test]
 fn vision_peaks_follow_pytorch() {
     let mut table: Vec<(String, bool, f64)> = Vec::new();
-    for line in fixture("vision.jsonl").lines() {
+    for line in fixture("vision.jsonl", "validation/vision.py").lines() {
         let r: Value = serde_json::from_str(line).unwrap();
         if r.get("_meta").is_some() || r.get("error").is_some() {
             continue;

@@ -160,6 +160,7 @@ pub(super) fn base(name: &str) -> Model {
         encoder: None,
         multimodal: None,
         seq2seq: None,
+        dual: None,
         cross_attention: false,
         k_bias: true,
         embedding_norm: false,

@@ -1,7 +1,7 @@
 //! Which parser reads which `model_type`, and the families recognised but not estimated.
 
 use super::keys::Cfg;
-use super::{bart, bert, distilbert, electra, falcon, gpt2, gpt_neox, llama, opt, phi, t5, vision, whisper};
+use super::{bart, bert, clip, distilbert, electra, falcon, gpt2, gpt_neox, llama, opt, phi, t5, vision, whisper};
 use crate::error::Result;
 use crate::model::Model;
 
@@ -41,6 +41,7 @@ const FAMILIES: &[(&[&str], Parser)] = &[
     (&["distilbert"], distilbert::parse),
     (&["electra"], electra::parse),
     (&["vit", "dinov2", "clip_vision_model", "siglip_vision_model"], vision::parse),
+    (&["clip_text_model", "siglip_text_model"], clip::parse_text),
     (&["whisper"], whisper::parse),
     (&["bart", "mbart"], bart::parse),
     (&["t5", "mt5"], t5::parse),
@@ -66,6 +67,8 @@ pub(super) fn is_encoder(model_type: &str) -> bool {
             | "dinov2"
             | "clip_vision_model"
             | "siglip_vision_model"
+            | "clip_text_model"
+            | "siglip_text_model"
     )
 }
 
@@ -99,8 +102,8 @@ const UNSUPPORTED: &[(&[&str], &str)] = &[
         "state-space, recurrent and hybrid models are not supported yet: their recurrent state is not a KV cache and their layers are not attention blocks",
     ),
     (
-        &["clip", "siglip", "siglip2", "chinese_clip", "align", "altclip"],
-        "CLIP/SigLIP dual encoders (image and text towers trained together) are not modelled yet; their vision tower is: save the config's `vision_config` as its own config.json with \"model_type\": \"clip_vision_model\" (or \"siglip_vision_model\")",
+        &["siglip2", "chinese_clip", "align", "altclip"],
+        "this dual encoder is not supported yet: vram models CLIP and SigLIP (SigLIP 2 patchifies with a linear layer over variable-size images; Chinese-CLIP, ALIGN and AltCLIP have other text towers)",
     ),
     (
         &["llava", "llava_next", "llava_onevision", "qwen3_vl", "mllama", "idefics2", "idefics3", "paligemma", "pixtral", "llama4", "blip-2", "kosmos-2", "phi3_v", "internvl", "chameleon", "gemma3n", "qwen2_5_omni", "smolvlm", "mistral3", "aya_vision", "sam"],

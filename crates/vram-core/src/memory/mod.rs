@@ -6,6 +6,7 @@
 //! maxima. Every component is a separately named number with the formula that produced it.
 
 pub mod activations;
+mod dual;
 mod infer;
 mod lora;
 mod multimodal;
@@ -295,7 +296,7 @@ pub fn check_lora(model: &Model, job: &Job) -> Result<()> {
 
 /// Refuse `what` (serving, multi-GPU plans) for an encoder, which vram estimates on one GPU only.
 pub fn require_decoder(model: &Model, what: &str) -> Result<()> {
-    if model.multimodal.is_some() || model.seq2seq.is_some() {
+    if model.multimodal.is_some() || model.seq2seq.is_some() || model.dual.is_some() {
         return Err(Error::InvalidValue {
             what: "model".into(),
             value: model.model_type.clone(),
@@ -438,6 +439,7 @@ fn estimate_inner(model: &Model, job: &Job) -> Result<Estimate> {
     check_encoder(model, job)?;
     check_lora(model, job)?;
     let (phases, kernel, notes) = match job.mode {
+        _ if model.dual.is_some() => dual::phases(model, job),
         _ if model.multimodal.is_some() => multimodal::phases(model, job),
         _ if model.seq2seq.is_some() => seq2seq::phases(model, job),
         Mode::Train => train::phases(model, job),

@@ -42,6 +42,22 @@ pub fn job_line(model: &Model, job: &Job) -> String {
 
 /// What the sequence means for models that are not plain decoders, on a second line.
 fn family_line(model: &Model, job: &Job) -> String {
+    if let Some(d) = &model.dual {
+        let v = d.vision.encoder.and_then(|e| e.vision).expect("a dual encoder's vision tower");
+        return format!(
+            "\nimage-text pairs: captions of {} tokens · images {}×{} px, patch {} → {} tokens · vision tower {} · {} loss",
+            job.seq,
+            v.image_size,
+            v.image_size,
+            v.patch,
+            v.tokens(v.image_size),
+            if d.tower_frozen { "frozen" } else { "trained" },
+            match d.family {
+                vram_core::model::DualFamily::Clip => "CLIP contrastive",
+                vram_core::model::DualFamily::Siglip => "SigLIP sigmoid",
+            }
+        );
+    }
     if let Some(v) = model.encoder.and_then(|e| e.vision) {
         return format!(
             "\nimages: {}×{} px, patch {} → {} tokens per image ({})",
