@@ -348,8 +348,12 @@ pub fn check_encoder(model: &Model, job: &Job) -> Result<()> {
         };
     }
     if let Some(mm) = &model.multimodal {
-        let what = if job.lora.is_some() {
-            Some("LoRA/QLoRA")
+        let what = if job.base.is_some_and(crate::peft::BaseWeights::is_bnb) {
+            Some("QLoRA (a bitsandbytes base)")
+        } else if job.lora.as_ref().is_some_and(|l| l.method != crate::peft::Method::Lora || !l.modules_to_save.is_empty()) {
+            Some("DoRA and modules_to_save")
+        } else if job.lora.is_some() && model.quantization.is_some() {
+            Some("LoRA on a pre-quantized checkpoint")
         } else if job.model_state_shards > 1 {
             Some("sharded training (ZeRO/FSDP)")
         } else if job.fused_cross_entropy {
@@ -372,7 +376,7 @@ pub fn check_encoder(model: &Model, job: &Job) -> Result<()> {
             return Err(Error::InvalidValue {
                 what: "vision-language job".into(),
                 value: what.into(),
-                hint: format!("vram estimates LLaVA and Qwen2-VL full fine-tuning (vision tower trained or frozen) and inference on one GPU; {what} is not modelled for vision-language models yet"),
+                hint: format!("vram estimates LLaVA and Qwen2-VL full fine-tuning (vision tower trained or frozen), LoRA on the language model and inference on one GPU; {what} is not modelled for vision-language models yet"),
             });
         }
         return Ok(());

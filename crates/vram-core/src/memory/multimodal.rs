@@ -55,7 +55,14 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
         Mode::Infer => infer::phases(&lm, job),
     };
     notes.extend(lm_notes);
-    let p = job.precision.param_dtype().bytes() as u128;
+    // LoRA adapts the language model only: tower and projector stay frozen in the base dtype
+    // (LLaMA-Factory's and ms-swift's defaults for VLMs: freeze_vision_tower,
+    // freeze_multi_modal_projector, targets inside the language model).
+    let lora = job.lora.is_some();
+    if lora {
+        notes.push("LoRA adapts the language model only: the vision tower and projector stay frozen (LLaMA-Factory's and ms-swift's defaults; peft's own default targets on LLaVA would also adapt the tower's q_proj/v_proj, which vram does not model)".into());
+    }
+    let p = if lora { super::lora::base_dtype(job).bytes() } else { job.precision.param_dtype().bytes() } as u128;
     let e = job.precision.compute_dtype().bytes() as u128;
     let amp = job.precision.is_mixed();
     let tower_params = mm.tower.parameters() as u128;
@@ -87,14 +94,18 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
         }
         return (phases, kernel, notes);
     }
-    let trained = !mm.tower_frozen;
-    let trainable = if trained { tower_params + proj_params } else { proj_params };
+    let trained = !mm.tower_frozen && !lora;
+    let trainable = match (lora, trained) {
+        (true, _) => 0,
+        (false, true) => tower_params + proj_params,
+        (false, false) => proj_params,
+    };
     let (state_pp, tmp_pp) = optimizer::per_parameter(&mm.tower, job);
     let states = if optimizer::paged(job) { 0 } else { trainable * state_pp };
     // Autocast caches half copies of trained weights only (leaves that require grad).
     let matmul_tower: u128 = mm.tower.tensors().iter().filter(|t| t.is_matrix()).map(|t| t.numel as u128 * t.count as u128).sum();
     let proj_matrix = projector_matrices(mm, m.hidden);
-    let casts = if amp { 2 * (proj_matrix + if trained { matmul_tower } else { 0 }) } else { 0 };
+    let casts = if amp && !lora { 2 * (proj_matrix + if trained { matmul_tower } else { 0 }) } else { 0 };
     // Saved: the trained tower's activations (its own activation profile), and the projector's
     // (linear_1's input copy, the activation's input, linear_2's input: per image token).
     // A frozen tower saves nothing (pixels and weights need no gradient), except under gradient
@@ -106,7 +117,10 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
     if trained && job.checkpointing != Checkpointing::Full {
         tower_profile.saved += qwen_attention_cat(mm, &tower, &tj, e);
     }
-    let projector_acts = image_tokens * projector_saved(mm, m.hidden, amp, if amp { 2 } else { p.max(e) }, e);
+    // A frozen projector saves its inputs only when its output needs a gradient: under
+    // checkpointing, whose input hooks make the tower's output require one.
+    let projector_acts =
+        if lora && !ckpt_frozen { 0 } else { image_tokens * projector_saved(mm, m.hidden, amp, if amp { 2 } else { p.max(e) }, e) };
     let saved = tower_profile.saved + projector_acts;
     let ckpt = if job.checkpointing == Checkpointing::Full { " (tower checkpointed)" } else { "" };
     for ph in &mut phases {
@@ -133,13 +147,18 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
     if trained || ckpt_frozen {
         // After the language model's backward: every LM gradient, the tower's saved activations
         // and one tower layer's backward.
-        let lm_grads = lm.parameters() as u128 * p;
+        let lm_grads = match lora {
+            // The adapters' gradients, as the language model's own phases count them.
+            true => phases.iter().find(|b| b.phase == Phase::BackwardEnd).map_or(0, |b| b.get(train::GRADS)),
+            false => lm.parameters() as u128 * p,
+        };
         let mut b = Breakdown::new(Phase::Backward);
         let lm_weights = phases.first().map_or(0, |f| f.get(train::PARAMS));
         let lm_states = phases.first().map_or(0, |f| f.get(train::STATES));
         b.add(train::PARAMS, lm_weights, "language model");
+        b.add(train::ADAPTERS, phases.first().map_or(0, |f| f.get(train::ADAPTERS)), "language model");
         b.add(train::STATES, lm_states, "language model");
-        b.add(train::GRADS, lm_grads + proj_params * p, "language model and projector gradients");
+        b.add(train::GRADS, lm_grads + if lora { 0 } else { proj_params * p }, "language model and projector gradients");
         b.add(TOWER, weights, "vision tower and projector");
         b.add(TOWER_STATES, states, "vision tower and projector");
         b.add(PIXELS, pixels, "fp32 images");

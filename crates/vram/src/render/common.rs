@@ -77,7 +77,7 @@ fn family_line(model: &Model, job: &Job) -> String {
             mm.images,
             mm.image_tokens,
             job.seq,
-            if mm.tower_frozen { "frozen" } else { "trained" }
+            if mm.tower_frozen || job.lora.is_some() { "frozen" } else { "trained" }
         );
     }
     if let Some(s) = &model.seq2seq {

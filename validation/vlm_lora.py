@@ -1,0 +1,80 @@
+"""Measure LoRA fine-tuning of a VISION-LANGUAGE model (LLaVA, Qwen2-VL, Qwen2.5-VL):
+fixtures/vlm_lora.jsonl.
+
+vlm.py's loop and run() unchanged (the real model under FakeTensorMode, its two patches, the
+Tracker, HF Trainer's two steps with AdamW foreach over the trainable parameters), with one
+variant added to its freeze(): "lora:default" and "lora:all-linear" freeze the whole model, cast
+it to bf16 (the stored dtype, which transformers 5 loads by default; vlm.py's "bf16-mixed" builds
+fp32 weights for full fine-tuning) and inject peft adapters (peft.get_peft_model, LoraConfig r=8, alpha=16, dropout 0, task CAUSAL_LM,
+peft's default autocast_adapter_dtype: fp32 adapters on a bf16 base) into the LANGUAGE MODEL only:
+`target_modules` is a regex over `model.language_model.*` ending in q_proj|v_proj (the peft
+default of the language model's type) or in every linear of a decoder layer (all-linear). The
+vision tower and the projector stay frozen, as LLaMA-Factory (freeze_vision_tower,
+freeze_multi_modal_projector) and ms-swift run VLM LoRA by default; peft's own default targets
+on LLaVA (q_proj, v_proj by suffix) would also adapt the CLIP tower's attention.
+Importing lora.py installs its fake-tensor patches for peft (see its docstring).
+
+    /work/venv/bin/python validation/vlm_lora.py          # the matrix (resumable)
+"""
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import lora  # noqa: E402,F401  (peft under fake tensors)
+import vlm  # noqa: E402
+from harness import run_resumable  # noqa: E402
+
+OUT = os.path.join(HERE, "fixtures", "vlm_lora.jsonl")
+TARGETS = {"default": ["q_proj", "v_proj"],
+           "all-linear": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
+_freeze = vlm.freeze
+
+
+def freeze(model, train):
+    if not train.startswith("lora:"):
+        return _freeze(model, train)
+    import torch
+    from peft import LoraConfig, get_peft_model
+    # The frozen base in bf16, as transformers 5 loads these checkpoints (dtype="auto": their
+    # stored bf16), under Trainer's bf16 autocast (vlm.train's "bf16-mixed").
+    model.requires_grad_(False)
+    model.to(torch.bfloat16)
+    names = TARGETS[train.split(":", 1)[1]]
+    regex = r"^model\.language_model\..*\.(" + "|".join(names) + r")$"
+    get_peft_model(model, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=regex,
+                                     task_type="CAUSAL_LM"))
+
+
+vlm.freeze = freeze
+
+DEVELOPMENT = ["llava-interleave-qwen-0.5b-hf", "Qwen2-VL-2B-Instruct"]
+HELD_OUT = ["Qwen2.5-VL-3B-Instruct", "llava-1.5-7b-hf"]
+
+
+def points():
+    out = []
+
+    def pt(model, train, batch, seq, checkpointing=False):
+        p = dict(model=model, train=train, mode="train", precision="bf16-mixed", batch=batch, seq=seq, images=1,
+                 checkpointing=checkpointing, attention="sdpa")
+        if model.startswith("Qwen"):
+            p["image_size"] = 448
+        out.append(p)
+
+    for m in DEVELOPMENT + HELD_OUT:
+        pt(m, "lora:default", 1, 2048)
+        pt(m, "lora:default", 2, 2048, checkpointing=True)
+        pt(m, "lora:all-linear", 1, 2048)
+    for p in out:
+        p["set"] = "development" if p["model"] in DEVELOPMENT else "held-out"
+        p["id"] = "|".join(f"{k}={p[k]}" for k in sorted(p) if k != "set")
+    return out
+
+
+if __name__ == "__main__":
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
+    describe = lambda rec: f"{rec['model']} {rec['train']} b{rec['batch']} s{rec['seq']} ckpt={rec['checkpointing']}"  # noqa: E731
+    run_resumable(OUT, "python validation/vlm_lora.py", points(), vlm.run, describe, 1, only, maxtasks=2,
+                  meta_extra={"lora": "r 8, alpha 16, dropout 0, language model only; vision tower and projector frozen"})
