@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::model::{Model, Role, TensorGroup};
+use crate::model::{EncoderHead, Model, Role, TensorGroup};
 
 /// LoRA or DoRA (weight-decomposed LoRA: a trainable magnitude vector per adapted module).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -289,6 +289,19 @@ fn hf_leaf<'a>(model_type: &str, leaf: &'a str, in_mlp: bool) -> &'a str {
         ("t5" | "mt5", "down_proj" | "fc2") => "wo",
         // modeling_bart.py / modeling_whisper.py: self_attn.out_proj.
         ("bart" | "mbart" | "whisper", "o_proj") => "out_proj",
+        // modeling_bert.py (RoBERTa, XLM-R, CamemBERT, ELECTRA alike): attention.self.query/
+        // key/value, attention.output.dense, intermediate.dense, output.dense.
+        ("bert" | "roberta" | "xlm-roberta" | "camembert" | "electra", "q_proj") => "query",
+        ("bert" | "roberta" | "xlm-roberta" | "camembert" | "electra", "k_proj") => "key",
+        ("bert" | "roberta" | "xlm-roberta" | "camembert" | "electra", "v_proj") => "value",
+        ("bert" | "roberta" | "xlm-roberta" | "camembert" | "electra", "o_proj" | "fc1" | "fc2") => "dense",
+        // modeling_distilbert.py: attention.q_lin/k_lin/v_lin/out_lin, ffn.lin1/lin2.
+        ("distilbert", "q_proj") => "q_lin",
+        ("distilbert", "k_proj") => "k_lin",
+        ("distilbert", "v_proj") => "v_lin",
+        ("distilbert", "o_proj") => "out_lin",
+        ("distilbert", "fc1") => "lin1",
+        ("distilbert", "fc2") => "lin2",
         ("gpt2", "qkv_proj") => "c_attn",
         ("gpt2", "o_proj") => "c_proj",
         ("gpt2", "fc1") => "c_fc",
@@ -312,6 +325,7 @@ fn hf_leaf<'a>(model_type: &str, leaf: &'a str, in_mlp: bool) -> &'a str {
 pub fn default_targets(model_type: &str) -> Option<&'static [&'static str]> {
     Some(match family(model_type) {
         "t5" | "mt5" => &["q", "v"],
+        "bert" | "roberta" | "xlm-roberta" | "electra" => &["query", "value"],
         "bart" | "mbart" | "whisper" => &["q_proj", "v_proj"],
         "gpt2" | "gpt_bigcode" => &["c_attn"],
         "gpt_neox" | "falcon" | "bloom" => &["query_key_value"],
@@ -543,6 +557,10 @@ pub fn resolve(model: &Model, lora: &Lora) -> Result<Resolved> {
         saved = saved.saturating_add(group.numel.saturating_mul(group.count));
         trainable.push(group);
     }
+    for group in classifier_copy(model) {
+        saved = saved.saturating_add(group.numel.saturating_mul(group.count));
+        trainable.push(group);
+    }
     Ok(Resolved { adapted, adapter_parameters, saved_module_parameters: saved, trainable })
 }
 
@@ -588,6 +606,21 @@ fn expert_targets(model: &Model, lora: &Lora, p: MoePattern, listed: &[String], 
         push("experts.down_proj", i, h, e, lora.r, Slot::Experts);
     }
     Ok(v)
+}
+
+/// An encoder's classification head, which peft trains as a `modules_to_save` copy with
+/// `task_type` SEQ_CLS or TOKEN_CLS (peft_model.py `PeftModelForSequenceClassification`:
+/// `classifier_module_names = ["classifier", "score"]`). The module named `classifier` is the
+/// whole head on RoBERTa, XLM-R, CamemBERT and ELECTRA (dense + out_proj: vram's `pooler.dense`
+/// and `classifier`), the last linear on BERT and DistilBERT.
+fn classifier_copy(m: &Model) -> Vec<TensorGroup> {
+    let Some(enc) = m.encoder.filter(|e| e.vision.is_none()) else { return Vec::new() };
+    if !matches!(enc.head, EncoderHead::SequenceClassification { .. } | EncoderHead::TokenClassification { .. }) {
+        return Vec::new();
+    }
+    let whole_head = matches!(family(&m.model_type), "roberta" | "xlm-roberta" | "camembert" | "electra")
+        && matches!(enc.head, EncoderHead::SequenceClassification { .. });
+    m.tensors().into_iter().filter(|t| t.name.starts_with("classifier.") || (whole_head && t.name.starts_with("pooler.dense."))).collect()
 }
 
 /// The module a `modules_to_save` entry names (embeddings or the LM head).

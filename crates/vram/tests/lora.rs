@@ -254,3 +254,19 @@ fn optimizer_in_backward_frees_gradients_and_has_no_step_phase() {
     assert!(in_bwd["peak_allocated_bytes"].as_u64() <= normal["peak_allocated_bytes"].as_u64());
     assert!(fails(&[&base[..], &["--optimizer-in-bwd", "--grad-accum", "4"]].concat(), 2).contains("cannot accumulate"));
 }
+
+/// LoRA on a text encoder: peft's default targets (query, value) and, for a classification head,
+/// the classifier trained as peft's SEQ_CLS task trains it; a vision encoder is refused.
+#[test]
+fn lora_on_a_text_encoder_counts_peft_s_trainable_parameters() {
+    let bert = "../../validation/configs/families/bert-base-uncased.json";
+    let out = util::vram()
+        .args(["estimate", "-m", bert, "--task", "text-classification", "--num-labels", "2", "--peft", "lora"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    // 12 layers × 2 modules × (768×8 + 8×768) adapters + the 768×2 + 2 classifier copy (peft 0.21).
+    assert!(text.contains("LoRA r 8 on query,value (24 modules) · 296,450 trainable parameters"), "{text}");
+    let e = fails(&["estimate", "-m", "../../validation/configs/families/vit-base-patch16-224.json", "--peft", "lora"], 2);
+    assert!(e.contains("vision encoder"), "{e}");
+}

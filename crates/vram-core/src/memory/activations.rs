@@ -641,7 +641,7 @@ pub fn outside_layers(m: &Model, job: &Job, batch: u64) -> (u128, u128) {
     let b = Bytes::of(m, job);
     let h = m.hidden as u128;
     if let Some(enc) = m.encoder {
-        return (encoder_outside(m, &b, enc.head), 0);
+        return (encoder_outside(m, &b, enc.head) + embeddings_saved(m, job), 0);
     }
     let mut tok = 0;
     if m.hidden_dropout > 0.0 {
@@ -670,15 +670,14 @@ pub fn outside_layers(m: &Model, job: &Job, batch: u64) -> (u128, u128) {
 /// the row statistics, dropout its mask; then the head's saved inputs. ELECTRA's embeddings are
 /// `embed_dim` wide, and `embeddings_project` saves its input (modeling_electra.py ElectraModel).
 fn encoder_outside(m: &Model, b: &Bytes, head: EncoderHead) -> u128 {
-    let (h, ed) = (m.hidden as u128, m.embed_dim as u128);
+    let h = m.hidden as u128;
     if let Some(vis) = m.encoder.and_then(|e| e.vision) {
         return vision_outside(m, b, head, vis);
     }
+    let (_, ln_out) = b.norm(m.norm, b.r);
+    let ed = m.embed_dim as u128;
     let dropout = if m.hidden_dropout > 0.0 { 1 } else { 0 };
-    let (ln_saved, ln_out) = b.norm(m.norm, b.r);
-    let project = if ed != h { b.linear_inputs(1, ln_out) * ed } else { 0 };
-    let embeddings = ln_saved * ed + 8 + dropout * ed + project;
-    let head = match head {
+    match head {
         // BertLMPredictionHead: transform.dense reads the last LayerNorm's output (saves its copy),
         // the activation saves its input, transform.LayerNorm its (fp32 under autocast) input and
         // statistics, the tied decoder its own copy of that LayerNorm's output. DistilBERT's
@@ -699,8 +698,36 @@ fn encoder_outside(m: &Model, b: &Bytes, head: EncoderHead) -> u128 {
         EncoderHead::TokenClassification { .. } => dropout * h + b.linear_inputs(1, ln_out) * h,
         // The pooler and the classifier read one token per sequence: bytes per sequence, negligible.
         EncoderHead::SequenceClassification { .. } | EncoderHead::Embedding | EncoderHead::ImageClassification { .. } => 0,
-    };
-    embeddings + head
+    }
+}
+
+/// A text encoder's embeddings: the LayerNorm's saved sum and row statistics, the dropout mask,
+/// ELECTRA's `embeddings_project` input.
+fn text_embeddings(m: &Model, b: &Bytes) -> u128 {
+    let (h, ed) = (m.hidden as u128, m.embed_dim as u128);
+    let dropout = if m.hidden_dropout > 0.0 { 1 } else { 0 };
+    let (ln_saved, ln_out) = b.norm(m.norm, b.r);
+    let project = if ed != h { b.linear_inputs(1, ln_out) * ed } else { 0 };
+    ln_saved * ed + 8 + dropout * ed + project
+}
+
+/// Bytes per token saved outside the layers that live until the end of backward: a text
+/// encoder's embeddings (their backward runs last). Under LoRA the frozen embeddings' output
+/// needs no gradient and they save nothing, unless checkpointing (`enable_input_require_grads`
+/// makes it require one: measured, validation/encoders_lora.py). Zero for decoders and vision
+/// encoders, whose tensors outside the layers belong to the head end (back-propagated first).
+pub fn embeddings_saved(m: &Model, job: &Job) -> u128 {
+    match m.encoder {
+        Some(e) if e.vision.is_none() => {
+            let b = Bytes::of(m, job);
+            if b.lora.is_some() && job.checkpointing != Checkpointing::Full {
+                0
+            } else {
+                text_embeddings(m, &b)
+            }
+        }
+        _ => 0,
+    }
 }
 
 /// A vision transformer's bytes per token saved outside its layers (the conv's pixel copy is

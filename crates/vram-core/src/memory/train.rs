@@ -92,6 +92,8 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     };
     let (layer_grads, layer_casts) = (&ms.layer_grads, &ms.layer_casts);
     let (outside_tok, rope_per_pos) = act::outside_layers(m, job, job.batch);
+    // An encoder's embeddings are back-propagated last: what they saved outlives every layer.
+    let embeddings = act::embeddings_saved(m, job) * t;
     let outside = outside_tok * t + rope_per_pos * seq + act::pixel_copy(m, job) * batch;
 
     let add_activations = |bd: &mut Breakdown, upto: usize| match ckpt {
@@ -273,7 +275,7 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
         let tmp = (tr_tok * t + tr_sq * sq_elems + grad_tmp + ms.dequant + in_bwd_step).max(dora);
         let saved: u128 = layer_saved[..=l].iter().sum();
         match bd {
-            None => grads + casts_left + recomputed + tmp + saved + rope_per_pos * seq,
+            None => grads + casts_left + recomputed + tmp + saved + rope_per_pos * seq + embeddings,
             Some(bd) => {
                 base(bd);
                 if !accum {
@@ -281,7 +283,7 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
                 }
                 bd.add(CASTS, casts_left, "half weight copies still saved by layers not yet back-propagated");
                 add_activations(bd, l + 1);
-                bd.add(ACT_OTHER, rope_per_pos * seq, "rotary cos/sin");
+                bd.add(ACT_OTHER, rope_per_pos * seq + embeddings, "rotary cos/sin; an encoder's embeddings (back-propagated last)");
                 bd.add(ACT_RECOMP, recomputed, "one decoder layer's activations, recomputed for its backward");
                 bd.add(BWD_TMP, tmp, "residual gradients, the widest op's input gradients, fresh weight gradients");
                 bd.total()
