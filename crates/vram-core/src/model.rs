@@ -166,8 +166,11 @@ impl EncoderHead {
             "token-classification" | "ner" => Ok(EncoderHead::TokenClassification { labels }),
             "feature-extraction" | "embedding" | "sentence-embedding" => Ok(EncoderHead::Embedding),
             "replaced-token-detection" | "pretraining" | "discriminator" => Ok(EncoderHead::ReplacedTokenDetection),
+            // Vision encoders (the Hugging Face pipeline names).
+            "image-classification" => Ok(EncoderHead::ImageClassification { labels }),
+            "image-feature-extraction" => Ok(EncoderHead::Embedding),
             other => Err(format!(
-                "unknown task `{other}`: use fill-mask, text-classification, token-classification, feature-extraction or (ELECTRA) replaced-token-detection"
+                "unknown task `{other}`: use fill-mask, text-classification, token-classification, feature-extraction, image-classification, image-feature-extraction or (ELECTRA) replaced-token-detection"
             )),
         }
     }

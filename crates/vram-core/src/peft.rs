@@ -295,6 +295,10 @@ fn hf_leaf<'a>(model_type: &str, leaf: &'a str, in_mlp: bool) -> &'a str {
         ("bert" | "roberta" | "xlm-roberta" | "camembert" | "electra", "k_proj") => "key",
         ("bert" | "roberta" | "xlm-roberta" | "camembert" | "electra", "v_proj") => "value",
         ("bert" | "roberta" | "xlm-roberta" | "camembert" | "electra", "o_proj" | "fc1" | "fc2") => "dense",
+        // transformers 5 names ViT's and DINOv2's attention q_proj/k_proj/v_proj/o_proj and
+        // their MLP fc1/fc2 (modeling_vit.py ViTAttention, ViTMLP): vram's own names.
+        // CLIPAttention / SiglipAttention: q_proj, k_proj, v_proj, out_proj; mlp.fc1/fc2.
+        ("clip_vision_model" | "siglip_vision_model", "o_proj") => "out_proj",
         // modeling_distilbert.py: attention.q_lin/k_lin/v_lin/out_lin, ffn.lin1/lin2.
         ("distilbert", "q_proj") => "q_lin",
         ("distilbert", "k_proj") => "k_lin",
@@ -557,7 +561,7 @@ pub fn resolve(model: &Model, lora: &Lora) -> Result<Resolved> {
         saved = saved.saturating_add(group.numel.saturating_mul(group.count));
         trainable.push(group);
     }
-    for group in classifier_copy(model) {
+    for group in classifier_copy(model, lora) {
         saved = saved.saturating_add(group.numel.saturating_mul(group.count));
         trainable.push(group);
     }
@@ -613,8 +617,11 @@ fn expert_targets(model: &Model, lora: &Lora, p: MoePattern, listed: &[String], 
 /// `classifier_module_names = ["classifier", "score"]`). The module named `classifier` is the
 /// whole head on RoBERTa, XLM-R, CamemBERT and ELECTRA (dense + out_proj: vram's `pooler.dense`
 /// and `classifier`), the last linear on BERT and DistilBERT.
-fn classifier_copy(m: &Model) -> Vec<TensorGroup> {
+fn classifier_copy(m: &Model, lora: &Lora) -> Vec<TensorGroup> {
     let Some(enc) = m.encoder.filter(|e| e.vision.is_none()) else { return Vec::new() };
+    if lora.modules_to_save.iter().any(|s| s == "classifier") {
+        return Vec::new();
+    }
     if !matches!(enc.head, EncoderHead::SequenceClassification { .. } | EncoderHead::TokenClassification { .. }) {
         return Vec::new();
     }
@@ -625,6 +632,18 @@ fn classifier_copy(m: &Model) -> Vec<TensorGroup> {
 
 /// The module a `modules_to_save` entry names (embeddings or the LM head).
 fn save_target(m: &Model, name: &str) -> Result<TensorGroup> {
+    // An encoder's classification head (peft's ViT recipe: modules_to_save=["classifier"]).
+    if name == "classifier" && m.encoder.is_some() {
+        let n: u64 = m.tensors().iter().filter(|t| t.name.starts_with("classifier.")).map(|t| t.numel.saturating_mul(t.count)).sum();
+        if n == 0 {
+            return Err(bad(
+                "LoRA modules_to_save",
+                name,
+                "the model has no classification head (pass --task image-classification or text-classification)",
+            ));
+        }
+        return Ok(TensorGroup::vector("classifier".into(), n, 1, Role::Linear));
+    }
     let role = match name {
         "embed_tokens" | "wte" | "embed_in" | "word_embeddings" => Role::Embedding,
         "lm_head" | "embed_out" => Role::LmHead,

@@ -12,22 +12,9 @@ mod fixtures;
 #[path = "support/readme.rs"]
 mod readme;
 
-use fixtures::{fixture, root};
-use serde_json::{Map, Value};
+use fixtures::{fixture, root, vision_part};
+use serde_json::Value;
 use vram_core::{parse_config, EncoderHead};
-
-/// A CLIP/SigLIP dual-encoder config's vision tower as its own config, as the harness builds it.
-fn vision_part(src: &[u8]) -> Vec<u8> {
-    let mut raw: Map<String, Value> = serde_json::from_slice(src).unwrap();
-    let outer = raw["model_type"].as_str().unwrap().to_string();
-    if outer != "clip" && outer != "siglip" {
-        return src.to_vec();
-    }
-    let Some(Value::Object(mut v)) = raw.remove("vision_config") else { panic!("no vision_config") };
-    v.insert("model_type".into(), Value::from(format!("{outer}_vision_model")));
-    v.remove("architectures");
-    serde_json::to_vec(&v).unwrap()
-}
 
 #[test]
 fn vision_peaks_follow_pytorch() {

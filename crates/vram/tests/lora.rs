@@ -256,9 +256,10 @@ fn optimizer_in_backward_frees_gradients_and_has_no_step_phase() {
 }
 
 /// LoRA on a text encoder: peft's default targets (query, value) and, for a classification head,
-/// the classifier trained as peft's SEQ_CLS task trains it; a vision encoder is refused.
+/// the classifier trained as peft's SEQ_CLS task trains it; on a vision encoder, peft's image
+/// recipe (q_proj, v_proj, the classifier saved); a dual encoder is refused.
 #[test]
-fn lora_on_a_text_encoder_counts_peft_s_trainable_parameters() {
+fn lora_on_encoders_counts_peft_s_trainable_parameters() {
     let bert = "../../validation/configs/families/bert-base-uncased.json";
     let out = util::vram()
         .args(["estimate", "-m", bert, "--task", "text-classification", "--num-labels", "2", "--peft", "lora"])
@@ -267,6 +268,13 @@ fn lora_on_a_text_encoder_counts_peft_s_trainable_parameters() {
     let text = String::from_utf8_lossy(&out.stdout);
     // 12 layers × 2 modules × (768×8 + 8×768) adapters + the 768×2 + 2 classifier copy (peft 0.21).
     assert!(text.contains("LoRA r 8 on query,value (24 modules) · 296,450 trainable parameters"), "{text}");
-    let e = fails(&["estimate", "-m", "../../validation/configs/families/vit-base-patch16-224.json", "--peft", "lora"], 2);
-    assert!(e.contains("vision encoder"), "{e}");
+    let vit = "../../validation/configs/families/vit-base-patch16-224.json";
+    let args = ["estimate", "-m", vit, "--task", "image-classification", "--num-labels", "10", "--peft", "lora"];
+    let more = ["--lora-target-modules", "q_proj,v_proj", "--lora-modules-to-save", "classifier"];
+    let out = util::vram().args(args).args(more).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    // 12 × 2 × (768×8 + 8×768) = 294,912 adapter parameters + the 768×10 + 10 classifier copy.
+    assert!(text.contains("· 302,602 trainable parameters"), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let e = fails(&["estimate", "-m", "../../validation/configs/families/clip-vit-base-patch32.json", "--peft", "lora"], 2);
+    assert!(e.contains("dual encoder"), "{e}");
 }

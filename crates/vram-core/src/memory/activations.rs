@@ -141,7 +141,10 @@ impl Bytes {
                 // from the first layer on the residual stream is fp32 whatever the base dtype
                 // (modeling_bart.py; measured on bart-base-3l under LoRA).
                 let post_ln_amp = amp && m.block == Block::PostLn;
-                let r = if post_ln_amp { 4 } else { lora::embedding_dtype(job).bytes() as u128 };
+                // CLIP's vision tower runs `pre_layrnorm` on the embeddings: under autocast its
+                // fp32 output starts an fp32 residual stream (measured, validation/vision_lora.py).
+                let clip_amp = amp && m.encoder.and_then(|e| e.vision).is_some_and(|v| v.family == crate::model::VisionFamily::Clip);
+                let r = if post_ln_amp || clip_amp { 4 } else { lora::embedding_dtype(job).bytes() as u128 };
                 let p = lora::base_dtype(job).bytes() as u128;
                 let lin = if job.base.is_some_and(crate::peft::BaseWeights::is_bnb) { r.max(p) } else { e };
                 Bytes { amp, e, r, p, lora: Some(l), lin }
@@ -342,8 +345,9 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
     }
     // DINOv2 layer scale (modeling_dinov2.py Dinov2LayerScale): `x * lambda1` saves x, the
     // attention block's output, for lambda's gradient (and again after the MLP).
+    // A frozen lambda (LoRA) needs no gradient: the product then saves lambda, not x.
     let layer_scale = m.encoder.and_then(|e| e.vision).is_some_and(|v| v.family == crate::model::VisionFamily::Dinov2);
-    if layer_scale {
+    if layer_scale && b.lora.is_none() {
         c.attention += b.e * h;
         c.mlp += b.e * h;
     }

@@ -396,14 +396,14 @@ pub fn check_encoder(model: &Model, job: &Job) -> Result<()> {
     // LoRA on a text encoder (peft's SEQ_CLS / TOKEN_CLS / FEATURE_EXTRACTION task types);
     // vision towers, DoRA, a quantized base and extra modules_to_save are not modelled.
     if let Some(l) = &job.lora {
-        if enc.vision.is_some() || model.dual.is_some() {
-            return refuse("LoRA/QLoRA on a vision encoder");
+        if model.dual.is_some() {
+            return refuse("LoRA on a dual encoder");
         }
         if job.base.is_some_and(crate::peft::BaseWeights::is_bnb) {
             return refuse("QLoRA (a bitsandbytes base)");
         }
-        if l.method != crate::peft::Method::Lora || !l.modules_to_save.is_empty() {
-            return refuse("DoRA and modules_to_save (the classification head is saved as peft's SEQ_CLS task saves it)");
+        if l.method != crate::peft::Method::Lora || l.modules_to_save.iter().any(|s| s != "classifier") {
+            return refuse("DoRA and modules_to_save other than the classifier");
         }
     }
     if job.model_state_shards > 1 {
