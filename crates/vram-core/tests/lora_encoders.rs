@@ -14,7 +14,7 @@ mod readme;
 use fixtures::{fixture, root};
 use serde_json::Value;
 use vram_core::peft::{Lora, Method, Targets};
-use vram_core::{estimate, parse_config, Checkpointing, EncoderHead, Job};
+use vram_core::{parse_config, EncoderHead};
 
 fn head(task: &str, labels: Option<u64>) -> EncoderHead {
     match task {
@@ -44,17 +44,8 @@ fn encoder_lora_peaks_follow_pytorch() {
             targets: Targets::Default,
             modules_to_save: Vec::new(),
         };
-        let resolved = vram_core::peft::resolve(&model, &lora).unwrap();
-        assert_eq!(resolved.adapter_parameters + resolved.saved_module_parameters, r["trainable_parameters"].as_u64().unwrap(), "{line}");
         let (batch, seq) = (r["batch"].as_u64().unwrap(), r["seq"].as_u64().unwrap());
-        let job = Job {
-            checkpointing: if r["checkpointing"] == true { Checkpointing::Full } else { Checkpointing::None },
-            lora: Some(lora),
-            ..Job::train(batch, seq)
-        };
-        let est = estimate(&model, &job).unwrap().peak_allocated as f64;
-        let measured = r["peak_allocated"].as_u64().unwrap() as f64;
-        let err = (est - measured) / measured;
+        let err = family_table::lora_error(&model, lora, &r, batch, seq);
         let held = r["set"] != "development";
         println!(
             "{:>7.2}%  {name} {} b{batch} s{seq}{} dropout {}{}",

@@ -14,7 +14,7 @@ mod readme;
 use fixtures::{fixture, root, vision_part};
 use serde_json::Value;
 use vram_core::peft::{Lora, Method, Targets};
-use vram_core::{estimate, parse_config, Checkpointing, EncoderHead, Job};
+use vram_core::{parse_config, EncoderHead};
 
 #[test]
 fn vision_lora_peaks_follow_pytorch() {
@@ -42,18 +42,8 @@ fn vision_lora_peaks_follow_pytorch() {
             targets: Targets::Names(vec!["q_proj".into(), "v_proj".into()]),
             modules_to_save: if classifier { vec!["classifier".into()] } else { Vec::new() },
         };
-        let resolved = vram_core::peft::resolve(&model, &lora).unwrap();
-        assert_eq!(resolved.adapter_parameters + resolved.saved_module_parameters, r["trainable_parameters"].as_u64().unwrap(), "{line}");
         let batch = r["batch"].as_u64().unwrap();
-        let seq = model.sequence(None, 0).unwrap();
-        let job = Job {
-            checkpointing: if r["checkpointing"] == true { Checkpointing::Full } else { Checkpointing::None },
-            lora: Some(lora),
-            ..Job::train(batch, seq)
-        };
-        let est = estimate(&model, &job).unwrap().peak_allocated as f64;
-        let measured = r["peak_allocated"].as_u64().unwrap() as f64;
-        let err = (est - measured) / measured;
+        let err = family_table::lora_error(&model, lora, &r, batch, model.sequence(None, 0).unwrap());
         let held = r["set"] != "development";
         println!(
             "{:>7.2}%  {name} b{batch}{}{}",

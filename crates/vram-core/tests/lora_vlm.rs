@@ -13,8 +13,8 @@ mod readme;
 
 use fixtures::{fixture, root};
 use serde_json::Value;
+use vram_core::parse_config;
 use vram_core::peft::{Lora, Method, Targets};
-use vram_core::{parse_config, Job};
 
 fn lora(variant: &str) -> Lora {
     let targets = match variant {
@@ -39,18 +39,8 @@ fn vlm_lora_peaks_follow_pytorch() {
             model.set_image_size(side).unwrap();
         }
         let variant = r["train"].as_str().unwrap();
-        let l = lora(variant);
-        let resolved = vram_core::peft::resolve(&model, &l).unwrap();
-        assert_eq!(resolved.adapter_parameters, r["trainable_parameters"].as_u64().unwrap(), "{line}");
         let (batch, seq) = (r["batch"].as_u64().unwrap(), r["seq"].as_u64().unwrap());
-        let base = Job { lora: Some(l), ..Job::train(batch, seq) };
-        let job = Job {
-            checkpointing: if r["checkpointing"] == true { vram_core::Checkpointing::Full } else { vram_core::Checkpointing::None },
-            ..base
-        };
-        let est = vram_core::estimate(&model, &job).unwrap().peak_allocated as f64;
-        let measured = r["peak_allocated"].as_u64().unwrap() as f64;
-        let err = (est - measured) / measured;
+        let err = family_table::lora_error(&model, lora(variant), &r, batch, seq);
         let held = r["set"] != "development";
         println!(
             "{:>7.2}%  {name} {variant} b{batch} s{seq}{}{}",

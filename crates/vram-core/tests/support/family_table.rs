@@ -60,3 +60,20 @@ pub fn error_of(model: &vram_core::Model, r: &serde_json::Value, batch: u64, seq
     let measured = r["peak_allocated"].as_u64().unwrap() as f64;
     (est - measured) / measured
 }
+
+/// A LoRA fixture point (validation/*_lora.py, bf16 base under bf16 autocast, sdpa): checks the
+/// trainable parameter count against peft's (adapters plus modules_to_save copies) and returns
+/// the signed relative error of vram's peak allocated.
+pub fn lora_error(model: &vram_core::Model, lora: vram_core::peft::Lora, r: &serde_json::Value, batch: u64, seq: u64) -> f64 {
+    use vram_core::{Checkpointing, Job};
+    let resolved = vram_core::peft::resolve(model, &lora).unwrap();
+    assert_eq!(resolved.adapter_parameters + resolved.saved_module_parameters, r["trainable_parameters"].as_u64().unwrap(), "{r}");
+    let job = Job {
+        checkpointing: if r["checkpointing"] == true { Checkpointing::Full } else { Checkpointing::None },
+        lora: Some(lora),
+        ..Job::train(batch, seq)
+    };
+    let est = vram_core::estimate(model, &job).unwrap().peak_allocated as f64;
+    let measured = r["peak_allocated"].as_u64().unwrap() as f64;
+    (est - measured) / measured
+}
