@@ -173,3 +173,26 @@ fn unknown_preset_suggests_names() {
     assert!(presets::load("meta-llama/Llama-3.1-8B").is_ok());
     assert!(presets::load("QWEN2.5-1.5B").is_ok());
 }
+
+/// A Gemma-3 vision-language config (Gemma3ForConditionalGeneration: `text_config` and a SigLIP
+/// `vision_config`) is refused by name, not estimated as its language model alone; with the
+/// approximate opt-in the language model is estimated and marked approximate.
+#[test]
+fn a_gemma3_vision_language_config_is_not_estimated_as_its_text_model() {
+    let cfg = serde_json::json!({
+        "architectures": ["Gemma3ForConditionalGeneration"],
+        "model_type": "gemma3",
+        "mm_tokens_per_image": 256,
+        "text_config": {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text", "num_hidden_layers": 34,
+                        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 262208, "sliding_window": 1024},
+        "vision_config": {"hidden_size": 1152, "image_size": 896, "intermediate_size": 4304, "model_type": "siglip_vision_model",
+                          "num_attention_heads": 16, "num_hidden_layers": 27, "patch_size": 14, "vision_use_head": false},
+        "torch_dtype": "bfloat16"
+    });
+    let bytes = serde_json::to_vec(&cfg).unwrap();
+    let err = vram_core::parse_config(&bytes, "gemma-3-4b", "config.json").unwrap_err().to_string();
+    assert!(err.contains("vision_config") && err.contains("vision tower"), "{err}");
+    let opts = vram_core::ParseOptions { approximate_unknown: true, ..Default::default() };
+    let m = vram_core::parse_config_with(&bytes, "gemma-3-4b", "config.json", opts).unwrap();
+    assert!(m.approximation.is_some());
+}

@@ -141,6 +141,8 @@ struct Outer {
     architectures: Vec<String>,
     /// The language model was read from `text_config`.
     unwrapped: bool,
+    /// The top level describes a vision tower too (`vision_config`).
+    vision: bool,
 }
 
 impl Outer {
@@ -150,6 +152,7 @@ impl Outer {
             model_type: obj.get("model_type").and_then(Value::as_str).unwrap_or_default().to_string(),
             architectures: obj.get("architectures").and_then(Value::as_array).map_or_else(Vec::new, strings),
             unwrapped: false,
+            vision: matches!(obj.get("vision_config"), Some(Value::Object(_))),
         }
     }
 }
@@ -180,6 +183,14 @@ fn check_architecture(outer: &Outer, model_type: &str, file: &str, opts: ParseOp
         let reason = registry::family_reason(&outer.model_type)
             .unwrap_or("multimodal models are not supported yet: the vision tower is not counted, only the language model in `text_config` could be estimated");
         problems.push((format!("model_type `{}`", outer.model_type), reason.into()));
+    }
+    // A known language model inside a vision-language wrapper (Gemma-3's Gemma3ForConditional-
+    // Generation): estimating the text model alone would silently drop the vision tower.
+    if outer.unwrapped && outer.vision && registry::is_known(&outer.model_type) {
+        problems.push((
+            format!("model_type `{}` with a `vision_config`", outer.model_type),
+            "a vision-language model whose vision tower and projector vram does not model yet (it models LLaVA, Qwen2-VL and Qwen2.5-VL); the language model alone would leave them out".into(),
+        ));
     }
     if !registry::is_known(model_type) {
         let what = if model_type.is_empty() { "a config without `model_type`".to_string() } else { format!("model_type `{model_type}`") };
