@@ -192,7 +192,7 @@ fn a_gemma3_vision_language_config_is_not_estimated_as_its_text_model() {
     let bytes = serde_json::to_vec(&cfg).unwrap();
     let err = vram_core::parse_config(&bytes, "gemma-3-4b", "config.json").unwrap_err().to_string();
     assert!(err.contains("vision_config") && err.contains("vision tower"), "{err}");
-    let opts = vram_core::ParseOptions { approximate_unknown: true, ..Default::default() };
+    let opts = vram_core::ParseOptions { approximate_unknown: true };
     let m = vram_core::parse_config_with(&bytes, "gemma-3-4b", "config.json", opts).unwrap();
     assert!(m.approximation.is_some());
 }
