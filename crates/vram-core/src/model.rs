@@ -421,6 +421,27 @@ pub struct Encoder {
     /// A dropout on the attention block's output before its residual add (BertSelfOutput);
     /// DistilBERT's TransformerBlock adds `out_lin`'s output directly.
     pub attention_output_dropout: bool,
+    /// DeBERTa-v2/v3's disentangled attention (content-to-position and position-to-content
+    /// scores over relative-position embeddings).
+    pub disentangled: Option<Disentangled>,
+}
+
+/// DeBERTa-v2/v3's relative attention (transformers models/deberta_v2/modeling_deberta_v2.py
+/// `DisentangledSelfAttention`): `rel_embeddings` of 2 × `span` rows shared by every layer,
+/// projected by the layer's own query/key projections (`share_att_key`) or by `pos_key_proj` /
+/// `pos_query_proj`, scored against the content and gathered by relative position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Disentangled {
+    /// `att_span` = `position_buckets` (or `max_relative_positions`): the embeddings have 2 × span rows.
+    pub span: u64,
+    /// `share_att_key`: positions reuse the layer's query/key projections.
+    pub share_att_key: bool,
+    /// Content-to-position scores (`pos_att_type` has "c2p").
+    pub c2p: bool,
+    /// Position-to-content scores (`pos_att_type` has "p2c").
+    pub p2c: bool,
+    /// A LayerNorm on the relative embeddings (`norm_rel_ebd` "layer_norm").
+    pub rel_norm: bool,
 }
 
 /// Multi-head latent attention (DeepSeek-V2/V3).
@@ -867,7 +888,9 @@ impl Model {
             // table has two extra rows: padding_idx + 1 offset, modeling_roberta.py).
             (None, None) if self.encoder.is_some() => {
                 let offset = if matches!(self.model_type.as_str(), "roberta" | "xlm-roberta" | "camembert") { 2 } else { 0 };
-                Ok(default.min(self.position_embeddings.saturating_sub(offset)).max(1))
+                // DeBERTa-v3 has no absolute position table: its max_position_embeddings bounds it.
+                let table = if self.position_embeddings > 0 { self.position_embeddings.saturating_sub(offset) } else { self.max_positions };
+                Ok(default.min(table).max(1))
             }
             (None, r) if self.seq2seq.is_some() => self.target_sequence(r, default),
             (None, r) => Ok(r.unwrap_or(default)),
@@ -1121,6 +1144,22 @@ impl Model {
             Self::linear(&mut v, "embeddings_project", e, h, true, 1);
         }
         self.layer_tensors(0, self.layers, &mut v);
+        if let Some(d) = enc.disentangled {
+            // DebertaV2Encoder: rel_embeddings [2 × span, hidden] and its LayerNorm, shared by every
+            // layer; without share_att_key each layer has pos_key_proj / pos_query_proj.
+            v.push(TensorGroup::matrix("encoder.rel_embeddings.weight".into(), 1, 2 * d.span, h, 1, Role::Position));
+            if d.rel_norm {
+                self.norm_tensors("encoder.LayerNorm", 1, h, &mut v);
+            }
+            if !d.share_att_key {
+                if d.c2p {
+                    Self::linear(&mut v, "layers.{i}.attention.self.pos_key_proj", h, h, true, self.layers);
+                }
+                if d.p2c {
+                    Self::linear(&mut v, "layers.{i}.attention.self.pos_query_proj", h, h, true, self.layers);
+                }
+            }
+        }
         match enc.head {
             // BertOnlyMLMHead: transform (dense, act, LayerNorm), decoder tied to the word embedding,
             // and its own `bias` [vocab] (RobertaLMHead, DistilBERT's vocab_transform /

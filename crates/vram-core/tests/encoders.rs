@@ -60,8 +60,8 @@ fn points() -> Vec<Point> {
         let src = std::fs::read(root().join(r["source"].as_str().unwrap())).unwrap();
         let mut model = match parse_config(&src, r["model"].as_str().unwrap(), "fixture") {
             Ok(m) => m,
-            // DeBERTa is recorded to show what is not modelled: it must be
-            // refused by name, never estimated as something else.
+            // A family recorded before it is modelled must be refused by name, never estimated
+            // as something else.
             Err(e @ vram_core::Error::UnsupportedArchitecture { .. }) => {
                 println!("refused: {} ({e})", r["model"]);
                 continue;

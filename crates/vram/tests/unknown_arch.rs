@@ -132,8 +132,8 @@ fn a_hub_cache_snapshot_of_an_unknown_type_is_approximated_too() {
 fn a_recognised_family_is_refused_naming_the_exact_count_unless_asked() {
     let dir = tempfile::tempdir().unwrap();
     let t = bert();
-    // BERT itself is read natively now; DeBERTa-v2 is a recognised encoder family vram refuses.
-    let cfg = json!({"model_type": "deberta-v2", "architectures": ["DebertaV2Model"], "hidden_size": 64, "num_hidden_layers": 2,
+    // BERT and DeBERTa-v2 are read natively now; ALBERT is a recognised encoder family vram refuses.
+    let cfg = json!({"model_type": "albert", "architectures": ["AlbertModel"], "hidden_size": 64, "num_hidden_layers": 2,
         "num_attention_heads": 1, "intermediate_size": 256, "vocab_size": 1000});
     write_dir(dir.path(), Some(cfg), &t);
     let p = dir.path().to_str().unwrap();
@@ -144,7 +144,7 @@ fn a_recognised_family_is_refused_naming_the_exact_count_unless_asked() {
     assert_eq!(v["model"]["checkpoint_parameters"], total(&t));
     assert_eq!(v["model"]["parameters"], total(&t));
     let why = v["model"]["approximation"].as_str().unwrap();
-    assert!(why.contains("deberta-v2") && why.contains("`bert.encoder.layer` ×2"), "{why}");
+    assert!(why.contains("albert") && why.contains("`bert.encoder.layer` ×2"), "{why}");
 }
 
 #[test]

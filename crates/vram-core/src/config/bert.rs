@@ -46,7 +46,7 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     post_ln(
         c,
         m,
-        Encoder { token_types, head, vision: None, pooler: true, attention_output_dropout: true },
+        Encoder { token_types, head, vision: None, pooler: true, attention_output_dropout: true, disentangled: None },
         ["hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob"],
     )
 }

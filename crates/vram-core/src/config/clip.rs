@@ -64,8 +64,14 @@ pub(super) fn parse_text(c: &Cfg, name: &str, model_type: &str) -> Result<Model>
             hint: "vram models CLIP/SigLIP text towers bare (CLIPTextModel, SiglipTextModel) or inside CLIPModel/SiglipModel".into(),
         });
     }
-    m.encoder =
-        Some(Encoder { token_types: 0, head: EncoderHead::Embedding, vision: None, pooler: siglip, attention_output_dropout: false });
+    m.encoder = Some(Encoder {
+        token_types: 0,
+        head: EncoderHead::Embedding,
+        vision: None,
+        pooler: siglip,
+        attention_output_dropout: false,
+        disentangled: None,
+    });
     m.tied_embeddings = false;
     m.use_cache = false;
     m.norm = Norm::LayerNorm { bias: true };

@@ -11,6 +11,7 @@
 mod bart;
 mod bert;
 mod clip;
+mod deberta;
 mod distilbert;
 mod electra;
 mod falcon;

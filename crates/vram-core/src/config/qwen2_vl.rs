@@ -167,8 +167,14 @@ fn tower(c: &Cfg, fam: VisionFamily, name: &str) -> Result<(Model, PatchMerger, 
     check_geometry(c, patch, merge)?;
     let channels = c.opt(&["in_channels"])?.unwrap_or(3);
     let vision = Vision { family: fam, channels, patch, image_size: 0, native_image_size: 0, pooling_head: false };
-    m.encoder =
-        Some(Encoder { token_types: 0, head: EncoderHead::Embedding, vision: Some(vision), pooler: false, attention_output_dropout: true });
+    m.encoder = Some(Encoder {
+        token_types: 0,
+        head: EncoderHead::Embedding,
+        vision: Some(vision),
+        pooler: false,
+        attention_output_dropout: true,
+        disentangled: None,
+    });
     let window = if qwen25 { c.opt(&["window_size"])?.unwrap_or(112) / patch } else { 0 };
     let full = if qwen25 { full_layers(c, m.layers)? } else { m.layers };
     let merger = PatchMerger { merge, window, full_attention_layers: full };

@@ -56,6 +56,14 @@ pub fn choose_kernel(model: &Model, job: &Job) -> (Kernel, Option<String>) {
             ),
         };
     }
+    if model.encoder.is_some_and(|e| e.disentangled.is_some()) {
+        // modeling_deberta_v2.py: DisentangledSelfAttention is eager only (no sdpa or flash path).
+        let note = (job.attention != AttentionImpl::Eager).then(|| {
+            "DeBERTa's disentangled attention runs eagerly (transformers has no sdpa or flash path for it): seq² scores are stored"
+                .to_string()
+        });
+        return (Kernel::Eager, note);
+    }
     if model.attention.softcap && job.attention != AttentionImpl::Eager {
         return (Kernel::Eager, Some("Gemma-2 attention soft-capping runs in eager attention (sdpa/flash cannot apply it)".into()));
     }
@@ -215,6 +223,40 @@ impl Bytes {
     }
 }
 
+/// DeBERTa's attention core (modeling_deberta_v2.py `DisentangledSelfAttention.forward` and
+/// `disentangled_attention_bias`), per token and per score element, measured op by op
+/// (validation/encoders.py, 1- and 2-layer builds): q, k, v made contiguous by
+/// `transpose_for_scores` (saved by the bmms), k / scale transposed (saved), the context's
+/// contiguous copy (o-proj's input); per relative position the c2p and p2c bmm outputs
+/// [B·H, S, 2·span] (saved by `gather`), the repeated position projections [B·H, 2·span, d]
+/// (saved by the bmms), the clamped int64 [S, S] indices of both gathers and `~mask`
+/// [B, 1, S, S]; per score the softmax output (fp32 under autocast), the dropout mask and the
+/// probabilities' half copy for the value bmm (the dropout output itself under fp32).
+fn disentangled(m: &Model, job: &Job, b: &Bytes, d: crate::model::Disentangled) -> (u128, u128) {
+    let (h, e) = (m.hidden as u128, b.e);
+    let (batch, seq) = (job.batch.max(1) as u128, job.seq.max(1) as u128);
+    let rel = u128::from(d.c2p) + u128::from(d.p2c);
+    let p = 2 * d.span as u128;
+    let heads = m.heads as u128;
+    // q, k, v contiguous copies, k / scale, the context copy.
+    let mut tok = 5 * e * h;
+    // Gather sources, per token: heads × 2·span each.
+    tok += rel * e * heads * p;
+    // Per layer, not per token: the int64 index of each gather ([S, S]), the repeated position
+    // projections (B·H × 2·span × d each) and ~mask ([B, 1, S, S] bool), spread over B·S tokens.
+    tok += (rel * 8 * seq * seq + rel * batch * e * p * h + batch * seq * seq) / (batch * seq);
+    let softmax = if b.amp { 4 } else { e };
+    let dropout = u128::from(m.attention_dropout > 0.0);
+    let probs = if b.amp {
+        2
+    } else if dropout == 1 {
+        e
+    } else {
+        0
+    };
+    (tok, softmax + dropout + probs)
+}
+
 /// How many linears read the attention block's input (q/k/v or fused qkv; MLA: q and kv_a).
 fn attention_readers(m: &Model) -> u128 {
     if m.attention.mla.is_some() {
@@ -332,7 +374,10 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
     // attention on K/V repeated for GQA (transformers' use_gqa_in_sdpa needs no mask), after
     // turning the mask into a float bias it keeps for backward (convert_boolean_attn_mask).
     let masked = padded_mask(job) || (i < m.sliding_layers && sliding_masked(m, job, job.seq));
-    let (a, a_sq) = attention(m, job, &b, if masked { Kernel::MemEfficient } else { kernel }, masked, moe_layer);
+    let (a, a_sq) = match m.encoder.and_then(|e| e.disentangled) {
+        Some(d) => disentangled(m, job, &b, d),
+        None => attention(m, job, &b, if masked { Kernel::MemEfficient } else { kernel }, masked, moe_layer),
+    };
     c.attention += a;
     c.attention_sq += a_sq;
     if masked {
