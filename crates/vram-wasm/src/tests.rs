@@ -141,7 +141,7 @@ fn bad_input_is_a_message() {
 fn bad_configs_are_messages() {
     assert!(error(json!({"op": "estimate", "config": "{\"model_type\": "})).contains("not valid JSON"));
     assert!(error(json!({"op": "estimate", "config": "{\"model_type\": \"llama\"}"})).contains("hidden_size"));
-    assert!(error(json!({"op": "estimate", "config": "{\"model_type\": \"deberta-v2\", \"hidden_size\": 768}"})).contains("not supported"));
+    assert!(error(json!({"op": "estimate", "config": "{\"model_type\": \"albert\", \"hidden_size\": 768}"})).contains("not supported"));
     assert!(error(json!({"op": "estimate", "config": "GGUF\u{3}\u{0}\u{0}\u{0}"})).contains("not a config.json"));
     assert!(error(json!({"op": "estimate", "config": "<!DOCTYPE html><html>"})).contains("not a config.json"));
     let big = "x".repeat(resolve::MAX_CONFIG + 1);
