@@ -304,6 +304,24 @@ impl Multimodal {
     }
 }
 
+/// A Mamba (selective state-space) mixer in place of attention and MLP (transformers
+/// models/mamba/modeling_mamba.py `MambaMixer`; Falcon-Mamba's adds weightless RMS norms).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Ssm {
+    /// `intermediate_size` (expand × hidden).
+    pub d_inner: u64,
+    /// `state_size` N.
+    pub d_state: u64,
+    /// `conv_kernel`.
+    pub d_conv: u64,
+    /// `time_step_rank` R.
+    pub dt_rank: u64,
+    /// `use_conv_bias`.
+    pub conv_bias: bool,
+    /// `use_bias` on in_proj and out_proj.
+    pub proj_bias: bool,
+}
+
 /// Which contrastive image-text model (they differ in the text tower's pooling, the heads
 /// and the loss).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -630,6 +648,8 @@ pub struct Model {
     pub seq2seq: Option<Box<Seq2Seq>>,
     /// Set for a CLIP/SigLIP dual encoder: this is its text tower, `dual` its vision tower.
     pub dual: Option<Box<DualEncoder>>,
+    /// Set for a Mamba model: every layer is a norm and this mixer (no attention, no MLP).
+    pub ssm: Option<Ssm>,
     /// Each decoder layer has cross-attention over the encoder output (its own norm, q/k/v/o).
     pub cross_attention: bool,
     /// With `attention.qkv_bias`, whether k_proj has one too (Whisper's k_proj has none).
@@ -1308,6 +1328,25 @@ impl Model {
     fn layer_tensors(&self, i: u64, count: u64, v: &mut Vec<TensorGroup>) {
         let h = self.hidden;
         let l = |s: &str| format!("layers.{{i}}.{s}");
+        if let Some(s) = self.ssm {
+            // MambaBlock: norm, then MambaMixer (modeling_mamba.py __init__).
+            let (d, n) = (s.d_inner, s.d_state);
+            self.norm_tensors(&l("norm"), count, h, v);
+            Self::linear(v, &l("mixer.in_proj"), h, 2 * d, s.proj_bias, count);
+            // Depthwise Conv1d(d, d, kernel, groups=d): weight [d, 1, kernel].
+            v.push(TensorGroup::matrix(l("mixer.conv1d.weight"), 1, d, s.d_conv, count, Role::Linear));
+            if s.conv_bias {
+                v.push(TensorGroup::vector(l("mixer.conv1d.bias"), d, count, Role::Bias));
+            }
+            Self::linear(v, &l("mixer.x_proj"), d, s.dt_rank + 2 * n, false, count);
+            Self::linear(v, &l("mixer.dt_proj"), s.dt_rank, d, true, count);
+            // A_log [d, N] and D [d]: read in fp32 (`self.A_log.float()`), never autocast.
+            v.push(TensorGroup::vector(l("mixer.A_log"), d * n, count, Role::Norm));
+            v.push(TensorGroup::vector(l("mixer.D"), d, count, Role::Norm));
+            Self::linear(v, &l("mixer.out_proj"), d, h, s.proj_bias, count);
+            let _ = i;
+            return;
+        }
         let norms = match self.block {
             Block::Parallel => 1,
             Block::Sequential | Block::ParallelTwoNorms | Block::PostNorm | Block::PostLn => 2,

@@ -161,6 +161,7 @@ pub(super) fn base(name: &str) -> Model {
         multimodal: None,
         seq2seq: None,
         dual: None,
+        ssm: None,
         cross_attention: false,
         k_bias: true,
         embedding_norm: false,

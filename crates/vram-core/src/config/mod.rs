@@ -20,6 +20,7 @@ mod gpt_neox;
 mod keys;
 mod llama;
 mod llava;
+mod mamba;
 mod opt;
 mod phi;
 mod positions;

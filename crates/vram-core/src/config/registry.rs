@@ -1,7 +1,7 @@
 //! Which parser reads which `model_type`, and the families recognised but not estimated.
 
 use super::keys::Cfg;
-use super::{bart, bert, clip, deberta, distilbert, electra, falcon, gpt2, gpt_neox, llama, opt, phi, t5, vision, whisper};
+use super::{bart, bert, clip, deberta, distilbert, electra, falcon, gpt2, gpt_neox, llama, mamba, opt, phi, t5, vision, whisper};
 use crate::error::Result;
 use crate::model::Model;
 
@@ -33,6 +33,7 @@ const FAMILIES: &[(&[&str], Parser)] = &[
         llama::parse,
     ),
     (&["gpt2"], gpt2::parse),
+    (&["mamba", "falcon_mamba"], mamba::parse),
     (&["gpt_neox"], gpt_neox::parse),
     (&["falcon"], falcon::parse),
     (&["opt"], opt::parse),
@@ -100,8 +101,8 @@ const UNSUPPORTED: &[(&[&str], &str)] = &[
         "this encoder-decoder is not supported yet: vram models Whisper, BART, mBART, T5, Flan-T5 and mT5 (UMT5 has a position bias in every layer, LongT5 local/global attention, Pegasus/Marian sinusoidal positions, Switch experts)",
     ),
     (
-        &["mamba", "mamba2", "falcon_mamba", "rwkv", "recurrent_gemma", "xlstm", "jamba", "zamba", "zamba2", "bamba", "nemotron_h", "granitemoehybrid", "falcon_h1", "lfm2"],
-        "state-space, recurrent and hybrid models are not supported yet: their recurrent state is not a KV cache and their layers are not attention blocks",
+        &["mamba2", "rwkv", "recurrent_gemma", "xlstm", "jamba", "zamba", "zamba2", "bamba", "nemotron_h", "granitemoehybrid", "falcon_h1", "lfm2"],
+        "this state-space, recurrent or hybrid model is not supported yet: vram models Mamba and Falcon-Mamba (Mamba-2's chunked scan, RWKV's recurrence and the attention/SSM hybrids are not modelled)",
     ),
     (
         &["siglip2", "chinese_clip", "align", "altclip"],

@@ -24,6 +24,9 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     if let Some(enc) = m.encoder {
         return encoder_forward(m, job, enc.head);
     }
+    if let Some(s) = m.ssm {
+        return ssm_prefill(m, job, s);
+    }
     let (kernel, kernel_note) = act::choose_kernel(m, job);
     let mut notes: Vec<String> = kernel_note.into_iter().collect();
     let e: u128 = if job.precision == Precision::Fp32 { 4 } else { 2 };
@@ -205,6 +208,38 @@ fn encoder_forward(m: &Model, job: &Job, head: EncoderHead) -> (Vec<Breakdown>, 
     bd.add(PREFILL, widest, format!("{t} tokens through the widest op ({what}; {kernel:?} attention), no autograd"));
     notes.push(format!("encoder inference: one forward of {batch} × {seq} tokens ({}), no KV cache", head.task()));
     (vec![bd], kernel, notes)
+}
+
+const SSM_STATE: &str = "conv and SSM state (the cache)";
+
+/// A Mamba model's prefill with the cache (modeling_mamba.py under `torch.no_grad()`): the
+/// weights, the cache of every layer — the conv state [B, D, kernel] and the SSM state
+/// [B, D, N] in the model dtype (MambaCache) — and the peak at the end of a layer's selective
+/// scan, where `discrete_A`, `discrete_B` and `deltaB_u` (fp32 [B, D, L, N] each) are still
+/// locals beside, per channel, the in_proj output (2D), the silu and softplus outputs, the scan
+/// input's contiguous copy, the per-step outputs and their stack (e each), `x·D` and the sum
+/// (fp32), the fp32 input copy in flight (2D), and the fp32 residual and the embedding output
+/// per hidden unit. Measured at the peak op by op on mamba-130m (validation/ssm.py).
+/// Then the last position's logits.
+fn ssm_prefill(m: &Model, job: &Job, s: crate::model::Ssm) -> (Vec<Breakdown>, Kernel, Vec<String>) {
+    let e: u128 = if job.precision == Precision::Fp32 { 4 } else { 2 };
+    let (batch, seq) = (job.batch as u128, job.seq as u128);
+    let t = batch * seq;
+    let (d, n) = (s.d_inner as u128, s.d_state as u128);
+    let weights = weights(m, job, e);
+    let mut notes = weights.notes.clone();
+    let state = m.layers as u128 * batch * d * (s.d_conv as u128 + n) * e;
+    let h = m.hidden as u128;
+    let scan = t * (12 * d * n + 7 * e * d + 10 * d + 6 * h);
+    let logits = batch * m.vocab as u128 * (e + 4);
+    let mut bd = Breakdown::new(Phase::Prefill);
+    bd.add(WEIGHTS, weights.bytes.weight, weights.detail.clone());
+    bd.add(INPUT, 8 * t, "input_ids, int64");
+    bd.add(SSM_STATE, state, format!("{} layers × batch {batch} × {d} channels × (conv {} + state {n}) × {e} B", m.layers, s.d_conv));
+    bd.add(PREFILL, scan, format!("{t} tokens through one layer's selective scan: discrete A, B and their product, fp32 [B, D, L, N]"));
+    bd.add(LOGITS, logits, "the last position's logits and their fp32 copy");
+    notes.push(format!("Mamba inference: prefill of {batch} × {seq} tokens; the cache is a fixed-size state, not a KV cache"));
+    (vec![bd], Kernel::Eager, notes)
 }
 
 struct Weights {

@@ -79,7 +79,7 @@ impl Phase {
     pub fn describe(self) -> &'static str {
         match self {
             Phase::ForwardAttention => "forward, attention of the last layer",
-            Phase::ForwardLayer => "forward, inside the last layer (DoRA weight norm)",
+            Phase::ForwardLayer => "forward, inside the last layer (DoRA weight norm, Mamba's scan)",
             Phase::ForwardEnd => "end of forward (loss computed)",
             Phase::BackwardStart => "start of backward (cross-entropy gradient)",
             Phase::Backward => "backward through the layers",
@@ -202,6 +202,9 @@ pub fn allocation_sequence(model: &Model, job: &Job) -> std::result::Result<Vec<
     if model.seq2seq.is_some() {
         return Err("encoder-decoder models are not sequenced yet");
     }
+    if model.ssm.is_some() {
+        return Err("state-space models are not sequenced yet");
+    }
     match job.mode {
         Mode::Train => sequence::training(model, job),
         Mode::Infer => {
@@ -296,6 +299,13 @@ pub fn check_lora(model: &Model, job: &Job) -> Result<()> {
 
 /// Refuse `what` (serving, multi-GPU plans) for an encoder, which vram estimates on one GPU only.
 pub fn require_decoder(model: &Model, what: &str) -> Result<()> {
+    if model.ssm.is_some() {
+        return Err(Error::InvalidValue {
+            what: "model".into(),
+            value: model.model_type.clone(),
+            hint: format!("{} is a state-space model: {what} is modelled for attention decoders only; `vram estimate` gives its single-GPU training and inference", model.model_type),
+        });
+    }
     if model.multimodal.is_some() || model.seq2seq.is_some() || model.dual.is_some() {
         return Err(Error::InvalidValue {
             what: "model".into(),
@@ -448,9 +458,40 @@ pub(crate) fn inventory(m: &Model) -> Vec<TensorGroup> {
     v
 }
 
+/// What a Mamba job may ask for: single-GPU full fine-tuning under autocast or in fp32, and a
+/// prefill. LoRA, sharding, pure half precision (not measured) and KV-cache settings are refused.
+fn check_ssm(model: &Model, job: &Job) -> Result<()> {
+    if model.ssm.is_none() {
+        return Ok(());
+    }
+    let pure_half = job.mode == Mode::Train && !job.precision.is_mixed() && job.precision.compute_dtype().bytes() == 2;
+    let what = if job.lora.is_some() {
+        Some("LoRA/QLoRA")
+    } else if job.model_state_shards > 1 {
+        Some("sharded training (ZeRO/FSDP)")
+    } else if pure_half {
+        Some("pure bf16/fp16 training (measured under autocast and in fp32 only)")
+    } else if job.fused_cross_entropy {
+        Some("fused linear cross-entropy")
+    } else if job.kv_dtype.is_some() {
+        Some("a KV-cache dtype (Mamba's cache is its conv and SSM state)")
+    } else {
+        None
+    };
+    match what {
+        Some(what) => Err(Error::InvalidValue {
+            what: "Mamba job".into(),
+            value: what.into(),
+            hint: format!("vram estimates Mamba's full fine-tuning (bf16-mixed or fp32) and a prefill on one GPU; {what} is not modelled for state-space models yet"),
+        }),
+        None => Ok(()),
+    }
+}
+
 fn estimate_inner(model: &Model, job: &Job) -> Result<Estimate> {
     job.validate()?;
     check_encoder(model, job)?;
+    check_ssm(model, job)?;
     check_lora(model, job)?;
     let (phases, kernel, notes) = match job.mode {
         _ if model.dual.is_some() => dual::phases(model, job),

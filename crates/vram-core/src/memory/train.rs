@@ -17,6 +17,7 @@ pub(crate) const CASTS: &str = "autocast weight copies";
 pub(crate) const ACT_ATTN: &str = "activations: attention";
 pub(crate) const ACT_MLP: &str = "activations: mlp";
 pub(crate) const ACT_NORM: &str = "activations: norms & residual";
+pub(crate) const ACT_SSM: &str = "activations: Mamba mixer (selective scan)";
 pub(crate) const ACT_CKPT: &str = "activations: checkpointed layer inputs";
 pub(crate) const ACT_RECOMP: &str = "activations: recomputed layer";
 pub(crate) const ACT_OTHER: &str = "activations: final norm & lm_head input";
@@ -119,11 +120,13 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
                     if masked_any { ", plus the batch×seq² float mask each masked layer keeps" } else { "" }
                 ),
             );
-            bd.add(
-                ACT_MLP,
-                part(&|c| c.mlp * t),
-                format!("{upto} layers: MLP intermediates saved for backward (tokens {t} × intermediate)"),
-            );
+            let (mlp_name, mlp_detail) = match m.ssm {
+                Some(_) => {
+                    (ACT_SSM, format!("{upto} layers: the selective scan's fp32 state tensors and the mixer's projections (tokens {t})"))
+                }
+                None => (ACT_MLP, format!("{upto} layers: MLP intermediates saved for backward (tokens {t} × intermediate)")),
+            };
+            bd.add(mlp_name, part(&|c| c.mlp * t), mlp_detail);
             bd.add(
                 ACT_NORM,
                 part(&|c| c.norms * t),
@@ -201,6 +204,23 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
             FWD_TMP,
             act::forward_transient_sq(m, job, kernel) * sq_elems + mask + ms.dequant,
             "masked attention scores feeding the softmax, and the causal mask",
+        );
+        out.push(bd);
+    }
+
+    // Mamba: inside the last layer's selective scan, `deltaB_u` (fp32 [B, D, L, N], not saved)
+    // exists beside everything saved so far; under checkpointing the layer's own saved tensors
+    // exist too, built for the forward and dropped after it (modeling_mamba.py).
+    if let Some(s) = m.ssm {
+        let mut bd = Breakdown::new(Phase::ForwardLayer);
+        base(&mut bd);
+        bd.add(CASTS, casts_fwd, "half copies of the weights used so far (autocast cache)");
+        add_activations(&mut bd, layers);
+        let inside = if ckpt == Checkpointing::Full { layer_bytes(&act::layer(m, job, kernel, m.layers.saturating_sub(1))) } else { 0 };
+        bd.add(
+            FWD_TMP,
+            4 * s.d_inner as u128 * s.d_state as u128 * t + inside,
+            "the last layer's selective scan: deltaB_u, fp32 [B, D, L, N]",
         );
         out.push(bd);
     }
@@ -445,7 +465,7 @@ pub fn activation_profile(m: &Model, job: &Job) -> ActivationProfile {
             .map(|(_, b, _)| *b)
             .sum()
     };
-    let acts = [ACT_ATTN, ACT_MLP, ACT_NORM, ACT_CKPT, ACT_OTHER];
+    let acts = [ACT_ATTN, ACT_MLP, ACT_SSM, ACT_NORM, ACT_CKPT, ACT_OTHER];
     ActivationProfile {
         saved: get(Phase::BackwardStart, &acts),
         outside: get(Phase::BackwardStart, &[ACT_OTHER]),

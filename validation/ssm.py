@@ -1,0 +1,98 @@
+"""Measure what PyTorch allocates when training or running a MAMBA model (selective state-space
+layers, no attention): fixtures/ssm.jsonl.
+
+harness.py's training loop unchanged (the real MambaForCausalLM / FalconMambaForCausalLM under
+FakeTensorMode, the autocast emulation, the Tracker, HF Trainer's two steps with AdamW foreach);
+inference: harness.infer's prefill with the cache, as generate() starts, reading the model's
+`cache_params`. Without `mamba-ssm` and
+`causal-conv1d` transformers takes its PyTorch path — the sequential selective scan over the
+sequence — and that is what is measured: the path a machine without those CUDA kernels runs.
+
+    /work/venv/bin/python validation/ssm.py                # the matrix (resumable)
+"""
+import json
+import os
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+import harness  # noqa: E402
+from harness import run_resumable  # noqa: E402
+
+OUT = os.path.join(HERE, "fixtures", "ssm.jsonl")
+DIR = "validation/configs/ssm"
+DEVELOPMENT = ["mamba-130m-hf"]
+HELD_OUT = ["mamba-370m-hf", "falcon-mamba-7b"]
+
+
+def points():
+    out = []
+
+    def pt(model, mode, precision, batch, seq, checkpointing=False):
+        out.append(dict(model=model, mode=mode, precision=precision, batch=batch, seq=seq,
+                        checkpointing=checkpointing, optimizer="adamw" if mode == "train" else None,
+                        impl="foreach" if mode == "train" else None, attention="eager"))
+
+    # The sequential scan is one Python step per token and layer: CPU time on the shared 2-core
+    # machine keeps sequences short (the memory per token does not depend on the length).
+    for m in DEVELOPMENT + HELD_OUT:
+        big = m.startswith("falcon")
+        seq = 512 if m in DEVELOPMENT else 256
+        pt(m, "train", "bf16-mixed", 1, 128 if big else seq)
+        pt(m, "train", "bf16-mixed", 2, 128 if big else 256, checkpointing=True)
+        if not big:
+            pt(m, "train", "fp32", 1, 256)
+        pt(m, "infer", "bf16", 1 if big else 4, 512)
+    for p in out:
+        p["set"] = "development" if p["model"] in DEVELOPMENT else "held-out"
+        p["id"] = "|".join(f"{k}={p[k]}" for k in sorted(p) if k != "set")
+    return out
+
+
+def infer(raw_config, batch, seq, precision="bf16", attention="eager"):
+    """harness.infer's prefill (no_grad, the cache, the last position's logits copied to fp32)
+    for a Mamba model, whose output carries `cache_params` rather than `past_key_values`."""
+    import contextlib  # noqa: F401
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    harness.KERNELS.clear()
+    tr = harness.Tracker()
+    with FakeTensorMode(), torch.no_grad():
+        torch.manual_seed(0)
+        cfg, model = harness.build(raw_config, precision, attention, True)
+        model.eval()
+        with tr:
+            for p in list(model.parameters()) + list(model.buffers()):
+                tr.track(p, "parameters")
+            tr.category = "inputs"
+            ids = torch.randint(0, cfg.vocab_size, (batch, seq))
+            tr.phase, tr.category = "prefill", "activations"
+            out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+            tokens = out.logits[:, -1, :].to(copy=True, dtype=torch.float32).argmax(-1, keepdim=True)
+            del out, tokens
+    return harness.result(tr)
+
+
+def run(point):
+    raw = json.load(open(os.path.join(ROOT, DIR, point["model"] + ".json")))
+    t = time.time()
+    try:
+        if point["mode"] == "train":
+            r = harness.train(raw, point["batch"], point["seq"], point["precision"], point["optimizer"], point["impl"],
+                              point["checkpointing"], point["attention"])
+        else:
+            r = infer(raw, point["batch"], point["seq"], point["precision"], point["attention"])
+    except Exception as e:  # recorded, never silently dropped
+        r = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-2000:]}
+    r["seconds"] = round(time.time() - t, 2)
+    return {**point, "source": f"{DIR}/{point['model']}.json", **r}
+
+
+if __name__ == "__main__":
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
+    describe = lambda rec: f"{rec['model']} {rec['mode']} {rec['precision']} b{rec['batch']} s{rec['seq']} ckpt={rec['checkpointing']}"  # noqa: E731
+    run_resumable(OUT, "python validation/ssm.py", points(), run, describe, 1, only, maxtasks=2, meta_extra=None)
