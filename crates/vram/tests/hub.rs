@@ -5,12 +5,11 @@
 mod util;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 
 use serde_json::json;
-use util::vram;
+use util::{err_text, ok_json, read_request, respond, vram};
 
 const CONFIG: &[u8] = include_bytes!("../../vram-core/presets/qwen2.5-0.5b.json");
 
@@ -43,16 +42,6 @@ struct Hub {
     log: RequestLog,
 }
 
-fn respond(mut s: TcpStream, status: &str, headers: &[(&str, String)], body: &[u8]) {
-    let mut head = format!("HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n", body.len());
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    let _ = s.write_all(head.as_bytes());
-    let _ = s.write_all(body);
-}
-
 fn serve_hub(files: HashMap<String, Vec<u8>>) -> Hub {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -60,25 +49,7 @@ fn serve_hub(files: HashMap<String, Vec<u8>>) -> Hub {
     let seen = log.clone();
     std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut line = String::new();
-            if reader.read_line(&mut line).is_err() {
-                continue;
-            }
-            let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
-            let (mut range, mut auth) = (None, None);
-            loop {
-                let mut h = String::new();
-                if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
-                    break;
-                }
-                let (k, v) = h.split_once(':').unwrap_or((&h, ""));
-                match k.to_ascii_lowercase().as_str() {
-                    "range" => range = Some(v.trim().to_string()),
-                    "authorization" => auth = Some(v.trim().to_string()),
-                    _ => {}
-                }
-            }
+            let Some((path, range, auth)) = read_request(&stream) else { continue };
             seen.lock().unwrap().push((path.clone(), range.clone()));
             if path.starts_with("/gated/") && auth.as_deref() != Some("Bearer hf_secret") {
                 respond(stream, "401 Unauthorized", &[], b"gated");
@@ -103,7 +74,6 @@ fn serve_hub(files: HashMap<String, Vec<u8>>) -> Hub {
                     None => respond(stream, "200 OK", &[], body),
                 },
             }
-            drop(reader);
         }
     });
     Hub { port, log }
@@ -186,24 +156,6 @@ fn run(hub: &Hub, cache: &std::path::Path, extra_env: &[(&str, &str)], model: &s
         c.env(k, v);
     }
     c.output().unwrap()
-}
-
-fn ok_json(out: &std::process::Output) -> serde_json::Value {
-    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
-fn err_text(out: &std::process::Output) -> String {
-    assert_eq!(
-        out.status.code(),
-        Some(2),
-        "stdout {} stderr {}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let e = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(!e.contains("panicked"), "{e}");
-    e
 }
 
 #[test]

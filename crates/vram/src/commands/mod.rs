@@ -7,6 +7,7 @@ pub mod measure;
 mod paste;
 pub mod plan;
 pub mod serve;
+pub mod serve_quants;
 pub mod web;
 
 use std::cell::RefCell;

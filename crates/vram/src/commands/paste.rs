@@ -131,7 +131,8 @@ const LLAMA_NO_MEMORY: &[&str] = &[
     "-n",
     "--n-predict",
 ];
-const LLAMA_NO_MEMORY_FLAG: &[&str] = &["--jinja", "--verbose", "-v", "--mlock", "--no-mmap", "--metrics", "--cont-batching", "--no-webui"];
+const LLAMA_NO_MEMORY_FLAG: &[&str] =
+    &["--no-mmproj", "--jinja", "--verbose", "-v", "--mlock", "--no-mmap", "--metrics", "--cont-batching", "--no-webui"];
 const LLAMA_UNMODELLED: &[&str] = &["-b", "--batch-size"];
 
 /// SGLang flags vram reads (`python -m sglang.launch_server`, `sglang serve`), as `vram serve`
@@ -220,6 +221,8 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
     let mut out: Vec<String> = Vec::new();
     let (mut ignored, mut unknown) = (Vec::new(), Vec::new());
     let mut kv: [Option<String>; 2] = [None, None];
+    // llama.cpp's `-hf REPO[:QUANT]` and `-hff FILE` (common/arg.cpp).
+    let (mut hf, mut hf_file) = (None::<String>, None::<String>);
     let mut i = 0;
     while i < rest.len() {
         let tok = rest[i].as_str();
@@ -299,6 +302,10 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
                     out.extend(["--flash-attn".into(), v]);
                 } else if let Some(kind) = kv_flag(flag) {
                     kv[kind] = Some(next(&mut i)?);
+                } else if matches!(flag, "-hf" | "-hfr" | "--hf-repo") {
+                    hf = Some(next(&mut i)?);
+                } else if matches!(flag, "-hff" | "--hf-file") {
+                    hf_file = Some(next(&mut i)?);
                 } else if let Some((_, ours)) = LLAMA_VALUE.iter().find(|(f, _)| *f == flag) {
                     let v = next(&mut i)?;
                     if *ours == "-m" {
@@ -327,8 +334,37 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
     if let Some(t) = kv_type(&kv)? {
         out.extend(["--kv-cache-dtype".into(), t]);
     }
+    let mut hf_note = None;
+    if let Some(spec) = hf {
+        if model.is_some() {
+            return Err(UsageError("the pasted llama.cpp command gives both -m and -hf: keep one".into()).into());
+        }
+        let (repo, quant) = match spec.rsplit_once(':') {
+            Some((r, q)) if !q.is_empty() && !q.contains('/') => (r.to_string(), Some(q.to_string())),
+            _ => (spec.clone(), None),
+        };
+        // -hff names the file; else the quant after ':', else Q4_K_M, llama.cpp's default.
+        let quant = match (hf_file, quant) {
+            (Some(f), _) => crate::source::hub_gguf::quant_label(&f),
+            (None, Some(q)) => q,
+            (None, None) => {
+                hf_note = Some(format!(
+                    "-hf {repo} names no quant: llama.cpp takes Q4_K_M (or, failing that, the repository's first file); planned as {repo}:Q4_K_M"
+                ));
+                "Q4_K_M".to_string()
+            }
+        };
+        model = Some(format!("{repo}:{quant}"));
+        out.extend(["--engine".into(), "llama.cpp".into()]);
+    } else if hf_file.is_some() {
+        return Err(
+            UsageError("the pasted llama.cpp command gives -hff without -hf: -hff names a file of the -hf repository".into()).into()
+        );
+    }
     let model = model.ok_or_else(|| {
-        UsageError("the pasted command names no model (vllm serve MODEL, --model, --model-path, llama-server -m FILE)".into())
+        UsageError(
+            "the pasted command names no model (vllm serve MODEL, --model, --model-path, llama-server -m FILE or -hf REPO[:QUANT])".into(),
+        )
     })?;
     let mut argv: Vec<String> = vec!["serve".into(), "--model".into(), model, "--gpu".into(), a.gpu.clone()];
     if matches!(engine, Engine::Sglang) {
@@ -357,6 +393,7 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
         },
         argv[1..].iter().filter(|s| *s != "--json").cloned().collect::<Vec<_>>().join(" ")
     )];
+    notes.extend(hf_note);
     if !ignored.is_empty() {
         notes.push(format!("ignored (no effect on GPU memory): {}", ignored.join(", ")));
     }
@@ -433,7 +470,17 @@ fn ollama(a: &ServeArgs, env: &[String], rest: &[String]) -> Result<Pasted> {
             .into())
         }
     };
-    let path = a.model.clone().filter(|m| m.to_ascii_lowercase().ends_with(".gguf")).ok_or_else(|| {
+    // `ollama run hf.co/org/name[:QUANT]` pulls a GGUF from the Hub: Q4_K_M unless named
+    // (Ollama's docs/huggingface.md), planned from the repository's headers.
+    let hub = name.as_deref().filter(|n| n.starts_with("hf.co/") || n.starts_with("huggingface.co/")).map(|n| {
+        let n = n.trim_start_matches("hf.co/").trim_start_matches("huggingface.co/");
+        match n.rsplit_once(':') {
+            Some((r, q)) if !q.is_empty() && !q.eq_ignore_ascii_case("latest") => format!("{r}:{q}"),
+            Some((r, _)) => format!("{r}:Q4_K_M"),
+            None => format!("{n}:Q4_K_M"),
+        }
+    });
+    let path = hub.clone().filter(|_| a.model.is_none()).or_else(|| a.model.clone().filter(|m| m.to_ascii_lowercase().ends_with(".gguf"))).ok_or_else(|| {
         UsageError(format!(
             "Ollama model names{} cannot be resolved offline: give the model's GGUF with --model FILE.gguf (`ollama show --modelfile NAME` prints its FROM path, a blob under ~/.ollama/models/blobs; name the copy or link *.gguf)",
             name.as_deref().map(|n| format!(" ({n})")).unwrap_or_default()

@@ -59,28 +59,29 @@ fn run_with(a: &ServeArgs, pasted: &[String], log: Option<&(String, vram_core::s
     use vram_core::startup_log::StartupLog;
     let model = a.model.as_deref().ok_or_else(|| UsageError("--model is required (or paste a launch command after `--`)".into()))?;
     let path = std::path::Path::new(model);
+    // A Hub repository of GGUF files (`org/name-GGUF[:QUANT]`, llama-server's -hf spelling).
+    if let Some(spec) = super::serve_quants::spec(a, model)? {
+        reject_other_engines_flags(a, Engine::LlamaCpp)?;
+        emit_format(a, Engine::LlamaCpp)?;
+        return match spec.quant.clone() {
+            Some(q) => {
+                let (file, gguf, notes) = super::serve_quants::one(&spec, &q)?;
+                let mut s = llama_cpp_gguf(a, file, gguf)?;
+                s.notes.extend(notes);
+                show_llama_cpp(a, s, pasted, log)
+            }
+            None => super::serve_quants::table(a, &spec, pasted, log.is_some()),
+        };
+    }
     let gguf = model.to_ascii_lowercase().ends_with(".gguf") || (path.is_file() && crate::source::local::is_gguf(path));
     let engine = if gguf { Engine::LlamaCpp } else { parse_engine(&a.engine)? };
     reject_other_engines_flags(a, engine)?;
     let format = emit_format(a, engine)?;
-    // With --log, the comparison follows the estimate (text) or sits beside it (JSON).
-    let with_log = |est_json: Value, est_text: String, compare: &dyn Fn(&StartupLog) -> Option<cmp::Comparison>, planned: &str| match log {
-        None => show(a.json, || est_json, || est_text),
-        Some((file, l)) => {
-            let c = compare(l).unwrap_or_else(|| cmp::mismatch(l, planned));
-            show(a.json, || cmp::json(est_json.clone(), l, &c), || format!("{est_text}{}", cmp::text(&c, file)))
-        }
+    let with_log = |est_json: Value, est_text: String, compare: &dyn Fn(&StartupLog) -> Option<cmp::Comparison>, planned: &str| {
+        with_log(a, log, est_json, est_text, compare, planned)
     };
     if gguf {
-        let mut s = llama_cpp(a, path)?;
-        s.notes.splice(0..0, pasted.iter().cloned());
-        if let Some((p, fit)) = &s.split {
-            return split_output(a, &s, p, *fit, log);
-        }
-        let advice = vram_core::serve_advice::llama_cpp(&s.gguf, &s.hparams, &s.config, &s.overrides, s.gpu.memory)?;
-        let (json, text) = with_advice(render::serve::llama_cpp_json(&s), render::serve::llama_cpp_text(&s), &advice, "llama.cpp");
-        let c = |l: &StartupLog| if let StartupLog::LlamaCpp(l) = l { Some(cmp::llama_cpp(&s, l)) } else { None };
-        with_log(json, text, &c, "llama.cpp (a .gguf file)")
+        show_llama_cpp(a, llama_cpp(a, path)?, pasted, log)
     } else if engine == Engine::Sglang {
         let mut s =
             sglang(a, crate::source::load_model(model, vram_core::ParseOptions { approximate_unknown: a.approximate_architecture })?)?;
@@ -112,6 +113,44 @@ fn run_with(a: &ServeArgs, pasted: &[String], log: Option<&(String, vram_core::s
         let c = |l: &StartupLog| if let StartupLog::Vllm(l) = l { Some(cmp::vllm(&s, l)) } else { None };
         with_log(json, text, &c, "vLLM")
     }
+}
+
+/// Print the estimate; with --log, the comparison follows it (text) or sits beside it (JSON).
+fn with_log(
+    a: &ServeArgs,
+    log: Option<&(String, vram_core::startup_log::StartupLog)>,
+    est_json: Value,
+    est_text: String,
+    compare: &dyn Fn(&vram_core::startup_log::StartupLog) -> Option<render::serve_log::Comparison>,
+    planned: &str,
+) -> Result<()> {
+    use render::serve_log as cmp;
+    match log {
+        None => show(a.json, || est_json, || est_text),
+        Some((file, l)) => {
+            let c = compare(l).unwrap_or_else(|| cmp::mismatch(l, planned));
+            show(a.json, || cmp::json(est_json.clone(), l, &c), || format!("{est_text}{}", cmp::text(&c, file)))
+        }
+    }
+}
+
+/// Print a llama.cpp plan (one GPU or several), its advice, and the comparison with a log.
+fn show_llama_cpp(
+    a: &ServeArgs,
+    mut s: LlamaCppServe,
+    pasted: &[String],
+    log: Option<&(String, vram_core::startup_log::StartupLog)>,
+) -> Result<()> {
+    use render::serve_log as cmp;
+    use vram_core::startup_log::StartupLog;
+    s.notes.splice(0..0, pasted.iter().cloned());
+    if let Some((p, fit)) = &s.split {
+        return split_output(a, &s, p, *fit, log);
+    }
+    let advice = vram_core::serve_advice::llama_cpp(&s.gguf, &s.hparams, &s.config, &s.overrides, s.gpu.memory)?;
+    let (json, text) = with_advice(render::serve::llama_cpp_json(&s), render::serve::llama_cpp_text(&s), &advice, "llama.cpp");
+    let c = |l: &StartupLog| if let StartupLog::LlamaCpp(l) = l { Some(cmp::llama_cpp(&s, l)) } else { None };
+    with_log(a, log, json, text, &c, "llama.cpp (a .gguf file)")
 }
 
 /// Print a multi-GPU llama.cpp plan, with the per-GPU comparison when a log is given.
@@ -630,12 +669,19 @@ pub struct OffloadRow {
 
 /// Plan a llama.cpp launch of a GGUF file.
 pub fn llama_cpp(a: &ServeArgs, path: &std::path::Path) -> Result<LlamaCppServe> {
-    use vram_core::gguf::{llama_cpp_with, LlamaCppConfig};
-    let file = path.display().to_string();
     let gguf = crate::source::gguf::read_gguf(path)?;
-    let hparams = gguf.hparams(&file)?;
-    let g = resolve::gpu(&a.gpu)?;
-    let ollama = ollama_launch(a, &hparams, g.memory)?;
+    llama_cpp_gguf(a, path.display().to_string(), gguf)
+}
+
+/// The llama.cpp settings the flags give for a file with these hyper-parameters on a GPU of
+/// `memory` bytes (Ollama's defaults depend on both), with Ollama's resolved launch if any.
+pub fn llama_cpp_config(
+    a: &ServeArgs,
+    hparams: &vram_core::gguf::HParams,
+    memory: u64,
+) -> Result<(vram_core::gguf::LlamaCppConfig, Option<vram_core::ollama::OllamaLaunch>)> {
+    use vram_core::gguf::LlamaCppConfig;
+    let ollama = ollama_launch(a, hparams, memory)?;
     // llama.cpp's default context (common/common.h `n_ctx = 4096`).
     let ctx = match (a.ctx_size, a.max_model_len) {
         _ if ollama.is_some() => ollama.as_ref().map_or(0, |o| o.ctx_size),
@@ -673,6 +719,15 @@ pub fn llama_cpp(a: &ServeArgs, path: &std::path::Path) -> Result<LlamaCppServe>
         kv_bytes,
         cuda_overhead,
     };
+    Ok((config, ollama))
+}
+
+/// Plan a llama.cpp launch of a parsed GGUF header (`file` names it in the output).
+pub fn llama_cpp_gguf(a: &ServeArgs, file: String, gguf: vram_core::gguf::Gguf) -> Result<LlamaCppServe> {
+    use vram_core::gguf::llama_cpp_with;
+    let hparams = gguf.hparams(&file)?;
+    let g = resolve::gpu(&a.gpu)?;
+    let (config, ollama) = llama_cpp_config(a, &hparams, g.memory)?;
     let overrides = overrides(a)?;
     let plan = llama_cpp_with(&gguf, &hparams, &config, &overrides)?;
     let notes = ollama.map(|o| o.notes).unwrap_or_default();
@@ -741,7 +796,7 @@ fn ollama_launch(a: &ServeArgs, hp: &vram_core::gguf::HParams, vram: u64) -> Res
 
 /// The multi-GPU settings, or `None` for one GPU with none of the split flags. A
 /// `--tensor-split` of N values means N GPUs unless `--gpus` says more.
-fn multi_gpu(a: &ServeArgs) -> Result<Option<vram_core::llama_split::MultiGpu>> {
+pub(super) fn multi_gpu(a: &ServeArgs) -> Result<Option<vram_core::llama_split::MultiGpu>> {
     use vram_core::llama_split::{MultiGpu, SplitMode};
     if a.gpus.is_none() && a.tensor_split.is_none() && a.split_mode.is_none() && a.main_gpu.is_none() {
         return Ok(None);
@@ -766,7 +821,7 @@ fn multi_gpu(a: &ServeArgs) -> Result<Option<vram_core::llama_split::MultiGpu>> 
 }
 
 /// `-ot` values in order, then `--cpu-moe` (all layers, so it wins over `--n-cpu-moe`).
-fn overrides(a: &ServeArgs) -> Result<vram_core::gguf::Overrides> {
+pub(super) fn overrides(a: &ServeArgs) -> Result<vram_core::gguf::Overrides> {
     use vram_core::gguf::{parse_override_tensor, CpuMoe, Overrides};
     let mut tensor = Vec::new();
     for v in &a.override_tensor {

@@ -12,6 +12,7 @@ pub mod prometheus;
 pub mod serve;
 pub mod serve_advice;
 pub mod serve_log;
+pub mod serve_quants;
 pub mod svg;
 
 use vram_core::advice::Search;

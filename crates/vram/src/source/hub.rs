@@ -141,6 +141,23 @@ fn cached_snapshot(cache: &Path, repo: &str, rev: &str) -> Result<Option<(PathBu
     Ok(dir.join("config.json").is_file().then_some((dir, commit)))
 }
 
+/// The cached snapshot directory of `repo` at `rev` whatever it holds (a GGUF repository has no
+/// config.json), if the cache has one.
+pub(super) fn cached_dir(cache: &Path, repo: &str, rev: &str) -> Result<Option<PathBuf>> {
+    let root = cache.join(format!("models--{}", repo.replace('/', "--")));
+    let commit = match std::fs::read_to_string(root.join("refs").join(rev)) {
+        Ok(s) => s.trim().to_string(),
+        Err(_) => rev.to_string(),
+    };
+    if !is_snapshot_name(&commit) {
+        return Err(
+            UsageError(format!("the Hugging Face cache's ref for {repo}@{rev} is not a commit hash: delete {}", root.display())).into()
+        );
+    }
+    let dir = root.join("snapshots").join(commit);
+    Ok(dir.is_dir().then_some(dir))
+}
+
 /// A snapshot directory name: a 40-hex commit, or a plain name with no path separators or `..`.
 fn is_snapshot_name(s: &str) -> bool {
     let hex = s.len() == 40 && s.chars().all(|c| c.is_ascii_hexdigit());
@@ -162,7 +179,7 @@ fn hub_timeout() -> Result<Duration> {
     }
 }
 
-struct Client<'a> {
+pub(super) struct Client<'a> {
     agent: ureq::Agent,
     env: &'a HubEnv,
     repo: &'a str,
@@ -197,7 +214,53 @@ impl Client<'_> {
         format!("{}/{}/resolve/{}/{}", self.env.endpoint, self.repo, self.rev, file)
     }
 
-    fn get(&self, file: &str, range: Option<(u64, u64)>) -> Result<Option<Vec<u8>>, anyhow::Error> {
+    /// A client for `repo` at `rev`, with the deadlines `fetch` uses.
+    pub(super) fn new<'a>(env: &'a HubEnv, repo: &'a str, rev: &'a str) -> Result<Client<'a>> {
+        let timeout = hub_timeout()?;
+        let agent = ureq::AgentBuilder::new()
+            .timeout_connect(Duration::from_secs(10))
+            .timeout_read(Duration::from_secs(60))
+            .timeout(timeout)
+            .redirects(5)
+            .redirect_auth_headers(ureq::RedirectAuthHeaders::SameHost)
+            .build();
+        Ok(Client { agent, env, repo, rev, progress: std::io::stderr().is_terminal(), timeout })
+    }
+
+    /// Every file of the repository at the revision, with its size: the Hub API's tree listing
+    /// (huggingface_hub hf_api.py `list_repo_tree`: GET /api/models/{repo}/tree/{rev}?recursive=true,
+    /// a JSON array of {"type", "path", "size", …}, further pages named by a `Link: <…>; rel="next"`
+    /// header), at most 100 pages.
+    pub(super) fn tree(&self) -> Result<Vec<(String, u64)>> {
+        let mut url = format!("{}/api/models/{}/tree/{}?recursive=true", self.env.endpoint, self.repo, self.rev);
+        let mut files = Vec::new();
+        for _ in 0..100 {
+            let mut req = self.agent.get(&url).set("User-Agent", concat!("vram/", env!("CARGO_PKG_VERSION")));
+            if let Some(t) = &self.env.token {
+                req = req.set("Authorization", &format!("Bearer {t}"));
+            }
+            let resp = req.call().map_err(|e| http_error(self.repo, "the file list", e, self.env.token.is_some()))?;
+            let next =
+                resp.header("Link").and_then(next_link).map(|n| if n.starts_with('/') { format!("{}{n}", self.env.endpoint) } else { n });
+            let mut buf = Vec::new();
+            resp.into_reader().take(MAX_JSON).read_to_end(&mut buf).map_err(|e| self.read_error("the file list", e))?;
+            let page: serde_json::Value =
+                serde_json::from_slice(&buf).map_err(|e| UsageError(format!("{}: the Hub's file list is not JSON ({e})", self.repo)))?;
+            let items = page.as_array().ok_or_else(|| UsageError(format!("{}: the Hub's file list is not a JSON array", self.repo)))?;
+            for it in items.iter().filter(|it| it["type"] == "file") {
+                if let (Some(p), Some(n)) = (it["path"].as_str(), it["size"].as_u64()) {
+                    files.push((p.to_string(), n));
+                }
+            }
+            match next {
+                Some(n) => url = n,
+                None => return Ok(files),
+            }
+        }
+        Err(UsageError(format!("{}: the Hub's file list runs past 100 pages; refusing", self.repo)).into())
+    }
+
+    pub(super) fn get(&self, file: &str, range: Option<(u64, u64)>) -> Result<Option<Vec<u8>>, anyhow::Error> {
         let mut req = self.agent.get(&self.url(file)).set("User-Agent", concat!("vram/", env!("CARGO_PKG_VERSION")));
         if let Some(t) = &self.env.token {
             req = req.set("Authorization", &format!("Bearer {t}"));
@@ -274,18 +337,18 @@ impl Client<'_> {
     }
 }
 
+/// The URL of a `Link` header's `rel="next"` entry (RFC 8288), if any.
+fn next_link(link: &str) -> Option<String> {
+    link.split(',').find(|part| part.contains("rel=\"next\"")).and_then(|part| {
+        let (a, b) = (part.find('<')?, part.find('>')?);
+        (a < b).then(|| part[a + 1..b].trim().to_string())
+    })
+}
+
 fn fetch(env: &HubEnv, repo: &str, rev: &str, opts: ParseOptions) -> Result<Model> {
-    let timeout = hub_timeout()?;
-    let agent = ureq::AgentBuilder::new()
-        .timeout_connect(Duration::from_secs(10))
-        .timeout_read(Duration::from_secs(60))
-        // An overall deadline per request, body included: a server trickling a byte every few
-        // seconds never trips the read timeout.
-        .timeout(timeout)
-        .redirects(5)
-        .redirect_auth_headers(ureq::RedirectAuthHeaders::SameHost)
-        .build();
-    let c = Client { agent, env, repo, rev, progress: std::io::stderr().is_terminal(), timeout };
+    // An overall deadline per request, body included: a server trickling a byte every few
+    // seconds never trips the read timeout (Client::new).
+    let c = Client::new(env, repo, rev)?;
     let cfg = c.get("config.json", None)?.unwrap_or_default();
     let file = format!("{repo}/config.json");
     let refused = match parse_config_with(&cfg, repo, &file, strict(opts)) {

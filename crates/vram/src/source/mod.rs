@@ -8,6 +8,7 @@
 pub mod approx;
 pub mod gguf;
 pub mod hub;
+pub mod hub_gguf;
 pub mod local;
 
 use std::path::Path;

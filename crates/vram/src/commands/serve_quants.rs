@@ -1,0 +1,261 @@
+//! `vram serve --model org/name-GGUF` — "which quant fits?": every GGUF quant of a Hub
+//! repository planned under llama.cpp at the chosen flags, and the largest that fits; with
+//! `org/name:QUANT` (llama-server's `-hf` spelling) the full plan of that one quant.
+
+use anyhow::Result;
+use serde::Serialize;
+use vram_core::gguf::{llama_cpp_with, max_ctx_with, Gguf, LlamaCppConfig};
+
+use super::serve::{llama_cpp_config, overrides};
+use super::show;
+use crate::cli::ServeArgs;
+use crate::errors::UsageError;
+use crate::render;
+use crate::resolve;
+use crate::source::hub::HubEnv;
+use crate::source::hub_gguf::{self, QuantFile};
+use vram_core::gpu::Gpu;
+
+/// Headers read at once (each is one to a few range requests of a few MB).
+const PARALLEL_HEADERS: usize = 8;
+
+/// A Hub repository of GGUF files, as the user named it.
+pub struct Spec {
+    /// `org/name`.
+    pub repo: String,
+    /// The revision (`@rev`, else `main`).
+    pub rev: String,
+    /// The quant after `:`, if named.
+    pub quant: Option<String>,
+    env: HubEnv,
+}
+
+/// `model` as a Hub repository of GGUF files, if it is one: not a path on disk, an `org/name`
+/// with `:QUANT`, or under `--engine llama.cpp|ollama`, or whose name says GGUF.
+pub fn spec(a: &ServeArgs, model: &str) -> Result<Option<Spec>> {
+    if std::path::Path::new(model).exists() || model.to_ascii_lowercase().ends_with(".gguf") {
+        return Ok(None);
+    }
+    let Some((id, quant)) = hub_gguf::parse_spec(model) else { return Ok(None) };
+    let (repo, rev) = match id.split_once('@') {
+        Some((r, v)) => (r.to_string(), v.to_string()),
+        None => (id, "main".to_string()),
+    };
+    let engine = a.engine.to_ascii_lowercase();
+    let gguf_engine = engine == "llama.cpp" || engine == "ollama";
+    if quant.is_none() && !gguf_engine && !repo.to_ascii_lowercase().contains("gguf") {
+        return Ok(None);
+    }
+    if engine == "sglang" {
+        return Err(UsageError(format!(
+            "{repo} is a repository of GGUF files: vram plans GGUF under llama.cpp (--engine llama.cpp or ollama); SGLang's GGUF loading is not modelled"
+        ))
+        .into());
+    }
+    Ok(Some(Spec { repo, rev, quant, env: HubEnv::from_env() }))
+}
+
+/// The repository's quants and the multimodal projectors left out.
+fn quants(s: &Spec) -> Result<(Vec<QuantFile>, Vec<String>)> {
+    let files = hub_gguf::list(&s.env, &s.repo, &s.rev)?;
+    let (q, skipped) = hub_gguf::group(&files);
+    if q.is_empty() {
+        return Err(UsageError(format!(
+            "{} (revision {}) has no .gguf file: give a repository of GGUF files (for safetensors checkpoints use --engine vllm or sglang)",
+            s.repo, s.rev
+        ))
+        .into());
+    }
+    Ok((q, skipped))
+}
+
+/// What a projector means for the plan.
+fn projector_note(skipped: &[String]) -> Option<String> {
+    (!skipped.is_empty()).then(|| {
+        format!(
+            "the repository has a multimodal projector ({}); llama-server -hf loads it too and its memory is not in this estimate (--no-mmproj leaves it out)",
+            skipped.join(", ")
+        )
+    })
+}
+
+/// One quant, named by its label (case-insensitive, as llama.cpp's -hf matches it) or its file
+/// name: (the name shown, its header, notes).
+pub fn one(s: &Spec, quant: &str) -> Result<(String, Gguf, Vec<String>)> {
+    let (all, skipped) = quants(s)?;
+    let want = quant.to_ascii_lowercase();
+    let q = all
+        .iter()
+        .find(|q| q.quant.to_ascii_lowercase() == want || q.files.iter().any(|f| f.to_ascii_lowercase().ends_with(&want)))
+        .ok_or_else(|| {
+            let names: Vec<&str> = all.iter().map(|q| q.quant.as_str()).collect();
+            UsageError(format!("{} has no quant `{quant}`: it has {}", s.repo, names.join(", ")))
+        })?;
+    let gguf = hub_gguf::header(&s.env, &s.repo, &s.rev, q)?;
+    let mut notes = vec![format!(
+        "{}:{} is {} ({:.2} GiB; its header read by range request or from the Hugging Face cache, the tensor data never downloaded)",
+        s.repo,
+        q.quant,
+        q.files.join(" + "),
+        vram_core::units::gib(q.bytes())
+    )];
+    notes.extend(projector_note(&skipped));
+    Ok((format!("{}:{}", s.repo, q.quant), gguf, notes))
+}
+
+/// One quant's row.
+#[derive(Serialize)]
+pub struct QuantRow {
+    /// The quant as the file name spells it.
+    pub quant: String,
+    /// Its files (shards in order).
+    pub files: Vec<String>,
+    /// Bytes of its files.
+    pub file_bytes: u64,
+    /// The plan at the requested flags, or why it could not be made.
+    #[serde(flatten)]
+    pub outcome: RowOutcome,
+}
+
+/// A planned quant, or the error its header gave.
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum RowOutcome {
+    /// Planned.
+    Planned {
+        /// Everything on the GPU at the requested flags.
+        gpu_total_bytes: u64,
+        /// Weights left in RAM at the requested flags.
+        cpu_weights_bytes: u64,
+        /// Whether it fits the GPU.
+        fits: bool,
+        /// The longest `--ctx-size` that fits at the requested `--n-gpu-layers`.
+        max_ctx_size: Option<u64>,
+        /// When it does not fit: the most `--n-gpu-layers` that fit at the requested context.
+        max_n_gpu_layers: Option<u64>,
+    },
+    /// Not planned.
+    Error {
+        /// Why.
+        error: String,
+    },
+}
+
+/// The table `vram serve --model org/name-GGUF` prints.
+pub struct QuantTable {
+    /// `org/name`.
+    pub repo: String,
+    /// The revision.
+    pub rev: String,
+    /// The GPU.
+    pub gpu: Gpu,
+    /// The settings (the first planned quant's; only Ollama's defaults vary by file).
+    pub config: Option<LlamaCppConfig>,
+    /// One row per quant, smallest first.
+    pub rows: Vec<QuantRow>,
+    /// The largest quant that fits, if any.
+    pub best: Option<String>,
+    /// How a pasted command was read, and what the table leaves out.
+    pub notes: Vec<String>,
+}
+
+/// Every quant of the repository planned at the flags; printed.
+pub fn table(a: &ServeArgs, s: &Spec, pasted: &[String], has_log: bool) -> Result<()> {
+    if has_log {
+        return Err(
+            UsageError(format!("--log compares one launch with its log: name the quant the log loaded ({}:Q4_K_M, …)", s.repo)).into()
+        );
+    }
+    if super::serve::multi_gpu(a)?.is_some() {
+        return Err(
+            UsageError(format!("the quant table plans one GPU: name a quant ({}:Q4_K_M, …) to plan it over several GPUs", s.repo)).into()
+        );
+    }
+    let gpu = resolve::gpu(&a.gpu)?;
+    let ov = overrides(a)?;
+    let (all, skipped) = quants(s)?;
+    let headers = read_headers(s, &all);
+    let mut rows = Vec::new();
+    let mut config = None;
+    for (q, h) in all.iter().zip(headers) {
+        let outcome = match h.and_then(|g| plan_row(a, &q.quant, &g, &ov, gpu.memory)) {
+            Ok((c, o)) => {
+                config.get_or_insert(c);
+                o
+            }
+            Err(e) => RowOutcome::Error { error: format!("{e:#}") },
+        };
+        rows.push(QuantRow { quant: q.quant.clone(), files: q.files.clone(), file_bytes: q.bytes(), outcome });
+    }
+    if rows.iter().all(|r| matches!(r.outcome, RowOutcome::Error { .. })) {
+        let first = rows.iter().find_map(|r| if let RowOutcome::Error { error } = &r.outcome { Some(error.clone()) } else { None });
+        return Err(UsageError(format!("{}: no quant could be planned: {}", s.repo, first.unwrap_or_default())).into());
+    }
+    // The largest file that fits: the least quantized that fits.
+    let best = rows
+        .iter()
+        .filter(|r| matches!(r.outcome, RowOutcome::Planned { fits: true, .. }))
+        .max_by_key(|r| r.file_bytes)
+        .map(|r| r.quant.clone());
+    let mut notes = pasted.to_vec();
+    notes.extend(projector_note(&skipped));
+    if !a.engine.eq_ignore_ascii_case("llama.cpp") && !a.engine.eq_ignore_ascii_case("ollama") {
+        notes.push("a repository of GGUF files is planned under llama.cpp (vLLM's GGUF loading is not modelled)".into());
+    }
+    let t = QuantTable { repo: s.repo.clone(), rev: s.rev.clone(), gpu, config, rows, best, notes };
+    show(a.json, || render::serve_quants::json(&t), || render::serve_quants::text(&t))
+}
+
+/// Every quant's header, at most [`PARALLEL_HEADERS`] at a time, in order.
+fn read_headers(s: &Spec, all: &[QuantFile]) -> Vec<Result<Gguf>> {
+    let mut out = Vec::with_capacity(all.len());
+    for chunk in all.chunks(PARALLEL_HEADERS) {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = chunk.iter().map(|q| scope.spawn(move || hub_gguf::header(&s.env, &s.repo, &s.rev, q))).collect();
+            for h in handles {
+                out.push(h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("reading the header panicked"))));
+            }
+        });
+    }
+    out
+}
+
+/// One quant planned at the flags: the settings used and the row.
+fn plan_row(a: &ServeArgs, name: &str, g: &Gguf, ov: &vram_core::gguf::Overrides, memory: u64) -> Result<(LlamaCppConfig, RowOutcome)> {
+    let hp = g.hparams(name)?;
+    let (c, _) = llama_cpp_config(a, &hp, memory)?;
+    let p = llama_cpp_with(g, &hp, &c, ov)?;
+    let limit = if hp.context_length > 0 { hp.context_length } else { 1 << 20 };
+    let fits = p.gpu_total_bytes <= memory;
+    let max_ctx_size = max_ctx_with(g, &hp, &c, ov, memory, limit)?;
+    // Fitting shrinks as layers are added: bisect the most that fit at this context.
+    let max_n_gpu_layers = if fits {
+        None
+    } else {
+        let fit = |n: u64| -> Result<bool> {
+            Ok(llama_cpp_with(g, &hp, &LlamaCppConfig { n_gpu_layers: n, ..c }, ov)?.gpu_total_bytes <= memory)
+        };
+        if fit(0)? {
+            let (mut lo, mut hi) = (0u64, c.n_gpu_layers.min(hp.layers + 1));
+            while lo < hi {
+                let mid = lo + (hi - lo).div_ceil(2);
+                if fit(mid)? {
+                    lo = mid;
+                } else {
+                    hi = mid - 1;
+                }
+            }
+            Some(lo)
+        } else {
+            None
+        }
+    };
+    let row = RowOutcome::Planned {
+        gpu_total_bytes: p.gpu_total_bytes,
+        cpu_weights_bytes: p.cpu_weights_bytes,
+        fits,
+        max_ctx_size,
+        max_n_gpu_layers,
+    };
+    Ok((c, row))
+}

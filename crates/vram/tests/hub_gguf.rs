@@ -1,0 +1,316 @@
+//! "Which quant fits?": `vram serve --model org/name-GGUF` against a real HTTP server on loopback
+//! that serves the Hub's file listing (`/api/models/{repo}/tree/{rev}`, paginated by a `Link`
+//! header) and its files by Range request; llama-server's `-hf` and `ollama run hf.co/…` pasted;
+//! and the Hugging Face cache offline. Every quant of one model (8B-like, 32 layers, a 5 MB
+//! header that needs two range requests) in four ggml types, F16 split over two files.
+
+mod util;
+
+#[path = "../../vram-core/tests/support/gguf_writer.rs"]
+mod gguf_writer;
+
+use std::collections::HashMap;
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+
+use gguf_writer::Writer;
+use serde_json::{json, Value};
+use util::{err_text, ok_json, read_request, respond, vram};
+
+const REPO: &str = "org/m-GGUF";
+const LAYERS: u32 = 32;
+
+/// The model's header in one ggml type: metadata, then `layers` of tensors (a split's second
+/// shard: only those layers, no metadata but the split keys).
+fn header(ggml_type: u32, layers: std::ops::Range<u32>, with_meta: bool, split: Option<(u32, u32)>) -> Writer {
+    let mut w = Writer::default();
+    if with_meta {
+        w.str("general.architecture", "llama")
+            .str("general.name", "m")
+            .u32("llama.block_count", LAYERS)
+            .u32("llama.context_length", 131_072)
+            .u32("llama.embedding_length", 4096)
+            .u32("llama.feed_forward_length", 14_336)
+            .u32("llama.attention.head_count", 32)
+            .u32("llama.attention.head_count_kv", 8)
+            .f32("llama.rope.freq_base", 500_000.0)
+            .tokens(300_000);
+    }
+    if let Some((no, count)) = split {
+        w.u32("split.no", no).u32("split.count", count);
+    }
+    if with_meta {
+        w.tensor("token_embd.weight", &[4096, 300_000], ggml_type);
+    }
+    for i in layers.clone() {
+        w.tensor(&format!("blk.{i}.attn_norm.weight"), &[4096], gguf_writer::F32)
+            .tensor(&format!("blk.{i}.attn_q.weight"), &[4096, 4096], ggml_type)
+            .tensor(&format!("blk.{i}.attn_k.weight"), &[4096, 1024], ggml_type)
+            .tensor(&format!("blk.{i}.attn_v.weight"), &[4096, 1024], ggml_type)
+            .tensor(&format!("blk.{i}.attn_output.weight"), &[4096, 4096], ggml_type)
+            .tensor(&format!("blk.{i}.ffn_gate.weight"), &[4096, 14_336], ggml_type)
+            .tensor(&format!("blk.{i}.ffn_up.weight"), &[4096, 14_336], ggml_type)
+            .tensor(&format!("blk.{i}.ffn_down.weight"), &[14_336, 4096], ggml_type)
+            .tensor(&format!("blk.{i}.ffn_norm.weight"), &[4096], gguf_writer::F32);
+    }
+    if layers.end == LAYERS {
+        w.tensor("output_norm.weight", &[4096], gguf_writer::F32).tensor("output.weight", &[4096, 300_000], ggml_type);
+    }
+    w
+}
+
+/// A file: its header bytes and the length the tensor data makes it (the rest reads as zeros).
+struct File {
+    head: Vec<u8>,
+    len: u64,
+}
+
+fn file(w: &Writer) -> File {
+    let head = w.bytes();
+    let g = match vram_core::gguf::parse_with(&head, "t", None).unwrap() {
+        vram_core::gguf::Parsed::Complete(g) => g,
+        vram_core::gguf::Parsed::NeedMore(_) => panic!("header incomplete"),
+    };
+    let start = g.header_bytes.next_multiple_of(g.alignment);
+    let end = g.tensors.last().map_or(0, |t| t.offset + t.bytes);
+    File { head, len: start + end }
+}
+
+fn repo_files() -> Vec<(String, File)> {
+    vec![
+        ("m-Q4_K_M.gguf".into(), file(&header(gguf_writer::Q4_K, 0..LAYERS, true, None))),
+        ("m-Q6_K.gguf".into(), file(&header(gguf_writer::Q6_K, 0..LAYERS, true, None))),
+        ("m-Q8_0.gguf".into(), file(&header(gguf_writer::Q8_0, 0..LAYERS, true, None))),
+        ("F16/m-F16-00001-of-00002.gguf".into(), file(&header(gguf_writer::F16, 0..16, true, Some((0, 2))))),
+        ("F16/m-F16-00002-of-00002.gguf".into(), file(&header(gguf_writer::F16, 16..LAYERS, false, Some((1, 2))))),
+        ("mmproj-m-F16.gguf".into(), file(&header(gguf_writer::F16, 0..1, true, None))),
+    ]
+}
+
+/// Every request seen: (path, range header).
+type RequestLog = Arc<Mutex<Vec<(String, Option<String>)>>>;
+
+/// The Hub on loopback: `repos` maps a repository to its files. The tree listing comes in two
+/// pages (the second named by a relative `Link` URL, as the Hub sends it).
+fn serve_hub(repos: HashMap<String, Vec<(String, File)>>) -> (u16, RequestLog) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let log: RequestLog = Arc::new(Mutex::new(Vec::new()));
+    let seen = log.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let Some((path, range, _)) = read_request(&stream) else { continue };
+            seen.lock().unwrap().push((path.clone(), range.clone()));
+            if let Some(rest) = path.strip_prefix("/api/models/") {
+                let (repo, query) = rest.split_once("/tree/main").unwrap_or((rest, ""));
+                let Some(files) = repos.get(repo) else {
+                    respond(stream, "404 Not Found", &[], b"{\"error\":\"Repository not found\"}");
+                    continue;
+                };
+                let mut items: Vec<Value> = files.iter().map(|(p, f)| json!({"type": "file", "path": p, "size": f.len})).collect();
+                items.push(json!({"type": "directory", "path": "F16", "size": 0}));
+                items.push(json!({"type": "file", "path": "README.md", "size": 1234}));
+                let half = items.len() / 2;
+                if query.contains("cursor=2") {
+                    respond(stream, "200 OK", &[], &serde_json::to_vec(&items[half..]).unwrap());
+                } else {
+                    let next = format!("</api/models/{repo}/tree/main?recursive=true&cursor=2>; rel=\"next\"");
+                    respond(stream, "200 OK", &[("Link", next)], &serde_json::to_vec(&items[..half]).unwrap());
+                }
+                continue;
+            }
+            let Some((repo, name)) = path.trim_start_matches('/').split_once("/resolve/main/") else {
+                respond(stream, "404 Not Found", &[], b"");
+                continue;
+            };
+            let Some(f) = repos.get(repo).and_then(|fs| fs.iter().find(|(p, _)| p == name)).map(|(_, f)| f) else {
+                respond(stream, "404 Not Found", &[], b"Entry not found");
+                continue;
+            };
+            let Some(r) = range.as_deref().and_then(|r| r.strip_prefix("bytes=")) else {
+                respond(stream, "500 Internal Server Error", &[], b"the test server serves ranges only");
+                continue;
+            };
+            let (a, b) = r.split_once('-').unwrap();
+            let (a, b): (u64, u64) = (a.parse().unwrap(), b.parse::<u64>().unwrap().min(f.len - 1));
+            let body: Vec<u8> = (a..=b).map(|i| f.head.get(i as usize).copied().unwrap_or(0)).collect();
+            respond(stream, "206 Partial Content", &[("Content-Range", format!("bytes {a}-{b}/{}", f.len))], &body);
+        }
+    });
+    (port, log)
+}
+
+fn hub() -> (u16, RequestLog) {
+    let mut repos = HashMap::new();
+    repos.insert(REPO.to_string(), repo_files());
+    repos.insert("org/empty".to_string(), Vec::new());
+    serve_hub(repos)
+}
+
+fn run(port: u16, cache: &std::path::Path, args: &[&str]) -> std::process::Output {
+    vram()
+        .args(args)
+        .env("HF_ENDPOINT", format!("http://127.0.0.1:{port}"))
+        .env("HF_HOME", cache)
+        .env_remove("HF_TOKEN")
+        .env_remove("HF_HUB_CACHE")
+        .env_remove("HF_HUB_OFFLINE")
+        .output()
+        .unwrap()
+}
+
+/// A sparse local copy of a file: its header, then the length the tensor data makes it.
+fn write_sparse(path: &std::path::Path, f: &File) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, &f.head).unwrap();
+    std::fs::File::options().write(true).open(path).unwrap().set_len(f.len).unwrap();
+}
+
+#[test]
+fn every_quant_is_listed_with_its_plan_and_the_largest_that_fits_is_named() {
+    let (port, log) = hub();
+    let cache = tempfile::tempdir().unwrap();
+    let v = ok_json(&run(port, cache.path(), &["serve", "--model", REPO, "--gpu", "12GiB", "--json"]));
+    let quants = v["quants"].as_array().unwrap();
+    let names: Vec<&str> = quants.iter().map(|q| q["quant"].as_str().unwrap()).collect();
+    // Smallest first; the projector is left out and said so; the split F16 is one quant.
+    assert_eq!(names, ["Q4_K_M", "Q6_K", "Q8_0", "F16"]);
+    let files = repo_files();
+    let len = |n: &str| files.iter().find(|(p, _)| p == n).unwrap().1.len;
+    assert_eq!(quants[3]["file_bytes"].as_u64().unwrap(), len("F16/m-F16-00001-of-00002.gguf") + len("F16/m-F16-00002-of-00002.gguf"));
+    assert!(v["notes"].to_string().contains("mmproj-m-F16.gguf"), "{}", v["notes"]);
+    for q in &quants[..3] {
+        assert_eq!(q["fits"], true, "{q}");
+        assert!(q["max_n_gpu_layers"].is_null());
+    }
+    // 15 GiB of F16 weights do not fit 12 GiB: some layers do.
+    let f16 = &quants[3];
+    assert_eq!(f16["fits"], false);
+    let ngl = f16["max_n_gpu_layers"].as_u64().unwrap();
+    assert!((10..LAYERS as u64).contains(&ngl), "{f16}");
+    assert_eq!(v["best"], "Q8_0");
+    // Larger files take more of the GPU and leave shorter contexts.
+    let gpu: Vec<u64> = quants.iter().map(|q| q["gpu_total_bytes"].as_u64().unwrap()).collect();
+    assert!(gpu.windows(2).all(|w| w[0] < w[1]), "{gpu:?}");
+    let ctx: Vec<u64> = quants[..3].iter().map(|q| q["max_ctx_size"].as_u64().unwrap()).collect();
+    assert!(ctx.windows(2).all(|w| w[0] > w[1]), "{ctx:?}");
+    // Headers only: every file request is a range of at most 16 MiB; the listing took two pages;
+    // the 5 MB header took a second, longer range.
+    let reqs = log.lock().unwrap().clone();
+    let tree: Vec<_> = reqs.iter().filter(|(p, _)| p.starts_with("/api/models/")).collect();
+    assert_eq!(tree.len(), 2, "{tree:?}");
+    let q8: Vec<_> = reqs.iter().filter(|(p, _)| p.ends_with("m-Q8_0.gguf")).collect();
+    assert_eq!(q8.len(), 2, "{q8:?}");
+    for (p, r) in reqs.iter().filter(|(p, _)| p.contains("/resolve/")) {
+        let r = r.as_deref().unwrap_or_else(|| panic!("{p} fetched whole"));
+        let (a, b) = r.trim_start_matches("bytes=").split_once('-').unwrap();
+        assert!(b.parse::<u64>().unwrap() - a.parse::<u64>().unwrap() < 16 << 20, "{p} {r}");
+    }
+    assert!(!reqs.iter().any(|(p, _)| p.contains("mmproj")), "the projector's header is not read");
+
+    // The table's row is the plan `serve` makes of the file itself.
+    let dir = tempfile::tempdir().unwrap();
+    let local = dir.path().join("m-Q8_0.gguf");
+    write_sparse(&local, &files[2].1);
+    let whole = ok_json(&run(port, cache.path(), &["serve", "--model", local.to_str().unwrap(), "--gpu", "12GiB", "--json"]));
+    assert_eq!(whole["plan"]["gpu_total_bytes"], quants[2]["gpu_total_bytes"]);
+    let one = ok_json(&run(port, cache.path(), &["serve", "--model", &format!("{REPO}:q8_0"), "--gpu", "12GiB", "--json"]));
+    assert_eq!(one["plan"], whole["plan"]);
+    assert_eq!(one["file"], format!("{REPO}:Q8_0"));
+
+    // The text names the best and how to see its plan.
+    let out = run(port, cache.path(), &["serve", "--model", REPO, "--gpu", "12GiB", "-c", "8192"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("best that fits: Q8_0"), "{text}");
+    assert!(text.contains("--ctx-size 8192"), "{text}");
+    assert!(text.contains("GiB = 2^30"), "{text}");
+}
+
+#[test]
+fn a_split_quant_is_planned_over_all_its_shards() {
+    let (port, _) = hub();
+    let cache = tempfile::tempdir().unwrap();
+    let v = ok_json(&run(port, cache.path(), &["serve", "--model", &format!("{REPO}:F16"), "--gpu", "80GiB", "--json"]));
+    // Every layer's tensors, from both shards: 32 layers × 9 + embeddings, norm and output.
+    assert_eq!(v["gguf"]["tensors"], 32 * 9 + 3);
+    assert_eq!(v["fits"], true);
+    assert!(v["notes"].to_string().contains("m-F16-00001-of-00002.gguf + F16/m-F16-00002-of-00002.gguf"), "{}", v["notes"]);
+}
+
+#[test]
+fn llama_server_hf_and_ollama_hf_co_are_read_from_the_hub() {
+    let (port, _) = hub();
+    let cache = tempfile::tempdir().unwrap();
+    // -hf with no quant: llama.cpp's default, Q4_K_M, said so.
+    let v = ok_json(&run(
+        port,
+        cache.path(),
+        &["serve", "--gpu", "24GiB", "--json", "--", "llama-server", "-hf", REPO, "-c", "8192", "-ngl", "99"],
+    ));
+    assert_eq!(v["file"], format!("{REPO}:Q4_K_M"));
+    assert_eq!(v["config"]["ctx"], 8192);
+    assert!(v["notes"].to_string().contains("names no quant"), "{}", v["notes"]);
+    let v = ok_json(&run(port, cache.path(), &["serve", "--gpu", "24GiB", "--json", "--", "llama-server", "-hf", &format!("{REPO}:Q6_K")]));
+    assert_eq!(v["file"], format!("{REPO}:Q6_K"));
+    let v =
+        ok_json(&run(port, cache.path(), &["serve", "--gpu", "24GiB", "--json", "--", "llama-server", "-hf", REPO, "-hff", "m-Q8_0.gguf"]));
+    assert_eq!(v["file"], format!("{REPO}:Q8_0"));
+    let v = ok_json(&run(port, cache.path(), &["serve", "--gpu", "24GiB", "--json", "--", "ollama", "run", &format!("hf.co/{REPO}:Q6_K")]));
+    assert_eq!(v["file"], format!("{REPO}:Q6_K"));
+    assert_eq!(v["engine"], "llama.cpp");
+}
+
+#[test]
+fn bad_requests_say_what_is_wrong() {
+    let (port, _) = hub();
+    let cache = tempfile::tempdir().unwrap();
+    let e = err_text(&run(port, cache.path(), &["serve", "--model", &format!("{REPO}:Q3_K_S"), "--gpu", "24GiB"]));
+    assert!(e.contains("no quant `Q3_K_S`") && e.contains("Q4_K_M, Q6_K, Q8_0, F16"), "{e}");
+    let e = err_text(&run(port, cache.path(), &["serve", "--model", "org/empty", "--engine", "llama.cpp", "--gpu", "24GiB"]));
+    assert!(e.contains("has no .gguf file"), "{e}");
+    let e = err_text(&run(port, cache.path(), &["serve", "--model", "org/missing-GGUF", "--gpu", "24GiB"]));
+    assert!(e.contains("org/missing-GGUF"), "{e}");
+    let log = cache.path().join("startup.log");
+    std::fs::write(&log, "load_tensors:        CUDA0 model buffer size =  4403.49 MiB\n").unwrap();
+    let e = err_text(&run(port, cache.path(), &["serve", "--model", REPO, "--gpu", "24GiB", "--log", log.to_str().unwrap()]));
+    assert!(e.contains("name the quant"), "{e}");
+    let e = err_text(&run(port, cache.path(), &["serve", "--model", REPO, "--gpu", "24GiB", "--engine", "sglang"]));
+    assert!(e.contains("llama.cpp"), "{e}");
+}
+
+#[test]
+fn offline_the_cache_is_listed_and_read_without_a_request() {
+    let (port, log) = hub();
+    let cache = tempfile::tempdir().unwrap();
+    let commit = "0123456789abcdef0123456789abcdef01234567";
+    let root = cache.path().join("hub").join("models--org--m-GGUF");
+    std::fs::create_dir_all(root.join("refs")).unwrap();
+    std::fs::write(root.join("refs").join("main"), commit).unwrap();
+    let files = repo_files();
+    for i in [0, 2] {
+        write_sparse(&root.join("snapshots").join(commit).join(&files[i].0), &files[i].1);
+    }
+    let out = vram()
+        .args(["serve", "--model", REPO, "--gpu", "12GiB", "--json"])
+        .env("HF_ENDPOINT", format!("http://127.0.0.1:{port}"))
+        .env("HF_HOME", cache.path())
+        .env("HF_HUB_OFFLINE", "1")
+        .env_remove("HF_HUB_CACHE")
+        .output()
+        .unwrap();
+    let v = ok_json(&out);
+    let names: Vec<&str> = v["quants"].as_array().unwrap().iter().map(|q| q["quant"].as_str().unwrap()).collect();
+    assert_eq!(names, ["Q4_K_M", "Q8_0"]);
+    assert_eq!(v["best"], "Q8_0");
+    assert!(log.lock().unwrap().is_empty(), "offline made requests: {:?}", log.lock().unwrap());
+    // Not cached, offline: a clear error.
+    let out = vram()
+        .args(["serve", "--model", "org/other-GGUF", "--gpu", "12GiB"])
+        .env("HF_HOME", cache.path())
+        .env("HF_HUB_OFFLINE", "1")
+        .env_remove("HF_HUB_CACHE")
+        .output()
+        .unwrap();
+    assert!(err_text(&out).contains("HF_HUB_OFFLINE"));
+}
