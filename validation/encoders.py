@@ -1,5 +1,5 @@
 """Measure what PyTorch really allocates when training or running an ENCODER (BERT, RoBERTa, XLM-R,
-MiniLM/BGE sentence embedders, DistilBERT, ELECTRA, DeBERTa-v2/v3): fixtures/encoders.jsonl.
+MiniLM/BGE sentence embedders, DistilBERT, ELECTRA, DeBERTa-v2/v3, ModernBERT): fixtures/encoders.jsonl.
 
 Same method as harness.py, whose pieces are imported unchanged: real transformers models built
 from config.json under FakeTensorMode, the CUDA emulation (SDPA kernel choice, autocast fp32 list,
@@ -79,6 +79,7 @@ from transformers import AutoConfig  # noqa: E402
 
 import harness  # noqa: E402  (registers the CUDA SDPA, dropout and autocast emulation)
 from harness import DTYPES, KERNELS, Tracker, result, run_resumable  # noqa: E402
+import vision  # noqa: E402,F401  (ModernBERT's init: trunc_normal_ as a clamped normal draw, vision.py's patch)
 
 TASK_CLASS = {"mlm": "AutoModelForMaskedLM", "classification": "AutoModelForSequenceClassification",
               "embedding": "AutoModel", "pretraining": "ElectraForPreTraining"}
@@ -276,6 +277,10 @@ FAMILY_DEVELOPMENT = ["distilbert-base-uncased", "electra-small-discriminator"]
 FAMILY_HELD_OUT = ["distilbert-base-multilingual-cased-sentiments-student", "electra-base-discriminator",
                    "electra-base-generator"]
 ELECTRA_DISCRIMINATORS = ["electra-small-discriminator", "electra-base-discriminator"]
+# ModernBERT (pre-LN, RoPE, GeGLU, alternating global / sliding-window attention): base for
+# development, large and mmBERT-base (a 256k vocabulary) held out.
+MODERNBERT_DEVELOPMENT = ["modernbert-base"]
+MODERNBERT_HELD_OUT = ["modernbert-large", "mmbert-base"]
 
 
 def attention_for(model):
@@ -341,8 +346,21 @@ def points():
         train_pt(m, "mlm", "fp32", 4, 256)
         train_pt(m, "embedding", "bf16-mixed", 32, 128)
         infer_pt(m, "mlm", "bf16", 16 if big else 32, 512)
+    for m in MODERNBERT_DEVELOPMENT + MODERNBERT_HELD_OUT:
+        big = m.endswith("large") or m.startswith("mmbert")
+        train_pt(m, "mlm", "bf16-mixed", 4 if big else 8, 512)
+        train_pt(m, "mlm", "bf16-mixed", 8, 512, checkpointing=True)
+        train_pt(m, "mlm", "bf16-mixed", 4, 512, mask="padding")
+        train_pt(m, "mlm", "fp32", 4, 256)
+        train_pt(m, "classification", "bf16-mixed", 16, 512)
+        train_pt(m, "classification", "bf16-mixed", 16, 256, mask="padding")
+        train_pt(m, "embedding", "bf16-mixed", 32, 128)
+        train_pt(m, "mlm", "bf16-mixed", 2, 2048)
+        infer_pt(m, "mlm", "bf16", 16, 512)
+        infer_pt(m, "embedding", "bf16", 64, 512)
+    development = DEVELOPMENT + FAMILY_DEVELOPMENT + DEBERTA_DEVELOPMENT + MODERNBERT_DEVELOPMENT
     for p in out:
-        p["set"] = "development" if p["model"] in DEVELOPMENT + FAMILY_DEVELOPMENT + DEBERTA_DEVELOPMENT else "held-out"
+        p["set"] = "development" if p["model"] in development else "held-out"
         p["id"] = "|".join(f"{k}={p[k]}" for k in sorted(p) if k != "set")
     return out
 

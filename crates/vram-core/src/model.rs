@@ -442,6 +442,24 @@ pub struct Encoder {
     /// DeBERTa-v2/v3's disentangled attention (content-to-position and position-to-content
     /// scores over relative-position embeddings).
     pub disentangled: Option<Disentangled>,
+    /// ModernBERT's pre-LN layers and prediction head.
+    pub modern: Option<ModernBert>,
+}
+
+/// ModernBERT (transformers models/modernbert/modeling_modernbert.py): pre-LN layers (the first
+/// without `attn_norm`), fused `Wqkv` and GeGLU `Wi`, rotary positions, global and
+/// sliding-window attention, a final norm, and `ModernBertPredictionHead` (dense, activation,
+/// norm) under every task head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ModernBert {
+    /// `classifier_pooling` "mean" (else "cls", the first token).
+    pub mean_pooling: bool,
+    /// `classifier_bias`: the prediction head's dense bias.
+    pub head_bias: bool,
+    /// `decoder_bias`: the masked-LM decoder's bias.
+    pub decoder_bias: bool,
+    /// `classifier_dropout` > 0: a token classifier keeps a dropout mask per token.
+    pub classifier_dropout: bool,
 }
 
 /// DeBERTa-v2/v3's relative attention (transformers models/deberta_v2/modeling_deberta_v2.py
@@ -1153,6 +1171,9 @@ impl Model {
         if let Some(vis) = enc.vision {
             return self.vision_tensors(enc.head, vis);
         }
+        if let Some(mb) = enc.modern {
+            return self.modernbert_tensors(enc.head, mb);
+        }
         let (h, e) = (self.hidden, self.embed_dim);
         let mut v = vec![TensorGroup::matrix("embeddings.word_embeddings.weight".into(), 1, self.vocab, e, 1, Role::Embedding)];
         v.push(TensorGroup::matrix("embeddings.position_embeddings.weight".into(), 1, self.position_embeddings, e, 1, Role::Position));
@@ -1211,6 +1232,42 @@ impl Model {
                 Self::linear(&mut v, "discriminator_predictions.dense", h, h, true, 1);
                 Self::linear(&mut v, "discriminator_predictions.dense_prediction", h, 1, true, 1);
             }
+        }
+        v
+    }
+
+    /// ModernBERT's inventory (modeling_modernbert.py): `tok_embeddings` and the embedding norm,
+    /// the layers (layer 0's `attn_norm` is an Identity), `final_norm`, then the head:
+    /// `ModernBertPredictionHead` (dense h×h, `classifier_bias`; norm) under every task, the
+    /// masked-LM decoder tied to the embeddings with its own `decoder_bias`, classifiers with bias.
+    fn modernbert_tensors(&self, head: EncoderHead, mb: ModernBert) -> Vec<TensorGroup> {
+        let h = self.hidden;
+        let mut v = vec![TensorGroup::matrix("embeddings.tok_embeddings.weight".into(), 1, self.vocab, h, 1, Role::Embedding)];
+        self.norm_tensors("embeddings.norm", 1, h, &mut v);
+        self.layer_tensors(0, self.layers, &mut v);
+        for t in v.iter_mut().filter(|t| t.name.starts_with("layers.{i}.norms.")) {
+            t.count = t.count.saturating_sub(1);
+        }
+        self.norm_tensors("final_norm", 1, h, &mut v);
+        let prediction_head = |v: &mut Vec<TensorGroup>| {
+            Self::linear(v, "head.dense", h, h, mb.head_bias, 1);
+            self.norm_tensors("head.norm", 1, h, v);
+        };
+        match head {
+            EncoderHead::MaskedLm => {
+                prediction_head(&mut v);
+                if !self.tied_embeddings {
+                    v.push(TensorGroup::matrix("decoder.weight".into(), 1, self.vocab, h, 1, Role::LmHead));
+                }
+                if mb.decoder_bias {
+                    v.push(TensorGroup::vector("decoder.bias".into(), self.vocab, 1, Role::Bias));
+                }
+            }
+            EncoderHead::SequenceClassification { labels } | EncoderHead::TokenClassification { labels } => {
+                prediction_head(&mut v);
+                Self::linear(&mut v, "classifier", h, labels, true, 1);
+            }
+            EncoderHead::Embedding | EncoderHead::ImageClassification { .. } | EncoderHead::ReplacedTokenDetection => {}
         }
         v
     }

@@ -22,6 +22,28 @@ pub(super) fn head_of(arch: &str, labels: u64) -> Option<EncoderHead> {
     }
 }
 
+/// The head of an encoder whose family also has a question-answering class (DeBERTa,
+/// ModernBERT): `…ForQuestionAnswering` is a 2-output classifier on every token, counted as a
+/// 2-label token classifier (with a warning naming `qa`, what the family puts under it); no
+/// class is the masked-LM head; otherwise [`head_of`]. `family` names it in the messages.
+pub(super) fn head_with_qa(c: &Cfg, m: &mut Model, family: &str, qa: &str) -> Result<EncoderHead> {
+    let arch = c.first_architecture();
+    let head = if arch.ends_with("ForQuestionAnswering") {
+        m.warnings
+            .push(format!("{family} question answering: {qa} (start and end logits per token) counted as a 2-label token classifier"));
+        Some(EncoderHead::TokenClassification { labels: 2 })
+    } else if arch.is_empty() {
+        Some(EncoderHead::MaskedLm)
+    } else {
+        head_of(&arch, c.labels()?)
+    };
+    head.ok_or_else(|| Error::InvalidValue {
+        what: "encoder head".into(),
+        value: arch,
+        hint: format!("vram models {family} with a masked-LM, sequence- or token-classification or question-answering head, or bare; pass --task fill-mask|text-classification|token-classification|feature-extraction"),
+    })
+}
+
 pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     let mut m = core_dims(c, name, &["hidden_size"], &["num_hidden_layers"], &["num_attention_heads"])?;
     m.intermediate = c.req(&["intermediate_size"], "size the MLP")?;
@@ -46,7 +68,7 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     post_ln(
         c,
         m,
-        Encoder { token_types, head, vision: None, pooler: true, attention_output_dropout: true, disentangled: None },
+        Encoder { token_types, head, vision: None, pooler: true, attention_output_dropout: true, disentangled: None, modern: None },
         ["hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob"],
     )
 }

@@ -71,6 +71,7 @@ pub(super) fn parse_text(c: &Cfg, name: &str, model_type: &str) -> Result<Model>
         pooler: siglip,
         attention_output_dropout: false,
         disentangled: None,
+        modern: None,
     });
     m.tied_embeddings = false;
     m.use_cache = false;

@@ -7,8 +7,8 @@
 use serde_json::Value;
 
 use super::keys::{core_dims, Cfg};
-use crate::error::{Error, Result};
-use crate::model::{Disentangled, Encoder, EncoderHead};
+use crate::error::Result;
+use crate::model::{Disentangled, Encoder};
 
 pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<crate::model::Model> {
     let mut m = core_dims(c, name, &["hidden_size"], &["num_hidden_layers"], &["num_attention_heads"])?;
@@ -68,25 +68,9 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<crate::mod
         return unsupported("position_buckets", Value::from(disentangled.map_or(0, |d| d.span)), "a relative span of 1 to 65536 positions");
     }
     let token_types = c.opt(&["type_vocab_size"])?.unwrap_or(0);
-    let arch = c.first_architecture();
     // DebertaV2ForQuestionAnswering's qa_outputs is Linear(hidden, 2) on every token: a
     // 2-label token classifier in parameters and memory (start and end logits).
-    let head = if arch.ends_with("ForQuestionAnswering") {
-        m.warnings
-            .push("DeBERTa question answering: qa_outputs (start and end logits per token) counted as a 2-label token classifier".into());
-        Some(EncoderHead::TokenClassification { labels: 2 })
-    } else if arch.is_empty() {
-        Some(EncoderHead::MaskedLm)
-    } else {
-        super::bert::head_of(&arch, c.labels()?)
-    };
-    let Some(head) = head else {
-        return Err(Error::InvalidValue {
-            what: "encoder head".into(),
-            value: arch,
-            hint: "vram models DeBERTa with a masked-LM, sequence- or token-classification or question-answering head, or bare; pass --task fill-mask|text-classification|token-classification|feature-extraction".into(),
-        });
-    };
+    let head = super::bert::head_with_qa(c, &mut m, "DeBERTa", "qa_outputs")?;
     // DebertaV2Model has no pooler; the sequence classifier's ContextPooler (dense hidden →
     // pooler_hidden_size) is the encoder's pooler dense of a classification head.
     if let Some(p) = c.opt(&["pooler_hidden_size"])?.filter(|&p| p != m.hidden) {
@@ -94,7 +78,7 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<crate::mod
     }
     // DebertaV2Config: hidden_dropout_prob 0.1, attention_probs_dropout_prob 0.1; the MLM
     // head (legacy, default) ties its decoder to the word embeddings.
-    let enc = Encoder { token_types, head, vision: None, pooler: false, attention_output_dropout: true, disentangled };
+    let enc = Encoder { token_types, head, vision: None, pooler: false, attention_output_dropout: true, disentangled, modern: None };
     let mut m = super::bert::post_ln(c, m, enc, ["hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob"])?;
     m.use_cache = false;
     Ok(m)

@@ -24,6 +24,7 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     };
     // DistilBertConfig: tie_word_embeddings True (vocab_projector.weight is the word embedding),
     // dropout 0.1, attention_dropout 0.1.
-    let enc = Encoder { token_types: 0, head, vision: None, pooler: false, attention_output_dropout: false, disentangled: None };
+    let enc =
+        Encoder { token_types: 0, head, vision: None, pooler: false, attention_output_dropout: false, disentangled: None, modern: None };
     super::bert::post_ln(c, m, enc, ["activation", "dropout", "attention_dropout"])
 }

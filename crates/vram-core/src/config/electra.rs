@@ -38,6 +38,6 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     };
     // ElectraForMaskedLM ties generator_lm_head to the word embedding (tie_word_embeddings True);
     // ElectraConfig: hidden_dropout_prob 0.1, attention_probs_dropout_prob 0.1.
-    let enc = Encoder { token_types, head, vision: None, pooler: false, attention_output_dropout: true, disentangled: None };
+    let enc = Encoder { token_types, head, vision: None, pooler: false, attention_output_dropout: true, disentangled: None, modern: None };
     super::bert::post_ln(c, m, enc, ["hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob"])
 }

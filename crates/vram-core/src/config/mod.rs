@@ -21,6 +21,7 @@ mod keys;
 mod llama;
 mod llava;
 mod mamba;
+mod modernbert;
 mod opt;
 mod phi;
 mod positions;

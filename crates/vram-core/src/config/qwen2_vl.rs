@@ -174,6 +174,7 @@ fn tower(c: &Cfg, fam: VisionFamily, name: &str) -> Result<(Model, PatchMerger, 
         pooler: false,
         attention_output_dropout: true,
         disentangled: None,
+        modern: None,
     });
     let window = if qwen25 { c.opt(&["window_size"])?.unwrap_or(112) / patch } else { 0 };
     let full = if qwen25 { full_layers(c, m.layers)? } else { m.layers };

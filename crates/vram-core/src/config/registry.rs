@@ -1,7 +1,9 @@
 //! Which parser reads which `model_type`, and the families recognised but not estimated.
 
 use super::keys::Cfg;
-use super::{bart, bert, clip, deberta, distilbert, electra, falcon, gpt2, gpt_neox, llama, mamba, opt, phi, t5, vision, whisper};
+use super::{
+    bart, bert, clip, deberta, distilbert, electra, falcon, gpt2, gpt_neox, llama, mamba, modernbert, opt, phi, t5, vision, whisper,
+};
 use crate::error::Result;
 use crate::model::Model;
 
@@ -41,6 +43,7 @@ const FAMILIES: &[(&[&str], Parser)] = &[
     (&["bert", "roberta", "xlm-roberta", "camembert"], bert::parse),
     (&["distilbert"], distilbert::parse),
     (&["deberta-v2"], deberta::parse),
+    (&["modernbert"], modernbert::parse),
     (&["electra"], electra::parse),
     (&["vit", "dinov2", "clip_vision_model", "siglip_vision_model"], vision::parse),
     (&["clip_text_model", "siglip_text_model"], clip::parse_text),
@@ -65,6 +68,7 @@ pub(super) fn is_encoder(model_type: &str) -> bool {
             | "camembert"
             | "distilbert"
             | "deberta-v2"
+            | "modernbert"
             | "electra"
             | "vit"
             | "dinov2"
@@ -93,8 +97,8 @@ pub(super) fn is_known(model_type: &str) -> bool {
 /// Families vram recognises but cannot estimate, with the reason given to the user.
 const UNSUPPORTED: &[(&[&str], &str)] = &[
     (
-        &["albert", "deberta", "modernbert", "mpnet", "ernie", "nomic_bert", "xlm", "xlm-roberta-xl", "roberta-prelayernorm"],
-        "this encoder is not supported yet: vram models BERT, RoBERTa, XLM-RoBERTa, CamemBERT, DistilBERT, ELECTRA and DeBERTa-v2/v3 among encoders (ALBERT, DeBERTa v1, ModernBERT and MPNet differ in embeddings, attention or norms)",
+        &["albert", "deberta", "mpnet", "ernie", "nomic_bert", "xlm", "xlm-roberta-xl", "roberta-prelayernorm"],
+        "this encoder is not supported yet: vram models BERT, RoBERTa, XLM-RoBERTa, CamemBERT, DistilBERT, ELECTRA, DeBERTa-v2/v3 and ModernBERT among encoders (ALBERT, DeBERTa v1 and MPNet differ in embeddings, attention or norms)",
     ),
     (
         &["umt5", "longt5", "pegasus", "marian", "blenderbot", "m2m_100", "nllb-moe", "seamless_m4t", "switch_transformers", "speecht5", "fsmt", "prophetnet"],

@@ -66,8 +66,15 @@ pub(super) fn parse(c: &Cfg, name: &str, model_type: &str) -> Result<Model> {
             hint: "vram models vision transformers with an image-classification head or bare (feature extraction); pass --task image-classification or image-feature-extraction".into(),
         });
     };
-    m.encoder =
-        Some(Encoder { token_types: 0, head, vision: Some(vision), pooler: true, attention_output_dropout: true, disentangled: None });
+    m.encoder = Some(Encoder {
+        token_types: 0,
+        head,
+        vision: Some(vision),
+        pooler: true,
+        attention_output_dropout: true,
+        disentangled: None,
+        modern: None,
+    });
     m.tied_embeddings = false;
     m.use_cache = false;
     m.norm = Norm::LayerNorm { bias: true };

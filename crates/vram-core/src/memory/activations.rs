@@ -926,6 +926,16 @@ pub fn backward_transient(m: &Model, job: &Job, kernel: Kernel, i: u64) -> (u128
         }
         _ => m.intermediate as u128,
     };
+    if m.encoder.is_some_and(|x| x.modern.is_some()) {
+        // ModernBERT (modeling_modernbert.py): backward starts at `final_norm` with its output's
+        // gradient and its input's (residual dtype) beside everything saved. Its saved input is
+        // freed before the top layer's MLP backward, where `Wo`'s gradient frees the product it
+        // saved and the GeGLU multiply's two input gradients join the residual's: the larger of
+        // the two moments (measured: validation/encoders.py, 3- and 6-layer builds).
+        let (fn_saved, _) = b.norm(m.norm, b.r);
+        let top = (b.r * h + 2 * mlp_width * e).saturating_sub(fn_saved * h + 8);
+        return ((2 * b.r * h).max(top), 0);
+    }
     // Gated: the product's gradient, then the gate's and up's (three intermediate-sized tensors
     // at once); plain fc1 → act → fc2: the activation output's gradient and its input's (two).
     let mlp = if m.mlp.gated { 3 } else { 1 } * mlp_width * b.lin;

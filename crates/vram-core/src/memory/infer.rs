@@ -168,10 +168,31 @@ fn encoder_forward(m: &Model, job: &Job, head: EncoderHead) -> (Vec<Breakdown>, 
     // A padded batch: the (B, 1, S, S) bool mask, alive through the forward (the float bias SDPA
     // makes from it in each layer is freed with the layer under no_grad).
     let mask = if act::padded_mask(job) { batch * seq * seq } else { 0 };
-    let attn = t * 7 * h * e + sq;
-    // quick_gelu (x * sigmoid(1.702x)) holds x, the sigmoid and the product at once.
-    let live = if m.mlp.act == Act::QuickGelu { 3 } else { 2 };
-    let mlp = t * (3 * h + live * inter) * e;
+    let modern = m.encoder.is_some_and(|x| x.modern.is_some());
+    let (attn, mlp, mask) = if modern {
+        // ModernBERT (modeling_modernbert.py): the embeddings' output, the layer input and its
+        // normed copy, the fused qkv output, and apply_rotary_pos_emb's fp32 work on k while q's
+        // fp32 result waits: `k.float() * cos`, `rotate_half(k.float())` (the copy — none in
+        // fp32 —, `-x2` of half width and the cat). The MLP: the embeddings' output, the layer
+        // input, the residual after attention and its normed copy, `Wi`'s output (input and
+        // gate), the activation and the product. The sliding-window mask lives through the
+        // forward: [1, 1, S, S] bool unpadded; padded, it and the global layers' mask are
+        // [B, 1, S, S] each (measured op by op: validation/encoders.py).
+        let fp32_copies: u128 = if e < 4 { 4 } else { 3 };
+        let attn = t * (6 * h * e + fp32_copies * 4 * h + 2 * h);
+        let window = act::sliding_masked(m, job, job.seq) || (mask > 0 && m.sliding_layers > 0);
+        let masks = match (mask > 0, window) {
+            (true, true) => 2 * mask,
+            (true, false) => mask,
+            (false, true) => seq * seq,
+            (false, false) => 0,
+        };
+        (attn, t * (4 * h + 4 * inter) * e, masks)
+    } else {
+        // quick_gelu (x * sigmoid(1.702x)) holds x, the sigmoid and the product at once.
+        let live = if m.mlp.act == Act::QuickGelu { 3 } else { 2 };
+        (t * 7 * h * e + sq, t * (3 * h + live * inter) * e, mask)
+    };
     let (rows, width) = m.loss_logits(job.batch, job.seq);
     let out = match head {
         // At the logits: the last hidden state and the prediction head's transform output

@@ -409,6 +409,10 @@ pub fn check_encoder(model: &Model, job: &Job) -> Result<()> {
         if model.dual.is_some() {
             return refuse("LoRA on a dual encoder");
         }
+        if enc.modern.is_some() {
+            // Not yet checked against peft on ModernBERT's fused Wqkv / Wi and its head.
+            return refuse("LoRA on ModernBERT");
+        }
         if job.base.is_some_and(crate::peft::BaseWeights::is_bnb) {
             return refuse("QLoRA (a bitsandbytes base)");
         }

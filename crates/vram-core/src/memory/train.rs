@@ -63,10 +63,11 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
         notes.push("padded batch: transformers passes SDPA a (batch, 1, seq, seq) mask, so CUDA runs memory-efficient attention (not flash) and every layer keeps the float bias made from it for backward".into());
     } else if masked_any {
         notes.push(format!(
-            "sequence {} ≥ sliding window {}: transformers passes SDPA an explicit mask on {} windowed layers, so CUDA runs memory-efficient attention (not flash), with K/V repeated for GQA and a batch×seq² float mask saved per layer; attn_implementation=flash_attention_2 avoids it",
+            "sequence {} ≥ sliding window {}: transformers passes SDPA an explicit mask on {} windowed layers, so CUDA runs memory-efficient attention (not flash){} and a batch×seq² float mask saved per layer; attn_implementation=flash_attention_2 avoids it",
             job.seq,
             m.sliding_window.unwrap_or(0),
-            m.sliding_layers
+            m.sliding_layers,
+            if m.kv_heads != m.heads { ", with K/V repeated for GQA" } else { "" }
         ));
     }
     // Layers differ only by kind (dense or MoE, windowed or not): compute each kind once.
