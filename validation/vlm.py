@@ -72,6 +72,12 @@ marks the image tokens ((side/14)^2/4 per image). "frozen_vision" freezes `visua
 keep their values as fake-tensor constants, get_rope_index and get_vision_window_index run on real
 values with fake mode suspended.
 
+GEMMA-3 (model_type gemma3 with a vision_config): 896-px images (4096 SigLIP patches, pooled to
+mm_tokens_per_image = 256 tokens); the batch carries token_type_ids (1 at image tokens) as
+Gemma3Processor returns them, so the language model builds its bidirectional-block masks. The
+placeholder check is patched as LLaVA's (patch 1). Not in the technique check (no tiny Gemma-3
+case yet): the same patches and kernels as the LLaVA cases.
+
     /work/venv/bin/python validation/vlm.py                # the matrix (resumable)
     /work/venv/bin/python validation/vlm.py --technique    # real vs fake on a tiny llava
 """
@@ -91,6 +97,7 @@ sys.path.insert(0, HERE)
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
+import transformers.models.gemma3.modeling_gemma3 as _gemma3  # noqa: E402
 import transformers.models.llava.modeling_llava as _llava  # noqa: E402
 import transformers.models.qwen2_5_vl.modeling_qwen2_5_vl as _qwen25  # noqa: E402
 import transformers.models.qwen2_vl.modeling_qwen2_vl as _qwen2  # noqa: E402
@@ -131,18 +138,23 @@ def _check(cond, msg, error_type=ValueError):
     return _orig_check(cond, msg, error_type)
 
 
-_llava.torch_compilable_check = _check
 _CHECK_OK = [True]
-_orig_mask = _llava.LlavaModel.get_placeholder_mask
 
 
-def _placeholder_mask(self, input_ids, inputs_embeds, image_features):
-    if isinstance(input_ids, FakeTensor):
-        _CHECK_OK[0] = PLACED[0] * inputs_embeds.shape[-1] == image_features.numel()
-    return _orig_mask(self, input_ids, inputs_embeds, image_features)
+def _placeholder_mask(orig):
+    """get_placeholder_mask with the check's outcome decided from the image tokens placed."""
+    def wrapped(self, input_ids, inputs_embeds, image_features):
+        if isinstance(input_ids, FakeTensor):
+            _CHECK_OK[0] = PLACED[0] * inputs_embeds.shape[-1] == image_features.numel()
+        return orig(self, input_ids, inputs_embeds, image_features)
+    return wrapped
 
 
-_llava.LlavaModel.get_placeholder_mask = _placeholder_mask
+# LLaVA, and Gemma-3 (Gemma3Model.get_placeholder_mask, through its own import of
+# torch_compilable_check): the same two replacements.
+for _module, _cls in ((_llava, _llava.LlavaModel), (_gemma3, _gemma3.Gemma3Model)):
+    _module.torch_compilable_check = _check
+    _cls.get_placeholder_mask = _placeholder_mask(_cls.get_placeholder_mask)
 
 
 # --------------------------------------------------------------------------------------------
@@ -295,10 +307,17 @@ def qwen_side(cfg, side):
     return h
 
 
+def is_gemma(cfg):
+    return cfg.model_type == "gemma3"
+
+
 def image_tokens(cfg, side=None):
     """LLM tokens per image. LLaVA: the tower's patches (+ CLIP's CLS), minus the CLS for "default".
-    Qwen2-VL: (side/14)^2 patches, merged 2x2 by the PatchMerger."""
+    Qwen2-VL: (side/14)^2 patches, merged 2x2 by the PatchMerger. Gemma-3: mm_tokens_per_image
+    (the 64x64 patch grid average-pooled to 16x16)."""
     v = cfg.vision_config
+    if is_gemma(cfg):
+        return cfg.mm_tokens_per_image
     if is_qwen(cfg):
         return (qwen_side(cfg, side) // v.patch_size) ** 2 // v.spatial_merge_size ** 2
     tower = (v.image_size // v.patch_size) ** 2 + (1 if v.model_type == "clip_vision_model" else 0)
@@ -344,6 +363,11 @@ def make_batch(cfg, batch, seq, images, side=None):
         extra = {"image_grid_thw": grid, "mm_token_type_ids": torch.tensor(types)}
         return {"input_ids": ids, "labels": labels, "pixel_values": pix, **extra}
     pix = torch.randn(batch * images, 3, v.image_size, v.image_size)
+    if is_gemma(cfg):
+        # Gemma3Processor returns token_type_ids (1 at image tokens), which Trainer passes and
+        # the model turns into bidirectional attention within each image block.
+        return {"input_ids": ids, "labels": labels, "pixel_values": pix, "token_type_ids": is_img.long(),
+                "attention_mask": torch.ones_like(ids)}
     return {"input_ids": ids, "labels": labels, "pixel_values": pix, "attention_mask": torch.ones_like(ids)}
 
 
@@ -538,8 +562,9 @@ def points():
         pt(m, "frozen_vision", "bf16", 1, 2048)
         pt(m, None, "bf16", 4, 2048, mode="infer")
     out += qwen_points()
+    out += gemma_points()
     for p in out:
-        p["set"] = "development" if p["model"] in DEVELOPMENT + QWEN_DEVELOPMENT else "held-out"
+        p["set"] = "development" if p["model"] in DEVELOPMENT + QWEN_DEVELOPMENT + GEMMA_DEVELOPMENT else "held-out"
         p["id"] = "|".join(f"{k}={p[k]}" for k in sorted(p) if k != "set")
     return out
 
@@ -576,12 +601,43 @@ def qwen_points():
     return out
 
 
+GEMMA_DEVELOPMENT = ["gemma-3-4b-it"]
+GEMMA_HELD_OUT = ["gemma-3-12b-it", "gemma-3-27b-it"]
+
+
+def gemma_points():
+    """Gemma-3: 896-px images (4096 patches through the tower, 256 tokens each), token_type_ids
+    passed as the processor returns them."""
+    out = []
+
+    def pt(model, train, precision, batch, seq, images=1, checkpointing=False, mode="train"):
+        out.append(dict(model=model, train=train if mode == "train" else None, mode=mode, precision=precision,
+                        batch=batch, seq=seq, images=images, checkpointing=checkpointing, attention="sdpa"))
+
+    for m in GEMMA_DEVELOPMENT + GEMMA_HELD_OUT:
+        pt(m, "full", "bf16-mixed", 1, 1024)
+        pt(m, "frozen_vision", "bf16-mixed", 2, 1024)
+        pt(m, "frozen_vision", "bf16-mixed", 1, 2048, images=2)
+        pt(m, "frozen_vision", "bf16-mixed", 2, 1024, checkpointing=True)
+        pt(m, "frozen_vision", "bf16", 1, 1024)
+        pt(m, None, "bf16", 2, 1024, mode="infer")
+        # Activations large enough to put the peak in backward, not at the optimizer step.
+        pt(m, "frozen_vision", "bf16-mixed", 4, 2048, images=2)
+        pt(m, "full", "bf16-mixed", 2, 2048, images=4)
+        pt(m, "frozen_vision", "bf16", 4, 2048, images=2)
+        pt(m, "full", "bf16-mixed", 4, 2048, images=2, checkpointing=True)
+    return out
+
+
 def run(point):
     raw = json.load(open(os.path.join(ROOT, DIR, point["model"] + ".json")))
     cfg = AutoConfig.for_model(raw["model_type"], **{k: v for k, v in raw.items() if k != "model_type"})
     side = point.get("image_size")
     if is_qwen(cfg):
         extra = {"image_size_processed": qwen_side(cfg, side), "image_tokens_per_image": image_tokens(cfg, side),
+                 "vision_model_type": cfg.vision_config.model_type}
+    elif is_gemma(cfg):
+        extra = {"image_size": cfg.vision_config.image_size, "image_tokens_per_image": image_tokens(cfg),
                  "vision_model_type": cfg.vision_config.model_type}
     else:
         extra = {"image_size": cfg.vision_config.image_size, "image_tokens_per_image": image_tokens(cfg),

@@ -222,6 +222,11 @@ pub struct Multimodal {
     pub tower_frozen: bool,
     /// Qwen2-VL's PatchMerger in place of LLaVA's projector.
     pub merger: Option<PatchMerger>,
+    /// Gemma-3's `Gemma3MultiModalProjector` in place of LLaVA's projector: the average-pooling
+    /// kernel (patches per side ÷ tokens per side; 4 for 64×64 patches into 16×16 tokens), then
+    /// `mm_soft_emb_norm` (RMSNorm over the tower width) and `mm_input_projection_weight`
+    /// (tower width × text width, no bias).
+    pub pool: Option<u64>,
 }
 
 /// Qwen2-VL's `PatchMerger` (modeling_qwen2_vl.py; Qwen2.5-VL's with RMSNorm): `ln_q` over the
@@ -293,6 +298,9 @@ impl Multimodal {
 
     /// The projector's parameters (two linears; Qwen2-VL's merger adds `ln_q`).
     pub fn projector_parameters(&self, text_hidden: u64) -> u64 {
+        if self.pool.is_some() {
+            return self.tower.hidden * text_hidden + self.tower.hidden;
+        }
         if let Some(pm) = self.merger {
             let w = self.tower.hidden;
             let wide = w * pm.merge * pm.merge;

@@ -96,6 +96,11 @@ pub(crate) fn check(m: &Model, mm: &Multimodal, cfg: &ServeConfig) -> Result<()>
 /// projector, and Qwen2-VL/Qwen2.5-VL's tower with its PatchMerger.
 fn supported(mm: &Multimodal) -> bool {
     let Some(vis) = mm.tower.encoder.and_then(|e| e.vision) else { return false };
+    // Gemma-3's pooling projector and vLLM's Gemma-3 model (pan-and-scan, its encoder budget)
+    // are not modelled for serving yet.
+    if mm.pool.is_some() {
+        return false;
+    }
     match mm.merger {
         Some(_) => vis.family.is_qwen(),
         None => matches!(vis.family, VisionFamily::Clip | VisionFamily::Siglip),

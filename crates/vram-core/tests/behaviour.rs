@@ -174,25 +174,32 @@ fn unknown_preset_suggests_names() {
     assert!(presets::load("QWEN2.5-1.5B").is_ok());
 }
 
-/// A Gemma-3 vision-language config (Gemma3ForConditionalGeneration: `text_config` and a SigLIP
-/// `vision_config`) is refused by name, not estimated as its language model alone; with the
-/// approximate opt-in the language model is estimated and marked approximate.
+/// A Gemma-3 vision-language config (Gemma3ForConditionalGeneration: a sparse `text_config`
+/// and a SigLIP `vision_config`) is read as the vision-language model it is, never as its
+/// language model alone: tower, pooling projector (64×64 patches → 16×16 tokens) and the
+/// Gemma-3 text model with Gemma3TextConfig's defaults for what the config omits.
 #[test]
-fn a_gemma3_vision_language_config_is_not_estimated_as_its_text_model() {
+fn a_gemma3_vision_language_config_is_read_with_its_tower_and_projector() {
     let cfg = serde_json::json!({
         "architectures": ["Gemma3ForConditionalGeneration"],
         "model_type": "gemma3",
         "mm_tokens_per_image": 256,
         "text_config": {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text", "num_hidden_layers": 34,
-                        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 262208, "sliding_window": 1024},
+                        "sliding_window": 1024},
         "vision_config": {"hidden_size": 1152, "image_size": 896, "intermediate_size": 4304, "model_type": "siglip_vision_model",
                           "num_attention_heads": 16, "num_hidden_layers": 27, "patch_size": 14, "vision_use_head": false},
         "torch_dtype": "bfloat16"
     });
     let bytes = serde_json::to_vec(&cfg).unwrap();
-    let err = vram_core::parse_config(&bytes, "gemma-3-4b", "config.json").unwrap_err().to_string();
-    assert!(err.contains("vision_config") && err.contains("vision tower"), "{err}");
-    let opts = vram_core::ParseOptions { approximate_unknown: true };
-    let m = vram_core::parse_config_with(&bytes, "gemma-3-4b", "config.json", opts).unwrap();
-    assert!(m.approximation.is_some());
+    let m = vram_core::parse_config(&bytes, "gemma-3-4b", "config.json").unwrap();
+    let mm = m.multimodal.as_ref().expect("a vision-language model");
+    assert_eq!((mm.image_tokens, mm.pool, mm.tower.layers), (256, Some(4), 27));
+    assert_eq!((m.heads, m.kv_heads, m.head_dim, m.vocab), (8, 4, 256, 262_208));
+    // google/gemma-3-4b-it: 4,300,079,472 parameters (tower, projector, tied language model).
+    assert_eq!(m.parameters(), 4_300_079_472);
+    // A token count that is not a square dividing the patch grid is refused.
+    let mut bad = cfg.clone();
+    bad["mm_tokens_per_image"] = serde_json::json!(200);
+    let e = vram_core::parse_config(&serde_json::to_vec(&bad).unwrap(), "g", "config.json").unwrap_err().to_string();
+    assert!(e.contains("mm_tokens_per_image"), "{e}");
 }

@@ -41,14 +41,14 @@ const MISTRAL_DEFAULTS: &[(&str, u64)] = &[
     ("max_position_embeddings", 131072),
 ];
 
-fn with_defaults(mut obj: Map<String, Value>, defaults: &[(&str, u64)]) -> Map<String, Value> {
+pub(super) fn with_defaults(mut obj: Map<String, Value>, defaults: &[(&str, u64)]) -> Map<String, Value> {
     for (k, v) in defaults {
         obj.entry(k.to_string()).or_insert(Value::from(*v));
     }
     obj
 }
 
-fn nested(obj: &Map<String, Value>, key: &str, file: &str) -> Result<Map<String, Value>> {
+pub(super) fn nested(obj: &Map<String, Value>, key: &str, file: &str) -> Result<Map<String, Value>> {
     match obj.get(key) {
         Some(Value::Object(o)) => Ok(o.clone()),
         _ => Err(Error::MissingKey { file: file.into(), key: key.into(), why: "read the LLaVA model's part it describes".into() }),
@@ -117,6 +117,7 @@ pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: Parse
         images: 1,
         tower_frozen: false,
         merger: None,
+        pool: None,
     }));
     m.warnings.push(format!(
         "LLaVA: a {} vision tower ({} tokens per image of {}×{} pixels, hidden state {} of {} layers), the projector and a {} language model",

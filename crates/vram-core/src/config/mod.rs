@@ -15,6 +15,7 @@ mod deberta;
 mod distilbert;
 mod electra;
 mod falcon;
+mod gemma3_vl;
 mod gpt2;
 mod gpt_neox;
 mod keys;
@@ -72,6 +73,7 @@ pub fn parse_config_with(bytes: &[u8], name: &str, file: &str, opts: ParseOption
         Some("llava") => return llava::parse(obj, name, file, opts),
         Some("clip" | "siglip") => return clip::parse(obj, name, file, opts),
         Some("qwen2_vl" | "qwen2_5_vl") => return qwen2_vl::parse(obj, name, file, opts),
+        Some("gemma3") if matches!(obj.get("vision_config"), Some(Value::Object(_))) => return gemma3_vl::parse(obj, name, file, opts),
         _ => {}
     }
     parse_object(obj, name, file, opts)
@@ -192,7 +194,7 @@ fn check_architecture(outer: &Outer, model_type: &str, file: &str, opts: ParseOp
     if outer.unwrapped && outer.vision && registry::is_known(&outer.model_type) {
         problems.push((
             format!("model_type `{}` with a `vision_config`", outer.model_type),
-            "a vision-language model whose vision tower and projector vram does not model yet (it models LLaVA, Qwen2-VL and Qwen2.5-VL); the language model alone would leave them out".into(),
+            "a vision-language model whose vision tower and projector vram does not model yet (it models LLaVA, Qwen2-VL, Qwen2.5-VL and Gemma-3); the language model alone would leave them out".into(),
         ));
     }
     if !registry::is_known(model_type) {

@@ -50,11 +50,25 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
         tj.batch,
         tj.seq
     )];
+    // Gemma-3: the processor's token_type_ids make image tokens attend bidirectionally within
+    // their block, so transformers builds an explicit mask for every layer (modeling_gemma3.py
+    // create_masks_for_vision_model): under SDPA each layer runs memory-efficient attention and
+    // keeps the float bias made from the mask, as for a padded batch.
+    // The wrappers pass `use_cache=None` to their language model explicitly (LlavaModel,
+    // Qwen2VLModel, Gemma3Model.forward), so in training it builds no DynamicCache whose k/v
+    // copies attention would save instead of its own (measured: validation/vlm.py saved tensors).
+    let padded = job.padded || (mm.pool.is_some() && job.mode == Mode::Train);
+    let lm_job = Job { padded, use_cache: Some(false).filter(|_| job.mode == Mode::Train).or(job.use_cache), ..job.clone() };
+    if mm.pool.is_some() && job.mode == Mode::Train {
+        notes.push("Gemma-3: image tokens attend bidirectionally within their block (token_type_ids), so every language-model layer gets an explicit (batch, 1, seq, seq) mask".into());
+    }
     let (mut phases, kernel, lm_notes) = match job.mode {
-        Mode::Train => train::phases(&lm, job),
+        Mode::Train => train::phases(&lm, &lm_job),
         Mode::Infer => infer::phases(&lm, job),
     };
-    notes.extend(lm_notes);
+    // The mask Gemma-3's token_type_ids bring is not a padded batch: its own note says why.
+    let own_mask = padded && !job.padded;
+    notes.extend(lm_notes.into_iter().filter(|n| !(own_mask && n.starts_with("padded batch"))));
     // LoRA adapts the language model only: tower and projector stay frozen in the base dtype
     // (LLaMA-Factory's and ms-swift's defaults for VLMs: freeze_vision_tower,
     // freeze_multi_modal_projector, targets inside the language model).
@@ -179,6 +193,8 @@ fn projector_matrices(mm: &Multimodal, text_hidden: u64) -> u128 {
             let wide = w * (pm.merge * pm.merge) as u128;
             wide * wide + wide * t
         }
+        // Gemma-3: mm_input_projection_weight (w × text), used by torch.matmul.
+        None if mm.pool.is_some() => w * t,
         None => w * t + t * t,
     }
 }
@@ -191,6 +207,16 @@ fn projector_matrices(mm: &Multimodal, text_hidden: u64) -> u128 {
 /// GELU's input and the second linear's input (measured: validation/vlm.py saved tensors).
 fn projector_saved(mm: &Multimodal, text_hidden: u64, amp: bool, proj_in: u128, e: u128) -> u128 {
     let w = mm.tower.hidden as u128;
+    if mm.pool.is_some() {
+        // Gemma3MultiModalProjector.forward, per pooled token: avg_pool2d saves its input (the
+        // contiguous copy of the tower's output, the same bytes the tower's profile keeps for its
+        // last_hidden_state, so not counted again); mm_soft_emb_norm (Gemma3RMSNorm) saves the fp32
+        // input and rstd and the fp32 normalised tensor (for its weight); torch.matmul saves a half
+        // copy under autocast or in half precision (the type_as output), in fp32 the product itself.
+        let _ = (amp, proj_in);
+        let matmul_in = if e < 4 { 2 } else { 4 };
+        return 4 * w + 4 + 4 * w + matmul_in * w;
+    }
     let Some(pm) = mm.merger else {
         return proj_in * w + 2 * e * text_hidden as u128;
     };
