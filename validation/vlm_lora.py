@@ -1,4 +1,4 @@
-"""Measure LoRA fine-tuning of a VISION-LANGUAGE model (LLaVA, Qwen2-VL, Qwen2.5-VL):
+"""Measure LoRA fine-tuning of a VISION-LANGUAGE model (LLaVA, Qwen2-VL, Qwen2.5-VL, Gemma-3):
 fixtures/vlm_lora.jsonl.
 
 vlm.py's loop and run() unchanged (the real model under FakeTensorMode, its two patches, the
@@ -49,8 +49,8 @@ def freeze(model, train):
 
 vlm.freeze = freeze
 
-DEVELOPMENT = ["llava-interleave-qwen-0.5b-hf", "Qwen2-VL-2B-Instruct"]
-HELD_OUT = ["Qwen2.5-VL-3B-Instruct", "llava-1.5-7b-hf"]
+DEVELOPMENT = ["llava-interleave-qwen-0.5b-hf", "Qwen2-VL-2B-Instruct", "gemma-3-4b-it"]
+HELD_OUT = ["Qwen2.5-VL-3B-Instruct", "llava-1.5-7b-hf", "gemma-3-12b-it"]
 
 
 def points():

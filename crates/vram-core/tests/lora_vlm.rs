@@ -1,7 +1,7 @@
 //! LoRA on a vision-language model's language model (tower and projector frozen), held to
 //! `validation/fixtures/vlm_lora.jsonl` (validation/vlm_lora.py: vlm.py's loop with peft adapters
-//! on `model.language_model` only). LLaVA-interleave-0.5B and Qwen2-VL-2B were used to develop
-//! the model; Qwen2.5-VL-3B and LLaVA-1.5-7B are held out. Bound (issue 15): held-out median
+//! on `model.language_model` only). LLaVA-interleave-0.5B, Qwen2-VL-2B and Gemma-3-4B were used
+//! to develop the model; Qwen2.5-VL-3B, LLaVA-1.5-7B and Gemma-3-12B are held out. Bound (issue 15): held-out median
 //! |error| ≤ 3%, worst ≤ 15%.
 
 #[path = "support/family_table.rs"]

@@ -364,9 +364,6 @@ pub fn check_encoder(model: &Model, job: &Job) -> Result<()> {
             Some("DoRA and modules_to_save")
         } else if job.lora.is_some() && model.quantization.is_some() {
             Some("LoRA on a pre-quantized checkpoint")
-        } else if job.lora.is_some() && mm.pool.is_some() {
-            // Not yet checked against peft on Gemma-3 (validation/vlm_lora.py covers LLaVA and Qwen2-VL).
-            Some("LoRA on Gemma-3")
         } else if job.model_state_shards > 1 {
             Some("sharded training (ZeRO/FSDP)")
         } else if job.fused_cross_entropy {
@@ -389,7 +386,7 @@ pub fn check_encoder(model: &Model, job: &Job) -> Result<()> {
             return Err(Error::InvalidValue {
                 what: "vision-language job".into(),
                 value: what.into(),
-                hint: format!("vram estimates LLaVA, Qwen2-VL and Gemma-3 full fine-tuning (vision tower trained or frozen), LoRA on LLaVA's and Qwen2-VL's language model and inference on one GPU; {what} is not modelled for vision-language models yet"),
+                hint: format!("vram estimates LLaVA, Qwen2-VL and Gemma-3 full fine-tuning (vision tower trained or frozen), LoRA on the language model and inference on one GPU; {what} is not modelled for vision-language models yet"),
             });
         }
         return Ok(());

@@ -32,7 +32,19 @@ fn tower_job(mm: &Multimodal, job: &Job) -> (Model, Job) {
     let vis = tower.encoder.and_then(|e| e.vision).expect("a LLaVA tower is a vision encoder");
     let images = job.batch.saturating_mul(mm.images);
     // Images are never padded: a padded batch's mask is the language model's.
-    let j = Job { batch: images, seq: vis.tokens(vis.image_size), lora: None, base: None, padded: false, ..job.clone() };
+    let mut j = Job { batch: images, seq: vis.tokens(vis.image_size), lora: None, base: None, padded: false, ..job.clone() };
+    // CLIP's `pre_layrnorm` starts an fp32 residual stream under autocast whatever the weights'
+    // dtype (Bytes::of), so only the other towers change.
+    if job.lora.is_some() && vis.family != crate::model::VisionFamily::Clip {
+        // Under LoRA the tower is frozen in the base dtype: no fp32 master weights, so its
+        // residual stream (what checkpointing keeps per layer) is half, as in pure half
+        // precision (measured: validation/vlm_lora.py, Gemma-3's 4,096-patch images).
+        j.precision = match super::lora::base_dtype(job) {
+            crate::dtype::DType::F32 => crate::job::Precision::Fp32,
+            crate::dtype::DType::F16 => crate::job::Precision::Fp16,
+            _ => crate::job::Precision::Bf16,
+        };
+    }
     (tower, j)
 }
 
