@@ -170,7 +170,8 @@ fn first_fitting<T>(tried: Vec<(T, bool)>) -> Option<T> {
 }
 
 /// Rank: fits first, then the cheaper change, then the most concurrency.
-fn rank(alts: &mut [Alternative]) {
+/// Order alternatives: those that fit first, then by kind of change, then by concurrency.
+pub fn rank(alts: &mut [Alternative]) {
     alts.sort_by(|a, b| b.fits.cmp(&a.fits).then(a.change.cmp(&b.change)).then(b.max_concurrency.total_cmp(&a.max_concurrency)));
 }
 

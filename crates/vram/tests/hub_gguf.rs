@@ -228,6 +228,26 @@ fn every_quant_is_listed_with_its_plan_and_the_largest_that_fits_is_named() {
 }
 
 #[test]
+fn a_quant_that_does_not_fit_is_offered_the_largest_smaller_one_that_does() {
+    let (port, _) = hub();
+    let cache = tempfile::tempdir().unwrap();
+    let v = ok_json(&run(port, cache.path(), &["serve", "--model", &format!("{REPO}:F16"), "--gpu", "12GiB", "--json"]));
+    assert_eq!(v["fits"], false);
+    let alts = v["advice"]["alternatives"].as_array().unwrap_or_else(|| panic!("{}", v["advice"]));
+    let quant = alts.iter().find(|a| a["change"] == "quantized-weights").unwrap_or_else(|| panic!("{alts:?}"));
+    assert_eq!(quant["flags"][0]["name"], "-hf");
+    assert_eq!(quant["flags"][0]["value"], format!("{REPO}:Q8_0"));
+    assert_eq!(quant["fits"], true);
+    // It ranks before the alternatives that shorten the context or offload layers.
+    assert_eq!(alts[0]["change"], "quantized-weights", "{alts:?}");
+    let out = run(port, cache.path(), &["serve", "--model", &format!("{REPO}:F16"), "--gpu", "12GiB"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("-hf {REPO}:Q8_0")), "{}", String::from_utf8_lossy(&out.stdout));
+    // A quant that fits gets no such advice.
+    let v = ok_json(&run(port, cache.path(), &["serve", "--model", &format!("{REPO}:Q4_K_M"), "--gpu", "12GiB", "--json"]));
+    assert!(!v["advice"].to_string().contains("quantized-weights"), "{}", v["advice"]);
+}
+
+#[test]
 fn a_split_quant_is_planned_over_all_its_shards() {
     let (port, _) = hub();
     let cache = tempfile::tempdir().unwrap();

@@ -65,10 +65,15 @@ fn run_with(a: &ServeArgs, pasted: &[String], log: Option<&(String, vram_core::s
         emit_format(a, Engine::LlamaCpp)?;
         return match spec.quant.clone() {
             Some(q) => {
-                let (file, gguf, notes) = super::serve_quants::one(&spec, &q)?;
-                let mut s = llama_cpp_gguf(a, file, gguf)?;
-                s.notes.extend(notes);
-                show_llama_cpp(a, s, pasted, log)
+                let one = super::serve_quants::one(&spec, &q)?;
+                let mut s = llama_cpp_gguf(a, one.name.clone(), one.gguf.clone())?;
+                s.notes.extend(one.notes.iter().cloned());
+                let alt = if s.split.is_none() && s.plan.gpu_total_bytes > s.gpu.memory {
+                    super::serve_quants::smaller_that_fits(a, &spec, &one, s.gpu.memory)?
+                } else {
+                    None
+                };
+                show_llama_cpp(a, s, pasted, log, alt)
             }
             None => super::serve_quants::table(a, &spec, pasted, log.is_some()),
         };
@@ -81,7 +86,7 @@ fn run_with(a: &ServeArgs, pasted: &[String], log: Option<&(String, vram_core::s
         with_log(a, log, est_json, est_text, compare, planned)
     };
     if gguf {
-        show_llama_cpp(a, llama_cpp(a, path)?, pasted, log)
+        show_llama_cpp(a, llama_cpp(a, path)?, pasted, log, None)
     } else if engine == Engine::Sglang {
         let mut s =
             sglang(a, crate::source::load_model(model, vram_core::ParseOptions { approximate_unknown: a.approximate_architecture })?)?;
@@ -140,6 +145,7 @@ fn show_llama_cpp(
     mut s: LlamaCppServe,
     pasted: &[String],
     log: Option<&(String, vram_core::startup_log::StartupLog)>,
+    smaller_quant: Option<vram_core::serve_advice::Alternative>,
 ) -> Result<()> {
     use render::serve_log as cmp;
     use vram_core::startup_log::StartupLog;
@@ -147,7 +153,12 @@ fn show_llama_cpp(
     if let Some((p, fit)) = &s.split {
         return split_output(a, &s, p, *fit, log);
     }
-    let advice = vram_core::serve_advice::llama_cpp(&s.gguf, &s.hparams, &s.config, &s.overrides, s.gpu.memory)?;
+    let mut advice = vram_core::serve_advice::llama_cpp(&s.gguf, &s.hparams, &s.config, &s.overrides, s.gpu.memory)?;
+    // A smaller quant of the same Hub repository that fits (read from its header).
+    if let Some(alt) = smaller_quant.filter(|_| advice.needed) {
+        advice.alternatives.push(alt);
+        vram_core::serve_advice::rank(&mut advice.alternatives);
+    }
     let (json, text) = with_advice(render::serve::llama_cpp_json(&s), render::serve::llama_cpp_text(&s), &advice, "llama.cpp");
     let c = |l: &StartupLog| if let StartupLog::LlamaCpp(l) = l { Some(cmp::llama_cpp(&s, l)) } else { None };
     with_log(a, log, json, text, &c, "llama.cpp (a .gguf file)")

@@ -5,6 +5,7 @@
 use anyhow::Result;
 use serde::Serialize;
 use vram_core::gguf::{llama_cpp_with, max_ctx_with, Gguf, LlamaCppConfig};
+use vram_core::serve_advice::{Alternative, Flag, ServeChange};
 
 use super::serve::{llama_cpp_config, overrides};
 use super::show;
@@ -79,9 +80,24 @@ fn projector_note(skipped: &[String]) -> Option<String> {
     })
 }
 
+/// One quant of a repository, planned: its name, header and notes, and the repository's other
+/// quants (for the advice).
+pub struct OneQuant {
+    /// `org/name:QUANT`.
+    pub name: String,
+    /// Its header (every shard's tensors).
+    pub gguf: Gguf,
+    /// What the output says about where it came from.
+    pub notes: Vec<String>,
+    /// Every quant of the repository, smallest first.
+    pub all: Vec<QuantFile>,
+    /// Bytes of the chosen quant's files.
+    pub bytes: u64,
+}
+
 /// One quant, named by its label (case-insensitive, as llama.cpp's -hf matches it) or its file
-/// name: (the name shown, its header, notes).
-pub fn one(s: &Spec, quant: &str) -> Result<(String, Gguf, Vec<String>)> {
+/// name.
+pub fn one(s: &Spec, quant: &str) -> Result<OneQuant> {
     let (all, skipped) = quants(s)?;
     let want = quant.to_ascii_lowercase();
     let q = all
@@ -100,7 +116,44 @@ pub fn one(s: &Spec, quant: &str) -> Result<(String, Gguf, Vec<String>)> {
         vram_core::units::gib(q.bytes())
     )];
     notes.extend(projector_note(&skipped));
-    Ok((format!("{}:{}", s.repo, q.quant), gguf, notes))
+    let (name, bytes) = (format!("{}:{}", s.repo, q.quant), q.bytes());
+    Ok(OneQuant { name, gguf, notes, all, bytes })
+}
+
+/// When the chosen quant does not fit: the largest smaller quant of the same repository that
+/// fits the GPU at the same flags, as an alternative launch (`-hf org/name:QUANT`).
+pub fn smaller_that_fits(a: &ServeArgs, s: &Spec, q: &OneQuant, memory: u64) -> Result<Option<Alternative>> {
+    let smaller: Vec<QuantFile> = q.all.iter().filter(|x| x.bytes() < q.bytes).cloned().collect();
+    let ov = overrides(a)?;
+    let headers = read_headers(s, &smaller);
+    for (x, h) in smaller.iter().zip(headers).rev() {
+        let Ok(g) = h else { continue };
+        let Ok(hp) = g.hparams(&x.quant) else { continue };
+        let (c, _) = llama_cpp_config(a, &hp, memory)?;
+        let p = llama_cpp_with(&g, &hp, &c, &ov)?;
+        if p.gpu_total_bytes > memory {
+            continue;
+        }
+        let longest = max_ctx_with(&g, &hp, &c, &ov, memory, c.ctx)?.unwrap_or(0);
+        return Ok(Some(Alternative {
+            change: ServeChange::QuantizedWeights,
+            flags: vec![Flag::new("-hf", format!("{}:{}", s.repo, x.quant))],
+            description: format!(
+                "the repository's {} quant ({:.2} GiB of files), the largest that fits with these flags",
+                x.quant,
+                vram_core::units::gib(x.bytes())
+            ),
+            fits: true,
+            kv_tokens: p.ctx,
+            max_concurrency: c.parallel as f64,
+            max_model_len: p.ctx_per_sequence,
+            longest_max_model_len: longest,
+            gpus: 1,
+            suggestion: false,
+            caveats: vec!["fewer bits per weight: some loss of quality".into()],
+        }));
+    }
+    Ok(None)
 }
 
 /// One quant's row.
