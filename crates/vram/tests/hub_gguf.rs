@@ -334,3 +334,42 @@ fn offline_the_cache_is_listed_and_read_without_a_request() {
         .unwrap();
     assert!(err_text(&out).contains("HF_HUB_OFFLINE"));
 }
+
+#[test]
+fn llama_server_launches_are_emitted_for_files_and_hub_quants() {
+    let (port, _) = hub();
+    let cache = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let local = dir.path().join("m-Q8_0.gguf");
+    write_sparse(&local, &repo_files()[2].1);
+    let local = local.to_str().unwrap();
+    let text = |args: &[&str]| {
+        let out = run(port, cache.path(), args);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // The command, in llama.cpp's spelling, with the flags the estimate used.
+    let cmd = text(&["serve", "--model", local, "--gpu", "12GiB", "-c", "8192", "--ngl", "99", "--emit", "llama-server"]);
+    assert!(cmd.contains(&format!("llama-server -m {local}")) && cmd.contains("-c 8192") && cmd.contains("-ngl 99"), "{cmd}");
+    assert!(!cmd.contains("WARNING"), "{cmd}");
+    // Docker: ggml-org's server image, the file's directory mounted read-only at /models.
+    let compose = text(&["serve", "--model", local, "--gpu", "12GiB", "--emit", "docker"]);
+    assert!(compose.contains("ghcr.io/ggml-org/llama.cpp:server-cuda"), "{compose}");
+    assert!(compose.contains(":/models:ro") && compose.contains("\"/models/m-Q8_0.gguf\""), "{compose}");
+    assert!(compose.contains("\"--port\", \"8080\""), "{compose}");
+    // Kubernetes needs a model the pod can download.
+    let e = err_text(&run(port, cache.path(), &["serve", "--model", local, "--gpu", "12GiB", "--emit", "k8s"]));
+    assert!(e.contains("org/name:QUANT"), "{e}");
+    let k8s = text(&["serve", "--model", &format!("{REPO}:Q4_K_M"), "--gpu", "12GiB", "--emit", "k8s"]);
+    assert!(k8s.contains(&format!("\"-hf\", \"{REPO}:Q4_K_M\"")) && k8s.contains("nvidia.com/gpu: 1"), "{k8s}");
+    // A quant that does not fit is written with a warning; the first alternative swaps the quant.
+    let f16 = text(&["serve", "--model", &format!("{REPO}:F16"), "--gpu", "12GiB", "--emit", "llama-server"]);
+    assert!(f16.contains("WARNING") && f16.contains(&format!("-hf {REPO}:F16")), "{f16}");
+    let alt = text(&["serve", "--model", &format!("{REPO}:F16"), "--gpu", "12GiB", "--emit", "llama-server", "--emit-alternative", "1"]);
+    assert!(!alt.contains("WARNING") && alt.contains(&format!("-hf {REPO}:Q8_0")), "{alt}");
+    // vLLM and SGLang launches are not written for GGUF; a table is not one launch.
+    let e = err_text(&run(port, cache.path(), &["serve", "--model", local, "--gpu", "12GiB", "--emit", "vllm"]));
+    assert!(e.contains("llama-server"), "{e}");
+    let e = err_text(&run(port, cache.path(), &["serve", "--model", REPO, "--gpu", "12GiB", "--emit", "llama-server"]));
+    assert!(e.contains("name the quant"), "{e}");
+}

@@ -160,7 +160,7 @@ fn emit_refuses_a_format_of_another_engine_and_unknown_formats() {
     let e = fails(&["serve", "-m", "qwen2.5-7b", "-g", "h100", "--emit", "sglang"], 2);
     assert!(e.contains("--engine sglang"), "{e}");
     let e = fails(&["serve", "-m", "qwen2.5-7b", "-g", "h100", "--emit", "helm"], 2);
-    assert!(e.contains("vllm, sglang, docker or k8s"), "{e}");
+    assert!(e.contains("vllm, sglang, llama-server, docker or k8s"), "{e}");
 }
 
 #[test]

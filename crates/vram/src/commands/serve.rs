@@ -62,7 +62,13 @@ fn run_with(a: &ServeArgs, pasted: &[String], log: Option<&(String, vram_core::s
     // A Hub repository of GGUF files (`org/name-GGUF[:QUANT]`, llama-server's -hf spelling).
     if let Some(spec) = super::serve_quants::spec(a, model)? {
         reject_other_engines_flags(a, Engine::LlamaCpp)?;
-        emit_format(a, Engine::LlamaCpp)?;
+        if spec.quant.is_none() && a.emit.is_some() {
+            return Err(usage(format!(
+                "--emit writes one launch: name the quant ({}:Q4_K_M, …); the quant table says which fits",
+                spec.repo
+            )));
+        }
+        let format = emit_format(a, Engine::LlamaCpp)?;
         return match spec.quant.clone() {
             Some(q) => {
                 let one = super::serve_quants::one(&spec, &q)?;
@@ -73,7 +79,7 @@ fn run_with(a: &ServeArgs, pasted: &[String], log: Option<&(String, vram_core::s
                 } else {
                     None
                 };
-                show_llama_cpp(a, s, pasted, log, alt)
+                show_llama_cpp(a, s, pasted, log, alt, format)
             }
             None => super::serve_quants::table(a, &spec, pasted, log.is_some()),
         };
@@ -86,7 +92,7 @@ fn run_with(a: &ServeArgs, pasted: &[String], log: Option<&(String, vram_core::s
         with_log(a, log, est_json, est_text, compare, planned)
     };
     if gguf {
-        show_llama_cpp(a, llama_cpp(a, path)?, pasted, log, None)
+        show_llama_cpp(a, llama_cpp(a, path)?, pasted, log, None, format)
     } else if engine == Engine::Sglang {
         let mut s =
             sglang(a, crate::source::load_model(model, vram_core::ParseOptions { approximate_unknown: a.approximate_architecture })?)?;
@@ -146,11 +152,17 @@ fn show_llama_cpp(
     pasted: &[String],
     log: Option<&(String, vram_core::startup_log::StartupLog)>,
     smaller_quant: Option<vram_core::serve_advice::Alternative>,
+    format: Option<Format>,
 ) -> Result<()> {
     use render::serve_log as cmp;
     use vram_core::startup_log::StartupLog;
     s.notes.splice(0..0, pasted.iter().cloned());
     if let Some((p, fit)) = &s.split {
+        if format.is_some() {
+            return Err(usage(
+                "--emit with several GPUs (--gpus, -ts, -sm) is not written yet: emit the one-GPU launch, or write -ts/-sm by hand",
+            ));
+        }
         return split_output(a, &s, p, *fit, log);
     }
     let mut advice = vram_core::serve_advice::llama_cpp(&s.gguf, &s.hparams, &s.config, &s.overrides, s.gpu.memory)?;
@@ -158,6 +170,19 @@ fn show_llama_cpp(
     if let Some(alt) = smaller_quant.filter(|_| advice.needed) {
         advice.alternatives.push(alt);
         vram_core::serve_advice::rank(&mut advice.alternatives);
+    }
+    if let Some(f) = format {
+        let l = launch::llama_server(a, &s.file);
+        if f == Format::K8s && !l.is_hub_model() {
+            return Err(usage(format!(
+                "--emit k8s needs a model the pod can download: give the GGUF repository (org/name:QUANT) instead of the local file {}; or use --emit docker or llama-server",
+                s.file
+            )));
+        }
+        let fits = s.plan.gpu_total_bytes <= s.gpu.memory;
+        if write_launch(a, f, l, &advice, fits)? {
+            return Ok(());
+        }
     }
     let (json, text) = with_advice(render::serve::llama_cpp_json(&s), render::serve::llama_cpp_text(&s), &advice, "llama.cpp");
     let c = |l: &StartupLog| if let StartupLog::LlamaCpp(l) = l { Some(cmp::llama_cpp(&s, l)) } else { None };
@@ -207,7 +232,15 @@ fn emit_format(a: &ServeArgs, engine: Engine) -> Result<Option<Format>> {
     let Some(s) = a.emit.as_deref() else { return Ok(None) };
     let f = Format::parse(s).map_err(usage)?;
     match (engine, f) {
-        (Engine::LlamaCpp, _) => Err(usage("--emit writes vLLM or SGLang launches; a .gguf model is planned under llama.cpp, which --emit does not write yet")),
+        (Engine::LlamaCpp, Format::Vllm | Format::Sglang) => Err(usage(format!(
+            "--emit {s}: a .gguf model is planned under llama.cpp; use --emit llama-server, docker or k8s"
+        ))),
+        (Engine::LlamaCpp, _) if a.engine.eq_ignore_ascii_case("ollama") => {
+            Err(usage("--emit writes llama-server launches; under --engine ollama the launch is Ollama's own (`ollama run`, its OLLAMA_* variables)"))
+        }
+        (Engine::Vllm | Engine::Sglang, Format::LlamaServer) => {
+            Err(usage("--emit llama-server: this launch is planned under vLLM or SGLang; give a .gguf file or a GGUF repository (org/name:QUANT)"))
+        }
         (Engine::Sglang, Format::Vllm) => Err(usage("--emit vllm: this launch is planned under SGLang (--engine sglang); use --emit sglang, docker or k8s, or drop --engine sglang for vLLM")),
         (Engine::Vllm, Format::Sglang) => Err(usage("--emit sglang: this launch is planned under vLLM; add --engine sglang to plan and emit an SGLang launch, or use --emit vllm")),
         _ => Ok(Some(f)),

@@ -4,6 +4,7 @@
 pub mod docker;
 pub mod k8s;
 pub mod launch;
+pub mod llama_server;
 pub mod sglang;
 pub mod vllm;
 

@@ -47,7 +47,8 @@ pub fn text(a: &ServeAdvice, engine: &str) -> String {
             let _ = writeln!(out, "      note: {c}");
         }
     }
-    let _ = writeln!(out, "  (--emit vllm|sglang|docker|k8s --emit-alternative N writes the launch with alternative N)");
+    let formats = if engine == "llama.cpp" { "llama-server|docker|k8s" } else { "vllm|sglang|docker|k8s" };
+    let _ = writeln!(out, "  (--emit {formats} --emit-alternative N writes the launch with alternative N)");
     out
 }
 

@@ -17,6 +17,12 @@ pub fn manifest(l: &Launch) -> String {
             a.extend(["--host".into(), "0.0.0.0".into(), "--port".into(), port.to_string()]);
             (format!("lmsysorg/sglang:{}", l.image_tag), Some(["python3", "-m", "sglang.launch_server"]), a)
         }
+        // A Hub model only (the caller refuses a local file): llama-server downloads it.
+        LaunchEngine::LlamaServer => {
+            let mut a = argv(l, true);
+            a.extend(["--host".into(), "0.0.0.0".into(), "--port".into(), port.to_string()]);
+            (format!("ghcr.io/ggml-org/llama.cpp:{}", l.image_tag), None, a)
+        }
     };
     let list = |v: &[String]| v.iter().map(|w| yaml_str(w)).collect::<Vec<_>>().join(", ");
     let mut y = image_header(l);
@@ -32,7 +38,8 @@ pub fn manifest(l: &Launch) -> String {
     let _ = writeln!(y, "          ports:\n            - containerPort: {port}");
     let _ = writeln!(y, "          resources:\n            limits:\n              nvidia.com/gpu: {}", l.gpus);
     let _ = writeln!(y, "          readinessProbe:\n            httpGet:\n              path: /health\n              port: {port}\n            initialDelaySeconds: 60\n            periodSeconds: 10");
-    let _ = writeln!(y, "          volumeMounts:\n            - name: shm\n              mountPath: /dev/shm\n            - name: hf-cache\n              mountPath: /root/.cache/huggingface");
+    let cache = if l.engine == LaunchEngine::LlamaServer { "/root/.cache/llama.cpp" } else { "/root/.cache/huggingface" };
+    let _ = writeln!(y, "          volumeMounts:\n            - name: shm\n              mountPath: /dev/shm\n            - name: hf-cache\n              mountPath: {cache}");
     let _ = writeln!(y, "      volumes:\n        - name: shm\n          emptyDir:\n            medium: Memory\n        - name: hf-cache\n          emptyDir: {{}}");
     let _ = writeln!(y, "---\napiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\nspec:\n  selector:\n    app: {name}");
     let _ = writeln!(y, "  ports:\n    - port: {port}\n      targetPort: {port}");
@@ -43,5 +50,6 @@ fn engine_name(l: &Launch) -> &'static str {
     match l.engine {
         LaunchEngine::Vllm => "vllm",
         LaunchEngine::Sglang => "sglang",
+        LaunchEngine::LlamaServer => "llama-server",
     }
 }

@@ -12,6 +12,8 @@ pub enum LaunchEngine {
     Vllm,
     /// `python -m sglang.launch_server`.
     Sglang,
+    /// llama.cpp's `llama-server`.
+    LlamaServer,
 }
 
 /// A serving launch.
@@ -34,12 +36,19 @@ pub struct Launch {
 }
 
 impl Launch {
-    /// The engine's port (vLLM's `--port` default 8000, SGLang's 30000).
+    /// The engine's port (vLLM's `--port` default 8000, SGLang's 30000, llama-server's 8080).
     pub fn port(&self) -> u16 {
         match self.engine {
             LaunchEngine::Vllm => 8000,
             LaunchEngine::Sglang => 30000,
+            LaunchEngine::LlamaServer => 8080,
         }
+    }
+
+    /// llama-server: whether the model is a Hub repository (`-hf org/name:QUANT`) rather than
+    /// a local file (`-m FILE`).
+    pub fn is_hub_model(&self) -> bool {
+        self.engine == LaunchEngine::LlamaServer && !self.model.to_ascii_lowercase().ends_with(".gguf")
     }
 
     /// Set a flag, replacing one of the same name.
@@ -59,6 +68,11 @@ impl Launch {
             ));
         }
         for f in &alt.flags {
+            // A smaller quant of the same repository replaces the model, not a flag.
+            if f.name == "-hf" && self.engine == LaunchEngine::LlamaServer {
+                self.model = f.value.clone().unwrap_or_default();
+                continue;
+            }
             self.set(f.clone());
         }
         if let Some(f) = alt.flags.iter().find(|f| f.name == "--tensor-parallel-size" || f.name == "--tp-size") {
@@ -161,13 +175,48 @@ pub fn sglang(a: &ServeArgs, model: &str) -> Launch {
     }
 }
 
+/// A llama-server launch from the `vram serve` flags as given, in llama.cpp's own spelling
+/// (defaults left out, as llama-server has them): `model` is the GGUF file or `org/name:QUANT`.
+pub fn llama_server(a: &ServeArgs, model: &str) -> Launch {
+    let mut f = Vec::new();
+    push(&mut f, a.n_gpu_layers.is_some(), "-ngl", a.n_gpu_layers.unwrap_or(0));
+    push(&mut f, a.ctx_size.is_some(), "-c", a.ctx_size.unwrap_or(0));
+    push(&mut f, a.parallel != 1, "-np", a.parallel);
+    push(&mut f, a.ubatch_size != 512, "-ub", a.ubatch_size);
+    push(&mut f, a.flash_attn.is_some(), "-fa", a.flash_attn.clone().unwrap_or_default());
+    let kv = a.kv_cache_dtype.to_ascii_lowercase();
+    push(&mut f, kv != "auto", "-ctk", &kv);
+    push(&mut f, kv != "auto", "-ctv", &kv);
+    push(&mut f, a.n_cpu_moe.is_some(), "--n-cpu-moe", a.n_cpu_moe.unwrap_or(0));
+    switch(&mut f, a.cpu_moe, "--cpu-moe");
+    for o in &a.override_tensor {
+        f.push(Flag::new("-ot", o));
+    }
+    push(&mut f, a.tensor_split.is_some(), "-ts", a.tensor_split.clone().unwrap_or_default());
+    push(&mut f, a.split_mode.is_some(), "-sm", a.split_mode.clone().unwrap_or_default());
+    push(&mut f, a.main_gpu.is_some(), "-mg", a.main_gpu.unwrap_or(0));
+    let gpus = a.gpus.unwrap_or_else(|| a.tensor_split.as_deref().map_or(1, |t| t.split(',').count() as u64)).max(1);
+    Launch {
+        engine: LaunchEngine::LlamaServer,
+        model: model.to_string(),
+        flags: f,
+        gpus,
+        image_tag: "server-cuda".into(),
+        modelled: "llama.cpp's buffers as load_tensors and llama_context size them".into(),
+        warning: None,
+    }
+}
+
 /// The engine's arguments after the program: the model, then the flags, split for an argv.
 pub fn argv(l: &Launch, with_model_flag: bool) -> Vec<String> {
     let mut v = Vec::new();
-    if with_model_flag {
+    if l.engine == LaunchEngine::LlamaServer {
+        // llama-server always names its model: `-m FILE` or `-hf org/name:QUANT`.
+        v.push(if l.is_hub_model() { "-hf" } else { "-m" }.to_string());
+    } else if with_model_flag {
         v.push(match l.engine {
             LaunchEngine::Vllm => "--model".to_string(),
-            LaunchEngine::Sglang => "--model-path".to_string(),
+            _ => "--model-path".to_string(),
         });
     }
     v.push(l.model.clone());
@@ -196,6 +245,9 @@ pub fn image_header(l: &Launch) -> String {
     let mut s = header(l);
     if l.image_tag == "latest" {
         s.push_str("# the image tag is `latest`: pin the release you run (vLLM: give --vllm-version X.Y.Z and vram writes that tag)\n");
+    }
+    if l.engine == LaunchEngine::LlamaServer {
+        s.push_str("# the image tag `server-cuda` follows llama.cpp's master: pin a build (server-cuda-bNNNN) you have tested\n");
     }
     s
 }
@@ -240,6 +292,8 @@ pub enum Format {
     Docker,
     /// A Kubernetes Deployment and Service.
     K8s,
+    /// The `llama-server` command.
+    LlamaServer,
 }
 
 impl Format {
@@ -250,7 +304,8 @@ impl Format {
             "sglang" => Ok(Format::Sglang),
             "docker" | "compose" | "docker-compose" => Ok(Format::Docker),
             "k8s" | "kubernetes" => Ok(Format::K8s),
-            other => Err(format!("invalid --emit `{other}`: use vllm, sglang, docker or k8s")),
+            "llama-server" | "llama.cpp" | "llamacpp" => Ok(Format::LlamaServer),
+            other => Err(format!("invalid --emit `{other}`: use vllm, sglang, llama-server, docker or k8s")),
         }
     }
 }
@@ -262,5 +317,6 @@ pub fn render(format: Format, l: &Launch) -> String {
         Format::Sglang => super::sglang::command(l),
         Format::Docker => super::docker::compose(l),
         Format::K8s => super::k8s::manifest(l),
+        Format::LlamaServer => super::llama_server::command(l),
     }
 }
