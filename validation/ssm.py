@@ -1,5 +1,5 @@
-"""Measure what PyTorch allocates when training or running a MAMBA model (selective state-space
-layers, no attention): fixtures/ssm.jsonl.
+"""Measure what PyTorch allocates when training or running a MAMBA or MAMBA-2 model (selective
+state-space layers, no attention): fixtures/ssm.jsonl.
 
 harness.py's training loop unchanged (the real MambaForCausalLM / FalconMambaForCausalLM under
 FakeTensorMode, the autocast emulation, the Tracker, HF Trainer's two steps with AdamW foreach);
@@ -27,6 +27,8 @@ OUT = os.path.join(HERE, "fixtures", "ssm.jsonl")
 DIR = "validation/configs/ssm"
 DEVELOPMENT = ["mamba-130m-hf"]
 HELD_OUT = ["mamba-370m-hf", "falcon-mamba-7b"]
+MAMBA2_DEVELOPMENT = ["mamba2-130m"]
+MAMBA2_HELD_OUT = ["mamba2-780m", "mamba-codestral-7b"]
 
 
 def points():
@@ -47,8 +49,15 @@ def points():
         if not big:
             pt(m, "train", "fp32", 1, 256)
         pt(m, "infer", "bf16", 1 if big else 4, 512)
+    # Mamba-2 (the chunked SSD scan, no per-token Python loop): longer sequences.
+    for m in MAMBA2_DEVELOPMENT + MAMBA2_HELD_OUT:
+        big = m.startswith("mamba-codestral")
+        pt(m, "train", "bf16-mixed", 1 if big else 4, 1024)
+        pt(m, "train", "bf16-mixed", 2 if big else 8, 1024, checkpointing=True)
+        pt(m, "train", "bf16-mixed", 1, 4096)
+        pt(m, "infer", "bf16", 2 if big else 8, 2048)
     for p in out:
-        p["set"] = "development" if p["model"] in DEVELOPMENT else "held-out"
+        p["set"] = "development" if p["model"] in DEVELOPMENT + MAMBA2_DEVELOPMENT else "held-out"
         p["id"] = "|".join(f"{k}={p[k]}" for k in sorted(p) if k != "set")
     return out
 

@@ -328,6 +328,24 @@ pub struct Ssm {
     pub conv_bias: bool,
     /// `use_bias` on in_proj and out_proj.
     pub proj_bias: bool,
+    /// Mamba-2's multi-head state-space dual (SSD) mixer in place of Mamba's selective scan.
+    pub mamba2: Option<Mamba2>,
+}
+
+/// Mamba-2 (transformers models/mamba2/modeling_mamba2.py `Mamba2Mixer`): one `in_proj` to
+/// the gate, x, B, C (`n_groups` × `state_size` each) and dt per head, a depthwise conv over
+/// x·B·C, scalar A, dt bias and D per head, a gated RMSNorm, `out_proj`; the scan runs in
+/// chunks of `chunk_size` tokens (`mamba2_chunk_scan` without the `mamba-ssm` kernels).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Mamba2 {
+    /// `num_heads` H (d_inner = H × head_dim).
+    pub heads: u64,
+    /// `head_dim` P.
+    pub head_dim: u64,
+    /// `n_groups` G: B and C are shared by H / G heads.
+    pub groups: u64,
+    /// `chunk_size` L.
+    pub chunk: u64,
 }
 
 /// Which contrastive image-text model (they differ in the text tower's pooling, the heads
@@ -1393,6 +1411,27 @@ impl Model {
     fn layer_tensors(&self, i: u64, count: u64, v: &mut Vec<TensorGroup>) {
         let h = self.hidden;
         let l = |s: &str| format!("layers.{{i}}.{s}");
+        if let Some(Ssm { mamba2: Some(m2), .. }) = self.ssm {
+            // Mamba2Block: norm, then Mamba2Mixer (modeling_mamba2.py __init__): in_proj to
+            // [gate d, x d, B G·N, C G·N, dt H], the depthwise conv over x·B·C, dt_bias / A_log / D
+            // per head, the gated RMSNorm over d, out_proj.
+            let s = self.ssm.expect("ssm");
+            let (d, n, heads) = (s.d_inner, s.d_state, m2.heads);
+            let conv = d + 2 * m2.groups * n;
+            self.norm_tensors(&l("norm"), count, h, v);
+            Self::linear(v, &l("mixer.in_proj"), h, d + conv + heads, s.proj_bias, count);
+            v.push(TensorGroup::matrix(l("mixer.conv1d.weight"), 1, conv, s.d_conv, count, Role::Linear));
+            if s.conv_bias {
+                v.push(TensorGroup::vector(l("mixer.conv1d.bias"), conv, count, Role::Bias));
+            }
+            for t in ["mixer.dt_bias", "mixer.A_log", "mixer.D"] {
+                v.push(TensorGroup::vector(l(t), heads, count, Role::Norm));
+            }
+            v.push(TensorGroup::vector(l("mixer.norm.weight"), d, count, Role::Norm));
+            Self::linear(v, &l("mixer.out_proj"), d, h, s.proj_bias, count);
+            let _ = i;
+            return;
+        }
         if let Some(s) = self.ssm {
             // MambaBlock: norm, then MambaMixer (modeling_mamba.py __init__).
             let (d, n) = (s.d_inner, s.d_state);

@@ -101,10 +101,10 @@ fn unsupported_families_are_errors_that_say_why() {
     let albert = BERT_BASE.replace(r#""model_type":"bert""#, r#""model_type":"albert""#);
     assert!(unsupported(&albert).0.contains("this encoder is not supported yet"));
     // Regression: a Mamba config failed on a missing `num_attention_heads`, an unrelated error.
-    // Mamba is read natively now (tests/ssm.rs); Mamba-2 is refused, saying why.
+    // Mamba and Mamba-2 are read natively now (tests/ssm.rs); RWKV is refused, saying why.
     assert_eq!(parse_config(MAMBA_130M.as_bytes(), "mamba", "config.json").unwrap().parameters(), 129_135_360);
-    let mamba2 = MAMBA_130M.replace(r#""model_type":"mamba""#, r#""model_type":"mamba2""#);
-    assert!(unsupported(&mamba2).0.contains("state-space"));
+    let rwkv = MAMBA_130M.replace(r#""model_type":"mamba""#, r#""model_type":"rwkv""#);
+    assert!(unsupported(&rwkv).0.contains("state-space"));
     // T5 is read natively now (t5-small: 60,506,624 parameters, validation/fixtures/encdec.jsonl);
     // encoder-decoders with other positions or attention still fail, saying which are modelled.
     let t5 = r#"{"architectures":["T5ForConditionalGeneration"],"model_type":"t5","d_model":512,"num_layers":6,"num_heads":8,"vocab_size":32128}"#;

@@ -53,8 +53,31 @@ fn mamba_peaks_follow_pytorch() {
 /// 7,272,665,088.
 #[test]
 fn mamba_parameters_are_exact() {
-    for (file, n) in [("mamba-130m-hf", 129_135_360), ("mamba-370m-hf", 371_516_416), ("falcon-mamba-7b", 7_272_665_088u64)] {
+    // transformers 5.23 on the meta device: sum(p.numel() for p in model.parameters()).
+    for (file, n) in [
+        ("mamba-130m-hf", 129_135_360),
+        ("mamba-370m-hf", 371_516_416),
+        ("falcon-mamba-7b", 7_272_665_088u64),
+        ("mamba2-130m", 128_989_632),
+        ("mamba2-780m", 780_161_280),
+        ("mamba-codestral-7b", 7_285_403_648),
+    ] {
         let src = std::fs::read(root().join(format!("validation/configs/ssm/{file}.json"))).unwrap();
         assert_eq!(parse_config(&src, file, "config.json").unwrap().parameters(), n, "{file}");
     }
+}
+
+/// Mamba-2's geometry is checked: heads × head_dim must be expand × hidden, groups divide heads;
+/// training without autocast is refused (measured under bf16 autocast only).
+#[test]
+fn mamba2_inconsistent_configs_and_unmeasured_precisions_are_refused() {
+    let src = std::fs::read(root().join("validation/configs/ssm/mamba2-130m.json")).unwrap();
+    let mut cfg: serde_json::Value = serde_json::from_slice(&src).unwrap();
+    cfg["num_heads"] = serde_json::json!(25);
+    let e = parse_config(cfg.to_string().as_bytes(), "m", "config.json").unwrap_err().to_string();
+    assert!(e.contains("num_heads"), "{e}");
+    let m = parse_config(&src, "m", "config.json").unwrap();
+    let job = vram_core::Job { precision: vram_core::Precision::Fp32, ..vram_core::Job::train(1, 1024) };
+    let e = vram_core::estimate(&m, &job).unwrap_err().to_string();
+    assert!(e.contains("autocast"), "{e}");
 }

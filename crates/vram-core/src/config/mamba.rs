@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::keys::Cfg;
 use crate::error::Result;
-use crate::model::{Model, Norm, Ssm};
+use crate::model::{Mamba2, Model, Norm, Ssm};
 
 pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     // MambaConfig: hidden_size 768, num_hidden_layers 32, vocab 50280, expand 2,
@@ -34,18 +34,66 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
             "expected positive intermediate_size, state_size (≤ 1024), conv_kernel (≤ 64) and time_step_rank",
         ));
     }
-    m.ssm =
-        Some(Ssm { d_inner, d_state, d_conv, dt_rank, conv_bias: c.bool("use_conv_bias", true)?, proj_bias: c.bool("use_bias", false)? });
-    m.intermediate = d_inner;
-    // No attention: one "head" spanning the width keeps the generic checks meaningful.
+    let path = "Mamba: the estimate follows transformers' PyTorch path (the sequential selective scan, taken when `mamba-ssm` and `causal-conv1d` are not installed); with their CUDA kernels training saves far less, which vram does not model yet";
+    finish(c, m, Ssm { d_inner, d_state, d_conv, dt_rank, conv_bias: false, proj_bias: false, mamba2: None }, true, path)
+}
+
+/// What Mamba and Mamba-2 share: the mixer's bias flags (`use_conv_bias`, `use_bias`), no
+/// attention (one "head" spanning the width keeps the generic checks meaningful), RMSNorm with a
+/// final norm, the LM head's tying (default `tie`), and the warning naming the PyTorch path.
+fn finish(c: &Cfg, mut m: Model, mut ssm: Ssm, tie: bool, path: &str) -> Result<Model> {
+    ssm.conv_bias = c.bool("use_conv_bias", true)?;
+    ssm.proj_bias = c.bool("use_bias", false)?;
+    m.intermediate = ssm.d_inner;
+    m.ssm = Some(ssm);
     m.heads = 1;
     m.kv_heads = 1;
-    m.head_dim = h;
+    m.head_dim = m.hidden;
     m.norm = Norm::RmsNorm;
     m.final_norm = true;
-    m.tied_embeddings = c.bool("tie_word_embeddings", true)?;
-    m.warnings.push(
-        "Mamba: the estimate follows transformers' PyTorch path (the sequential selective scan, taken when `mamba-ssm` and `causal-conv1d` are not installed); with their CUDA kernels training saves far less, which vram does not model yet".into(),
-    );
+    m.tied_embeddings = c.bool("tie_word_embeddings", tie)?;
+    m.warnings.push(path.into());
     Ok(m)
+}
+
+/// Mamba-2 (transformers models/mamba2: `Mamba2ForCausalLM`; Mamba2Config defaults:
+/// num_heads 128, head_dim 64, hidden 4096, state 128, expand 2, n_groups 8, conv 4, chunk 256,
+/// 64 layers, vocab 32768, tie_word_embeddings false, use_bias false, use_conv_bias true).
+pub(super) fn parse2(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
+    let mut m = super::keys::base(name);
+    m.hidden = c.opt(&["hidden_size"])?.unwrap_or(4096);
+    m.layers = c.opt(&["num_hidden_layers"])?.unwrap_or(64);
+    m.vocab = c.opt(&["vocab_size"])?.unwrap_or(32768);
+    m.embed_dim = m.hidden;
+    let heads = c.opt(&["num_heads"])?.unwrap_or(128);
+    let head_dim = c.opt(&["head_dim"])?.unwrap_or(64);
+    let expand = c.opt(&["expand"])?.unwrap_or(2);
+    let d_inner = expand.saturating_mul(m.hidden);
+    let d_state = c.opt(&["state_size"])?.unwrap_or(128);
+    let d_conv = c.opt(&["conv_kernel"])?.unwrap_or(4);
+    let groups = c.opt(&["n_groups"])?.unwrap_or(8);
+    let chunk = c.opt(&["chunk_size"])?.unwrap_or(256);
+    // Mamba2Mixer: intermediate_size = expand × hidden must equal num_heads × head_dim (the
+    // mixer views x as [.., heads, head_dim]); heads divide into groups.
+    if heads == 0 || head_dim == 0 || heads.checked_mul(head_dim) != Some(d_inner) {
+        return Err(c.bad("num_heads", &Value::from(heads), "num_heads × head_dim must equal expand × hidden_size"));
+    }
+    if groups == 0 || heads % groups != 0 || d_state == 0 || d_state > 1024 || d_conv == 0 || d_conv > 64 || chunk == 0 || chunk > 4096 {
+        return Err(c.bad(
+            "n_groups",
+            &Value::from(groups),
+            "expected n_groups dividing num_heads, state_size 1–1024, conv_kernel 1–64, chunk_size 1–4096",
+        ));
+    }
+    let mixer = Ssm {
+        d_inner,
+        d_state,
+        d_conv,
+        dt_rank: 0,
+        conv_bias: false,
+        proj_bias: false,
+        mamba2: Some(Mamba2 { heads, head_dim, groups, chunk }),
+    };
+    let path = "Mamba-2: the estimate follows transformers' PyTorch path (`mamba2_chunk_scan` over chunks, taken when `mamba-ssm` and `causal-conv1d` are not installed); with their CUDA kernels training saves far less, which vram does not model yet";
+    finish(c, m, mixer, false, path)
 }

@@ -358,6 +358,9 @@ fn mlp_saved_undropped(m: &Model, b: &Bytes, frozen: bool) -> u128 {
 ///
 /// Measured op by op on 1- and 2-layer builds (validation/ssm.py): within 0.02% per layer.
 fn ssm_layer(m: &Model, job: &Job, s: crate::model::Ssm) -> LayerCoef {
+    if let Some(m2) = s.mamba2 {
+        return mamba2_layer(m, job, s, m2);
+    }
     let b = Bytes::of(m, job);
     let h = m.hidden as u128;
     let (d, n, r) = (s.d_inner as u128, s.d_state as u128, s.dt_rank as u128);
@@ -377,6 +380,55 @@ fn ssm_layer(m: &Model, job: &Job, s: crate::model::Ssm) -> LayerCoef {
     let (batch, seq) = (job.batch.max(1) as u128, job.seq.max(1) as u128);
     let fixed = ((s.d_conv as u128).saturating_sub(1) * d * e * batch + 4 * d * n + e * batch * d * n) / (batch * seq);
     LayerCoef { norms, mlp: per_d + state + gate + fixed, ..LayerCoef::default() }
+}
+
+/// Bytes per chunk position and head (H·L per token) a Mamba-2 layer's backward holds beyond
+/// its saved tensors: the gradients of the fp32 scores and their half copies (measured on
+/// mamba2-130m with a small vocabulary under checkpointing: validation/ssm.py).
+const MAMBA2_BACKWARD: u128 = 10;
+
+/// Bytes per chunk position and head the chunked scan's forward holds at once beyond the saved
+/// tensors (segment_sum's expansion, masks and cumsum in fp32; measured likewise).
+pub(crate) const MAMBA2_FORWARD: u128 = 8;
+
+/// Chunks of Mamba-2's scan for a sequence of `seq` tokens (padded to whole chunks).
+pub(crate) fn mamba2_chunks(m2: crate::model::Mamba2, seq: u64) -> u128 {
+    seq.div_ceil(m2.chunk.max(1)).max(1) as u128
+}
+
+/// A Mamba-2 layer's saved tensors under autocast (modeling_mamba2.py `Mamba2Mixer.forward` in
+/// training: the reference PyTorch `mamba_split_conv1d_scan_combined`, the chunked SSD scan),
+/// bytes per token, with H heads, P = head_dim, N = state_size, L = chunk_size, d = H·P:
+/// - the block's RMSNorm (fp32 input and normalised copy) and in_proj's half input copy;
+/// - the depthwise conv's half input and output over x·B·C (conv_dim = d + 2·G·N; the input
+///   padded by kernel − 1 columns per sequence);
+/// - per chunk position and head, quadratic in L: the fp32 decay-masked scores and two half
+///   copies the batched matmuls save (8·H·L);
+/// - per state element: the fp32 repeated B/C and four half copies of B, C and their decayed
+///   forms (12·H·N);
+/// - per channel: x and x·dt in fp32, the gated RMSNorm's five fp32 tensors, three half copies
+///   of x for the matmuls and out_proj's input (36·d);
+/// - the chunk states in half: every chunk's and the initial zeros (H·P·N per chunk, twice);
+/// - dt, its softplus and the per-head decays (about 20 bytes per head).
+///
+/// Measured tensor by tensor with saved-tensor hooks on a 2-layer mamba2-130m
+/// (validation/ssm.py); other precisions are refused.
+fn mamba2_layer(m: &Model, job: &Job, s: crate::model::Ssm, m2: crate::model::Mamba2) -> LayerCoef {
+    let b = Bytes::of(m, job);
+    let h = m.hidden as u128;
+    let (d, n, heads, l) = (s.d_inner as u128, s.d_state as u128, m2.heads as u128, m2.chunk as u128);
+    let conv = d + 2 * m2.groups as u128 * n;
+    let e = b.e;
+    let (saved, out) = b.norm(m.norm, 4);
+    let norms = saved * h + b.inputs(Slot::AttnIn, false, 1, out, h);
+    let (batch, seq) = (job.batch.max(1) as u128, job.seq.max(1) as u128);
+    let chunks = mamba2_chunks(m2, job.seq);
+    let tokens = batch * seq;
+    // Per sequence: the conv's k − 1 padding columns; per chunk: the states.
+    let conv_pad = (s.d_conv as u128).saturating_sub(1) * conv * e * batch;
+    let states = e * heads * m2.head_dim as u128 * n * batch * (2 * chunks + 1);
+    let per_token = 8 * heads * l + 12 * heads * n + 36 * d + 2 * e * conv + 20 * heads;
+    LayerCoef { norms, mlp: per_token + (conv_pad + states) / tokens, ..LayerCoef::default() }
 }
 
 /// Activation coefficients of decoder layer `i` with nothing recomputed.
@@ -913,6 +965,10 @@ pub fn backward_transient(m: &Model, job: &Job, kernel: Kernel, i: u64) -> (u128
         // D·N per token). Under checkpointing mamba-130m's measured layer backward holds more
         // (about 22 bytes) while fewer gradients exist than vram places beside it: the
         // checkpointed points come out 2–3% low (validation/ssm.py).
+        if let Some(m2) = s.mamba2 {
+            // Mamba-2: the chunked scan's backward holds gradients of its per-chunk scores.
+            return (MAMBA2_BACKWARD * m2.heads as u128 * m2.chunk as u128 + 2 * b.r * m.hidden as u128, 0);
+        }
         return (SSM_BACKWARD * s.d_inner as u128 * s.d_state as u128 + 2 * b.r * m.hidden as u128, 0);
     }
     let h = m.hidden as u128;

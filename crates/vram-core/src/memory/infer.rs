@@ -243,6 +243,9 @@ const SSM_STATE: &str = "conv and SSM state (the cache)";
 /// per hidden unit. Measured at the peak op by op on mamba-130m (validation/ssm.py).
 /// Then the last position's logits.
 fn ssm_prefill(m: &Model, job: &Job, s: crate::model::Ssm) -> (Vec<Breakdown>, Kernel, Vec<String>) {
+    if let Some(m2) = s.mamba2 {
+        return mamba2_prefill(m, job, s, m2);
+    }
     let e: u128 = if job.precision == Precision::Fp32 { 4 } else { 2 };
     let (batch, seq) = (job.batch as u128, job.seq as u128);
     let t = batch * seq;
@@ -260,6 +263,47 @@ fn ssm_prefill(m: &Model, job: &Job, s: crate::model::Ssm) -> (Vec<Breakdown>, K
     bd.add(PREFILL, scan, format!("{t} tokens through one layer's selective scan: discrete A, B and their product, fp32 [B, D, L, N]"));
     bd.add(LOGITS, logits, "the last position's logits and their fp32 copy");
     notes.push(format!("Mamba inference: prefill of {batch} × {seq} tokens; the cache is a fixed-size state, not a KV cache"));
+    (vec![bd], Kernel::Eager, notes)
+}
+
+/// A Mamba-2 prefill with the cache (modeling_mamba2.py under `torch.no_grad()`, the chunked
+/// `mamba2_chunk_scan`): the weights, every layer's cache — the conv state [B, conv_dim, kernel]
+/// in the model dtype and the final SSM state [B, H, P, N] the scan returns in fp32 — and the
+/// peak inside the last layer's scan, where per token the fp32 decay mask, scores and masked
+/// scores (3 × H·L), the repeated B and C and the decayed B (3 × H·N), seven fp32 per-channel
+/// tensors (x, x·dt, D's residual, the two partial outputs …), the conv input and output, and
+/// per sequence every chunk's state (fp32) are alive. Measured at the peak tensor by tensor on
+/// mamba2-130m (validation/ssm.py). Then the last position's logits.
+fn mamba2_prefill(m: &Model, job: &Job, s: crate::model::Ssm, m2: crate::model::Mamba2) -> (Vec<Breakdown>, Kernel, Vec<String>) {
+    let e: u128 = if job.precision == Precision::Fp32 { 4 } else { 2 };
+    let (batch, seq) = (job.batch as u128, job.seq as u128);
+    let t = batch * seq;
+    let (d, n, heads, l, p) = (s.d_inner as u128, s.d_state as u128, m2.heads as u128, m2.chunk as u128, m2.head_dim as u128);
+    let conv = d + 2 * m2.groups as u128 * n;
+    let weights = weights(m, job, e);
+    let mut notes = weights.notes.clone();
+    let state = m.layers as u128 * batch * (4 * heads * p * n + e * conv * s.d_conv as u128);
+    let chunks = act::mamba2_chunks(m2, job.seq);
+    let h = m.hidden as u128;
+    let scan = t * (12 * heads * l + 12 * heads * n + 28 * d + 2 * e * conv + e * d + 2 * e * h) + batch * 4 * heads * p * n * (chunks + 1);
+    let logits = batch * m.vocab as u128 * (e + 4);
+    let mut bd = Breakdown::new(Phase::Prefill);
+    bd.add(WEIGHTS, weights.bytes.weight, weights.detail.clone());
+    bd.add(INPUT, 8 * t, "input_ids, int64");
+    bd.add(
+        SSM_STATE,
+        state,
+        format!("{} layers × batch {batch} × (conv {conv} × {} + fp32 state {heads} heads × {p} × {n})", m.layers, s.d_conv),
+    );
+    bd.add(
+        PREFILL,
+        scan,
+        format!("{t} tokens through one layer's chunked scan: fp32 [B, H, chunks, {l}, {l}] scores and per-chunk states"),
+    );
+    bd.add(LOGITS, logits, "the last position's logits and their fp32 copy");
+    notes.push(format!(
+        "Mamba-2 inference: prefill of {batch} × {seq} tokens in chunks of {l}; the cache is a fixed-size state, not a KV cache"
+    ));
     (vec![bd], Kernel::Eager, notes)
 }
 

@@ -475,6 +475,8 @@ fn check_ssm(model: &Model, job: &Job) -> Result<()> {
         Some("sharded training (ZeRO/FSDP)")
     } else if pure_half {
         Some("pure bf16/fp16 training (measured under autocast and in fp32 only)")
+    } else if model.ssm.is_some_and(|s| s.mamba2.is_some()) && job.mode == Mode::Train && !job.precision.is_mixed() {
+        Some("Mamba-2 training without autocast (measured under bf16 autocast only)")
     } else if job.fused_cross_entropy {
         Some("fused linear cross-entropy")
     } else if job.kv_dtype.is_some() {
@@ -486,7 +488,7 @@ fn check_ssm(model: &Model, job: &Job) -> Result<()> {
         Some(what) => Err(Error::InvalidValue {
             what: "Mamba job".into(),
             value: what.into(),
-            hint: format!("vram estimates Mamba's full fine-tuning (bf16-mixed or fp32) and a prefill on one GPU; {what} is not modelled for state-space models yet"),
+            hint: format!("vram estimates Mamba's full fine-tuning (bf16-mixed or fp32; Mamba-2 bf16-mixed) and a prefill on one GPU; {what} is not modelled for state-space models yet"),
         }),
         None => Ok(()),
     }
