@@ -1,4 +1,5 @@
-"""Measure LoRA fine-tuning of a text ENCODER (BERT, RoBERTa, XLM-R, ELECTRA):
+"""Measure LoRA fine-tuning of a text ENCODER (BERT, RoBERTa, XLM-R, ELECTRA, ModernBERT with
+target_modules Wqkv, Wo, Wi — peft has no default for it):
 fixtures/encoders_lora.jsonl.
 
 encoders.py's loop and run() unchanged (the real model under FakeTensorMode, the Tracker, HF
@@ -36,14 +37,18 @@ def build(raw_config, task, precision, attention):
     cfg, model = _build(raw_config, task, precision, attention)
     model.requires_grad_(False)
     model.to(torch.bfloat16)
-    pm = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, lora_dropout=DROPOUT["value"], task_type=TASK_TYPE[task]))
+    # peft has no default targets for ModernBERT: its fused attention and MLP projections by name.
+    targets = MODERNBERT_TARGETS if cfg.model_type == "modernbert" else None
+    pm = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, lora_dropout=DROPOUT["value"], task_type=TASK_TYPE[task],
+                                          target_modules=targets))
     return cfg, pm
 
 
 encoders.build = build
 
-DEVELOPMENT = ["bert-base-uncased", "roberta-base"]
-HELD_OUT = ["bert-large-uncased", "xlm-roberta-base", "electra-base-discriminator", "bge-small-en-v1.5"]
+DEVELOPMENT = ["bert-base-uncased", "roberta-base", "modernbert-base"]
+HELD_OUT = ["bert-large-uncased", "xlm-roberta-base", "electra-base-discriminator", "bge-small-en-v1.5", "modernbert-large"]
+MODERNBERT_TARGETS = ["Wqkv", "Wo", "Wi"]
 
 
 def points():
@@ -63,6 +68,8 @@ def points():
         pt(m, "classification", 16, 512, checkpointing=True)
         pt(m, "classification", 32, 256, dropout=0.1)
         pt(m, "mlm", 16, 512)
+        if m.startswith("modernbert"):
+            pt(m, "embedding", 64, 256)
     for p in out:
         p["set"] = "development" if p["model"] in DEVELOPMENT else "held-out"
         p["id"] = "|".join(f"{k}={p[k]}" for k in sorted(p) if k != "set")

@@ -306,6 +306,11 @@ fn hf_leaf<'a>(model_type: &str, leaf: &'a str, in_mlp: bool) -> &'a str {
         ("distilbert", "o_proj") => "out_lin",
         ("distilbert", "fc1") => "lin1",
         ("distilbert", "fc2") => "lin2",
+        // modeling_modernbert.py: attn.Wqkv (fused), attn.Wo, mlp.Wi (input and gate fused),
+        // mlp.Wo: the attention's and the MLP's output projections share the name `Wo`.
+        ("modernbert", "qkv_proj") => "Wqkv",
+        ("modernbert", "o_proj" | "down_proj") => "Wo",
+        ("modernbert", "gate_up_proj") => "Wi",
         ("gpt2", "qkv_proj") => "c_attn",
         ("gpt2", "o_proj") => "c_proj",
         ("gpt2", "fc1") => "c_fc",

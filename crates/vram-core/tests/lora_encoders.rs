@@ -41,7 +41,12 @@ fn encoder_lora_peaks_follow_pytorch() {
             r: 8,
             alpha: 16.0,
             dropout: r["lora_dropout"].as_f64().unwrap(),
-            targets: Targets::Default,
+            // peft has no default for ModernBERT: validation/encoders_lora.py names its modules.
+            targets: if model.model_type == "modernbert" {
+                Targets::Names(["Wqkv", "Wo", "Wi"].map(String::from).to_vec())
+            } else {
+                Targets::Default
+            },
             modules_to_save: Vec::new(),
         };
         let (batch, seq) = (r["batch"].as_u64().unwrap(), r["seq"].as_u64().unwrap());
@@ -64,4 +69,21 @@ fn encoder_lora_peaks_follow_pytorch() {
         "encoder LoRA accuracy table",
     );
     family_table::check(&rows);
+}
+
+/// ModernBERT: peft has no default targets; its names resolve (`Wo` is both the attention's and
+/// the MLP's output projection, as peft's suffix match makes it); all-linear is refused.
+#[test]
+fn modernbert_lora_takes_its_own_module_names() {
+    let model =
+        parse_config(&std::fs::read(root().join("validation/configs/families/modernbert-base.json")).unwrap(), "m", "config.json").unwrap();
+    let lora = |targets| Lora { method: Method::Lora, r: 8, alpha: 16.0, dropout: 0.0, targets, modules_to_save: Vec::new() };
+    let e = vram_core::peft::resolve(&model, &lora(Targets::Default)).unwrap_err().to_string();
+    assert!(e.contains("Wqkv") && e.contains("Wi"), "{e}");
+    let r = vram_core::peft::resolve(&model, &lora(Targets::Names(vec!["Wo".into()]))).unwrap();
+    // 22 attention and 22 MLP output projections.
+    assert_eq!(r.modules(), 44);
+    let job = vram_core::Job { lora: Some(lora(Targets::AllLinear)), ..vram_core::Job::train(8, 512) };
+    let e = vram_core::estimate(&model, &job).unwrap_err().to_string();
+    assert!(e.contains("Wqkv,Wo,Wi"), "{e}");
 }

@@ -152,7 +152,11 @@ impl Bytes {
                 // CLIP's vision tower runs `pre_layrnorm` on the embeddings: under autocast its
                 // fp32 output starts an fp32 residual stream (measured, validation/vision_lora.py).
                 let clip_amp = amp && m.encoder.and_then(|e| e.vision).is_some_and(|v| v.family == crate::model::VisionFamily::Clip);
-                let r = if post_ln_amp || clip_amp { 4 } else { lora::embedding_dtype(job).bytes() as u128 };
+                // A text encoder's embeddings end in a LayerNorm (ModernBERT's pre-LN layers too):
+                // under autocast its fp32 output starts an fp32 residual stream (measured,
+                // validation/encoders_lora.py on modernbert-base).
+                let text_encoder_amp = amp && m.encoder.is_some_and(|e| e.vision.is_none());
+                let r = if post_ln_amp || clip_amp || text_encoder_amp { 4 } else { lora::embedding_dtype(job).bytes() as u128 };
                 let p = lora::base_dtype(job).bytes() as u128;
                 let lin = if job.base.is_some_and(crate::peft::BaseWeights::is_bnb) { r.max(p) } else { e };
                 Bytes { amp, e, r, p, lora: Some(l), lin }

@@ -409,9 +409,10 @@ pub fn check_encoder(model: &Model, job: &Job) -> Result<()> {
         if model.dual.is_some() {
             return refuse("LoRA on a dual encoder");
         }
-        if enc.modern.is_some() {
-            // Not yet checked against peft on ModernBERT's fused Wqkv / Wi and its head.
-            return refuse("LoRA on ModernBERT");
+        if enc.modern.is_some() && l.targets == crate::peft::Targets::AllLinear {
+            // all-linear also adapts the prediction head's dense (and, on a classifier, which
+            // output layer peft leaves out is not checked yet): explicit names only.
+            return refuse("LoRA all-linear on ModernBERT (name the modules: Wqkv,Wo,Wi)");
         }
         if job.base.is_some_and(crate::peft::BaseWeights::is_bnb) {
             return refuse("QLoRA (a bitsandbytes base)");
