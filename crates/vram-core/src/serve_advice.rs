@@ -469,7 +469,7 @@ fn from_llama(change: ServeChange, flags: Vec<Flag>, description: String, p: &Ll
 }
 
 /// The smallest `n` in `lo..=hi` for which `fits(n)` holds, when `fits(hi)` does (monotone).
-fn smallest(lo: u64, hi: u64, fits: &dyn Fn(u64) -> Result<bool>) -> Result<Option<u64>> {
+pub fn smallest(lo: u64, hi: u64, fits: &dyn Fn(u64) -> Result<bool>) -> Result<Option<u64>> {
     if lo > hi || !fits(hi)? {
         return Ok(None);
     }

@@ -373,3 +373,69 @@ fn llama_server_launches_are_emitted_for_files_and_hub_quants() {
     let e = err_text(&run(port, cache.path(), &["serve", "--model", REPO, "--gpu", "12GiB", "--emit", "llama-server"]));
     assert!(e.contains("name the quant"), "{e}");
 }
+
+/// A qwen3moe-style file in one ggml type: 24 layers, 64 experts of 768 (about 4 GiB of experts
+/// in Q4_K), attention and embeddings small beside them.
+fn moe_header(ggml_type: u32) -> Writer {
+    let mut w = Writer::default();
+    w.str("general.architecture", "qwen3moe")
+        .str("general.name", "moe")
+        .u32("qwen3moe.block_count", 24)
+        .u32("qwen3moe.context_length", 32768)
+        .u32("qwen3moe.embedding_length", 2048)
+        .u32("qwen3moe.feed_forward_length", 6144)
+        .u32("qwen3moe.expert_feed_forward_length", 768)
+        .u32("qwen3moe.expert_count", 64)
+        .u32("qwen3moe.expert_used_count", 8)
+        .u32("qwen3moe.attention.head_count", 16)
+        .u32("qwen3moe.attention.head_count_kv", 4)
+        .tokens(1024);
+    w.tensor("token_embd.weight", &[2048, 1024], ggml_type);
+    for i in 0..24 {
+        w.tensor(&format!("blk.{i}.attn_norm.weight"), &[2048], gguf_writer::F32)
+            .tensor(&format!("blk.{i}.attn_q.weight"), &[2048, 2048], ggml_type)
+            .tensor(&format!("blk.{i}.attn_k.weight"), &[2048, 512], ggml_type)
+            .tensor(&format!("blk.{i}.attn_v.weight"), &[2048, 512], ggml_type)
+            .tensor(&format!("blk.{i}.attn_output.weight"), &[2048, 2048], ggml_type)
+            .tensor(&format!("blk.{i}.ffn_norm.weight"), &[2048], gguf_writer::F32)
+            .tensor(&format!("blk.{i}.ffn_gate_inp.weight"), &[2048, 64], gguf_writer::F32)
+            .tensor(&format!("blk.{i}.ffn_gate_exps.weight"), &[2048, 768, 64], ggml_type)
+            .tensor(&format!("blk.{i}.ffn_up_exps.weight"), &[2048, 768, 64], ggml_type)
+            .tensor(&format!("blk.{i}.ffn_down_exps.weight"), &[768, 2048, 64], ggml_type);
+    }
+    w.tensor("output_norm.weight", &[2048], gguf_writer::F32).tensor("output.weight", &[2048, 1024], ggml_type);
+    w
+}
+
+#[test]
+fn a_moe_quant_that_does_not_fit_gets_the_fewest_expert_layers_to_keep_in_ram() {
+    let mut repos = HashMap::new();
+    repos.insert(
+        "org/moe-GGUF".to_string(),
+        vec![
+            ("moe-Q4_K_M.gguf".to_string(), file(&moe_header(gguf_writer::Q4_K))),
+            ("moe-Q8_0.gguf".to_string(), file(&moe_header(gguf_writer::Q8_0))),
+        ],
+    );
+    let (port, _) = serve_hub(repos);
+    let cache = tempfile::tempdir().unwrap();
+    let v = ok_json(&run(port, cache.path(), &["serve", "--model", "org/moe-GGUF", "--gpu", "4GiB", "--json"]));
+    let q = v["quants"].as_array().unwrap();
+    let q8 = q.iter().find(|r| r["quant"] == "Q8_0").unwrap();
+    assert_eq!(q8["fits"], false);
+    let n = q8["min_n_cpu_moe"].as_u64().unwrap_or_else(|| panic!("{q8}"));
+    assert!((1..=24).contains(&n), "{q8}");
+    // The file's own plan agrees: n fits, n − 1 does not.
+    let plan = |k: u64| {
+        ok_json(&run(
+            port,
+            cache.path(),
+            &["serve", "--model", "org/moe-GGUF:Q8_0", "--gpu", "4GiB", "--n-cpu-moe", &k.to_string(), "--json"],
+        ))["fits"]
+            .clone()
+    };
+    assert_eq!(plan(n), true);
+    assert_eq!(plan(n - 1), false);
+    let out = run(port, cache.path(), &["serve", "--model", "org/moe-GGUF", "--gpu", "4GiB"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("min --n-cpu-moe"), "{}", String::from_utf8_lossy(&out.stdout));
+}

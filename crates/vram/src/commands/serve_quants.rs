@@ -4,7 +4,7 @@
 
 use anyhow::Result;
 use serde::Serialize;
-use vram_core::gguf::{llama_cpp_with, max_ctx_with, Gguf, LlamaCppConfig};
+use vram_core::gguf::{llama_cpp_with, max_ctx_with, CpuMoe, Gguf, LlamaCppConfig, Overrides};
 use vram_core::serve_advice::{Alternative, Flag, ServeChange};
 
 use super::serve::{llama_cpp_config, overrides};
@@ -186,6 +186,9 @@ pub enum RowOutcome {
         max_ctx_size: Option<u64>,
         /// When it does not fit: the most `--n-gpu-layers` that fit at the requested context.
         max_n_gpu_layers: Option<u64>,
+        /// When a MoE file does not fit: the smallest `--n-cpu-moe` with which it does (all
+        /// layers on the GPU, those layers' experts in RAM).
+        min_n_cpu_moe: Option<u64>,
     },
     /// Not planned.
     Error {
@@ -303,12 +306,27 @@ fn plan_row(a: &ServeArgs, name: &str, g: &Gguf, ov: &vram_core::gguf::Overrides
             None
         }
     };
+    // A MoE file that does not fit, with no tensor overrides given: the fewest layers whose
+    // experts `--n-cpu-moe` must keep in RAM for everything else to fit on the GPU.
+    let min_n_cpu_moe = if fits || !ov.tensor.is_empty() || ov.cpu_moe != CpuMoe::None {
+        None
+    } else {
+        let moe = |n: u64| Overrides { tensor: Vec::new(), cpu_moe: CpuMoe::FirstLayers(n) };
+        let fit = |n: u64| Ok(llama_cpp_with(g, &hp, &c, &moe(n))?.gpu_total_bytes <= memory);
+        let has_experts = llama_cpp_with(g, &hp, &c, &Overrides { tensor: Vec::new(), cpu_moe: CpuMoe::All })?.overridden_tensors > 0;
+        if has_experts {
+            vram_core::serve_advice::smallest(1, hp.layers, &fit)?
+        } else {
+            None
+        }
+    };
     let row = RowOutcome::Planned {
         gpu_total_bytes: p.gpu_total_bytes,
         cpu_weights_bytes: p.cpu_weights_bytes,
         fits,
         max_ctx_size,
         max_n_gpu_layers,
+        min_n_cpu_moe,
     };
     Ok((c, row))
 }

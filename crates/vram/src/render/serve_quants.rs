@@ -28,17 +28,23 @@ pub fn text(t: &QuantTable) -> String {
         );
     }
     let _ = writeln!(out);
+    let moe = t.rows.iter().any(|r| matches!(r.outcome, RowOutcome::Planned { min_n_cpu_moe: Some(_), .. }));
+    let moe_head = if moe { format!(" {:>20}", "or: min --n-cpu-moe") } else { String::new() };
     let _ = writeln!(
         out,
-        "{:<16} {:>10} {:>10} {:>10} {:>5} {:>15} {:>16}",
+        "{:<16} {:>10} {:>10} {:>10} {:>5} {:>15} {:>16}{moe_head}",
         "quant", "file GiB", "GPU GiB", "RAM GiB", "fits", "longest -c", "if not: max -ngl"
     );
     for r in &t.rows {
         match &r.outcome {
-            RowOutcome::Planned { gpu_total_bytes, cpu_weights_bytes, fits, max_ctx_size, max_n_gpu_layers } => {
+            RowOutcome::Planned { gpu_total_bytes, cpu_weights_bytes, fits, max_ctx_size, max_n_gpu_layers, min_n_cpu_moe } => {
+                let moe_cell = match (moe, fits, min_n_cpu_moe) {
+                    (false, _, _) | (true, true, _) => String::new(),
+                    (true, false, n) => format!(" {:>20}", n.map_or("none".into(), |n| n.to_string())),
+                };
                 let _ = writeln!(
                     out,
-                    "{:<16} {:>10} {:>10} {:>10} {:>5} {:>15} {:>16}",
+                    "{:<16} {:>10} {:>10} {:>10} {:>5} {:>15} {:>16}{moe_cell}",
                     r.quant,
                     gib_cell(r.file_bytes),
                     gib_cell(*gpu_total_bytes),
