@@ -29,6 +29,10 @@ DEVELOPMENT = ["mamba-130m-hf"]
 HELD_OUT = ["mamba-370m-hf", "falcon-mamba-7b"]
 MAMBA2_DEVELOPMENT = ["mamba2-130m"]
 MAMBA2_HELD_OUT = ["mamba2-780m", "mamba-codestral-7b"]
+# bamba-dev-8l is Bamba-9B's layout at 8 layers and a quarter of the width (not a published
+# checkpoint): development only; ibm-ai-platform/Bamba-9B is held out.
+BAMBA_DEVELOPMENT = ["bamba-dev-8l"]
+BAMBA_HELD_OUT = ["bamba-9b"]
 
 
 def points():
@@ -56,8 +60,14 @@ def points():
         pt(m, "train", "bf16-mixed", 2 if big else 8, 1024, checkpointing=True)
         pt(m, "train", "bf16-mixed", 1, 4096)
         pt(m, "infer", "bf16", 2 if big else 8, 2048)
+    # Bamba (Mamba-2 mixers with a few attention layers, an MLP in every layer): training only.
+    for m in BAMBA_DEVELOPMENT + BAMBA_HELD_OUT:
+        big = m == "bamba-9b"
+        pt(m, "train", "bf16-mixed", 1 if big else 4, 1024)
+        pt(m, "train", "bf16-mixed", 2 if big else 8, 1024, checkpointing=True)
+        pt(m, "train", "bf16-mixed", 1, 4096)
     for p in out:
-        p["set"] = "development" if p["model"] in DEVELOPMENT + MAMBA2_DEVELOPMENT else "held-out"
+        p["set"] = "development" if p["model"] in DEVELOPMENT + MAMBA2_DEVELOPMENT + BAMBA_DEVELOPMENT else "held-out"
         p["id"] = "|".join(f"{k}={p[k]}" for k in sorted(p) if k != "set")
     return out
 

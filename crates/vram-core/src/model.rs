@@ -330,6 +330,10 @@ pub struct Ssm {
     pub proj_bias: bool,
     /// Mamba-2's multi-head state-space dual (SSD) mixer in place of Mamba's selective scan.
     pub mamba2: Option<Mamba2>,
+    /// A hybrid (Bamba): this many layers are attention layers (counted first) and the others
+    /// the mixer; every layer has a pre-norm MLP after its mixer or attention. 0: every layer is
+    /// the mixer alone (Mamba, Mamba-2).
+    pub attention_layers: u64,
 }
 
 /// Mamba-2 (transformers models/mamba2/modeling_mamba2.py `Mamba2Mixer`): one `in_proj` to
@@ -1040,6 +1044,17 @@ impl Model {
         Ok(())
     }
 
+    /// Whether layer `i` is a state-space mixer layer (every layer of Mamba and Mamba-2; in a
+    /// hybrid, those after its attention layers).
+    pub fn is_ssm_layer(&self, i: u64) -> bool {
+        self.ssm.is_some_and(|s| i >= s.attention_layers)
+    }
+
+    /// A hybrid of attention and state-space layers.
+    pub fn is_hybrid(&self) -> bool {
+        self.ssm.is_some_and(|s| s.attention_layers > 0)
+    }
+
     /// Whether layer `i` is a mixture-of-experts layer.
     pub fn is_moe_layer(&self, i: u64) -> bool {
         self.moe.as_ref().is_some_and(|m| m.sparse_layers.get(i as usize).copied().unwrap_or(false))
@@ -1168,9 +1183,9 @@ impl Model {
         // Layers come in runs of identical structure; group them.
         let mut i = 0;
         while i < self.layers {
-            let moe = self.is_moe_layer(i);
+            let kind = (self.is_moe_layer(i), self.is_ssm_layer(i));
             let mut j = i + 1;
-            while j < self.layers && self.is_moe_layer(j) == moe {
+            while j < self.layers && (self.is_moe_layer(j), self.is_ssm_layer(j)) == kind {
                 j += 1;
             }
             self.layer_tensors(i, j - i, &mut v);
@@ -1411,7 +1426,7 @@ impl Model {
     fn layer_tensors(&self, i: u64, count: u64, v: &mut Vec<TensorGroup>) {
         let h = self.hidden;
         let l = |s: &str| format!("layers.{{i}}.{s}");
-        if let Some(Ssm { mamba2: Some(m2), .. }) = self.ssm {
+        if let (true, Some(Ssm { mamba2: Some(m2), .. })) = (self.is_ssm_layer(i), self.ssm) {
             // Mamba2Block: norm, then Mamba2Mixer (modeling_mamba2.py __init__): in_proj to
             // [gate d, x d, B G·N, C G·N, dt H], the depthwise conv over x·B·C, dt_bias / A_log / D
             // per head, the gated RMSNorm over d, out_proj.
@@ -1429,10 +1444,14 @@ impl Model {
             }
             v.push(TensorGroup::vector(l("mixer.norm.weight"), d, count, Role::Norm));
             Self::linear(v, &l("mixer.out_proj"), d, h, s.proj_bias, count);
-            let _ = i;
+            if s.attention_layers > 0 {
+                // BambaDecoderLayer: pre_ff_layernorm and the gated MLP after the mixer.
+                self.norm_tensors(&l("pre_ff_layernorm"), count, h, v);
+                self.mlp_tensors(&l("feed_forward"), self.intermediate, count, v);
+            }
             return;
         }
-        if let Some(s) = self.ssm {
+        if let (true, Some(s)) = (self.is_ssm_layer(i), self.ssm) {
             // MambaBlock: norm, then MambaMixer (modeling_mamba.py __init__).
             let (d, n) = (s.d_inner, s.d_state);
             self.norm_tensors(&l("norm"), count, h, v);

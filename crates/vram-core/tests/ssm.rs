@@ -61,6 +61,8 @@ fn mamba_parameters_are_exact() {
         ("mamba2-130m", 128_989_632),
         ("mamba2-780m", 780_161_280),
         ("mamba-codestral-7b", 7_285_403_648),
+        ("bamba-9b", 9_780_235_392),
+        ("bamba-dev-8l", 202_455_456),
     ] {
         let src = std::fs::read(root().join(format!("validation/configs/ssm/{file}.json"))).unwrap();
         assert_eq!(parse_config(&src, file, "config.json").unwrap().parameters(), n, "{file}");
@@ -80,4 +82,20 @@ fn mamba2_inconsistent_configs_and_unmeasured_precisions_are_refused() {
     let job = vram_core::Job { precision: vram_core::Precision::Fp32, ..vram_core::Job::train(1, 1024) };
     let e = vram_core::estimate(&m, &job).unwrap_err().to_string();
     assert!(e.contains("autocast"), "{e}");
+}
+
+/// Bamba: the hybrid's attention layers come from `attn_layer_indices`; without them (or with
+/// all layers attention) it is refused, and so is its inference (not modelled).
+#[test]
+fn bamba_reads_its_layers_and_refuses_inference() {
+    let src = std::fs::read(root().join("validation/configs/ssm/bamba-9b.json")).unwrap();
+    let m = parse_config(&src, "bamba", "config.json").unwrap();
+    assert!(m.is_hybrid());
+    assert_eq!((0..m.layers).filter(|&i| !m.is_ssm_layer(i)).count(), 3);
+    let mut cfg: serde_json::Value = serde_json::from_slice(&src).unwrap();
+    cfg["attn_layer_indices"] = serde_json::json!(null);
+    let e = parse_config(cfg.to_string().as_bytes(), "b", "config.json").unwrap_err().to_string();
+    assert!(e.contains("attn_layer_indices"), "{e}");
+    let e = vram_core::estimate(&m, &vram_core::Job::infer(1, 1024)).unwrap_err().to_string();
+    assert!(e.contains("hybrid"), "{e}");
 }

@@ -437,8 +437,18 @@ fn mamba2_layer(m: &Model, job: &Job, s: crate::model::Ssm, m2: crate::model::Ma
 
 /// Activation coefficients of decoder layer `i` with nothing recomputed.
 pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
-    if let Some(s) = m.ssm {
-        return ssm_layer(m, job, s);
+    if let (true, Some(s)) = (m.is_ssm_layer(i), m.ssm) {
+        let mut c = ssm_layer(m, job, s);
+        if s.attention_layers > 0 {
+            // A hybrid's mixer layer (BambaDecoderLayer) ends with pre_ff_layernorm and the MLP,
+            // as its attention layers do.
+            let b = Bytes::of(m, job);
+            let h = m.hidden as u128;
+            let (saved, out) = b.norm(m.norm, b.r);
+            c.norms += saved * h + b.inputs(Slot::MlpIn, false, mlp_readers(m, false), out, h);
+            c.mlp += mlp(m, &b, false);
+        }
+        return c;
     }
     let b = Bytes::of(m, job);
     let h = m.hidden as u128;
@@ -960,7 +970,7 @@ pub fn apply_checkpointing(c: LayerCoef, mode: Checkpointing) -> LayerCoef {
 /// gradient of the probabilities and of the scores).
 pub fn backward_transient(m: &Model, job: &Job, kernel: Kernel, i: u64) -> (u128, u128) {
     let b = Bytes::of(m, job);
-    if let Some(s) = m.ssm {
+    if let (true, Some(s)) = (m.is_ssm_layer(i), m.ssm) {
         // The sequential scan's backward: every step's `discrete_A[:, :, i]` and
         // `deltaB_u[:, :, i]` selects scatter their gradient into a full [B, D, L, N] fp32
         // tensor that accumulates the steps (select_backward then an add): both accumulators

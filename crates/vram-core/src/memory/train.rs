@@ -71,8 +71,8 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
         ));
     }
     // Layers differ only by kind (dense or MoE, windowed or not): compute each kind once.
-    let kind = |i: u64| (m.is_moe_layer(i), i < m.sliding_layers);
-    let mut coef_cache: Vec<((bool, bool), LayerCoef)> = Vec::new();
+    let kind = |i: u64| (m.is_moe_layer(i), i < m.sliding_layers, m.is_ssm_layer(i));
+    let mut coef_cache: Vec<((bool, bool, bool), LayerCoef)> = Vec::new();
     let layer_full: Vec<LayerCoef> = (0..m.layers)
         .map(|i| {
             if let Some((_, c)) = coef_cache.iter().find(|(k, _)| *k == kind(i)) {
@@ -417,7 +417,18 @@ fn full_states(m: &Model, job: &Job, b: &Bytes, shards: u128) -> ModelStates {
     let casts = if b.amp { 2 * matmul(&tensors) + head_cast } else { 0 } / shards;
     let dense_params = (0..m.layers).find(|i| !m.is_moe_layer(*i)).map_or(0, |i| m.layer_parameters(i) as u128);
     let moe_params = (0..m.layers).find(|i| m.is_moe_layer(*i)).map_or(0, |i| m.layer_parameters(i) as u128);
-    let layer_grads: Vec<u128> = (0..m.layers).map(|i| p * if m.is_moe_layer(i) { moe_params } else { dense_params }).collect();
+    // A hybrid's attention and mixer layers differ: count each layer's own parameters.
+    let layer_grads: Vec<u128> = (0..m.layers)
+        .map(|i| {
+            p * if m.is_hybrid() {
+                m.layer_parameters(i) as u128
+            } else if m.is_moe_layer(i) {
+                moe_params
+            } else {
+                dense_params
+            }
+        })
+        .collect();
     // Half copies of a layer's matmul weights (norm weights and biases are not cast).
     let layer_casts: Vec<u128> = (0..m.layers).map(|i| if b.amp { 2 * matmul(&m.layer_inventory(i)) } else { 0 }).collect();
     ModelStates {
