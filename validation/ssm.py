@@ -38,10 +38,10 @@ BAMBA_HELD_OUT = ["bamba-9b"]
 def points():
     out = []
 
-    def pt(model, mode, precision, batch, seq, checkpointing=False):
+    def pt(model, mode, precision, batch, seq, checkpointing=False, attention="eager"):
         out.append(dict(model=model, mode=mode, precision=precision, batch=batch, seq=seq,
                         checkpointing=checkpointing, optimizer="adamw" if mode == "train" else None,
-                        impl="foreach" if mode == "train" else None, attention="eager"))
+                        impl="foreach" if mode == "train" else None, attention=attention))
 
     # The sequential scan is one Python step per token and layer: CPU time on the shared 2-core
     # machine keeps sequences short (the memory per token does not depend on the length).
@@ -66,6 +66,9 @@ def points():
         pt(m, "train", "bf16-mixed", 1 if big else 4, 1024)
         pt(m, "train", "bf16-mixed", 2 if big else 8, 1024, checkpointing=True)
         pt(m, "train", "bf16-mixed", 1, 4096)
+        # Its attention layers under SDPA (transformers' default) as well as eager.
+        pt(m, "train", "bf16-mixed", 1, 4096, attention="sdpa")
+        pt(m, "train", "bf16-mixed", 2 if big else 8, 2048, attention="sdpa")
     for p in out:
         p["set"] = "development" if p["model"] in DEVELOPMENT + MAMBA2_DEVELOPMENT + BAMBA_DEVELOPMENT else "held-out"
         p["id"] = "|".join(f"{k}={p[k]}" for k in sorted(p) if k != "set")

@@ -171,7 +171,7 @@ pub(super) fn parse_bamba(c: &Cfg, name: &str, model_type: &str) -> Result<Model
         attention_layers: attention,
     });
     m.warnings.push(format!(
-        "Bamba: {attention} attention layers and {} Mamba-2 layers, each with its MLP; the mixers follow transformers' PyTorch path (without `mamba-ssm` and `causal-conv1d`; with their CUDA kernels training saves far less, which vram does not model yet). Checked within 0–2% at 1024 tokens; at 4096 tokens the estimate ran 3.6–6.4% low (a term growing with the sequence, not located yet)",
+        "Bamba: {attention} attention layers and {} Mamba-2 layers, each with its MLP; the mixers follow transformers' PyTorch path (without `mamba-ssm` and `causal-conv1d`; with their CUDA kernels training saves far less, which vram does not model yet).",
         m.layers - attention
     ));
     Ok(m)

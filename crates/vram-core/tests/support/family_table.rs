@@ -45,15 +45,20 @@ pub fn check(rows: &[(String, bool, f64)]) {
     }
 }
 
-/// The job a fixture point ran (mode, precision, checkpointing; sdpa attention) at `batch` × `seq`,
-/// and the signed relative error of vram's peak allocated against its measured one.
+/// The job a fixture point ran (mode, precision, checkpointing, the attention implementation it
+/// names — sdpa when it names none) at `batch` × `seq`, and the signed relative error of vram's
+/// peak allocated against its measured one.
 pub fn error_of(model: &vram_core::Model, r: &serde_json::Value, batch: u64, seq: u64) -> f64 {
     use vram_core::{AttentionImpl, Checkpointing, Job, Precision};
     let base = if r["mode"] == "train" { Job::train(batch, seq) } else { Job::infer(batch, seq) };
     let job = Job {
         precision: Precision::parse(r["precision"].as_str().unwrap()).unwrap(),
         checkpointing: if r["checkpointing"] == true { Checkpointing::Full } else { Checkpointing::None },
-        attention: AttentionImpl::Sdpa,
+        attention: match r["attention"].as_str() {
+            Some("eager") => AttentionImpl::Eager,
+            Some("flash_attention_2") => AttentionImpl::Flash,
+            _ => AttentionImpl::Sdpa,
+        },
         ..base
     };
     let est = vram_core::estimate(model, &job).unwrap().peak_allocated as f64;
