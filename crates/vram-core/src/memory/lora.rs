@@ -340,6 +340,14 @@ pub(crate) fn model_states(m: &Model, job: &Job, b: &Bytes) -> ModelStates {
     } else {
         0
     };
+    // An adapted linear's forward (peft lora/layer.py Linear.forward: `result = result +
+    // lora_B(lora_A(dropout(x))) * scaling`): the base output, the scaled adapter output and
+    // their sum exist at once, three output-wide tensors of the widest adapted module. Under
+    // checkpointing this happens inside the recomputed layer, beside its rebuilt activations
+    // (measured: validation/encoders_lora.py, ModernBERT's Wi, whose layer backward holds less).
+    let widest = res.adapted.iter().filter(|a| a.experts <= 1).map(|a| a.dout as u128).max().unwrap_or(0);
+    let tokens = job.batch as u128 * job.seq as u128;
+    let lora_forward = 3 * b.e * widest * tokens;
     let states = if optimizer::paged(job) { 0 } else { optimizer::states(m, job) };
     ModelStates {
         weights: frozen,
@@ -365,6 +373,7 @@ pub(crate) fn model_states(m: &Model, job: &Job, b: &Bytes) -> ModelStates {
         embedding_trained,
         dequant,
         dora_transient,
+        lora_forward,
     }
 }
 

@@ -297,7 +297,7 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
         let grad_tmp = ms.layer_grad_tmp[l] + if accum { layer_grads[l] / shards } else { 0 };
         // Under checkpointing the recomputed forward rebuilds DoRA's weight norms too, before the
         // layer's backward ops run: the larger of the two transients, not their sum.
-        let dora = if ckpt == Checkpointing::Full { ms.dora_transient } else { 0 };
+        let dora = if ckpt == Checkpointing::Full { ms.dora_transient.max(ms.lora_forward) } else { 0 };
         let tmp = (tr_tok * t + tr_sq * sq_elems + grad_tmp + ms.dequant + in_bwd_step).max(dora);
         let saved: u128 = layer_saved[..=l].iter().sum();
         match bd {
@@ -393,6 +393,8 @@ pub(crate) struct ModelStates {
     pub dequant: u128,
     /// DoRA's weight-norm temporaries of the widest adapted module, alive inside one layer's forward.
     pub dora_transient: u128,
+    /// LoRA: the widest adapted module's forward outputs (base, scaled adapter, sum), bytes.
+    pub lora_forward: u128,
 }
 
 /// Full fine-tuning: every parameter trained in the parameter dtype.
@@ -449,6 +451,7 @@ fn full_states(m: &Model, job: &Job, b: &Bytes, shards: u128) -> ModelStates {
         embedding_trained: true,
         dequant: 0,
         dora_transient: 0,
+        lora_forward: 0,
     }
 }
 
