@@ -70,6 +70,30 @@ pub enum VllmEngine {
     V0,
 }
 
+/// Which of vLLM's GPU model runners runs the profile (V1 engine only): the original
+/// `vllm/v1/worker/gpu_model_runner.py` or Model Runner V2, `vllm/v1/worker/gpu/model_runner.py`
+/// (`VLLM_USE_V2_MODEL_RUNNER`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelRunner {
+    /// `gpu_model_runner.py`: the only runner before 0.25; still the default for MoE and
+    /// Mamba-hybrid models.
+    V1,
+    /// Model Runner V2: the default for dense models since vLLM 0.25 (vllm-project/vllm#44443).
+    V2,
+}
+
+impl ModelRunner {
+    /// Parse `v1`/`v2` (also `1`/`2`).
+    pub fn parse(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "v1" | "1" => Ok(ModelRunner::V1),
+            "v2" | "2" => Ok(ModelRunner::V2),
+            _ => Err(invalid("--model-runner", s, "v1 (gpu_model_runner.py) or v2 (Model Runner V2)")),
+        }
+    }
+}
+
 /// The vLLM release whose start-up accounting to reproduce (`--vllm-version`). Only the rules
 /// that change GPU memory are kept per version; each is cited where it is applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -82,7 +106,7 @@ pub struct VllmVersion {
 
 impl VllmVersion {
     /// The newest release whose rules vram models (the default).
-    pub const NEWEST: VllmVersion = VllmVersion { major: 0, minor: 21 };
+    pub const NEWEST: VllmVersion = VllmVersion { major: 0, minor: 31 };
     /// The oldest release vram reads (V0 engine logs of 0.6.x are in the evidence set).
     pub const OLDEST: VllmVersion = VllmVersion { major: 0, minor: 6 };
     /// First release with the V1 engine on by default.
@@ -92,6 +116,10 @@ impl VllmVersion {
     /// default-on since v0.21 as vLLM's own start-up note says, quoted in
     /// eugr/spark-vllm-docker#396; the default is debated in vllm-project/vllm#45178).
     pub const CUDA_GRAPH_ESTIMATE: VllmVersion = VllmVersion { major: 0, minor: 21 };
+    /// First release whose default runner for dense models is Model Runner V2 (release notes of
+    /// 0.25: "Model Runner V2 is now the default for all dense models", vllm-project/vllm#44443;
+    /// vllm/config/vllm.py `_is_default_v2_model_runner_model`: `... or not model_config.is_moe`).
+    pub const MRV2_DEFAULT: VllmVersion = VllmVersion { major: 0, minor: 25 };
 
     /// Parse `0.21`, `0.21.1`, `v0.10.2rc1`: the major and minor numbers.
     pub fn parse(s: &str) -> Result<Self> {
@@ -161,6 +189,9 @@ pub struct ServeConfig {
     pub enforce_eager: bool,
     /// Engine generation.
     pub engine: VllmEngine,
+    /// `--model-runner` (or `VLLM_USE_V2_MODEL_RUNNER` in a pasted command); `None` = the one
+    /// vLLM picks for the version and model (`model_runner`).
+    pub model_runner: Option<ModelRunner>,
     /// `--enable-lora` with its slot settings; `None` without LoRA.
     pub lora: Option<ServeLora>,
     /// `--kv-cache-memory-bytes`: the KV pool set directly instead of from
@@ -212,6 +243,7 @@ impl ServeConfig {
             cuda_context: crate::job::Overheads::default().cuda_context,
             enforce_eager: false,
             engine: VllmEngine::V1,
+            model_runner: None,
             lora: None,
             kv_cache_memory_bytes: None,
             cpu_offload_bytes: 0,
@@ -279,6 +311,8 @@ pub struct ServeReport {
     pub pp_ranks: Vec<PpRankReport>,
     /// The vLLM release whose rules were applied.
     pub vllm_version: String,
+    /// The GPU model runner whose profile run was reproduced (`None` on the V0 engine).
+    pub model_runner: Option<ModelRunner>,
     /// Of the activation peak: the CUDA-graph memory estimate vLLM ≥ 0.21 adds to it before sizing
     /// the KV cache (0 when not applied).
     pub cuda_graph_estimate_bytes: u64,
@@ -426,7 +460,7 @@ fn serve_at(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
     let kv_b = cfg.kv_cache_dtype.map_or(dtype.bytes(), DType::bytes);
     let (batched, seqs) = scheduler_limits(cfg, max_len)?;
     let non_torch_bytes = cfg.non_torch_memory.unwrap_or(non_torch_default(tp, cfg.gpu_nvswitch));
-    let cuda_graph = cuda_graph_estimate(cfg);
+    let cuda_graph = cuda_graph_estimate(m, cfg);
     let parts = pp_layers(m.layers, cfg.pp);
     let mut ranks = Vec::with_capacity(parts.len());
     for (r, &layers) in parts.iter().enumerate() {
@@ -475,6 +509,7 @@ fn serve_at(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
         pp_rank: at as u64,
         pp_ranks,
         vllm_version: cfg.vllm_version.to_string(),
+        model_runner: (cfg.engine == VllmEngine::V1).then(|| model_runner(m, cfg)),
         cuda_graph_estimate_bytes: c.cuda_graph,
         max_model_len: max_len,
         max_num_batched_tokens: batched,
@@ -539,7 +574,14 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
     };
     let weights = weights + vision.as_ref().map_or(0, |v| v.weights);
     let weights_bytes = to_u64(weights + scales + rotary + lora_slots, "weights")?;
-    let (mut act, mut act_at) = profile_peak(m, cfg.engine, s.batched, s.seqs, tp, e, stage.last);
+    let sampler = match cfg.engine {
+        VllmEngine::V0 => Sampler::V0,
+        VllmEngine::V1 => match model_runner(m, cfg) {
+            ModelRunner::V1 => Sampler::V1,
+            ModelRunner::V2 => Sampler::Mrv2,
+        },
+    };
+    let (mut act, mut act_at) = profile_peak(m, sampler, s.batched, s.seqs, tp, e, stage.last);
     if let Some(v) = &vision {
         (act, act_at) = vision_peak(v, act, act_at);
         notes.push(vision_note(v));
@@ -633,9 +675,15 @@ fn vision_note(v: &crate::serve_mm::VisionServe) -> String {
 /// public issues (“Graph capturing finished in 3 secs, took 0.71 GiB”, vllm-project/vllm#29137;
 /// “took 0.45 GiB”, run-ai/runai-model-streamer#67). A stated assumption, not a measurement of
 /// your model.
-fn cuda_graph_estimate(cfg: &ServeConfig) -> u64 {
+///
+/// Model Runner V2 does not estimate: its `profile_cudagraph_memory` returns 0
+/// (vllm/v1/worker/gpu/model_runner.py, "It is TBD whether we keep this API"), and its logs
+/// size the pool as requested − consumed − peak activation with no graph term (validation/vllm/
+/// logs.jsonl, the v0.27 and v0.31 entries).
+fn cuda_graph_estimate(m: &Model, cfg: &ServeConfig) -> u64 {
     let applies = cfg.vllm_version >= VllmVersion::CUDA_GRAPH_ESTIMATE
         && cfg.engine == VllmEngine::V1
+        && model_runner(m, cfg) == ModelRunner::V1
         && !cfg.enforce_eager
         && cfg.kv_cache_memory_bytes.is_none();
     if applies {
@@ -727,6 +775,12 @@ const TP_NON_TORCH: u64 = 1833 * MIB;
 fn validate(m: &Model, cfg: &ServeConfig) -> Result<(u64, Vec<String>)> {
     if !(cfg.gpu_memory_utilization > 0.0 && cfg.gpu_memory_utilization <= 1.0) {
         return Err(invalid("--gpu-memory-utilization", cfg.gpu_memory_utilization, "a fraction in (0, 1]"));
+    }
+    if cfg.engine == VllmEngine::V0 && cfg.model_runner.is_some() {
+        return Err(invalid("--model-runner", "with --vllm-engine v0", "the V1 engine's choice only; the V0 engine has its own runner"));
+    }
+    if cfg.model_runner == Some(ModelRunner::V2) && cfg.vllm_version < (VllmVersion { major: 0, minor: 16 }) {
+        return Err(invalid("--model-runner", "v2", "vLLM 0.16 or later (Model Runner V2 landed in 0.16, vllm-project/vllm#25266)"));
     }
     let tp = cfg.tp;
     if tp == 0 || tp > 1024 {
@@ -955,9 +1009,33 @@ fn checkpoint_rank_weights(m: &Model, tp: u64, e: u128) -> Result<(u128, u128, V
     Ok((weights, scales, notes))
 }
 
+/// The runner vLLM uses for this model and release: `--model-runner` if given; otherwise Model
+/// Runner V2 from 0.25 on for a dense attention model (vllm/config/vllm.py use_v2_model_runner →
+/// `_is_default_v2_model_runner_model`: MoE, Mamba-hybrid and attention-free models stay on
+/// V1 unless their architecture is listed), and V1 before.
+pub fn model_runner(m: &Model, cfg: &ServeConfig) -> ModelRunner {
+    if let Some(r) = cfg.model_runner {
+        return r;
+    }
+    let dense = m.moe.is_none() && m.ssm.is_none();
+    if cfg.vllm_version >= VllmVersion::MRV2_DEFAULT && dense {
+        ModelRunner::V2
+    } else {
+        ModelRunner::V1
+    }
+}
+
+/// Whose dummy sampler the profile run calls.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Sampler {
+    V0,
+    V1,
+    Mrv2,
+}
+
 /// The profile run's activation peak and where it occurs. Each engine's profiling pass is one
 /// arm of the sampler match.
-fn profile_peak(m: &Model, engine: VllmEngine, batched: u64, seqs: u64, tp: u64, e: u128, last: bool) -> (u128, String) {
+fn profile_peak(m: &Model, sampler_kind: Sampler, batched: u64, seqs: u64, tp: u64, e: u128, last: bool) -> (u128, String) {
     // Profile run (gpu_model_runner.py profile_run): a forward of max_num_batched_tokens tokens,
     // then the sampler over min(max_num_seqs, tokens) requests while the forward's hidden states
     // are still referenced — on the last pipeline stage only (`if get_pp_group().is_last_rank`).
@@ -970,22 +1048,28 @@ fn profile_peak(m: &Model, engine: VllmEngine, batched: u64, seqs: u64, tp: u64,
     let vpad = (m.vocab.div_ceil(VOCAB_PAD) * VOCAB_PAD) as u128;
     // compute_logits: the rank's [R, V/tp] slice, gathered to [R, V] on TP > 1.
     let gathered = if tp > 1 { reqs * vpad * e } else { 0 };
-    let per_logit: u128 = match engine {
+    let per_logit: u128 = match sampler_kind {
+        // Model Runner V2's sampler (vllm/v1/worker/gpu/sample/sampler.py) copies the logits to
+        // one new fp32 tensor and applies penalties, temperature and min-p in place; the Gumbel
+        // draw is a Triton kernel with no vocabulary-wide temporaries. Measured: Qwen2.5-0.5B on
+        // v0.27.1, 256 requests, 0.25 GiB logged against 0.24 here (validation/vllm/logs.jsonl).
+        Sampler::Mrv2 => 4,
         // V1's dummy sampler (temperature 0.5, top-k/p skipped) converts to fp32, softmaxes and
         // draws an exponential of the same shape (v1/sample/sampler.py, topk_topp_sampler.py
         // random_sample): fp32 logits + probabilities + exponential.
-        VllmEngine::V1 => 12,
+        Sampler::V1 => 12,
         // V0's profile uses top_k = vocab − 1, top_p = 0.99 (worker/model_runner.py profile_run);
         // _apply_top_k_top_p keeps as locals the fp32 logits, sorted values (4) and int64
         // indices (8), softmax and cumsum (4 + 4), two bool masks (1 + 1), the inverse
         // permutation (8) and the re-gathered logits (4) (model_executor/layers/sampler.py).
-        VllmEngine::V0 => 4 + 4 + 8 + 4 + 4 + 1 + 1 + 8 + 4,
+        Sampler::V0 => 4 + 4 + 8 + 4 + 4 + 1 + 1 + 8 + 4,
     };
     let sampler = reqs * vpad / tp as u128 * e + gathered + reqs * v * per_logit + (batched as u128 + reqs) * m.hidden as u128 * e;
     if sampler > fwd {
-        let how = match engine {
-            VllmEngine::V1 => "fp32 logits, probabilities, exponential draw",
-            VllmEngine::V0 => "top-k/top-p sort, masks and re-gather",
+        let how = match sampler_kind {
+            Sampler::V1 => "fp32 logits, probabilities, exponential draw",
+            Sampler::Mrv2 => "Model Runner V2: logits and one fp32 copy",
+            Sampler::V0 => "top-k/top-p sort, masks and re-gather",
         };
         (sampler, format!("sampler over {reqs} requests × {} vocabulary ({how})", m.vocab))
     } else {
@@ -1033,9 +1117,22 @@ fn serve_notes(m: &Model, cfg: &ServeConfig, non_torch_bytes: u64, cuda_graph: u
             VllmVersion::NEWEST
         ));
     }
-    if cfg.engine == VllmEngine::V1 && cfg.vllm_version >= (VllmVersion { major: 0, minor: 17 }) {
+    let runner = model_runner(m, cfg);
+    if cfg.engine == VllmEngine::V1 && runner == ModelRunner::V2 {
+        notes.push(format!(
+            "Model Runner V2{}: its profile run samples with the logits and one fp32 copy, and it adds no CUDA-graph estimate before sizing the KV cache (graphs are captured after the pool); --model-runner v1 (VLLM_USE_V2_MODEL_RUNNER=0) for the older runner",
+            if cfg.model_runner.is_some() { " as given" } else { ", vLLM ≥ 0.25's default for a dense model" }
+        ));
+    } else if cfg.engine == VllmEngine::V1 && cfg.model_runner.is_none() && cfg.vllm_version >= VllmVersion::MRV2_DEFAULT {
+        notes.push(format!(
+            "gpu_model_runner.py (V1 runner): vLLM {} keeps {} models on it unless VLLM_USE_V2_MODEL_RUNNER=1 (vllm/config/vllm.py _is_default_v2_model_runner_model); pass --model-runner v2 if your log names model_runner.py",
+            cfg.vllm_version,
+            if m.ssm.is_some() { "Mamba-hybrid" } else { "MoE" }
+        ));
+    }
+    if cfg.engine == VllmEngine::V1 && runner == ModelRunner::V1 && cfg.vllm_version >= (VllmVersion { major: 0, minor: 17 }) {
         notes.push(
-            "vLLM ≥ 0.17's profile-run activation peak is reported about 60% below earlier releases (issue 14); vram's peak follows the 0.8–0.16 profile run and is not yet re-derived for it, so the KV pool shown errs small by up to that difference".into(),
+            "vLLM ≥ 0.17's profile-run activation peak is reported about 60% below earlier releases (issue 14; the one such log vram holds ran Model Runner V2, modelled under --model-runner v2); vram's gpu_model_runner.py peak follows the 0.8–0.16 profile run, so the KV pool shown may err small by up to that difference".into(),
         );
     }
     if m.sliding_layers > 0 && m.sliding_layers < m.layers {

@@ -57,8 +57,17 @@ pub struct VllmLog {
     pub max_model_len: Option<u64>,
     /// "Maximum concurrency for … tokens per request: X x".
     pub max_concurrency: Option<f64>,
-    /// "Graph capturing finished in … secs, took X GiB".
+    /// "Graph capturing finished in … secs, took X GiB", or "… and X GiB for CUDAGraph memory"
+    /// (vLLM ≥ 0.2x's one-line summary): what the capture took.
     pub cuda_graph: Option<LogSize>,
+    /// "CUDA graph pool memory: A GiB (actual), E GiB (estimated)": the estimate vLLM's V1 runner
+    /// subtracted from the KV budget.
+    pub cuda_graph_estimated: Option<LogSize>,
+    /// "Actual usage is X GiB for consumed memory (weights + non-torch)" (vLLM ≥ 0.2x).
+    pub consumed: Option<LogSize>,
+    /// Which GPU model runner printed the lines: "v2" where a line comes from
+    /// `[model_runner.py:…]` (Model Runner V2), "v1" from `[gpu_model_runner.py:…]`.
+    pub model_runner: Option<String>,
 }
 
 /// The SGLang figures of one start-up.
@@ -239,7 +248,7 @@ fn put<T>(slot: &mut Option<T>, from_zero: &mut bool, rank: &Rank, v: Option<T>)
 
 fn parse_vllm(text: &str) -> (VllmLog, usize) {
     let mut l = VllmLog::default();
-    let mut z = [false; 12];
+    let mut z = [false; 14];
     let mut found = 0;
     let mut others: Vec<String> = Vec::new();
     let mut zero_seen = false;
@@ -303,6 +312,39 @@ fn parse_vllm(text: &str) -> (VllmLog, usize) {
         }
         if let Some(r) = after(body, "Graph capturing finished in").and_then(|r| after(r, "took")) {
             hit += put(&mut l.cuda_graph, &mut z[11], &rank, size(r)) as usize;
+        }
+        // vLLM ≥ 0.2x (gpu_worker.py): "Free memory on device (F/T GiB) on startup. Desired GPU
+        // memory utilization is (u, R GiB). Actual usage is C GiB for consumed memory (weights +
+        // non-torch), P GiB for peak activation, and G GiB for CUDAGraph memory. … Current kv
+        // cache memory in use is K GiB."
+        if let Some(r) = after(body, "Free memory on device (") {
+            hit += put(&mut l.total_gpu_memory, &mut z[1], &rank, r.split_once('/').and_then(|(_, t)| size(t))) as usize;
+            per_rank = true;
+        }
+        if let Some(r) = after(body, "Desired GPU memory utilization is (") {
+            let gmu = number(r).map(|(v, _)| v);
+            hit += put(&mut l.gpu_memory_utilization, &mut z[2], &rank, gmu) as usize;
+            hit += put(&mut l.requested, &mut z[3], &rank, r.split_once(',').and_then(|(_, q)| size(q))) as usize;
+        }
+        if let Some(r) = after(body, "Actual usage is") {
+            hit += put(&mut l.consumed, &mut z[12], &rank, size(r)) as usize;
+            let peak = after(r, "consumed memory (weights + non-torch),").and_then(size);
+            hit += put(&mut l.activation_peak, &mut z[5], &rank, peak) as usize;
+            let graphs = after(r, "peak activation, and").and_then(size);
+            hit += put(&mut l.cuda_graph, &mut z[11], &rank, graphs) as usize;
+        }
+        if let Some(r) = after(body, "Current kv cache memory in use is") {
+            hit += put(&mut l.kv_cache, &mut z[6], &rank, size(r)) as usize;
+        }
+        if let Some(r) = after(body, "CUDA graph pool memory:").and_then(|r| after(r, "(actual),")) {
+            hit += put(&mut l.cuda_graph_estimated, &mut z[13], &rank, size(r)) as usize;
+        }
+        if hit > 0 && l.model_runner.is_none() {
+            if line.contains("[gpu_model_runner.py:") {
+                l.model_runner = Some("v1".into());
+            } else if line.contains("[model_runner.py:") {
+                l.model_runner = Some("v2".into());
+            }
         }
         if hit > 0 && per_rank {
             match &rank {
@@ -475,6 +517,44 @@ Maximum concurrency for 20000 tokens per request: 1.56x");
         assert_eq!(l.activation_peak, None);
         assert!(l.v0 && !l.v1);
         assert_eq!((l.gpu_blocks, l.max_model_len, l.max_concurrency), (Some(1952), Some(20_000), Some(1.56)));
+    }
+
+    /// logs.jsonl llama-3.1-8b-a100-v0.31-mrv2: vLLM 0.31's one-line summary, from Model Runner V2.
+    #[test]
+    fn vllm_actual_usage_summary_and_runner() {
+        let l = vllm(
+            "(EngineCore pid=326) INFO 10-06 17:00:11 [model_runner.py:407] Model loading took 15.0 GiB memory and 5.420225 seconds
+(EngineCore pid=326) INFO 10-06 17:00:33 [kv_cache_utils.py:2464] GPU KV cache size: 460,496 tokens, Maximum concurrency for 131,072 tokens per request: 3.51x
+(EngineCore pid=326) INFO 10-06 17:00:41 [gpu_worker.py:955] Free memory on device (78.84/79.25 GiB) on startup. Desired GPU memory utilization is (0.92, 72.91 GiB). Actual usage is 15.26 GiB for consumed memory (weights + non-torch), 1.44 GiB for peak activation, and 0.23 GiB for CUDAGraph memory.
+(EngineCore pid=326) INFO 10-06 17:00:33 [gpu_worker.py:692] Available KV cache memory: 56.21 GiB",
+        );
+        assert_eq!(l.weights.unwrap().gib, 15.0);
+        assert_eq!(l.total_gpu_memory.unwrap().gib, 79.25);
+        assert_eq!(l.gpu_memory_utilization, Some(0.92));
+        assert_eq!(l.requested.unwrap().gib, 72.91);
+        assert_eq!(l.consumed.unwrap().gib, 15.26);
+        assert_eq!(l.activation_peak.unwrap().gib, 1.44);
+        assert_eq!(l.cuda_graph.unwrap().gib, 0.23);
+        assert_eq!(l.kv_cache.unwrap().gib, 56.21);
+        assert_eq!((l.kv_tokens, l.max_model_len, l.max_concurrency), (Some(460_496), Some(131_072), Some(3.51)));
+        assert_eq!(l.model_runner.as_deref(), Some("v2"));
+        assert_eq!(l.ranks, 1);
+    }
+
+    /// A V1-runner start-up that logs its CUDA-graph estimate beside the capture (a public
+    /// serving log of vLLM ≥ 0.21, "CUDA graph pool memory: … (estimated)").
+    #[test]
+    fn vllm_cuda_graph_estimate_line() {
+        let l = vllm(
+            "(EngineCore pid=3403212) INFO 08-17 02:54:36 [gpu_model_runner.py:5515] Model loading took 51.1 GiB memory and 41.914650 seconds
+(EngineCore pid=3403212) INFO 08-17 02:57:58 [gpu_worker.py:741] CUDA graph pool memory: 0.71 GiB (actual), 1.55 GiB (estimated), difference: 0.84 GiB (119.3%).
+(EngineCore pid=3403212) INFO 08-17 02:57:58 [gpu_worker.py:804] Free memory on device (79.99/80.0 GiB) on startup. Desired GPU memory utilization is (0.92, 73.6 GiB). Actual usage is 51.66 GiB for consumed memory (weights + non-torch), 2.4 GiB for peak activation, and 0.71 GiB for CUDAGraph memory. Current kv cache memory in use is 19.54 GiB.",
+        );
+        assert_eq!(l.cuda_graph_estimated.unwrap().gib, 1.55);
+        assert_eq!(l.cuda_graph.unwrap().gib, 0.71);
+        assert_eq!(l.kv_cache.unwrap().gib, 19.54);
+        assert_eq!(l.activation_peak.unwrap().gib, 2.4);
+        assert_eq!(l.model_runner.as_deref(), Some("v1"));
     }
 
     /// LMCache/LMCache#1739 (logs.jsonl qwen3-14b-32k) and vllm-project/vllm#29137

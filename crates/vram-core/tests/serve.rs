@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 use vram_core::serve::{
-    cuda_total, kv_pool, non_torch_default, nvswitch_gpu, serve, PoolSpec, Quantization, ServeConfig, VllmEngine, VllmVersion,
+    cuda_total, kv_pool, non_torch_default, nvswitch_gpu, serve, ModelRunner, PoolSpec, Quantization, ServeConfig, VllmEngine, VllmVersion,
 };
 use vram_core::{gpu, parse_config, presets, Model};
 
@@ -107,13 +107,59 @@ fn block_pool_matches_vllm_logs() {
             assert!(lo.num_kv_blocks <= blocks && blocks <= hi.num_kv_blocks, "{}: {} blocks", case["id"], mid.num_kv_blocks);
         }
         if let Some(tokens) = case["kv_tokens"].as_u64() {
-            assert_eq!(mid.kv_tokens, tokens, "{}", case["id"]);
+            assert!(lo.kv_tokens <= tokens && tokens <= hi.kv_tokens, "{}: {} tokens", case["id"], mid.kv_tokens);
         }
         let conc = case["max_concurrency"].as_f64().unwrap();
         assert!(lo.max_concurrency - 0.006 <= conc && conc <= hi.max_concurrency + 0.006, "{}: {}", case["id"], mid.max_concurrency);
         checked += 1;
     }
-    assert_eq!(checked, 3);
+    assert_eq!(checked, 4);
+}
+
+/// Model Runner V2 start-ups (vLLM ≥ 0.25's default for dense models), each on its own logged
+/// CUDA total and non-torch memory: the KV pool is requested − weights − non-torch − peak with no
+/// CUDA-graph term, and the profile peak is the sampler's logits plus one fp32 copy. The Llama
+/// log's peak is a known miss (`known_miss` in the data), held here so the README's claim about it
+/// stays true.
+#[test]
+fn model_runner_v2_logs() {
+    let mut checked = 0;
+    for case in logs().into_iter().filter(|c| c["model_runner"] == "v2") {
+        let id = case["id"].as_str().unwrap();
+        let m = model(case["model"].as_str().unwrap());
+        let total = (case["cuda_total_gib_logged"].as_f64().unwrap() * GIB) as u64;
+        let non_torch = case["consumed_gib"].as_f64().unwrap() - case["weights_gib"].as_f64().unwrap();
+        let cfg = ServeConfig {
+            tp: u(&case, "tp"),
+            max_model_len: Some(u(&case, "max_model_len")),
+            max_num_batched_tokens: Some(u(&case, "max_num_batched_tokens")),
+            max_num_seqs: Some(u(&case, "max_num_seqs")),
+            gpu_memory_utilization: case["gpu_memory_utilization"].as_f64().unwrap(),
+            non_torch_memory: Some((non_torch * GIB) as u64),
+            vllm_version: VllmVersion::parse(case["vllm_version"].as_str().unwrap()).unwrap(),
+            ..ServeConfig::new(total)
+        };
+        let r = serve(&m, &cfg).unwrap();
+        assert_eq!(r.model_runner, Some(ModelRunner::V2), "{id}: vLLM's default runner for a dense model");
+        assert_eq!(r.cuda_graph_estimate_bytes, 0, "{id}");
+        let gib = |b: u64| b as f64 / GIB;
+        let requested = case["requested_gib"].as_f64().unwrap();
+        assert!((gib(r.requested_bytes) - requested).abs() < 0.006, "{id}: requested {:.3} vs {requested}", gib(r.requested_bytes));
+        let w = case["weights_gib"].as_f64().unwrap();
+        assert!((gib(r.weights_bytes) - w).abs() < 0.035, "{id}: weights {:.3} vs {w}", gib(r.weights_bytes));
+        let (act, logged) = (gib(r.activation_peak_bytes), case["activation_peak_gib"].as_f64().unwrap());
+        // Given the logged peak, vram's pool is vLLM's: requested − consumed − peak, no graph term.
+        let kv = case["kv_cache_gib"].as_f64().unwrap();
+        let pool = requested - case["consumed_gib"].as_f64().unwrap() - logged;
+        assert!((pool - kv).abs() < 0.015, "{id}: {requested} − consumed − peak = {pool:.3}, logged KV {kv}");
+        if case["known_miss"].is_string() {
+            assert!(logged - act > 1.0, "{id}: the documented miss closed ({act:.3} vs {logged}): update known_miss and the README");
+        } else {
+            assert!((act - logged).abs() / logged < 0.15, "{id}: activation {act:.3} GiB vs logged {logged}");
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 2);
 }
 
 /// One log's errors: vram's defaults (nothing logged fed back) against what vLLM printed.
@@ -235,8 +281,11 @@ fn accuracy_against_logs() {
         }
         let _ = writeln!(
             table,
-            "| [{id}]({}) ({}{}) | {set} | {} × {} | {} | {} | {} | {} |",
-            case["source"].as_str().unwrap(),
+            "| {} ({}{}) | {set} | {} × {} | {} | {} | {} | {} |",
+            match case["source"].as_str().unwrap() {
+                url if url.starts_with("http") => format!("[{id}]({url})"),
+                _ => format!("{id} (a public file, quoted in logs.jsonl)"),
+            },
             case["engine"].as_str().unwrap(),
             case["vllm_version"].as_str().map(|v| format!(" {v}")).unwrap_or_default(),
             gpu_name.unwrap_or("?"),

@@ -570,6 +570,10 @@ pub struct ServeArgs {
     /// vLLM engine generation whose profile run to reproduce: v1 (default), or v0 (VLLM_USE_V1=0).
     #[arg(long, default_value = "v1")]
     pub vllm_engine: String,
+    /// vLLM's GPU model runner: v1 (gpu_model_runner.py) or v2 (Model Runner V2), as
+    /// VLLM_USE_V2_MODEL_RUNNER=0/1 sets it [default: vLLM's choice: v2 for dense models from 0.25].
+    #[arg(long)]
+    pub model_runner: Option<String>,
     /// vLLM `--enforce-eager` (no CUDA graphs).
     #[arg(long)]
     pub enforce_eager: bool,

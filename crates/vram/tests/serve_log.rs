@@ -166,3 +166,23 @@ fn llama_cpp_log_rows() {
     }
     assert!(c["contradictions"][0].as_str().unwrap().contains("n_ctx is 512"), "{c}");
 }
+
+/// vLLM 0.31's one-line summary from Model Runner V2: read, held beside the estimate, and the
+/// runner named when the flags plan the other one.
+#[test]
+fn vllm_031_summary_line_and_model_runner() {
+    const LOG: &str = "validation/logs/vllm-0.31-llama-3.1-8b-a100-mrv2.log";
+    let flags = ["serve", "-m", "llama-3.1-8b", "-g", "a100-80gb", "--gpu-memory-utilization", "0.92", "--log", LOG];
+    let c = json(&flags);
+    assert_eq!(c["estimate"]["gpus"][0]["model_runner"], "v2", "vLLM 0.31 runs a dense Llama on Model Runner V2");
+    let cmp = &c["comparison"];
+    assert_eq!(cmp["contradictions"].as_array().unwrap().len(), 0, "{cmp}");
+    assert_eq!(row(cmp, "weights + non-torch")["log"].as_f64(), Some(15.26));
+    assert_eq!(row(cmp, "activation peak")["log"].as_f64(), Some(1.44));
+    assert_eq!(row(cmp, "KV cache")["log"].as_f64(), Some(56.21));
+    assert_eq!(row(cmp, "KV cache tokens")["log"].as_f64(), Some(460_496.0));
+    assert_eq!(row(cmp, "CUDA graphs")["estimate"].as_f64(), Some(0.0), "Model Runner V2 adds no graph estimate");
+    let v1 = json(&[&flags[..], &["--model-runner", "v1"]].concat());
+    let said = v1["comparison"]["contradictions"].to_string();
+    assert!(said.contains("Model Runner V2 (model_runner.py)") && said.contains("--model-runner v2"), "{said}");
+}

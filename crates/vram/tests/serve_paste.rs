@@ -167,3 +167,16 @@ fn kv_cache_memory_bytes_sets_the_pool_directly() {
     let big = json(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--max-model-len", "8192", "--kv-cache-memory-bytes", "90GiB"]);
     assert_eq!(big["gpus"][0]["fits"], false);
 }
+
+/// vLLM's runner switch in a pasted command's environment is read, not listed as unknown.
+#[test]
+fn the_model_runner_environment_switch_is_read() {
+    let v2 = pasted(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--max-model-len", "8192"]);
+    assert_eq!(v2["gpus"][0]["model_runner"], "v2");
+    let v1 =
+        pasted(&["serve", "-g", "h100", "--", "VLLM_USE_V2_MODEL_RUNNER=0", "vllm", "serve", "llama-3.1-8b", "--max-model-len", "8192"]);
+    assert_eq!(v1["gpus"][0]["model_runner"], "v1");
+    assert!(v1["gpus"][0]["cuda_graph_estimate_bytes"].as_u64().unwrap() > 0, "the V1 runner's graph estimate applies");
+    assert!(!v1.to_string().contains("NOT UNDERSTOOD"), "{v1}");
+    assert!(v2["gpus"][0]["activation_peak_bytes"].as_u64() < v1["gpus"][0]["activation_peak_bytes"].as_u64());
+}

@@ -9,7 +9,10 @@ const GIB: u64 = 1 << 30;
 
 #[test]
 fn pipeline_stages_are_reported_with_the_one_that_sets_the_pool() {
-    let v = json(&["serve", "-m", "llama-3.1-70b", "-g", "h100", "--tp", "2", "-pp", "2", "--max-model-len", "16384"]);
+    // The V1 runner's sampler (fp32 logits, probabilities, exponential draw) outweighs the
+    // forward here, so the stage that runs it is the one that sets the pool.
+    let v =
+        json(&["serve", "-m", "llama-3.1-70b", "-g", "h100", "--tp", "2", "-pp", "2", "--max-model-len", "16384", "--model-runner", "v1"]);
     let g = &v["gpus"][0];
     assert_eq!(g["pp"], 2);
     let ranks = g["pp_ranks"].as_array().unwrap();
@@ -21,8 +24,21 @@ fn pipeline_stages_are_reported_with_the_one_that_sets_the_pool() {
     assert!(ranks[1]["num_kv_blocks"].as_u64() < ranks[0]["num_kv_blocks"].as_u64());
     assert_eq!(g["num_kv_blocks"], ranks[1]["num_kv_blocks"]);
     // The long spelling and the short one are the same flag.
-    let long =
-        json(&["serve", "-m", "llama-3.1-70b", "-g", "h100", "--tp", "2", "--pipeline-parallel-size", "2", "--max-model-len", "16384"]);
+    let long = json(&[
+        "serve",
+        "-m",
+        "llama-3.1-70b",
+        "-g",
+        "h100",
+        "--tp",
+        "2",
+        "--pipeline-parallel-size",
+        "2",
+        "--max-model-len",
+        "16384",
+        "--model-runner",
+        "v1",
+    ]);
     assert_eq!(long["gpus"][0]["kv_tokens"], g["kv_tokens"]);
     // Half the layers per stage: about half the weights of TP 2 alone.
     let one = json(&["serve", "-m", "llama-3.1-70b", "-g", "h100", "--tp", "2", "--max-model-len", "16384"]);
@@ -40,7 +56,12 @@ fn pipeline_splits_vram_does_not_model_are_refused_by_name() {
 
 #[test]
 fn vllm_version_selects_the_cuda_graph_rule() {
-    let args = ["serve", "-m", "qwen2.5-7b", "-g", "h100", "--max-model-len", "8192"];
+    // Model Runner V2, vLLM's default for a dense model from 0.25, adds no estimate; the V1
+    // runner does from 0.21.
+    let v2 = json(&["serve", "-m", "qwen2.5-7b", "-g", "h100", "--max-model-len", "8192"]);
+    assert_eq!(v2["gpus"][0]["model_runner"], "v2");
+    assert_eq!(v2["gpus"][0]["cuda_graph_estimate_bytes"], 0);
+    let args = ["serve", "-m", "qwen2.5-7b", "-g", "h100", "--max-model-len", "8192", "--model-runner", "v1"];
     let new = json(&args);
     let with = |extra: &[&str]| json(&[&args[..], extra].concat());
     let old = with(&["--vllm-version", "0.20"]);
@@ -55,6 +76,10 @@ fn vllm_version_selects_the_cuda_graph_rule() {
     // The V1 engine before 0.8 is refused, naming what to use instead.
     let e = fails(&[&args[..], &["--vllm-version", "0.7"]].concat(), 2);
     assert!(e.contains("--vllm-version") && e.contains("--vllm-engine v0"), "{e}");
+    let e = fails(&["serve", "-m", "qwen2.5-7b", "-g", "h100", "--model-runner", "v3"], 2);
+    assert!(e.contains("--model-runner"), "{e}");
+    let e = fails(&["serve", "-m", "qwen2.5-7b", "-g", "h100", "--vllm-engine", "v0", "--vllm-version", "0.6", "--model-runner", "v1"], 2);
+    assert!(e.contains("--model-runner") && e.contains("v0"), "{e}");
     let e = fails(&[&args[..], &["--vllm-version", "banana"]].concat(), 2);
     assert!(e.contains("--vllm-version"), "{e}");
 }

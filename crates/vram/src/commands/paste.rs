@@ -378,6 +378,27 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
             argv.extend([flag.to_string(), v.clone()]);
         }
     }
+    // vLLM's own environment switches that change its profile run: the model runner and, on
+    // releases that still have it, the V0 engine (vllm/envs.py).
+    let mut env: Vec<String> = env.to_vec();
+    if matches!(engine, Engine::Vllm) {
+        env.retain(|e| {
+            let (k, v) = e.split_once('=').expect("split_env keeps NAME=value only");
+            let on = matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true");
+            let off = matches!(v.trim().to_ascii_lowercase().as_str(), "0" | "false");
+            match k {
+                "VLLM_USE_V2_MODEL_RUNNER" if on || off => {
+                    out.extend(["--model-runner".into(), if on { "v2" } else { "v1" }.into()]);
+                    false
+                }
+                "VLLM_USE_V1" if on || off => {
+                    out.extend(["--vllm-engine".into(), if on { "v1" } else { "v0" }.into()]);
+                    false
+                }
+                _ => true,
+            }
+        });
+    }
     // How many GPUs the machine has is vram's own flag, not the engine's: keep it.
     if let Some(n) = a.gpus {
         argv.extend(["--gpus".into(), n.to_string()]);
