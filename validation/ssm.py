@@ -33,6 +33,11 @@ MAMBA2_HELD_OUT = ["mamba2-780m", "mamba-codestral-7b"]
 # checkpoint): development only; ibm-ai-platform/Bamba-9B is held out.
 BAMBA_DEVELOPMENT = ["bamba-dev-8l"]
 BAMBA_HELD_OUT = ["bamba-9b"]
+# Granite-4.0-H (granitemoehybrid, dense): granite-h-dev-8l is the 8-layer layout transformers'
+# docs show, with the experts removed (not a published checkpoint): development only;
+# ibm-granite/granite-4.0-h-1b is held out.
+GRANITE_DEVELOPMENT = ["granite-h-dev-8l"]
+GRANITE_HELD_OUT = ["granite-4.0-h-1b"]
 
 
 def points():
@@ -69,8 +74,17 @@ def points():
         # Its attention layers under SDPA (transformers' default) as well as eager.
         pt(m, "train", "bf16-mixed", 1, 4096, attention="sdpa")
         pt(m, "train", "bf16-mixed", 2 if big else 8, 2048, attention="sdpa")
+    # Granite-4.0-H: the same points as Bamba.
+    for m in GRANITE_DEVELOPMENT + GRANITE_HELD_OUT:
+        big = m == "granite-4.0-h-1b"
+        pt(m, "train", "bf16-mixed", 2 if big else 4, 1024)
+        pt(m, "train", "bf16-mixed", 4 if big else 8, 1024, checkpointing=True)
+        pt(m, "train", "bf16-mixed", 1, 4096)
+        pt(m, "train", "bf16-mixed", 1, 4096, attention="sdpa")
+        pt(m, "train", "bf16-mixed", 2 if big else 8, 2048, attention="sdpa")
     for p in out:
-        p["set"] = "development" if p["model"] in DEVELOPMENT + MAMBA2_DEVELOPMENT + BAMBA_DEVELOPMENT else "held-out"
+        dev = DEVELOPMENT + MAMBA2_DEVELOPMENT + BAMBA_DEVELOPMENT + GRANITE_DEVELOPMENT
+        p["set"] = "development" if p["model"] in dev else "held-out"
         p["id"] = "|".join(f"{k}={p[k]}" for k in sorted(p) if k != "set")
     return out
 

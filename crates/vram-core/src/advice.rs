@@ -29,7 +29,9 @@ pub fn notes(model: &Model, job: &Job, est: &Estimate) -> Result<Vec<String>> {
         return Ok(out);
     }
     let share = |name: &str| est.component(name) as f64 / est.total.max(1) as f64;
-    let saving = |alt: Job| -> Result<u64> { Ok(est.total.saturating_sub(estimate(model, &alt)?.total)) };
+    // An alternative vram cannot estimate for this model (fused cross-entropy on a state-space
+    // model, say) is not offered: it saves nothing that can be stated.
+    let saving = |alt: Job| -> Result<u64> { Ok(estimate(model, &alt).map_or(0, |e| est.total.saturating_sub(e.total))) };
     let logits = share("logits & loss");
     if logits > 0.15 && !job.fused_cross_entropy && model.is_plain_decoder() {
         let s = saving(Job { fused_cross_entropy: true, ..job.clone() })?;

@@ -63,6 +63,8 @@ fn mamba_parameters_are_exact() {
         ("mamba-codestral-7b", 7_285_403_648),
         ("bamba-9b", 9_780_235_392),
         ("bamba-dev-8l", 202_455_456),
+        ("granite-4.0-h-1b", 1_461_538_368),
+        ("granite-h-dev-8l", 50_147_472),
     ] {
         let src = std::fs::read(root().join(format!("validation/configs/ssm/{file}.json"))).unwrap();
         assert_eq!(parse_config(&src, file, "config.json").unwrap().parameters(), n, "{file}");
@@ -96,6 +98,38 @@ fn bamba_reads_its_layers_and_refuses_inference() {
     cfg["attn_layer_indices"] = serde_json::json!(null);
     let e = parse_config(cfg.to_string().as_bytes(), "b", "config.json").unwrap_err().to_string();
     assert!(e.contains("attn_layer_indices"), "{e}");
+    let e = vram_core::estimate(&m, &vram_core::Job::infer(1, 1024)).unwrap_err().to_string();
+    assert!(e.contains("hybrid"), "{e}");
+}
+
+/// Granite-4.0-H: `layer_types` gives the attention layers (legacy "mamba"/"attention" and
+/// transformers 5's "linear_attention"/"full_attention"); the shared MLP is the layer's only MLP;
+/// the MoE variants and a malformed `layer_types` are refused with what to do.
+#[test]
+fn granite_hybrid_reads_layer_types_and_refuses_experts() {
+    let src = std::fs::read(root().join("validation/configs/ssm/granite-4.0-h-1b.json")).unwrap();
+    let m = parse_config(&src, "granite", "config.json").unwrap();
+    assert!(m.is_hybrid());
+    assert_eq!((0..m.layers).filter(|&i| !m.is_ssm_layer(i)).count(), 4);
+    assert_eq!(m.intermediate, 4096);
+    assert_eq!(m.rotary_dim, 0, "position_embedding_type nope: no rotary");
+    let mut cfg: serde_json::Value = serde_json::from_slice(&src).unwrap();
+    let renamed: Vec<&str> =
+        cfg["layer_types"].as_array().unwrap().iter().map(|t| if t == "mamba" { "linear_attention" } else { "full_attention" }).collect();
+    cfg["layer_types"] = serde_json::json!(renamed);
+    assert_eq!(parse_config(cfg.to_string().as_bytes(), "g", "config.json").unwrap().parameters(), m.parameters());
+    let mut moe = cfg.clone();
+    moe["num_local_experts"] = serde_json::json!(64);
+    let e = parse_config(moe.to_string().as_bytes(), "g", "config.json").unwrap_err().to_string();
+    assert!(e.contains("num_local_experts") && e.contains("H-Tiny"), "{e}");
+    let mut short = cfg.clone();
+    short["layer_types"] = serde_json::json!(vec!["mamba"; 39]);
+    let e = parse_config(short.to_string().as_bytes(), "g", "config.json").unwrap_err().to_string();
+    assert!(e.contains("layer_types"), "{e}");
+    let mut odd = cfg;
+    odd["layer_types"][0] = serde_json::json!("conv");
+    let e = parse_config(odd.to_string().as_bytes(), "g", "config.json").unwrap_err().to_string();
+    assert!(e.contains("layer_types") && e.contains("conv"), "{e}");
     let e = vram_core::estimate(&m, &vram_core::Job::infer(1, 1024)).unwrap_err().to_string();
     assert!(e.contains("hybrid"), "{e}");
 }

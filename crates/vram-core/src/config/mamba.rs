@@ -132,6 +132,17 @@ pub(super) fn parse_bamba(c: &Cfg, name: &str, model_type: &str) -> Result<Model
             "vram models Bamba with some attention layers and some Mamba-2 layers",
         ));
     }
+    m.ssm = Some(bamba_mixer(c, &m, attention)?);
+    m.warnings.push(format!(
+        "Bamba: {attention} attention layers and {} Mamba-2 layers, each with its MLP; the mixers follow transformers' PyTorch path (without `mamba-ssm` and `causal-conv1d`; with their CUDA kernels training saves far less, which vram does not model yet).",
+        m.layers - attention
+    ));
+    Ok(m)
+}
+
+/// The Mamba-2 mixer of Bamba and Granite-4.0-H, from their shared `mamba_*` keys
+/// (transformers bamba/configuration_bamba.py, granitemoehybrid/configuration_granitemoehybrid.py).
+fn bamba_mixer(c: &Cfg, m: &Model, attention: u64) -> Result<Ssm> {
     let heads = c.opt(&["mamba_n_heads"])?.unwrap_or(128);
     let expand = c.opt(&["mamba_expand"])?.unwrap_or(2);
     let d_inner = expand.saturating_mul(m.hidden);
@@ -160,7 +171,7 @@ pub(super) fn parse_bamba(c: &Cfg, name: &str, model_type: &str) -> Result<Model
             "mamba_n_heads × mamba_d_head must equal mamba_expand × hidden_size, with mamba_n_groups dividing the heads",
         ));
     }
-    m.ssm = Some(Ssm {
+    Ok(Ssm {
         d_inner,
         d_state,
         d_conv,
@@ -169,9 +180,52 @@ pub(super) fn parse_bamba(c: &Cfg, name: &str, model_type: &str) -> Result<Model
         proj_bias: c.bool("mamba_proj_bias", false)?,
         mamba2: Some(Mamba2 { heads, head_dim, groups, chunk }),
         attention_layers: attention,
-    });
+    })
+}
+
+/// Granite-4.0-H (`granitemoehybrid`, transformers models/granitemoehybrid): `layer_types` marks
+/// each layer "mamba" (a Mamba-2 mixer, the same as Bamba's) or "attention"; every layer has the
+/// shared MLP (`shared_mlp`: one `input_linear` to 2 × `shared_intermediate_size`, chunked into
+/// gate and up, then `output_linear`); attention without positions unless
+/// `position_embedding_type` is "rope". The embedding is multiplied by `embedding_multiplier`,
+/// each residual branch by `residual_multiplier`, and the logits divided by `logits_scaling`.
+pub(super) fn parse_granite_hybrid(c: &Cfg, name: &str, model_type: &str) -> Result<Model> {
+    let mut m = super::llama::parse(c, name, model_type)?;
+    let types: Vec<String> = match c.get("layer_types") {
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| v.as_str().map(str::to_string))
+            .collect::<Option<_>>()
+            .ok_or_else(|| c.bad("layer_types", &Value::Array(a.clone()), "expected a list of \"mamba\" and \"attention\""))?,
+        None | Some(Value::Null) => vec!["mamba".to_string(); m.layers as usize],
+        Some(v) => return Err(c.bad("layer_types", v, "expected a list of \"mamba\" and \"attention\"")),
+    };
+    if types.len() as u64 != m.layers {
+        return Err(c.bad("layer_types", &Value::from(types.len()), "one entry per layer (num_hidden_layers)"));
+    }
+    let is_attention = |t: &str| matches!(t, "attention" | "full_attention");
+    let is_mamba = |t: &str| matches!(t, "mamba" | "linear_attention");
+    if let Some(t) = types.iter().find(|t| !is_attention(t) && !is_mamba(t)) {
+        return Err(c.bad("layer_types", &Value::from(t.as_str()), "each entry \"mamba\" or \"attention\""));
+    }
+    let attention = types.iter().filter(|t| is_attention(t)).count() as u64;
+    let experts = c.opt(&["num_local_experts"])?.unwrap_or(0);
+    if experts > 0 {
+        return Err(c.bad(
+            "num_local_experts",
+            &Value::from(experts),
+            "vram models the dense Granite-4.0-H models (H-350M, H-1B, H-Micro: num_local_experts 0); the MoE variants (H-Tiny, H-Small) with their router and stacked experts are not modelled yet",
+        ));
+    }
+    // The only MLP of a dense Granite-4.0-H layer is the shared one.
+    m.intermediate = c.req(&["shared_intermediate_size"], "size the shared MLP")?;
+    if attention == m.layers {
+        // No mixer: a Granite decoder with the shared MLP, read as a Llama decoder.
+        return Ok(m);
+    }
+    m.ssm = Some(bamba_mixer(c, &m, attention)?);
     m.warnings.push(format!(
-        "Bamba: {attention} attention layers and {} Mamba-2 layers, each with its MLP; the mixers follow transformers' PyTorch path (without `mamba-ssm` and `causal-conv1d`; with their CUDA kernels training saves far less, which vram does not model yet).",
+        "Granite-4.0-H: {attention} attention layers and {} Mamba-2 layers, each with its shared MLP; the mixers follow transformers' PyTorch path (without `mamba-ssm` and `causal-conv1d`; with their CUDA kernels training saves far less, which vram does not model yet).",
         m.layers - attention
     ));
     Ok(m)
