@@ -65,23 +65,17 @@ def points():
         pt(m, "train", "bf16-mixed", 2 if big else 8, 1024, checkpointing=True)
         pt(m, "train", "bf16-mixed", 1, 4096)
         pt(m, "infer", "bf16", 2 if big else 8, 2048)
-    # Bamba (Mamba-2 mixers with a few attention layers, an MLP in every layer): training only.
-    for m in BAMBA_DEVELOPMENT + BAMBA_HELD_OUT:
-        big = m == "bamba-9b"
-        pt(m, "train", "bf16-mixed", 1 if big else 4, 1024)
-        pt(m, "train", "bf16-mixed", 2 if big else 8, 1024, checkpointing=True)
-        pt(m, "train", "bf16-mixed", 1, 4096)
-        # Its attention layers under SDPA (transformers' default) as well as eager.
-        pt(m, "train", "bf16-mixed", 1, 4096, attention="sdpa")
-        pt(m, "train", "bf16-mixed", 2 if big else 8, 2048, attention="sdpa")
-    # Granite-4.0-H: the same points as Bamba.
-    for m in GRANITE_DEVELOPMENT + GRANITE_HELD_OUT:
-        big = m == "granite-4.0-h-1b"
-        pt(m, "train", "bf16-mixed", 2 if big else 4, 1024)
-        pt(m, "train", "bf16-mixed", 4 if big else 8, 1024, checkpointing=True)
+    # Bamba and Granite-4.0-H (Mamba-2 mixers with a few attention layers, an MLP in every
+    # layer): training only, the attention layers eager and under SDPA (transformers' default).
+    # Batches (plain, checkpointed, SDPA at 2048 tokens) per held-out model; 4, 8, 8 otherwise.
+    big = {"bamba-9b": (1, 2, 2), "granite-4.0-h-1b": (2, 4, 2)}
+    for m in BAMBA_DEVELOPMENT + BAMBA_HELD_OUT + GRANITE_DEVELOPMENT + GRANITE_HELD_OUT:
+        plain, ckpt, sdpa = big.get(m, (4, 8, 8))
+        pt(m, "train", "bf16-mixed", plain, 1024)
+        pt(m, "train", "bf16-mixed", ckpt, 1024, checkpointing=True)
         pt(m, "train", "bf16-mixed", 1, 4096)
         pt(m, "train", "bf16-mixed", 1, 4096, attention="sdpa")
-        pt(m, "train", "bf16-mixed", 2 if big else 8, 2048, attention="sdpa")
+        pt(m, "train", "bf16-mixed", sdpa, 2048, attention="sdpa")
     for p in out:
         dev = DEVELOPMENT + MAMBA2_DEVELOPMENT + BAMBA_DEVELOPMENT + GRANITE_DEVELOPMENT
         p["set"] = "development" if p["model"] in dev else "held-out"
