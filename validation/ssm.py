@@ -36,8 +36,10 @@ BAMBA_HELD_OUT = ["bamba-9b"]
 # Granite-4.0-H (granitemoehybrid, dense): granite-h-dev-8l is the 8-layer layout transformers'
 # docs show, with the experts removed (not a published checkpoint): development only;
 # ibm-granite/granite-4.0-h-1b is held out.
-GRANITE_DEVELOPMENT = ["granite-h-dev-8l"]
-GRANITE_HELD_OUT = ["granite-4.0-h-1b"]
+# The MoE variants: granite-h-moe-dev-8l is that layout with 8 experts (development only);
+# ibm-granite/granite-4.0-h-tiny (64 experts, 6 per token) is held out.
+GRANITE_DEVELOPMENT = ["granite-h-dev-8l", "granite-h-moe-dev-8l"]
+GRANITE_HELD_OUT = ["granite-4.0-h-1b", "granite-4.0-h-tiny"]
 
 
 def points():
@@ -68,7 +70,7 @@ def points():
     # Bamba and Granite-4.0-H (Mamba-2 mixers with a few attention layers, an MLP in every
     # layer): training only, the attention layers eager and under SDPA (transformers' default).
     # Batches (plain, checkpointed, SDPA at 2048 tokens) per held-out model; 4, 8, 8 otherwise.
-    big = {"bamba-9b": (1, 2, 2), "granite-4.0-h-1b": (2, 4, 2)}
+    big = {"bamba-9b": (1, 2, 2), "granite-4.0-h-1b": (2, 4, 2), "granite-4.0-h-tiny": (1, 2, 1)}
     for m in BAMBA_DEVELOPMENT + BAMBA_HELD_OUT + GRANITE_DEVELOPMENT + GRANITE_HELD_OUT:
         plain, ckpt, sdpa = big.get(m, (4, 8, 8))
         pt(m, "train", "bf16-mixed", plain, 1024)

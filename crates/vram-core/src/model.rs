@@ -1447,7 +1447,7 @@ impl Model {
             if s.attention_layers > 0 {
                 // BambaDecoderLayer: pre_ff_layernorm and the gated MLP after the mixer.
                 self.norm_tensors(&l("pre_ff_layernorm"), count, h, v);
-                self.mlp_tensors(&l("feed_forward"), self.intermediate, count, v);
+                self.ffn_tensors(i, "feed_forward", count, v);
             }
             return;
         }
@@ -1534,6 +1534,14 @@ impl Model {
                 }
             }
         }
+        self.ffn_tensors(i, "mlp", count, v);
+    }
+
+    /// Layer `i`'s feed-forward block under `prefix` (`mlp`; Bamba's and Granite-4.0-H's
+    /// `feed_forward`): the MoE block on an MoE layer, else the dense MLP.
+    fn ffn_tensors(&self, i: u64, prefix: &str, count: u64, v: &mut Vec<TensorGroup>) {
+        let h = self.hidden;
+        let l = |s: &str| format!("layers.{{i}}.{prefix}.{s}");
         match &self.moe {
             Some(m) if self.is_moe_layer(i) => {
                 // Router, routed experts stored 3-D ([E, 2I, h] gate_up + [E, h, I] down), shared experts.
@@ -1541,25 +1549,25 @@ impl Model {
                 if m.biased {
                     // GptOssTopKRouter: weight [E, h] and bias [E]; GptOssExperts stores its weights
                     // transposed ([E, h, 2I], [E, I, h]: same numel) plus a bias per expert.
-                    v.push(TensorGroup::matrix(l("mlp.router.weight"), 1, m.experts, h, count, Role::Router));
-                    v.push(TensorGroup::vector(l("mlp.router.bias"), m.experts, count, Role::Bias));
+                    v.push(TensorGroup::matrix(l("router.weight"), 1, m.experts, h, count, Role::Router));
+                    v.push(TensorGroup::vector(l("router.bias"), m.experts, count, Role::Bias));
                 } else {
-                    v.push(TensorGroup::matrix(l("mlp.gate.weight"), 1, m.experts, h, count, Role::Router));
+                    v.push(TensorGroup::matrix(l("gate.weight"), 1, m.experts, h, count, Role::Router));
                 }
-                v.push(TensorGroup::matrix(l("mlp.experts.gate_up_proj"), m.experts, 2 * ei, h, count, Role::Experts));
-                v.push(TensorGroup::matrix(l("mlp.experts.down_proj"), m.experts, h, ei, count, Role::Experts));
+                v.push(TensorGroup::matrix(l("experts.gate_up_proj"), m.experts, 2 * ei, h, count, Role::Experts));
+                v.push(TensorGroup::matrix(l("experts.down_proj"), m.experts, h, ei, count, Role::Experts));
                 if m.biased {
-                    v.push(TensorGroup::vector(l("mlp.experts.gate_up_proj_bias"), m.experts * 2 * ei, count, Role::Bias));
-                    v.push(TensorGroup::vector(l("mlp.experts.down_proj_bias"), m.experts * h, count, Role::Bias));
+                    v.push(TensorGroup::vector(l("experts.gate_up_proj_bias"), m.experts * 2 * ei, count, Role::Bias));
+                    v.push(TensorGroup::vector(l("experts.down_proj_bias"), m.experts * h, count, Role::Bias));
                 }
                 if m.shared_intermediate > 0 {
-                    self.mlp_tensors(&l("mlp.shared_experts"), m.shared_intermediate, count, v);
+                    self.mlp_tensors(&l("shared_experts"), m.shared_intermediate, count, v);
                 }
                 if m.shared_gate {
-                    v.push(TensorGroup::matrix(l("mlp.shared_expert_gate.weight"), 1, 1, h, count, Role::Router));
+                    v.push(TensorGroup::matrix(l("shared_expert_gate.weight"), 1, 1, h, count, Role::Router));
                 }
             }
-            _ => self.mlp_tensors(&l("mlp"), self.intermediate, count, v),
+            _ => self.mlp_tensors(&format!("layers.{{i}}.{prefix}"), self.intermediate, count, v),
         }
     }
 

@@ -65,6 +65,8 @@ fn mamba_parameters_are_exact() {
         ("bamba-dev-8l", 202_455_456),
         ("granite-4.0-h-1b", 1_461_538_368),
         ("granite-h-dev-8l", 50_147_472),
+        ("granite-4.0-h-tiny", 6_939_037_248),
+        ("granite-h-moe-dev-8l", 144_552_080),
     ] {
         let src = std::fs::read(root().join(format!("validation/configs/ssm/{file}.json"))).unwrap();
         assert_eq!(parse_config(&src, file, "config.json").unwrap().parameters(), n, "{file}");
@@ -103,8 +105,9 @@ fn bamba_reads_its_layers_and_refuses_inference() {
 }
 
 /// Granite-4.0-H: `layer_types` gives the attention layers (legacy "mamba"/"attention" and
-/// transformers 5's "linear_attention"/"full_attention"); the shared MLP is the layer's only MLP;
-/// the MoE variants and a malformed `layer_types` are refused with what to do.
+/// transformers 5's "linear_attention"/"full_attention"); the shared MLP is a dense model's only
+/// MLP and sits beside the experts of the MoE variants; a malformed `layer_types` or routing is
+/// refused with what to do.
 #[test]
 fn granite_hybrid_reads_layer_types_and_refuses_experts() {
     let src = std::fs::read(root().join("validation/configs/ssm/granite-4.0-h-1b.json")).unwrap();
@@ -120,8 +123,15 @@ fn granite_hybrid_reads_layer_types_and_refuses_experts() {
     assert_eq!(parse_config(cfg.to_string().as_bytes(), "g", "config.json").unwrap().parameters(), m.parameters());
     let mut moe = cfg.clone();
     moe["num_local_experts"] = serde_json::json!(64);
+    moe["num_experts_per_tok"] = serde_json::json!(65);
     let e = parse_config(moe.to_string().as_bytes(), "g", "config.json").unwrap_err().to_string();
-    assert!(e.contains("num_local_experts") && e.contains("H-Tiny"), "{e}");
+    assert!(e.contains("num_experts_per_tok"), "{e}");
+    // H-Tiny: 64 experts, 6 per token, the shared MLP beside them in every layer.
+    let tiny =
+        parse_config(&std::fs::read(root().join("validation/configs/ssm/granite-4.0-h-tiny.json")).unwrap(), "t", "config.json").unwrap();
+    let moe = tiny.moe.as_ref().expect("MoE");
+    assert_eq!((moe.experts, moe.top_k, moe.expert_intermediate, moe.shared_intermediate), (64, 6, 512, 1024));
+    assert!((0..tiny.layers).all(|i| tiny.is_moe_layer(i)));
     let mut short = cfg.clone();
     short["layer_types"] = serde_json::json!(vec!["mamba"; 39]);
     let e = parse_config(short.to_string().as_bytes(), "g", "config.json").unwrap_err().to_string();

@@ -189,6 +189,8 @@ fn bamba_mixer(c: &Cfg, m: &Model, attention: u64) -> Result<Ssm> {
 /// gate and up, then `output_linear`); attention without positions unless
 /// `position_embedding_type` is "rope". The embedding is multiplied by `embedding_multiplier`,
 /// each residual branch by `residual_multiplier`, and the logits divided by `logits_scaling`.
+/// With `num_local_experts` > 0 (H-Tiny, H-Small) every layer's MLP is an MoE block with the
+/// shared MLP beside it.
 pub(super) fn parse_granite_hybrid(c: &Cfg, name: &str, model_type: &str) -> Result<Model> {
     let mut m = super::llama::parse(c, name, model_type)?;
     let types: Vec<String> = match c.get("layer_types") {
@@ -209,16 +211,30 @@ pub(super) fn parse_granite_hybrid(c: &Cfg, name: &str, model_type: &str) -> Res
         return Err(c.bad("layer_types", &Value::from(t.as_str()), "each entry \"mamba\" or \"attention\""));
     }
     let attention = types.iter().filter(|t| is_attention(t)).count() as u64;
+    let shared = c.req(&["shared_intermediate_size"], "size the shared MLP")?;
+    // GraniteMoeHybridMLP: one input_linear to gate and up together.
+    m.mlp.fused_gate_up = true;
     let experts = c.opt(&["num_local_experts"])?.unwrap_or(0);
-    if experts > 0 {
-        return Err(c.bad(
-            "num_local_experts",
-            &Value::from(experts),
-            "vram models the dense Granite-4.0-H models (H-350M, H-1B, H-Micro: num_local_experts 0); the MoE variants (H-Tiny, H-Small) with their router and stacked experts are not modelled yet",
-        ));
+    if experts == 0 {
+        // The only MLP of a dense Granite-4.0-H layer is the shared one.
+        m.intermediate = shared;
+    } else {
+        // GraniteMoeHybridMoE: a router ([E, h], no bias; fp32 logits, top-k, softmax over the
+        // k) and experts stored 3-D, as Mixtral's; the shared MLP runs beside them ungated.
+        let top_k = c.req(&["num_experts_per_tok"], "route tokens to experts")?;
+        if top_k == 0 || top_k > experts || experts > 4096 {
+            return Err(c.bad("num_experts_per_tok", &Value::from(top_k), "between 1 and num_local_experts"));
+        }
+        m.moe = Some(crate::model::Moe {
+            experts,
+            top_k,
+            expert_intermediate: c.req(&["intermediate_size"], "size the experts")?,
+            shared_intermediate: shared,
+            shared_gate: false,
+            sparse_layers: vec![true; m.layers as usize],
+            biased: false,
+        });
     }
-    // The only MLP of a dense Granite-4.0-H layer is the shared one.
-    m.intermediate = c.req(&["shared_intermediate_size"], "size the shared MLP")?;
     if attention == m.layers {
         // No mixer: a Granite decoder with the shared MLP, read as a Llama decoder.
         return Ok(m);

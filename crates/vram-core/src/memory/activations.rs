@@ -442,11 +442,14 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
         if s.attention_layers > 0 {
             // A hybrid's mixer layer (BambaDecoderLayer) ends with pre_ff_layernorm and the MLP,
             // as its attention layers do.
+            // Granite-4.0-H's MoE variants: the MoE block with its shared MLP, as on an
+            // attention layer.
             let b = Bytes::of(m, job);
             let h = m.hidden as u128;
+            let moe_layer = m.is_moe_layer(i);
             let (saved, out) = b.norm(m.norm, b.r);
-            c.norms += saved * h + b.inputs(Slot::MlpIn, false, mlp_readers(m, false), out, h);
-            c.mlp += mlp(m, &b, false);
+            c.norms += saved * h + b.inputs(Slot::MlpIn, moe_layer, mlp_readers(m, moe_layer), out, h);
+            c.mlp += mlp(m, &b, moe_layer);
         }
         return c;
     }
@@ -762,24 +765,33 @@ fn mlp(m: &Model, b: &Bytes, moe_layer: bool) -> u128 {
             // Under LoRA the experts are frozen 3-D parameters: the gathered input is not saved,
             // unless peft adapts them (a merged weight that needs a gradient: saved as in full FT).
             let experts_frozen = b.lora.is_some_and(|l| !l.experts_trained);
+            // transformers 5 runs the experts with grouped_mm, which autocast does not cover: the
+            // gathered input is cast to the weights' dtype (integrations/moe.py _grouped_mm), so
+            // under autocast with fp32 master weights the experts compute and save in fp32
+            // (measured: validation/ssm.py granite-h-moe-dev-8l, 5–9% low with half copies).
+            // Under LoRA/QLoRA the LoRA fixtures were measured with the experts in the compute
+            // dtype (lora_validation.rs; a change there moved a held-out QLoRA point the wrong way),
+            // so only full fine-tuning takes the weights' dtype for the plain experts.
+            let weights_dtype = moe.biased || b.lora.is_none();
+            let x = if weights_dtype { b.p } else { e };
             let gathered = if experts_frozen {
                 0
+            } else if weights_dtype {
+                x
             } else if b.amp {
                 2
             } else {
                 b.r
             };
             let routed = if moe.biased {
-                // gpt-oss experts run in the weights' dtype (fp32 master weights under AMP):
-                // grouped_mm is not autocast-enabled, so transformers casts its input to the weight
-                // dtype instead (integrations/moe.py _grouped_mm). Saved per routed token: that
-                // input, the gate's tensors, and the down output saved by the routing multiply.
-                let x = b.p;
-                let input = if experts_frozen { 0 } else { x };
-                k * (input * h + gpt_oss_gate_per_elem(x, experts_frozen) * ei + x * h)
+                // gpt-oss: saved per routed token, that input, its clamped gate's tensors, and the
+                // down output saved by the routing multiply.
+                k * (gathered * h + gpt_oss_gate_per_elem(x, experts_frozen) * ei + x * h)
             } else {
-                let expert_elem = if experts_frozen { per_elem } else { mlp_saved_per_elem(m, b, false) };
-                k * (gathered * h + expert_elem * ei + e * h)
+                // The gate/up output, the activation and the product, and the down output saved by
+                // the routing multiply: in the experts' dtype.
+                let expert_elem = if experts_frozen { per_elem } else { mlp_saved_per_elem(m, b, false) } * x / e;
+                k * (gathered * h + expert_elem * ei + x * h)
             };
             let shared_i = moe.shared_intermediate as u128;
             let shared = shared_i * per_elem + if moe.shared_gate { e * h + 2 * e } else { 0 };

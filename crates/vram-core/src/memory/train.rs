@@ -406,9 +406,10 @@ fn full_states(m: &Model, job: &Job, b: &Bytes, shards: u128) -> ModelStates {
     let head = head_rows as u128 * head_cols as u128;
     // Autocast caches a half copy of every weight a matmul reads (linear layers, experts, the
     // LM head — the tied embedding too); the copies are saved by the matmuls for backward.
-    // gpt-oss's experts are not cast: grouped_mm is not autocast-enabled and transformers casts
-    // the input to the weights' dtype instead (integrations/moe.py _grouped_mm).
-    let uncast_experts = m.moe.as_ref().is_some_and(|x| x.biased);
+    // Stacked experts are not cast: transformers 5 runs them with grouped_mm, which autocast
+    // does not cover, and casts the input to the weights' dtype instead (integrations/moe.py
+    // _grouped_mm; measured: validation/ssm.py granite-h-moe-dev-8l, gpt-oss).
+    let uncast_experts = m.moe.is_some();
     let matmul = |ts: &[TensorGroup]| -> u128 {
         ts.iter()
             .filter(|t| matches!(t.role, Role::Linear | Role::Router) || (t.role == Role::Experts && !uncast_experts))
