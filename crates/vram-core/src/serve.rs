@@ -120,6 +120,20 @@ impl VllmVersion {
     /// 0.25: "Model Runner V2 is now the default for all dense models", vllm-project/vllm#44443;
     /// vllm/config/vllm.py `_is_default_v2_model_runner_model`: `... or not model_config.is_moe`).
     pub const MRV2_DEFAULT: VllmVersion = VllmVersion { major: 0, minor: 25 };
+    /// The earliest release whose source vram read with `--gpu-memory-utilization` defaulting to
+    /// 0.92 (vllm/config/cache.py of v0.25.0: `Field(default=0.92, gt=0, le=1)`; 0.9 for most of
+    /// vLLM's history, and the v0.31 log in validation/vllm/logs.jsonl shows 0.92 with no flag).
+    /// The release that changed it is not pinned: earlier 0.2x releases keep 0.9 here.
+    pub const GMU_092: VllmVersion = VllmVersion { major: 0, minor: 25 };
+
+    /// vLLM's `--gpu-memory-utilization` default in this release.
+    pub fn default_gpu_memory_utilization(self) -> f64 {
+        if self >= Self::GMU_092 {
+            0.92
+        } else {
+            0.9
+        }
+    }
 
     /// Parse `0.21`, `0.21.1`, `v0.10.2rc1`: the major and minor numbers.
     pub fn parse(s: &str) -> Result<Self> {
@@ -153,7 +167,7 @@ pub struct ServeConfig {
     /// Whether the GPU is a Hopper/Blackwell SXM part on an NVSwitch (H100 SXM, H200, H800, H20,
     /// B200, GB200), where NCCL's NVLink-SHARP buffers make TP ≥ 2 non-torch memory large.
     pub gpu_nvswitch: bool,
-    /// `--gpu-memory-utilization` (vLLM default 0.9).
+    /// `--gpu-memory-utilization` (vLLM's default: 0.92 from 0.25, 0.9 before).
     pub gpu_memory_utilization: f64,
     /// `--tensor-parallel-size`.
     pub tp: u64,
@@ -226,7 +240,7 @@ impl ServeConfig {
             gpu_memory,
             gpu_is_a100: false,
             gpu_nvswitch: false,
-            gpu_memory_utilization: 0.9,
+            gpu_memory_utilization: VllmVersion::NEWEST.default_gpu_memory_utilization(),
             tp: 1,
             pp: 1,
             vllm_version: VllmVersion::NEWEST,

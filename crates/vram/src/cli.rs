@@ -546,9 +546,9 @@ pub struct ServeArgs {
     /// (default: the model's max_position_embeddings).
     #[arg(long, value_parser = max_model_len, allow_negative_numbers = true)]
     pub max_model_len: Option<MaxModelLen>,
-    /// vLLM `--gpu-memory-utilization`.
-    #[arg(long, default_value_t = 0.9)]
-    pub gpu_memory_utilization: f64,
+    /// vLLM `--gpu-memory-utilization` [default: vLLM's for --vllm-version: 0.92 from 0.25, 0.9 before].
+    #[arg(long)]
+    pub gpu_memory_utilization: Option<f64>,
     /// vLLM `--dtype`: auto, bfloat16, float16, float32.
     #[arg(long, default_value = "auto")]
     pub dtype: String,

@@ -301,7 +301,7 @@ fn reject_other_engines_flags(a: &ServeArgs, engine: Engine) -> Result<()> {
             given(a.max_num_batched_tokens.is_some(), "--max-num-batched-tokens"),
             given(a.non_torch_memory.is_some(), "--non-torch-memory"),
             given(a.enforce_eager, "--enforce-eager"),
-            given(a.gpu_memory_utilization != 0.9, "--gpu-memory-utilization"),
+            given(a.gpu_memory_utilization.is_some(), "--gpu-memory-utilization"),
             given(a.block_size != 16, "--block-size"),
             given(a.vllm_engine != "v1", "--vllm-engine"),
             given(a.model_runner.is_some(), "--model-runner"),
@@ -413,13 +413,14 @@ pub fn vllm(a: &ServeArgs, mut model: Model) -> Result<VllmServe> {
     let g = resolve::gpu(&a.gpu)?;
     let (dtype, kv_cache_dtype) = (vllm_dtype(&a.dtype)?, vllm_kv_dtype(&a.kv_cache_dtype)?);
     let quantization = quantization(a.quantization.as_deref(), &model)?;
+    let vllm_version = a.vllm_version.as_deref().map(VllmVersion::parse).transpose()?.unwrap_or(VllmVersion::NEWEST);
     let mut config = ServeConfig {
         gpu_is_a100: g.name.starts_with("a100"),
         gpu_nvswitch: vram_core::serve::nvswitch_gpu(&g.name),
-        gpu_memory_utilization: a.gpu_memory_utilization,
+        gpu_memory_utilization: a.gpu_memory_utilization.unwrap_or(vllm_version.default_gpu_memory_utilization()),
         tp: a.tp,
         pp: a.pipeline_parallel_size,
-        vllm_version: a.vllm_version.as_deref().map(VllmVersion::parse).transpose()?.unwrap_or(VllmVersion::NEWEST),
+        vllm_version,
         cuda_graph_memory: a.cuda_graph_memory.as_deref().map(|s| resolve::size("--cuda-graph-memory", s)).transpose()?,
         max_model_len: match a.max_model_len {
             Some(MaxModelLen::Tokens(n)) => Some(n),

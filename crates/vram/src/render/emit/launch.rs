@@ -117,7 +117,7 @@ pub fn vllm(a: &ServeArgs, model: &str) -> Launch {
         Some(MaxModelLen::Auto) => f.push(Flag::new("--max-model-len", "auto")),
         None => {}
     }
-    push(&mut f, a.gpu_memory_utilization != 0.9, "--gpu-memory-utilization", a.gpu_memory_utilization);
+    push(&mut f, a.gpu_memory_utilization.is_some(), "--gpu-memory-utilization", a.gpu_memory_utilization.unwrap_or_default());
     for (name, v) in [("--kv-cache-memory-bytes", &a.kv_cache_memory_bytes), ("--quantization", &a.quantization)] {
         push(&mut f, v.is_some(), name, v.clone().unwrap_or_default());
     }
