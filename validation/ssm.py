@@ -40,6 +40,10 @@ BAMBA_HELD_OUT = ["bamba-9b"]
 # ibm-granite/granite-4.0-h-tiny (64 experts, 6 per token) is held out.
 GRANITE_DEVELOPMENT = ["granite-h-dev-8l", "granite-h-moe-dev-8l"]
 GRANITE_HELD_OUT = ["granite-4.0-h-1b", "granite-4.0-h-tiny"]
+# Falcon-H1 (attention and a Mamba-2 mixer side by side in every layer): falcon-h1-dev-4l is a
+# 4-layer layout, not a checkpoint (development only); tiiuae/Falcon-H1-3B is held out.
+FALCON_H1_DEVELOPMENT = ["falcon-h1-dev-4l"]
+FALCON_H1_HELD_OUT = ["falcon-h1-3b"]
 
 
 def points():
@@ -70,8 +74,9 @@ def points():
     # Bamba and Granite-4.0-H (Mamba-2 mixers with a few attention layers, an MLP in every
     # layer): training only, the attention layers eager and under SDPA (transformers' default).
     # Batches (plain, checkpointed, SDPA at 2048 tokens) per held-out model; 4, 8, 8 otherwise.
-    big = {"bamba-9b": (1, 2, 2), "granite-4.0-h-1b": (2, 4, 2), "granite-4.0-h-tiny": (1, 2, 1)}
-    for m in BAMBA_DEVELOPMENT + BAMBA_HELD_OUT + GRANITE_DEVELOPMENT + GRANITE_HELD_OUT:
+    big = {"bamba-9b": (1, 2, 2), "granite-4.0-h-1b": (2, 4, 2), "granite-4.0-h-tiny": (1, 2, 1), "falcon-h1-3b": (1, 2, 1)}
+    hybrids = BAMBA_DEVELOPMENT + BAMBA_HELD_OUT + GRANITE_DEVELOPMENT + GRANITE_HELD_OUT
+    for m in hybrids + FALCON_H1_DEVELOPMENT + FALCON_H1_HELD_OUT:
         plain, ckpt, sdpa = big.get(m, (4, 8, 8))
         pt(m, "train", "bf16-mixed", plain, 1024)
         pt(m, "train", "bf16-mixed", ckpt, 1024, checkpointing=True)
@@ -79,7 +84,7 @@ def points():
         pt(m, "train", "bf16-mixed", 1, 4096, attention="sdpa")
         pt(m, "train", "bf16-mixed", sdpa, 2048, attention="sdpa")
     for p in out:
-        dev = DEVELOPMENT + MAMBA2_DEVELOPMENT + BAMBA_DEVELOPMENT + GRANITE_DEVELOPMENT
+        dev = DEVELOPMENT + MAMBA2_DEVELOPMENT + BAMBA_DEVELOPMENT + GRANITE_DEVELOPMENT + FALCON_H1_DEVELOPMENT
         p["set"] = "development" if p["model"] in dev else "held-out"
         p["id"] = "|".join(f"{k}={p[k]}" for k in sorted(p) if k != "set")
     return out

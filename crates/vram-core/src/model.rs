@@ -334,6 +334,10 @@ pub struct Ssm {
     /// the mixer; every layer has a pre-norm MLP after its mixer or attention. 0: every layer is
     /// the mixer alone (Mamba, Mamba-2).
     pub attention_layers: u64,
+    /// Falcon-H1: every layer runs attention and the mixer side by side on the same normed
+    /// input and adds their outputs, then the MLP (transformers models/falcon_h1
+    /// `FalconH1DecoderLayer`).
+    pub parallel_attention: bool,
 }
 
 /// Mamba-2 (transformers models/mamba2/modeling_mamba2.py `Mamba2Mixer`): one `in_proj` to
@@ -350,6 +354,9 @@ pub struct Mamba2 {
     pub groups: u64,
     /// `chunk_size` L.
     pub chunk: u64,
+    /// The gated RMSNorm over d before `out_proj` (Falcon-H1's `mamba_rms_norm`; without it the
+    /// scan output is multiplied by silu(gate)).
+    pub gated_norm: bool,
 }
 
 /// Which contrastive image-text model (they differ in the text tower's pooling, the heads
@@ -1052,7 +1059,13 @@ impl Model {
 
     /// A hybrid of attention and state-space layers.
     pub fn is_hybrid(&self) -> bool {
-        self.ssm.is_some_and(|s| s.attention_layers > 0)
+        self.ssm.is_some_and(|s| s.attention_layers > 0 || s.parallel_attention)
+    }
+
+    /// Whether layer `i` has attention (every layer but a state-space mixer layer; Falcon-H1's
+    /// layers have both).
+    pub fn has_attention(&self, i: u64) -> bool {
+        !self.is_ssm_layer(i) || self.ssm.is_some_and(|s| s.parallel_attention)
     }
 
     /// Whether layer `i` is a mixture-of-experts layer.
@@ -1433,7 +1446,9 @@ impl Model {
             let s = self.ssm.expect("ssm");
             let (d, n, heads) = (s.d_inner, s.d_state, m2.heads);
             let conv = d + 2 * m2.groups * n;
-            self.norm_tensors(&l("norm"), count, h, v);
+            if !s.parallel_attention {
+                self.norm_tensors(&l("norm"), count, h, v);
+            }
             Self::linear(v, &l("mixer.in_proj"), h, d + conv + heads, s.proj_bias, count);
             v.push(TensorGroup::matrix(l("mixer.conv1d.weight"), 1, conv, s.d_conv, count, Role::Linear));
             if s.conv_bias {
@@ -1442,8 +1457,16 @@ impl Model {
             for t in ["mixer.dt_bias", "mixer.A_log", "mixer.D"] {
                 v.push(TensorGroup::vector(l(t), heads, count, Role::Norm));
             }
-            v.push(TensorGroup::vector(l("mixer.norm.weight"), d, count, Role::Norm));
+            if m2.gated_norm {
+                v.push(TensorGroup::vector(l("mixer.norm.weight"), d, count, Role::Norm));
+            }
             Self::linear(v, &l("mixer.out_proj"), d, h, s.proj_bias, count);
+            if s.parallel_attention {
+                // FalconH1DecoderLayer: the mixer beside a Llama layer's attention and MLP, whose
+                // two norms, attention and MLP follow.
+                self.attention_layer_tensors(i, count, v);
+                return;
+            }
             if s.attention_layers > 0 {
                 // BambaDecoderLayer: pre_ff_layernorm and the gated MLP after the mixer.
                 self.norm_tensors(&l("pre_ff_layernorm"), count, h, v);
@@ -1470,6 +1493,13 @@ impl Model {
             let _ = i;
             return;
         }
+        self.attention_layer_tensors(i, count, v);
+    }
+
+    /// An attention layer's norms, attention and feed-forward block.
+    fn attention_layer_tensors(&self, i: u64, count: u64, v: &mut Vec<TensorGroup>) {
+        let h = self.hidden;
+        let l = |s: &str| format!("layers.{{i}}.{s}");
         let norms = match self.block {
             Block::Parallel => 1,
             Block::Sequential | Block::ParallelTwoNorms | Block::PostNorm | Block::PostLn => 2,

@@ -67,6 +67,8 @@ fn mamba_parameters_are_exact() {
         ("granite-h-dev-8l", 50_147_472),
         ("granite-4.0-h-tiny", 6_939_037_248),
         ("granite-h-moe-dev-8l", 144_552_080),
+        ("falcon-h1-3b", 3_149_256_192),
+        ("falcon-h1-dev-4l", 52_227_264),
     ] {
         let src = std::fs::read(root().join(format!("validation/configs/ssm/{file}.json"))).unwrap();
         assert_eq!(parse_config(&src, file, "config.json").unwrap().parameters(), n, "{file}");
@@ -140,6 +142,39 @@ fn granite_hybrid_reads_layer_types_and_refuses_experts() {
     odd["layer_types"][0] = serde_json::json!("conv");
     let e = parse_config(odd.to_string().as_bytes(), "g", "config.json").unwrap_err().to_string();
     assert!(e.contains("layer_types") && e.contains("conv"), "{e}");
+    let e = vram_core::estimate(&m, &vram_core::Job::infer(1, 1024)).unwrap_err().to_string();
+    assert!(e.contains("hybrid"), "{e}");
+}
+
+/// Falcon-H1: attention and the mixer in every layer (a hybrid: its inference is refused, as
+/// the other hybrids'); the mixer's width from `mamba_d_ssm` (transformers' default 1024 when
+/// the key is absent, `mamba_expand` × hidden when null); mismatched in/out projection biases
+/// and an inconsistent head layout are refused.
+#[test]
+fn falcon_h1_reads_its_parallel_layers() {
+    let src = std::fs::read(root().join("validation/configs/ssm/falcon-h1-3b.json")).unwrap();
+    let m = parse_config(&src, "falcon-h1", "config.json").unwrap();
+    assert!(m.is_hybrid());
+    assert!((0..m.layers).all(|i| m.is_ssm_layer(i) && m.has_attention(i)));
+    assert_eq!(m.ssm.unwrap().d_inner, 4096);
+    let cfg: serde_json::Value = serde_json::from_slice(&src).unwrap();
+    let with = |k: &str, v: serde_json::Value| {
+        let mut c = cfg.clone();
+        c[k] = v;
+        c
+    };
+    let mut absent = cfg.clone();
+    absent.as_object_mut().unwrap().remove("mamba_d_ssm");
+    absent["mamba_d_head"] = serde_json::json!(32);
+    assert_eq!(parse_config(absent.to_string().as_bytes(), "f", "config.json").unwrap().ssm.unwrap().d_inner, 1024);
+    let mut null = with("mamba_d_ssm", serde_json::Value::Null);
+    null["mamba_d_head"] = serde_json::json!(160);
+    assert_eq!(parse_config(null.to_string().as_bytes(), "f", "config.json").unwrap().ssm.unwrap().d_inner, 5120);
+    let e =
+        parse_config(with("projectors_bias", serde_json::json!(true)).to_string().as_bytes(), "f", "config.json").unwrap_err().to_string();
+    assert!(e.contains("projectors_bias"), "{e}");
+    let e = parse_config(with("mamba_n_heads", serde_json::json!(30)).to_string().as_bytes(), "f", "config.json").unwrap_err().to_string();
+    assert!(e.contains("mamba_n_heads"), "{e}");
     let e = vram_core::estimate(&m, &vram_core::Job::infer(1, 1024)).unwrap_err().to_string();
     assert!(e.contains("hybrid"), "{e}");
 }

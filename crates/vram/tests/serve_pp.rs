@@ -61,7 +61,13 @@ fn vllm_version_selects_the_cuda_graph_rule() {
     let v2 = json(&["serve", "-m", "qwen2.5-7b", "-g", "h100", "--max-model-len", "8192"]);
     assert_eq!(v2["gpus"][0]["model_runner"], "v2");
     assert_eq!(v2["gpus"][0]["cuda_graph_estimate_bytes"], 0);
-    let args = ["serve", "-m", "qwen2.5-7b", "-g", "h100", "--max-model-len", "8192", "--model-runner", "v1"];
+    // vLLM's --gpu-memory-utilization default follows the version too (0.92 from 0.25, 0.9
+    // before): given here, so that only the graph rule differs below.
+    let v020 = json(&["serve", "-m", "qwen2.5-7b", "-g", "h100", "--max-model-len", "8192", "--vllm-version", "0.20"]);
+    let requested = |v: &serde_json::Value| v["gpus"][0]["requested_bytes"].as_u64().unwrap() as f64;
+    assert!((requested(&v2) / requested(&v020) - 0.92 / 0.9).abs() < 1e-6);
+    let args =
+        ["serve", "-m", "qwen2.5-7b", "-g", "h100", "--max-model-len", "8192", "--model-runner", "v1", "--gpu-memory-utilization", "0.9"];
     let new = json(&args);
     let with = |extra: &[&str]| json(&[&args[..], extra].concat());
     let old = with(&["--vllm-version", "0.20"]);

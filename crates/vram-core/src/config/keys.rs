@@ -16,6 +16,10 @@ impl Cfg<'_> {
     pub(super) fn get(&self, key: &str) -> Option<&Value> {
         self.obj.get(key).filter(|v| !v.is_null())
     }
+    /// The key is present with the value null (which `get` reads as absent).
+    pub(super) fn is_null(&self, key: &str) -> bool {
+        matches!(self.obj.get(key), Some(Value::Null))
+    }
     pub(super) fn str(&self, key: &str) -> Option<String> {
         self.get(key).and_then(|v| v.as_str()).map(str::to_string)
     }

@@ -38,7 +38,17 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     finish(
         c,
         m,
-        Ssm { d_inner, d_state, d_conv, dt_rank, conv_bias: false, proj_bias: false, mamba2: None, attention_layers: 0 },
+        Ssm {
+            d_inner,
+            d_state,
+            d_conv,
+            dt_rank,
+            conv_bias: false,
+            proj_bias: false,
+            mamba2: None,
+            attention_layers: 0,
+            parallel_attention: false,
+        },
         true,
         path,
     )
@@ -98,8 +108,9 @@ pub(super) fn parse2(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
         dt_rank: 0,
         conv_bias: false,
         proj_bias: false,
-        mamba2: Some(Mamba2 { heads, head_dim, groups, chunk }),
+        mamba2: Some(Mamba2 { heads, head_dim, groups, chunk, gated_norm: true }),
         attention_layers: 0,
+        parallel_attention: false,
     };
     let path = "Mamba-2: the estimate follows transformers' PyTorch path (`mamba2_chunk_scan` over chunks, taken when `mamba-ssm` and `causal-conv1d` are not installed); with their CUDA kernels training saves far less, which vram does not model yet";
     finish(c, m, mixer, false, path)
@@ -143,44 +154,67 @@ pub(super) fn parse_bamba(c: &Cfg, name: &str, model_type: &str) -> Result<Model
 /// The Mamba-2 mixer of Bamba and Granite-4.0-H, from their shared `mamba_*` keys
 /// (transformers bamba/configuration_bamba.py, granitemoehybrid/configuration_granitemoehybrid.py).
 fn bamba_mixer(c: &Cfg, m: &Model, attention: u64) -> Result<Ssm> {
-    let heads = c.opt(&["mamba_n_heads"])?.unwrap_or(128);
-    let expand = c.opt(&["mamba_expand"])?.unwrap_or(2);
-    let d_inner = expand.saturating_mul(m.hidden);
-    let head_dim = match c.get("mamba_d_head") {
-        Some(Value::String(s)) if s == "auto" => d_inner.checked_div(heads).unwrap_or(0),
-        _ => c.opt(&["mamba_d_head"])?.unwrap_or(d_inner.checked_div(heads).unwrap_or(0)),
-    };
-    let d_state = c.opt(&["mamba_d_state"])?.unwrap_or(256);
-    let d_conv = c.opt(&["mamba_d_conv"])?.unwrap_or(4);
-    let groups = c.opt(&["mamba_n_groups"])?.unwrap_or(1);
-    let chunk = c.opt(&["mamba_chunk_size"])?.unwrap_or(256);
-    if heads == 0
-        || heads.checked_mul(head_dim) != Some(d_inner)
-        || groups == 0
-        || heads % groups != 0
-        || d_state == 0
-        || d_state > 1024
-        || d_conv == 0
-        || d_conv > 64
-        || chunk == 0
-        || chunk > 4096
-    {
-        return Err(c.bad(
-            "mamba_n_heads",
-            &Value::from(heads),
-            "mamba_n_heads × mamba_d_head must equal mamba_expand × hidden_size, with mamba_n_groups dividing the heads",
-        ));
-    }
+    let d_inner = c.opt(&["mamba_expand"])?.unwrap_or(2).saturating_mul(m.hidden);
+    let k = mamba2_keys(c, d_inner, "mamba_expand × hidden_size")?;
     Ok(Ssm {
         d_inner,
-        d_state,
-        d_conv,
+        d_state: k.d_state,
+        d_conv: k.d_conv,
         dt_rank: 0,
         conv_bias: c.bool("mamba_conv_bias", true)?,
         proj_bias: c.bool("mamba_proj_bias", false)?,
-        mamba2: Some(Mamba2 { heads, head_dim, groups, chunk }),
+        mamba2: Some(Mamba2 { heads: k.heads, head_dim: k.head_dim, groups: k.groups, chunk: k.chunk, gated_norm: true }),
         attention_layers: attention,
+        parallel_attention: false,
     })
+}
+
+/// Mamba-2 mixer keys shared by Bamba, Granite-4.0-H and Falcon-H1 (`mamba_n_heads`,
+/// `mamba_d_head` or "auto", `mamba_d_state`, `mamba_d_conv`, `mamba_n_groups`,
+/// `mamba_chunk_size`), checked against the mixer width `d_inner`.
+fn mamba2_keys(c: &Cfg, d_inner: u64, width_key: &str) -> Result<Mamba2Keys> {
+    let heads = c.opt(&["mamba_n_heads"])?.unwrap_or(128);
+    let head_dim = match c.get("mamba_d_head") {
+        None => d_inner.checked_div(heads).unwrap_or(0),
+        Some(Value::String(s)) if s == "auto" => d_inner.checked_div(heads).unwrap_or(0),
+        Some(_) => c.req(&["mamba_d_head"], "size the Mamba-2 heads")?,
+    };
+    let k = Mamba2Keys {
+        heads,
+        head_dim,
+        d_state: c.opt(&["mamba_d_state"])?.unwrap_or(256),
+        d_conv: c.opt(&["mamba_d_conv"])?.unwrap_or(4),
+        groups: c.opt(&["mamba_n_groups"])?.unwrap_or(1),
+        chunk: c.opt(&["mamba_chunk_size"])?.unwrap_or(256),
+    };
+    if k.heads == 0
+        || k.heads.checked_mul(k.head_dim) != Some(d_inner)
+        || k.groups == 0
+        || k.heads % k.groups != 0
+        || k.d_state == 0
+        || k.d_state > 1024
+        || k.d_conv == 0
+        || k.d_conv > 64
+        || k.chunk == 0
+        || k.chunk > 4096
+    {
+        return Err(c.bad(
+            "mamba_n_heads",
+            &Value::from(k.heads),
+            &format!("mamba_n_heads × mamba_d_head must equal {width_key}, with mamba_n_groups dividing the heads"),
+        ));
+    }
+    Ok(k)
+}
+
+/// The checked Mamba-2 keys.
+struct Mamba2Keys {
+    heads: u64,
+    head_dim: u64,
+    d_state: u64,
+    d_conv: u64,
+    groups: u64,
+    chunk: u64,
 }
 
 /// Granite-4.0-H (`granitemoehybrid`, transformers models/granitemoehybrid): `layer_types` marks
@@ -244,5 +278,52 @@ pub(super) fn parse_granite_hybrid(c: &Cfg, name: &str, model_type: &str) -> Res
         "Granite-4.0-H: {attention} attention layers and {} Mamba-2 layers, each with its shared MLP; the mixers follow transformers' PyTorch path (without `mamba-ssm` and `causal-conv1d`; with their CUDA kernels training saves far less, which vram does not model yet).",
         m.layers - attention
     ));
+    Ok(m)
+}
+
+/// Falcon-H1 (transformers models/falcon_h1, configuration_falcon_h1.py): every layer is a
+/// Llama layer (RMSNorm, rotary GQA attention, SwiGLU MLP) whose attention runs beside a Mamba-2
+/// mixer on the same normed input, the two outputs added (`FalconH1DecoderLayer`). The mixer's
+/// width is `mamba_d_ssm` (transformers' default 1024; null: `mamba_expand` × hidden), its gated
+/// RMSNorm only with `mamba_rms_norm` (otherwise the scan output times silu(gate)). The µP
+/// multipliers (embedding, attention and SSM in/out, key, MLP, LM head) scale tensors in place
+/// of none: they change no sizes.
+pub(super) fn parse_falcon_h1(c: &Cfg, name: &str, model_type: &str) -> Result<Model> {
+    let mut m = super::llama::parse(c, name, model_type)?;
+    m.mlp.bias = c.bool("mlp_bias", false)?;
+    let d_inner = if c.is_null("mamba_d_ssm") {
+        c.opt(&["mamba_expand"])?.unwrap_or(2).saturating_mul(m.hidden)
+    } else {
+        c.opt(&["mamba_d_ssm"])?.unwrap_or(1024)
+    };
+    let k = mamba2_keys(c, d_inner, "mamba_d_ssm")?;
+    let proj_bias = c.bool("mamba_proj_bias", false)?;
+    if c.bool("projectors_bias", false)? != proj_bias {
+        return Err(c.bad(
+            "projectors_bias",
+            &Value::from(c.bool("projectors_bias", false)?),
+            "vram models Falcon-H1 with the same bias setting on the mixer's in_proj (mamba_proj_bias) and out_proj (projectors_bias)",
+        ));
+    }
+    m.ssm = Some(Ssm {
+        d_inner,
+        d_state: k.d_state,
+        d_conv: k.d_conv,
+        dt_rank: 0,
+        conv_bias: c.bool("mamba_conv_bias", true)?,
+        proj_bias,
+        mamba2: Some(Mamba2 {
+            heads: k.heads,
+            head_dim: k.head_dim,
+            groups: k.groups,
+            chunk: k.chunk,
+            gated_norm: c.bool("mamba_rms_norm", false)?,
+        }),
+        attention_layers: 0,
+        parallel_attention: true,
+    });
+    m.warnings.push(
+        "Falcon-H1: every layer runs attention and a Mamba-2 mixer side by side, then its MLP; the mixers follow transformers' PyTorch path (without `mamba-ssm` and `causal-conv1d`; with their CUDA kernels training saves far less, which vram does not model yet).".into(),
+    );
     Ok(m)
 }

@@ -11,7 +11,7 @@
 
 use super::lora::{self, LoraActs};
 use crate::job::{AttentionImpl, Checkpointing, Job};
-use crate::model::{Act, Block, EncoderHead, Model, Norm, QkNorm};
+use crate::model::{Act, Block, EncoderHead, Model, Norm, QkNorm, Ssm};
 use crate::peft::Slot;
 
 /// The attention kernel that really runs.
@@ -438,6 +438,16 @@ fn mamba2_layer(m: &Model, job: &Job, s: crate::model::Ssm, m2: crate::model::Ma
 /// Activation coefficients of decoder layer `i` with nothing recomputed.
 pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
     if let (true, Some(s)) = (m.is_ssm_layer(i), m.ssm) {
+        if s.parallel_attention {
+            // Falcon-H1: a Llama layer, plus the mixer beside its attention reading the same
+            // normed input (scaled by ssm_in_multiplier: in_proj saves its own copy).
+            let mut c = attention_layer(m, job, kernel, i);
+            let b = Bytes::of(m, job);
+            let (_, out) = b.norm(m.norm, b.r);
+            c.norms += b.inputs(Slot::AttnIn, false, 1, out, m.hidden as u128);
+            c.mlp += ssm_layer(m, job, s).mlp;
+            return c;
+        }
         let mut c = ssm_layer(m, job, s);
         if s.attention_layers > 0 {
             // A hybrid's mixer layer (BambaDecoderLayer) ends with pre_ff_layernorm and the MLP,
@@ -453,6 +463,11 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
         }
         return c;
     }
+    attention_layer(m, job, kernel, i)
+}
+
+/// An attention layer's coefficients: norms, attention and the feed-forward block.
+fn attention_layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
     let b = Bytes::of(m, job);
     let h = m.hidden as u128;
     let moe_layer = m.is_moe_layer(i);
@@ -983,20 +998,37 @@ pub fn apply_checkpointing(c: LayerCoef, mode: Checkpointing) -> LayerCoef {
 pub fn backward_transient(m: &Model, job: &Job, kernel: Kernel, i: u64) -> (u128, u128) {
     let b = Bytes::of(m, job);
     if let (true, Some(s)) = (m.is_ssm_layer(i), m.ssm) {
-        // The sequential scan's backward: every step's `discrete_A[:, :, i]` and
-        // `deltaB_u[:, :, i]` selects scatter their gradient into a full [B, D, L, N] fp32
-        // tensor that accumulates the steps (select_backward then an add): both accumulators
-        // and one step's fresh full-size gradient exist at once, then the gradients of exp and
-        // of the two products: three fp32 full-size tensors counted (bytes per state element
-        // D·N per token). Under checkpointing mamba-130m's measured layer backward holds more
-        // (about 22 bytes) while fewer gradients exist than vram places beside it: the
-        // checkpointed points come out 2–3% low (validation/ssm.py).
-        if let Some(m2) = s.mamba2 {
-            // Mamba-2: the chunked scan's backward holds gradients of its per-chunk scores.
-            return (MAMBA2_BACKWARD * m2.heads as u128 * m2.chunk as u128 + 2 * b.r * m.hidden as u128, 0);
+        let scan = ssm_backward(m, s, &b);
+        if s.parallel_attention {
+            // Falcon-H1: the larger of the mixer's and the attention/MLP backward.
+            let (tok, sq) = attention_backward_transient(m, job, kernel, i);
+            return (tok.max(scan), sq);
         }
-        return (SSM_BACKWARD * s.d_inner as u128 * s.d_state as u128 + 2 * b.r * m.hidden as u128, 0);
+        return (scan, 0);
     }
+    attention_backward_transient(m, job, kernel, i)
+}
+
+/// A state-space mixer layer's backward transient per token.
+fn ssm_backward(m: &Model, s: Ssm, b: &Bytes) -> u128 {
+    // The sequential scan's backward: every step's `discrete_A[:, :, i]` and
+    // `deltaB_u[:, :, i]` selects scatter their gradient into a full [B, D, L, N] fp32
+    // tensor that accumulates the steps (select_backward then an add): both accumulators
+    // and one step's fresh full-size gradient exist at once, then the gradients of exp and
+    // of the two products: three fp32 full-size tensors counted (bytes per state element
+    // D·N per token). Under checkpointing mamba-130m's measured layer backward holds more
+    // (about 22 bytes) while fewer gradients exist than vram places beside it: the
+    // checkpointed points come out 2–3% low (validation/ssm.py).
+    if let Some(m2) = s.mamba2 {
+        // Mamba-2: the chunked scan's backward holds gradients of its per-chunk scores.
+        return MAMBA2_BACKWARD * m2.heads as u128 * m2.chunk as u128 + 2 * b.r * m.hidden as u128;
+    }
+    SSM_BACKWARD * s.d_inner as u128 * s.d_state as u128 + 2 * b.r * m.hidden as u128
+}
+
+/// An attention layer's backward transient: (per token, per score).
+fn attention_backward_transient(m: &Model, job: &Job, kernel: Kernel, i: u64) -> (u128, u128) {
+    let b = Bytes::of(m, job);
     let h = m.hidden as u128;
     let e = b.e;
     let mlp_width = match &m.moe {
