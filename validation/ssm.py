@@ -44,6 +44,11 @@ GRANITE_HELD_OUT = ["granite-4.0-h-1b", "granite-4.0-h-tiny"]
 # 4-layer layout, not a checkpoint (development only); tiiuae/Falcon-H1-3B is held out.
 FALCON_H1_DEVELOPMENT = ["falcon-h1-dev-4l"]
 FALCON_H1_HELD_OUT = ["falcon-h1-3b"]
+# Jamba (Mamba-1 mixers with RMSNorms on dt, B and C, attention every few layers, MoE on every
+# other layer): jamba-dev-8l is a cut-down layout, not a checkpoint (development only);
+# ai21labs/Jamba-v0.1 is held out.
+JAMBA_DEVELOPMENT = ["jamba-dev-8l"]
+JAMBA_HELD_OUT = ["jamba-v0.1"]
 
 
 def points():
@@ -83,8 +88,19 @@ def points():
         pt(m, "train", "bf16-mixed", 1, 4096)
         pt(m, "train", "bf16-mixed", 1, 4096, attention="sdpa")
         pt(m, "train", "bf16-mixed", sdpa, 2048, attention="sdpa")
+    # Jamba: the sequential scan is one Python step per token and layer, so shorter sequences.
+    for m in JAMBA_DEVELOPMENT + JAMBA_HELD_OUT:
+        if m in JAMBA_DEVELOPMENT:
+            pt(m, "train", "bf16-mixed", 4, 512)
+            pt(m, "train", "bf16-mixed", 8, 512, checkpointing=True)
+            pt(m, "train", "bf16-mixed", 1, 1024)
+            pt(m, "train", "bf16-mixed", 4, 512, attention="sdpa")
+        else:
+            pt(m, "train", "bf16-mixed", 1, 256)
+            pt(m, "train", "bf16-mixed", 2, 256, checkpointing=True)
+            pt(m, "train", "bf16-mixed", 1, 512, attention="sdpa")
     for p in out:
-        dev = DEVELOPMENT + MAMBA2_DEVELOPMENT + BAMBA_DEVELOPMENT + GRANITE_DEVELOPMENT + FALCON_H1_DEVELOPMENT
+        dev = DEVELOPMENT + MAMBA2_DEVELOPMENT + BAMBA_DEVELOPMENT + GRANITE_DEVELOPMENT + FALCON_H1_DEVELOPMENT + JAMBA_DEVELOPMENT
         p["set"] = "development" if p["model"] in dev else "held-out"
         p["id"] = "|".join(f"{k}={p[k]}" for k in sorted(p) if k != "set")
     return out

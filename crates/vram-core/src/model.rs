@@ -338,6 +338,9 @@ pub struct Ssm {
     /// input and adds their outputs, then the MLP (transformers models/falcon_h1
     /// `FalconH1DecoderLayer`).
     pub parallel_attention: bool,
+    /// Jamba's mixer: RMSNorms on dt, B and C after x_proj (`dt_layernorm`, `b_layernorm`,
+    /// `c_layernorm` in transformers models/jamba `JambaMambaMixer`).
+    pub dt_bc_norms: bool,
 }
 
 /// Mamba-2 (transformers models/mamba2/modeling_mamba2.py `Mamba2Mixer`): one `in_proj` to
@@ -1490,7 +1493,16 @@ impl Model {
             v.push(TensorGroup::vector(l("mixer.A_log"), d * n, count, Role::Norm));
             v.push(TensorGroup::vector(l("mixer.D"), d, count, Role::Norm));
             Self::linear(v, &l("mixer.out_proj"), d, h, s.proj_bias, count);
-            let _ = i;
+            if s.dt_bc_norms {
+                v.push(TensorGroup::vector(l("mixer.dt_layernorm.weight"), s.dt_rank, count, Role::Norm));
+                v.push(TensorGroup::vector(l("mixer.b_layernorm.weight"), n, count, Role::Norm));
+                v.push(TensorGroup::vector(l("mixer.c_layernorm.weight"), n, count, Role::Norm));
+            }
+            if s.attention_layers > 0 {
+                // JambaMambaDecoderLayer: pre_ff_layernorm and the MLP or MoE block.
+                self.norm_tensors(&l("pre_ff_layernorm"), count, h, v);
+                self.ffn_tensors(i, "feed_forward", count, v);
+            }
             return;
         }
         self.attention_layer_tensors(i, count, v);

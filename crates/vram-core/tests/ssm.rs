@@ -69,6 +69,8 @@ fn mamba_parameters_are_exact() {
         ("granite-h-moe-dev-8l", 144_552_080),
         ("falcon-h1-3b", 3_149_256_192),
         ("falcon-h1-dev-4l", 52_227_264),
+        ("jamba-v0.1", 51_570_323_328),
+        ("jamba-dev-8l", 59_730_816),
     ] {
         let src = std::fs::read(root().join(format!("validation/configs/ssm/{file}.json"))).unwrap();
         assert_eq!(parse_config(&src, file, "config.json").unwrap().parameters(), n, "{file}");
@@ -175,6 +177,28 @@ fn falcon_h1_reads_its_parallel_layers() {
     assert!(e.contains("projectors_bias"), "{e}");
     let e = parse_config(with("mamba_n_heads", serde_json::json!(30)).to_string().as_bytes(), "f", "config.json").unwrap_err().to_string();
     assert!(e.contains("mamba_n_heads"), "{e}");
+    let e = vram_core::estimate(&m, &vram_core::Job::infer(1, 1024)).unwrap_err().to_string();
+    assert!(e.contains("hybrid"), "{e}");
+}
+
+/// Jamba: attention every `attn_layer_period` layers from `attn_layer_offset`, MoE every
+/// `expert_layer_period` from `expert_layer_offset` (placed in vram's order: attention layers
+/// first), dt_rank "auto" = ⌈hidden / 16⌉; offsets not below their period are refused.
+#[test]
+fn jamba_reads_its_periodic_layers() {
+    let src = std::fs::read(root().join("validation/configs/ssm/jamba-v0.1.json")).unwrap();
+    let m = parse_config(&src, "jamba", "config.json").unwrap();
+    assert!(m.is_hybrid());
+    let s = m.ssm.unwrap();
+    assert_eq!((s.attention_layers, s.dt_rank, s.d_state), (4, 256, 16));
+    // Attention at 4, 12, 20, 28 (even: dense); of the 28 Mamba layers the 16 odd ones are MoE.
+    assert!((0..4).all(|i| !m.is_moe_layer(i)));
+    assert_eq!((4..32).filter(|&i| m.is_moe_layer(i)).count(), 16);
+    assert_eq!(m.rotary_dim, 0, "Jamba's attention has no positions");
+    let mut cfg: serde_json::Value = serde_json::from_slice(&src).unwrap();
+    cfg["attn_layer_offset"] = serde_json::json!(8);
+    let e = parse_config(cfg.to_string().as_bytes(), "j", "config.json").unwrap_err().to_string();
+    assert!(e.contains("attn_layer_offset"), "{e}");
     let e = vram_core::estimate(&m, &vram_core::Job::infer(1, 1024)).unwrap_err().to_string();
     assert!(e.contains("hybrid"), "{e}");
 }

@@ -48,6 +48,7 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
             mamba2: None,
             attention_layers: 0,
             parallel_attention: false,
+            dt_bc_norms: false,
         },
         true,
         path,
@@ -111,6 +112,7 @@ pub(super) fn parse2(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
         mamba2: Some(Mamba2 { heads, head_dim, groups, chunk, gated_norm: true }),
         attention_layers: 0,
         parallel_attention: false,
+        dt_bc_norms: false,
     };
     let path = "Mamba-2: the estimate follows transformers' PyTorch path (`mamba2_chunk_scan` over chunks, taken when `mamba-ssm` and `causal-conv1d` are not installed); with their CUDA kernels training saves far less, which vram does not model yet";
     finish(c, m, mixer, false, path)
@@ -166,6 +168,7 @@ fn bamba_mixer(c: &Cfg, m: &Model, attention: u64) -> Result<Ssm> {
         mamba2: Some(Mamba2 { heads: k.heads, head_dim: k.head_dim, groups: k.groups, chunk: k.chunk, gated_norm: true }),
         attention_layers: attention,
         parallel_attention: false,
+        dt_bc_norms: false,
     })
 }
 
@@ -321,9 +324,88 @@ pub(super) fn parse_falcon_h1(c: &Cfg, name: &str, model_type: &str) -> Result<M
         }),
         attention_layers: 0,
         parallel_attention: true,
+        dt_bc_norms: false,
     });
     m.warnings.push(
         "Falcon-H1: every layer runs attention and a Mamba-2 mixer side by side, then its MLP; the mixers follow transformers' PyTorch path (without `mamba-ssm` and `causal-conv1d`; with their CUDA kernels training saves far less, which vram does not model yet).".into(),
     );
+    Ok(m)
+}
+
+/// Jamba (transformers models/jamba, configuration_jamba.py): layers `i % attn_layer_period ==
+/// attn_layer_offset` are attention (no positions), the others Mamba mixers (Mamba-1's selective
+/// scan with RMSNorms on dt, B and C); every layer ends with its feed-forward block, an MoE of
+/// `num_experts` on layers `i % expert_layer_period == expert_layer_offset`, a SwiGLU MLP
+/// elsewhere. vram keeps attention layers first (`Ssm::attention_layers`), so the MoE layers
+/// are placed in that order.
+pub(super) fn parse_jamba(c: &Cfg, name: &str, model_type: &str) -> Result<Model> {
+    let mut m = super::llama::parse(c, name, model_type)?;
+    let period = |k: &str, d: u64| -> Result<u64> {
+        let v = c.opt(&[k])?.unwrap_or(d);
+        if v == 0 {
+            return Err(c.bad(k, &Value::from(v), "a period of at least 1"));
+        }
+        Ok(v)
+    };
+    let (ap, ao) = (period("attn_layer_period", 8)?, c.opt(&["attn_layer_offset"])?.unwrap_or(4));
+    let (ep, eo) = (period("expert_layer_period", 2)?, c.opt(&["expert_layer_offset"])?.unwrap_or(1));
+    if ao >= ap || eo >= ep {
+        return Err(c.bad("attn_layer_offset", &Value::from(ao), "each offset below its period (attn_layer_period, expert_layer_period)"));
+    }
+    let is_attention = |i: u64| i % ap == ao;
+    let attention = (0..m.layers).filter(|&i| is_attention(i)).count() as u64;
+    if attention == 0 || attention == m.layers {
+        return Err(c.bad("attn_layer_period", &Value::from(ap), "vram models Jamba with some attention layers and some Mamba layers"));
+    }
+    let experts = c.opt(&["num_experts"])?.unwrap_or(16);
+    if experts > 1 {
+        let top_k = c.opt(&["num_experts_per_tok"])?.unwrap_or(2);
+        if top_k == 0 || top_k > experts || experts > 4096 {
+            return Err(c.bad("num_experts_per_tok", &Value::from(top_k), "between 1 and num_experts"));
+        }
+        // vram's layer order: the attention layers, then the Mamba layers, each in config order.
+        let order = (0..m.layers).filter(|&i| is_attention(i)).chain((0..m.layers).filter(|&i| !is_attention(i)));
+        m.moe = Some(crate::model::Moe {
+            experts,
+            top_k,
+            expert_intermediate: m.intermediate,
+            shared_intermediate: 0,
+            shared_gate: false,
+            sparse_layers: order.map(|i| i % ep == eo).collect(),
+            biased: false,
+        });
+    }
+    let expand = c.opt(&["mamba_expand"])?.unwrap_or(2);
+    let d_inner = expand.saturating_mul(m.hidden);
+    let d_state = c.opt(&["mamba_d_state"])?.unwrap_or(16);
+    let d_conv = c.opt(&["mamba_d_conv"])?.unwrap_or(4);
+    let dt_rank = match c.get("mamba_dt_rank") {
+        None => m.hidden.div_ceil(16),
+        Some(Value::String(s)) if s == "auto" => m.hidden.div_ceil(16),
+        Some(_) => c.req(&["mamba_dt_rank"], "size the time-step projection")?,
+    };
+    if d_inner == 0 || d_state == 0 || d_state > 1024 || d_conv == 0 || d_conv > 64 || dt_rank == 0 {
+        return Err(c.bad(
+            "mamba_d_state",
+            &Value::from(d_state),
+            "expected mamba_d_state 1–1024, mamba_d_conv 1–64, mamba_expand and mamba_dt_rank above 0",
+        ));
+    }
+    m.ssm = Some(Ssm {
+        d_inner,
+        d_state,
+        d_conv,
+        dt_rank,
+        conv_bias: c.bool("mamba_conv_bias", true)?,
+        proj_bias: c.bool("mamba_proj_bias", false)?,
+        mamba2: None,
+        attention_layers: attention,
+        parallel_attention: false,
+        dt_bc_norms: true,
+    });
+    m.warnings.push(format!(
+        "Jamba: {attention} attention layers and {} Mamba layers, each with its MLP or MoE block; the mixers follow transformers' PyTorch path (the sequential selective scan, without `mamba-ssm` and `causal-conv1d`; with their CUDA kernels training saves far less, which vram does not model yet).",
+        m.layers - attention
+    ));
     Ok(m)
 }

@@ -19,6 +19,8 @@ pub(super) fn positions(c: &Cfg, m: &mut Model) -> Result<()> {
         // Granite-4.0-H builds its rotary embedding only for `position_embedding_type` "rope"
         // (transformers granitemoehybrid GraniteMoeHybridModel.__init__); its checkpoints say "nope".
         None if m.model_type == "granitemoehybrid" && c.get("position_embedding_type").and_then(Value::as_str) != Some("rope") => 0,
+        // Jamba's attention layers have no positional encoding (transformers models/jamba).
+        None if m.model_type == "jamba" => 0,
         None => {
             let frac = c.f64("partial_rotary_factor", c.f64("rotary_pct", 1.0)?)?.clamp(0.0, 1.0);
             (m.head_dim as f64 * frac) as u64

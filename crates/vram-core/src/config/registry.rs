@@ -40,6 +40,7 @@ const FAMILIES: &[(&[&str], Parser)] = &[
     (&["bamba"], mamba::parse_bamba),
     (&["granitemoehybrid"], mamba::parse_granite_hybrid),
     (&["falcon_h1"], mamba::parse_falcon_h1),
+    (&["jamba"], mamba::parse_jamba),
     (&["gpt_neox"], gpt_neox::parse),
     (&["falcon"], falcon::parse),
     (&["opt"], opt::parse),
@@ -109,8 +110,8 @@ const UNSUPPORTED: &[(&[&str], &str)] = &[
         "this encoder-decoder is not supported yet: vram models Whisper, BART, mBART, T5, Flan-T5 and mT5 (UMT5 has a position bias in every layer, LongT5 local/global attention, Pegasus/Marian sinusoidal positions, Switch experts)",
     ),
     (
-        &["rwkv", "recurrent_gemma", "xlstm", "jamba", "zamba", "zamba2", "nemotron_h", "lfm2"],
-        "this state-space, recurrent or hybrid model is not supported yet: vram models Mamba, Falcon-Mamba, Mamba-2 and the Bamba, Granite-4.0-H and Falcon-H1 hybrids (RWKV's recurrence and the other attention/SSM hybrids are not modelled)",
+        &["rwkv", "recurrent_gemma", "xlstm", "zamba", "zamba2", "nemotron_h", "lfm2"],
+        "this state-space, recurrent or hybrid model is not supported yet: vram models Mamba, Falcon-Mamba, Mamba-2 and the Bamba, Granite-4.0-H, Falcon-H1 and Jamba hybrids (RWKV's recurrence and the other attention/SSM hybrids are not modelled)",
     ),
     (
         &["siglip2", "chinese_clip", "align", "altclip"],
