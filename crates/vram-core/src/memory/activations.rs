@@ -446,6 +446,19 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
             let (_, out) = b.norm(m.norm, b.r);
             c.norms += b.inputs(Slot::AttnIn, false, 1, out, m.hidden as u128);
             c.mlp += ssm_layer(m, job, s).mlp;
+            // FalconH1Mixer differs from Bamba's: the projections times the fp32 µP vector are
+            // fp32 where Bamba's are half (2 more bytes per projected channel), and without
+            // `mamba_rms_norm` the scan output is only multiplied by silu(gate), which saves 8
+            // bytes per channel less than the gated RMSNorm (probed one size at a time on
+            // falcon-h1-dev-4l: validation/ssm.py).
+            if let Some(m2) = s.mamba2 {
+                let d = s.d_inner as u128;
+                let proj = 2 * d + 2 * m2.groups as u128 * s.d_state as u128 + m2.heads as u128;
+                c.mlp += 2 * proj;
+                if !m2.gated_norm {
+                    c.mlp = c.mlp.saturating_sub(8 * d);
+                }
+            }
             return c;
         }
         let mut c = ssm_layer(m, job, s);
