@@ -201,4 +201,8 @@ fn jamba_reads_its_periodic_layers() {
     assert!(e.contains("attn_layer_offset"), "{e}");
     let e = vram_core::estimate(&m, &vram_core::Job::infer(1, 1024)).unwrap_err().to_string();
     assert!(e.contains("hybrid"), "{e}");
+    // Measured under bf16 autocast only: a Mamba-1 hybrid in fp32 is refused too.
+    let fp32 = vram_core::Job { precision: vram_core::Precision::Fp32, ..vram_core::Job::train(1, 512) };
+    let e = vram_core::estimate(&m, &fp32).unwrap_err().to_string();
+    assert!(e.contains("autocast"), "{e}");
 }

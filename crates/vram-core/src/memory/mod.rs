@@ -480,6 +480,8 @@ fn check_ssm(model: &Model, job: &Job) -> Result<()> {
         Some("inference of an attention/state-space hybrid (its KV cache beside the conv and SSM state)")
     } else if model.ssm.is_some_and(|s| s.mamba2.is_some()) && job.mode == Mode::Train && !job.precision.is_mixed() {
         Some("Mamba-2 training without autocast (measured under bf16 autocast only)")
+    } else if model.is_hybrid() && job.mode == Mode::Train && !job.precision.is_mixed() {
+        Some("hybrid training without autocast (measured under bf16 autocast only)")
     } else if job.fused_cross_entropy {
         Some("fused linear cross-entropy")
     } else if job.kv_dtype.is_some() {
@@ -491,7 +493,7 @@ fn check_ssm(model: &Model, job: &Job) -> Result<()> {
         Some(what) => Err(Error::InvalidValue {
             what: "Mamba job".into(),
             value: what.into(),
-            hint: format!("vram estimates Mamba's full fine-tuning (bf16-mixed or fp32; Mamba-2 and Bamba bf16-mixed) and a prefill (not for hybrids) on one GPU; {what} is not modelled for state-space models yet"),
+            hint: format!("vram estimates Mamba's full fine-tuning (bf16-mixed or fp32; Mamba-2 and the hybrids — Bamba, Granite-4.0-H, Falcon-H1, Jamba — bf16-mixed) and a prefill (not for hybrids) on one GPU; {what} is not modelled for state-space models yet"),
         }),
         None => Ok(()),
     }
