@@ -356,7 +356,8 @@ pub fn search(model: &Model, job: &Job, budget: u64) -> Result<Search> {
     let baseline = Eval { total: estimate(model, &base)?.total, max_batch: baseline_max_batch };
     let mut alternatives = single_gpu(model, &base, budget, baseline)?;
     // Encoders: LoRA, sharding and fused cross-entropy are not modelled for them (check_encoder).
-    let decoder = model.is_plain_decoder();
+    // LoRA and multi-GPU answers are modelled for attention decoders, not state-space models.
+    let decoder = model.is_plain_decoder() && model.ssm.is_none();
     if job.mode == Mode::Train && decoder {
         let peft = peft_alternatives(model, &base, budget, baseline)?;
         if job.lora.is_some() {
@@ -453,7 +454,14 @@ fn evaluate(model: &Model, base: &Job, changes: &[Change], budget: u64) -> Resul
 }
 
 fn single_gpu(model: &Model, base: &Job, budget: u64, baseline: Eval) -> Result<Vec<Alternative>> {
-    let combos = combinations(&dimensions(model, base));
+    // A change vram cannot estimate for this model (pure bf16 for a state-space model, say) is
+    // not offered.
+    let dims: Vec<Vec<Change>> = dimensions(model, base)
+        .into_iter()
+        .map(|d| d.into_iter().filter(|c| estimate(model, &c.apply(base)).is_ok()).collect::<Vec<_>>())
+        .filter(|d| !d.is_empty())
+        .collect();
+    let combos = combinations(&dims);
     let mut evals = Vec::with_capacity(combos.len());
     for c in &combos {
         evals.push(evaluate(model, base, c, budget)?);

@@ -28,3 +28,20 @@ fn what_mamba_does_not_take_is_refused() {
     let e = fails(&["plan", "--model", MAMBA, "-g", "h100", "--gpus", "8"], 2);
     assert!(e.contains("state-space"), "{e}");
 }
+
+/// `vram fit` on a hybrid: the search offers only what vram can estimate for a state-space
+/// model (no LoRA, no pure bf16, no multi-GPU answers), and the estimate's advice does not fail.
+#[test]
+fn fit_on_a_hybrid_offers_only_what_is_modelled() {
+    const GRANITE: &str = "../../validation/configs/ssm/granite-4.0-h-1b.json";
+    let v = json(&["fit", "--model", GRANITE, "-g", "h100", "--seq-len", "2048"]);
+    let alts = v["alternatives"].as_array().expect("alternatives");
+    assert!(!alts.is_empty(), "{v}");
+    for a in alts {
+        let s = a.to_string();
+        assert!(a["gpus"].as_u64().unwrap_or(1) == 1, "{s}");
+        assert!(!s.contains("--peft") && !s.contains("--precision bf16\""), "{s}");
+    }
+    let e = json(&["estimate", "--model", GRANITE, "--seq-len", "2048"]);
+    assert!(e["peak_allocated_bytes"].as_u64().unwrap() > 0);
+}
