@@ -31,10 +31,10 @@ pub fn notes(model: &Model, job: &Job, est: &Estimate) -> Result<Vec<String>> {
     let share = |name: &str| est.component(name) as f64 / est.total.max(1) as f64;
     // An alternative vram cannot estimate for this model (fused cross-entropy on a state-space
     // model, say) is not offered: it saves nothing that can be stated.
-    let saving = |alt: Job| -> Result<u64> { Ok(estimate(model, &alt).map_or(0, |e| est.total.saturating_sub(e.total))) };
+    let saving = |alt: Job| -> u64 { estimate(model, &alt).map_or(0, |e| est.total.saturating_sub(e.total)) };
     let logits = share("logits & loss");
     if logits > 0.15 && !job.fused_cross_entropy && model.is_plain_decoder() {
-        let s = saving(Job { fused_cross_entropy: true, ..job.clone() })?;
+        let s = saving(Job { fused_cross_entropy: true, ..job.clone() });
         if s > 0 {
             out.push(format!(
                 "logits take {:.0}% of the peak: fused cross-entropy (--fused-cross-entropy, e.g. Liger) would save {:.2} GiB",
@@ -46,7 +46,7 @@ pub fn notes(model: &Model, job: &Job, est: &Estimate) -> Result<Vec<String>> {
     let acts: f64 =
         est.components.iter().filter(|c| c.name.starts_with("activations")).map(|c| c.bytes as f64).sum::<f64>() / est.total.max(1) as f64;
     if acts > 0.3 && job.checkpointing == Checkpointing::None {
-        let s = saving(Job { checkpointing: Checkpointing::Full, ..job.clone() })?;
+        let s = saving(Job { checkpointing: Checkpointing::Full, ..job.clone() });
         if s > 0 {
             out.push(format!(
                 "activations take {:.0}%: gradient checkpointing (--checkpointing full) would save {:.2} GiB for ~33% more compute",
@@ -57,7 +57,7 @@ pub fn notes(model: &Model, job: &Job, est: &Estimate) -> Result<Vec<String>> {
     }
     let states = share("optimizer states");
     if states > 0.25 && matches!(job.optimizer, Optimizer::Adamw | Optimizer::Adam) {
-        let s = saving(Job { optimizer: Optimizer::Adamw8bit, ..job.clone() })?;
+        let s = saving(Job { optimizer: Optimizer::Adamw8bit, ..job.clone() });
         if s > 0 {
             out.push(format!(
                 "optimizer states take {:.0}%: 8-bit AdamW (--optimizer adamw-8bit) would save {:.2} GiB",
@@ -70,7 +70,7 @@ pub fn notes(model: &Model, job: &Job, est: &Estimate) -> Result<Vec<String>> {
         && job.optimizer_impl == OptimizerImpl::Foreach
         && matches!(job.optimizer, Optimizer::Adamw | Optimizer::Adam)
     {
-        let s = saving(Job { optimizer_impl: OptimizerImpl::Fused, ..job.clone() })?;
+        let s = saving(Job { optimizer_impl: OptimizerImpl::Fused, ..job.clone() });
         if s > 0 {
             out.push(format!(
                 "the peak is in the foreach AdamW step (one state-sized temporary): fused AdamW (--optimizer adamw_torch_fused, HF Trainer's default on torch >= 2.8) would save {:.2} GiB",

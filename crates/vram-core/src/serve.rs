@@ -92,6 +92,22 @@ impl ModelRunner {
             _ => Err(invalid("--model-runner", s, "v1 (gpu_model_runner.py) or v2 (Model Runner V2)")),
         }
     }
+
+    /// The runner in words, with the file its log lines name.
+    pub fn describe(self) -> &'static str {
+        match self {
+            ModelRunner::V1 => "the V1 runner (gpu_model_runner.py)",
+            ModelRunner::V2 => "Model Runner V2 (model_runner.py)",
+        }
+    }
+
+    /// The `--model-runner` spelling, and the `VLLM_USE_V2_MODEL_RUNNER` value that selects it.
+    pub fn flag_and_env(self) -> (&'static str, &'static str) {
+        match self {
+            ModelRunner::V1 => ("v1", "0"),
+            ModelRunner::V2 => ("v2", "1"),
+        }
+    }
 }
 
 /// The vLLM release whose start-up accounting to reproduce (`--vllm-version`). Only the rules
@@ -1066,7 +1082,7 @@ fn profile_peak(m: &Model, sampler_kind: Sampler, batched: u64, seqs: u64, tp: u
         // Model Runner V2's sampler (vllm/v1/worker/gpu/sample/sampler.py) copies the logits to
         // one new fp32 tensor and applies penalties, temperature and min-p in place; the Gumbel
         // draw is a Triton kernel with no vocabulary-wide temporaries. Measured: Qwen2.5-0.5B on
-        // v0.27.1, 256 requests, 0.25 GiB logged against 0.24 here (validation/vllm/logs.jsonl).
+        // v0.27.1, 256 requests, 0.25 GiB logged against 0.22 here (validation/vllm/logs.jsonl).
         Sampler::Mrv2 => 4,
         // V1's dummy sampler (temperature 0.5, top-k/p skipped) converts to fp32, softmaxes and
         // draws an exponential of the same shape (v1/sample/sampler.py, topk_topp_sampler.py

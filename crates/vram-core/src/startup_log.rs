@@ -15,6 +15,7 @@
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::serve::ModelRunner;
 
 /// A size as the engine printed it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -65,9 +66,21 @@ pub struct VllmLog {
     pub cuda_graph_estimated: Option<LogSize>,
     /// "Actual usage is X GiB for consumed memory (weights + non-torch)" (vLLM ≥ 0.2x).
     pub consumed: Option<LogSize>,
-    /// Which GPU model runner printed the lines: "v2" where a line comes from
-    /// `[model_runner.py:…]` (Model Runner V2), "v1" from `[gpu_model_runner.py:…]`.
-    pub model_runner: Option<String>,
+    /// Which GPU model runner printed the lines: V2 where a line comes from
+    /// `[model_runner.py:…]` (Model Runner V2), V1 from `[gpu_model_runner.py:…]`.
+    pub model_runner: Option<ModelRunner>,
+}
+
+impl VllmLog {
+    /// The CUDA-graph figure to hold vram's estimate to: the V1 runner's logged estimate (what
+    /// it subtracted from the KV budget) when printed, else what the capture took.
+    pub fn cuda_graph_figure(&self) -> &Option<LogSize> {
+        if self.cuda_graph_estimated.is_some() {
+            &self.cuda_graph_estimated
+        } else {
+            &self.cuda_graph
+        }
+    }
 }
 
 /// The SGLang figures of one start-up.
@@ -341,9 +354,9 @@ fn parse_vllm(text: &str) -> (VllmLog, usize) {
         }
         if hit > 0 && l.model_runner.is_none() {
             if line.contains("[gpu_model_runner.py:") {
-                l.model_runner = Some("v1".into());
+                l.model_runner = Some(ModelRunner::V1);
             } else if line.contains("[model_runner.py:") {
-                l.model_runner = Some("v2".into());
+                l.model_runner = Some(ModelRunner::V2);
             }
         }
         if hit > 0 && per_rank {
@@ -537,7 +550,7 @@ Maximum concurrency for 20000 tokens per request: 1.56x");
         assert_eq!(l.cuda_graph.unwrap().gib, 0.23);
         assert_eq!(l.kv_cache.unwrap().gib, 56.21);
         assert_eq!((l.kv_tokens, l.max_model_len, l.max_concurrency), (Some(460_496), Some(131_072), Some(3.51)));
-        assert_eq!(l.model_runner.as_deref(), Some("v2"));
+        assert_eq!(l.model_runner, Some(ModelRunner::V2));
         assert_eq!(l.ranks, 1);
     }
 
@@ -554,7 +567,7 @@ Maximum concurrency for 20000 tokens per request: 1.56x");
         assert_eq!(l.cuda_graph.unwrap().gib, 0.71);
         assert_eq!(l.kv_cache.unwrap().gib, 19.54);
         assert_eq!(l.activation_peak.unwrap().gib, 2.4);
-        assert_eq!(l.model_runner.as_deref(), Some("v1"));
+        assert_eq!(l.model_runner, Some(ModelRunner::V1));
     }
 
     /// LMCache/LMCache#1739 (logs.jsonl qwen3-14b-32k) and vllm-project/vllm#29137

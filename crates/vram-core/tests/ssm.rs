@@ -92,60 +92,85 @@ fn mamba2_inconsistent_configs_and_unmeasured_precisions_are_refused() {
     assert!(e.contains("autocast"), "{e}");
 }
 
+/// A committed state-space config: its JSON (to change a key) and the model vram reads.
+fn ssm_config(name: &str) -> (Value, vram_core::Model) {
+    let src = std::fs::read(root().join(format!("validation/configs/ssm/{name}.json"))).unwrap();
+    (serde_json::from_slice(&src).unwrap(), parse_config(&src, name, "config.json").unwrap())
+}
+
+/// A changed config, read.
+fn parsed(cfg: &Value) -> vram_core::Result<vram_core::Model> {
+    parse_config(cfg.to_string().as_bytes(), "changed", "config.json")
+}
+
+/// Why a changed config is refused.
+fn refusal(cfg: &Value) -> String {
+    parsed(cfg).unwrap_err().to_string()
+}
+
+/// A hybrid's inference is refused (its KV cache beside the state is not modelled).
+fn assert_inference_refused(m: &vram_core::Model) {
+    let e = vram_core::estimate(m, &vram_core::Job::infer(1, 1024)).unwrap_err().to_string();
+    assert!(e.contains("hybrid"), "{e}");
+}
+
 /// Bamba: the hybrid's attention layers come from `attn_layer_indices`; without them (or with
 /// all layers attention) it is refused, and so is its inference (not modelled).
 #[test]
 fn bamba_reads_its_layers_and_refuses_inference() {
-    let src = std::fs::read(root().join("validation/configs/ssm/bamba-9b.json")).unwrap();
-    let m = parse_config(&src, "bamba", "config.json").unwrap();
+    let (mut cfg, m) = ssm_config("bamba-9b");
     assert!(m.is_hybrid());
     assert_eq!((0..m.layers).filter(|&i| !m.is_ssm_layer(i)).count(), 3);
-    let mut cfg: serde_json::Value = serde_json::from_slice(&src).unwrap();
     cfg["attn_layer_indices"] = serde_json::json!(null);
-    let e = parse_config(cfg.to_string().as_bytes(), "b", "config.json").unwrap_err().to_string();
+    let e = refusal(&cfg);
     assert!(e.contains("attn_layer_indices"), "{e}");
-    let e = vram_core::estimate(&m, &vram_core::Job::infer(1, 1024)).unwrap_err().to_string();
-    assert!(e.contains("hybrid"), "{e}");
+    assert_inference_refused(&m);
 }
 
 /// Granite-4.0-H: `layer_types` gives the attention layers (legacy "mamba"/"attention" and
 /// transformers 5's "linear_attention"/"full_attention"); the shared MLP is a dense model's only
-/// MLP and sits beside the experts of the MoE variants; a malformed `layer_types` or routing is
-/// refused with what to do.
+/// MLP and sits beside the experts of the MoE variants; a malformed `layer_types` or routing, or
+/// a stack without attention layers, is refused with what to do.
 #[test]
 fn granite_hybrid_reads_layer_types_and_refuses_experts() {
-    let src = std::fs::read(root().join("validation/configs/ssm/granite-4.0-h-1b.json")).unwrap();
-    let m = parse_config(&src, "granite", "config.json").unwrap();
+    let (mut cfg, m) = ssm_config("granite-4.0-h-1b");
     assert!(m.is_hybrid());
     assert_eq!((0..m.layers).filter(|&i| !m.is_ssm_layer(i)).count(), 4);
     assert_eq!(m.intermediate, 4096);
     assert_eq!(m.rotary_dim, 0, "position_embedding_type nope: no rotary");
-    let mut cfg: serde_json::Value = serde_json::from_slice(&src).unwrap();
     let renamed: Vec<&str> =
         cfg["layer_types"].as_array().unwrap().iter().map(|t| if t == "mamba" { "linear_attention" } else { "full_attention" }).collect();
     cfg["layer_types"] = serde_json::json!(renamed);
-    assert_eq!(parse_config(cfg.to_string().as_bytes(), "g", "config.json").unwrap().parameters(), m.parameters());
+    assert_eq!(parsed(&cfg).unwrap().parameters(), m.parameters());
     let mut moe = cfg.clone();
     moe["num_local_experts"] = serde_json::json!(64);
     moe["num_experts_per_tok"] = serde_json::json!(65);
-    let e = parse_config(moe.to_string().as_bytes(), "g", "config.json").unwrap_err().to_string();
+    let e = refusal(&moe);
     assert!(e.contains("num_experts_per_tok"), "{e}");
     // H-Tiny: 64 experts, 6 per token, the shared MLP beside them in every layer.
-    let tiny =
-        parse_config(&std::fs::read(root().join("validation/configs/ssm/granite-4.0-h-tiny.json")).unwrap(), "t", "config.json").unwrap();
+    let (_, tiny) = ssm_config("granite-4.0-h-tiny");
     let moe = tiny.moe.as_ref().expect("MoE");
     assert_eq!((moe.experts, moe.top_k, moe.expert_intermediate, moe.shared_intermediate), (64, 6, 512, 1024));
     assert!((0..tiny.layers).all(|i| tiny.is_moe_layer(i)));
     let mut short = cfg.clone();
     short["layer_types"] = serde_json::json!(vec!["mamba"; 39]);
-    let e = parse_config(short.to_string().as_bytes(), "g", "config.json").unwrap_err().to_string();
-    assert!(e.contains("layer_types"), "{e}");
-    let mut odd = cfg;
+    assert!(refusal(&short).contains("layer_types"));
+    let mut odd = cfg.clone();
     odd["layer_types"][0] = serde_json::json!("conv");
-    let e = parse_config(odd.to_string().as_bytes(), "g", "config.json").unwrap_err().to_string();
+    let e = refusal(&odd);
     assert!(e.contains("layer_types") && e.contains("conv"), "{e}");
-    let e = vram_core::estimate(&m, &vram_core::Job::infer(1, 1024)).unwrap_err().to_string();
-    assert!(e.contains("hybrid"), "{e}");
+    // Mixers alone (also transformers' default when layer_types is absent) are not a layout
+    // vram has built: refused rather than counted without their MLPs.
+    let mut mixers = cfg.clone();
+    mixers.as_object_mut().unwrap().remove("layer_types");
+    let e = refusal(&mixers);
+    assert!(e.contains("layer_types") && e.contains("attention"), "{e}");
+    // Attention alone: read as a Llama decoder with the shared MLP, and said to be unchecked.
+    let mut attention = cfg;
+    attention["layer_types"] = serde_json::json!(vec!["attention"; 40]);
+    let dense = parsed(&attention).unwrap();
+    assert!(dense.ssm.is_none() && dense.warnings.iter().any(|w| w.contains("not checked")), "{:?}", dense.warnings);
+    assert_inference_refused(&m);
 }
 
 /// Falcon-H1: attention and the mixer in every layer (a hybrid: its inference is refused, as
@@ -154,13 +179,11 @@ fn granite_hybrid_reads_layer_types_and_refuses_experts() {
 /// and an inconsistent head layout are refused.
 #[test]
 fn falcon_h1_reads_its_parallel_layers() {
-    let src = std::fs::read(root().join("validation/configs/ssm/falcon-h1-3b.json")).unwrap();
-    let m = parse_config(&src, "falcon-h1", "config.json").unwrap();
+    let (cfg, m) = ssm_config("falcon-h1-3b");
     assert!(m.is_hybrid());
     assert!((0..m.layers).all(|i| m.is_ssm_layer(i) && m.has_attention(i)));
     assert_eq!(m.ssm.unwrap().d_inner, 4096);
-    let cfg: serde_json::Value = serde_json::from_slice(&src).unwrap();
-    let with = |k: &str, v: serde_json::Value| {
+    let with = |k: &str, v: Value| {
         let mut c = cfg.clone();
         c[k] = v;
         c
@@ -168,17 +191,13 @@ fn falcon_h1_reads_its_parallel_layers() {
     let mut absent = cfg.clone();
     absent.as_object_mut().unwrap().remove("mamba_d_ssm");
     absent["mamba_d_head"] = serde_json::json!(32);
-    assert_eq!(parse_config(absent.to_string().as_bytes(), "f", "config.json").unwrap().ssm.unwrap().d_inner, 1024);
-    let mut null = with("mamba_d_ssm", serde_json::Value::Null);
+    assert_eq!(parsed(&absent).unwrap().ssm.unwrap().d_inner, 1024);
+    let mut null = with("mamba_d_ssm", Value::Null);
     null["mamba_d_head"] = serde_json::json!(160);
-    assert_eq!(parse_config(null.to_string().as_bytes(), "f", "config.json").unwrap().ssm.unwrap().d_inner, 5120);
-    let e =
-        parse_config(with("projectors_bias", serde_json::json!(true)).to_string().as_bytes(), "f", "config.json").unwrap_err().to_string();
-    assert!(e.contains("projectors_bias"), "{e}");
-    let e = parse_config(with("mamba_n_heads", serde_json::json!(30)).to_string().as_bytes(), "f", "config.json").unwrap_err().to_string();
-    assert!(e.contains("mamba_n_heads"), "{e}");
-    let e = vram_core::estimate(&m, &vram_core::Job::infer(1, 1024)).unwrap_err().to_string();
-    assert!(e.contains("hybrid"), "{e}");
+    assert_eq!(parsed(&null).unwrap().ssm.unwrap().d_inner, 5120);
+    assert!(refusal(&with("projectors_bias", serde_json::json!(true))).contains("projectors_bias"));
+    assert!(refusal(&with("mamba_n_heads", serde_json::json!(30))).contains("mamba_n_heads"));
+    assert_inference_refused(&m);
 }
 
 /// Jamba: attention every `attn_layer_period` layers from `attn_layer_offset`, MoE every
@@ -186,8 +205,7 @@ fn falcon_h1_reads_its_parallel_layers() {
 /// first), dt_rank "auto" = ⌈hidden / 16⌉; offsets not below their period are refused.
 #[test]
 fn jamba_reads_its_periodic_layers() {
-    let src = std::fs::read(root().join("validation/configs/ssm/jamba-v0.1.json")).unwrap();
-    let m = parse_config(&src, "jamba", "config.json").unwrap();
+    let (mut cfg, m) = ssm_config("jamba-v0.1");
     assert!(m.is_hybrid());
     let s = m.ssm.unwrap();
     assert_eq!((s.attention_layers, s.dt_rank, s.d_state), (4, 256, 16));
@@ -195,12 +213,9 @@ fn jamba_reads_its_periodic_layers() {
     assert!((0..4).all(|i| !m.is_moe_layer(i)));
     assert_eq!((4..32).filter(|&i| m.is_moe_layer(i)).count(), 16);
     assert_eq!(m.rotary_dim, 0, "Jamba's attention has no positions");
-    let mut cfg: serde_json::Value = serde_json::from_slice(&src).unwrap();
     cfg["attn_layer_offset"] = serde_json::json!(8);
-    let e = parse_config(cfg.to_string().as_bytes(), "j", "config.json").unwrap_err().to_string();
-    assert!(e.contains("attn_layer_offset"), "{e}");
-    let e = vram_core::estimate(&m, &vram_core::Job::infer(1, 1024)).unwrap_err().to_string();
-    assert!(e.contains("hybrid"), "{e}");
+    assert!(refusal(&cfg).contains("attn_layer_offset"));
+    assert_inference_refused(&m);
     // Measured under bf16 autocast only: a Mamba-1 hybrid in fp32 is refused too.
     let fp32 = vram_core::Job { precision: vram_core::Precision::Fp32, ..vram_core::Job::train(1, 512) };
     let e = vram_core::estimate(&m, &fp32).unwrap_err().to_string();

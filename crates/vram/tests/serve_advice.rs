@@ -125,6 +125,21 @@ fn emitted_launches_carry_the_gpu_count_and_the_flags() {
     assert!(flow_list(&sg, "args:").windows(2).any(|w| w == ["--tp-size", "4"]));
 }
 
+/// A runner chosen with `--model-runner` is an environment switch in vLLM: the emitted launch
+/// sets it, so the engine runs what was estimated; left to vLLM, nothing is set.
+#[test]
+fn emitted_launches_set_the_model_runner_the_estimate_followed() {
+    let base = ["serve", "-m", "llama-3.1-8b", "-g", "h100", "--max-model-len", "8192"];
+    let with = |extra: &[&str]| stdout(&[&base[..], extra].concat());
+    let cmd = with(&["--model-runner", "v1", "--emit", "vllm"]);
+    assert!(cmd.contains("VLLM_USE_V2_MODEL_RUNNER=0 vllm serve meta-llama/Llama-3.1-8B"), "{cmd}");
+    assert!(!with(&["--emit", "vllm"]).contains("VLLM_USE_V2_MODEL_RUNNER"));
+    let compose = with(&["--model-runner", "v2", "--emit", "docker"]);
+    assert!(compose.contains("- \"VLLM_USE_V2_MODEL_RUNNER=1\""), "{compose}");
+    let k8s = with(&["--model-runner", "v1", "--emit", "k8s"]);
+    assert!(k8s.contains("- name: VLLM_USE_V2_MODEL_RUNNER\n              value: \"0\""), "{k8s}");
+}
+
 #[test]
 fn emit_alternative_applies_the_ranked_change() {
     let base = ["serve", "-m", "llama-3.1-8b", "-g", "rtx-4090", "--max-model-len", "131072"];

@@ -21,10 +21,7 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     let h = m.hidden;
     let expand = c.opt(&["expand"])?.unwrap_or(2);
     let d_inner = c.opt(&["intermediate_size", "d_inner"])?.unwrap_or(expand.saturating_mul(h));
-    let dt_rank = match c.get("time_step_rank") {
-        Some(Value::String(s)) if s == "auto" => h.div_ceil(16),
-        _ => c.opt(&["time_step_rank"])?.unwrap_or(h.div_ceil(16)),
-    };
+    let dt_rank = time_step_rank(c, "time_step_rank", h)?;
     let d_state = c.opt(&["state_size", "d_state"])?.unwrap_or(16);
     let d_conv = c.opt(&["conv_kernel", "d_conv"])?.unwrap_or(4);
     if d_inner == 0 || d_state == 0 || d_conv == 0 || dt_rank == 0 || d_state > 1024 || d_conv > 64 {
@@ -146,11 +143,27 @@ pub(super) fn parse_bamba(c: &Cfg, name: &str, model_type: &str) -> Result<Model
         ));
     }
     m.ssm = Some(bamba_mixer(c, &m, attention)?);
-    m.warnings.push(format!(
-        "Bamba: {attention} attention layers and {} Mamba-2 layers, each with its MLP; the mixers follow transformers' PyTorch path (without `mamba-ssm` and `causal-conv1d`; with their CUDA kernels training saves far less, which vram does not model yet).",
+    m.warnings.push(hybrid_warning(&format!(
+        "Bamba: {attention} attention layers and {} Mamba-2 layers, each with its MLP",
         m.layers - attention
-    ));
+    )));
     Ok(m)
+}
+
+/// Mamba-1's time-step rank: the key's number, or ⌈hidden / 16⌉ when absent or "auto"
+/// (configuration_mamba.py, configuration_jamba.py).
+fn time_step_rank(c: &Cfg, key: &str, hidden: u64) -> Result<u64> {
+    match c.get(key) {
+        Some(Value::String(s)) if s == "auto" => Ok(hidden.div_ceil(16)),
+        _ => Ok(c.opt(&[key])?.unwrap_or(hidden.div_ceil(16))),
+    }
+}
+
+/// A hybrid's layout, and the path its estimate follows.
+fn hybrid_warning(layout: &str) -> String {
+    format!(
+        "{layout}; the mixers follow transformers' PyTorch path (without `mamba-ssm` and `causal-conv1d`; with their CUDA kernels training saves far less, which vram does not model yet)."
+    )
 }
 
 /// The Mamba-2 mixer of Bamba and Granite-4.0-H, from their shared `mamba_*` keys
@@ -236,7 +249,8 @@ pub(super) fn parse_granite_hybrid(c: &Cfg, name: &str, model_type: &str) -> Res
             .map(|v| v.as_str().map(str::to_string))
             .collect::<Option<_>>()
             .ok_or_else(|| c.bad("layer_types", &Value::Array(a.clone()), "expected a list of \"mamba\" and \"attention\""))?,
-        None | Some(Value::Null) => vec!["mamba".to_string(); m.layers as usize],
+        // transformers' default: every layer a mixer (configuration_granitemoehybrid.py).
+        None => vec!["mamba".to_string(); m.layers as usize],
         Some(v) => return Err(c.bad("layer_types", v, "expected a list of \"mamba\" and \"attention\"")),
     };
     if types.len() as u64 != m.layers {
@@ -248,6 +262,15 @@ pub(super) fn parse_granite_hybrid(c: &Cfg, name: &str, model_type: &str) -> Res
         return Err(c.bad("layer_types", &Value::from(t.as_str()), "each entry \"mamba\" or \"attention\""));
     }
     let attention = types.iter().filter(|t| is_attention(t)).count() as u64;
+    if attention == 0 {
+        // Bamba's mixer layers are the ones counted after the attention layers; a stack of
+        // mixers alone (each with the shared MLP) is a layout vram has not built.
+        return Err(c.bad(
+            "layer_types",
+            &Value::from(0),
+            "vram models Granite-4.0-H with some \"attention\" layers (a stack of Mamba layers alone is not modelled)",
+        ));
+    }
     let shared = c.req(&["shared_intermediate_size"], "size the shared MLP")?;
     // GraniteMoeHybridMLP: one input_linear to gate and up together.
     m.mlp.fused_gate_up = true;
@@ -274,13 +297,14 @@ pub(super) fn parse_granite_hybrid(c: &Cfg, name: &str, model_type: &str) -> Res
     }
     if attention == m.layers {
         // No mixer: a Granite decoder with the shared MLP, read as a Llama decoder.
+        m.warnings.push("Granite-4.0 without Mamba layers: read as a Llama decoder with Granite's shared MLP (and experts); its µP multipliers and logits scaling are not counted, and this layout was not checked against PyTorch".into());
         return Ok(m);
     }
     m.ssm = Some(bamba_mixer(c, &m, attention)?);
-    m.warnings.push(format!(
-        "Granite-4.0-H: {attention} attention layers and {} Mamba-2 layers, each with its shared MLP; the mixers follow transformers' PyTorch path (without `mamba-ssm` and `causal-conv1d`; with their CUDA kernels training saves far less, which vram does not model yet).",
+    m.warnings.push(hybrid_warning(&format!(
+        "Granite-4.0-H: {attention} attention layers and {} Mamba-2 layers, each with its shared MLP",
         m.layers - attention
-    ));
+    )));
     Ok(m)
 }
 
@@ -301,10 +325,11 @@ pub(super) fn parse_falcon_h1(c: &Cfg, name: &str, model_type: &str) -> Result<M
     };
     let k = mamba2_keys(c, d_inner, "mamba_d_ssm")?;
     let proj_bias = c.bool("mamba_proj_bias", false)?;
-    if c.bool("projectors_bias", false)? != proj_bias {
+    let out_bias = c.bool("projectors_bias", false)?;
+    if out_bias != proj_bias {
         return Err(c.bad(
             "projectors_bias",
-            &Value::from(c.bool("projectors_bias", false)?),
+            &Value::from(out_bias),
             "vram models Falcon-H1 with the same bias setting on the mixer's in_proj (mamba_proj_bias) and out_proj (projectors_bias)",
         ));
     }
@@ -326,9 +351,7 @@ pub(super) fn parse_falcon_h1(c: &Cfg, name: &str, model_type: &str) -> Result<M
         parallel_attention: true,
         dt_bc_norms: false,
     });
-    m.warnings.push(
-        "Falcon-H1: every layer runs attention and a Mamba-2 mixer side by side, then its MLP; the mixers follow transformers' PyTorch path (without `mamba-ssm` and `causal-conv1d`; with their CUDA kernels training saves far less, which vram does not model yet).".into(),
-    );
+    m.warnings.push(hybrid_warning("Falcon-H1: every layer runs attention and a Mamba-2 mixer side by side, then its MLP"));
     Ok(m)
 }
 
@@ -379,11 +402,7 @@ pub(super) fn parse_jamba(c: &Cfg, name: &str, model_type: &str) -> Result<Model
     let d_inner = expand.saturating_mul(m.hidden);
     let d_state = c.opt(&["mamba_d_state"])?.unwrap_or(16);
     let d_conv = c.opt(&["mamba_d_conv"])?.unwrap_or(4);
-    let dt_rank = match c.get("mamba_dt_rank") {
-        None => m.hidden.div_ceil(16),
-        Some(Value::String(s)) if s == "auto" => m.hidden.div_ceil(16),
-        Some(_) => c.req(&["mamba_dt_rank"], "size the time-step projection")?,
-    };
+    let dt_rank = time_step_rank(c, "mamba_dt_rank", m.hidden)?;
     if d_inner == 0 || d_state == 0 || d_state > 1024 || d_conv == 0 || d_conv > 64 || dt_rank == 0 {
         return Err(c.bad(
             "mamba_d_state",
@@ -403,9 +422,9 @@ pub(super) fn parse_jamba(c: &Cfg, name: &str, model_type: &str) -> Result<Model
         parallel_attention: false,
         dt_bc_norms: true,
     });
-    m.warnings.push(format!(
-        "Jamba: {attention} attention layers and {} Mamba layers, each with its MLP or MoE block; the mixers follow transformers' PyTorch path (the sequential selective scan, without `mamba-ssm` and `causal-conv1d`; with their CUDA kernels training saves far less, which vram does not model yet).",
+    m.warnings.push(hybrid_warning(&format!(
+        "Jamba: {attention} attention layers and {} Mamba layers (the sequential selective scan), each with its MLP or MoE block",
         m.layers - attention
-    ));
+    )));
     Ok(m)
 }

@@ -101,14 +101,13 @@ pub fn vllm(s: &VllmServe, l: &VllmLog) -> Comparison {
             "the log has lines only vLLM's V0 engine prints; the estimate plans the V1 engine (add --vllm-engine v0 and the log's --vllm-version)".into(),
         );
     }
-    if let (Some(log), Some(ours)) = (&l.model_runner, r.model_runner) {
-        let ours = serde_json::to_value(ours).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
-        if *log != ours {
+    if let (Some(log), Some(ours)) = (l.model_runner, r.model_runner) {
+        if log != ours {
+            let (flag, env) = log.flag_and_env();
             contradictions.push(format!(
-                "the log was printed by {} but the estimate follows {} (pass --model-runner {log}, as VLLM_USE_V2_MODEL_RUNNER={} does)",
-                runner_name(log),
-                runner_name(&ours),
-                if log == "v2" { 1 } else { 0 }
+                "the log was printed by {} but the estimate follows {} (pass --model-runner {flag}, as VLLM_USE_V2_MODEL_RUNNER={env} does)",
+                log.describe(),
+                ours.describe()
             ));
         }
     }
@@ -122,13 +121,7 @@ pub fn vllm(s: &VllmServe, l: &VllmLog) -> Comparison {
         gib_row("weights per GPU", r.weights_bytes, &l.weights),
         gib_row("non-torch memory", r.non_torch_bytes, &l.non_torch),
         gib_row("activation peak", r.activation_peak_bytes, &l.activation_peak),
-        // vLLM's V1 runner logs its estimate ("CUDA graph pool memory: … (estimated)"), which is
-        // what it subtracted; otherwise the capture itself.
-        gib_row(
-            "CUDA graphs",
-            r.cuda_graph_estimate_bytes,
-            if l.cuda_graph_estimated.is_some() { &l.cuda_graph_estimated } else { &l.cuda_graph },
-        ),
+        gib_row("CUDA graphs", r.cuda_graph_estimate_bytes, l.cuda_graph_figure()),
         gib_row("KV cache", r.kv_cache_bytes, &l.kv_cache),
         count_row("KV cache tokens", "tokens", r.pool.kv_tokens as f64, l.kv_tokens.map(|v| v as f64)),
         count_row("KV cache blocks", "blocks", r.pool.num_kv_blocks as f64, l.gpu_blocks.map(|v| v as f64)),
@@ -162,7 +155,7 @@ pub fn vllm(s: &VllmServe, l: &VllmLog) -> Comparison {
                 "CUDA graphs: vram assumes {} (vLLM {}); the log measured {}",
                 g(r.cuda_graph_estimate_bytes),
                 r.vllm_version,
-                shown(if l.cuda_graph_estimated.is_some() { &l.cuda_graph_estimated } else { &l.cuda_graph })
+                shown(l.cuda_graph_figure())
             ),
             "weights + non-torch" => format!(
                 "weights + non-torch: vram counts {} of weights and assumes {} of non-torch memory; the log's consumed memory is {}",
@@ -177,14 +170,6 @@ pub fn vllm(s: &VllmServe, l: &VllmLog) -> Comparison {
         reasons.push("every memory figure the log printed is within 5% of the estimate".into());
     }
     Comparison { engine: "vllm", ranks: l.ranks, contradictions, rows, reasons }
-}
-
-fn runner_name(r: &str) -> &'static str {
-    if r == "v2" {
-        "Model Runner V2 (model_runner.py)"
-    } else {
-        "the V1 runner (gpu_model_runner.py)"
-    }
 }
 
 /// The KV cache is what the budget leaves after the other items: name the items that moved it.

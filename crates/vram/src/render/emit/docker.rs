@@ -50,6 +50,9 @@ pub fn compose(l: &Launch) -> String {
     let _ = writeln!(y, "    ipc: host");
     let _ = writeln!(y, "    ports:\n      - \"{0}:{0}\"", l.port());
     let _ = writeln!(y, "    environment:\n      - HF_TOKEN");
+    for (k, v) in &l.env {
+        let _ = writeln!(y, "      - {}", yaml_str(&format!("{k}={v}")));
+    }
     match l.engine {
         LaunchEngine::LlamaServer if !l.is_hub_model() => {
             let _ = writeln!(y, "    volumes:\n      - {}", yaml_str(&format!("{}:/models:ro", model_dir(l))));

@@ -35,6 +35,9 @@ pub fn manifest(l: &Launch) -> String {
     }
     let _ = writeln!(y, "          args: [{}]", list(&args));
     let _ = writeln!(y, "          env:\n            - name: HF_TOKEN\n              valueFrom:\n                secretKeyRef:\n                  name: hf-token\n                  key: token\n                  optional: true");
+    for (k, v) in &l.env {
+        let _ = writeln!(y, "            - name: {k}\n              value: {}", yaml_str(v));
+    }
     let _ = writeln!(y, "          ports:\n            - containerPort: {port}");
     let _ = writeln!(y, "          resources:\n            limits:\n              nvidia.com/gpu: {}", l.gpus);
     let _ = writeln!(y, "          readinessProbe:\n            httpGet:\n              path: /health\n              port: {port}\n            initialDelaySeconds: 60\n            periodSeconds: 10");

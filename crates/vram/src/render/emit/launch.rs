@@ -33,6 +33,9 @@ pub struct Launch {
     pub modelled: String,
     /// Set when vram estimates that this launch does not fit: why.
     pub warning: Option<String>,
+    /// Environment the engine reads that the estimate depends on (vLLM's
+    /// `VLLM_USE_V2_MODEL_RUNNER`, `VLLM_USE_V1`), as (name, value).
+    pub env: Vec<(String, String)>,
 }
 
 impl Launch {
@@ -146,7 +149,21 @@ pub fn vllm(a: &ServeArgs, model: &str) -> Launch {
         image_tag,
         modelled: format!("vLLM {} rules", version.map_or_else(|| vram_core::serve::VllmVersion::NEWEST.to_string(), str::to_string)),
         warning: None,
+        env: vllm_env(a),
     }
+}
+
+/// vLLM's environment switches the estimate followed (vllm/envs.py): the model runner when
+/// `--model-runner` was given, the V0 engine with `--vllm-engine v0`.
+fn vllm_env(a: &ServeArgs) -> Vec<(String, String)> {
+    let mut env = Vec::new();
+    if let Some(r) = a.model_runner.as_deref().and_then(|r| vram_core::serve::ModelRunner::parse(r).ok()) {
+        env.push(("VLLM_USE_V2_MODEL_RUNNER".to_string(), r.flag_and_env().1.to_string()));
+    }
+    if a.vllm_engine == "v0" {
+        env.push(("VLLM_USE_V1".to_string(), "0".to_string()));
+    }
+    env
 }
 
 /// An SGLang launch from the `vram serve --engine sglang` flags as given.
@@ -172,6 +189,7 @@ pub fn sglang(a: &ServeArgs, model: &str) -> Launch {
         image_tag: "latest".into(),
         modelled: format!("SGLang {} rules", vram_core::sglang::SGLANG_VERSION),
         warning: None,
+        env: Vec::new(),
     }
 }
 
@@ -204,6 +222,7 @@ pub fn llama_server(a: &ServeArgs, model: &str) -> Launch {
         image_tag: "server-cuda".into(),
         modelled: "llama.cpp's buffers as load_tensors and llama_context size them".into(),
         warning: None,
+        env: Vec::new(),
     }
 }
 

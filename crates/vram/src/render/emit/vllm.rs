@@ -5,7 +5,8 @@ use super::launch::{argv, header, shell_word, Launch};
 /// `vllm serve MODEL --flag value …`, one flag per line.
 pub fn command(l: &Launch) -> String {
     let words: Vec<String> = argv(l, false).iter().map(|w| shell_word(w)).collect();
-    format!("{}vllm serve {}\n", header(l), join_flags(&words))
+    let env: String = l.env.iter().map(|(k, v)| format!("{k}={} ", shell_word(v))).collect();
+    format!("{}{env}vllm serve {}\n", header(l), join_flags(&words))
 }
 
 /// The model on the first line, then one flag (with its value) per continued line.
