@@ -99,6 +99,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 import transformers.models.gemma3.modeling_gemma3 as _gemma3  # noqa: E402
 import transformers.models.llava.modeling_llava as _llava  # noqa: E402
+import transformers.models.llava_next.modeling_llava_next as _llava_next  # noqa: E402
 import transformers.models.qwen2_5_vl.modeling_qwen2_5_vl as _qwen25  # noqa: E402
 import transformers.models.qwen2_vl.modeling_qwen2_vl as _qwen2  # noqa: E402
 import torch._subclasses.fake_tensor as _fake_tensor  # noqa: E402
@@ -152,7 +153,8 @@ def _placeholder_mask(orig):
 
 # LLaVA, and Gemma-3 (Gemma3Model.get_placeholder_mask, through its own import of
 # torch_compilable_check): the same two replacements.
-for _module, _cls in ((_llava, _llava.LlavaModel), (_gemma3, _gemma3.Gemma3Model)):
+for _module, _cls in ((_llava, _llava.LlavaModel), (_gemma3, _gemma3.Gemma3Model),
+                      (_llava_next, _llava_next.LlavaNextModel)):
     _module.torch_compilable_check = _check
     _cls.get_placeholder_mask = _placeholder_mask(_cls.get_placeholder_mask)
 
@@ -311,8 +313,41 @@ def is_gemma(cfg):
     return cfg.model_type == "gemma3"
 
 
+def is_next(cfg):
+    return cfg.model_type == "llava_next"
+
+
+def next_side(cfg, side):
+    """LLaVA-NeXT's default image: the side of the largest square in image_grid_pinpoints (672 for
+    llava-v1.6: a 2x2 grid; any larger square image gets the same tiles and tokens)."""
+    if side:
+        return side
+    squares = [h for h, w in cfg.image_grid_pinpoints if h == w]
+    return max(squares) if squares else max(max(p) for p in cfg.image_grid_pinpoints)
+
+
+def next_tiles(cfg, side):
+    """Tiles through the tower for a square image of `side` px: the model's own
+    image_size_to_num_patches (grid of the best resolution + the base image)."""
+    return _llava_next.image_size_to_num_patches([side, side], cfg.image_grid_pinpoints, cfg.vision_config.image_size)
+
+
+def next_tokens(cfg, side):
+    """LLM tokens of one square image: the base tile's features plus the grid's, unpadded to the
+    image's aspect ratio, plus one image_newline per row, computed with the model's own functions
+    (get_anyres_image_grid_shape, unpad_image) on a real tensor of the feature grid's shape."""
+    v = cfg.vision_config
+    per = v.image_size // v.patch_size
+    base = per * per + (1 if cfg.vision_feature_select_strategy == "full" and v.model_type == "clip_vision_model" else 0)
+    gh, gw = _llava_next.get_anyres_image_grid_shape([side, side], cfg.image_grid_pinpoints, v.image_size)
+    grid = _llava_next.unpad_image(torch.zeros(1, gh * per, gw * per), [side, side])
+    rows, cols = grid.shape[1:]
+    return base + rows * (cols + 1)
+
+
 def image_tokens(cfg, side=None):
     """LLM tokens per image. LLaVA: the tower's patches (+ CLIP's CLS), minus the CLS for "default".
+    LLaVA-NeXT: next_tokens.
     Qwen2-VL: (side/14)^2 patches, merged 2x2 by the PatchMerger. Gemma-3: mm_tokens_per_image
     (the 64x64 patch grid average-pooled to 16x16)."""
     v = cfg.vision_config
@@ -320,6 +355,8 @@ def image_tokens(cfg, side=None):
         return cfg.mm_tokens_per_image
     if is_qwen(cfg):
         return (qwen_side(cfg, side) // v.patch_size) ** 2 // v.spatial_merge_size ** 2
+    if is_next(cfg):
+        return next_tokens(cfg, next_side(cfg, side))
     tower = (v.image_size // v.patch_size) ** 2 + (1 if v.model_type == "clip_vision_model" else 0)
     return tower - (1 if cfg.vision_feature_select_strategy == "default" else 0)
 
@@ -362,6 +399,14 @@ def make_batch(cfg, batch, seq, images, side=None):
                 row[start:start + per] = [1] * per
         extra = {"image_grid_thw": grid, "mm_token_type_ids": torch.tensor(types)}
         return {"input_ids": ids, "labels": labels, "pixel_values": pix, **extra}
+    if is_next(cfg):
+        # LlavaNextImageProcessor: [images, tiles, 3, S, S] float32 (base image + grid tiles) and
+        # image_sizes [images, 2] (original height, width), built by torch.tensor so that fake
+        # tensors keep its values (patch 1b): the model reads them with tolist().
+        s = next_side(cfg, side)
+        pix = torch.randn(batch * images, next_tiles(cfg, s), 3, v.image_size, v.image_size)
+        return {"input_ids": ids, "labels": labels, "pixel_values": pix,
+                "image_sizes": torch.tensor([[s, s]] * (batch * images)), "attention_mask": torch.ones_like(ids)}
     pix = torch.randn(batch * images, 3, v.image_size, v.image_size)
     if is_gemma(cfg):
         # Gemma3Processor returns token_type_ids (1 at image tokens), which Trainer passes and
@@ -415,7 +460,9 @@ def parts(model):
     return {"vision_tower": count(p for p in tower_of(model).parameters() if id(p) not in proj),
             "projector": count(projector_of(model).parameters()),
             "language_model": count(m.language_model.parameters()),
-            "lm_head_untied": count(p for p in model.lm_head.parameters() if id(p) not in lm)}
+            "lm_head_untied": count(p for p in model.lm_head.parameters() if id(p) not in lm),
+            # LLaVA-NeXT's image_newline (one text-width vector), outside tower, projector and LM.
+            "image_newline": getattr(m, "image_newline", torch.empty(0)).numel()}
 
 
 def label_vision(model, tr, seen):
@@ -636,6 +683,12 @@ def run(point):
     if is_qwen(cfg):
         extra = {"image_size_processed": qwen_side(cfg, side), "image_tokens_per_image": image_tokens(cfg, side),
                  "vision_model_type": cfg.vision_config.model_type}
+    elif is_next(cfg):
+        s = next_side(cfg, side)
+        extra = {"image_size": s, "tiles_per_image": next_tiles(cfg, s), "image_tokens_per_image": image_tokens(cfg, s),
+                 "vision_feature_layer": cfg.vision_feature_layer,
+                 "vision_feature_select_strategy": cfg.vision_feature_select_strategy,
+                 "vision_model_type": cfg.vision_config.model_type}
     elif is_gemma(cfg):
         extra = {"image_size": cfg.vision_config.image_size, "image_tokens_per_image": image_tokens(cfg),
                  "vision_model_type": cfg.vision_config.model_type}
@@ -675,6 +728,22 @@ TINY_LLAVA = {
                     "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1024,
                     "max_position_embeddings": 512},
 }
+
+
+# LLaVA-NeXT: the tiny CLIP + llama with anyres tiles of 32 px (pinpoints as llava-v1.6's, scaled by
+# 32/336); image_size in the cases picks the grid (64: 2x2 tiles + base, 88 tokens; 32: a 1x2 grid
+# unpadded to a square, 36 tokens).
+TINY_LLAVA_NEXT = {**TINY_LLAVA, "model_type": "llava_next",
+                   "image_grid_pinpoints": [[32, 64], [64, 32], [64, 64], [96, 32], [32, 96]]}
+
+
+def technique_cases_next():
+    t = lambda tr, p, b, s, side, i=1, ck=False: ("train", dict(train=tr, precision=p, batch=b, seq=s, images=i,
+                                                                checkpointing=ck, image_size=side))
+    return [t("full", "bf16-mixed", 2, 128, 64), t("frozen_vision", "bf16-mixed", 2, 128, 32),
+            t("frozen_vision", "bf16-mixed", 2, 256, 64, i=2), t("full", "bf16-mixed", 2, 128, 64, ck=True),
+            t("frozen_vision", "bf16", 2, 128, 32),
+            ("infer", dict(precision="bf16", batch=2, seq=128, images=1, image_size=64))]
 
 
 # SigLIP tower (no CLS, "full" strategy, last layer) + Qwen2 LM (tied embeddings), as llava-interleave.
@@ -740,6 +809,9 @@ def technique_cases_siglip():
             ("infer", dict(precision="bf16", batch=4, seq=128, images=1))]
 
 
+ONLY_CONFIG = [None]  # --technique-config: one tiny config's cases only
+
+
 def check_technique():
     """Writes fixtures/vlm_technique.jsonl."""
     ok = True
@@ -747,11 +819,15 @@ def check_technique():
     f.write(json.dumps({"_meta": {"torch": torch.__version__, "transformers": transformers.__version__,
                                   "command": "python validation/vlm.py --technique",
                                   "configs": {"clip_llama": TINY_LLAVA, "siglip_qwen2": TINY_LLAVA_SIGLIP,
-                                              "qwen2_vl": TINY_QWEN2VL, "qwen2_5_vl": TINY_QWEN25VL}}}) + "\n")
+                                              "qwen2_vl": TINY_QWEN2VL, "qwen2_5_vl": TINY_QWEN25VL,
+                                              "llava_next": TINY_LLAVA_NEXT}}}) + "\n")
     cases = [("clip_llama", TINY_LLAVA, c) for c in technique_cases()]
     cases += [("siglip_qwen2", TINY_LLAVA_SIGLIP, c) for c in technique_cases_siglip()]
     cases += [(n, c, x) for n, c in (("qwen2_vl", TINY_QWEN2VL), ("qwen2_5_vl", TINY_QWEN25VL))
               for x in technique_cases_qwen()]
+    cases += [("llava_next", TINY_LLAVA_NEXT, c) for c in technique_cases_next()]
+    if ONLY_CONFIG[0]:
+        cases = [c for c in cases if c[0] == ONLY_CONFIG[0]]
     for name, config, (mode, case) in cases:
         fn = train if mode == "train" else infer
         t = time.time()
@@ -775,7 +851,9 @@ if __name__ == "__main__":
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--only", help="only points of these models (comma-separated)")
     ap.add_argument("--technique", action="store_true", help="real vs fake tensors on a tiny llava")
+    ap.add_argument("--technique-config", help="with --technique: only this tiny config's cases (e.g. llava_next)")
     args = ap.parse_args()
+    ONLY_CONFIG[0] = args.technique_config
     if args.technique:
         sys.exit(0 if check_technique() else 1)
     main_matrix(args.workers, args.only)
