@@ -610,8 +610,10 @@ def points():
         pt(m, None, "bf16", 4, 2048, mode="infer")
     out += qwen_points()
     out += gemma_points()
+    out += next_points()
+    dev = DEVELOPMENT + QWEN_DEVELOPMENT + GEMMA_DEVELOPMENT + NEXT_DEVELOPMENT
     for p in out:
-        p["set"] = "development" if p["model"] in DEVELOPMENT + QWEN_DEVELOPMENT + GEMMA_DEVELOPMENT else "held-out"
+        p["set"] = "development" if p["model"] in dev else "held-out"
         p["id"] = "|".join(f"{k}={p[k]}" for k in sorted(p) if k != "set")
     return out
 
@@ -673,6 +675,37 @@ def gemma_points():
         pt(m, "full", "bf16-mixed", 2, 2048, images=4)
         pt(m, "frozen_vision", "bf16", 4, 2048, images=2)
         pt(m, "full", "bf16-mixed", 4, 2048, images=2, checkpointing=True)
+    return out
+
+
+NEXT_DEVELOPMENT = ["llava-v1.6-mistral-7b-hf"]
+NEXT_HELD_OUT = ["llava-next-vicuna-7b-from-video-hf"]
+
+
+def next_points():
+    """LLaVA-NeXT: square images of `image_size` px (672: 2x2 tiles + the base image, 5 x 577 tower
+    tokens, 2928 LM tokens; 336: a 1x2 grid unpadded to a square, 3 tiles, 1176 LM tokens)."""
+    out = []
+
+    def pt(model, train, precision, batch, seq, images=1, checkpointing=False, mode="train", image_size=672):
+        out.append(dict(model=model, train=train if mode == "train" else None, mode=mode, precision=precision,
+                        batch=batch, seq=seq, images=images, checkpointing=checkpointing, attention="sdpa",
+                        image_size=image_size))
+
+    for m in NEXT_DEVELOPMENT + NEXT_HELD_OUT:
+        pt(m, "full", "bf16-mixed", 1, 4096)
+        pt(m, "frozen_vision", "bf16-mixed", 1, 4096)
+        pt(m, "projector_only", "bf16-mixed", 1, 4096)
+        pt(m, "frozen_vision", "bf16-mixed", 2, 2048, image_size=336)
+        pt(m, "frozen_vision", "bf16-mixed", 1, 4096, images=2, image_size=336)
+        pt(m, "frozen_vision", "bf16-mixed", 2, 4096, checkpointing=True)
+        pt(m, "frozen_vision", "bf16", 1, 4096)
+        pt(m, None, "bf16", 2, 4096, mode="infer")
+        # Activations past the optimizer step's weights and states: the peak in backward (a
+        # trained tower over 4 x 5 tiles; two 336-px images per sample; pure bf16).
+        pt(m, "full", "bf16-mixed", 4, 4096)
+        pt(m, "frozen_vision", "bf16-mixed", 4, 4096, images=2, image_size=336)
+        pt(m, "frozen_vision", "bf16", 4, 4096)
     return out
 
 

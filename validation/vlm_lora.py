@@ -51,6 +51,8 @@ vlm.freeze = freeze
 
 DEVELOPMENT = ["llava-interleave-qwen-0.5b-hf", "Qwen2-VL-2B-Instruct", "gemma-3-4b-it"]
 HELD_OUT = ["Qwen2.5-VL-3B-Instruct", "llava-1.5-7b-hf", "gemma-3-12b-it"]
+NEXT_DEVELOPMENT = ["llava-v1.6-mistral-7b-hf"]
+NEXT_HELD_OUT = ["llava-next-vicuna-7b-from-video-hf"]
 
 
 def points():
@@ -61,14 +63,21 @@ def points():
                  checkpointing=checkpointing, attention="sdpa")
         if model.startswith("Qwen"):
             p["image_size"] = 448
+        if model in NEXT_DEVELOPMENT + NEXT_HELD_OUT:
+            p["image_size"] = 672
         out.append(p)
 
     for m in DEVELOPMENT + HELD_OUT:
         pt(m, "lora:default", 1, 2048)
         pt(m, "lora:default", 2, 2048, checkpointing=True)
         pt(m, "lora:all-linear", 1, 2048)
+    # LLaVA-NeXT at 672 px: 5 tiles through the frozen tower, 2928 image tokens per sample.
+    for m in NEXT_DEVELOPMENT + NEXT_HELD_OUT:
+        pt(m, "lora:default", 1, 4096)
+        pt(m, "lora:default", 2, 4096, checkpointing=True)
+        pt(m, "lora:all-linear", 2, 4096)
     for p in out:
-        p["set"] = "development" if p["model"] in DEVELOPMENT else "held-out"
+        p["set"] = "development" if p["model"] in DEVELOPMENT + NEXT_DEVELOPMENT else "held-out"
         p["id"] = "|".join(f"{k}={p[k]}" for k in sorted(p) if k != "set")
     return out
 

@@ -222,6 +222,8 @@ pub struct Multimodal {
     pub tower_frozen: bool,
     /// Qwen2-VL's PatchMerger in place of LLaVA's projector.
     pub merger: Option<PatchMerger>,
+    /// LLaVA-NeXT's tiling of each image ("anyres"); None: one tile per image.
+    pub anyres: Option<AnyRes>,
     /// Gemma-3's `Gemma3MultiModalProjector` in place of LLaVA's projector: the average-pooling
     /// kernel (patches per side ÷ tokens per side; 4 for 64×64 patches into 16×16 tokens), then
     /// `mm_soft_emb_norm` (RMSNorm over the tower width) and `mm_input_projection_weight`
@@ -244,6 +246,71 @@ pub struct PatchMerger {
 
 /// How the warning on Qwen2-VL's assumed image size begins (dropped once `--image-size` is given).
 pub const QWEN_IMAGE_ASSUMED: &str = "Qwen2-VL images assumed";
+/// How the warning on LLaVA-NeXT's assumed image size begins (dropped once `--image-size` is given).
+pub const NEXT_IMAGE_ASSUMED: &str = "LLaVA-NeXT images assumed";
+
+/// LLaVA-NeXT's "anyres" images (transformers models/llava_next): the processor picks the
+/// resolution in `image_grid_pinpoints` that best fits the image, cuts it into tiles of the
+/// tower's image size and adds the whole image resized to one tile (the base); the tower runs
+/// every tile, the projector maps every tile's patches, and `pack_image_features` keeps the base
+/// tile's tokens plus the grid's, cropped back to the image's aspect ratio (`unpad_image`), with
+/// one `image_newline` vector after each row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AnyRes {
+    /// `image_grid_pinpoints` as (height, width) in pixels, multiples of the tower's image size.
+    pub pinpoints: Vec<(u64, u64)>,
+    /// The side of the square images the estimate assumes (`--image-size`).
+    pub side: u64,
+    /// Tiles per image through the tower: the chosen grid plus the base image.
+    pub tiles: u64,
+    /// Tokens each tile gives the projector (the tower's patches; "default" drops CLIP's class
+    /// token): also the base image's share of the language model's tokens.
+    pub tile_tokens: u64,
+}
+
+impl AnyRes {
+    /// The pinpoint `select_best_resolution` (transformers image_processing_utils.py) picks for a
+    /// square image of `side` px: the most effective pixels, then the least waste, first wins a
+    /// tie (its float scale and `int()` truncation).
+    pub fn best_resolution(&self, side: u64) -> (u64, u64) {
+        let mut best = self.pinpoints[0];
+        let (mut max_eff, mut min_waste) = (0u128, u128::MAX);
+        let s = side as f64;
+        for &(h, w) in &self.pinpoints {
+            let scale = (w as f64 / s).min(h as f64 / s);
+            let down = (s * scale) as u128;
+            let eff = (down * down).min(side as u128 * side as u128);
+            let waste = (w as u128 * h as u128).saturating_sub(eff);
+            if eff > max_eff || (eff == max_eff && waste < min_waste) {
+                (max_eff, min_waste, best) = (eff, waste, (h, w));
+            }
+        }
+        best
+    }
+
+    /// (tiles, language-model tokens) of a square image of `side` px, for a tower whose tiles
+    /// are `crop` px with `per` patches a side.
+    /// Tiles: `image_size_to_num_patches` (the grid rounded up, plus the base). Tokens:
+    /// `pack_image_features` — a square image's aspect ratio crops the grid's feature map to its
+    /// shorter side (`unpad_image` scales the image onto the map: round(side × cur / side) = cur),
+    /// centred, so (cur − short)/2 rows or columns go from each edge; each kept row gets a newline.
+    pub fn layout(&self, side: u64, crop: u64, per: u64) -> (u64, u64) {
+        let (h, w) = self.best_resolution(side);
+        let crop = crop.max(1);
+        let tiles = h.div_ceil(crop) * w.div_ceil(crop) + 1;
+        let (cur_h, cur_w) = (h / crop * per, w / crop * per);
+        let (rows, cols) =
+            if cur_w < cur_h { (cur_h - 2 * ((cur_h - cur_w) / 2), cur_w) } else { (cur_h, cur_w - 2 * ((cur_w - cur_h) / 2)) };
+        (tiles, self.tile_tokens + rows * (cols + 1))
+    }
+
+    /// The default side: the largest square pinpoint (any larger square image gets the same
+    /// tiles and tokens), else the largest side of any pinpoint.
+    pub fn default_side(pinpoints: &[(u64, u64)]) -> u64 {
+        let square = pinpoints.iter().filter(|(h, w)| h == w).map(|p| p.0).max();
+        square.unwrap_or_else(|| pinpoints.iter().map(|&(h, w)| h.max(w)).max().unwrap_or(0))
+    }
+}
 
 /// `max_pixels` and `min_pixels` of Qwen2-VL-7B-Instruct's and Qwen2.5-VL's
 /// preprocessor_config.json (12845056 = 3584², 3136 = 56²).
@@ -296,7 +363,30 @@ impl Multimodal {
         Ok(())
     }
 
-    /// The projector's parameters (two linears; Qwen2-VL's merger adds `ln_q`).
+    /// `--image-size` on LLaVA-NeXT: square images of `side` pixels, tiled as the processor does.
+    fn set_anyres_image_size(&mut self, side: u64) -> Result<(), String> {
+        if side == 0 || side > MAX_IMAGE_SIDE {
+            return Err(format!("--image-size {side}: must be between 1 and {MAX_IMAGE_SIDE} pixels"));
+        }
+        let vis = self.tower.encoder.and_then(|e| e.vision).ok_or("the vision tower has no patch embedding")?;
+        let a = self.anyres.as_mut().ok_or("not a LLaVA-NeXT model")?;
+        let (tiles, tokens) = a.layout(side, vis.image_size, vis.image_size / vis.patch.max(1));
+        (a.side, a.tiles, self.image_tokens) = (side, tiles, tokens);
+        Ok(())
+    }
+
+    /// Tiles per image through the tower (LLaVA-NeXT's grid plus base; 1 otherwise).
+    pub fn tiles(&self) -> u64 {
+        self.anyres.as_ref().map_or(1, |a| a.tiles)
+    }
+
+    /// Tokens per image the projector maps: every tile's (LLaVA-NeXT), else the image's own.
+    pub fn projected_tokens(&self) -> u64 {
+        self.anyres.as_ref().map_or(self.image_tokens, |a| a.tiles * a.tile_tokens)
+    }
+
+    /// The projector's parameters (two linears; Qwen2-VL's merger adds `ln_q`; LLaVA-NeXT's
+    /// `image_newline`, one text-width vector, is counted with it).
     pub fn projector_parameters(&self, text_hidden: u64) -> u64 {
         if self.pool.is_some() {
             return self.tower.hidden * text_hidden + self.tower.hidden;
@@ -308,7 +398,8 @@ impl Multimodal {
             return ln + wide * wide + wide + wide * text_hidden + text_hidden;
         }
         let b = u64::from(self.projector_bias);
-        self.tower.hidden * text_hidden + b * text_hidden + text_hidden * text_hidden + b * text_hidden
+        let newline = if self.anyres.is_some() { text_hidden } else { 0 };
+        self.tower.hidden * text_hidden + b * text_hidden + text_hidden * text_hidden + b * text_hidden + newline
     }
 }
 
@@ -914,7 +1005,7 @@ impl Model {
             return match (images, freeze_tower) {
                 (None, false) => Ok(()),
                 _ => Err(format!(
-                    "--images-per-sample and --freeze-vision-tower apply to vision-language models (LLaVA, Qwen2-VL, Qwen2.5-VL); {} has no vision tower",
+                    "--images-per-sample and --freeze-vision-tower apply to vision-language models (LLaVA, LLaVA-NeXT, Qwen2-VL, Qwen2.5-VL, Gemma-3); {} has no vision tower",
                     self.model_type
                 )),
             };
@@ -929,12 +1020,21 @@ impl Model {
         Ok(())
     }
 
+    /// Drop the warning that names the image size a VLM assumed (the user gave one, or serving
+    /// sizes images its own way).
+    pub fn drop_image_assumption(&mut self) {
+        self.warnings.retain(|w| !w.starts_with(QWEN_IMAGE_ASSUMED) && !w.starts_with(NEXT_IMAGE_ASSUMED));
+    }
+
     /// `--image-size`: run a vision encoder on square images of `side` pixels (transformers
     /// interpolates the position table). Text models have no image size.
     pub fn set_image_size(&mut self, side: u64) -> Result<(), String> {
-        if let Some(mm) = self.multimodal.as_mut().filter(|mm| mm.merger.is_some()) {
-            mm.set_qwen_image_size(side)?;
-            self.warnings.retain(|w| !w.starts_with(QWEN_IMAGE_ASSUMED));
+        if let Some(mm) = self.multimodal.as_mut().filter(|mm| mm.merger.is_some() || mm.anyres.is_some()) {
+            match mm.merger {
+                Some(_) => mm.set_qwen_image_size(side)?,
+                None => mm.set_anyres_image_size(side)?,
+            }
+            self.drop_image_assumption();
             return Ok(());
         }
         if let Some(d) = self.dual.as_mut() {

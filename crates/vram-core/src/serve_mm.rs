@@ -98,7 +98,8 @@ fn supported(mm: &Multimodal) -> bool {
     let Some(vis) = mm.tower.encoder.and_then(|e| e.vision) else { return false };
     // Gemma-3's pooling projector and vLLM's Gemma-3 model (pan-and-scan, its encoder budget)
     // are not modelled for serving yet.
-    if mm.pool.is_some() {
+    // LLaVA-NeXT's anyres dummy image (vLLM's largest-feature pinpoint search) neither.
+    if mm.pool.is_some() || mm.anyres.is_some() {
         return false;
     }
     match mm.merger {

@@ -143,7 +143,7 @@ fn the_approximation_is_opt_in_and_marked() {
     assert_eq!((r.kind.as_str(), r.native_positions, r.extended_positions), ("yarn", 4096, 131_072));
     // A multimodal wrapper vram does not know: an error, or the language model alone on request.
     let idefics = r#"{"model_type":"idefics3","architectures":["Idefics3ForConditionalGeneration"],"text_config":{"model_type":"llama","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"intermediate_size":128},"vision_config":{"model_type":"idefics3_vision"}}"#;
-    assert!(unsupported(idefics).0.contains("multimodal"));
+    assert!(unsupported(idefics).0.contains("vision-language model is not supported"));
     let m = parse_config_with(idefics.as_bytes(), "m", "m", APPROX).unwrap();
     assert!(m.approximation.as_deref().unwrap().contains("idefics3"));
     // LLaVA is read natively: its tower (CLIP class defaults) and projector are counted.

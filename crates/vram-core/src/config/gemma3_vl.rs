@@ -86,6 +86,7 @@ pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: Parse
         images: 1,
         tower_frozen: false,
         merger: None,
+        anyres: None,
         pool: Some(per_side / side),
     }));
     m.warnings.push(format!(

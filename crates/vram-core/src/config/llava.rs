@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 
 use super::{parse_object, ParseOptions};
 use crate::error::{Error, Result};
-use crate::model::{Model, Multimodal};
+use crate::model::{AnyRes, Model, Multimodal, MAX_IMAGE_SIDE, NEXT_IMAGE_ASSUMED};
 
 /// LlamaConfig's defaults (configuration_llama.py), which LLaVA-1.5's text_config relies on.
 const LLAMA_DEFAULTS: &[(&str, u64)] = &[
@@ -55,7 +55,47 @@ pub(super) fn nested(obj: &Map<String, Value>, key: &str, file: &str) -> Result<
     }
 }
 
+/// `image_grid_pinpoints` (LlavaNextConfig's default when absent: llava-v1.6's five
+/// resolutions), each a multiple of the tower's tile size: `pack_image_features` views the grid's
+/// features as (height/tile, width/tile) tiles, which any other size breaks.
+fn anyres(obj: &Map<String, Value>, file: &str, tile: u64, per: u64, tile_tokens: u64) -> Result<AnyRes> {
+    const DEFAULT: [(u64, u64); 5] = [(336, 672), (672, 336), (672, 672), (1008, 336), (336, 1008)];
+    let bad = |value: String, hint: String| Error::BadKey { file: file.into(), key: "image_grid_pinpoints".into(), value, hint };
+    let pinpoints: Vec<(u64, u64)> = match obj.get("image_grid_pinpoints") {
+        None | Some(Value::Null) => DEFAULT.to_vec(),
+        Some(Value::Array(list)) if !list.is_empty() => list
+            .iter()
+            .map(|p| match p.as_array().map(|a| a.iter().map(Value::as_u64).collect::<Vec<_>>()).as_deref() {
+                Some([Some(h), Some(w)]) => Ok((*h, *w)),
+                _ => Err(bad(p.to_string(), "each pinpoint is [height, width] in pixels".into())),
+            })
+            .collect::<Result<_>>()?,
+        Some(v) => return Err(bad(v.to_string(), "a non-empty list of [height, width] resolutions".into())),
+    };
+    if let Some(&(h, w)) = pinpoints.iter().find(|&&(h, w)| h == 0 || w == 0 || h % tile != 0 || w % tile != 0 || h.max(w) > MAX_IMAGE_SIDE)
+    {
+        return Err(bad(
+            format!("[{h}, {w}]"),
+            format!("each side must be a multiple of the vision tower's {tile}-px tiles, at most {MAX_IMAGE_SIDE}"),
+        ));
+    }
+    let side = AnyRes::default_side(&pinpoints);
+    let mut a = AnyRes { pinpoints, side, tiles: 0, tile_tokens };
+    a.tiles = a.layout(side, tile, per).0;
+    Ok(a)
+}
+
+/// LLaVA-NeXT (transformers models/llava_next): LLaVA's parts plus anyres tiling and
+/// `image_newline`.
+pub(super) fn parse_next(obj: Map<String, Value>, name: &str, file: &str, opts: ParseOptions) -> Result<Model> {
+    parse_with(obj, name, file, opts, true)
+}
+
 pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: ParseOptions) -> Result<Model> {
+    parse_with(obj, name, file, opts, false)
+}
+
+fn parse_with(obj: Map<String, Value>, name: &str, file: &str, opts: ParseOptions, next: bool) -> Result<Model> {
     // The vision tower: LlavaConfig defaults it to a CLIP ViT-L/14 at 336 pixels when absent.
     let mut vision = nested(&obj, "vision_config", file)?;
     let vtype = vision.get("model_type").and_then(Value::as_str).unwrap_or("clip_vision_model").to_string();
@@ -98,7 +138,17 @@ pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: Parse
     let strategy = obj.get("vision_feature_select_strategy").and_then(Value::as_str).unwrap_or("default");
     let patches = vis.tokens(vis.image_size) - u64::from(vis.class_token());
     let image_tokens = if strategy == "full" { vis.tokens(vis.image_size) } else { patches };
-    let feature_layer = obj.get("vision_feature_layer").and_then(Value::as_i64).unwrap_or(-2);
+    // One hidden state (an integer index); a list concatenates several (Granite Vision, VipLlava),
+    // which widens the projector's input and is not modelled.
+    let feature_layer = match obj.get("vision_feature_layer") {
+        None => -2,
+        Some(v) => v.as_i64().ok_or_else(|| Error::BadKey {
+            file: file.into(),
+            key: "vision_feature_layer".into(),
+            value: v.to_string(),
+            hint: "vram models a projector reading one hidden state of the tower (an integer index); several concatenated hidden states are not modelled".into(),
+        })?,
+    };
     if feature_layer.unsigned_abs() > tower.layers + 1 {
         return Err(Error::BadKey {
             file: file.into(),
@@ -108,19 +158,32 @@ pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: Parse
         });
     }
     let act = super::keys::act_from_name(obj.get("projector_hidden_act").and_then(Value::as_str).unwrap_or("gelu"));
+    let anyres = match next {
+        true => Some(anyres(&obj, file, vis.image_size, vis.image_size / vis.patch.max(1), image_tokens)?),
+        false => None,
+    };
+    let lm_tokens = anyres.as_ref().map_or(image_tokens, |a| a.layout(a.side, vis.image_size, vis.image_size / vis.patch.max(1)).1);
     m.multimodal = Some(Box::new(Multimodal {
         tower,
         projector_bias: obj.get("multimodal_projector_bias").and_then(Value::as_bool).unwrap_or(true),
         projector_act: act,
         feature_layer,
-        image_tokens,
+        image_tokens: lm_tokens,
         images: 1,
         tower_frozen: false,
         merger: None,
+        anyres: anyres.clone(),
         pool: None,
     }));
+    if let Some(a) = &anyres {
+        m.warnings.push(format!(
+            "{NEXT_IMAGE_ASSUMED} {0}×{0} px: {1} tiles of {2}×{2} px through the tower ({3} tokens each) and {lm_tokens} tokens per image in the language model's sequence: pass --image-size for yours",
+            a.side, a.tiles, vis.image_size, a.tile_tokens
+        ));
+    }
     m.warnings.push(format!(
-        "LLaVA: a {} vision tower ({} tokens per image of {}×{} pixels, hidden state {} of {} layers), the projector and a {} language model",
+        "{}: a {} vision tower ({} tokens per tile of {}×{} pixels, hidden state {} of {} layers), the projector and a {} language model",
+        if next { "LLaVA-NeXT" } else { "LLaVA" },
         vtype.trim_end_matches("_vision_model"),
         image_tokens,
         vis.image_size,

@@ -95,6 +95,7 @@ pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: Parse
         images: 1,
         tower_frozen: false,
         merger: Some(merger),
+        anyres: None,
         pool: None,
     }));
     Ok(m)

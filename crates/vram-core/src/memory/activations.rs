@@ -976,17 +976,27 @@ pub fn pixel_copy(m: &Model, job: &Job) -> u128 {
 }
 
 /// Bytes per token per layer the training KV cache holds beyond what attention saves: under
-/// autocast the cache keeps the fp32 rotary keys, while attention saves their half copies.
+/// autocast the rotary keys are fp32, and DynamicLayer's first `update` concatenates onto empty
+/// tensors of the keys' dtype (cache_utils.py lazy_initialization), so the cache keeps fp32
+/// copies of the keys and of the values (promoted by `torch.cat`), while attention saves their
+/// half copies (measured: validation/harness.py, Vicuna-7B at batch 4 × 4096, 16 GiB over 32
+/// layers = 8 B per K/V element).
 pub fn training_cache_extra(m: &Model, job: &Job) -> u128 {
     let b = Bytes::of(m, job);
     if !job.training_cache(m.use_cache) || !b.amp || b.r != 4 || !m.rotary() {
         return 0;
     }
-    let kd = match m.attention.mla {
-        Some(mla) => m.heads as u128 * (mla.qk_nope_head_dim + mla.qk_rope_head_dim) as u128,
-        None => m.kv_dim() as u128,
+    let (kd, vd) = match m.attention.mla {
+        Some(mla) => (m.heads as u128 * (mla.qk_nope_head_dim + mla.qk_rope_head_dim) as u128, m.heads as u128 * mla.v_head_dim as u128),
+        None => (m.kv_dim() as u128, m.kv_dim() as u128),
     };
-    4 * kd
+    // OLMo-2's apply_rotary_pos_emb casts q and k back to their input dtype (modeling_olmo2.py),
+    // so its cache starts half and promotes no values; its keys' 4 B per element are as measured
+    // (validation/run_matrix.py, olmo-2-7b at the end of forward).
+    // A state-space model keeps its measured accounting (its MambaCache holds no K/V; the
+    // 4 B × width per layer counted there is what validation/ssm.py matched, not located).
+    let values = if m.attention.qk_norm == crate::model::QkNorm::Full || m.ssm.is_some() { 0 } else { vd };
+    4 * (kd + values)
 }
 
 /// Bytes per token the layer saves when checkpointed: its input only (HF gradient checkpointing

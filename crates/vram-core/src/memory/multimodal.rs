@@ -22,15 +22,16 @@ const TOWER_ACTS: &str = "activations: vision tower + projector";
 const TOWER_BWD: &str = "vision tower backward temporaries";
 const PIXELS: &str = "pixel_values";
 const TOWER_FWD: &str = "vision tower forward (no grad)";
+const HELD: &str = "image features held through the language model";
 
-/// The tower as it runs for this job: `batch × images` images, the layers up to the hidden
+/// The tower as it runs for this job: `batch × images × tiles` images, the layers up to the hidden
 /// state the projector reads (a later layer's graph is dropped with the tower's output).
 fn tower_job(mm: &Multimodal, job: &Job) -> (Model, Job) {
     let mut tower = mm.tower.clone();
     let used = (tower.layers as i64 + 1 + mm.feature_layer).clamp(1, tower.layers as i64) as u64;
     tower.layers = used;
     let vis = tower.encoder.and_then(|e| e.vision).expect("a LLaVA tower is a vision encoder");
-    let images = job.batch.saturating_mul(mm.images);
+    let images = job.batch.saturating_mul(mm.images).saturating_mul(mm.tiles());
     // Images are never padded: a padded batch's mask is the language model's.
     let mut j = Job { batch: images, seq: vis.tokens(vis.image_size), lora: None, base: None, padded: false, ..job.clone() };
     // CLIP's `pre_layrnorm` starts an fp32 residual stream under autocast whatever the weights'
@@ -52,25 +53,31 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
     let mm = m.multimodal.as_ref().expect("a multimodal model");
     let lm = m.language_model();
     let (tower, tj) = tower_job(mm, job);
-    let image_tokens = job.batch as u128 * mm.images as u128 * mm.image_tokens as u128;
+    // What the projector maps: every tile's tokens (LLaVA-NeXT), else the image tokens.
+    let image_tokens = job.batch as u128 * mm.images as u128 * mm.projected_tokens() as u128;
     let mut notes = vec![format!(
-        "{} image(s) per sample × {} tokens = {} of the {} tokens per sequence are image tokens; the vision tower runs {} images of {} tokens",
+        "{} image(s) per sample × {} tokens = {} of the {} tokens per sequence are image tokens; the vision tower runs {} images{} of {} tokens",
         mm.images,
         mm.image_tokens,
         mm.images * mm.image_tokens,
         job.seq,
         tj.batch,
+        mm.anyres.as_ref().map_or(String::new(), |a| format!(" ({} tiles per image)", a.tiles)),
         tj.seq
     )];
     // Gemma-3: the processor's token_type_ids make image tokens attend bidirectionally within
     // their block, so transformers builds an explicit mask for every layer (modeling_gemma3.py
     // create_masks_for_vision_model): under SDPA each layer runs memory-efficient attention and
     // keeps the float bias made from the mask, as for a padded batch.
-    // The wrappers pass `use_cache=None` to their language model explicitly (LlavaModel,
-    // Qwen2VLModel, Gemma3Model.forward), so in training it builds no DynamicCache whose k/v
-    // copies attention would save instead of its own (measured: validation/vlm.py saved tensors).
+    // Training builds the language model's DynamicCache as a text decoder's does when its
+    // text_config's `use_cache` is true (LlavaModel and LlavaNextModel pass None, which the
+    // language model's merge_with_config_defaults fills from its own config: measured,
+    // validation/vlm.py, llava-1.5-7b and LLaVA-NeXT at batch 4 × 4096 peak at the end of
+    // forward, 16 GiB higher than with use_cache false). Qwen2-VL and Gemma-3 were measured
+    // without one (validation/vlm.py saved tensors).
     let padded = job.padded || (mm.pool.is_some() && job.mode == Mode::Train);
-    let lm_job = Job { padded, use_cache: Some(false).filter(|_| job.mode == Mode::Train).or(job.use_cache), ..job.clone() };
+    let no_cache = job.mode == Mode::Train && (mm.merger.is_some() || mm.pool.is_some());
+    let lm_job = Job { padded, use_cache: Some(false).filter(|_| no_cache).or(job.use_cache), ..job.clone() };
     if mm.pool.is_some() && job.mode == Mode::Train {
         notes.push("Gemma-3: image tokens attend bidirectionally within their block (token_type_ids), so every language-model layer gets an explicit (batch, 1, seq, seq) mask".into());
     }
@@ -97,9 +104,21 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
     let vis = mm.tower.encoder.and_then(|e| e.vision).expect("a LLaVA tower is a vision encoder");
     let pixels = tj.batch as u128 * vis.pixel_bytes();
     if job.mode == Mode::Infer {
+        // LLaVA and LLaVA-NeXT keep their image features while the language model runs
+        // (modeling_llava*.py forward): the model's outputs dict holds the projected (NeXT: packed)
+        // features and the tower's last and selected hidden states, and `image_features` is
+        // their concatenated copy (measured: validation/vlm.py, llava-v1.6 prefill: 2 copies of
+        // the features and 2 tower hidden states, to the byte).
+        let held = match mm.merger.is_none() && mm.pool.is_none() {
+            true => 2 * (image_tokens_lm(mm, job) * m.hidden as u128 + tj.batch as u128 * tj.seq as u128 * mm.tower.hidden as u128) * e,
+            false => 0,
+        };
         for ph in &mut phases {
             ph.add(TOWER, weights, format!("{tower_params} + {proj_params} parameters"));
             ph.add(PIXELS, pixels, "fp32 images");
+            if ph.phase == Phase::Prefill {
+                ph.add(HELD, held, "two copies of the image features and two tower hidden states");
+            }
         }
         // Before the language model runs: its weights and the tower's forward.
         let (tph, _, _) = infer::phases(&tower, &tj);
@@ -194,6 +213,11 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
         phases.push(b);
     }
     (phases, kernel, notes)
+}
+
+/// Image tokens of the batch in the language model's sequence.
+fn image_tokens_lm(mm: &Multimodal, job: &Job) -> u128 {
+    job.batch as u128 * mm.images as u128 * mm.image_tokens as u128
 }
 
 /// Elements of the projector's weight matrices (what autocast caches half copies of).

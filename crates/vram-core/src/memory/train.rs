@@ -260,7 +260,7 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     fwd.add(
         CACHE,
         act::training_cache_extra(m, job) * t * m.layers as u128,
-        "fp32 keys the training-time DynamicCache holds until the model output is dropped (use_cache)",
+        "fp32 keys and values the training-time DynamicCache holds until the model output is dropped (use_cache)",
     );
     out.push(fwd);
 
