@@ -100,6 +100,8 @@ import transformers  # noqa: E402
 import transformers.models.gemma3.modeling_gemma3 as _gemma3  # noqa: E402
 import transformers.models.llava.modeling_llava as _llava  # noqa: E402
 import transformers.models.llava_next.modeling_llava_next as _llava_next  # noqa: E402
+import transformers.models.llava_onevision.modeling_llava_onevision as _onevision  # noqa: E402
+import types  # noqa: E402
 import transformers.models.qwen2_5_vl.modeling_qwen2_5_vl as _qwen25  # noqa: E402
 import transformers.models.qwen2_vl.modeling_qwen2_vl as _qwen2  # noqa: E402
 import torch._subclasses.fake_tensor as _fake_tensor  # noqa: E402
@@ -233,6 +235,9 @@ def _qwen_rope_index(orig):
 _qwen2.Qwen2VLModel.get_rope_index = _qwen_rope_index(_qwen2.Qwen2VLModel.get_rope_index)
 _qwen25.Qwen2_5_VLModel.get_rope_index = _qwen_rope_index(_qwen25.Qwen2_5_VLModel.get_rope_index)
 _qwen2.Qwen2VLModel.get_placeholder_mask = _qwen_placeholder(_qwen2.Qwen2VLModel.get_placeholder_mask)
+# LLaVA-OneVision's check has Qwen2-VL's signature (image and video features).
+_onevision.torch_compilable_check = _check
+_onevision.LlavaOnevisionModel.get_placeholder_mask = _qwen_placeholder(_onevision.LlavaOnevisionModel.get_placeholder_mask)
 _qwen25.Qwen2_5_VLModel.get_placeholder_mask = _qwen_placeholder(_qwen25.Qwen2_5_VLModel.get_placeholder_mask)
 
 
@@ -314,7 +319,13 @@ def is_gemma(cfg):
 
 
 def is_next(cfg):
-    return cfg.model_type == "llava_next"
+    """LLaVA-NeXT and LLaVA-OneVision (the same anyres tiling; OneVision resizes big grids and
+    leaves images of multi-image samples untiled)."""
+    return cfg.model_type in ("llava_next", "llava_onevision")
+
+
+def is_onevision(cfg):
+    return cfg.model_type == "llava_onevision"
 
 
 def next_side(cfg, side):
@@ -326,10 +337,25 @@ def next_side(cfg, side):
     return max(squares) if squares else max(max(p) for p in cfg.image_grid_pinpoints)
 
 
-def next_tiles(cfg, side):
+def next_tiles(cfg, side, images=1):
     """Tiles through the tower for a square image of `side` px: the model's own
-    image_size_to_num_patches (grid of the best resolution + the base image)."""
+    image_size_to_num_patches (grid of the best resolution + the base image); OneVision's images
+    in multi-image samples: the base image only (its need_patching)."""
+    if is_onevision(cfg) and images > 1:
+        return 1
     return _llava_next.image_size_to_num_patches([side, side], cfg.image_grid_pinpoints, cfg.vision_config.image_size)
+
+
+def onevision_tokens(cfg, side, images):
+    """LLaVA-OneVision: the model's own pack_image_features run on zeros of the tiles' feature
+    shape (feature width 1), which gives the packed length (unpad, anyres_max resize, newlines)."""
+    v = cfg.vision_config
+    per = v.image_size // v.patch_size
+    tiles = next_tiles(cfg, side, images)
+    _, lens = _onevision.LlavaOnevisionModel.pack_image_features(
+        types.SimpleNamespace(config=cfg), [torch.zeros(tiles, per * per, 1)], torch.tensor([[side, side]]),
+        image_newline=torch.zeros(1), vision_aspect_ratio=cfg.vision_aspect_ratio)
+    return int(lens[0])
 
 
 def next_tokens(cfg, side):
@@ -345,7 +371,7 @@ def next_tokens(cfg, side):
     return base + rows * (cols + 1)
 
 
-def image_tokens(cfg, side=None):
+def image_tokens(cfg, side=None, images=1):
     """LLM tokens per image. LLaVA: the tower's patches (+ CLIP's CLS), minus the CLS for "default".
     LLaVA-NeXT: next_tokens.
     Qwen2-VL: (side/14)^2 patches, merged 2x2 by the PatchMerger. Gemma-3: mm_tokens_per_image
@@ -355,6 +381,8 @@ def image_tokens(cfg, side=None):
         return cfg.mm_tokens_per_image
     if is_qwen(cfg):
         return (qwen_side(cfg, side) // v.patch_size) ** 2 // v.spatial_merge_size ** 2
+    if is_onevision(cfg):
+        return onevision_tokens(cfg, next_side(cfg, side), images)
     if is_next(cfg):
         return next_tokens(cfg, next_side(cfg, side))
     tower = (v.image_size // v.patch_size) ** 2 + (1 if v.model_type == "clip_vision_model" else 0)
@@ -373,7 +401,7 @@ def qwen_pixels(cfg, batch, images, side):
 
 def make_batch(cfg, batch, seq, images, side=None):
     """input_ids, labels, pixel_values (all tracked as inputs)."""
-    per = image_tokens(cfg, side)
+    per = image_tokens(cfg, side, images)
     tok = cfg.image_token_id
     if images * per > seq:
         raise ValueError(f"{images} images x {per} tokens do not fit in seq {seq}")
@@ -404,9 +432,10 @@ def make_batch(cfg, batch, seq, images, side=None):
         # image_sizes [images, 2] (original height, width), built by torch.tensor so that fake
         # tensors keep its values (patch 1b): the model reads them with tolist().
         s = next_side(cfg, side)
-        pix = torch.randn(batch * images, next_tiles(cfg, s), 3, v.image_size, v.image_size)
+        pix = torch.randn(batch * images, next_tiles(cfg, s, images), 3, v.image_size, v.image_size)
+        extra = {"batch_num_images": torch.tensor([images] * batch)} if is_onevision(cfg) else {}
         return {"input_ids": ids, "labels": labels, "pixel_values": pix,
-                "image_sizes": torch.tensor([[s, s]] * (batch * images)), "attention_mask": torch.ones_like(ids)}
+                "image_sizes": torch.tensor([[s, s]] * (batch * images)), "attention_mask": torch.ones_like(ids), **extra}
     pix = torch.randn(batch * images, 3, v.image_size, v.image_size)
     if is_gemma(cfg):
         # Gemma3Processor returns token_type_ids (1 at image tokens), which Trainer passes and
@@ -611,7 +640,8 @@ def points():
     out += qwen_points()
     out += gemma_points()
     out += next_points()
-    dev = DEVELOPMENT + QWEN_DEVELOPMENT + GEMMA_DEVELOPMENT + NEXT_DEVELOPMENT
+    out += onevision_points()
+    dev = DEVELOPMENT + QWEN_DEVELOPMENT + GEMMA_DEVELOPMENT + NEXT_DEVELOPMENT + OV_DEVELOPMENT
     for p in out:
         p["set"] = "development" if p["model"] in dev else "held-out"
         p["id"] = "|".join(f"{k}={p[k]}" for k in sorted(p) if k != "set")
@@ -678,6 +708,15 @@ def gemma_points():
     return out
 
 
+def sized_points(out, default_side):
+    """A point maker for models whose points name their square image side (`image_size`)."""
+    def pt(model, train, precision, batch, seq, images=1, checkpointing=False, mode="train", image_size=default_side):
+        out.append(dict(model=model, train=train if mode == "train" else None, mode=mode, precision=precision,
+                        batch=batch, seq=seq, images=images, checkpointing=checkpointing, attention="sdpa",
+                        image_size=image_size))
+    return pt
+
+
 NEXT_DEVELOPMENT = ["llava-v1.6-mistral-7b-hf"]
 NEXT_HELD_OUT = ["llava-next-vicuna-7b-from-video-hf"]
 
@@ -686,12 +725,7 @@ def next_points():
     """LLaVA-NeXT: square images of `image_size` px (672: 2x2 tiles + the base image, 5 x 577 tower
     tokens, 2928 LM tokens; 336: a 1x2 grid unpadded to a square, 3 tiles, 1176 LM tokens)."""
     out = []
-
-    def pt(model, train, precision, batch, seq, images=1, checkpointing=False, mode="train", image_size=672):
-        out.append(dict(model=model, train=train if mode == "train" else None, mode=mode, precision=precision,
-                        batch=batch, seq=seq, images=images, checkpointing=checkpointing, attention="sdpa",
-                        image_size=image_size))
-
+    pt = sized_points(out, 672)
     for m in NEXT_DEVELOPMENT + NEXT_HELD_OUT:
         pt(m, "full", "bf16-mixed", 1, 4096)
         pt(m, "frozen_vision", "bf16-mixed", 1, 4096)
@@ -709,6 +743,28 @@ def next_points():
     return out
 
 
+OV_DEVELOPMENT = ["llava-onevision-qwen2.5-0.5b-constructed"]
+OV_HELD_OUT = ["llava-onevision-qwen2.5-1.5b-constructed"]
+
+
+def onevision_points():
+    """LLaVA-OneVision: square images of `image_size` px (2304, the largest square pinpoint: 6x6
+    tiles + base = 37 through the tower, the 162x162 feature map resized to 81x81, 7371 LM
+    tokens; 768: 2x2 + base, 3699 tokens); three images per sample are untiled (730 each)."""
+    out = []
+    pt = sized_points(out, 2304)
+    for m in OV_DEVELOPMENT + OV_HELD_OUT:
+        pt(m, "full", "bf16-mixed", 1, 8192)
+        pt(m, "frozen_vision", "bf16-mixed", 1, 8192)
+        pt(m, "full", "bf16-mixed", 2, 4096, image_size=768)
+        pt(m, "frozen_vision", "bf16-mixed", 2, 4096, image_size=768)
+        pt(m, "frozen_vision", "bf16-mixed", 2, 4096, images=3, image_size=768)
+        pt(m, "frozen_vision", "bf16-mixed", 2, 8192, checkpointing=True)
+        pt(m, "frozen_vision", "bf16", 1, 8192)
+        pt(m, None, "bf16", 1, 8192, mode="infer")
+    return out
+
+
 def run(point):
     raw = json.load(open(os.path.join(ROOT, DIR, point["model"] + ".json")))
     cfg = AutoConfig.for_model(raw["model_type"], **{k: v for k, v in raw.items() if k != "model_type"})
@@ -718,7 +774,8 @@ def run(point):
                  "vision_model_type": cfg.vision_config.model_type}
     elif is_next(cfg):
         s = next_side(cfg, side)
-        extra = {"image_size": s, "tiles_per_image": next_tiles(cfg, s), "image_tokens_per_image": image_tokens(cfg, s),
+        extra = {"image_size": s, "tiles_per_image": next_tiles(cfg, s, point["images"]),
+                 "image_tokens_per_image": image_tokens(cfg, s, point["images"]),
                  "vision_feature_layer": cfg.vision_feature_layer,
                  "vision_feature_select_strategy": cfg.vision_feature_select_strategy,
                  "vision_model_type": cfg.vision_config.model_type}

@@ -247,7 +247,7 @@ pub struct PatchMerger {
 /// How the warning on Qwen2-VL's assumed image size begins (dropped once `--image-size` is given).
 pub const QWEN_IMAGE_ASSUMED: &str = "Qwen2-VL images assumed";
 /// How the warning on LLaVA-NeXT's assumed image size begins (dropped once `--image-size` is given).
-pub const NEXT_IMAGE_ASSUMED: &str = "LLaVA-NeXT images assumed";
+pub const NEXT_IMAGE_ASSUMED: &str = "Tiled (anyres) images assumed";
 
 /// LLaVA-NeXT's "anyres" images (transformers models/llava_next): the processor picks the
 /// resolution in `image_grid_pinpoints` that best fits the image, cuts it into tiles of the
@@ -266,6 +266,12 @@ pub struct AnyRes {
     /// Tokens each tile gives the projector (the tower's patches; "default" drops CLIP's class
     /// token): also the base image's share of the language model's tokens.
     pub tile_tokens: u64,
+    /// LLaVA-OneVision's `vision_aspect_ratio` "anyres_max_N": a grid feature map larger than
+    /// N tiles' worth (by a ratio over 1.1) is bilinearly resized down to about N tiles.
+    pub max_tiles: Option<u64>,
+    /// LLaVA-OneVision: an image in a sample with several images is not tiled (the model's
+    /// `batch_num_images`): the base tile and one newline.
+    pub multi_image_base_only: bool,
 }
 
 impl AnyRes {
@@ -299,9 +305,26 @@ impl AnyRes {
         let crop = crop.max(1);
         let tiles = h.div_ceil(crop) * w.div_ceil(crop) + 1;
         let (cur_h, cur_w) = (h / crop * per, w / crop * per);
-        let (rows, cols) =
+        let (mut rows, mut cols) =
             if cur_w < cur_h { (cur_h - 2 * ((cur_h - cur_w) / 2), cur_w) } else { (cur_h, cur_w - 2 * ((cur_w - cur_h) / 2)) };
+        // LlavaOnevisionModel.pack_image_features: ratio = √(rows·cols / (N·per²)); above 1.1
+        // the map is interpolated to (int(rows // ratio), int(cols // ratio)).
+        if let Some(n) = self.max_tiles {
+            let ratio = ((rows * cols) as f64 / (n * per * per).max(1) as f64).sqrt();
+            if ratio > 1.1 {
+                (rows, cols) = ((rows as f64 / ratio).floor() as u64, (cols as f64 / ratio).floor() as u64);
+            }
+        }
         (tiles, self.tile_tokens + rows * (cols + 1))
+    }
+
+    /// (tiles, tokens) of one image when a sample holds `images` of them (LLaVA-OneVision tiles
+    /// a lone image only).
+    pub fn layout_for(&self, images: u64, crop: u64, per: u64) -> (u64, u64) {
+        match self.multi_image_base_only && images > 1 {
+            true => (1, self.tile_tokens + 1),
+            false => self.layout(self.side, crop, per),
+        }
     }
 
     /// The default side: the largest square pinpoint (any larger square image gets the same
@@ -368,10 +391,17 @@ impl Multimodal {
         if side == 0 || side > MAX_IMAGE_SIDE {
             return Err(format!("--image-size {side}: must be between 1 and {MAX_IMAGE_SIDE} pixels"));
         }
+        self.anyres.as_mut().ok_or("not a LLaVA-NeXT model")?.side = side;
+        self.relayout_anyres()
+    }
+
+    /// Tiles and tokens per image from the assumed side and the images per sample.
+    pub(crate) fn relayout_anyres(&mut self) -> Result<(), String> {
         let vis = self.tower.encoder.and_then(|e| e.vision).ok_or("the vision tower has no patch embedding")?;
-        let a = self.anyres.as_mut().ok_or("not a LLaVA-NeXT model")?;
-        let (tiles, tokens) = a.layout(side, vis.image_size, vis.image_size / vis.patch.max(1));
-        (a.side, a.tiles, self.image_tokens) = (side, tiles, tokens);
+        let images = self.images;
+        let Some(a) = self.anyres.as_mut() else { return Ok(()) };
+        let (tiles, tokens) = a.layout_for(images, vis.image_size, vis.image_size / vis.patch.max(1));
+        (a.tiles, self.image_tokens) = (tiles, tokens);
         Ok(())
     }
 
@@ -1015,6 +1045,7 @@ impl Model {
                 return Err(format!("--images-per-sample {n}: must be between 1 and 4096"));
             }
             mm.images = n;
+            mm.relayout_anyres()?;
         }
         mm.tower_frozen |= freeze_tower;
         Ok(())

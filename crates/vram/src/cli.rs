@@ -76,7 +76,7 @@ pub struct JobArgs {
     /// explicit attention mask, runs memory-efficient attention and keeps a float bias per layer
     #[arg(long, help_heading = "Job")]
     pub padded: bool,
-    /// Vision encoders, Qwen2-VL/2.5-VL and LLaVA-NeXT: image side in pixels [default: the config's image_size; Qwen 448; LLaVA-NeXT the largest square grid pinpoint]
+    /// Vision encoders, Qwen2-VL/2.5-VL, LLaVA-NeXT and LLaVA-OneVision: image side in pixels [default: the config's image_size; Qwen 448; LLaVA-NeXT/OneVision the largest square grid pinpoint]
     #[arg(long, alias = "image_size")]
     pub image_size: Option<u64>,
     /// Text encoder-decoders (BART, T5): source tokens the encoder runs; --seq-len is the

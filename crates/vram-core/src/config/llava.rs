@@ -58,10 +58,13 @@ pub(super) fn nested(obj: &Map<String, Value>, key: &str, file: &str) -> Result<
 /// `image_grid_pinpoints` (LlavaNextConfig's default when absent: llava-v1.6's five
 /// resolutions), each a multiple of the tower's tile size: `pack_image_features` views the grid's
 /// features as (height/tile, width/tile) tiles, which any other size breaks.
-fn anyres(obj: &Map<String, Value>, file: &str, tile: u64, per: u64, tile_tokens: u64) -> Result<AnyRes> {
+fn anyres(obj: &Map<String, Value>, file: &str, tile: u64, per: u64, tile_tokens: u64, kind: Kind) -> Result<AnyRes> {
     const DEFAULT: [(u64, u64); 5] = [(336, 672), (672, 336), (672, 672), (1008, 336), (336, 1008)];
+    // LlavaOnevisionConfig's default: every grid of 1–6 × 1–6 tiles of 384 px.
+    let onevision_default: Vec<(u64, u64)> = (1..=6).flat_map(|h| (1..=6).map(move |w| (384 * h, 384 * w))).collect();
     let bad = |value: String, hint: String| Error::BadKey { file: file.into(), key: "image_grid_pinpoints".into(), value, hint };
     let pinpoints: Vec<(u64, u64)> = match obj.get("image_grid_pinpoints") {
+        None | Some(Value::Null) if kind == Kind::OneVision => onevision_default,
         None | Some(Value::Null) => DEFAULT.to_vec(),
         Some(Value::Array(list)) if !list.is_empty() => list
             .iter()
@@ -79,23 +82,81 @@ fn anyres(obj: &Map<String, Value>, file: &str, tile: u64, per: u64, tile_tokens
             format!("each side must be a multiple of the vision tower's {tile}-px tiles, at most {MAX_IMAGE_SIDE}"),
         ));
     }
+    // vision_aspect_ratio "anyres_max_N" (LlavaOnevisionConfig's default N = 9).
+    let max_tiles = match (kind, obj.get("vision_aspect_ratio")) {
+        (Kind::OneVision, None) => Some(9),
+        (Kind::OneVision, Some(v)) => {
+            let n = v.as_str().and_then(|s| s.strip_prefix("anyres_max_")).and_then(|n| n.parse::<u64>().ok()).filter(|n| *n > 0);
+            Some(n.ok_or_else(|| Error::BadKey {
+                file: file.into(),
+                key: "vision_aspect_ratio".into(),
+                value: v.to_string(),
+                hint: "vram models LLaVA-OneVision's \"anyres_max_N\" (N tiles at most)".into(),
+            })?)
+        }
+        _ => None,
+    };
     let side = AnyRes::default_side(&pinpoints);
-    let mut a = AnyRes { pinpoints, side, tiles: 0, tile_tokens };
+    let mut a = AnyRes { pinpoints, side, tiles: 0, tile_tokens, max_tiles, multi_image_base_only: kind == Kind::OneVision };
     a.tiles = a.layout(side, tile, per).0;
     Ok(a)
+}
+
+/// Which LLaVA: its defaults and its image handling differ.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Llava,
+    Next,
+    OneVision,
+}
+
+/// LlavaOnevisionConfig's vision tower when the config leaves keys out: SigLIP so400m/14 at
+/// 384 px with 26 of its 27 layers (configuration_llava_onevision.py `sub_configs_defaults`).
+const ONEVISION_VISION_DEFAULTS: &[(&str, u64)] = &[
+    ("hidden_size", 1152),
+    ("intermediate_size", 4304),
+    ("patch_size", 14),
+    ("image_size", 384),
+    ("num_hidden_layers", 26),
+    ("num_attention_heads", 16),
+];
+
+/// LLaVA-OneVision (transformers models/llava_onevision): LLaVA-NeXT's tiling with up to 6×6
+/// tiles, the feature map resized down to about `anyres_max_N` tiles, and multi-image samples
+/// untiled; SigLIP and Qwen2 by default.
+pub(super) fn parse_onevision(mut obj: Map<String, Value>, name: &str, file: &str, opts: ParseOptions) -> Result<Model> {
+    let mut vision = match obj.get("vision_config") {
+        Some(Value::Object(o)) => o.clone(),
+        None | Some(Value::Null) => Map::new(),
+        Some(_) => return Err(Error::MissingKey { file: file.into(), key: "vision_config".into(), why: "read the vision tower".into() }),
+    };
+    if vision.get("model_type").and_then(Value::as_str).is_none_or(|t| t == "siglip_vision_model") {
+        vision = with_defaults(vision, ONEVISION_VISION_DEFAULTS);
+        vision.insert("model_type".into(), Value::from("siglip_vision_model"));
+        // Without the attention-pooling head (`vision_use_head` False in the same defaults).
+        vision.entry("vision_use_head").or_insert(Value::from(false));
+    }
+    obj.insert("vision_config".into(), Value::Object(vision));
+    if !matches!(obj.get("text_config"), Some(Value::Object(_))) {
+        obj.insert("text_config".into(), Value::Object(Map::new()));
+    }
+    for (k, v) in [("vision_feature_select_strategy", Value::from("full")), ("vision_feature_layer", Value::from(-1))] {
+        obj.entry(k).or_insert(v);
+    }
+    parse_with(obj, name, file, opts, Kind::OneVision)
 }
 
 /// LLaVA-NeXT (transformers models/llava_next): LLaVA's parts plus anyres tiling and
 /// `image_newline`.
 pub(super) fn parse_next(obj: Map<String, Value>, name: &str, file: &str, opts: ParseOptions) -> Result<Model> {
-    parse_with(obj, name, file, opts, true)
+    parse_with(obj, name, file, opts, Kind::Next)
 }
 
 pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: ParseOptions) -> Result<Model> {
-    parse_with(obj, name, file, opts, false)
+    parse_with(obj, name, file, opts, Kind::Llava)
 }
 
-fn parse_with(obj: Map<String, Value>, name: &str, file: &str, opts: ParseOptions, next: bool) -> Result<Model> {
+fn parse_with(obj: Map<String, Value>, name: &str, file: &str, opts: ParseOptions, kind: Kind) -> Result<Model> {
     // The vision tower: LlavaConfig defaults it to a CLIP ViT-L/14 at 336 pixels when absent.
     let mut vision = nested(&obj, "vision_config", file)?;
     let vtype = vision.get("model_type").and_then(Value::as_str).unwrap_or("clip_vision_model").to_string();
@@ -115,7 +176,8 @@ fn parse_with(obj: Map<String, Value>, name: &str, file: &str, opts: ParseOption
     let tower = parse_object(vision, &format!("{name} (vision tower)"), file, opts)?;
     // The language model, with the top level's dtype and tying when the nested config omits them.
     let mut text = nested(&obj, "text_config", file)?;
-    let ttype = text.get("model_type").and_then(Value::as_str).unwrap_or("llama").to_string();
+    let default_lm = if kind == Kind::OneVision { "qwen2" } else { "llama" };
+    let ttype = text.get("model_type").and_then(Value::as_str).unwrap_or(default_lm).to_string();
     let defaults: &[(&str, u64)] = match ttype.as_str() {
         "llama" => LLAMA_DEFAULTS,
         "qwen2" => QWEN2_DEFAULTS,
@@ -158,9 +220,9 @@ fn parse_with(obj: Map<String, Value>, name: &str, file: &str, opts: ParseOption
         });
     }
     let act = super::keys::act_from_name(obj.get("projector_hidden_act").and_then(Value::as_str).unwrap_or("gelu"));
-    let anyres = match next {
-        true => Some(anyres(&obj, file, vis.image_size, vis.image_size / vis.patch.max(1), image_tokens)?),
-        false => None,
+    let anyres = match kind {
+        Kind::Llava => None,
+        _ => Some(anyres(&obj, file, vis.image_size, vis.image_size / vis.patch.max(1), image_tokens, kind)?),
     };
     let lm_tokens = anyres.as_ref().map_or(image_tokens, |a| a.layout(a.side, vis.image_size, vis.image_size / vis.patch.max(1)).1);
     m.multimodal = Some(Box::new(Multimodal {
@@ -183,7 +245,11 @@ fn parse_with(obj: Map<String, Value>, name: &str, file: &str, opts: ParseOption
     }
     m.warnings.push(format!(
         "{}: a {} vision tower ({} tokens per tile of {}×{} pixels, hidden state {} of {} layers), the projector and a {} language model",
-        if next { "LLaVA-NeXT" } else { "LLaVA" },
+        match kind {
+            Kind::Llava => "LLaVA",
+            Kind::Next => "LLaVA-NeXT",
+            Kind::OneVision => "LLaVA-OneVision",
+        },
         vtype.trim_end_matches("_vision_model"),
         image_tokens,
         vis.image_size,

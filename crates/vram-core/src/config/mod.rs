@@ -72,6 +72,7 @@ pub fn parse_config_with(bytes: &[u8], name: &str, file: &str, opts: ParseOption
     match obj.get("model_type").and_then(Value::as_str) {
         Some("llava") => return llava::parse(obj, name, file, opts),
         Some("llava_next") => return llava::parse_next(obj, name, file, opts),
+        Some("llava_onevision") => return llava::parse_onevision(obj, name, file, opts),
         Some("clip" | "siglip") => return clip::parse(obj, name, file, opts),
         Some("qwen2_vl" | "qwen2_5_vl") => return qwen2_vl::parse(obj, name, file, opts),
         Some("gemma3") if matches!(obj.get("vision_config"), Some(Value::Object(_))) => return gemma3_vl::parse(obj, name, file, opts),

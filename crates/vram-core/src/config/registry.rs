@@ -118,8 +118,8 @@ const UNSUPPORTED: &[(&[&str], &str)] = &[
         "this dual encoder is not supported yet: vram models CLIP and SigLIP (SigLIP 2 patchifies with a linear layer over variable-size images; Chinese-CLIP, ALIGN and AltCLIP have other text towers)",
     ),
     (
-        &["llava_onevision", "llava_next_video", "qwen3_vl", "mllama", "idefics2", "idefics3", "paligemma", "pixtral", "llama4", "blip-2", "kosmos-2", "phi3_v", "internvl", "chameleon", "gemma3n", "qwen2_5_omni", "smolvlm", "mistral3", "aya_vision", "sam"],
-        "this vision-language model is not supported yet: vram models LLaVA, LLaVA-NeXT, Qwen2-VL, Qwen2.5-VL and Gemma-3 (LLaVA-OneVision pools and caps its tiles, Idefics3/SmolVLM split and pixel-shuffle images, Llama-4 and Mllama add their own towers)",
+        &["llava_next_video", "qwen3_vl", "mllama", "idefics2", "idefics3", "paligemma", "pixtral", "llama4", "blip-2", "kosmos-2", "phi3_v", "internvl", "chameleon", "gemma3n", "qwen2_5_omni", "smolvlm", "mistral3", "aya_vision", "sam"],
+        "this vision-language model is not supported yet: vram models LLaVA, LLaVA-NeXT, LLaVA-OneVision, Qwen2-VL, Qwen2.5-VL and Gemma-3 (LLaVA-NeXT-Video pools video frames, Idefics3/SmolVLM split and pixel-shuffle images, Llama-4 and Mllama add their own towers)",
     ),
 ];
 

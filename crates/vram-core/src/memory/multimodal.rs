@@ -23,6 +23,7 @@ const TOWER_BWD: &str = "vision tower backward temporaries";
 const PIXELS: &str = "pixel_values";
 const TOWER_FWD: &str = "vision tower forward (no grad)";
 const HELD: &str = "image features held through the language model";
+const EMBEDS: &str = "input embeddings";
 
 /// The tower as it runs for this job: `batch × images × tiles` images, the layers up to the hidden
 /// state the projector reads (a later layer's graph is dropped with the tower's output).
@@ -132,6 +133,15 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
                 "language model",
             );
             b.add(TOWER, weights, "vision tower and projector");
+            // The tiles concatenated into one batch (LLaVA-NeXT/OneVision's 5-D pixel_values:
+            // `torch.cat` of the per-image tiles, a copy), and the language
+            // model's input embeddings, made before the tower runs (modeling_llava_next.py
+            // forward; measured: validation/vlm.py, the OneVision-0.5B prefill peaks in the tower).
+            // (The tower's own phase already holds the images and their half copy.)
+            if mm.anyres.is_some() {
+                b.add(PIXELS, pixels, "the tiles' concatenated fp32 copy");
+            }
+            b.add(EMBEDS, job.batch as u128 * job.seq as u128 * m.hidden as u128 * e, "the language model's input embeddings");
             b.add(
                 TOWER_FWD,
                 fwd.total().saturating_sub(fwd.get(infer::WEIGHTS)),
