@@ -62,7 +62,15 @@ Technique check (`--technique`): two tiny llavas (2-layer CLIP tower, hidden 64,
 + 2-layer llama LM, hidden 128, vocab 1024; and 2-layer SigLIP + 2-layer tied Qwen2, "full"
 strategy, feature layer -1) run with real tensors on the CPU and under FakeTensorMode give equal
 tracked peaks and peak phases in all 15 cases; with tiny Qwen2-VL and Qwen2.5-VL configs (2 vision
-blocks, windowed + full attention, 224-px images) 27 cases, all equal: fixtures/vlm_technique.jsonl.
+blocks, windowed + full attention, 224-px images) 27 cases; with a tiny LLaVA-NeXT (32-px tiles,
+2x2 and unpadded 1x2 grids) and a tiny LLaVA-OneVision (grids to 3x3, anyres_max_1 so the map is
+resized, a two-image sample untiled) 37 cases, all equal: fixtures/vlm_technique.jsonl.
+
+LLAVA-NEXT / LLAVA-ONEVISION (model_type llava_next, llava_onevision): a point names `image_size`,
+the side of square images; pixel_values [images, tiles, 3, S, S] and image_sizes as the processor
+returns them (OneVision: batch_num_images too), tiles and tokens computed by the model's own
+functions (next_tiles, next_tokens, onevision_tokens). image_sizes keeps its values as a fake
+constant (patch 1b); OneVision's placeholder check has Qwen2-VL's signature.
 
 QWEN2-VL / QWEN2.5-VL (model_type qwen2_vl, qwen2_5_vl): a point names `image_size`, the side of
 square images, resized as Qwen2VLImageProcessor's smart_resize does (multiples of 28); pixel_values
@@ -849,6 +857,21 @@ TINY_LLAVA_SIGLIP = {
 }
 
 
+# LLaVA-OneVision: the tiny SigLIP + Qwen2 with 32-px tiles on grids up to 3x3 and anyres_max_1,
+# so a 2x2 grid's 8x8 feature map is resized (bilinear) to 4x4; two images per sample: untiled.
+TINY_ONEVISION = {**TINY_LLAVA_SIGLIP, "model_type": "llava_onevision", "video_token_index": 1001,
+                  "vision_aspect_ratio": "anyres_max_1",
+                  "image_grid_pinpoints": [[32 * h, 32 * w] for h in (1, 2, 3) for w in (1, 2, 3)]}
+
+
+def technique_cases_onevision():
+    t = lambda tr, p, b, s, side, i=1, ck=False: ("train", dict(train=tr, precision=p, batch=b, seq=s, images=i,
+                                                                checkpointing=ck, image_size=side))
+    return [t("full", "bf16-mixed", 2, 128, 64), t("frozen_vision", "bf16-mixed", 2, 128, 64, i=2),
+            t("frozen_vision", "bf16-mixed", 2, 128, 96, ck=True),
+            ("infer", dict(precision="bf16", batch=2, seq=128, images=1, image_size=64))]
+
+
 # Qwen2-VL: 2-block vision tower (embed 64, merger to 128) + 2-layer Qwen2 LM, tied embeddings.
 TINY_QWEN2VL = {
     "model_type": "qwen2_vl", "image_token_id": 1000, "video_token_id": 1001, "vision_start_token_id": 1002,
@@ -910,12 +933,14 @@ def check_technique():
                                   "command": "python validation/vlm.py --technique",
                                   "configs": {"clip_llama": TINY_LLAVA, "siglip_qwen2": TINY_LLAVA_SIGLIP,
                                               "qwen2_vl": TINY_QWEN2VL, "qwen2_5_vl": TINY_QWEN25VL,
-                                              "llava_next": TINY_LLAVA_NEXT}}}) + "\n")
+                                              "llava_next": TINY_LLAVA_NEXT,
+                                              "llava_onevision": TINY_ONEVISION}}}) + "\n")
     cases = [("clip_llama", TINY_LLAVA, c) for c in technique_cases()]
     cases += [("siglip_qwen2", TINY_LLAVA_SIGLIP, c) for c in technique_cases_siglip()]
     cases += [(n, c, x) for n, c in (("qwen2_vl", TINY_QWEN2VL), ("qwen2_5_vl", TINY_QWEN25VL))
               for x in technique_cases_qwen()]
     cases += [("llava_next", TINY_LLAVA_NEXT, c) for c in technique_cases_next()]
+    cases += [("llava_onevision", TINY_ONEVISION, c) for c in technique_cases_onevision()]
     if ONLY_CONFIG[0]:
         cases = [c for c in cases if c[0] == ONLY_CONFIG[0]]
     for name, config, (mode, case) in cases:
