@@ -64,7 +64,8 @@ strategy, feature layer -1) run with real tensors on the CPU and under FakeTenso
 tracked peaks and peak phases in all 15 cases; with tiny Qwen2-VL and Qwen2.5-VL configs (2 vision
 blocks, windowed + full attention, 224-px images) 27 cases; with a tiny LLaVA-NeXT (32-px tiles,
 2x2 and unpadded 1x2 grids) and a tiny LLaVA-OneVision (grids to 3x3, anyres_max_1 so the map is
-resized, a two-image sample untiled) 37 cases, all equal: fixtures/vlm_technique.jsonl.
+resized, a two-image sample untiled) 37 cases in all (15 + 12 + 6 + 4), all equal:
+fixtures/vlm_technique.jsonl.
 
 LLAVA-NEXT / LLAVA-ONEVISION (model_type llava_next, llava_onevision): a point names `image_size`,
 the side of square images; pixel_values [images, tiles, 3, S, S] and image_sizes as the processor
