@@ -49,6 +49,11 @@ FALCON_H1_HELD_OUT = ["falcon-h1-3b"]
 # ai21labs/Jamba-v0.1 is held out.
 JAMBA_DEVELOPMENT = ["jamba-dev-8l"]
 JAMBA_HELD_OUT = ["jamba-v0.1"]
+# Nemotron-H (nemotron_h: every layer is one block, a Mamba-2 mixer, attention or a relu2 MLP, per
+# hybrid_override_pattern): nemotron-h-dev-8l is a cut-down layout, not a checkpoint (development
+# only); nvidia/Nemotron-H-8B-Base-8K is held out.
+NEMOTRON_DEVELOPMENT = ["nemotron-h-dev-8l"]
+NEMOTRON_HELD_OUT = ["nemotron-h-8b"]
 
 
 def points():
@@ -79,8 +84,9 @@ def points():
     # Bamba and Granite-4.0-H (Mamba-2 mixers with a few attention layers, an MLP in every
     # layer): training only, the attention layers eager and under SDPA (transformers' default).
     # Batches (plain, checkpointed, SDPA at 2048 tokens) per held-out model; 4, 8, 8 otherwise.
-    big = {"bamba-9b": (1, 2, 2), "granite-4.0-h-1b": (2, 4, 2), "granite-4.0-h-tiny": (1, 2, 1), "falcon-h1-3b": (1, 2, 1)}
-    hybrids = BAMBA_DEVELOPMENT + BAMBA_HELD_OUT + GRANITE_DEVELOPMENT + GRANITE_HELD_OUT
+    big = {"bamba-9b": (1, 2, 2), "granite-4.0-h-1b": (2, 4, 2), "granite-4.0-h-tiny": (1, 2, 1), "falcon-h1-3b": (1, 2, 1),
+           "nemotron-h-8b": (2, 4, 2)}
+    hybrids = BAMBA_DEVELOPMENT + BAMBA_HELD_OUT + GRANITE_DEVELOPMENT + GRANITE_HELD_OUT + NEMOTRON_DEVELOPMENT + NEMOTRON_HELD_OUT
     for m in hybrids + FALCON_H1_DEVELOPMENT + FALCON_H1_HELD_OUT:
         plain, ckpt, sdpa = big.get(m, (4, 8, 8))
         pt(m, "train", "bf16-mixed", plain, 1024)
@@ -100,7 +106,8 @@ def points():
             pt(m, "train", "bf16-mixed", 2, 256, checkpointing=True)
             pt(m, "train", "bf16-mixed", 1, 512, attention="sdpa")
     for p in out:
-        dev = DEVELOPMENT + MAMBA2_DEVELOPMENT + BAMBA_DEVELOPMENT + GRANITE_DEVELOPMENT + FALCON_H1_DEVELOPMENT + JAMBA_DEVELOPMENT
+        dev = (DEVELOPMENT + MAMBA2_DEVELOPMENT + BAMBA_DEVELOPMENT + GRANITE_DEVELOPMENT + FALCON_H1_DEVELOPMENT
+               + JAMBA_DEVELOPMENT + NEMOTRON_DEVELOPMENT)
         p["set"] = "development" if p["model"] in dev else "held-out"
         p["id"] = "|".join(f"{k}={p[k]}" for k in sorted(p) if k != "set")
     return out

@@ -462,6 +462,11 @@ pub struct Ssm {
     /// Jamba's mixer: RMSNorms on dt, B and C after x_proj (`dt_layernorm`, `b_layernorm`,
     /// `c_layernorm` in transformers models/jamba `JambaMambaMixer`).
     pub dt_bc_norms: bool,
+    /// Nemotron-H (transformers models/nemotron_h `NemotronHBlock`): every layer is ONE block —
+    /// a pre-norm, then a Mamba-2 mixer, attention or an MLP alone, then the residual add. This
+    /// many layers are MLP blocks (counted after the attention layers); with it, neither the
+    /// attention nor the mixer layers have an MLP of their own. 0: the layouts above.
+    pub mlp_layers: u64,
 }
 
 /// Mamba-2 (transformers models/mamba2/modeling_mamba2.py `Mamba2Mixer`): one `in_proj` to
@@ -682,6 +687,8 @@ pub enum Act {
     GeluPython,
     /// ReLU: saves its output.
     Relu,
+    /// `relu2` (activations.py ReLUSquaredActivation): relu, then `torch.square` of its output.
+    Relu2,
     /// `quick_gelu` (CLIP): `x * sigmoid(1.702 * x)` in Python, saves x and the sigmoid output.
     QuickGelu,
 }
@@ -1188,18 +1195,23 @@ impl Model {
     /// Whether layer `i` is a state-space mixer layer (every layer of Mamba and Mamba-2; in a
     /// hybrid, those after its attention layers).
     pub fn is_ssm_layer(&self, i: u64) -> bool {
-        self.ssm.is_some_and(|s| i >= s.attention_layers)
+        self.ssm.is_some_and(|s| i >= s.attention_layers + s.mlp_layers)
+    }
+
+    /// Whether layer `i` is a Nemotron-H MLP block (after its attention layers).
+    pub fn is_mlp_layer(&self, i: u64) -> bool {
+        self.ssm.is_some_and(|s| s.mlp_layers > 0 && i >= s.attention_layers && i < s.attention_layers + s.mlp_layers)
     }
 
     /// A hybrid of attention and state-space layers.
     pub fn is_hybrid(&self) -> bool {
-        self.ssm.is_some_and(|s| s.attention_layers > 0 || s.parallel_attention)
+        self.ssm.is_some_and(|s| s.attention_layers > 0 || s.parallel_attention || s.mlp_layers > 0)
     }
 
     /// Whether layer `i` has attention (every layer but a state-space mixer layer; Falcon-H1's
     /// layers have both).
     pub fn has_attention(&self, i: u64) -> bool {
-        !self.is_ssm_layer(i) || self.ssm.is_some_and(|s| s.parallel_attention)
+        (!self.is_ssm_layer(i) && !self.is_mlp_layer(i)) || self.ssm.is_some_and(|s| s.parallel_attention)
     }
 
     /// Whether layer `i` is a mixture-of-experts layer.
@@ -1330,9 +1342,9 @@ impl Model {
         // Layers come in runs of identical structure; group them.
         let mut i = 0;
         while i < self.layers {
-            let kind = (self.is_moe_layer(i), self.is_ssm_layer(i));
+            let kind = (self.is_moe_layer(i), self.is_ssm_layer(i), self.is_mlp_layer(i));
             let mut j = i + 1;
-            while j < self.layers && (self.is_moe_layer(j), self.is_ssm_layer(j)) == kind {
+            while j < self.layers && (self.is_moe_layer(j), self.is_ssm_layer(j), self.is_mlp_layer(j)) == kind {
                 j += 1;
             }
             self.layer_tensors(i, j - i, &mut v);
@@ -1601,7 +1613,7 @@ impl Model {
                 self.attention_layer_tensors(i, count, v);
                 return;
             }
-            if s.attention_layers > 0 {
+            if s.attention_layers > 0 && s.mlp_layers == 0 {
                 // BambaDecoderLayer: pre_ff_layernorm and the gated MLP after the mixer.
                 self.norm_tensors(&l("pre_ff_layernorm"), count, h, v);
                 self.ffn_tensors(i, "feed_forward", count, v);
@@ -1636,11 +1648,19 @@ impl Model {
             }
             return;
         }
+        if self.is_mlp_layer(i) {
+            // NemotronHBlock with an MLP mixer: its norm and the MLP.
+            self.norm_tensors(&l("norm"), count, h, v);
+            self.ffn_tensors(i, "mixer", count, v);
+            return;
+        }
         self.attention_layer_tensors(i, count, v);
     }
 
-    /// An attention layer's norms, attention and feed-forward block.
+    /// An attention layer's norms, attention and feed-forward block (a Nemotron-H attention
+    /// block: one norm and the attention alone).
     fn attention_layer_tensors(&self, i: u64, count: u64, v: &mut Vec<TensorGroup>) {
+        let single = self.ssm.is_some_and(|s| s.mlp_layers > 0);
         let h = self.hidden;
         let l = |s: &str| format!("layers.{{i}}.{s}");
         let norms = match self.block {
@@ -1648,6 +1668,7 @@ impl Model {
             Block::Sequential | Block::ParallelTwoNorms | Block::PostNorm | Block::PostLn => 2,
             Block::Sandwich => 4,
         } + u64::from(self.cross_attention);
+        let norms = if single { 1 } else { norms };
         self.norm_tensors(&l("norms"), norms * count, h, v);
         let a = self.attention;
         if let Some(m) = a.mla {
@@ -1707,7 +1728,9 @@ impl Model {
                 }
             }
         }
-        self.ffn_tensors(i, "mlp", count, v);
+        if !single {
+            self.ffn_tensors(i, "mlp", count, v);
+        }
     }
 
     /// Layer `i`'s feed-forward block under `prefix` (`mlp`; Bamba's and Granite-4.0-H's

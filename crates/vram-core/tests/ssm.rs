@@ -221,3 +221,42 @@ fn jamba_reads_its_periodic_layers() {
     let e = vram_core::estimate(&m, &fp32).unwrap_err().to_string();
     assert!(e.contains("autocast"), "{e}");
 }
+
+/// Nemotron-H: one block per layer from `hybrid_override_pattern` (or `layers_block_type`),
+/// parameters as transformers 5.23 counts them on the meta device; MoE blocks, patterns without
+/// one of the three block kinds and inference are refused.
+#[test]
+fn nemotron_h_reads_its_blocks() {
+    let (mut cfg, m) = ssm_config("nemotron-h-8b");
+    assert_eq!(m.parameters(), 8_100_852_736);
+    assert!(m.is_hybrid());
+    let s = m.ssm.unwrap();
+    // 24 Mamba-2, 4 attention and 24 MLP blocks.
+    assert_eq!((s.attention_layers, s.mlp_layers, m.layers), (4, 24, 52));
+    assert_eq!((0..m.layers).filter(|&i| m.is_ssm_layer(i)).count(), 24);
+    assert_eq!((0..m.layers).filter(|&i| m.is_mlp_layer(i)).count(), 24);
+    assert_eq!(m.mlp.act, vram_core::model::Act::Relu2);
+    assert_inference_refused(&m);
+    assert_eq!(ssm_config("nemotron-h-dev-8l").1.parameters(), 323_685_760);
+    // layers_block_type says the same as the pattern.
+    let pattern = cfg["hybrid_override_pattern"].as_str().unwrap().to_string();
+    let kinds: Vec<Value> = pattern
+        .chars()
+        .map(|k| {
+            Value::from(match k {
+                'M' => "mamba",
+                '*' => "attention",
+                _ => "mlp",
+            })
+        })
+        .collect();
+    let mut listed = cfg.clone();
+    listed.as_object_mut().unwrap().remove("hybrid_override_pattern");
+    listed["layers_block_type"] = Value::from(kinds);
+    assert_eq!(parsed(&listed).unwrap().parameters(), 8_100_852_736);
+    // Nemotron-3's MoE blocks, and a pattern without MLP blocks, are refused by name.
+    cfg["hybrid_override_pattern"] = Value::from(pattern.replacen('-', "E", 1));
+    assert!(parsed(&cfg).unwrap_err().to_string().contains("MoE"));
+    cfg["hybrid_override_pattern"] = Value::from(pattern.replace('-', "M"));
+    assert!(parsed(&cfg).is_err());
+}

@@ -110,6 +110,7 @@ pub(super) fn act_from_name(s: &str) -> Act {
         "silu" | "swish" => Act::Silu,
         "gelu_new" | "gelu_fast" | "gelu_python" | "gelu_accurate" | "gelu_python_tanh" => Act::GeluPython,
         "relu" => Act::Relu,
+        "relu2" => Act::Relu2,
         "quick_gelu" => Act::QuickGelu,
         // "gelu", "gelu_pytorch_tanh", "gelu_10" and the rest: one native kernel.
         _ => Act::Gelu,

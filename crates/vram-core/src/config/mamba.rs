@@ -5,8 +5,8 @@
 use serde_json::Value;
 
 use super::keys::Cfg;
-use crate::error::Result;
-use crate::model::{Mamba2, Model, Norm, Ssm};
+use crate::error::{Error, Result};
+use crate::model::{Act, Mamba2, Model, Norm, Ssm};
 
 pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     // MambaConfig: hidden_size 768, num_hidden_layers 32, vocab 50280, expand 2,
@@ -46,6 +46,7 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
             attention_layers: 0,
             parallel_attention: false,
             dt_bc_norms: false,
+            mlp_layers: 0,
         },
         true,
         path,
@@ -110,6 +111,7 @@ pub(super) fn parse2(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
         attention_layers: 0,
         parallel_attention: false,
         dt_bc_norms: false,
+        mlp_layers: 0,
     };
     let path = "Mamba-2: the estimate follows transformers' PyTorch path (`mamba2_chunk_scan` over chunks, taken when `mamba-ssm` and `causal-conv1d` are not installed); with their CUDA kernels training saves far less, which vram does not model yet";
     finish(c, m, mixer, false, path)
@@ -182,6 +184,7 @@ fn bamba_mixer(c: &Cfg, m: &Model, attention: u64) -> Result<Ssm> {
         attention_layers: attention,
         parallel_attention: false,
         dt_bc_norms: false,
+        mlp_layers: 0,
     })
 }
 
@@ -350,6 +353,7 @@ pub(super) fn parse_falcon_h1(c: &Cfg, name: &str, model_type: &str) -> Result<M
         attention_layers: 0,
         parallel_attention: true,
         dt_bc_norms: false,
+        mlp_layers: 0,
     });
     m.warnings.push(hybrid_warning("Falcon-H1: every layer runs attention and a Mamba-2 mixer side by side, then its MLP"));
     Ok(m)
@@ -421,10 +425,96 @@ pub(super) fn parse_jamba(c: &Cfg, name: &str, model_type: &str) -> Result<Model
         attention_layers: attention,
         parallel_attention: false,
         dt_bc_norms: true,
+        mlp_layers: 0,
     });
     m.warnings.push(hybrid_warning(&format!(
         "Jamba: {attention} attention layers and {} Mamba layers (the sequential selective scan), each with its MLP or MoE block",
         m.layers - attention
+    )));
+    Ok(m)
+}
+
+/// Nemotron-H (`nemotron_h`, transformers models/nemotron_h): every layer is one block — a
+/// pre-norm, then a Mamba-2 mixer ("M" in `hybrid_override_pattern`, "mamba"/"linear_attention"
+/// in `layers_block_type`), attention without positions ("*", "attention"/"full_attention") or
+/// a non-gated relu² MLP ("-", "mlp"), then the residual add (`NemotronHBlock`). The mixer is
+/// Mamba-2's with `mamba_num_heads` × `mamba_head_dim` channels and a gated RMSNorm per group.
+/// MoE blocks ("E", Nemotron-3) are refused.
+pub(super) fn parse_nemotron_h(c: &Cfg, name: &str, model_type: &str) -> Result<Model> {
+    let kinds: Vec<char> = match (c.get("layers_block_type").or(c.get("layer_types")), c.get("hybrid_override_pattern")) {
+        (Some(Value::Array(a)), _) => a
+            .iter()
+            .map(|t| match t.as_str() {
+                Some("mamba" | "linear_attention") => Ok('M'),
+                Some("attention" | "full_attention") => Ok('*'),
+                Some("mlp") => Ok('-'),
+                Some("moe") => Ok('E'),
+                _ => Err(c.bad("layers_block_type", t, "each entry \"mamba\", \"attention\", \"mlp\" or \"moe\"")),
+            })
+            .collect::<Result<_>>()?,
+        (_, Some(Value::String(p))) => p.chars().collect(),
+        _ => {
+            return Err(Error::MissingKey {
+                file: c.file.into(),
+                key: "hybrid_override_pattern".into(),
+                why: "know which layers are Mamba-2, attention and MLP blocks (or layers_block_type)".into(),
+            })
+        }
+    };
+    if let Some(k) = kinds.iter().find(|k| !matches!(k, 'M' | '*' | '-')) {
+        let why = match k {
+            'E' => "Nemotron-H's MoE blocks (Nemotron-3) are not modelled yet: vram models the dense layouts (M, *, -)".to_string(),
+            _ => format!("'{k}' is not a Nemotron-H block: M (Mamba-2), * (attention), - (MLP)"),
+        };
+        return Err(c.bad("hybrid_override_pattern", &Value::from(kinds.iter().collect::<String>()), &why));
+    }
+    let count = |k: char| kinds.iter().filter(|x| **x == k).count() as u64;
+    let (attention, mlps, mixers) = (count('*'), count('-'), count('M'));
+    if mixers == 0 || mlps == 0 || attention == 0 {
+        return Err(c.bad(
+            "hybrid_override_pattern",
+            &Value::from(kinds.iter().collect::<String>()),
+            "vram models Nemotron-H with Mamba-2 (M), attention (*) and MLP (-) blocks all present",
+        ));
+    }
+    // The attention and the decoder's shared parts are read as a Llama decoder reads them, with
+    // the layer count the pattern gives (num_hidden_layers is ignored beside layers_block_type).
+    let mut obj = c.obj.clone();
+    obj.insert("num_hidden_layers".into(), Value::from(kinds.len()));
+    if let Some(v) = c.get("attention_head_dim").filter(|_| c.get("head_dim").is_none()) {
+        obj.insert("head_dim".into(), v.clone());
+    }
+    obj.entry("head_dim").or_insert(Value::from(128));
+    let c2 = Cfg { obj: &obj, file: c.file };
+    let mut m = super::llama::parse(&c2, name, model_type)?;
+    m.mlp = crate::model::Mlp {
+        gated: false,
+        fused_gate_up: false,
+        act: c.act(&["mlp_hidden_act"], Act::Relu2),
+        bias: c.bool("mlp_bias", false)?,
+    };
+    let heads = c.opt(&["mamba_num_heads"])?.unwrap_or(128);
+    let head_dim = c.opt(&["mamba_head_dim"])?.unwrap_or(64);
+    let d_inner = heads.saturating_mul(head_dim);
+    let groups = c.opt(&["n_groups"])?.unwrap_or(8);
+    if groups == 0 || heads % groups != 0 || d_inner % groups != 0 {
+        return Err(c.bad("n_groups", &Value::from(groups), "must divide mamba_num_heads"));
+    }
+    m.ssm = Some(Ssm {
+        d_inner,
+        d_state: c.opt(&["ssm_state_size"])?.unwrap_or(128),
+        d_conv: c.opt(&["conv_kernel"])?.unwrap_or(4),
+        dt_rank: 0,
+        conv_bias: c.bool("use_conv_bias", true)?,
+        proj_bias: c.bool("mamba_proj_bias", false)?,
+        mamba2: Some(Mamba2 { heads, head_dim, groups, chunk: c.opt(&["chunk_size"])?.unwrap_or(128), gated_norm: true }),
+        attention_layers: attention,
+        parallel_attention: false,
+        dt_bc_norms: false,
+        mlp_layers: mlps,
+    });
+    m.warnings.push(hybrid_warning(&format!(
+        "Nemotron-H: {mixers} Mamba-2 blocks, {attention} attention blocks (no positions) and {mlps} relu² MLP blocks, one per layer"
     )));
     Ok(m)
 }

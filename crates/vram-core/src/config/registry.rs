@@ -41,6 +41,7 @@ const FAMILIES: &[(&[&str], Parser)] = &[
     (&["granitemoehybrid"], mamba::parse_granite_hybrid),
     (&["falcon_h1"], mamba::parse_falcon_h1),
     (&["jamba"], mamba::parse_jamba),
+    (&["nemotron_h"], mamba::parse_nemotron_h),
     (&["gpt_neox"], gpt_neox::parse),
     (&["falcon"], falcon::parse),
     (&["opt"], opt::parse),
@@ -110,8 +111,8 @@ const UNSUPPORTED: &[(&[&str], &str)] = &[
         "this encoder-decoder is not supported yet: vram models Whisper, BART, mBART, T5, Flan-T5 and mT5 (UMT5 has a position bias in every layer, LongT5 local/global attention, Pegasus/Marian sinusoidal positions, Switch experts)",
     ),
     (
-        &["rwkv", "recurrent_gemma", "xlstm", "zamba", "zamba2", "nemotron_h", "lfm2"],
-        "this state-space, recurrent or hybrid model is not supported yet: vram models Mamba, Falcon-Mamba, Mamba-2 and the Bamba, Granite-4.0-H, Falcon-H1 and Jamba hybrids (RWKV's recurrence and the other attention/SSM hybrids are not modelled)",
+        &["rwkv", "recurrent_gemma", "xlstm", "zamba", "zamba2", "lfm2", "qwen3_next"],
+        "this state-space, recurrent or hybrid model is not supported yet: vram models Mamba, Falcon-Mamba, Mamba-2 and the Bamba, Granite-4.0-H, Falcon-H1, Jamba and Nemotron-H hybrids (RWKV's recurrence and the other attention/SSM hybrids are not modelled)",
     ),
     (
         &["siglip2", "chinese_clip", "align", "altclip"],

@@ -297,6 +297,9 @@ fn activation(act: Act, b: &Bytes) -> (u128, u128) {
         Act::Silu | Act::Gelu => (e, e),
         // relu saves its output, which the next op saves anyway.
         Act::Relu => (0, e),
+        // relu2: relu's output, saved by the square (and by relu itself), then the square's
+        // output, which the next linear saves.
+        Act::Relu2 => (e, e),
         // quick_gelu (activations.py QuickGELUActivation): x * sigmoid(1.702 * x) saves x and the
         // sigmoid output (sigmoid saves it too: one tensor).
         Act::QuickGelu => (2 * e, e),
@@ -462,7 +465,7 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
             return c;
         }
         let mut c = ssm_layer(m, job, s);
-        if s.attention_layers > 0 {
+        if s.attention_layers > 0 && s.mlp_layers == 0 {
             // A hybrid's mixer layer (BambaDecoderLayer) ends with pre_ff_layernorm and the MLP,
             // as its attention layers do.
             // Granite-4.0-H's MoE variants: the MoE block with its shared MLP, as on an
@@ -474,6 +477,21 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
             c.norms += saved * h + b.inputs(Slot::MlpIn, moe_layer, mlp_readers(m, moe_layer), out, h);
             c.mlp += mlp(m, &b, moe_layer);
         }
+        return c;
+    }
+    if m.ssm.is_some_and(|s| s.mlp_layers > 0) {
+        // Nemotron-H: one block per layer (NemotronHBlock): its norm, then the MLP or the
+        // attention alone.
+        let b = Bytes::of(m, job);
+        let h = m.hidden as u128;
+        let (saved, out) = b.norm(m.norm, b.r);
+        let mlp_in = saved * h + b.inputs(Slot::MlpIn, false, mlp_readers(m, false), out, h);
+        if m.is_mlp_layer(i) {
+            return LayerCoef { norms: mlp_in, mlp: mlp(m, &b, false), ..LayerCoef::default() };
+        }
+        let mut c = attention_layer(m, job, kernel, i);
+        c.norms = c.norms.saturating_sub(mlp_in);
+        c.mlp = 0;
         return c;
     }
     attention_layer(m, job, kernel, i)
@@ -1078,6 +1096,13 @@ fn attention_backward_transient(m: &Model, job: &Job, kernel: Kernel, i: u64) ->
     let mlp = if m.mlp.gated { 3 } else { 1 } * mlp_width * b.lin;
     let (qd, kd) = (m.q_dim() as u128, m.kv_dim() as u128);
     let (attn, sq) = if kernel.quadratic() { (e * (qd + 2 * kd), 8) } else { (e * (qd + 2 * kd) + 4 * qd, 0) };
+    // Nemotron-H's blocks hold one of the two: an MLP block or an attention block.
+    if m.ssm.is_some_and(|s| s.mlp_layers > 0) {
+        return match m.is_mlp_layer(i) {
+            true => (2 * b.r * h + mlp, 0),
+            false => (2 * b.r * h + attn, sq),
+        };
+    }
     (2 * b.r * h + mlp.max(attn), sq)
 }
 

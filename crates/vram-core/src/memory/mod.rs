@@ -303,7 +303,11 @@ pub fn require_decoder(model: &Model, what: &str) -> Result<()> {
         return Err(Error::InvalidValue {
             what: "model".into(),
             value: model.model_type.clone(),
-            hint: format!("{} is a state-space model: {what} is modelled for attention decoders only; `vram estimate` gives its single-GPU training and inference", model.model_type),
+            hint: format!(
+                "{} is a state-space model: {what} is modelled for attention decoders only; `vram estimate` gives its single-GPU training{}",
+                model.model_type,
+                if model.is_hybrid() { " (a hybrid's inference is not modelled yet)" } else { " and inference" }
+            ),
         });
     }
     if model.multimodal.is_some() || model.seq2seq.is_some() || model.dual.is_some() {
