@@ -220,3 +220,20 @@ fn an_unknown_rope_type_claims_no_extended_reach() {
     assert_eq!(m.rope_scaling.as_ref().unwrap().extended_positions, 32768);
     assert!(!m.context_warnings(100_000).is_empty());
 }
+
+/// An activation vram does not model is refused by its key, not estimated as GELU (which every
+/// unknown name used to become); the natively evaluated ones read as one saved tensor.
+#[test]
+fn unknown_activations_are_refused_by_name() {
+    let cfg = |act: &str| {
+        format!(
+            r#"{{"model_type":"llama","architectures":["LlamaForCausalLM"],"hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"hidden_act":"{act}"}}"#
+        )
+    };
+    let e = parse_config(cfg("xielu").as_bytes(), "m", "config.json").unwrap_err().to_string();
+    assert!(e.contains("hidden_act") && e.contains("xielu"), "{e}");
+    assert!(parse_config(cfg("no_such_act").as_bytes(), "m", "config.json").is_err());
+    for known in ["silu", "gelu_pytorch_tanh", "relu2", "tanh"] {
+        assert!(parse_config(cfg(known).as_bytes(), "m", "config.json").is_ok(), "{known}");
+    }
+}

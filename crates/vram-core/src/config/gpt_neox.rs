@@ -19,7 +19,7 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
         softcap: false,
         sinks: false,
     };
-    m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["hidden_act"], Act::Gelu), bias: true };
+    m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["hidden_act"], Act::Gelu)?, bias: true };
     m.attention_dropout = c.dropout(&["attention_dropout"])?;
     m.hidden_dropout = c.dropout(&["hidden_dropout"])?;
     Ok(m)

@@ -91,8 +91,15 @@ impl Cfg<'_> {
         }
         Ok(n)
     }
-    pub(super) fn act(&self, keys: &[&str], default: Act) -> Act {
-        keys.iter().find_map(|k| self.str(k)).map_or(default, |s| act_from_name(&s))
+    /// The activation a key names (transformers' ACT2FN spelling), else `default`; a name vram
+    /// does not model is an error naming the key, never another activation's estimate.
+    pub(super) fn act(&self, keys: &[&str], default: Act) -> Result<Act> {
+        for k in keys {
+            if let Some(name) = self.str(k) {
+                return act_from_name(&name).ok_or_else(|| self.bad(k, &Value::from(name.as_str()), UNKNOWN_ACT));
+            }
+        }
+        Ok(default)
     }
     pub(super) fn dropout(&self, keys: &[&str]) -> Result<f64> {
         for k in keys {
@@ -104,17 +111,23 @@ impl Cfg<'_> {
     }
 }
 
-/// transformers `ACT2FN` names → how PyTorch evaluates them.
-pub(super) fn act_from_name(s: &str) -> Act {
-    match s {
+/// What an unmodelled activation name is told.
+pub(super) const UNKNOWN_ACT: &str = "vram models transformers' gelu, gelu_pytorch_tanh, gelu_new/fast/accurate/python, quick_gelu, silu/swish, relu, relu2, relu6, leaky_relu, prelu, hardswish, mish, sigmoid, tanh and linear activations (gelu_10, laplace, sqrtsoftplus and xielu are Python compositions it does not model)";
+
+/// transformers `ACT2FN` names (activations.py ACT2CLS) → how PyTorch evaluates them; None for a
+/// name vram does not model.
+pub(super) fn act_from_name(s: &str) -> Option<Act> {
+    Some(match s {
         "silu" | "swish" => Act::Silu,
         "gelu_new" | "gelu_fast" | "gelu_python" | "gelu_accurate" | "gelu_python_tanh" => Act::GeluPython,
         "relu" => Act::Relu,
         "relu2" => Act::Relu2,
         "quick_gelu" => Act::QuickGelu,
-        // "gelu", "gelu_pytorch_tanh", "gelu_10" and the rest: one native kernel.
-        _ => Act::Gelu,
-    }
+        // One native kernel that saves one tensor of its input's size (its input or output),
+        // as native GELU does.
+        "gelu" | "gelu_pytorch_tanh" | "relu6" | "leaky_relu" | "prelu" | "hardswish" | "mish" | "sigmoid" | "tanh" | "linear" => Act::Gelu,
+        _ => return None,
+    })
 }
 
 pub(super) fn base(name: &str) -> Model {
@@ -206,7 +219,7 @@ pub(super) fn encdec_stack(c: &Cfg, name: &str, d: u64, layers: u64, heads: u64,
     m.norm = Norm::LayerNorm { bias: true };
     m.attention =
         Attention { qkv_bias: true, o_bias: true, fused_qkv: false, qk_norm: QkNorm::None, mla: None, softcap: false, sinks: false };
-    m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["activation_function"], Act::Gelu), bias: true };
+    m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["activation_function"], Act::Gelu)?, bias: true };
     m.tied_embeddings = true;
     m.hidden_dropout = c.dropout(&["dropout"])?;
     m.attention_dropout = c.dropout(&["attention_dropout"])?;

@@ -24,7 +24,7 @@ pub(super) fn parse(c: &Cfg, name: &str, mt: &str) -> Result<Model> {
     let tie_default = matches!(mt, "gemma" | "gemma2" | "gemma3" | "gemma3_text" | "starcoder2");
     m.tied_embeddings = c.bool("tie_word_embeddings", tie_default)?;
     m.attention_dropout = c.dropout(&["attention_dropout"])?;
-    m.mlp.act = c.act(&["hidden_activation", "hidden_act"], if gemma { Act::Gelu } else { Act::Silu });
+    m.mlp.act = c.act(&["hidden_activation", "hidden_act"], if gemma { Act::Gelu } else { Act::Silu })?;
     // GptOssConfig defaults attention_bias to true (configuration_gpt_oss.py); the others to false.
     let attn_bias = c.bool("attention_bias", mt == "gpt_oss")?;
     m.attention.qkv_bias = attn_bias;
@@ -73,7 +73,7 @@ pub(super) fn parse(c: &Cfg, name: &str, mt: &str) -> Result<Model> {
         m.norm = Norm::LayerNorm { bias: true };
         m.attention.qkv_bias = b;
         m.attention.o_bias = b;
-        m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["hidden_act"], Act::Gelu), bias: b };
+        m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["hidden_act"], Act::Gelu)?, bias: b };
         m.hidden_dropout = c.dropout(&["residual_dropout"])?;
     }
     if mt.starts_with("deepseek") {

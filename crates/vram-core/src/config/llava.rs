@@ -219,7 +219,13 @@ fn parse_with(obj: Map<String, Value>, name: &str, file: &str, opts: ParseOption
             hint: format!("the vision tower has {} layers", tower.layers),
         });
     }
-    let act = super::keys::act_from_name(obj.get("projector_hidden_act").and_then(Value::as_str).unwrap_or("gelu"));
+    let act_name = obj.get("projector_hidden_act").and_then(Value::as_str).unwrap_or("gelu");
+    let act = super::keys::act_from_name(act_name).ok_or_else(|| Error::BadKey {
+        file: file.into(),
+        key: "projector_hidden_act".into(),
+        value: act_name.into(),
+        hint: super::keys::UNKNOWN_ACT.into(),
+    })?;
     let anyres = match kind {
         Kind::Llava => None,
         _ => Some(anyres(&obj, file, vis.image_size, vis.image_size / vis.patch.max(1), image_tokens, kind)?),

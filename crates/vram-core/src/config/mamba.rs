@@ -490,7 +490,7 @@ pub(super) fn parse_nemotron_h(c: &Cfg, name: &str, model_type: &str) -> Result<
     m.mlp = crate::model::Mlp {
         gated: false,
         fused_gate_up: false,
-        act: c.act(&["mlp_hidden_act"], Act::Relu2),
+        act: c.act(&["mlp_hidden_act"], Act::Relu2)?,
         bias: c.bool("mlp_bias", false)?,
     };
     let heads = c.opt(&["mamba_num_heads"])?.unwrap_or(128);

@@ -68,7 +68,7 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
         softcap: false,
         sinks: false,
     };
-    m.mlp = Mlp { gated: true, fused_gate_up: true, act: c.act(&["hidden_activation"], Act::Gelu), bias: c.bool("mlp_bias", false)? };
+    m.mlp = Mlp { gated: true, fused_gate_up: true, act: c.act(&["hidden_activation"], Act::Gelu)?, bias: c.bool("mlp_bias", false)? };
     // ModernBertForQuestionAnswering: the prediction head and a 2-output classifier on every token.
     let head = super::bert::head_with_qa(c, &mut m, "ModernBERT", "the head and qa classifier")?;
     let pooling = c.str("classifier_pooling").unwrap_or_else(|| "cls".into());

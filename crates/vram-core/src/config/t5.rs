@@ -48,7 +48,9 @@ fn feed_forward(c: &Cfg, default: &str) -> Result<Mlp> {
         None if proj == "gated-gelu" => "gelu_new".to_string(),
         None => act.to_string(),
     };
-    Ok(Mlp { gated, fused_gate_up: false, act: act_from_name(&act), bias: false })
+    let key = if c.str("dense_act_fn").is_some() { "dense_act_fn" } else { "feed_forward_proj" };
+    let act = act_from_name(&act).ok_or_else(|| c.bad(key, &serde_json::Value::from(act.as_str()), super::keys::UNKNOWN_ACT))?;
+    Ok(Mlp { gated, fused_gate_up: false, act, bias: false })
 }
 
 /// T5Config's `attribute_map` aliases (`hidden_size`, `num_attention_heads`,

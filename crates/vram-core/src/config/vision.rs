@@ -86,7 +86,7 @@ pub(super) fn parse(c: &Cfg, name: &str, model_type: &str) -> Result<Model> {
         VisionFamily::Clip => Act::QuickGelu,
         _ => Act::Gelu,
     };
-    m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["hidden_act"], default_act), bias: true };
+    m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["hidden_act"], default_act)?, bias: true };
     // ViTConfig hidden_dropout_prob 0.0; Dinov2Config hidden_dropout_prob 0.0; CLIP/SigLIP none.
     m.hidden_dropout = c.dropout(&["hidden_dropout_prob"])?;
     m.attention_dropout = c.dropout(&["attention_probs_dropout_prob", "attention_dropout"])?;
