@@ -53,6 +53,8 @@ DEVELOPMENT = ["llava-interleave-qwen-0.5b-hf", "Qwen2-VL-2B-Instruct", "gemma-3
 HELD_OUT = ["Qwen2.5-VL-3B-Instruct", "llava-1.5-7b-hf", "gemma-3-12b-it"]
 NEXT_DEVELOPMENT = ["llava-v1.6-mistral-7b-hf"]
 NEXT_HELD_OUT = ["llava-next-vicuna-7b-from-video-hf"]
+OV_DEVELOPMENT = ["llava-onevision-qwen2.5-0.5b-constructed"]
+OV_HELD_OUT = ["llava-onevision-qwen2.5-1.5b-constructed"]
 
 
 def points():
@@ -65,6 +67,8 @@ def points():
             p["image_size"] = 448
         if model in NEXT_DEVELOPMENT + NEXT_HELD_OUT:
             p["image_size"] = 672
+        if model in OV_DEVELOPMENT + OV_HELD_OUT:
+            p["image_size"] = 768
         out.append(p)
 
     for m in DEVELOPMENT + HELD_OUT:
@@ -76,8 +80,13 @@ def points():
         pt(m, "lora:default", 1, 4096)
         pt(m, "lora:default", 2, 4096, checkpointing=True)
         pt(m, "lora:all-linear", 2, 4096)
+    # LLaVA-OneVision at 768 px: 5 tiles through the frozen tower, 3699 image tokens per sample.
+    for m in OV_DEVELOPMENT + OV_HELD_OUT:
+        pt(m, "lora:default", 2, 4096)
+        pt(m, "lora:default", 4, 4096, checkpointing=True)
+        pt(m, "lora:all-linear", 2, 4096)
     for p in out:
-        p["set"] = "development" if p["model"] in DEVELOPMENT + NEXT_DEVELOPMENT else "held-out"
+        p["set"] = "development" if p["model"] in DEVELOPMENT + NEXT_DEVELOPMENT + OV_DEVELOPMENT else "held-out"
         p["id"] = "|".join(f"{k}={p[k]}" for k in sorted(p) if k != "set")
     return out
 

@@ -35,9 +35,11 @@ fn vlm_lora_peaks_follow_pytorch() {
         }
         let name = r["model"].as_str().unwrap();
         let mut model = parse_config(&std::fs::read(root().join(r["source"].as_str().unwrap())).unwrap(), name, "fixture").unwrap();
-        if let Some(side) = r.get("image_size_processed").and(r["image_size"].as_u64()) {
+        // Qwen2-VL and the tiled LLaVAs (NeXT, OneVision) name the side of their square images.
+        if let Some(side) = r.get("image_size_processed").or(r.get("tiles_per_image")).and(r["image_size"].as_u64()) {
             model.set_image_size(side).unwrap();
         }
+        assert_eq!(model.multimodal.as_ref().unwrap().image_tokens, r["image_tokens_per_image"].as_u64().unwrap(), "{name}");
         let variant = r["train"].as_str().unwrap();
         let (batch, seq) = (r["batch"].as_u64().unwrap(), r["seq"].as_u64().unwrap());
         let err = family_table::lora_error(&model, lora(variant), &r, batch, seq);
