@@ -646,6 +646,10 @@ def points():
         pt(m, "frozen_vision", "bf16-mixed", 2, 2048, checkpointing=True)
         pt(m, "frozen_vision", "bf16", 1, 2048)
         pt(m, None, "bf16", 4, 2048, mode="infer")
+        if m == "llava-1.5-7b-hf":
+            # Past the optimizer step: the end of forward, where the training-time KV cache
+            # (text_config use_cache, fp32 keys and values) lives.
+            pt(m, "full", "bf16-mixed", 4, 4096)
     out += qwen_points()
     out += gemma_points()
     out += next_points()
