@@ -74,10 +74,10 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
     // text_config's `use_cache` is true: the wrappers pass None, which the language model's
     // merge_with_config_defaults fills from its own config (measured, validation/vlm.py at
     // batch 4–8 × 4096: llava-1.5-7b and LLaVA-NeXT +16 GiB at the end of forward, Qwen2-VL-2B
-    // +1.75 GiB, gemma-3-4b +8.5 GiB). Gemma-3 alone is estimated without it: the text model's
-    // accounting of a cache under masks and GQA also changes what attention saves, which moved
-    // gemma-3-4b +1.2% while its measured backward is the same with or without the cache; its
-    // forward end (never its peak in validation/vlm.py) is therefore low by the cache.
+    // +1.75 GiB, gemma-3-4b +8.5 GiB). Gemma-3's saved tensors are estimated without it: the
+    // text model's accounting of a cache under masks and GQA also changes what attention saves,
+    // which moved gemma-3-4b +1.2% while its measured backward is the same with or without the
+    // cache; the cache itself is added at the end of forward below.
     let padded = job.padded || (mm.pool.is_some() && job.mode == Mode::Train);
     let no_cache = job.mode == Mode::Train && mm.pool.is_some();
     let lm_job = Job { padded, use_cache: Some(false).filter(|_| no_cache).or(job.use_cache), ..job.clone() };
@@ -88,6 +88,15 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
         Mode::Train => train::phases(&lm, &lm_job),
         Mode::Infer => infer::phases(&lm, job),
     };
+    if no_cache {
+        // Gemma-3's cache itself, at the end of forward only (fp32 keys and values per layer,
+        // measured: gemma-3-4b at 8 × 4096, +8.5 GiB there).
+        let with_cache = Job { use_cache: job.use_cache, ..lm_job.clone() };
+        let extra = act::training_cache_extra(&lm, &with_cache) * job.batch as u128 * job.seq as u128 * lm.layers as u128;
+        for ph in phases.iter_mut().filter(|p| p.phase == Phase::ForwardEnd) {
+            ph.add(train::CACHE, extra, "fp32 keys and values the training-time DynamicCache holds until the model output is dropped");
+        }
+    }
     // The mask Gemma-3's token_type_ids bring is not a padded batch: its own note says why.
     let own_mask = padded && !job.padded;
     notes.extend(lm_notes.into_iter().filter(|n| !(own_mask && n.starts_with("padded batch"))));
