@@ -381,8 +381,15 @@ pub fn check_encoder(model: &Model, job: &Job) -> Result<()> {
                 what: "sequence length".into(),
                 value: job.seq.to_string(),
                 hint: format!(
-                    "{} image(s) × {} tokens = {image_tokens} image tokens do not fit a {}-token sequence: the sequence counts text and image tokens together",
-                    mm.images, mm.image_tokens, job.seq
+                    "{} image(s) × {} tokens = {image_tokens} image tokens do not fit a {}-token sequence: the sequence counts text and image tokens together; raise --seq-len{}",
+                    mm.images,
+                    mm.image_tokens,
+                    job.seq,
+                    match (&mm.anyres, mm.merger) {
+                        (Some(a), _) => format!(", or pass a smaller --image-size (now {} px, {} tiles per image)", a.side, a.tiles),
+                        (None, Some(_)) => ", or pass a smaller --image-size".to_string(),
+                        _ => String::new(),
+                    }
                 ),
             });
         }
