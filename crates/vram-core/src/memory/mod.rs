@@ -504,7 +504,7 @@ fn check_ssm(model: &Model, job: &Job) -> Result<()> {
         Some(what) => Err(Error::InvalidValue {
             what: "Mamba job".into(),
             value: what.into(),
-            hint: format!("vram estimates Mamba's full fine-tuning (bf16-mixed or fp32; Mamba-2 and the hybrids — Bamba, Granite-4.0-H, Falcon-H1, Jamba — bf16-mixed) and a prefill (not for hybrids) on one GPU; {what} is not modelled for state-space models yet"),
+            hint: format!("vram estimates Mamba's full fine-tuning (bf16-mixed or fp32; Mamba-2 and the hybrids — Bamba, Granite-4.0-H, Falcon-H1, Jamba, Nemotron-H — bf16-mixed) and a prefill (not for hybrids) on one GPU; {what} is not modelled for state-space models yet"),
         }),
         None => Ok(()),
     }
