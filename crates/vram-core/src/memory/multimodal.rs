@@ -92,7 +92,7 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
         // Gemma-3's cache itself, at the end of forward only (fp32 keys and values per layer,
         // measured: gemma-3-4b at 8 × 4096, +8.5 GiB there).
         let with_cache = Job { use_cache: job.use_cache, ..lm_job.clone() };
-        let extra = act::training_cache_extra(&lm, &with_cache) * job.batch as u128 * job.seq as u128 * lm.layers as u128;
+        let extra = act::training_cache_bytes(&lm, &with_cache, true) * job.batch as u128 * job.seq as u128 * lm.layers as u128;
         for ph in phases.iter_mut().filter(|p| p.phase == Phase::ForwardEnd) {
             ph.add(train::CACHE, extra, "fp32 keys and values the training-time DynamicCache holds until the model output is dropped");
         }
