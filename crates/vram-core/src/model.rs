@@ -279,7 +279,7 @@ impl AnyRes {
     /// square image of `side` px: the most effective pixels, then the least waste, first wins a
     /// tie (its float scale and `int()` truncation).
     pub fn best_resolution(&self, side: u64) -> (u64, u64) {
-        let mut best = self.pinpoints[0];
+        let mut best = self.pinpoints.first().copied().unwrap_or_default();
         let (mut max_eff, mut min_waste) = (0u128, u128::MAX);
         let s = side as f64;
         for &(h, w) in &self.pinpoints {

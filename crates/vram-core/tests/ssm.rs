@@ -259,4 +259,11 @@ fn nemotron_h_reads_its_blocks() {
     assert!(parsed(&cfg).unwrap_err().to_string().contains("MoE"));
     cfg["hybrid_override_pattern"] = Value::from(pattern.replace('-', "M"));
     assert!(parsed(&cfg).is_err());
+    // Mixer sizes Mamba2Mixer cannot build, or vram does not size, are refused, not estimated.
+    let (base, _) = ssm_config("nemotron-h-8b");
+    for (key, value) in [("chunk_size", 0), ("ssm_state_size", 1 << 30), ("n_groups", 3), ("mamba_head_dim", 0)] {
+        let mut bad = base.clone();
+        bad[key] = Value::from(value);
+        assert!(refusal(&bad).contains("mamba_num_heads"), "{key} = {value}");
+    }
 }

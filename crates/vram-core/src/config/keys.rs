@@ -112,7 +112,7 @@ impl Cfg<'_> {
 }
 
 /// What an unmodelled activation name is told.
-pub(super) const UNKNOWN_ACT: &str = "vram models transformers' gelu, gelu_pytorch_tanh, gelu_new/fast/accurate/python, quick_gelu, silu/swish, relu, relu2, relu6, leaky_relu, prelu, hardswish, mish, sigmoid, tanh and linear activations (gelu_10, laplace, sqrtsoftplus and xielu are Python compositions it does not model)";
+pub(super) const UNKNOWN_ACT: &str = "vram models transformers' gelu, gelu_pytorch_tanh, gelu_new/fast/accurate/python, quick_gelu, silu/swish, relu, relu2, relu6, leaky_relu, prelu, hardswish, mish, sigmoid and tanh activations (gelu_10, laplace, sqrtsoftplus and xielu are Python compositions, and linear an identity that saves nothing, which it does not model)";
 
 /// transformers `ACT2FN` names (activations.py ACT2CLS) → how PyTorch evaluates them; None for a
 /// name vram does not model.
@@ -125,7 +125,7 @@ pub(super) fn act_from_name(s: &str) -> Option<Act> {
         "quick_gelu" => Act::QuickGelu,
         // One native kernel that saves one tensor of its input's size (its input or output),
         // as native GELU does.
-        "gelu" | "gelu_pytorch_tanh" | "relu6" | "leaky_relu" | "prelu" | "hardswish" | "mish" | "sigmoid" | "tanh" | "linear" => Act::Gelu,
+        "gelu" | "gelu_pytorch_tanh" | "relu6" | "leaky_relu" | "prelu" | "hardswish" | "mish" | "sigmoid" | "tanh" => Act::Gelu,
         _ => return None,
     })
 }

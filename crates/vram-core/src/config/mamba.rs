@@ -80,34 +80,32 @@ pub(super) fn parse2(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     m.layers = c.opt(&["num_hidden_layers"])?.unwrap_or(64);
     m.vocab = c.opt(&["vocab_size"])?.unwrap_or(32768);
     m.embed_dim = m.hidden;
-    let heads = c.opt(&["num_heads"])?.unwrap_or(128);
-    let head_dim = c.opt(&["head_dim"])?.unwrap_or(64);
     let expand = c.opt(&["expand"])?.unwrap_or(2);
     let d_inner = expand.saturating_mul(m.hidden);
-    let d_state = c.opt(&["state_size"])?.unwrap_or(128);
-    let d_conv = c.opt(&["conv_kernel"])?.unwrap_or(4);
-    let groups = c.opt(&["n_groups"])?.unwrap_or(8);
-    let chunk = c.opt(&["chunk_size"])?.unwrap_or(256);
-    // Mamba2Mixer: intermediate_size = expand × hidden must equal num_heads × head_dim (the
-    // mixer views x as [.., heads, head_dim]); heads divide into groups.
-    if heads == 0 || head_dim == 0 || heads.checked_mul(head_dim) != Some(d_inner) {
-        return Err(c.bad("num_heads", &Value::from(heads), "num_heads × head_dim must equal expand × hidden_size"));
-    }
-    if groups == 0 || heads % groups != 0 || d_state == 0 || d_state > 1024 || d_conv == 0 || d_conv > 64 || chunk == 0 || chunk > 4096 {
+    let k = Mamba2Keys {
+        heads: c.opt(&["num_heads"])?.unwrap_or(128),
+        head_dim: c.opt(&["head_dim"])?.unwrap_or(64),
+        d_state: c.opt(&["state_size"])?.unwrap_or(128),
+        d_conv: c.opt(&["conv_kernel"])?.unwrap_or(4),
+        groups: c.opt(&["n_groups"])?.unwrap_or(8),
+        chunk: c.opt(&["chunk_size"])?.unwrap_or(256),
+    };
+    // Mamba2Mixer: intermediate_size = expand × hidden must equal num_heads × head_dim.
+    if !k.buildable(d_inner) {
         return Err(c.bad(
-            "n_groups",
-            &Value::from(groups),
-            "expected n_groups dividing num_heads, state_size 1–1024, conv_kernel 1–64, chunk_size 1–4096",
+            "num_heads",
+            &Value::from(k.heads),
+            "num_heads × head_dim must equal expand × hidden_size, with n_groups dividing num_heads, state_size 1–1024, conv_kernel 1–64, chunk_size 1–4096",
         ));
     }
     let mixer = Ssm {
         d_inner,
-        d_state,
-        d_conv,
+        d_state: k.d_state,
+        d_conv: k.d_conv,
         dt_rank: 0,
         conv_bias: false,
         proj_bias: false,
-        mamba2: Some(Mamba2 { heads, head_dim, groups, chunk, gated_norm: true }),
+        mamba2: Some(k.mixer()),
         attention_layers: 0,
         parallel_attention: false,
         dt_bc_norms: false,
@@ -180,7 +178,7 @@ fn bamba_mixer(c: &Cfg, m: &Model, attention: u64) -> Result<Ssm> {
         dt_rank: 0,
         conv_bias: c.bool("mamba_conv_bias", true)?,
         proj_bias: c.bool("mamba_proj_bias", false)?,
-        mamba2: Some(Mamba2 { heads: k.heads, head_dim: k.head_dim, groups: k.groups, chunk: k.chunk, gated_norm: true }),
+        mamba2: Some(k.mixer()),
         attention_layers: attention,
         parallel_attention: false,
         dt_bc_norms: false,
@@ -206,17 +204,7 @@ fn mamba2_keys(c: &Cfg, d_inner: u64, width_key: &str) -> Result<Mamba2Keys> {
         groups: c.opt(&["mamba_n_groups"])?.unwrap_or(1),
         chunk: c.opt(&["mamba_chunk_size"])?.unwrap_or(256),
     };
-    if k.heads == 0
-        || k.heads.checked_mul(k.head_dim) != Some(d_inner)
-        || k.groups == 0
-        || k.heads % k.groups != 0
-        || k.d_state == 0
-        || k.d_state > 1024
-        || k.d_conv == 0
-        || k.d_conv > 64
-        || k.chunk == 0
-        || k.chunk > 4096
-    {
+    if !k.buildable(d_inner) {
         return Err(c.bad(
             "mamba_n_heads",
             &Value::from(k.heads),
@@ -234,6 +222,25 @@ struct Mamba2Keys {
     d_conv: u64,
     groups: u64,
     chunk: u64,
+}
+
+impl Mamba2Keys {
+    /// Whether Mamba2Mixer can be built from them (it views x as [.., heads, head_dim], so
+    /// heads × head_dim must be the mixer width, the heads split into groups) and they are in
+    /// the ranges vram sizes: state 1–1024, conv 1–64, chunk 1–4096.
+    fn buildable(&self, d_inner: u64) -> bool {
+        self.heads > 0
+            && self.heads.checked_mul(self.head_dim) == Some(d_inner)
+            && self.groups > 0
+            && self.heads % self.groups == 0
+            && (1..=1024).contains(&self.d_state)
+            && (1..=64).contains(&self.d_conv)
+            && (1..=4096).contains(&self.chunk)
+    }
+
+    fn mixer(&self) -> Mamba2 {
+        Mamba2 { heads: self.heads, head_dim: self.head_dim, groups: self.groups, chunk: self.chunk, gated_norm: true }
+    }
 }
 
 /// Granite-4.0-H (`granitemoehybrid`, transformers models/granitemoehybrid): `layer_types` marks
@@ -343,13 +350,7 @@ pub(super) fn parse_falcon_h1(c: &Cfg, name: &str, model_type: &str) -> Result<M
         dt_rank: 0,
         conv_bias: c.bool("mamba_conv_bias", true)?,
         proj_bias,
-        mamba2: Some(Mamba2 {
-            heads: k.heads,
-            head_dim: k.head_dim,
-            groups: k.groups,
-            chunk: k.chunk,
-            gated_norm: c.bool("mamba_rms_norm", false)?,
-        }),
+        mamba2: Some(Mamba2 { gated_norm: c.bool("mamba_rms_norm", false)?, ..k.mixer() }),
         attention_layers: 0,
         parallel_attention: true,
         dt_bc_norms: false,
@@ -493,21 +494,31 @@ pub(super) fn parse_nemotron_h(c: &Cfg, name: &str, model_type: &str) -> Result<
         act: c.act(&["mlp_hidden_act"], Act::Relu2)?,
         bias: c.bool("mlp_bias", false)?,
     };
-    let heads = c.opt(&["mamba_num_heads"])?.unwrap_or(128);
-    let head_dim = c.opt(&["mamba_head_dim"])?.unwrap_or(64);
-    let d_inner = heads.saturating_mul(head_dim);
-    let groups = c.opt(&["n_groups"])?.unwrap_or(8);
-    if groups == 0 || heads % groups != 0 || d_inner % groups != 0 {
-        return Err(c.bad("n_groups", &Value::from(groups), "must divide mamba_num_heads"));
+    // NemotronHMamba2Mixer: the width is mamba_num_heads × mamba_head_dim.
+    let k = Mamba2Keys {
+        heads: c.opt(&["mamba_num_heads"])?.unwrap_or(128),
+        head_dim: c.opt(&["mamba_head_dim"])?.unwrap_or(64),
+        d_state: c.opt(&["ssm_state_size"])?.unwrap_or(128),
+        d_conv: c.opt(&["conv_kernel"])?.unwrap_or(4),
+        groups: c.opt(&["n_groups"])?.unwrap_or(8),
+        chunk: c.opt(&["chunk_size"])?.unwrap_or(128),
+    };
+    let d_inner = k.heads.saturating_mul(k.head_dim);
+    if k.head_dim == 0 || !k.buildable(d_inner) {
+        return Err(c.bad(
+            "mamba_num_heads",
+            &Value::from(k.heads),
+            "expected mamba_num_heads and mamba_head_dim above 0, n_groups dividing the heads, ssm_state_size 1–1024, conv_kernel 1–64, chunk_size 1–4096",
+        ));
     }
     m.ssm = Some(Ssm {
         d_inner,
-        d_state: c.opt(&["ssm_state_size"])?.unwrap_or(128),
-        d_conv: c.opt(&["conv_kernel"])?.unwrap_or(4),
+        d_state: k.d_state,
+        d_conv: k.d_conv,
         dt_rank: 0,
         conv_bias: c.bool("use_conv_bias", true)?,
         proj_bias: c.bool("mamba_proj_bias", false)?,
-        mamba2: Some(Mamba2 { heads, head_dim, groups, chunk: c.opt(&["chunk_size"])?.unwrap_or(128), gated_norm: true }),
+        mamba2: Some(k.mixer()),
         attention_layers: attention,
         parallel_attention: false,
         dt_bc_norms: false,

@@ -409,7 +409,7 @@ pub struct VllmServe {
 /// Resolve the flags and compute vLLM's accounting.
 pub fn vllm(a: &ServeArgs, mut model: Model) -> Result<VllmServe> {
     // vLLM sizes a vision-language model by its largest image, not the training image size.
-    model.warnings.retain(|w| !w.starts_with(vram_core::model::QWEN_IMAGE_ASSUMED));
+    model.drop_image_assumption();
     let g = resolve::gpu(&a.gpu)?;
     let (dtype, kv_cache_dtype) = (vllm_dtype(&a.dtype)?, vllm_kv_dtype(&a.kv_cache_dtype)?);
     let quantization = quantization(a.quantization.as_deref(), &model)?;
