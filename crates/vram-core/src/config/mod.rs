@@ -69,14 +69,9 @@ pub fn parse_config(bytes: &[u8], name: &str, file: &str) -> Result<Model> {
 /// [`parse_config`] with options (the approximate-architecture opt-in).
 pub fn parse_config_with(bytes: &[u8], name: &str, file: &str, opts: ParseOptions) -> Result<Model> {
     let obj = json_object(bytes, file)?;
-    match obj.get("model_type").and_then(Value::as_str) {
-        Some("llava") => return llava::parse(obj, name, file, opts),
-        Some("llava_next") => return llava::parse_next(obj, name, file, opts),
-        Some("llava_onevision") => return llava::parse_onevision(obj, name, file, opts),
-        Some("clip" | "siglip") => return clip::parse(obj, name, file, opts),
-        Some("qwen2_vl" | "qwen2_5_vl") => return qwen2_vl::parse(obj, name, file, opts),
-        Some("gemma3") if matches!(obj.get("vision_config"), Some(Value::Object(_))) => return gemma3_vl::parse(obj, name, file, opts),
-        _ => {}
+    let model_type = obj.get("model_type").and_then(Value::as_str).unwrap_or_default();
+    if let Some(parse) = registry::composite(model_type, &obj) {
+        return parse(obj, name, file, opts);
     }
     parse_object(obj, name, file, opts)
 }

@@ -1,8 +1,11 @@
 //! Which parser reads which `model_type`, and the families recognised but not estimated.
 
+use serde_json::{Map, Value};
+
 use super::keys::Cfg;
 use super::{
-    bart, bert, clip, deberta, distilbert, electra, falcon, gpt2, gpt_neox, llama, mamba, modernbert, opt, phi, t5, vision, whisper,
+    bart, bert, clip, deberta, distilbert, electra, falcon, gemma3_vl, gpt2, gpt_neox, llama, llava, mamba, modernbert, opt, phi, qwen2_vl,
+    t5, vision, whisper, ParseOptions,
 };
 use crate::error::Result;
 use crate::model::Model;
@@ -57,6 +60,28 @@ const FAMILIES: &[(&[&str], Parser)] = &[
     (&["bart", "mbart"], bart::parse),
     (&["t5", "mt5"], t5::parse),
 ];
+
+/// A composite config's parser (vision-language models, dual encoders): the whole JSON object,
+/// whose nested parts it reads with their own families' parsers.
+pub(super) type CompositeParser = fn(Map<String, Value>, &str, &str, ParseOptions) -> Result<Model>;
+
+/// Composite architectures, by `model_type`, and the file that reads them.
+const COMPOSITES: &[(&[&str], CompositeParser)] = &[
+    (&["llava"], llava::parse),
+    (&["llava_next"], llava::parse_next),
+    (&["llava_onevision"], llava::parse_onevision),
+    (&["clip", "siglip"], clip::parse),
+    (&["qwen2_vl", "qwen2_5_vl"], qwen2_vl::parse),
+];
+
+/// The composite parser for this config, if it is one. Gemma-3 is one only with a
+/// `vision_config` (Gemma3ForConditionalGeneration); without, it is its text model.
+pub(super) fn composite(model_type: &str, obj: &Map<String, Value>) -> Option<CompositeParser> {
+    if model_type == "gemma3" && matches!(obj.get("vision_config"), Some(Value::Object(_))) {
+        return Some(gemma3_vl::parse);
+    }
+    COMPOSITES.iter().find(|(types, _)| types.contains(&model_type)).map(|(_, p)| *p)
+}
 
 /// Types whose parser checks `architectures` itself (encoder heads, Whisper's conditional
 /// generation) instead of requiring a causal-LM class.
