@@ -1,24 +1,30 @@
 #!/usr/bin/env python3
 """GPU measurement kit: what a real CUDA GPU shows, recorded as data for vram's tests.
 
-    python validation/gpu/kit.py --out validation/gpu/recordings.jsonl [--quick] [--snapshots DIR]
+    python validation/gpu/kit.py --out DIR [--deadline SECONDS] [--workers N] [--only MODEL] [--quick]
 
-Needs a CUDA GPU, torch and transformers (validation/requirements.txt). Nothing is downloaded:
-models are built from the configs in validation/configs/ with random weights (as
-validation/harness.py does, but on the real device). Every measurement runs in a fresh
-subprocess so that each starts from an empty CUDA context. One JSON object per line:
+Needs a CUDA GPU, torch, transformers and peft. Nothing is downloaded: models are built from the
+configs in the repo with random weights, directly on the GPU (as from_pretrained places them, one
+tensor per parameter in module order). Each measurement runs in a fresh process, so each starts
+from an empty CUDA context. Writes DIR/recordings.jsonl (one JSON object per line) and, for a
+few points, DIR/snapshots/<name>.pickle (torch.cuda.memory._dump_snapshot, replayable by
+`vram explain`).
 
-- kind "context": NVML per-process used memory before CUDA init, after init (one tiny tensor),
-  after cuBLAS is loaded (a matmul), after cuDNN is loaded (a conv) — the CUDA context that
-  vram assumes (512 MiB, cuBLAS 64 MiB) measured on this driver and GPU.
-- kind "point": one training step grid point (two steps, the second measured as the steady
-  state) or one inference point: torch max_memory_allocated / max_memory_reserved, NVML
-  per-process used at the end, and the job as vram flags, so crates/vram-core/tests hold
-  `estimate` to it. With --snapshots, the allocator snapshot of each point is dumped too
-  (replayable by `vram explain` and the allocator test).
-- kind "nccl" (2+ GPUs): per-rank NVML used before and after the first NCCL all_reduce.
+- kind "context" (run alone, three times): NVML's per-process and device-wide used memory and
+  torch's allocated/reserved before CUDA init, after init (one tiny tensor), after cuBLAS (an
+  fp32 and a bf16 matmul), after cuDNN (a conv) and after flash attention (SDPA forward and
+  backward in bf16). This is the CUDA context vram adds above what PyTorch reserves.
+- kind "point": the points of validation/alloc_traces.py (same models, jobs and names, so each
+  pairs with the FakeTensorMode trace and oracle peak recorded there), run for real: torch's
+  max_memory_allocated and max_memory_reserved over the two training steps (or the generation),
+  per phase, the allocator's counters, and at the end NVML's per-process used memory, so
+  `used - reserved` is the context of a real job. `alloc_conf` names PYTORCH_CUDA_ALLOC_CONF
+  where a point was run under one.
+- kind "nccl" (2+ GPUs only): per-rank NVML used before and after the first all_reduce.
 
-Each record carries the GPU name, driver, CUDA and torch versions.
+Points run concurrently when the GPU has room (the per-process figures are unaffected; a point
+whose allocator had to free its cache and retry, `num_alloc_retries` > 0, is marked invalid).
+Every record carries the GPU name, driver, CUDA, torch and transformers versions.
 """
 import argparse
 import json
@@ -28,37 +34,90 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CONFIGS = os.path.join(HERE, "..", "configs")
+VALIDATION = os.path.dirname(HERE)
+ROOT = os.path.dirname(VALIDATION)
+sys.path.insert(0, VALIDATION)
 
-# Small models that fit any modern GPU; (config file, batch sizes, sequence lengths).
-GRID = [
-    ("pythia-160m.json", [1, 4], [512, 1024]),
-    ("opt-125m.json", [1, 4], [512, 1024]),
-    ("gemma-3-1b.json", [1, 2], [512, 1024]),
-]
-QUICK_GRID = [("pythia-160m.json", [2], [512])]
-PRECISIONS = ["bf16-mixed", "fp32"]
+GIB = 1 << 30
+# Points recorded with an allocator snapshot (the pickles are committed), and whether each keeps
+# the Python frames of every allocation (which `vram explain` groups by; they make a pickle large).
+SNAPSHOT_POINTS = {
+    "gpt2_train_bf16-mixed_1_2048_foreach_False": True,
+    "opt-125m_infer_bf16_4_1024": True,
+    "pythia-160m_train_bf16-mixed_4_2048_foreach_True": False,
+    "qwen2.5-0.5b_train_bf16-mixed_1_2048_foreach_False": False,
+    "qwen2.5-0.5b_lora_train_bf16-mixed_1_2048_foreach_False": False,
+}
+# Points run a second time under expandable segments.
+EXPANDABLE_POINTS = (
+    "qwen2.5-0.5b_train_bf16-mixed_4_2048_foreach_False",
+    "llama-3.2-1b_train_bf16-mixed_4_2048_foreach_True",
+    "gemma-3-1b_train_bf16-mixed_1_2048_foreach_False",
+    "pythia-160m_train_fp32_2_2048_foreach_False",
+    "qwen2.5-1.5b_lora_train_bf16-mixed_4_2048_foreach_False_all-linear",
+    "llama-3.2-1b_infer_bf16_4_1024",
+)
+EXPANDABLE = "expandable_segments:True"
 
 
-def grid(quick=False):
-    """Every measurement point, in a stable order (pure; unit-tested)."""
-    points = []
-    for cfg, batches, seqs in QUICK_GRID if quick else GRID:
-        for b in batches:
-            for s in seqs:
-                for p in PRECISIONS[:1] if quick else PRECISIONS:
-                    points.append({"config": cfg, "mode": "train", "batch": b, "seq": s, "precision": p})
-                points.append({"config": cfg, "mode": "infer", "batch": b, "seq": s, "precision": "bf16"})
+def oracle_peaks():
+    """name -> FakeTensorMode peak allocated, from validation/fixtures/alloc_traces.jsonl."""
+    out = {}
+    with open(os.path.join(VALIDATION, "fixtures", "alloc_traces.jsonl")) as f:
+        for line in f:
+            d = json.loads(line)
+            if "name" in d:
+                out[d["name"]] = d["peak_allocated"]
+    return out
+
+
+def grid(gpu_bytes=80 * GIB, only=None, quick=False):
+    """Every point that fits the GPU, in run order (pure; unit-tested): the alloc_traces points
+    whose oracle peak leaves room for the allocator's reserve, then the expandable-segments
+    repeats. Largest first, so that small points fill the gaps beside them."""
+    import alloc_traces
+
+    peaks = oracle_peaks()
+    base = []
+    for p in alloc_traces.points():
+        peak = peaks.get(p["name"])
+        if peak is None or peak * 1.25 + 2 * GIB > gpu_bytes:
+            continue
+        if only and p["model"] not in only.split(","):
+            continue
+        base.append(dict(p, oracle_peak=peak, alloc_conf=None, snapshot=p["name"] in SNAPSHOT_POINTS))
+    base.sort(key=lambda p: -p["oracle_peak"])
+    extra = [dict(p, alloc_conf=EXPANDABLE, snapshot=False) for p in base if p["name"] in EXPANDABLE_POINTS]
+    points = base + extra
+    if quick:
+        points = [p for p in points if p["model"] in ("gpt2", "pythia-160m")][:3]
     return points
+
+
+def need_bytes(point):
+    """GPU memory to set aside for a running point: its oracle peak, the reserve, a context."""
+    return int(point["oracle_peak"] * 1.3) + GIB
 
 
 def vram_flags(point):
     """The `vram estimate` flags that describe a point (pure; unit-tested)."""
-    return [
-        "--model", os.path.join("validation", "configs", point["config"]),
-        "--mode", point["mode"], "--batch-size", str(point["batch"]),
-        "--seq-len", str(point["seq"]), "--precision", point["precision"],
-    ]
+    flags = ["--model", point["source"], "--mode", "train" if point["mode"] == "train" else "infer",
+             "--batch-size", str(point["batch"]), "--seq-len", str(point["seq"])]
+    if point.get("peft"):
+        flags += ["--lora-r", str(point["lora_r"]), "--precision", "bf16-mixed"]
+        if point.get("lora_target_modules"):
+            flags += ["--lora-target-modules", point["lora_target_modules"]]
+    else:
+        flags += ["--precision", point["precision"]]
+    if point["mode"] == "train":
+        flags += ["--optimizer", "adamw"]
+        if point.get("impl") == "fused":
+            flags += ["--optimizer-impl", "fused"]
+        if point.get("checkpointing"):
+            flags += ["--checkpointing", "full"]
+    else:
+        flags += ["--prompt-len", str(point["prompt_len"])]
+    return flags
 
 
 def parse_smi_apps(text):
@@ -71,33 +130,44 @@ def parse_smi_apps(text):
     return out
 
 
-def nvml_used(pid=None):
-    """Bytes this process holds on GPU 0 per NVML (None when unreadable, never 0 by default)."""
-    pid = pid or os.getpid()
+def nvml():
+    """(this process's used bytes, device-wide used bytes) per NVML; None where unreadable."""
+    pid, dev = None, None
     try:
         import pynvml
 
         pynvml.nvmlInit()
         h = pynvml.nvmlDeviceGetHandleByIndex(int(os.environ.get("KIT_GPU", "0")))
+        dev = pynvml.nvmlDeviceGetMemoryInfo(h).used
         for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
-            if p.pid == pid:
-                return p.usedGpuMemory
-        return None
+            if p.pid == os.getpid():
+                pid = p.usedGpuMemory
     except Exception:
         pass
-    try:
-        text = subprocess.run(
-            ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, check=True, timeout=30).stdout
-        return parse_smi_apps(text).get(pid)
-    except Exception:
-        return None
+    if pid is None:
+        try:
+            text = subprocess.run(
+                ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                capture_output=True, text=True, check=True, timeout=30).stdout
+            pid = parse_smi_apps(text).get(os.getpid())
+        except Exception:
+            pass
+    return pid, dev
 
 
 def environment():
     import torch
+    import transformers
 
-    info = {"torch": torch.__version__, "cuda": torch.version.cuda, "gpu": torch.cuda.get_device_name(0)}
+    info = {"torch": torch.__version__, "cuda": torch.version.cuda, "transformers": transformers.__version__,
+            "gpu": torch.cuda.get_device_name(0), "gpu_total": torch.cuda.get_device_properties(0).total_memory,
+            "cuda_module_loading": os.environ.get("CUDA_MODULE_LOADING", "(unset: LAZY)")}
+    try:
+        import peft
+
+        info["peft"] = peft.__version__
+    except Exception:
+        info["peft"] = None
     try:
         import pynvml
 
@@ -109,68 +179,166 @@ def environment():
 
 
 def settle():
-    time.sleep(0.5)  # NVML's per-process accounting lags the allocation slightly
+    time.sleep(0.3)  # NVML's per-process accounting lags the allocation slightly
 
 
 def child_context():
-    rec = {"kind": "context", "before_init": nvml_used()}
+    rec = {"kind": "context"}
+
+    def snap(stage):
+        settle()
+        pid, dev = nvml()
+        rec[stage] = {"nvml_process": pid, "nvml_device": dev}
+        if stage != "before_init":
+            rec[stage]["torch_allocated"] = torch.cuda.memory_allocated()
+            rec[stage]["torch_reserved"] = torch.cuda.memory_reserved()
+
+    snap("before_init")
     import torch
+    import torch.nn.functional as F
 
     torch.zeros(1, device="cuda")
     torch.cuda.synchronize()
-    settle()
-    rec["after_init"] = nvml_used()
-    a = torch.randn(256, 256, device="cuda")
+    snap("after_init")
+    a = torch.randn(1024, 1024, device="cuda")
     (a @ a).sum().item()
-    settle()
-    rec["after_cublas"] = nvml_used()
+    snap("after_cublas_fp32")
+    b = a.bfloat16()
+    (b @ b).float().sum().item()
+    snap("after_cublas_bf16")
     x = torch.randn(1, 3, 32, 32, device="cuda")
-    torch.nn.functional.conv2d(x, torch.randn(8, 3, 3, 3, device="cuda")).sum().item()
-    settle()
-    rec["after_cudnn"] = nvml_used()
-    rec["torch_reserved"] = torch.cuda.memory_reserved()
+    F.conv2d(x, torch.randn(8, 3, 3, 3, device="cuda")).sum().item()
+    snap("after_cudnn")
+    q = torch.randn(1, 8, 256, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    F.scaled_dot_product_attention(q, q, q, is_causal=True).sum().backward()
+    torch.cuda.synchronize()
+    snap("after_flash")
     return rec
 
 
-def child_point(point, snapshot_dir):
+def build(point, device):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    raw = json.load(open(os.path.join(CONFIGS, point["config"])))
-    model_type = raw.pop("model_type")
-    cfg = AutoConfig.for_model(model_type, **raw)
+    raw = json.load(open(os.path.join(ROOT, point["source"])))
+    cfg = AutoConfig.for_model(raw.pop("model_type"), **raw)
     dtype = {"fp32": torch.float32, "bf16-mixed": torch.float32, "bf16": torch.bfloat16}[point["precision"]]
-    if snapshot_dir:
-        torch.cuda.memory._record_memory_history(max_entries=200000)
-    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", torch_dtype=dtype).cuda()
-    ids = torch.randint(0, cfg.vocab_size, (point["batch"], point["seq"]), device="cuda")
+    if point.get("peft"):
+        dtype = torch.bfloat16  # TRL/peft: a bf16 base under bf16 autocast (as validation/lora.py)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=dtype)
+    if point.get("peft"):
+        from peft import LoraConfig, get_peft_model
+
+        lcfg = LoraConfig(r=point["lora_r"], lora_alpha=2 * point["lora_r"], lora_dropout=0.0,
+                          target_modules=point.get("lora_target_modules"), task_type="CAUSAL_LM")
+        model = get_peft_model(model, lcfg)
+        if point["checkpointing"]:
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=None)
+    elif point.get("checkpointing"):
+        model.gradient_checkpointing_enable()
+    return cfg, model
+
+
+class Stats:
+    """torch.cuda's allocator statistics, or zeros on the CPU (--dry-run)."""
+
+    def __init__(self, cuda):
+        self.cuda = cuda
+        self.phases = {}
+
+    def reset(self):
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+
+    def phase_end(self, name):
+        if not self.cuda:
+            self.phases[name] = {"max_allocated": 0, "max_reserved": 0}
+            return
+        import torch
+
+        torch.cuda.synchronize()
+        self.phases[name] = {"max_allocated": torch.cuda.max_memory_allocated(),
+                             "max_reserved": torch.cuda.max_memory_reserved(),
+                             "allocated": torch.cuda.memory_allocated()}
+        torch.cuda.reset_peak_memory_stats()
+
+
+def child_point(point, snapshot_dir, device):
+    import contextlib
+
+    import torch
+
+    cuda = device == "cuda"
+    stats = Stats(cuda)
+    t0 = time.time()
+    if cuda and point.get("snapshot") and snapshot_dir:
+        frames = SNAPSHOT_POINTS.get(point["name"], False)
+        torch.cuda.memory._record_memory_history(max_entries=400000, context="all" if frames else None,
+                                                 stacks="python")
+    torch.manual_seed(0)
+    cfg, model = build(point, device)
+    stats.phase_end("build")
+    ids = torch.randint(0, cfg.vocab_size, (point["batch"], point.get("prompt_len") or point["seq"]), device=device)
     if point["mode"] == "train":
         model.train()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+        params = [p for p in model.parameters() if p.requires_grad]
+        impl = point["impl"]
+        lr = 2e-4 if point.get("peft") else 1e-5
+        opt = torch.optim.AdamW(params, lr=lr, foreach=impl == "foreach", fused=impl == "fused" or None)
+        amp = point["precision"].endswith("-mixed")
         for step in range(2):
-            if step == 1:
-                torch.cuda.reset_peak_memory_stats()
-            amp = point["precision"].endswith("-mixed")
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
-                loss = model(input_ids=ids, labels=ids).loss
+            # HF collator: input_ids, labels, attention_mask; an all-ones mask is not passed
+            # (as validation/harness.py: an unpadded CUDA run skips it)
+            inputs = {"input_ids": ids.clone(), "labels": ids.clone()}
+            ctx = torch.autocast(device, dtype=torch.bfloat16) if amp else contextlib.nullcontext()
+            with ctx:
+                loss = model(**inputs).loss
+            stats.phase_end(f"forward{step}")
             loss.backward()
             del loss
+            stats.phase_end(f"backward{step}")
             opt.step()
             opt.zero_grad(set_to_none=True)
+            del inputs
+            stats.phase_end(f"optimizer{step}")
     else:
+        # As validation/harness.py infer(): prefill with logits_to_keep=1, greedy decode to seq.
         model.eval()
         with torch.no_grad():
-            prompt = max(1, point["seq"] // 2)
-            model.generate(ids[:, :prompt], max_new_tokens=point["seq"] - prompt, min_new_tokens=point["seq"] - prompt, do_sample=False)
-    torch.cuda.synchronize()
-    settle()
-    rec = dict(point, kind="point", vram_flags=vram_flags(point),
-               max_allocated=torch.cuda.max_memory_allocated(), max_reserved=torch.cuda.max_memory_reserved(),
-               nvml_used=nvml_used())
-    if snapshot_dir:
-        name = "{config}-{mode}-b{batch}-s{seq}-{precision}.pickle".format(**point).replace(".json", "")
-        torch.cuda.memory._dump_snapshot(os.path.join(snapshot_dir, name))
-        rec["snapshot"] = name
+            out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+            cache = out.past_key_values
+            tokens = out.logits[:, -1, :].to(copy=True, dtype=torch.float32).argmax(-1, keepdim=True)
+            del out
+            stats.phase_end("prefill")
+            for _ in range(point["seq"] - point["prompt_len"]):
+                ids = torch.cat([ids, tokens], dim=-1)
+                out = model(input_ids=tokens, past_key_values=cache, use_cache=True, logits_to_keep=1)
+                cache = out.past_key_values
+                tokens = out.logits[:, -1, :].to(copy=True, dtype=torch.float32).argmax(-1, keepdim=True)
+                del out
+            stats.phase_end("decode")
+    rec = {k: v for k, v in point.items() if k not in ("snapshot",)}
+    rec.update(kind="point", vram_flags=vram_flags(point), phases=stats.phases, seconds=round(time.time() - t0, 2))
+    run_phases = [v for k, v in stats.phases.items() if k != "build"]
+    rec["max_allocated"] = max(v["max_allocated"] for v in run_phases)
+    rec["max_reserved"] = max(v["max_reserved"] for v in run_phases)
+    if cuda:
+        torch.cuda.synchronize()
+        st = torch.cuda.memory_stats()
+        rec["allocator"] = {k: v for k, v in st.items() if ".all." in k and (k.endswith(".peak") or k.endswith(".current"))
+                            or k in ("num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free")}
+        rec["reserved_end"] = torch.cuda.memory_reserved()
+        settle()
+        rec["nvml_process"], rec["nvml_device"] = nvml()
+        rec["valid"] = st.get("num_alloc_retries", 0) == 0 and st.get("num_ooms", 0) == 0
+        if point.get("snapshot") and snapshot_dir:
+            name = point["name"] + ".pickle"
+            torch.cuda.memory._dump_snapshot(os.path.join(snapshot_dir, name))
+            rec["snapshot"] = name
     return rec
 
 
@@ -185,31 +353,81 @@ def child_nccl(rank, world):
     dist.init_process_group("nccl", rank=rank, world_size=world)
     torch.zeros(1, device="cuda")
     settle()
-    before = nvml_used()
+    before = nvml()[0]
     t = torch.ones(1 << 20, device="cuda")
     dist.all_reduce(t)
     torch.cuda.synchronize()
     settle()
-    rec = {"kind": "nccl", "rank": rank, "world": world, "before": before, "after": nvml_used(),
+    rec = {"kind": "nccl", "rank": rank, "world": world, "before": before, "after": nvml()[0],
            "torch_reserved": torch.cuda.memory_reserved()}
     dist.destroy_process_group()
     return rec
 
 
-def spawn(args, timeout=1800):
-    """Run this file in a fresh process for one measurement; returns its JSON record."""
-    p = subprocess.run([sys.executable, __file__] + args, capture_output=True, text=True, timeout=timeout)
-    lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
-    if p.returncode != 0 or not lines:
-        return {"kind": "error", "args": args, "rc": p.returncode, "stderr": p.stderr[-2000:]}
+def child_args(point, args):
+    out = [sys.executable, os.path.abspath(__file__), "--child", "point:" + json.dumps(point), "--device", args.device]
+    if args.snapshots:
+        out += ["--snapshots", args.snapshots]
+    return out
+
+
+def finish(proc, what):
+    stdout, stderr = proc.communicate()
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        return {"kind": "error", "what": what, "rc": proc.returncode, "stderr": stderr[-3000:]}
     return json.loads(lines[-1])
+
+
+def run_points(points, args, write, gpu_bytes, t_start):
+    """Run points concurrently while their set-aside memory fits the GPU; stop starting new
+    ones past the deadline and stop running ones at the hard deadline."""
+    pending = list(points)
+    running = []  # (proc, point, started)
+    budget = int(gpu_bytes * 0.92)
+    while pending or running:
+        now = time.time() - t_start
+        for item in list(running):
+            proc, point, started = item
+            if proc.poll() is not None:
+                running.remove(item)
+                rec = finish(proc, point["name"])
+                rec.setdefault("name", point["name"])
+                rec.setdefault("alloc_conf", point["alloc_conf"])
+                write(rec)
+            elif now > args.deadline + 60:
+                proc.kill()
+        in_use = sum(need_bytes(p) for _, p, _ in running)
+        if pending and now < args.deadline and len(running) < args.workers:
+            for i, point in enumerate(pending):
+                if in_use + need_bytes(point) <= budget or not running:
+                    env = dict(os.environ)
+                    if point["alloc_conf"]:
+                        env["PYTORCH_CUDA_ALLOC_CONF"] = point["alloc_conf"]
+                    else:
+                        env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+                    proc = subprocess.Popen(child_args(point, args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                            text=True, env=env)
+                    running.append((proc, point, time.time()))
+                    del pending[i]
+                    break
+        if pending and now >= args.deadline and not running:
+            for point in pending:
+                write({"kind": "skipped", "name": point["name"], "alloc_conf": point["alloc_conf"],
+                       "why": "deadline"})
+            pending = []
+        time.sleep(0.2)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=False, help="JSONL file to write (refuses to overwrite)")
-    ap.add_argument("--quick", action="store_true", help="one point only")
-    ap.add_argument("--snapshots", help="directory for allocator snapshots of each point")
+    ap.add_argument("--out", help="directory to write (refuses an existing recordings.jsonl)")
+    ap.add_argument("--quick", action="store_true", help="three small points only")
+    ap.add_argument("--only", help="comma-separated model names")
+    ap.add_argument("--workers", type=int, default=4, help="points run at once (default 4)")
+    ap.add_argument("--deadline", type=float, default=3600, help="seconds after which no point is started")
+    ap.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
+    ap.add_argument("--snapshots", help=argparse.SUPPRESS)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
@@ -217,7 +435,7 @@ def main():
         if kind == "context":
             rec = child_context()
         elif kind == "point":
-            rec = child_point(json.loads(arg), a.snapshots)
+            rec = child_point(json.loads(arg), a.snapshots, a.device)
         else:
             rank, world = map(int, arg.split("/"))
             rec = child_nccl(rank, world)
@@ -225,35 +443,47 @@ def main():
         return 0
     if not a.out:
         ap.error("--out is required")
-    if os.path.exists(a.out):
-        ap.error(f"{a.out} exists; choose another name")
+    path = os.path.join(a.out, "recordings.jsonl")
+    if os.path.exists(path):
+        ap.error(f"{path} exists; choose another directory")
     import torch
 
-    if not torch.cuda.is_available():
+    if a.device == "cuda" and not torch.cuda.is_available():
         print("no CUDA GPU: nothing to measure", file=sys.stderr)
         return 2
-    env = environment()
-    if a.snapshots:
-        os.makedirs(a.snapshots, exist_ok=True)
-    snap = ["--snapshots", a.snapshots] if a.snapshots else []
-    with open(a.out, "w") as out:
+    t_start = time.time()
+    os.makedirs(a.out, exist_ok=True)
+    a.snapshots = os.path.join(a.out, "snapshots")
+    os.makedirs(a.snapshots, exist_ok=True)
+    env = environment() if a.device == "cuda" else {"device": a.device}
+    gpu_bytes = env.get("gpu_total", 80 * GIB)
+    with open(path, "w") as out:
         def write(rec):
             rec.update(env)
             out.write(json.dumps(rec) + "\n")
             out.flush()
-            print(json.dumps(rec), file=sys.stderr)
+            short = {k: rec.get(k) for k in ("kind", "name", "alloc_conf", "max_allocated", "max_reserved",
+                                             "oracle_peak", "nvml_process", "reserved_end", "seconds", "rc")}
+            print(f"[{time.time() - t_start:6.1f}s] " + json.dumps({k: v for k, v in short.items() if v is not None}),
+                  file=sys.stderr, flush=True)
+            if rec.get("kind") == "error":
+                print(rec.get("stderr", "")[-1500:], file=sys.stderr, flush=True)
 
-        for _ in range(3):
-            write(spawn(["--child", "context"]))
-        for point in grid(a.quick):
-            write(spawn(["--child", "point:" + json.dumps(point)] + snap))
-        world = torch.cuda.device_count()
+        if a.device == "cuda":
+            for _ in range(3):
+                p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child", "context"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                write(finish(p, "context"))
+        points = grid(gpu_bytes, a.only, a.quick)
+        if a.device != "cuda":  # a dry run of the code paths on the CPU, tiny shapes
+            points = [dict(p, batch=1, seq=64, prompt_len=48 if p["mode"] != "train" else None) for p in points]
+        run_points(points, a, write, gpu_bytes, t_start)
+        world = torch.cuda.device_count() if a.device == "cuda" else 0
         if world >= 2:
-            procs = [subprocess.Popen([sys.executable, __file__, "--child", f"nccl:{r}/{world}"], stdout=subprocess.PIPE, text=True) for r in range(world)]
+            procs = [subprocess.Popen([sys.executable, __file__, "--child", f"nccl:{r}/{world}"],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(world)]
             for p in procs:
-                stdout, _ = p.communicate(timeout=600)
-                lines = [l for l in stdout.splitlines() if l.startswith("{")]
-                write(json.loads(lines[-1]) if lines else {"kind": "error", "what": "nccl", "rc": p.returncode})
+                write(finish(p, "nccl"))
     return 0
 
 
