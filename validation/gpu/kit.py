@@ -42,7 +42,7 @@ GIB = 1 << 30
 # Points recorded with an allocator snapshot (the pickles are committed), and whether each keeps
 # the Python frames of every allocation (which `vram explain` groups by; they make a pickle large).
 SNAPSHOT_POINTS = {
-    "gpt2_train_bf16-mixed_1_2048_foreach_False": True,
+    "opt-125m_train_bf16-mixed_1_2048_foreach_False": True,
     "opt-125m_infer_bf16_4_1024": True,
     "pythia-160m_train_bf16-mixed_4_2048_foreach_True": False,
     "qwen2.5-0.5b_train_bf16-mixed_1_2048_foreach_False": False,
@@ -85,6 +85,8 @@ def grid(gpu_bytes=80 * GIB, only=None, quick=False):
             continue
         if only and p["model"] not in only.split(","):
             continue
+        if p["seq"] > positions(p["source"]):
+            continue  # learned positions end there (GPT-2: 1024); CUDA stops with an index error
         base.append(dict(p, oracle_peak=peak, alloc_conf=None, snapshot=p["name"] in SNAPSHOT_POINTS))
     base.sort(key=lambda p: -p["oracle_peak"])
     extra = [dict(p, alloc_conf=EXPANDABLE, snapshot=False) for p in base if p["name"] in EXPANDABLE_POINTS]
@@ -92,6 +94,14 @@ def grid(gpu_bytes=80 * GIB, only=None, quick=False):
     if quick:
         points = [p for p in points if p["model"] in ("gpt2", "pythia-160m")][:3]
     return points
+
+
+def positions(source):
+    """Tokens a model's learned position table holds (unbounded for rotary models)."""
+    raw = json.load(open(os.path.join(ROOT, source)))
+    if raw.get("model_type") == "gpt2":
+        return raw.get("n_positions", 1024)
+    return 1 << 62
 
 
 def need_bytes(point):
@@ -165,9 +175,9 @@ def environment():
     try:
         import peft
 
-        info["peft"] = peft.__version__
+        info["peft_version"] = peft.__version__
     except Exception:
-        info["peft"] = None
+        info["peft_version"] = None
     try:
         import pynvml
 
@@ -233,11 +243,20 @@ def build(point, device):
         lcfg = LoraConfig(r=point["lora_r"], lora_alpha=2 * point["lora_r"], lora_dropout=0.0,
                           target_modules=point.get("lora_target_modules"), task_type="CAUSAL_LM")
         model = get_peft_model(model, lcfg)
-        if point["checkpointing"]:
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs=None)
-    elif point.get("checkpointing"):
-        model.gradient_checkpointing_enable()
+    if point.get("checkpointing"):
+        enable_checkpointing(model)
     return cfg, model
+
+
+def enable_checkpointing(model):
+    """HF activation checkpointing with non-reentrant torch.utils.checkpoint, as transformers
+    5.23's activation_checkpointing_enable() (which validation/harness.py ran) defaults to; older
+    transformers spell it gradient_checkpointing_enable and may default to reentrant."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
 class Stats:
@@ -426,6 +445,7 @@ def main():
     ap.add_argument("--only", help="comma-separated model names")
     ap.add_argument("--workers", type=int, default=4, help="points run at once (default 4)")
     ap.add_argument("--deadline", type=float, default=3600, help="seconds after which no point is started")
+    ap.add_argument("--skip-recorded", help="a recordings.jsonl whose points are not run again")
     ap.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
     ap.add_argument("--snapshots", help=argparse.SUPPRESS)
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -469,12 +489,19 @@ def main():
             if rec.get("kind") == "error":
                 print(rec.get("stderr", "")[-1500:], file=sys.stderr, flush=True)
 
-        if a.device == "cuda":
+        if a.device == "cuda" and not a.skip_recorded:
             for _ in range(3):
                 p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child", "context"],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                 write(finish(p, "context"))
         points = grid(gpu_bytes, a.only, a.quick)
+        if a.skip_recorded:
+            done = set()
+            for line in open(a.skip_recorded):
+                d = json.loads(line)
+                if d.get("kind") == "point":
+                    done.add((d["name"], d.get("alloc_conf")))
+            points = [p for p in points if (p["name"], p["alloc_conf"]) not in done]
         if a.device != "cuda":  # a dry run of the code paths on the CPU, tiny shapes
             points = [dict(p, batch=1, seq=64, prompt_len=48 if p["mode"] != "train" else None) for p in points]
         run_points(points, a, write, gpu_bytes, t_start)

@@ -231,10 +231,12 @@ impl AttentionImpl {
 /// user can override; none is a hidden multiplier.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Overheads {
-    /// CUDA context + kernel images + library handles, per process.
-    pub cuda_context: u64,
-    /// cuBLAS/cuBLASLt workspace per stream.
-    pub cublas_workspace: u64,
+    /// CUDA context + kernel images + library handles outside PyTorch's allocator, per process;
+    /// None: the measured default for the job's mode ([`Overheads::context_for`]).
+    pub cuda_context: Option<u64>,
+    /// cuBLAS workspaces (allocated through PyTorch's caching allocator); None: one per cuBLAS
+    /// handle the job uses ([`Overheads::cublas_for`]).
+    pub cublas_workspace: Option<u64>,
     /// Caching-allocator reserve beyond the allocated peak, as a fraction of it: used where the
     /// allocator is not simulated (`allocator` None, or a job without a tensor-level sequence).
     pub allocator_reserve: f64,
@@ -246,19 +248,76 @@ pub struct Overheads {
 impl Default for Overheads {
     fn default() -> Self {
         Overheads {
-            // CUDA 12 with lazy module loading (CUDA_MODULE_LOADING=LAZY, PyTorch's default since
-            // 1.13): 300–600 MiB measured on A100/H100 by the peers' logs (shared/research/peers.md
-            // "first CUDA use: 300 MiB to 2 GiB"); 512 MiB until the validation issue calibrates it.
-            cuda_context: 512 * MIB,
-            // PyTorch's default CUBLAS_WORKSPACE_CONFIG on Hopper: one 32 MiB workspace per handle/stream
-            // (aten/src/ATen/cuda/CublasHandlePool.cpp getChosenWorkspaceSize), plus 32 MiB cuBLASLt.
-            cublas_workspace: 64 * MIB,
+            cuda_context: None,
+            cublas_workspace: None,
             // Caching allocator: simulated over the job's allocation sequence (allocator.rs,
             // memory/sequence.rs) with PyTorch's default settings. Where a job has no sequence
             // (sharded, QLoRA, accumulation...), 5% of the allocated peak is the stated assumption.
             allocator_reserve: 0.05,
             allocator: Some(crate::allocator::AllocConf::default()),
         }
+    }
+}
+
+/// The CUDA context outside PyTorch's allocator of a process that ran a transformers training
+/// step (forward, backward, AdamW: their kernel images loaded lazily, cuBLAS/cuDNN handles), as
+/// NVML's per-process used memory minus torch's reserved memory: 758 MiB at every bf16 and LoRA
+/// point, 742 MiB in fp32, on an H100 80GB HBM3 with driver 580.159.04, CUDA 13.0 and torch 2.11
+/// (CUDA_MODULE_LOADING=LAZY, the default; validation/gpu/h100/recordings.jsonl, kit.py).
+pub const TRAIN_CUDA_CONTEXT: u64 = 758 * MIB;
+/// The same for a generation (forward kernels only): 688 MiB at every inference point there.
+pub const INFER_CUDA_CONTEXT: u64 = 688 * MIB;
+/// One cuBLAS workspace: 32 MiB on Hopper (aten/src/ATen/cuda/CublasHandlePool.cpp
+/// getChosenWorkspaceSize), allocated through the caching allocator, so max_memory_allocated
+/// holds it. Measured: the H100 runs sit 64 MiB above the FakeTensorMode oracle in training
+/// (the forward thread's handle and autograd's backward thread's), 32-45 MiB in generation.
+pub const CUBLAS_WORKSPACE: u64 = 32 * MIB;
+
+impl Overheads {
+    /// The CUDA context for a job of `mode`: `--cuda-context`, else the measured default.
+    pub fn context_for(&self, mode: Mode) -> u64 {
+        self.cuda_context.unwrap_or(match mode {
+            Mode::Train => TRAIN_CUDA_CONTEXT,
+            Mode::Infer => INFER_CUDA_CONTEXT,
+        })
+    }
+
+    /// The cuBLAS workspaces of a job of `mode`: `--cublas-workspace`, else one per handle
+    /// (training: the forward thread and autograd's device thread; generation: one).
+    pub fn cublas_for(&self, mode: Mode) -> u64 {
+        self.cublas_workspace.unwrap_or(match mode {
+            Mode::Train => 2 * CUBLAS_WORKSPACE,
+            Mode::Infer => CUBLAS_WORKSPACE,
+        })
+    }
+
+    /// Where each default comes from, for the components' detail.
+    fn source(&self, given: bool, measured: &str, flag: &str) -> String {
+        if given {
+            format!("given ({flag})")
+        } else {
+            format!("{measured} ({flag} to change)")
+        }
+    }
+
+    /// The context component's detail.
+    pub fn context_detail(&self, mode: Mode) -> String {
+        let what = if mode == Mode::Train { "a training step's" } else { "a generation's" };
+        self.source(
+            self.cuda_context.is_some(),
+            &format!("measured on an H100 (driver 580, CUDA 13.0, torch 2.11, lazy loading): driver context, {what} kernel images, library handles; other GPUs and drivers differ by up to a few hundred MiB"),
+            "--cuda-context",
+        )
+    }
+
+    /// The cuBLAS component's detail.
+    pub fn cublas_detail(&self, mode: Mode) -> String {
+        let n = if mode == Mode::Train { "2 handles (forward thread, autograd's backward thread)" } else { "1 handle" };
+        self.source(
+            self.cublas_workspace.is_some(),
+            &format!("{n} × 32 MiB, in PyTorch's allocated memory (max_memory_allocated includes it; measured on an H100)"),
+            "--cublas-workspace",
+        )
     }
 }
 

@@ -136,7 +136,9 @@ impl Measurement {
                 o.allocator_reserve * 100.0
             ),
         });
-        v.extend(crate::memory::device_overheads(o));
+        // a measured backward is a training step (its kernels and autograd's cuBLAS handle)
+        let mode = if self.phase_peaks.iter().any(|(n, _)| n.contains("backward")) { crate::Mode::Train } else { crate::Mode::Infer };
+        v.extend(crate::memory::device_overheads(o, mode));
         let total = v.iter().fold(0u64, |a, c| a.saturating_add(c.bytes));
         (v, total)
     }

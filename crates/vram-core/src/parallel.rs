@@ -1065,8 +1065,8 @@ fn finish(r: RankParts, job: &Job, par: &Parallel) -> Result<ParallelEstimate> {
     let reserve = (peak_allocated as f64 * o.allocator_reserve).ceil() as u64;
     for (name, bytes, detail) in [
         ("caching allocator reserve", reserve, format!("assumed {:.0}% of peak allocated", o.allocator_reserve * 100.0)),
-        ("CUDA context", o.cuda_context, "assumed".to_string()),
-        ("cuBLAS workspace", o.cublas_workspace, "PyTorch defaults".to_string()),
+        ("CUDA context", o.context_for(job.mode), o.context_detail(job.mode)),
+        ("cuBLAS workspace", o.cublas_for(job.mode), o.cublas_detail(job.mode)),
         ("NCCL buffers", groups * par.nccl_buffer, format!("{groups} communicators × {} MiB (stated assumption)", par.nccl_buffer / MIB)),
     ] {
         if bytes > 0 {

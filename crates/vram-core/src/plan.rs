@@ -287,7 +287,7 @@ pub fn prepare<'a>(req: &PlanRequest<'a>) -> Result<Prepared<'a>> {
     Ok(Prepared {
         c,
         budget: (req.gpu.memory as f64 * req.target) as u128,
-        base_overhead: (o.cuda_context + o.cublas_workspace) as u128,
+        base_overhead: (o.context_for(req.job.mode) + o.cublas_for(req.job.mode)) as u128,
         nccl: Parallel::single().nccl_buffer as u128,
         global,
         micro_batches: micro_batch_options(global),

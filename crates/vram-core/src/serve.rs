@@ -20,6 +20,13 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::model::{Model, Role, TensorGroup};
 
+/// The CUDA context a serving engine's process holds before its weights load (vLLM, SGLang,
+/// llama.cpp). 512 MiB is what the engines' start-up logs were checked with (validation/vllm,
+/// validation/sglang); the H100 measurement of a PyTorch process (688 MiB after a generation's
+/// kernels, crate::job::INFER_CUDA_CONTEXT) is not applied here: the engines measure their own
+/// non-torch memory, which `serve` takes from the version's rules. `--cuda-context` changes it.
+pub const ENGINE_CUDA_CONTEXT: u64 = 512 << 20;
+
 /// How the checkpoint's linear layers are quantised (`--quantization`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -270,7 +277,7 @@ impl ServeConfig {
             max_num_batched_tokens: None,
             max_num_seqs: None,
             non_torch_memory: None,
-            cuda_context: crate::job::Overheads::default().cuda_context,
+            cuda_context: ENGINE_CUDA_CONTEXT,
             enforce_eager: false,
             engine: VllmEngine::V1,
             model_runner: None,

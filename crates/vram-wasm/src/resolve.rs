@@ -177,10 +177,10 @@ pub fn job(f: &mut Fields, model: &mut Model) -> R<Job> {
     };
     let mut overheads = Overheads::default();
     if let Some(s) = f.str("cuda_context")? {
-        overheads.cuda_context = size("cuda_context", &s)?;
+        overheads.cuda_context = Some(size("cuda_context", &s)?);
     }
     if let Some(s) = f.str("cublas_workspace")? {
-        overheads.cublas_workspace = size("cublas_workspace", &s)?;
+        overheads.cublas_workspace = Some(size("cublas_workspace", &s)?);
     }
     if let Some(r) = f.f64("allocator_reserve")? {
         overheads.allocator_reserve = r;

@@ -288,10 +288,10 @@ pub fn reject_alloc_conf(a: &JobArgs, command: &str) -> Result<()> {
 pub fn overheads(a: &JobArgs) -> Result<Overheads> {
     let mut o = Overheads::default();
     if let Some(s) = &a.cuda_context {
-        o.cuda_context = size("--cuda-context", s)?;
+        o.cuda_context = Some(size("--cuda-context", s)?);
     }
     if let Some(s) = &a.cublas_workspace {
-        o.cublas_workspace = size("--cublas-workspace", s)?;
+        o.cublas_workspace = Some(size("--cublas-workspace", s)?);
     }
     if let Some(r) = a.allocator_reserve {
         o.allocator_reserve = r;

@@ -253,20 +253,10 @@ fn reserve(model: &Model, job: &Job, peak_allocated: u64) -> (u64, String) {
 
 /// The per-process device terms outside PyTorch's allocator, as every single-GPU total states
 /// them: the CUDA context and the cuBLAS workspaces (their sizes: `Overheads::default`).
-pub fn device_overheads(o: &crate::job::Overheads) -> [Component; 2] {
+pub fn device_overheads(o: &crate::job::Overheads, mode: Mode) -> [Component; 2] {
     [
-        Component {
-            name: "CUDA context".into(),
-            bytes: o.cuda_context,
-            kind: Kind::Overhead,
-            detail: "assumed: driver context, kernel images (lazy loading), library handles (--cuda-context)".into(),
-        },
-        Component {
-            name: "cuBLAS workspace".into(),
-            bytes: o.cublas_workspace,
-            kind: Kind::Overhead,
-            detail: "cuBLAS + cuBLASLt workspaces, PyTorch defaults on Hopper".into(),
-        },
+        Component { name: "CUDA context".into(), bytes: o.context_for(mode), kind: Kind::Overhead, detail: o.context_detail(mode) },
+        Component { name: "cuBLAS workspace".into(), bytes: o.cublas_for(mode), kind: Kind::Overhead, detail: o.cublas_detail(mode) },
     ]
 }
 
@@ -543,7 +533,7 @@ fn estimate_inner(model: &Model, job: &Job) -> Result<Estimate> {
             ),
         });
     }
-    components.extend(device_overheads(&o));
+    components.extend(device_overheads(&o, job.mode));
     let total = components
         .iter()
         .try_fold(0u64, |acc, c| acc.checked_add(c.bytes))

@@ -23,7 +23,7 @@ pub fn run(a: RunArgs) -> Result<u8> {
         Some(_) => {
             let (model, job) = resolve::resolve(&a.job)?;
             let e = estimate(&model, &job)?;
-            Some((model.name.clone(), e.peak_allocated, e.total, job.overheads.cuda_context))
+            Some((model.name.clone(), e.peak_allocated, e.total, job.overheads.context_for(job.mode)))
         }
         None => None,
     };

@@ -605,7 +605,7 @@ pub fn sglang(a: &ServeArgs, model: Model) -> Result<SglangServe> {
     let quantization = quantization(a.quantization.as_deref(), &model)?;
     let cuda_context = match &a.cuda_context {
         Some(c) => resolve::size("--cuda-context", c)?,
-        None => vram_core::Overheads::default().cuda_context,
+        None => vram_core::serve::ENGINE_CUDA_CONTEXT,
     };
     let config = SglangConfig {
         gpu_memory: cuda_total(&g),
@@ -755,7 +755,7 @@ pub fn llama_cpp_config(
     let kv_bytes = block_bytes as f64 / block as f64;
     let cuda_overhead = match &a.cuda_context {
         Some(c) => resolve::size("--cuda-context", c)?,
-        None => vram_core::Overheads::default().cuda_context,
+        None => vram_core::serve::ENGINE_CUDA_CONTEXT,
     };
     let config = LlamaCppConfig {
         n_gpu_layers: a.n_gpu_layers.unwrap_or(hparams.layers + 1),
