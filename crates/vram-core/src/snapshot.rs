@@ -623,6 +623,9 @@ pub enum Category {
     Temporaries,
     /// Live before recording started, with no frames to tell.
     Unknown,
+    /// Allocated while recording, but with no frames: a C++ thread with no Python stack under
+    /// `stacks="python"` (autograd's backward worker: seen in the H100 recordings).
+    NoFrames,
     /// Frames that match none of the above.
     Other,
 }
@@ -637,6 +640,7 @@ impl Category {
             Category::Activations => "activations",
             Category::Temporaries => "temporaries",
             Category::Unknown => "unknown (allocated before recording started)",
+            Category::NoFrames => "unknown (no frames: a C++ thread, e.g. autograd's backward, under stacks=\"python\")",
             Category::Other => "other",
         }
     }
@@ -795,6 +799,7 @@ impl Snapshot {
         };
         for l in &live {
             let (cat, key) = stack_of(l.stack, freed.contains(&l.addr));
+            let cat = if cat == Category::Unknown && l.event.is_some() { Category::NoFrames } else { cat };
             let e = by_cat.entry(cat.describe().to_string()).or_insert((0u64, 0usize));
             *e = (e.0.saturating_add(l.size), e.1 + 1);
             let e = by_frame.entry(key.clone()).or_insert((0u64, 0usize));
