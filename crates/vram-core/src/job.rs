@@ -315,7 +315,7 @@ impl Overheads {
         let n = if mode == Mode::Train { "2 handles (forward thread, autograd's backward thread)" } else { "1 handle" };
         self.source(
             self.cublas_workspace.is_some(),
-            &format!("{n} × 32 MiB, in PyTorch's allocated memory (max_memory_allocated includes it; measured on an H100)"),
+            &format!("{n} × 32 MiB through PyTorch's caching allocator: torch.cuda.max_memory_allocated() reports it on top of the peak allocated above (measured on an H100)"),
             "--cublas-workspace",
         )
     }
