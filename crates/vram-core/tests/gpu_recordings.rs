@@ -168,3 +168,21 @@ fn estimates_hold_to_gpu_recordings() {
         "GPU table",
     );
 }
+
+/// The opt-125m and pythia-160m points run again in another set of processes (run 3):
+/// allocated, reserved and NVML's figure are the same to the byte, so one recording per point
+/// is a measurement, not a sample.
+#[test]
+fn a_repeated_run_is_identical() {
+    let text = std::fs::read_to_string(root().join("validation/gpu/h100/recordings_repeat.jsonl")).unwrap();
+    let first = points();
+    let mut n = 0;
+    for r in text.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).filter(|r| r["kind"] == "point") {
+        let f = first.iter().find(|f| f["name"] == r["name"] && f["alloc_conf"] == r["alloc_conf"]).expect("recorded in the first runs");
+        for k in ["max_allocated", "max_reserved", "nvml_process"] {
+            assert_eq!(f[k], r[k], "{} {k}", label(&r));
+        }
+        n += 1;
+    }
+    assert!(n >= 13, "{n} repeated points");
+}
