@@ -980,10 +980,9 @@ impl Model {
             }
             return v;
         }
-        if self.position_embeddings > 0 && seq_len > self.position_embeddings {
+        if let Some(table) = self.position_table().filter(|&t| seq_len > t) {
             v.push(format!(
-                "sequence length {seq_len} exceeds the learned position table ({} rows): the model cannot run it at all",
-                self.position_embeddings
+                "sequence length {seq_len} exceeds the learned position table ({table} positions): the model cannot run it at all"
             ));
             return v;
         }
@@ -1100,17 +1099,31 @@ impl Model {
                 v.image_size,
                 v.image_size
             )),
-            // A text encoder defaults to the longest sequence its position table runs (RoBERTa's
-            // table has two extra rows: padding_idx + 1 offset, modeling_roberta.py).
+            // A text encoder defaults to the longest sequence its position table runs.
             (None, None) if self.encoder.is_some() => {
-                let offset = if matches!(self.model_type.as_str(), "roberta" | "xlm-roberta" | "camembert") { 2 } else { 0 };
                 // DeBERTa-v3 has no absolute position table: its max_position_embeddings bounds it.
-                let table = if self.position_embeddings > 0 { self.position_embeddings.saturating_sub(offset) } else { self.max_positions };
-                Ok(default.min(table).max(1))
+                Ok(default.min(self.position_table().unwrap_or(self.max_positions)).max(1))
             }
             (None, r) if self.seq2seq.is_some() => self.target_sequence(r, default),
-            (None, r) => Ok(r.unwrap_or(default)),
+            // A learned position table cannot embed more tokens than it has rows: on a GPU the
+            // lookup fails with an index assertion (validation/gpu/h100: GPT-2 at 2,048 tokens).
+            (None, r) => match (r, self.position_table()) {
+                (Some(n), Some(t)) if n > t => Err(format!(
+                    "--seq-len {n}: {} has a learned position table of {t} positions and cannot embed more tokens (on a GPU an index assertion stops it); use --seq-len {t} or less",
+                    self.model_type
+                )),
+                (Some(n), _) => Ok(n),
+                (None, t) => Ok(t.map_or(default, |t| default.min(t)).max(1)),
+            },
         }
+    }
+
+    /// Tokens a learned absolute position table embeds (None for rotary, ALiBi or relative
+    /// positions). RoBERTa's table has two extra rows (padding_idx + 1 offset, modeling_roberta.py),
+    /// OPT's too (OPTLearnedPositionalEmbedding's offset 2, counted in `position_embeddings`).
+    pub fn position_table(&self) -> Option<u64> {
+        let offset = if matches!(self.model_type.as_str(), "roberta" | "xlm-roberta" | "camembert" | "opt") { 2 } else { 0 };
+        (self.position_embeddings > 0).then(|| self.position_embeddings.saturating_sub(offset))
     }
 
     /// The decoder's positions of an encoder-decoder model: at most its learned position table

@@ -310,3 +310,22 @@ fn freeze_vision_tower_is_a_training_flag() {
     let err = fails(&["estimate", "-m", &cfg, "--mode", "infer", "--freeze-vision-tower"], 2);
     assert!(err.contains("--freeze-vision-tower") && err.contains("only for training"), "{err}");
 }
+
+/// A learned position table cannot embed more tokens than it has: GPT-2 at 2,048 tokens stopped
+/// with a CUDA index assertion when the GPU kit ran it (validation/gpu/h100/README.md), where
+/// vram had given a number with exit 0. Now refused with the longest length that runs; the
+/// default sequence stays within the table; OPT's and RoBERTa's offset rows are not tokens.
+#[test]
+fn sequences_past_a_learned_position_table_are_refused() {
+    let err = fails(&["estimate", "--model", "gpt2", "--seq-len", "2048"], 2);
+    assert!(err.contains("1024 positions") && err.contains("--seq-len 1024 or less"), "{err}");
+    assert_eq!(json(&["estimate", "--model", "gpt2", "--seq-len", "1024"])["job"]["seq"], 1024);
+    assert_eq!(json(&["estimate", "--model", "gpt2"])["job"]["seq"], 1024);
+    let opt = "../../validation/configs/opt-125m.json";
+    assert!(fails(&["estimate", "--model", opt, "--seq-len", "2049"], 2).contains("2048 positions"));
+    assert_eq!(json(&["estimate", "--model", opt, "--seq-len", "2048"])["job"]["seq"], 2048);
+    let fit = fails(&["fit", "--model", "gpt2", "--seq-len", "4096", "--gpu", "h100-80gb"], 2);
+    assert!(fit.contains("learned position table"), "{fit}");
+    // rotary models have no table: long contexts are estimated (with a note past the trained one)
+    assert_eq!(json(&["estimate", "--model", "llama-3.2-1b", "--seq-len", "200000"])["job"]["seq"], 200000);
+}
