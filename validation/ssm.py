@@ -94,6 +94,13 @@ def points():
         pt(m, "train", "bf16-mixed", 1, 4096)
         pt(m, "train", "bf16-mixed", 1, 4096, attention="sdpa")
         pt(m, "train", "bf16-mixed", sdpa, 2048, attention="sdpa")
+    # Their inference (prefill with the hybrid DynamicCache: KV for the attention layers, conv and
+    # SSM state for the mixers), under SDPA as transformers defaults to.
+    infer_batches = {"bamba-9b": (2, 1), "nemotron-h-8b": (2, 1), "falcon-h1-3b": (2, 1), "granite-4.0-h-tiny": (2, 1)}
+    for m in hybrids + FALCON_H1_DEVELOPMENT + FALCON_H1_HELD_OUT:
+        b1, b2 = infer_batches.get(m, (4, 2))
+        pt(m, "infer", "bf16", b1, 1024, attention="sdpa")
+        pt(m, "infer", "bf16", b2, 4096, attention="sdpa")
     # Jamba: the sequential scan is one Python step per token and layer, so shorter sequences.
     for m in JAMBA_DEVELOPMENT + JAMBA_HELD_OUT:
         if m in JAMBA_DEVELOPMENT:

@@ -31,7 +31,7 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
             "expected positive intermediate_size, state_size (≤ 1024), conv_kernel (≤ 64) and time_step_rank",
         ));
     }
-    let path = "Mamba: the estimate follows transformers' PyTorch path (the sequential selective scan, taken when `mamba-ssm` and `causal-conv1d` are not installed); with their CUDA kernels training saves far less, which vram does not model yet";
+    let path = "Mamba: the estimate follows transformers' PyTorch path (the sequential selective scan, taken when `mamba-ssm` and `causal-conv1d` are not installed); with their CUDA kernels training and a prefill hold far less, which vram does not model yet";
     finish(
         c,
         m,
@@ -111,7 +111,7 @@ pub(super) fn parse2(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
         dt_bc_norms: false,
         mlp_layers: 0,
     };
-    let path = "Mamba-2: the estimate follows transformers' PyTorch path (`mamba2_chunk_scan` over chunks, taken when `mamba-ssm` and `causal-conv1d` are not installed); with their CUDA kernels training saves far less, which vram does not model yet";
+    let path = "Mamba-2: the estimate follows transformers' PyTorch path (`mamba2_chunk_scan` over chunks, taken when `mamba-ssm` and `causal-conv1d` are not installed); with their CUDA kernels training and a prefill hold far less, which vram does not model yet";
     finish(c, m, mixer, false, path)
 }
 
@@ -162,7 +162,7 @@ fn time_step_rank(c: &Cfg, key: &str, hidden: u64) -> Result<u64> {
 /// A hybrid's layout, and the path its estimate follows.
 fn hybrid_warning(layout: &str) -> String {
     format!(
-        "{layout}; the mixers follow transformers' PyTorch path (without `mamba-ssm` and `causal-conv1d`; with their CUDA kernels training saves far less, which vram does not model yet)."
+        "{layout}; the mixers follow transformers' PyTorch path (without `mamba-ssm` and `causal-conv1d`; with their CUDA kernels training and a prefill hold far less, which vram does not model yet)."
     )
 }
 

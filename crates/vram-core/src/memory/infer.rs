@@ -282,10 +282,19 @@ fn mamba2_prefill(m: &Model, job: &Job, s: crate::model::Ssm, m2: crate::model::
     let conv = d + 2 * m2.groups as u128 * n;
     let weights = weights(m, job, e);
     let mut notes = weights.notes.clone();
-    let state = m.layers as u128 * batch * (4 * heads * p * n + e * conv * s.d_conv as u128);
+    // A hybrid's DynamicCache holds the mixers' states and, for its attention layers, the
+    // prompt's keys and values in the model dtype (cache_utils.py LinearAttentionLayer and
+    // DynamicLayer; Falcon-H1's layers have both).
+    let mixers = (0..m.layers).filter(|&i| m.is_ssm_layer(i)).count() as u128;
+    let attention = (0..m.layers).filter(|&i| m.has_attention(i)).count() as u128;
+    let kv = attention * t * 2 * m.kv_dim() as u128 * e;
+    let state = mixers * batch * (4 * heads * p * n + e * conv * s.d_conv as u128);
     let chunks = act::mamba2_chunks(m2, job.seq);
     let h = m.hidden as u128;
-    let scan = t * (12 * heads * l + 12 * heads * n + 28 * d + 2 * e * conv + e * d + 2 * e * h) + batch * 4 * heads * p * n * (chunks + 1);
+    // Falcon-H1 runs attention first: its output waits beside the mixer's scan for the sum.
+    let beside = if s.parallel_attention { e * h } else { 0 };
+    let scan = t * (12 * heads * l + 12 * heads * n + 28 * d + 2 * e * conv + e * d + 2 * e * h + beside)
+        + batch * 4 * heads * p * n * (chunks + 1);
     let logits = batch * m.vocab as u128 * (e + 4);
     let mut bd = Breakdown::new(Phase::Prefill);
     bd.add(WEIGHTS, weights.bytes.weight, weights.detail.clone());
@@ -293,18 +302,30 @@ fn mamba2_prefill(m: &Model, job: &Job, s: crate::model::Ssm, m2: crate::model::
     bd.add(
         SSM_STATE,
         state,
-        format!("{} layers × batch {batch} × (conv {conv} × {} + fp32 state {heads} heads × {p} × {n})", m.layers, s.d_conv),
+        format!("{mixers} mixer layers × batch {batch} × (conv {conv} × {} + fp32 state {heads} heads × {p} × {n})", s.d_conv),
     );
+    if kv > 0 {
+        bd.add(KV, kv, format!("{attention} attention layers × {t} tokens × (K + V) {} × {e} B", m.kv_dim()));
+    }
     bd.add(
         PREFILL,
         scan,
         format!("{t} tokens through one layer's chunked scan: fp32 [B, H, chunks, {l}, {l}] scores and per-chunk states"),
     );
     bd.add(LOGITS, logits, "the last position's logits and their fp32 copy");
-    notes.push(format!(
-        "Mamba-2 inference: prefill of {batch} × {seq} tokens in chunks of {l}; the cache is a fixed-size state, not a KV cache"
-    ));
-    (vec![bd], Kernel::Eager, notes)
+    // A hybrid's attention layers run the kernel SDPA picks; a pure Mamba-2 has none.
+    let kernel = if attention > 0 {
+        notes.push(format!(
+            "hybrid inference: prefill of {batch} × {seq} tokens; {mixers} mixer layers keep a fixed-size state, {attention} attention layers a KV cache"
+        ));
+        act::choose_kernel(m, job).0
+    } else {
+        notes.push(format!(
+            "Mamba-2 inference: prefill of {batch} × {seq} tokens in chunks of {l}; the cache is a fixed-size state, not a KV cache"
+        ));
+        Kernel::Eager
+    };
+    (vec![bd], kernel, notes)
 }
 
 struct Weights {
