@@ -112,6 +112,9 @@ def points():
             pt(m, "train", "bf16-mixed", 1, 256)
             pt(m, "train", "bf16-mixed", 2, 256, checkpointing=True)
             pt(m, "train", "bf16-mixed", 1, 512, attention="sdpa")
+        # Its prefill under SDPA (the hybrid DynamicCache, as for the Mamba-2 hybrids above).
+        pt(m, "infer", "bf16", 4 if m in JAMBA_DEVELOPMENT else 1, 512, attention="sdpa")
+        pt(m, "infer", "bf16", 2 if m in JAMBA_DEVELOPMENT else 1, 1024, attention="sdpa")
     for p in out:
         dev = (DEVELOPMENT + MAMBA2_DEVELOPMENT + BAMBA_DEVELOPMENT + GRANITE_DEVELOPMENT + FALCON_H1_DEVELOPMENT
                + JAMBA_DEVELOPMENT + NEMOTRON_DEVELOPMENT)

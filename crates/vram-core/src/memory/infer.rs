@@ -252,18 +252,19 @@ fn ssm_prefill(m: &Model, job: &Job, s: crate::model::Ssm) -> (Vec<Breakdown>, K
     let (d, n) = (s.d_inner as u128, s.d_state as u128);
     let weights = weights(m, job, e);
     let mut notes = weights.notes.clone();
-    let state = m.layers as u128 * batch * d * (s.d_conv as u128 + n) * e;
+    // Mamba's own MambaCache keeps both states in the model dtype; a hybrid's DynamicCache
+    // (Jamba) keeps the scan's fp32 SSM state as it comes, and its attention layers' prompt K/V.
+    let state_b = if m.is_hybrid() { 4 } else { e };
+    let (mut bd, mixers, attention) = state_space_cache(m, job, &weights, e, batch * d * (s.d_conv as u128 * e + n * state_b), |mixers| {
+        format!("{mixers} mixer layers × batch {batch} × {d} channels × (conv {} × {e} B + state {n} × {state_b} B)", s.d_conv)
+    });
     let h = m.hidden as u128;
     let scan = t * (12 * d * n + 7 * e * d + 10 * d + 6 * h);
     let logits = batch * m.vocab as u128 * (e + 4);
-    let mut bd = Breakdown::new(Phase::Prefill);
-    bd.add(WEIGHTS, weights.bytes.weight, weights.detail.clone());
-    bd.add(INPUT, 8 * t, "input_ids, int64");
-    bd.add(SSM_STATE, state, format!("{} layers × batch {batch} × {d} channels × (conv {} + state {n}) × {e} B", m.layers, s.d_conv));
     bd.add(PREFILL, scan, format!("{t} tokens through one layer's selective scan: discrete A, B and their product, fp32 [B, D, L, N]"));
     bd.add(LOGITS, logits, "the last position's logits and their fp32 copy");
-    notes.push(format!("Mamba inference: prefill of {batch} × {seq} tokens; the cache is a fixed-size state, not a KV cache"));
-    (vec![bd], Kernel::Eager, notes)
+    let kernel = state_space_kernel(m, job, mixers, attention, &mut notes, "");
+    (vec![bd], kernel, notes)
 }
 
 /// A Mamba-2 prefill with the cache (modeling_mamba2.py under `torch.no_grad()`, the chunked
@@ -282,13 +283,10 @@ fn mamba2_prefill(m: &Model, job: &Job, s: crate::model::Ssm, m2: crate::model::
     let conv = d + 2 * m2.groups as u128 * n;
     let weights = weights(m, job, e);
     let mut notes = weights.notes.clone();
-    // A hybrid's DynamicCache holds the mixers' states and, for its attention layers, the
-    // prompt's keys and values in the model dtype (cache_utils.py LinearAttentionLayer and
-    // DynamicLayer; Falcon-H1's layers have both).
-    let mixers = (0..m.layers).filter(|&i| m.is_ssm_layer(i)).count() as u128;
-    let attention = (0..m.layers).filter(|&i| m.has_attention(i)).count() as u128;
-    let kv = attention * t * 2 * m.kv_dim() as u128 * e;
-    let state = mixers * batch * (4 * heads * p * n + e * conv * s.d_conv as u128);
+    let (mut bd, mixers, attention) =
+        state_space_cache(m, job, &weights, e, batch * (4 * heads * p * n + e * conv * s.d_conv as u128), |mixers| {
+            format!("{mixers} mixer layers × batch {batch} × (conv {conv} × {} + fp32 state {heads} heads × {p} × {n})", s.d_conv)
+        });
     let chunks = act::mamba2_chunks(m2, job.seq);
     let h = m.hidden as u128;
     // Falcon-H1 runs attention first: its output waits beside the mixer's scan for the sum.
@@ -296,36 +294,59 @@ fn mamba2_prefill(m: &Model, job: &Job, s: crate::model::Ssm, m2: crate::model::
     let scan = t * (12 * heads * l + 12 * heads * n + 28 * d + 2 * e * conv + e * d + 2 * e * h + beside)
         + batch * 4 * heads * p * n * (chunks + 1);
     let logits = batch * m.vocab as u128 * (e + 4);
-    let mut bd = Breakdown::new(Phase::Prefill);
-    bd.add(WEIGHTS, weights.bytes.weight, weights.detail.clone());
-    bd.add(INPUT, 8 * t, "input_ids, int64");
-    bd.add(
-        SSM_STATE,
-        state,
-        format!("{mixers} mixer layers × batch {batch} × (conv {conv} × {} + fp32 state {heads} heads × {p} × {n})", s.d_conv),
-    );
-    if kv > 0 {
-        bd.add(KV, kv, format!("{attention} attention layers × {t} tokens × (K + V) {} × {e} B", m.kv_dim()));
-    }
     bd.add(
         PREFILL,
         scan,
         format!("{t} tokens through one layer's chunked scan: fp32 [B, H, chunks, {l}, {l}] scores and per-chunk states"),
     );
     bd.add(LOGITS, logits, "the last position's logits and their fp32 copy");
-    // A hybrid's attention layers run the kernel SDPA picks; a pure Mamba-2 has none.
-    let kernel = if attention > 0 {
+    let kernel = state_space_kernel(m, job, mixers, attention, &mut notes, &format!("-2 in chunks of {l}"));
+    (vec![bd], kernel, notes)
+}
+
+/// A state-space prefill up to its scan: the weights, the input, every mixer's state
+/// (`per_mixer` bytes) and a hybrid's attention layers' prompt keys and values in the model
+/// dtype (its DynamicCache: cache_utils.py LinearAttentionLayer beside DynamicLayer; Falcon-H1's
+/// layers have both). Returns the breakdown and the numbers of mixer and attention layers.
+fn state_space_cache(
+    m: &Model,
+    job: &Job,
+    weights: &Weights,
+    e: u128,
+    per_mixer: u128,
+    detail: impl Fn(u128) -> String,
+) -> (Breakdown, u128, u128) {
+    let t = job.batch as u128 * job.seq as u128;
+    let mixers = (0..m.layers).filter(|&i| m.is_ssm_layer(i)).count() as u128;
+    let attention = (0..m.layers).filter(|&i| m.has_attention(i)).count() as u128;
+    let mut bd = Breakdown::new(Phase::Prefill);
+    bd.add(WEIGHTS, weights.bytes.weight, weights.detail.clone());
+    bd.add(INPUT, 8 * t, "input_ids, int64");
+    bd.add(SSM_STATE, mixers * per_mixer, detail(mixers));
+    let kv = attention * t * 2 * m.kv_dim() as u128 * e;
+    if kv > 0 {
+        bd.add(KV, kv, format!("{attention} attention layers × {t} tokens × (K + V) {} × {e} B", m.kv_dim()));
+    }
+    (bd, mixers, attention)
+}
+
+/// A state-space prefill's note and attention kernel: a hybrid's attention layers run the
+/// kernel SDPA picks; a pure Mamba has none. `variant`: "-2 in chunks of L" for Mamba-2.
+fn state_space_kernel(m: &Model, job: &Job, mixers: u128, attention: u128, notes: &mut Vec<String>, variant: &str) -> Kernel {
+    let (batch, seq) = (job.batch, job.seq);
+    if attention > 0 {
         notes.push(format!(
             "hybrid inference: prefill of {batch} × {seq} tokens; {mixers} mixer layers keep a fixed-size state, {attention} attention layers a KV cache"
         ));
         act::choose_kernel(m, job).0
     } else {
+        let (name, chunks) = variant.split_once(' ').map_or((variant, ""), |(a, b)| (a, b));
+        let chunks = if chunks.is_empty() { String::new() } else { format!(" {chunks}") };
         notes.push(format!(
-            "Mamba-2 inference: prefill of {batch} × {seq} tokens in chunks of {l}; the cache is a fixed-size state, not a KV cache"
+            "Mamba{name} inference: prefill of {batch} × {seq} tokens{chunks}; the cache is a fixed-size state, not a KV cache"
         ));
         Kernel::Eager
-    };
-    (vec![bd], kernel, notes)
+    }
 }
 
 struct Weights {

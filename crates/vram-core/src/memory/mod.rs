@@ -294,12 +294,8 @@ pub fn require_decoder(model: &Model, what: &str) -> Result<()> {
             what: "model".into(),
             value: model.model_type.clone(),
             hint: format!(
-                "{} is a state-space model: {what} is modelled for attention decoders only; `vram estimate` gives its single-GPU training{}",
-                model.model_type,
-                match model.ssm {
-                    Some(s) if s.mamba2.is_none() && model.is_hybrid() => " (Jamba's inference is not modelled yet)",
-                    _ => " and its prefill (`--mode infer`)",
-                }
+                "{} is a state-space model: {what} is modelled for attention decoders only; `vram estimate` gives its single-GPU training and its prefill (`--mode infer`)",
+                model.model_type
             ),
         });
     }
@@ -480,8 +476,6 @@ fn check_ssm(model: &Model, job: &Job) -> Result<()> {
         Some("sharded training (ZeRO/FSDP)")
     } else if pure_half {
         Some("pure bf16/fp16 training (measured under autocast and in fp32 only)")
-    } else if model.is_hybrid() && job.mode == Mode::Infer && model.ssm.is_some_and(|s| s.mamba2.is_none()) {
-        Some("inference of Jamba (Mamba-1 mixers beside attention and experts: not measured)")
     } else if model.is_hybrid() && job.mode == Mode::Infer && job.attention != crate::job::AttentionImpl::Sdpa {
         Some("hybrid inference with eager or flash-attention-2 attention (measured under SDPA, transformers' default)")
     } else if model.ssm.is_some_and(|s| s.mamba2.is_some()) && job.mode == Mode::Train && !job.precision.is_mixed() {
@@ -499,7 +493,7 @@ fn check_ssm(model: &Model, job: &Job) -> Result<()> {
         Some(what) => Err(Error::InvalidValue {
             what: "Mamba job".into(),
             value: what.into(),
-            hint: format!("vram estimates Mamba's full fine-tuning (bf16-mixed or fp32; Mamba-2 and the hybrids — Bamba, Granite-4.0-H, Falcon-H1, Jamba, Nemotron-H — bf16-mixed) and a prefill (hybrids with Mamba-2 mixers under SDPA) on one GPU; {what} is not modelled for state-space models yet"),
+            hint: format!("vram estimates Mamba's full fine-tuning (bf16-mixed or fp32; Mamba-2 and the hybrids — Bamba, Granite-4.0-H, Falcon-H1, Jamba, Nemotron-H — bf16-mixed) and a prefill (hybrids under SDPA) on one GPU; {what} is not modelled for state-space models yet"),
         }),
         None => Ok(()),
     }
