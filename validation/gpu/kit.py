@@ -114,7 +114,7 @@ def vram_flags(point):
     flags = ["--model", point["source"], "--mode", "train" if point["mode"] == "train" else "infer",
              "--batch-size", str(point["batch"]), "--seq-len", str(point["seq"])]
     if point.get("peft"):
-        flags += ["--lora-r", str(point["lora_r"]), "--precision", "bf16-mixed"]
+        flags += ["--peft", "lora", "--lora-r", str(point["lora_r"]), "--precision", "bf16-mixed"]
         if point.get("lora_target_modules"):
             flags += ["--lora-target-modules", point["lora_target_modules"]]
     else:

@@ -38,6 +38,7 @@ class KitTest(unittest.TestCase):
         lora = kit.vram_flags({"source": "x.json", "mode": "train", "batch": 1, "seq": 8, "precision": "bf16-mixed",
                                "peft": "lora", "lora_r": 16, "lora_target_modules": "all-linear", "impl": "foreach",
                                "checkpointing": False})
+        self.assertEqual(lora[lora.index("--peft") + 1], "lora")
         self.assertEqual(lora[lora.index("--lora-r") + 1], "16")
         self.assertEqual(lora[lora.index("--lora-target-modules") + 1], "all-linear")
         infer = kit.vram_flags({"source": "x.json", "mode": "infer", "batch": 4, "seq": 1024, "precision": "bf16",

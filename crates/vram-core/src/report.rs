@@ -69,7 +69,14 @@ pub fn model_json(m: &Model) -> Value {
 
 /// The job as JSON.
 pub fn job_json(j: &Job) -> Value {
-    serde_json::to_value(j).unwrap_or(Value::Null)
+    let mut v = serde_json::to_value(j).unwrap_or(Value::Null);
+    // The device terms as numbers, as before they became per-mode measured defaults (the JSON
+    // fields are only ever added): what this job's estimate uses, given or measured.
+    if let Some(o) = v.get_mut("overheads").and_then(Value::as_object_mut) {
+        o.insert("cuda_context".into(), json!(j.overheads.context_for(j.mode)));
+        o.insert("cublas_workspace".into(), json!(j.overheads.cublas_for(j.mode)));
+    }
+    v
 }
 
 /// The GPU as JSON.

@@ -329,3 +329,18 @@ fn sequences_past_a_learned_position_table_are_refused() {
     // rotary models have no table: long contexts are estimated (with a note past the trained one)
     assert_eq!(json(&["estimate", "--model", "llama-3.2-1b", "--seq-len", "200000"])["job"]["seq"], 200000);
 }
+
+/// `job.overheads` in JSON keeps numbers (fields are only ever added): the context and cuBLAS
+/// workspaces this job's estimate uses — the H100-measured defaults per mode, or the flags.
+#[test]
+fn json_overheads_are_the_bytes_used() {
+    let train = json(&["estimate", "--model", "gpt2"]);
+    assert_eq!(train["job"]["overheads"]["cuda_context"], 758u64 << 20);
+    assert_eq!(train["job"]["overheads"]["cublas_workspace"], 64u64 << 20);
+    let infer = json(&["estimate", "--model", "gpt2", "--mode", "infer", "--cuda-context", "1GiB"]);
+    assert_eq!(infer["job"]["overheads"]["cuda_context"], 1u64 << 30);
+    assert_eq!(infer["job"]["overheads"]["cublas_workspace"], 32u64 << 20);
+    let ctx = infer["components"].as_array().unwrap().iter().find(|c| c["name"] == "CUDA context").unwrap();
+    assert_eq!(ctx["bytes"], 1u64 << 30);
+    assert!(ctx["detail"].as_str().unwrap().starts_with("given"), "{ctx}");
+}
