@@ -74,6 +74,8 @@ def points():
         if not big:
             pt(m, "train", "fp32", 1, 256)
         pt(m, "infer", "bf16", 1 if big else 4, 512)
+        if not big:
+            pt(m, "infer", "fp32", 4, 512)
     # Mamba-2 (the chunked SSD scan, no per-token Python loop): longer sequences.
     for m in MAMBA2_DEVELOPMENT + MAMBA2_HELD_OUT:
         big = m.startswith("mamba-codestral")
@@ -81,6 +83,8 @@ def points():
         pt(m, "train", "bf16-mixed", 2 if big else 8, 1024, checkpointing=True)
         pt(m, "train", "bf16-mixed", 1, 4096)
         pt(m, "infer", "bf16", 2 if big else 8, 2048)
+        if m in ("mamba2-130m", "mamba2-780m"):
+            pt(m, "infer", "fp32", 8, 2048)
     # Bamba and Granite-4.0-H (Mamba-2 mixers with a few attention layers, an MLP in every
     # layer): training only, the attention layers eager and under SDPA (transformers' default).
     # Batches (plain, checkpointed, SDPA at 2048 tokens) per held-out model; 4, 8, 8 otherwise.
@@ -101,6 +105,8 @@ def points():
         b1, b2 = infer_batches.get(m, (4, 2))
         pt(m, "infer", "bf16", b1, 1024, attention="sdpa")
         pt(m, "infer", "bf16", b2, 4096, attention="sdpa")
+        if m in ("bamba-dev-8l", "granite-4.0-h-1b"):  # and in fp32, one development and one held-out
+            pt(m, "infer", "fp32", b1, 1024, attention="sdpa")
     # Jamba: the sequential scan is one Python step per token and layer, so shorter sequences.
     for m in JAMBA_DEVELOPMENT + JAMBA_HELD_OUT:
         if m in JAMBA_DEVELOPMENT:
