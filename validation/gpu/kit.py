@@ -25,6 +25,9 @@ few points, DIR/snapshots/<name>.pickle (torch.cuda.memory._dump_snapshot, repla
 Points run concurrently when the GPU has room (the per-process figures are unaffected; a point
 whose allocator had to free its cache and retry, `num_alloc_retries` > 0, is marked invalid).
 Every record carries the GPU name, driver, CUDA, torch and transformers versions.
+
+`--device cpu` runs every code path on tiny shapes without a GPU (to catch API drift in
+transformers or peft before a lease); its records are kind "dry-run", with no figures.
 """
 import argparse
 import json
@@ -341,7 +344,9 @@ def child_point(point, snapshot_dir, device):
                 del out
             stats.phase_end("decode")
     rec = {k: v for k, v in point.items() if k not in ("snapshot",)}
-    rec.update(kind="point", vram_flags=vram_flags(point), phases=stats.phases, seconds=round(time.time() - t0, 2))
+    # A CPU dry run measures nothing: its records are never "point"s.
+    rec.update(kind="point" if cuda else "dry-run", vram_flags=vram_flags(point), phases=stats.phases,
+               seconds=round(time.time() - t0, 2))
     run_phases = [v for k, v in stats.phases.items() if k != "build"]
     rec["max_allocated"] = max(v["max_allocated"] for v in run_phases)
     rec["max_reserved"] = max(v["max_reserved"] for v in run_phases)
@@ -446,7 +451,7 @@ def main():
     ap.add_argument("--workers", type=int, default=4, help="points run at once (default 4)")
     ap.add_argument("--deadline", type=float, default=3600, help="seconds after which no point is started")
     ap.add_argument("--skip-recorded", help="a recordings.jsonl whose points are not run again")
-    ap.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
+    ap.add_argument("--device", default="cuda", help="cpu: a dry run of the code paths, no measurements")
     ap.add_argument("--snapshots", help=argparse.SUPPRESS)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args()

@@ -276,36 +276,21 @@ pub const CUBLAS_WORKSPACE: u64 = 32 * MIB;
 impl Overheads {
     /// The CUDA context for a job of `mode`: `--cuda-context`, else the measured default.
     pub fn context_for(&self, mode: Mode) -> u64 {
-        self.cuda_context.unwrap_or(match mode {
-            Mode::Train => TRAIN_CUDA_CONTEXT,
-            Mode::Infer => INFER_CUDA_CONTEXT,
-        })
+        by_mode(self.cuda_context, mode, TRAIN_CUDA_CONTEXT, INFER_CUDA_CONTEXT)
     }
 
     /// The cuBLAS workspaces of a job of `mode`: `--cublas-workspace`, else one per handle
     /// (training: the forward thread and autograd's device thread; generation: one).
     pub fn cublas_for(&self, mode: Mode) -> u64 {
-        self.cublas_workspace.unwrap_or(match mode {
-            Mode::Train => 2 * CUBLAS_WORKSPACE,
-            Mode::Infer => CUBLAS_WORKSPACE,
-        })
-    }
-
-    /// Where each default comes from, for the components' detail.
-    fn source(&self, given: bool, measured: &str, flag: &str) -> String {
-        if given {
-            format!("given ({flag})")
-        } else {
-            format!("{measured} ({flag} to change)")
-        }
+        by_mode(self.cublas_workspace, mode, 2 * CUBLAS_WORKSPACE, CUBLAS_WORKSPACE)
     }
 
     /// The context component's detail.
     pub fn context_detail(&self, mode: Mode) -> String {
         let what = if mode == Mode::Train { "a training step's" } else { "a generation's" };
-        self.source(
+        source(
             self.cuda_context.is_some(),
-            &format!("measured on an H100 (driver 580, CUDA 13.0, torch 2.11, lazy loading): driver context, {what} kernel images, library handles; other GPUs and drivers differ by up to a few hundred MiB"),
+            &format!("measured on an H100 (driver 580, CUDA 13.0, torch 2.11, lazy loading): driver context, {what} kernel images, library handles; other GPUs, drivers and CUDA versions are not measured"),
             "--cuda-context",
         )
     }
@@ -313,11 +298,28 @@ impl Overheads {
     /// The cuBLAS component's detail.
     pub fn cublas_detail(&self, mode: Mode) -> String {
         let n = if mode == Mode::Train { "2 handles (forward thread, autograd's backward thread)" } else { "1 handle" };
-        self.source(
+        source(
             self.cublas_workspace.is_some(),
             &format!("{n} × 32 MiB through PyTorch's caching allocator: torch.cuda.max_memory_allocated() reports it on top of the peak allocated above (measured on an H100)"),
             "--cublas-workspace",
         )
+    }
+}
+
+/// A device term: the value given, else the default for the job's mode.
+fn by_mode(given: Option<u64>, mode: Mode, train: u64, infer: u64) -> u64 {
+    given.unwrap_or(match mode {
+        Mode::Train => train,
+        Mode::Infer => infer,
+    })
+}
+
+/// Where a device term comes from, for its component's detail.
+fn source(given: bool, measured: &str, flag: &str) -> String {
+    if given {
+        format!("given ({flag})")
+    } else {
+        format!("{measured} ({flag} to change)")
     }
 }
 

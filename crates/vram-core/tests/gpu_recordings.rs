@@ -79,12 +79,12 @@ fn cuda_context_default_is_the_measured_one() {
 struct Line {
     what: &'static str,
     errors: Vec<f64>,
-    /// (median, p90, worst) bounds in %.
-    bounds: (f64, f64, f64),
+    /// (median, p90, worst) bounds in %; None for a line shown for comparison only.
+    bounds: Option<(f64, f64, f64)>,
 }
 
 impl Line {
-    fn new(what: &'static str, bounds: (f64, f64, f64)) -> Line {
+    fn new(what: &'static str, bounds: Option<(f64, f64, f64)>) -> Line {
         Line { what, errors: Vec::new(), bounds }
     }
 }
@@ -100,12 +100,12 @@ impl Line {
 ///   measured device defaults and, for comparison, with the guesses they replaced.
 #[test]
 fn estimates_hold_to_gpu_recordings() {
-    let mut oracle = Line::new("FakeTensorMode oracle (validation/harness.py) vs `max_memory_allocated`", (1.0, 4.0, 10.0));
-    let mut replay = Line::new("allocator model replaying the oracle's sequence vs `max_memory_reserved`", (1.0, 5.0, 15.0));
-    let mut alloc = Line::new("`estimate` allocated (+ cuBLAS workspaces) vs `max_memory_allocated`", (1.0, 2.0, 5.0));
-    let mut reserved = Line::new("`estimate` reserved vs `max_memory_reserved`", (3.0, 10.0, 25.0));
-    let mut total = Line::new("`estimate` total vs nvidia-smi (NVML, per process)", (3.0, 10.0, 25.0));
-    let mut before = Line::new("the same total with the former guesses (context 512 MiB, cuBLAS 64 MiB)", (100.0, 100.0, 100.0));
+    let mut oracle = Line::new("FakeTensorMode oracle (validation/harness.py) vs `max_memory_allocated`", Some((1.0, 4.0, 10.0)));
+    let mut replay = Line::new("allocator model replaying the oracle's sequence vs `max_memory_reserved`", Some((1.0, 5.0, 15.0)));
+    let mut alloc = Line::new("`estimate` allocated (+ cuBLAS workspaces) vs `max_memory_allocated`", Some((1.0, 2.0, 5.0)));
+    let mut reserved = Line::new("`estimate` reserved vs `max_memory_reserved`", Some((3.0, 10.0, 25.0)));
+    let mut total = Line::new("`estimate` total vs nvidia-smi (NVML, per process)", Some((3.0, 10.0, 25.0)));
+    let mut before = Line::new("the same total with the former guesses (context 512 MiB, cuBLAS 64 MiB)", None);
     for r in points() {
         let name = r["name"].as_str().unwrap();
         let mode = if r["mode"] == "train" { Mode::Train } else { Mode::Infer };
@@ -155,8 +155,9 @@ fn estimates_hold_to_gpu_recordings() {
         let (median, p90, max) = stats(line.errors.clone());
         println!("{}: n {n} median {median:.2}% p90 {p90:.2}% max {max:.2}% mean {mean:+.2}%", line.what);
         table.push_str(&format!("| {} | {n} | {median:.1}% | {p90:.1}% | {max:.1}% | {mean:+.1}% |\n", line.what));
-        let (bm, bp, bx) = line.bounds;
-        assert!(median <= bm && p90 <= bp && max <= bx, "{}: median {median:.2}% p90 {p90:.2}% max {max:.2}%", line.what);
+        if let Some((bm, bp, bx)) = line.bounds {
+            assert!(median <= bm && p90 <= bp && max <= bx, "{}: median {median:.2}% p90 {p90:.2}% max {max:.2}%", line.what);
+        }
     }
     // the measured defaults must do better than the guesses they replaced
     assert!(stats(total.errors.clone()).0 < stats(before.errors.clone()).0);

@@ -90,6 +90,8 @@ fn mamba2_inconsistent_configs_and_unmeasured_precisions_are_refused() {
     let job = vram_core::Job { precision: vram_core::Precision::Fp32, ..vram_core::Job::train(1, 1024) };
     let e = vram_core::estimate(&m, &job).unwrap_err().to_string();
     assert!(e.contains("autocast"), "{e}");
+    assert_unmeasured_jobs_refused(&m);
+    assert_unmeasured_jobs_refused(&ssm_config("mamba-130m-hf").1);
 }
 
 /// A committed state-space config: its JSON (to change a key) and the model vram reads.
@@ -120,6 +122,25 @@ fn assert_hybrid_inference(m: &vram_core::Model) {
     let eager = Job { attention: AttentionImpl::Eager, ..Job::infer(1, 1024) };
     let err = vram_core::estimate(m, &eager).unwrap_err().to_string();
     assert!(err.contains("SDPA"), "{err}");
+    assert_unmeasured_jobs_refused(m);
+}
+
+/// What was never measured on a state-space model is refused, never estimated as something
+/// else: decode steps past the prompt (only the prefill is measured) and a padded batch.
+fn assert_unmeasured_jobs_refused(m: &vram_core::Model) {
+    use vram_core::Job;
+    let decode = Job { prompt_len: Some(512), ..Job::infer(1, 1024) };
+    let err = vram_core::estimate(m, &decode).unwrap_err().to_string();
+    assert!(err.contains("--prompt-len"), "{err}");
+    let whole = Job { prompt_len: Some(1024), ..Job::infer(1, 1024) };
+    assert_eq!(
+        vram_core::estimate(m, &whole).unwrap().peak_allocated,
+        vram_core::estimate(m, &Job::infer(1, 1024)).unwrap().peak_allocated
+    );
+    for job in [Job { padded: true, ..Job::train(1, 512) }, Job { padded: true, ..Job::infer(1, 512) }] {
+        let err = vram_core::estimate(m, &job).unwrap_err().to_string();
+        assert!(err.contains("padded"), "{err}");
+    }
 }
 
 /// Bamba: the hybrid's attention layers come from `attn_layer_indices`; without them (or with

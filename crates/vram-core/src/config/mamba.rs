@@ -98,19 +98,7 @@ pub(super) fn parse2(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
             "num_heads × head_dim must equal expand × hidden_size, with n_groups dividing num_heads, state_size 1–1024, conv_kernel 1–64, chunk_size 1–4096",
         ));
     }
-    let mixer = Ssm {
-        d_inner,
-        d_state: k.d_state,
-        d_conv: k.d_conv,
-        dt_rank: 0,
-        conv_bias: false,
-        proj_bias: false,
-        mamba2: Some(k.mixer()),
-        attention_layers: 0,
-        parallel_attention: false,
-        dt_bc_norms: false,
-        mlp_layers: 0,
-    };
+    let mixer = k.ssm(d_inner, false, false);
     let path = "Mamba-2: the estimate follows transformers' PyTorch path (`mamba2_chunk_scan` over chunks, taken when `mamba-ssm` and `causal-conv1d` are not installed); with their CUDA kernels training and a prefill hold far less, which vram does not model yet";
     finish(c, m, mixer, false, path)
 }
@@ -171,19 +159,7 @@ fn hybrid_warning(layout: &str) -> String {
 fn bamba_mixer(c: &Cfg, m: &Model, attention: u64) -> Result<Ssm> {
     let d_inner = c.opt(&["mamba_expand"])?.unwrap_or(2).saturating_mul(m.hidden);
     let k = mamba2_keys(c, d_inner, "mamba_expand × hidden_size")?;
-    Ok(Ssm {
-        d_inner,
-        d_state: k.d_state,
-        d_conv: k.d_conv,
-        dt_rank: 0,
-        conv_bias: c.bool("mamba_conv_bias", true)?,
-        proj_bias: c.bool("mamba_proj_bias", false)?,
-        mamba2: Some(k.mixer()),
-        attention_layers: attention,
-        parallel_attention: false,
-        dt_bc_norms: false,
-        mlp_layers: 0,
-    })
+    Ok(Ssm { attention_layers: attention, ..k.ssm(d_inner, c.bool("mamba_conv_bias", true)?, c.bool("mamba_proj_bias", false)?) })
 }
 
 /// Mamba-2 mixer keys shared by Bamba, Granite-4.0-H and Falcon-H1 (`mamba_n_heads`,
@@ -240,6 +216,24 @@ impl Mamba2Keys {
 
     fn mixer(&self) -> Mamba2 {
         Mamba2 { heads: self.heads, head_dim: self.head_dim, groups: self.groups, chunk: self.chunk, gated_norm: true }
+    }
+
+    /// A stack of these mixers `d_inner` wide, every layer a mixer (hybrids set their layouts
+    /// over it).
+    fn ssm(&self, d_inner: u64, conv_bias: bool, proj_bias: bool) -> Ssm {
+        Ssm {
+            d_inner,
+            d_state: self.d_state,
+            d_conv: self.d_conv,
+            dt_rank: 0,
+            conv_bias,
+            proj_bias,
+            mamba2: Some(self.mixer()),
+            attention_layers: 0,
+            parallel_attention: false,
+            dt_bc_norms: false,
+            mlp_layers: 0,
+        }
     }
 }
 
@@ -344,17 +338,9 @@ pub(super) fn parse_falcon_h1(c: &Cfg, name: &str, model_type: &str) -> Result<M
         ));
     }
     m.ssm = Some(Ssm {
-        d_inner,
-        d_state: k.d_state,
-        d_conv: k.d_conv,
-        dt_rank: 0,
-        conv_bias: c.bool("mamba_conv_bias", true)?,
-        proj_bias,
         mamba2: Some(Mamba2 { gated_norm: c.bool("mamba_rms_norm", false)?, ..k.mixer() }),
-        attention_layers: 0,
         parallel_attention: true,
-        dt_bc_norms: false,
-        mlp_layers: 0,
+        ..k.ssm(d_inner, c.bool("mamba_conv_bias", true)?, proj_bias)
     });
     m.warnings.push(hybrid_warning("Falcon-H1: every layer runs attention and a Mamba-2 mixer side by side, then its MLP"));
     Ok(m)
@@ -512,17 +498,9 @@ pub(super) fn parse_nemotron_h(c: &Cfg, name: &str, model_type: &str) -> Result<
         ));
     }
     m.ssm = Some(Ssm {
-        d_inner,
-        d_state: k.d_state,
-        d_conv: k.d_conv,
-        dt_rank: 0,
-        conv_bias: c.bool("use_conv_bias", true)?,
-        proj_bias: c.bool("mamba_proj_bias", false)?,
-        mamba2: Some(k.mixer()),
         attention_layers: attention,
-        parallel_attention: false,
-        dt_bc_norms: false,
         mlp_layers: mlps,
+        ..k.ssm(d_inner, c.bool("use_conv_bias", true)?, c.bool("mamba_proj_bias", false)?)
     });
     m.warnings.push(hybrid_warning(&format!(
         "Nemotron-H: {mixers} Mamba-2 blocks, {attention} attention blocks (no positions) and {mlps} relu² MLP blocks, one per layer"

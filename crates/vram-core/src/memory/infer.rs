@@ -253,7 +253,8 @@ fn ssm_prefill(m: &Model, job: &Job, s: crate::model::Ssm) -> (Vec<Breakdown>, K
     let weights = weights(m, job, e);
     let mut notes = weights.notes.clone();
     // Mamba's own MambaCache keeps both states in the model dtype; a hybrid's DynamicCache
-    // (Jamba) keeps the scan's fp32 SSM state as it comes, and its attention layers' prompt K/V.
+    // (Jamba) keeps the scan's fp32 SSM state as it comes (read off the cache objects under
+    // validation/ssm.py's oracle), and its attention layers' prompt K/V.
     let state_b = if m.is_hybrid() { 4 } else { e };
     let (mut bd, mixers, attention) = state_space_cache(m, job, &weights, e, batch * d * (s.d_conv as u128 * e + n * state_b), |mixers| {
         format!("{mixers} mixer layers × batch {batch} × {d} channels × (conv {} × {e} B + state {n} × {state_b} B)", s.d_conv)
@@ -263,7 +264,9 @@ fn ssm_prefill(m: &Model, job: &Job, s: crate::model::Ssm) -> (Vec<Breakdown>, K
     let logits = batch * m.vocab as u128 * (e + 4);
     bd.add(PREFILL, scan, format!("{t} tokens through one layer's selective scan: discrete A, B and their product, fp32 [B, D, L, N]"));
     bd.add(LOGITS, logits, "the last position's logits and their fp32 copy");
-    let kernel = state_space_kernel(m, job, mixers, attention, &mut notes, "");
+    let kernel = state_space_kernel(m, job, mixers, attention, &mut notes, || {
+        format!("Mamba inference: prefill of {batch} × {seq} tokens; the cache is a fixed-size state, not a KV cache")
+    });
     (vec![bd], kernel, notes)
 }
 
@@ -300,7 +303,9 @@ fn mamba2_prefill(m: &Model, job: &Job, s: crate::model::Ssm, m2: crate::model::
         format!("{t} tokens through one layer's chunked scan: fp32 [B, H, chunks, {l}, {l}] scores and per-chunk states"),
     );
     bd.add(LOGITS, logits, "the last position's logits and their fp32 copy");
-    let kernel = state_space_kernel(m, job, mixers, attention, &mut notes, &format!("-2 in chunks of {l}"));
+    let kernel = state_space_kernel(m, job, mixers, attention, &mut notes, || {
+        format!("Mamba-2 inference: prefill of {batch} × {seq} tokens in chunks of {l}; the cache is a fixed-size state, not a KV cache")
+    });
     (vec![bd], kernel, notes)
 }
 
@@ -331,22 +336,24 @@ fn state_space_cache(
 }
 
 /// A state-space prefill's note and attention kernel: a hybrid's attention layers run the
-/// kernel SDPA picks; a pure Mamba has none. `variant`: "-2 in chunks of L" for Mamba-2.
-fn state_space_kernel(m: &Model, job: &Job, mixers: u128, attention: u128, notes: &mut Vec<String>, variant: &str) -> Kernel {
-    let (batch, seq) = (job.batch, job.seq);
-    if attention > 0 {
-        notes.push(format!(
-            "hybrid inference: prefill of {batch} × {seq} tokens; {mixers} mixer layers keep a fixed-size state, {attention} attention layers a KV cache"
-        ));
-        act::choose_kernel(m, job).0
-    } else {
-        let (name, chunks) = variant.split_once(' ').map_or((variant, ""), |(a, b)| (a, b));
-        let chunks = if chunks.is_empty() { String::new() } else { format!(" {chunks}") };
-        notes.push(format!(
-            "Mamba{name} inference: prefill of {batch} × {seq} tokens{chunks}; the cache is a fixed-size state, not a KV cache"
-        ));
-        Kernel::Eager
+/// kernel SDPA picks; a pure Mamba has none (`pure` gives its note).
+fn state_space_kernel(
+    m: &Model,
+    job: &Job,
+    mixers: u128,
+    attention: u128,
+    notes: &mut Vec<String>,
+    pure: impl FnOnce() -> String,
+) -> Kernel {
+    if attention == 0 {
+        notes.push(pure());
+        return Kernel::Eager;
     }
+    notes.push(format!(
+        "hybrid inference: prefill of {} × {} tokens; {mixers} mixer layers keep a fixed-size state, {attention} attention layers a KV cache",
+        job.batch, job.seq
+    ));
+    act::choose_kernel(m, job).0
 }
 
 struct Weights {

@@ -476,6 +476,10 @@ fn check_ssm(model: &Model, job: &Job) -> Result<()> {
         Some("sharded training (ZeRO/FSDP)")
     } else if pure_half {
         Some("pure bf16/fp16 training (measured under autocast and in fp32 only)")
+    } else if job.mode == Mode::Infer && job.prompt_len.is_some_and(|p| p < job.seq) {
+        Some("a generation past the prompt (--prompt-len below --seq-len): the prefill of --seq-len tokens is what is measured; the decode steps are not")
+    } else if job.padded {
+        Some("a padded batch (the attention mask and the mixers' padding mask were not measured)")
     } else if model.is_hybrid() && job.mode == Mode::Infer && job.attention != crate::job::AttentionImpl::Sdpa {
         Some("hybrid inference with eager or flash-attention-2 attention (measured under SDPA, transformers' default)")
     } else if model.ssm.is_some_and(|s| s.mamba2.is_some()) && job.mode == Mode::Train && !job.precision.is_mixed() {
