@@ -236,4 +236,10 @@ fn unknown_activations_are_refused_by_name() {
     for known in ["silu", "gelu_pytorch_tanh", "relu2", "tanh"] {
         assert!(parse_config(cfg(known).as_bytes(), "m", "config.json").is_ok(), "{known}");
     }
+    // A LLaVA projector's activation goes through the same check.
+    let src = std::fs::read(root().join("validation/configs/vlm/llava-1.5-7b-hf.json")).unwrap();
+    let mut llava: serde_json::Value = serde_json::from_slice(&src).unwrap();
+    llava["projector_hidden_act"] = serde_json::json!("xielu");
+    let e = parse_config(llava.to_string().as_bytes(), "m", "config.json").unwrap_err().to_string();
+    assert!(e.contains("projector_hidden_act") && e.contains("xielu"), "{e}");
 }

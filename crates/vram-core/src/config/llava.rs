@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 
 use super::{parse_object, ParseOptions};
 use crate::error::{Error, Result};
-use crate::model::{AnyRes, Model, Multimodal, MAX_IMAGE_SIDE, NEXT_IMAGE_ASSUMED};
+use crate::model::{Act, AnyRes, Model, Multimodal, MAX_IMAGE_SIDE, NEXT_IMAGE_ASSUMED};
 
 /// LlamaConfig's defaults (configuration_llama.py), which LLaVA-1.5's text_config relies on.
 const LLAMA_DEFAULTS: &[(&str, u64)] = &[
@@ -219,13 +219,7 @@ fn parse_with(obj: Map<String, Value>, name: &str, file: &str, opts: ParseOption
             hint: format!("the vision tower has {} layers", tower.layers),
         });
     }
-    let act_name = obj.get("projector_hidden_act").and_then(Value::as_str).unwrap_or("gelu");
-    let act = super::keys::act_from_name(act_name).ok_or_else(|| Error::BadKey {
-        file: file.into(),
-        key: "projector_hidden_act".into(),
-        value: act_name.into(),
-        hint: super::keys::UNKNOWN_ACT.into(),
-    })?;
+    let act = super::keys::Cfg { obj: &obj, file }.act(&["projector_hidden_act"], Act::Gelu)?;
     let anyres = match kind {
         Kind::Llava => None,
         _ => Some(anyres(&obj, file, vis.image_size, vis.image_size / vis.patch.max(1), image_tokens, kind)?),
