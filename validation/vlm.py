@@ -64,8 +64,15 @@ strategy, feature layer -1) run with real tensors on the CPU and under FakeTenso
 tracked peaks and peak phases in all 15 cases; with tiny Qwen2-VL and Qwen2.5-VL configs (2 vision
 blocks, windowed + full attention, 224-px images) 27 cases; with a tiny LLaVA-NeXT (32-px tiles,
 2x2 and unpadded 1x2 grids) and a tiny LLaVA-OneVision (grids to 3x3, anyres_max_1 so the map is
-resized, a two-image sample untiled) 37 cases in all (15 + 12 + 6 + 4), all equal:
+resized, a two-image sample untiled) 37 cases in all (15 + 12 + 6 + 4); with tiny Idefics3 and
+SmolVLM configs (32-px tiles of 8-px patches, pixel shuffle 2; 2x2 + global tiles and unsplit
+ones; patch 1c replaced in the fake runs only) 12 more: 49 in all, all equal:
 fixtures/vlm_technique.jsonl.
+
+IDEFICS3 / SMOLVLM (model_type idefics3, smolvlm): a point names `image_size`, the processor's
+size["longest_edge"] (None: 4 x the tile, every released processor's default); the image is split
+as image_processing_idefics3.py does (idefics_tiles), pixel_values [B, images x tiles, 3, S, S]
+float32 and pixel_attention_mask [B, images x tiles, S, S] int64, as the processor returns them.
 
 LLAVA-NEXT / LLAVA-ONEVISION (model_type llava_next, llava_onevision): a point names `image_size`,
 the side of square images; pixel_values [images, tiles, 3, S, S] and image_sizes as the processor
@@ -113,6 +120,8 @@ import transformers.models.llava_onevision.modeling_llava_onevision as _onevisio
 import types  # noqa: E402
 import transformers.models.qwen2_5_vl.modeling_qwen2_5_vl as _qwen25  # noqa: E402
 import transformers.models.qwen2_vl.modeling_qwen2_vl as _qwen2  # noqa: E402
+import transformers.models.idefics3.modeling_idefics3 as _idefics3  # noqa: E402
+import transformers.models.smolvlm.modeling_smolvlm as _smolvlm  # noqa: E402
 import torch._subclasses.fake_tensor as _fake_tensor  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode  # noqa: E402
 from transformers import AutoConfig, AutoModelForImageTextToText  # noqa: E402
@@ -251,6 +260,94 @@ _qwen25.Qwen2_5_VLModel.get_placeholder_mask = _qwen_placeholder(_qwen25.Qwen2_5
 
 
 # --------------------------------------------------------------------------------------------
+# Patch 1c (Idefics3 / SmolVLM): the three data-dependent reads of get_image_features
+#
+# Idefics3Model.get_image_features (SmolVLMModel's is the same plus one in-place `|=`) drops padding
+# images by value: real_images_inds = (pixel_values == 0).sum(...) != numel, then
+# pixel_values[real_images_inds] and pixel_attention_mask[real_images_inds] (boolean indexing: a
+# data-dependent shape FakeTensorMode refuses), and splits the features by
+# num_real_images_per_batch.tolist(). The vision transformer then turns the all-true patch mask
+# into an attention mask, which transformers' masking_utils skips for SDPA when `mask.all()` —
+# except under fake tensors, where is_tracing() keeps it (a CUDA run never would).
+# make_batch never pads: every image is real and every patch valid, known by construction. For
+# fake tensors only, the replacement below runs the original's tensor ops in the original order
+# with those values: the boolean index as CUDA's index kernel allocates it (nonzero's int64 [k, 1]
+# indices, then the gathered copy; the indices freed), `.tolist()` as [images] * batch, and the
+# vision tower's bidirectional mask built from None (what `mask.all()` leads to). Real tensors
+# take the original code; the technique check runs both on tiny Idefics3 and SmolVLM configs.
+
+ALL_REAL = [True]  # every image real, every patch valid (make_batch never pads)
+
+
+def _bool_index(x, k):
+    """x[mask] for a bool mask over dim 0 with k true entries (CUDA: nonzero, then index)."""
+    idx = torch.empty(k, 1, dtype=torch.long, device=x.device)
+    out = torch.empty((k, *x.shape[1:]), dtype=x.dtype, device=x.device)
+    del idx
+    return out
+
+
+def _idefics_features(orig, smol):
+    def features(self, pixel_values, pixel_attention_mask=None, **kwargs):
+        if not isinstance(pixel_values, FakeTensor):
+            return orig(self, pixel_values, pixel_attention_mask, **kwargs)
+        assert ALL_REAL[0]
+        kwargs.pop("return_dict", None)
+        batch_size, num_images = pixel_values.shape[:2]
+        pixel_values = pixel_values.to(dtype=self.dtype)
+        pixel_values = pixel_values.view(batch_size * num_images, *pixel_values.shape[2:])
+        nb_values_per_image = pixel_values.shape[1:].numel()
+        real_images_inds = (pixel_values == 0.0).sum(dim=(-1, -2, -3)) != nb_values_per_image
+        if smol:
+            real_images_inds[0] |= ~torch.any(real_images_inds)
+        num_real_images_per_batch = real_images_inds.view(batch_size, num_images).sum(dim=1)
+        k = batch_size * num_images
+        pixel_values = _bool_index(pixel_values, k).contiguous()
+        if pixel_attention_mask is None:
+            pixel_attention_mask = torch.ones(size=(k, *pixel_values.shape[2:]), dtype=torch.bool, device=pixel_values.device)
+        else:
+            pixel_attention_mask = pixel_attention_mask.view(k, *pixel_attention_mask.shape[2:])
+            pixel_attention_mask = _bool_index(pixel_attention_mask, k).contiguous()
+        patch_size = self.config.vision_config.patch_size
+        patches_subgrid = pixel_attention_mask.unfold(dimension=1, size=patch_size, step=patch_size)
+        patches_subgrid = patches_subgrid.unfold(dimension=2, size=patch_size, step=patch_size)
+        patch_attention_mask = (patches_subgrid.sum(dim=(-1, -2)) > 0).bool()
+        image_outputs = self.vision_model(pixel_values=pixel_values, patch_attention_mask=patch_attention_mask,
+                                          return_dict=True, **kwargs)
+        image_features = self.connector(image_outputs.last_hidden_state)
+        del num_real_images_per_batch
+        image_outputs.pooler_output = [f.reshape(-1, f.shape[-1]) for f in image_features.split([num_images] * batch_size)]
+        return image_outputs
+    return features
+
+
+def _vision_mask(orig):
+    """create_bidirectional_mask in the Idefics3/SmolVLM vision transformers: an all-true fake
+    patch mask goes in as None (SDPA's `mask.all()` skip, which is_tracing() bypasses)."""
+    def mask(config, inputs_embeds, attention_mask, *args, **kwargs):
+        if isinstance(attention_mask, FakeTensor) and ALL_REAL[0]:
+            attention_mask = None
+        return orig(config, inputs_embeds, attention_mask, *args, **kwargs)
+    return mask
+
+
+def _idefics_merger(orig):
+    def merger(self, input_ids, inputs_embeds, image_hidden_states):
+        if isinstance(input_ids, FakeTensor):
+            _CHECK_OK[0] = PLACED[0] * inputs_embeds.shape[-1] == image_hidden_states.numel()
+        return orig(self, input_ids, inputs_embeds, image_hidden_states)
+    return merger
+
+
+for _mod, _cls, _smol in ((_idefics3, _idefics3.Idefics3Model, False), (_smolvlm, _smolvlm.SmolVLMModel, True)):
+    _cls.get_image_features = _idefics_features(_cls.get_image_features, _smol)
+    _mod.create_bidirectional_mask = _vision_mask(_mod.create_bidirectional_mask)
+    _mod.torch_compilable_check = _check
+_idefics3.Idefics3Model.inputs_merger = _idefics_merger(_idefics3.Idefics3Model.inputs_merger)
+_smolvlm.SmolVLMModel.get_placeholder_mask = _placeholder_mask(_smolvlm.SmolVLMModel.get_placeholder_mask)
+
+
+# --------------------------------------------------------------------------------------------
 # Patch 2: masked_scatter with CUDA's allocations and a backward of known size
 
 
@@ -327,6 +424,46 @@ def is_gemma(cfg):
     return cfg.model_type == "gemma3"
 
 
+def is_idefics(cfg):
+    """Idefics3 and SmolVLM (the same model; SmolVLM's processor defaults differ)."""
+    return cfg.model_type in ("idefics3", "smolvlm")
+
+
+def idefics_tiles(cfg, longest_edge=None):
+    """Tiles through the tower for one square image: Idefics3ImageProcessor resizes the longest
+    edge to size["longest_edge"] (default 4 x the tower's image_size, as every Idefics3/SmolVLM
+    preprocessor_config.json has it), rounds it up to a multiple of max_image_size (the tower's
+    image_size) and splits it into ceil(side / tile)^2 tiles plus the whole image resized to one
+    tile; a side not above the tile: one tile, unsplit. The lines of
+    image_processing_idefics3.py get_number_of_image_patches (with its two resize helpers) for a
+    square image, transcribed: the module imports PIL/torchvision, absent here."""
+    t = cfg.vision_config.image_size
+    edge = longest_edge or 4 * t
+    h = w = edge
+    # _resize_output_size_rescale_to_max_len(h, w, max_len=edge): width >= height branch
+    w = edge
+    h = int(w / (w / h))
+    h += h % 2
+    # _resize_output_size_scale_below_upper_bound(h, w, max_len=4096)
+    if w >= h and w > 4096:
+        h, w = int(4096 / (w / h)), 4096
+    elif h > w and h > 4096:
+        h, w = 4096, int(4096 * (w / h))
+    if w >= h:
+        rw, rh = math.ceil(w / t) * t, math.ceil(h / t) * t
+    else:
+        rh, rw = math.ceil(h / t) * t, math.ceil(w / t) * t
+    if rh > t or rw > t:
+        return math.ceil(rh / t) * math.ceil(rw / t) + 1
+    return 1
+
+
+def idefics_seq_len(cfg):
+    """Image tokens per tile: Idefics3Model.image_seq_len ((image/patch)^2 / scale_factor^2)."""
+    v = cfg.vision_config
+    return int(((v.image_size // v.patch_size) ** 2) / (cfg.scale_factor ** 2))
+
+
 def is_next(cfg):
     """LLaVA-NeXT and LLaVA-OneVision (the same anyres tiling; OneVision resizes big grids and
     leaves images of multi-image samples untiled)."""
@@ -388,6 +525,8 @@ def image_tokens(cfg, side=None, images=1):
     v = cfg.vision_config
     if is_gemma(cfg):
         return cfg.mm_tokens_per_image
+    if is_idefics(cfg):
+        return idefics_tiles(cfg, side) * idefics_seq_len(cfg)
     if is_qwen(cfg):
         return (qwen_side(cfg, side) // v.patch_size) ** 2 // v.spatial_merge_size ** 2
     if is_onevision(cfg):
@@ -445,6 +584,15 @@ def make_batch(cfg, batch, seq, images, side=None):
         extra = {"batch_num_images": torch.tensor([images] * batch)} if is_onevision(cfg) else {}
         return {"input_ids": ids, "labels": labels, "pixel_values": pix,
                 "image_sizes": torch.tensor([[s, s]] * (batch * images)), "attention_mask": torch.ones_like(ids), **extra}
+    if is_idefics(cfg):
+        # Idefics3ImageProcessor: pixel_values [B, images x tiles, 3, S, S] float32 (every tile of
+        # every image of a sample in one axis) and pixel_attention_mask [B, images x tiles, S, S]
+        # int64 (make_pixel_mask: ones where the image is, no padding for equal tiles).
+        n = images * idefics_tiles(cfg, side)
+        pix = torch.randn(batch, n, 3, v.image_size, v.image_size)
+        mask = torch.ones(batch, n, v.image_size, v.image_size, dtype=torch.long)
+        return {"input_ids": ids, "labels": labels, "pixel_values": pix, "pixel_attention_mask": mask,
+                "attention_mask": torch.ones_like(ids)}
     pix = torch.randn(batch * images, 3, v.image_size, v.image_size)
     if is_gemma(cfg):
         # Gemma3Processor returns token_type_ids (1 at image tokens), which Trainer passes and
@@ -455,12 +603,20 @@ def make_batch(cfg, batch, seq, images, side=None):
 
 
 def tower_of(model):
-    """The vision tower module (Qwen2-VL: `visual`, whose `merger` is the projector)."""
-    return model.model.visual if hasattr(model.model, "visual") else model.model.vision_tower
+    """The vision tower module (Qwen2-VL: `visual`, whose `merger` is the projector; Idefics3:
+    `vision_model`)."""
+    m = model.model
+    return m.visual if hasattr(m, "visual") else m.vision_model if hasattr(m, "vision_model") else m.vision_tower
 
 
 def projector_of(model):
-    return model.model.visual.merger if hasattr(model.model, "visual") else model.model.multi_modal_projector
+    m = model.model
+    return m.visual.merger if hasattr(m, "visual") else m.connector if hasattr(m, "connector") else m.multi_modal_projector
+
+
+def lm_of(model):
+    """The language model (Idefics3: `text_model`)."""
+    return model.model.text_model if hasattr(model.model, "text_model") else model.model.language_model
 
 
 def model_inputs(inputs):
@@ -469,14 +625,13 @@ def model_inputs(inputs):
 
 
 def freeze(model, train):
-    m = model.model
     if train in ("frozen_vision", "projector_only"):
         tower_of(model).requires_grad_(False)
         # Qwen2-VL's merger (the projector) sits inside `visual`: it trains, as in Qwen's own
         # fine-tuning recipe (qwen-vl-finetune: tune_mm_vision False, tune_mm_mlp True).
         projector_of(model).requires_grad_(True)
     if train == "projector_only":
-        m.language_model.requires_grad_(False)
+        lm_of(model).requires_grad_(False)
         model.lm_head.requires_grad_(False)
     elif train not in ("full", "frozen_vision"):
         raise ValueError(train)
@@ -493,11 +648,11 @@ def count(params):
 
 def parts(model):
     m = model.model
-    lm = {id(p) for p in m.language_model.parameters()}
+    lm = {id(p) for p in lm_of(model).parameters()}
     proj = {id(p) for p in projector_of(model).parameters()}
     return {"vision_tower": count(p for p in tower_of(model).parameters() if id(p) not in proj),
             "projector": count(projector_of(model).parameters()),
-            "language_model": count(m.language_model.parameters()),
+            "language_model": count(lm_of(model).parameters()),
             "lm_head_untied": count(p for p in model.lm_head.parameters() if id(p) not in lm),
             # LLaVA-NeXT's image_newline (one text-width vector), outside tower, projector and LM.
             "image_newline": getattr(m, "image_newline", torch.empty(0)).numel()}
@@ -532,9 +687,8 @@ def label_vision(model, tr, seen):
 
 
 def checkpointed(model):
-    m = model.model
     n = lambda mod: sum(1 for x in mod.modules() if getattr(x, "gradient_checkpointing", False))
-    return {"vision_tower": n(tower_of(model)), "language_model": n(m.language_model)}
+    return {"vision_tower": n(tower_of(model)), "language_model": n(lm_of(model))}
 
 
 def track_model(tr, model):
@@ -654,7 +808,8 @@ def points():
     out += gemma_points()
     out += next_points()
     out += onevision_points()
-    dev = DEVELOPMENT + QWEN_DEVELOPMENT + GEMMA_DEVELOPMENT + NEXT_DEVELOPMENT + OV_DEVELOPMENT
+    out += idefics_points()
+    dev = DEVELOPMENT + QWEN_DEVELOPMENT + GEMMA_DEVELOPMENT + NEXT_DEVELOPMENT + OV_DEVELOPMENT + IDEFICS_DEVELOPMENT
     for p in out:
         p["set"] = "development" if p["model"] in dev else "held-out"
         p["id"] = "|".join(f"{k}={p[k]}" for k in sorted(p) if k != "set")
@@ -778,6 +933,34 @@ def onevision_points():
     return out
 
 
+IDEFICS_DEVELOPMENT = ["SmolVLM2-500M-Video-Instruct", "SmolVLM-256M-Instruct-constructed"]
+IDEFICS_HELD_OUT = ["SmolVLM-Instruct-reconstructed", "Idefics3-8B-Llama3-constructed"]
+
+
+def idefics_points():
+    """Idefics3 / SmolVLM: `image_size` is the processor's size["longest_edge"] (None: 4 x the
+    tile, the processors' default: 4x4 tiles + the global image = 17 through the tower); a value
+    equal to the tile gives one unsplit tile per image."""
+    out = []
+    pt = sized_points(out, None)
+    tile = {"SmolVLM2-500M-Video-Instruct": 512, "SmolVLM-256M-Instruct-constructed": 512,
+            "SmolVLM-Instruct-reconstructed": 384, "Idefics3-8B-Llama3-constructed": 364}
+    for m in IDEFICS_DEVELOPMENT + IDEFICS_HELD_OUT:
+        s = 4096 if m.startswith("Idefics3") else 2048  # 17 x 169 = 2873 image tokens per Idefics3 image
+        pt(m, "full", "bf16-mixed", 1, s)
+        pt(m, "frozen_vision", "bf16-mixed", 2, s)
+        pt(m, "projector_only", "bf16-mixed", 2, s)
+        pt(m, "frozen_vision", "bf16-mixed", 2, s, checkpointing=True)
+        pt(m, "frozen_vision", "bf16", 2, s)
+        pt(m, None, "bf16", 2, s, mode="infer")
+        # Unsplit images (longest edge = the tile): two per sample, one tile each.
+        pt(m, "frozen_vision", "bf16-mixed", 4, 1024, images=2, image_size=tile[m])
+        # A half-size split (2x2 + global = 5 tiles) and a trained tower at batch 4.
+        pt(m, "full", "bf16-mixed", 4, s, image_size=2 * tile[m])
+        pt(m, "full", "bf16-mixed", 2, s, checkpointing=True)
+    return out
+
+
 def run(point):
     raw = json.load(open(os.path.join(ROOT, DIR, point["model"] + ".json")))
     cfg = AutoConfig.for_model(raw["model_type"], **{k: v for k, v in raw.items() if k != "model_type"})
@@ -795,6 +978,9 @@ def run(point):
     elif is_gemma(cfg):
         extra = {"image_size": cfg.vision_config.image_size, "image_tokens_per_image": image_tokens(cfg),
                  "vision_model_type": cfg.vision_config.model_type}
+    elif is_idefics(cfg):
+        extra = {"longest_edge": side or 4 * cfg.vision_config.image_size, "tiles_per_image": idefics_tiles(cfg, side),
+                 "image_tokens_per_image": image_tokens(cfg, side), "vision_model_type": cfg.vision_config.model_type}
     else:
         extra = {"image_size": cfg.vision_config.image_size, "image_tokens_per_image": image_tokens(cfg),
                  "vision_feature_layer": cfg.vision_feature_layer,
@@ -908,6 +1094,29 @@ def technique_cases_qwen():
             ("infer", dict(precision="bf16", batch=2, seq=128, images=1, image_size=224))]
 
 
+# Idefics3: tiny SigLIP-like tower (32-px tiles of 8-px patches, pixel shuffle 2: 4 tokens per
+# tile) + tiny llama; image_size in the cases is the processor's longest edge (64: 2x2 + global =
+# 5 tiles; 32: one tile). SmolVLM: the same on SmolVLM's classes (its own get_image_features).
+TINY_IDEFICS3 = {
+    "model_type": "idefics3", "image_token_id": 1000, "scale_factor": 2, "tie_word_embeddings": False,
+    "vision_config": {"hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+                      "image_size": 32, "patch_size": 8},
+    "text_config": {"model_type": "llama", "hidden_size": 128, "intermediate_size": 512, "num_hidden_layers": 2,
+                    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1024,
+                    "max_position_embeddings": 512},
+}
+TINY_SMOLVLM = {**TINY_IDEFICS3, "model_type": "smolvlm", "use_cache": False}
+
+
+def technique_cases_idefics():
+    t = lambda tr, p, b, s, side, i=1, ck=False: ("train", dict(train=tr, precision=p, batch=b, seq=s, images=i,
+                                                                checkpointing=ck, image_size=side))
+    return [t("full", "bf16-mixed", 2, 128, 64), t("frozen_vision", "bf16-mixed", 2, 128, 32, i=2),
+            t("projector_only", "bf16-mixed", 2, 128, 64), t("full", "bf16-mixed", 2, 128, 64, ck=True),
+            t("frozen_vision", "bf16", 2, 128, 64),
+            ("infer", dict(precision="bf16", batch=2, seq=128, images=1, image_size=64))]
+
+
 def technique_cases():
     t = lambda tr, p, b, s, i=1, ck=False: ("train", dict(train=tr, precision=p, batch=b, seq=s, images=i,
                                                           checkpointing=ck))
@@ -939,13 +1148,16 @@ def check_technique():
                                   "configs": {"clip_llama": TINY_LLAVA, "siglip_qwen2": TINY_LLAVA_SIGLIP,
                                               "qwen2_vl": TINY_QWEN2VL, "qwen2_5_vl": TINY_QWEN25VL,
                                               "llava_next": TINY_LLAVA_NEXT,
-                                              "llava_onevision": TINY_ONEVISION}}}) + "\n")
+                                              "llava_onevision": TINY_ONEVISION,
+                                              "idefics3": TINY_IDEFICS3, "smolvlm": TINY_SMOLVLM}}}) + "\n")
     cases = [("clip_llama", TINY_LLAVA, c) for c in technique_cases()]
     cases += [("siglip_qwen2", TINY_LLAVA_SIGLIP, c) for c in technique_cases_siglip()]
     cases += [(n, c, x) for n, c in (("qwen2_vl", TINY_QWEN2VL), ("qwen2_5_vl", TINY_QWEN25VL))
               for x in technique_cases_qwen()]
     cases += [("llava_next", TINY_LLAVA_NEXT, c) for c in technique_cases_next()]
     cases += [("llava_onevision", TINY_ONEVISION, c) for c in technique_cases_onevision()]
+    cases += [(n, c, x) for n, c in (("idefics3", TINY_IDEFICS3), ("smolvlm", TINY_SMOLVLM))
+              for x in technique_cases_idefics()]
     if ONLY_CONFIG[0]:
         cases = [c for c in cases if c[0] == ONLY_CONFIG[0]]
     for name, config, (mode, case) in cases:

@@ -229,6 +229,54 @@ pub struct Multimodal {
     /// `mm_soft_emb_norm` (RMSNorm over the tower width) and `mm_input_projection_weight`
     /// (tower width × text width, no bias).
     pub pool: Option<u64>,
+    /// Idefics3/SmolVLM's connector and image splitting in place of LLaVA's projector.
+    pub shuffle: Option<Shuffle>,
+}
+
+/// Idefics3's and SmolVLM's images (transformers models/idefics3): the processor resizes an
+/// image's longest edge to `size["longest_edge"]`, rounds each side up to a multiple of the
+/// tower's image size and splits it into tiles of that size plus the whole image resized to one
+/// tile (image_processing_idefics3.py `get_number_of_image_patches`); the tower runs every tile,
+/// and `Idefics3Connector` pixel-shuffles each tile's patch grid (`scale_factor`² neighbouring
+/// patches into one token of `scale_factor`² × the tower's width) and projects it with one
+/// bias-free linear into the text width (`Idefics3SimpleMLP`). Every tile's tokens go into the
+/// language model's sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Shuffle {
+    /// `scale_factor`.
+    pub scale: u64,
+    /// The processor's `size["longest_edge"]` in pixels (`--image-size`).
+    pub longest_edge: u64,
+    /// Tiles per image through the tower (the grid plus the global image, or 1 unsplit).
+    pub tiles: u64,
+    /// Language-model tokens per tile (`image_seq_len`: (image / patch)² / scale²).
+    pub tile_tokens: u64,
+}
+
+/// How the warning on Idefics3's assumed image size begins (dropped once `--image-size` is given).
+pub const SPLIT_IMAGE_ASSUMED: &str = "Split images assumed";
+
+impl Shuffle {
+    /// Tiles through the tower for a square image whose longest edge the processor resizes to
+    /// `edge` px, with tiles of `tile` px: image_processing_idefics3.py
+    /// `get_number_of_image_patches` for a square image (the rescale makes an odd side even; the
+    /// sides are held under 4096 px, then rounded up to whole tiles; not above one tile: unsplit).
+    pub fn tiles_for(edge: u64, tile: u64) -> u64 {
+        let tile = tile.max(1);
+        let (mut h, mut w) = (edge + edge % 2, edge);
+        // _resize_output_size_scale_below_upper_bound(max_len = MAX_IMAGE_SIZE = 4096).
+        if w >= h && w > 4096 {
+            (h, w) = (4096 * h / w, 4096);
+        } else if h > w && h > 4096 {
+            (h, w) = (4096, 4096 * w / h);
+        }
+        let (rh, rw) = (h.div_ceil(tile) * tile, w.div_ceil(tile) * tile);
+        if rh > tile || rw > tile {
+            rh.div_ceil(tile) * rw.div_ceil(tile) + 1
+        } else {
+            1
+        }
+    }
 }
 
 /// Qwen2-VL's `PatchMerger` (modeling_qwen2_vl.py; Qwen2.5-VL's with RMSNorm): `ln_q` over the
@@ -405,9 +453,27 @@ impl Multimodal {
         Ok(())
     }
 
-    /// Tiles per image through the tower (LLaVA-NeXT's grid plus base; 1 otherwise).
+    /// `--image-size` on Idefics3/SmolVLM: the processor's longest edge, split into tiles.
+    fn set_split_image_size(&mut self, edge: u64) -> Result<(), String> {
+        let tile = self.tower.encoder.and_then(|e| e.vision).ok_or("the vision tower has no patch embedding")?.image_size;
+        if edge == 0 || edge > MAX_IMAGE_SIDE {
+            return Err(format!("--image-size {edge}: must be between 1 and {MAX_IMAGE_SIDE} pixels"));
+        }
+        let s = self.shuffle.as_mut().ok_or("not an Idefics3 model")?;
+        s.longest_edge = edge;
+        s.tiles = Shuffle::tiles_for(edge, tile);
+        self.image_tokens = s.tiles * s.tile_tokens;
+        Ok(())
+    }
+
+    /// Tiles per image through the tower (LLaVA-NeXT's grid plus base, Idefics3's split plus the
+    /// global image; 1 otherwise).
     pub fn tiles(&self) -> u64 {
-        self.anyres.as_ref().map_or(1, |a| a.tiles)
+        match (&self.anyres, self.shuffle) {
+            (Some(a), _) => a.tiles,
+            (None, Some(s)) => s.tiles,
+            _ => 1,
+        }
     }
 
     /// Tokens per image the projector maps: every tile's (LLaVA-NeXT), else the image's own.
@@ -420,6 +486,10 @@ impl Multimodal {
     pub fn projector_parameters(&self, text_hidden: u64) -> u64 {
         if self.pool.is_some() {
             return self.tower.hidden * text_hidden + self.tower.hidden;
+        }
+        if let Some(s) = self.shuffle {
+            // Idefics3SimpleMLP: Linear(width · scale², text, bias=False).
+            return self.tower.hidden * s.scale * s.scale * text_hidden;
         }
         if let Some(pm) = self.merger {
             let w = self.tower.hidden;
@@ -1060,16 +1130,18 @@ impl Model {
     /// Drop the warning that names the image size a VLM assumed (the user gave one, or serving
     /// sizes images its own way).
     pub fn drop_image_assumption(&mut self) {
-        self.warnings.retain(|w| !w.starts_with(QWEN_IMAGE_ASSUMED) && !w.starts_with(NEXT_IMAGE_ASSUMED));
+        self.warnings
+            .retain(|w| !w.starts_with(QWEN_IMAGE_ASSUMED) && !w.starts_with(NEXT_IMAGE_ASSUMED) && !w.starts_with(SPLIT_IMAGE_ASSUMED));
     }
 
     /// `--image-size`: run a vision encoder on square images of `side` pixels (transformers
     /// interpolates the position table). Text models have no image size.
     pub fn set_image_size(&mut self, side: u64) -> Result<(), String> {
-        if let Some(mm) = self.multimodal.as_mut().filter(|mm| mm.merger.is_some() || mm.anyres.is_some()) {
-            match mm.merger {
-                Some(_) => mm.set_qwen_image_size(side)?,
-                None => mm.set_anyres_image_size(side)?,
+        if let Some(mm) = self.multimodal.as_mut().filter(|mm| mm.merger.is_some() || mm.anyres.is_some() || mm.shuffle.is_some()) {
+            match (mm.merger, mm.shuffle) {
+                (Some(_), _) => mm.set_qwen_image_size(side)?,
+                (None, Some(_)) => mm.set_split_image_size(side)?,
+                (None, None) => mm.set_anyres_image_size(side)?,
             }
             self.drop_image_assumption();
             return Ok(());

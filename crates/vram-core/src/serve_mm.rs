@@ -99,7 +99,8 @@ fn supported(mm: &Multimodal) -> bool {
     // Gemma-3's pooling projector and vLLM's Gemma-3 model (pan-and-scan, its encoder budget)
     // are not modelled for serving yet.
     // LLaVA-NeXT's anyres dummy image (vLLM's largest-feature pinpoint search) neither.
-    if mm.pool.is_some() || mm.anyres.is_some() {
+    // Idefics3/SmolVLM's split images (vLLM's idefics3.py dummy image and encoder budget) neither.
+    if mm.pool.is_some() || mm.anyres.is_some() || mm.shuffle.is_some() {
         return false;
     }
     match mm.merger {

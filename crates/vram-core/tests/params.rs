@@ -142,12 +142,19 @@ fn the_approximation_is_opt_in_and_marked() {
     let r = m.rope_scaling.as_ref().unwrap();
     assert_eq!((r.kind.as_str(), r.native_positions, r.extended_positions), ("yarn", 4096, 131_072));
     // A multimodal wrapper vram does not know: an error, or the language model alone on request.
-    let idefics = r#"{"model_type":"idefics3","architectures":["Idefics3ForConditionalGeneration"],"text_config":{"model_type":"llama","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"intermediate_size":128},"vision_config":{"model_type":"idefics3_vision"}}"#;
+    let idefics = r#"{"model_type":"idefics2","architectures":["Idefics2ForConditionalGeneration"],"text_config":{"model_type":"llama","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"intermediate_size":128},"vision_config":{"model_type":"idefics2_vision"}}"#;
     assert!(unsupported(idefics).0.contains("vision-language model is not supported"));
     let m = parse_config_with(idefics.as_bytes(), "m", "m", APPROX).unwrap();
-    assert!(m.approximation.as_deref().unwrap().contains("idefics3"));
+    assert!(m.approximation.as_deref().unwrap().contains("idefics2"));
+    // Idefics3 is read natively (tests/vlm.rs): tower, pixel-shuffle connector, 17 tiles.
+    let idefics3 = idefics.replace("idefics2_vision", "idefics3_vision").replace("idefics2", "idefics3").replace("Idefics2", "Idefics3");
+    let idefics3 =
+        idefics3.replace(r#""model_type":"idefics3_vision""#, r#""model_type":"idefics3_vision","image_size":364,"patch_size":14"#);
+    let m = parse_config(idefics3.as_bytes(), "m", "m").unwrap();
+    let mm = m.multimodal.as_ref().unwrap();
+    assert!(m.approximation.is_none() && (mm.tiles(), mm.image_tokens) == (17, 17 * 169));
     // LLaVA is read natively: its tower (CLIP class defaults) and projector are counted.
-    let llava = idefics.replace("idefics3_vision", "clip_vision_model").replace("idefics3", "llava").replace("Idefics3", "Llava");
+    let llava = idefics.replace("idefics2_vision", "clip_vision_model").replace("idefics2", "llava").replace("Idefics2", "Llava");
     let m = parse_config(llava.as_bytes(), "m", "m").unwrap();
     assert!(m.approximation.is_none() && m.multimodal.is_some());
 }

@@ -111,4 +111,11 @@ fn unmodelled_combinations_are_refused() {
         let e = serve(&m, &cfg).unwrap_err().to_string();
         assert!(e.contains(flag), "{flag}: {e}");
     }
+    // Families estimated for training and inference but not for vLLM serving are refused by
+    // name (Idefics3/SmolVLM had been served as if LLaVA: a SigLIP tower without a merger).
+    for file in ["gemma-3-4b-it", "SmolVLM-Instruct-reconstructed", "SmolVLM2-500M-Video-Instruct"] {
+        let m = config(&format!("validation/configs/vlm/{file}.json"));
+        let e = serve(&m, &h100()).unwrap_err().to_string();
+        assert!(e.contains("vLLM serving is modelled for"), "{file}: {e}");
+    }
 }

@@ -47,7 +47,8 @@ fn rows(model_types: &[&str]) -> Vec<(String, bool, f64)> {
         // Qwen2-VL and LLaVA-NeXT rows name the side of their square images (LLaVA's is the
         // tower's own).
         let sized = r.get("image_size_processed").or(r.get("tiles_per_image"));
-        if let Some(side) = sized.and(r["image_size"].as_u64()) {
+        // Idefics3/SmolVLM rows name the processor's longest edge (their default when unset).
+        if let Some(side) = r.get("longest_edge").and_then(Value::as_u64).or(sized.and(r["image_size"].as_u64())) {
             model.set_image_size(side).unwrap();
         }
         model.set_vision_inputs(r["images"].as_u64(), variant == "frozen_vision").unwrap();
@@ -63,7 +64,11 @@ fn rows(model_types: &[&str]) -> Vec<(String, bool, f64)> {
             err * 100.0,
             r["precision"].as_str().unwrap(),
             r["images"],
-            sized.map_or(String::new(), |_| format!("×{}px", r["image_size"])),
+            match (r.get("longest_edge"), sized) {
+                (Some(edge), _) => format!(" edge {edge}px"),
+                (None, Some(_)) => format!("×{}px", r["image_size"]),
+                (None, None) => String::new(),
+            },
             if r["checkpointing"] == true { " ckpt" } else { "" },
             if held { "" } else { "  (development)" }
         );
@@ -100,6 +105,12 @@ fn llava_onevision_peaks_follow_pytorch() {
 #[test]
 fn gemma3_vl_peaks_follow_pytorch() {
     table_follows_pytorch(&["gemma3"], "gemma3vl", "Gemma-3 VLM accuracy table");
+}
+
+/// Idefics3 and SmolVLM (image splitting, pixel-shuffle connector), with their README table.
+#[test]
+fn idefics3_peaks_follow_pytorch() {
+    table_follows_pytorch(&["idefics3", "smolvlm"], "idefics3", "Idefics3/SmolVLM accuracy table");
 }
 
 /// The fixture's rows of `model_types` held to their bound, and their README table (between the
@@ -244,4 +255,65 @@ fn llava_onevision_follows_its_model_code() {
     raw["vision_aspect_ratio"] = Value::from("single");
     let e = parse_config(raw.to_string().as_bytes(), "ov", "ov").unwrap_err().to_string();
     assert!(e.contains("vision_aspect_ratio"), "{e}");
+}
+
+fn idefics_config(file: &str) -> vram_core::Model {
+    parse_config(&std::fs::read(root().join("validation/configs/vlm").join(file)).unwrap(), file, file).unwrap()
+}
+
+/// Idefics3/SmolVLM split images as the processor does (figures from validation/vlm.py's
+/// `idefics_tiles`, the lines of image_processing_idefics3.py `get_number_of_image_patches`):
+/// the longest edge resized to `--image-size`, whole tiles plus the global image.
+#[test]
+fn idefics3_tiles_follow_the_processor() {
+    use vram_core::model::Shuffle;
+    for (edge, tile, tiles) in [
+        (2048, 512, 17),
+        (1024, 512, 5),
+        (512, 512, 1),
+        (100, 512, 1),
+        (1001, 512, 5),
+        (5000, 512, 65),
+        (1536, 384, 17),
+        (1456, 364, 17),
+        (1000, 364, 10),
+    ] {
+        assert_eq!(Shuffle::tiles_for(edge, tile), tiles, "{edge} px in {tile}-px tiles");
+    }
+    // SmolVLM2's config.json carries the processor's size (2048 = 4 × 512); SmolVLM-Instruct's
+    // does not: 4 × its 384-px tile is assumed, and said.
+    let m = idefics_config("SmolVLM2-500M-Video-Instruct.json");
+    let mm = m.multimodal.as_ref().unwrap();
+    assert_eq!((mm.tiles(), mm.image_tokens, mm.shuffle.unwrap().scale), (17, 17 * 64, 4));
+    let mut m = idefics_config("SmolVLM-Instruct-reconstructed.json");
+    assert_eq!((m.multimodal.as_ref().unwrap().tiles(), m.multimodal.as_ref().unwrap().image_tokens), (17, 17 * 81));
+    assert!(m.warnings.iter().any(|w| w.starts_with(vram_core::model::SPLIT_IMAGE_ASSUMED) && w.contains("1536 px")));
+    m.set_image_size(768).unwrap();
+    assert_eq!((m.multimodal.as_ref().unwrap().tiles(), m.multimodal.as_ref().unwrap().image_tokens), (5, 5 * 81));
+    assert!(!m.warnings.iter().any(|w| w.starts_with(vram_core::model::SPLIT_IMAGE_ASSUMED)));
+    m.set_image_size(384).unwrap();
+    assert_eq!(m.multimodal.as_ref().unwrap().image_tokens, 81);
+    assert!(m.set_image_size(0).is_err());
+    // The connector: Linear(1152 · 3², 2048), no bias.
+    assert_eq!(m.multimodal.as_ref().unwrap().projector_parameters(m.hidden), 1152 * 9 * 2048);
+}
+
+/// What Idefics3/SmolVLM cannot be read as is refused by name, never estimated as something else.
+#[test]
+fn idefics3_refuses_what_it_cannot_model() {
+    let raw: Value =
+        serde_json::from_slice(&std::fs::read(root().join("validation/configs/vlm/SmolVLM-Instruct-reconstructed.json")).unwrap()).unwrap();
+    let mut bad = raw.clone();
+    bad["scale_factor"] = Value::from(5); // 27 patches a side do not fold by 5
+    let e = parse_config(bad.to_string().as_bytes(), "m", "m").unwrap_err().to_string();
+    assert!(e.contains("scale_factor") && e.contains("27"), "{e}");
+    let mut bad = raw.clone();
+    bad["text_config"]["model_type"] = Value::from("mistral");
+    let e = parse_config(bad.to_string().as_bytes(), "m", "m").unwrap_err().to_string();
+    assert!(e.contains("Llama language model"), "{e}");
+    // A sequence too short for the split image's tokens is an error naming --image-size.
+    let m = idefics_config("SmolVLM-Instruct-reconstructed.json");
+    let job = vram_core::Job::train(1, 1024);
+    let e = vram_core::estimate(&m, &job).unwrap_err().to_string();
+    assert!(e.contains("1377 image tokens") && e.contains("--image-size"), "{e}");
 }

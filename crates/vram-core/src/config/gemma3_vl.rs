@@ -88,6 +88,7 @@ pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: Parse
         merger: None,
         anyres: None,
         pool: Some(per_side / side),
+        shuffle: None,
     }));
     m.warnings.push(format!(
         "Gemma-3: a SigLIP vision tower ({} patches per {}×{} image, {} layers), the average-pooling projector ({tokens} tokens per image) and a gemma3_text language model; images are the processor's fixed {}-pixel square (pan-and-scan crops count as more images: --images-per-sample)",

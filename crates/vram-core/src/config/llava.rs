@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::model::{Act, AnyRes, Model, Multimodal, MAX_IMAGE_SIDE, NEXT_IMAGE_ASSUMED};
 
 /// LlamaConfig's defaults (configuration_llama.py), which LLaVA-1.5's text_config relies on.
-const LLAMA_DEFAULTS: &[(&str, u64)] = &[
+pub(super) const LLAMA_DEFAULTS: &[(&str, u64)] = &[
     ("vocab_size", 32000),
     ("hidden_size", 4096),
     ("intermediate_size", 11008),
@@ -236,6 +236,7 @@ fn parse_with(obj: Map<String, Value>, name: &str, file: &str, opts: ParseOption
         merger: None,
         anyres: anyres.clone(),
         pool: None,
+        shuffle: None,
     }));
     if let Some(a) = &anyres {
         m.warnings.push(format!(

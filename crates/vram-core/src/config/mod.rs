@@ -18,6 +18,7 @@ mod falcon;
 mod gemma3_vl;
 mod gpt2;
 mod gpt_neox;
+mod idefics3;
 mod keys;
 mod llama;
 mod llava;

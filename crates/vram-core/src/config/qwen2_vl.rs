@@ -97,6 +97,7 @@ pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: Parse
         merger: Some(merger),
         anyres: None,
         pool: None,
+        shuffle: None,
     }));
     Ok(m)
 }

@@ -6,7 +6,7 @@ use super::activations::{self as act, Kernel};
 use super::{Breakdown, Phase};
 use crate::dtype::DType;
 use crate::job::{Job, Precision};
-use crate::model::{Act, EncoderHead, Model, Role};
+use crate::model::{Act, EncoderHead, Model, Role, VisionFamily};
 use crate::quant::{self, Plan, Stored};
 
 pub(crate) const WEIGHTS: &str = "weights";
@@ -168,6 +168,7 @@ fn encoder_forward(m: &Model, job: &Job, head: EncoderHead) -> (Vec<Breakdown>, 
     // A padded batch: the (B, 1, S, S) bool mask, alive through the forward (the float bias SDPA
     // makes from it in each layer is freed with the layer under no_grad).
     let mask = if act::padded_mask(job) { batch * seq * seq } else { 0 };
+    let vision = m.encoder.and_then(|x| x.vision);
     let modern = m.encoder.is_some_and(|x| x.modern.is_some());
     let (attn, mlp, mask) = if modern {
         // ModernBERT (modeling_modernbert.py): the embeddings' output, the layer input and its
@@ -191,7 +192,15 @@ fn encoder_forward(m: &Model, job: &Job, head: EncoderHead) -> (Vec<Breakdown>, 
     } else {
         // quick_gelu (x * sigmoid(1.702x)) holds x, the sigmoid and the product at once.
         let live = if m.mlp.act == Act::QuickGelu { 3 } else { 2 };
-        (t * 7 * h * e + sq, t * (3 * h + live * inter) * e, mask)
+        // A pre-norm vision layer (ViTLayer, CLIPEncoderLayer, SiglipEncoderLayer) feeds its MLP
+        // the normed copy, which the layer's local keeps referenced while the MLP runs: one more
+        // hidden-sized tensor than BERT's post-norm layer (measured: validation/vlm.py, the
+        // Idefics3/SmolVLM prefills peak in a tower layer's MLP at 4 hidden + 2 intermediate, and
+        // SiglipVisionModel/Idefics3VisionTransformer alone under the oracle: 11 hidden-sized
+        // tensors with one layer, 12 with two or more). DINOv2's MLP takes `norm2(x)` inline,
+        // freed when fc1 rebinds it.
+        let pre_norm = u128::from(vision.is_some_and(|v| v.family != VisionFamily::Dinov2));
+        (t * 7 * h * e + sq, t * ((3 + pre_norm) * h + live * inter) * e, mask)
     };
     let (rows, width) = m.loss_logits(job.batch, job.seq);
     let out = match head {
@@ -204,7 +213,13 @@ fn encoder_forward(m: &Model, job: &Job, head: EncoderHead) -> (Vec<Breakdown>, 
         _ => t * h * e,
     };
     // input_ids + attention_mask, or a vision encoder's pixels (and their copy in the weights' dtype).
-    let input = if m.encoder.is_some_and(|x| x.vision.is_some()) { m.input_bytes(job.batch, job.seq) * (4 + e) / 4 } else { 2 * t * 8 };
+    // CLIP's and SigLIP's embeddings cast the pixels inside the patch conv's call (a copy freed
+    // before the layers run: measured, validation/vision.py, their peaks hold the fp32 pixels only).
+    let input = match vision {
+        Some(v) if matches!(v.family, VisionFamily::Clip | VisionFamily::Siglip) => m.input_bytes(job.batch, job.seq),
+        Some(_) => m.input_bytes(job.batch, job.seq) * (4 + e) / 4,
+        None => 2 * t * 8,
+    };
     let mut bd = Breakdown::new(Phase::Prefill);
     bd.add(WEIGHTS, weights.bytes.weight, weights.detail.clone());
     bd.add(SCALES, weights.bytes.scales, weights.scales_detail);

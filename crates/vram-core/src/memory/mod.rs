@@ -374,9 +374,13 @@ pub fn check_encoder(model: &Model, job: &Job) -> Result<()> {
                     mm.images,
                     mm.image_tokens,
                     job.seq,
-                    match (&mm.anyres, mm.merger) {
-                        (Some(a), _) => format!(", or pass a smaller --image-size (now {} px, {} tiles per image)", a.side, a.tiles),
-                        (None, Some(_)) => ", or pass a smaller --image-size".to_string(),
+                    match (&mm.anyres, mm.merger, mm.shuffle) {
+                        (Some(a), _, _) => format!(", or pass a smaller --image-size (now {} px, {} tiles per image)", a.side, a.tiles),
+                        (None, Some(_), _) => ", or pass a smaller --image-size".to_string(),
+                        (None, None, Some(s)) => format!(
+                            ", or pass a smaller --image-size (the processor's longest edge, now {} px: {} tiles per image)",
+                            s.longest_edge, s.tiles
+                        ),
                         _ => String::new(),
                     }
                 ),
@@ -386,7 +390,7 @@ pub fn check_encoder(model: &Model, job: &Job) -> Result<()> {
             return Err(Error::InvalidValue {
                 what: "vision-language job".into(),
                 value: what.into(),
-                hint: format!("vram estimates LLaVA, Qwen2-VL and Gemma-3 full fine-tuning (vision tower trained or frozen), LoRA on the language model and inference on one GPU; {what} is not modelled for vision-language models yet"),
+                hint: format!("vram estimates LLaVA, Qwen2-VL, Gemma-3 and Idefics3/SmolVLM full fine-tuning (vision tower trained or frozen), LoRA on the language model and inference on one GPU; {what} is not modelled for vision-language models yet"),
             });
         }
         return Ok(());

@@ -114,7 +114,10 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
     let proj_params = mm.projector_parameters(m.hidden) as u128;
     let weights = (tower_params + proj_params) * if job.mode == Mode::Infer { e } else { p };
     let vis = mm.tower.encoder.and_then(|e| e.vision).expect("a LLaVA tower is a vision encoder");
-    let pixels = tj.batch as u128 * vis.pixel_bytes();
+    // Idefics3's processor also returns `pixel_attention_mask`, int64 per pixel of every tile
+    // (image_processing_idefics3.py make_pixel_mask), which the batch holds beside the images.
+    let pixel_mask = if mm.shuffle.is_some() { tj.batch as u128 * 8 * vis.image_size as u128 * vis.image_size as u128 } else { 0 };
+    let pixels = tj.batch as u128 * vis.pixel_bytes() + pixel_mask;
     if job.mode == Mode::Infer {
         // LLaVA and LLaVA-NeXT keep their image features while the language model runs
         // (modeling_llava*.py forward): the model's outputs dict holds the projected (NeXT: packed)
@@ -149,6 +152,17 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
             // (The tower's own phase already holds the images and their half copy.)
             if mm.anyres.is_some() {
                 b.add(PIXELS, pixels, "the tiles' concatenated fp32 copy");
+            }
+            // Idefics3Model.get_image_features keeps the real images' pixels (cast to the
+            // weights' dtype, then indexed out: a copy) and pixel mask (indexed out of the
+            // batch's: a copy, int64 per pixel) while the tower runs (measured:
+            // validation/vlm.py, the SmolVLM prefills peak in the tower).
+            if mm.shuffle.is_some() {
+                b.add(
+                    PIXELS,
+                    2 * pixel_mask + tj.batch as u128 * vis.pixel_bytes() / 4 * e,
+                    "the batch's pixel_attention_mask, the real tiles' copies of it and of the pixels",
+                );
             }
             b.add(EMBEDS, job.batch as u128 * job.seq as u128 * m.hidden as u128 * e, "the language model's input embeddings");
             b.add(
@@ -252,6 +266,8 @@ fn projector_matrices(mm: &Multimodal, text_hidden: u64) -> u128 {
         }
         // Gemma-3: mm_input_projection_weight (w × text), used by torch.matmul.
         None if mm.pool.is_some() => w * t,
+        // Idefics3: one Linear(w · scale², text).
+        None if mm.shuffle.is_some() => w * mm.shuffle.map_or(1, |s| (s.scale * s.scale) as u128) * t,
         None => w * t + t * t,
     }
 }
@@ -273,6 +289,12 @@ fn projector_saved(mm: &Multimodal, text_hidden: u64, amp: bool, proj_in: u128, 
         let _ = (amp, proj_in);
         let matmul_in = if e < 4 { 2 } else { 4 };
         return 4 * w + 4 + 4 * w + matmul_in * w;
+    }
+    if let Some(s) = mm.shuffle {
+        // Idefics3Connector.forward, per token: pixel_shuffle's reshapes copy the tower's output
+        // (transients; a view/reshape saves nothing), and the bias-free linear saves its input,
+        // w · scale² wide (a half copy under autocast).
+        return proj_in * w * (s.scale * s.scale) as u128;
     }
     let Some(pm) = mm.merger else {
         return proj_in * w + 2 * e * text_hidden as u128;
