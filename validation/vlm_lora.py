@@ -1,4 +1,5 @@
-"""Measure LoRA fine-tuning of a VISION-LANGUAGE model (LLaVA, Qwen2-VL, Qwen2.5-VL, Gemma-3):
+"""Measure LoRA and QLoRA fine-tuning of a VISION-LANGUAGE model (LLaVA, Qwen2-VL, Qwen2.5-VL, Gemma-3,
+Idefics3/SmolVLM):
 fixtures/vlm_lora.jsonl.
 
 vlm.py's loop and run() unchanged (the real model under FakeTensorMode, its two patches, the
@@ -13,6 +14,12 @@ vision tower and the projector stay frozen, as LLaMA-Factory (freeze_vision_towe
 freeze_multi_modal_projector) and ms-swift run VLM LoRA by default; peft's own default targets
 on LLaVA (q_proj, v_proj by suffix) would also adapt the CLIP tower's attention.
 Importing lora.py installs its fake-tensor patches for peft (see its docstring).
+
+QLoRA ("qlora:default", "qlora:all-linear"): the same, after qlora_shim.quantize_model (nf4,
+double quantization, bf16 compute: transformers' bitsandbytes rule, every nn.Linear but lm_head,
+the vision tower's and the projector's included) and peft.prepare_model_for_kbit_training (the
+rest to fp32), as lora.py sets QLoRA up; the QuantState tensors are tracked with the parameters.
+Idefics3/SmolVLM's language model is `model.text_model`, which the target regex also matches.
 
     /work/venv/bin/python validation/vlm_lora.py          # the matrix (resumable)
 """
@@ -32,17 +39,44 @@ TARGETS = {"default": ["q_proj", "v_proj"],
 _freeze = vlm.freeze
 
 
+QUANT = {"bits": 4, "quant_type": "nf4", "nested": True, "compute_dtype": "bf16"}
+QTENSORS = []  # the quantized weights' QuantState tensors, tracked with the parameters
+_track_model = vlm.track_model
+
+
+def track_model(tr, model):
+    _track_model(tr, model)
+    for t in QTENSORS:
+        tr.track(t, "parameters")
+
+
+vlm.track_model = track_model
+
+
 def freeze(model, train):
-    if not train.startswith("lora:"):
+    if not train.startswith(("lora:", "qlora:")):
         return _freeze(model, train)
     import torch
-    from peft import LoraConfig, get_peft_model
+    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
     # The frozen base in bf16, as transformers 5 loads these checkpoints (dtype="auto": their
     # stored bf16), under Trainer's bf16 autocast (vlm.train's "bf16-mixed").
     model.requires_grad_(False)
     model.to(torch.bfloat16)
+    QTENSORS.clear()
+    if train.startswith("qlora:"):
+        # QLoRA as lora.py sets it up (the HF SmolVLM notebook and TRL's SFTTrainer alike):
+        # BitsAndBytesConfig(load_in_4bit, nf4, double quantization, bf16 compute) quantizes every
+        # nn.Linear transformers' rule converts — the vision tower's and the projector's too, only
+        # lm_head is kept — then prepare_model_for_kbit_training casts every other half parameter
+        # (embeddings, norms, the patch conv, biases) to fp32. Checkpointing, when the point asks
+        # for it, is enabled afterwards by vlm.train (which calls enable_input_require_grads, as
+        # prepare_model_for_kbit_training(use_gradient_checkpointing=True) would).
+        import qlora_shim
+        QTENSORS.extend(qlora_shim.quantize_model(model, QUANT))
+        prepare_model_for_kbit_training(model, use_gradient_checkpointing=False, gradient_checkpointing_kwargs={})
     names = TARGETS[train.split(":", 1)[1]]
-    regex = r"^model\.language_model\..*\.(" + "|".join(names) + r")$"
+    # The language model is `model.language_model` (Idefics3/SmolVLM: `model.text_model`).
+    regex = r"^model\.(language_model|text_model)\..*\.(" + "|".join(names) + r")$"
     get_peft_model(model, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=regex,
                                      task_type="CAUSAL_LM"))
 
@@ -55,6 +89,10 @@ NEXT_DEVELOPMENT = ["llava-v1.6-mistral-7b-hf"]
 NEXT_HELD_OUT = ["llava-next-vicuna-7b-from-video-hf"]
 OV_DEVELOPMENT = ["llava-onevision-qwen2.5-0.5b-constructed"]
 OV_HELD_OUT = ["llava-onevision-qwen2.5-1.5b-constructed"]
+IDEFICS_DEVELOPMENT = ["SmolVLM2-500M-Video-Instruct"]
+IDEFICS_HELD_OUT = ["SmolVLM-Instruct-reconstructed", "Idefics3-8B-Llama3-constructed"]
+QLORA_DEVELOPMENT = ["SmolVLM2-500M-Video-Instruct", "Qwen2-VL-2B-Instruct", "llava-interleave-qwen-0.5b-hf"]
+QLORA_HELD_OUT = ["SmolVLM-Instruct-reconstructed", "Qwen2.5-VL-3B-Instruct", "llava-1.5-7b-hf"]
 
 
 def points():
@@ -85,8 +123,20 @@ def points():
         pt(m, "lora:default", 2, 4096)
         pt(m, "lora:default", 4, 4096, checkpointing=True)
         pt(m, "lora:all-linear", 2, 4096)
+    # Idefics3 / SmolVLM at the processor's default longest edge: 17 tiles through the frozen tower
+    # (SmolVLM2-500M: 1088 image tokens; SmolVLM-Instruct: 1377; Idefics3-8B: 2873).
+    for m in IDEFICS_DEVELOPMENT + IDEFICS_HELD_OUT:
+        s = 4096 if m.startswith("Idefics3") else 2048
+        pt(m, "lora:default", 2, s)
+        pt(m, "lora:default", 4, s, checkpointing=True)
+        pt(m, "lora:all-linear", 2, s)
+    # QLoRA (nf4, double quantization, bf16 compute; the tower and projector quantized too).
+    for m in QLORA_DEVELOPMENT + QLORA_HELD_OUT:
+        s = 4096 if m.startswith("Idefics3") else 2048
+        pt(m, "qlora:default", 2, s)
+        pt(m, "qlora:all-linear", 2, s, checkpointing=True)
     for p in out:
-        p["set"] = "development" if p["model"] in DEVELOPMENT + NEXT_DEVELOPMENT + OV_DEVELOPMENT else "held-out"
+        p["set"] = "development" if p["model"] in DEVELOPMENT + NEXT_DEVELOPMENT + OV_DEVELOPMENT + IDEFICS_DEVELOPMENT + QLORA_DEVELOPMENT else "held-out"
         p["id"] = "|".join(f"{k}={p[k]}" for k in sorted(p) if k != "set")
     return out
 

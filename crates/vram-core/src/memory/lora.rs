@@ -44,7 +44,27 @@ fn bnb_quantized(t: &TensorGroup) -> bool {
     // The MoE router is a custom module holding a weight in transformers 5 (not nn.Linear): left
     // as it is, like the fused 3-D experts; a shared-expert gate is an nn.Linear and quantized.
     let router = t.name.ends_with("mlp.gate.weight") || t.name.ends_with("mlp.router.weight");
-    matches!(t.role, Role::Linear | Role::Router) && !router
+    // A vision tower's patch embedding is an nn.Conv2d (Conv3d for Qwen2-VL): not converted.
+    let conv = t.name.contains("patch_embed");
+    matches!(t.role, Role::Linear | Role::Router) && !router && !conv
+}
+
+/// Bytes of one bitsandbytes-quantized linear weight of `rows` × `numel / rows` (its packed data
+/// and quantization state, each storage rounded to the allocator's granule).
+pub(crate) fn bnb_linear_bytes(rows: u64, numel: u64, b: BaseWeights) -> u128 {
+    match b {
+        BaseWeights::Bnb4 { nested, .. } => peft::bnb4_tensors(numel, nested).into_iter().map(granule).sum(),
+        _ => peft::bnb8_tensors(rows, numel).into_iter().map(granule).sum(),
+    }
+}
+
+/// Bytes of a quantized linear's bias at the peak: upcast to fp32 by the preparation, then cast
+/// in place to the compute dtype by Linear4bit's first forward (Linear8bitLt's stays fp32).
+pub(crate) fn bnb_bias_bytes(numel: u64, b: BaseWeights) -> u128 {
+    match b {
+        BaseWeights::Bnb4 { compute, .. } => granule(numel * compute.bytes()),
+        _ => numel as u128 * 4,
+    }
 }
 
 /// Round a storage up to the caching allocator's 512-byte granule (c10/cuda/CUDACachingAllocator.cpp
@@ -92,26 +112,14 @@ pub(crate) fn base_bytes(m: &Model, job: &Job) -> (u128, String) {
         }
         b @ (BaseWeights::Bnb4 { .. } | BaseWeights::Bnb8 { .. }) => {
             let (mut quant, mut quant_n, mut rest, mut emb, mut biases) = (0u128, 0u128, 0u128, 0u128, 0u128);
-            // Only Linear4bit's forward recasts its bias; Linear8bitLt's stays as prepared.
-            let compute = match b {
-                BaseWeights::Bnb4 { compute, .. } => Some(compute),
-                _ => None,
-            };
             for t in super::inventory(m) {
                 if is_embedding(&t) {
                     emb += t.numel as u128 * t.count as u128;
                 } else if bnb_quantized(&t) {
-                    let per: u128 = match b {
-                        BaseWeights::Bnb4 { nested, .. } => peft::bnb4_tensors(t.numel, nested).into_iter().map(granule).sum(),
-                        _ => peft::bnb8_tensors(t.rows, t.numel).into_iter().map(granule).sum(),
-                    };
-                    quant += per * t.count as u128;
+                    quant += bnb_linear_bytes(t.rows, t.numel, b) * t.count as u128;
                     quant_n += t.numel as u128 * t.count as u128;
-                } else if let (Some(compute), true) = (compute, t.role == Role::Bias && t.name.starts_with("layers.")) {
-                    // A quantized linear's bias: upcast to fp32 by the preparation, then cast in
-                    // place to the compute dtype by its first forward (bitsandbytes nn/modules.py
-                    // Linear4bit.forward `bias.data = bias.data.to(x.dtype)`): bf16 at the peak.
-                    biases += granule(t.numel * compute.bytes()) * t.count as u128;
+                } else if t.role == Role::Bias && t.name.starts_with("layers.") {
+                    biases += bnb_bias_bytes(t.numel, b) * t.count as u128;
                 } else {
                     rest += t.numel as u128 * t.count as u128;
                 }

@@ -351,8 +351,8 @@ pub fn check_encoder(model: &Model, job: &Job) -> Result<()> {
         };
     }
     if let Some(mm) = &model.multimodal {
-        let what = if job.base.is_some_and(crate::peft::BaseWeights::is_bnb) {
-            Some("QLoRA (a bitsandbytes base)")
+        let what = if matches!(job.base, Some(crate::peft::BaseWeights::Bnb8 { .. })) {
+            Some("8-bit (LLM.int8) QLoRA")
         } else if job.lora.as_ref().is_some_and(|l| l.method != crate::peft::Method::Lora || !l.modules_to_save.is_empty()) {
             Some("DoRA and modules_to_save")
         } else if job.lora.is_some() && model.quantization.is_some() {
@@ -390,7 +390,7 @@ pub fn check_encoder(model: &Model, job: &Job) -> Result<()> {
             return Err(Error::InvalidValue {
                 what: "vision-language job".into(),
                 value: what.into(),
-                hint: format!("vram estimates LLaVA, Qwen2-VL, Gemma-3 and Idefics3/SmolVLM full fine-tuning (vision tower trained or frozen), LoRA on the language model and inference on one GPU; {what} is not modelled for vision-language models yet"),
+                hint: format!("vram estimates LLaVA, Qwen2-VL, Gemma-3 and Idefics3/SmolVLM full fine-tuning (vision tower trained or frozen), LoRA and 4-bit QLoRA on the language model and inference on one GPU; {what} is not modelled for vision-language models yet"),
             });
         }
         return Ok(());

@@ -13,6 +13,7 @@ use super::train::{self, ActivationProfile};
 use super::{infer, optimizer, Breakdown, Phase};
 use crate::job::{Checkpointing, Job, Mode};
 use crate::model::{Model, Multimodal};
+use crate::peft::{BaseWeights, KbitPrepare};
 
 const TOWER: &str = "vision tower + projector parameters";
 const TOWER_GRADS: &str = "vision tower + projector gradients";
@@ -104,6 +105,9 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
     // (LLaMA-Factory's and ms-swift's defaults for VLMs: freeze_vision_tower,
     // freeze_multi_modal_projector, targets inside the language model).
     let lora = job.lora.is_some();
+    if job.base.is_some_and(BaseWeights::is_bnb) && job.mode == Mode::Train {
+        notes.push("QLoRA: transformers' bitsandbytes rule quantizes every nn.Linear but lm_head, the vision tower's and the projector's too (llm_int8_skip_modules=[\"vision_tower\", …] keeps them in the base dtype, which vram does not model); their other parameters are fp32 after the kbit preparation".into());
+    }
     if lora {
         notes.push("LoRA adapts the language model only: the vision tower and projector stay frozen (LLaMA-Factory's and ms-swift's defaults; peft's own default targets on LLaVA would also adapt the tower's q_proj/v_proj, which vram does not model)".into());
     }
@@ -112,7 +116,25 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
     let amp = job.precision.is_mixed();
     let tower_params = mm.tower.parameters() as u128;
     let proj_params = mm.projector_parameters(m.hidden) as u128;
-    let weights = (tower_params + proj_params) * if job.mode == Mode::Infer { e } else { p };
+    let weights = match job.base.filter(|b| b.is_bnb() && job.mode == Mode::Train) {
+        // QLoRA: transformers' bitsandbytes rule converts every nn.Linear but lm_head, the
+        // tower's and the projector's too; prepare_model_for_kbit_training casts the rest (patch
+        // conv, position table, norms) to fp32 (measured: validation/vlm_lora.py).
+        // TRL's bf16 recast of a prepared model matches lm_head/embed_tokens/wte/wpe module names
+        // only (trl/trainer/utils.py peft_module_casting_to_bf16), none of them in a tower: its
+        // position table stays fp32 whichever trainer prepared it.
+        Some(b) => {
+            let peft_prepared = match b {
+                BaseWeights::Bnb4 { quant_type, nested, compute, storage, .. } => {
+                    BaseWeights::Bnb4 { quant_type, nested, compute, storage, prepare: KbitPrepare::Peft }
+                }
+                _ => BaseWeights::Bnb8 { prepare: KbitPrepare::Peft },
+            };
+            let tower_job = Job { base: Some(peft_prepared), ..job.clone() };
+            super::lora::base_bytes(&mm.tower, &tower_job).0 + projector_qlora_bytes(mm, m.hidden, b)
+        }
+        None => (tower_params + proj_params) * if job.mode == Mode::Infer { e } else { p },
+    };
     let vis = mm.tower.encoder.and_then(|e| e.vision).expect("a LLaVA tower is a vision encoder");
     // Idefics3's processor also returns `pixel_attention_mask`, int64 per pixel of every tile
     // (image_processing_idefics3.py make_pixel_mask), which the batch holds beside the images.
@@ -199,8 +221,12 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
     }
     // A frozen projector saves its inputs only when its output needs a gradient: under
     // checkpointing, whose input hooks make the tower's output require one.
-    let projector_acts =
-        if lora && !ckpt_frozen { 0 } else { image_tokens * projector_saved(mm, m.hidden, amp, if amp { 2 } else { p.max(e) }, e) };
+    let bnb = job.base.is_some_and(BaseWeights::is_bnb);
+    let projector_acts = match (lora && !ckpt_frozen, bnb) {
+        (true, _) => 0,
+        (false, true) => image_tokens * projector_saved_bnb(mm, m.hidden),
+        (false, false) => image_tokens * projector_saved(mm, m.hidden, amp, if amp { 2 } else { p.max(e) }, e),
+    };
     let saved = tower_profile.saved + projector_acts;
     let ckpt = if job.checkpointing == Checkpointing::Full { " (tower checkpointed)" } else { "" };
     for ph in &mut phases {
@@ -255,6 +281,38 @@ fn image_tokens_lm(mm: &Multimodal, job: &Job) -> u128 {
     job.batch as u128 * mm.images as u128 * mm.image_tokens as u128
 }
 
+/// Bytes of the projector under QLoRA: its nn.Linear weights quantized, their biases in the
+/// compute dtype, everything else (Qwen2-VL's `ln_q`, Gemma-3's projection parameter and norm,
+/// LLaVA-NeXT's `image_newline`) in fp32 after the kbit preparation.
+fn projector_qlora_bytes(mm: &Multimodal, text_hidden: u64, b: BaseWeights) -> u128 {
+    let (w, t) = (mm.tower.hidden, text_hidden);
+    let q = |rows: u64, cols: u64| super::lora::bnb_linear_bytes(rows, rows * cols, b);
+    let bias = |n: u64| super::lora::bnb_bias_bytes(n, b);
+    let all = mm.projector_parameters(text_hidden) as u128;
+    if mm.pool.is_some() {
+        return all * 4;
+    }
+    if let Some(s) = mm.shuffle {
+        return q(t, w * s.scale * s.scale);
+    }
+    let (linears, lin_params, biases) = match mm.merger {
+        Some(pm) => {
+            let wide = w * pm.merge * pm.merge;
+            (q(wide, wide) + q(t, wide), wide * wide + wide * t, bias(wide) + bias(t))
+        }
+        None => {
+            let b_ = if mm.projector_bias { bias(t) * 2 } else { 0 };
+            (q(t, w) + q(t, t), w * t + t * t, b_)
+        }
+    };
+    let bias_params = match (mm.merger, mm.projector_bias) {
+        (Some(pm), _) => w * pm.merge * pm.merge + t,
+        (None, true) => 2 * t,
+        (None, false) => 0,
+    };
+    linears + biases + (all - lin_params as u128 - bias_params as u128) * 4
+}
+
 /// Elements of the projector's weight matrices (what autocast caches half copies of).
 fn projector_matrices(mm: &Multimodal, text_hidden: u64) -> u128 {
     let (w, t) = (mm.tower.hidden as u128, text_hidden as u128);
@@ -306,6 +364,25 @@ fn projector_saved(mm: &Multimodal, text_hidden: u64, amp: bool, proj_in: u128, 
         _ => (4 + e) * wide + 4 * patches,
     };
     ln + proj_in * wide + 2 * e * wide
+}
+
+/// Bytes a frozen projector saves per image token under QLoRA (its output needing a gradient,
+/// under checkpointing): bitsandbytes' quantized linears keep no activation (MatMul4Bit saves the
+/// packed weight only: the input's gradient needs no input), so only what lies between them
+/// does — the activation's input, in the tower's fp32 stream (Linear4bit casts its output back
+/// to its input's dtype), and Qwen2-VL's `ln_q` (fp32 input and mean/rstd per patch).
+fn projector_saved_bnb(mm: &Multimodal, text_hidden: u64) -> u128 {
+    let w = mm.tower.hidden as u128;
+    match (mm.merger, mm.shuffle, mm.pool) {
+        (_, Some(_), _) => 0,
+        (_, _, Some(_)) => projector_saved(mm, text_hidden, true, 2, 2),
+        (Some(pm), _, _) => {
+            let patches = (pm.merge * pm.merge) as u128;
+            let wide = w * patches;
+            4 * wide + 8 * patches + 4 * wide
+        }
+        (None, None, None) => 4 * text_hidden as u128,
+    }
 }
 
 /// Qwen2-VL's tower attention under SDPA (modeling_qwen2_vl.py VisionAttention.forward): one

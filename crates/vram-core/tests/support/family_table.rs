@@ -70,12 +70,25 @@ pub fn error_of(model: &vram_core::Model, r: &serde_json::Value, batch: u64, seq
 /// trainable parameter count against peft's (adapters plus modules_to_save copies) and returns
 /// the signed relative error of vram's peak allocated.
 pub fn lora_error(model: &vram_core::Model, lora: vram_core::peft::Lora, r: &serde_json::Value, batch: u64, seq: u64) -> f64 {
+    lora_error_on(model, lora, None, r, batch, seq)
+}
+
+/// As `lora_error`, on a given base (a bitsandbytes one for QLoRA).
+pub fn lora_error_on(
+    model: &vram_core::Model,
+    lora: vram_core::peft::Lora,
+    base: Option<vram_core::peft::BaseWeights>,
+    r: &serde_json::Value,
+    batch: u64,
+    seq: u64,
+) -> f64 {
     use vram_core::{Checkpointing, Job};
     let resolved = vram_core::peft::resolve(model, &lora).unwrap();
     assert_eq!(resolved.adapter_parameters + resolved.saved_module_parameters, r["trainable_parameters"].as_u64().unwrap(), "{r}");
     let job = Job {
         checkpointing: if r["checkpointing"] == true { Checkpointing::Full } else { Checkpointing::None },
         lora: Some(lora),
+        base,
         ..Job::train(batch, seq)
     };
     let est = vram_core::estimate(model, &job).unwrap().peak_allocated as f64;
