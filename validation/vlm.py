@@ -66,8 +66,13 @@ blocks, windowed + full attention, 224-px images) 27 cases; with a tiny LLaVA-Ne
 2x2 and unpadded 1x2 grids) and a tiny LLaVA-OneVision (grids to 3x3, anyres_max_1 so the map is
 resized, a two-image sample untiled) 37 cases in all (15 + 12 + 6 + 4); with tiny Idefics3 and
 SmolVLM configs (32-px tiles of 8-px patches, pixel shuffle 2; 2x2 + global tiles and unsplit
-ones; patch 1c replaced in the fake runs only) 12 more: 49 in all, all equal:
-fixtures/vlm_technique.jsonl.
+ones; patch 1c replaced in the fake runs only) 12 more; with a tiny PaliGemma (token_type_ids
+mask) 4 more: 53 in all, all equal: fixtures/vlm_technique.jsonl.
+
+PALIGEMMA (model_type paligemma): one image of the tower's size first in the sequence, then
+text; token_type_ids 0 on image and prefix (a quarter of the text), 1 on the suffix, whose
+tokens are the labels; a prefill's prompt is all prefix. PaliGemma 2's Gemma 2 refuses SDPA:
+its language model is built eager and its tower SDPA (build), transformers' per-part default.
 
 IDEFICS3 / SMOLVLM (model_type idefics3, smolvlm): a point names `image_size`, the processor's
 size["longest_edge"] (None: 4 x the tile, every released processor's default); the image is split
@@ -114,6 +119,7 @@ sys.path.insert(0, HERE)
 import torch  # noqa: E402
 import transformers  # noqa: E402
 import transformers.models.gemma3.modeling_gemma3 as _gemma3  # noqa: E402
+import transformers.models.paligemma.modeling_paligemma as _paligemma  # noqa: E402
 import transformers.models.llava.modeling_llava as _llava  # noqa: E402
 import transformers.models.llava_next.modeling_llava_next as _llava_next  # noqa: E402
 import transformers.models.llava_onevision.modeling_llava_onevision as _onevision  # noqa: E402
@@ -173,7 +179,7 @@ def _placeholder_mask(orig):
 
 # LLaVA, and Gemma-3 (Gemma3Model.get_placeholder_mask, through its own import of
 # torch_compilable_check): the same two replacements.
-for _module, _cls in ((_llava, _llava.LlavaModel), (_gemma3, _gemma3.Gemma3Model),
+for _module, _cls in ((_llava, _llava.LlavaModel), (_gemma3, _gemma3.Gemma3Model), (_paligemma, _paligemma.PaliGemmaModel),
                       (_llava_next, _llava_next.LlavaNextModel)):
     _module.torch_compilable_check = _check
     _cls.get_placeholder_mask = _placeholder_mask(_cls.get_placeholder_mask)
@@ -397,6 +403,10 @@ def build(raw_config, precision, attention):
     raw = dict(raw_config)
     model_type = raw.pop("model_type")
     cfg = AutoConfig.for_model(model_type, **raw)
+    if model_type == "paligemma" and cfg.text_config.model_type == "gemma2" and attention == "sdpa":
+        # Gemma 2 refuses SDPA (soft-capping): loaded without an attn_implementation, transformers
+        # gives each part its own default, SDPA for the SigLIP tower and eager for Gemma 2.
+        attention = {"": "sdpa", "vision_config": "sdpa", "text_config": "eager"}
     model = AutoModelForImageTextToText.from_config(cfg, attn_implementation=attention, dtype=DTYPES[precision])
     return cfg, model
 
@@ -422,6 +432,10 @@ def qwen_side(cfg, side):
 
 def is_gemma(cfg):
     return cfg.model_type == "gemma3"
+
+
+def is_paligemma(cfg):
+    return cfg.model_type == "paligemma"
 
 
 def is_idefics(cfg):
@@ -527,6 +541,8 @@ def image_tokens(cfg, side=None, images=1):
         return cfg.mm_tokens_per_image
     if is_idefics(cfg):
         return idefics_tiles(cfg, side) * idefics_seq_len(cfg)
+    if is_paligemma(cfg):
+        return (v.image_size // v.patch_size) ** 2
     if is_qwen(cfg):
         return (qwen_side(cfg, side) // v.patch_size) ** 2 // v.spatial_merge_size ** 2
     if is_onevision(cfg):
@@ -584,6 +600,21 @@ def make_batch(cfg, batch, seq, images, side=None):
         extra = {"batch_num_images": torch.tensor([images] * batch)} if is_onevision(cfg) else {}
         return {"input_ids": ids, "labels": labels, "pixel_values": pix,
                 "image_sizes": torch.tensor([[s, s]] * (batch * images)), "attention_mask": torch.ones_like(ids), **extra}
+    if is_paligemma(cfg):
+        # PaliGemmaProcessor with a suffix (training): the image tokens first, then bos, the
+        # prefix and "\n" (token_type_ids 0: attended bidirectionally with the image), then the
+        # suffix (token_type_ids 1, causal; the labels, -100 elsewhere). Here a quarter of the
+        # text is prefix. Inference (no suffix): every token is prefix.
+        pg_ids = torch.randint(0, min(tok, cfg.text_config.vocab_size), (batch, seq))
+        n_img = images * per
+        pg_ids[:, :n_img] = tok
+        prefix = n_img + (seq - n_img) // 4
+        token_types = torch.zeros(batch, seq, dtype=torch.long)
+        token_types[:, prefix:] = 1
+        pg_labels = pg_ids.masked_fill(token_types == 0, -100)
+        pix = torch.randn(batch * images, 3, v.image_size, v.image_size)
+        return {"input_ids": pg_ids, "labels": pg_labels, "pixel_values": pix, "token_type_ids": token_types,
+                "attention_mask": torch.ones_like(pg_ids)}
     if is_idefics(cfg):
         # Idefics3ImageProcessor: pixel_values [B, images x tiles, 3, S, S] float32 (every tile of
         # every image of a sample in one axis) and pixel_attention_mask [B, images x tiles, S, S]
@@ -764,6 +795,8 @@ def infer(raw_config, batch, seq, images, precision="bf16", attention="sdpa", fa
             track_model(tr, model)
             tr.category = "inputs"
             inputs = make_batch(cfg, batch, seq, images, image_size)
+            if is_paligemma(cfg):  # a prompt without a suffix: all prefix (token_type_ids 0)
+                inputs["token_type_ids"] = torch.zeros_like(inputs["token_type_ids"])
             tr.phase, tr.category = "prefill", "activations"
             out = model(**model_inputs(inputs), use_cache=True, logits_to_keep=1)
             tokens = out.logits[:, -1, :].to(copy=True, dtype=torch.float32).argmax(-1, keepdim=True)
@@ -809,7 +842,9 @@ def points():
     out += next_points()
     out += onevision_points()
     out += idefics_points()
-    dev = DEVELOPMENT + QWEN_DEVELOPMENT + GEMMA_DEVELOPMENT + NEXT_DEVELOPMENT + OV_DEVELOPMENT + IDEFICS_DEVELOPMENT
+    out += paligemma_points()
+    dev = (DEVELOPMENT + QWEN_DEVELOPMENT + GEMMA_DEVELOPMENT + NEXT_DEVELOPMENT + OV_DEVELOPMENT + IDEFICS_DEVELOPMENT
+           + PALIGEMMA_DEVELOPMENT)
     for p in out:
         p["set"] = "development" if p["model"] in dev else "held-out"
         p["id"] = "|".join(f"{k}={p[k]}" for k in sorted(p) if k != "set")
@@ -933,6 +968,26 @@ def onevision_points():
     return out
 
 
+PALIGEMMA_DEVELOPMENT = ["paligemma-3b-pt-224-constructed", "paligemma2-3b-pt-224-constructed"]
+PALIGEMMA_HELD_OUT = ["paligemma-3b-pt-448-constructed", "paligemma2-10b-pt-448-constructed"]
+
+
+def paligemma_points():
+    """PaliGemma / PaliGemma 2: one image of the tower's size (224 px: 256 tokens; 448: 1024),
+    token_type_ids as the processor returns them with a suffix (see make_batch)."""
+    out = []
+    pt = sized_points(out, None)
+    for m in PALIGEMMA_DEVELOPMENT + PALIGEMMA_HELD_OUT:
+        s = 2048
+        pt(m, "full", "bf16-mixed", 1, s)
+        pt(m, "frozen_vision", "bf16-mixed", 2, s)
+        pt(m, "frozen_vision", "bf16-mixed", 2, s, checkpointing=True)
+        pt(m, "frozen_vision", "bf16", 2, s)
+        pt(m, None, "bf16", 2, s, mode="infer")
+        pt(m, "full", "bf16-mixed", 4, s)
+    return out
+
+
 IDEFICS_DEVELOPMENT = ["SmolVLM2-500M-Video-Instruct", "SmolVLM-256M-Instruct-constructed"]
 IDEFICS_HELD_OUT = ["SmolVLM-Instruct-reconstructed", "Idefics3-8B-Llama3-constructed"]
 
@@ -978,6 +1033,9 @@ def run(point):
     elif is_gemma(cfg):
         extra = {"image_size": cfg.vision_config.image_size, "image_tokens_per_image": image_tokens(cfg),
                  "vision_model_type": cfg.vision_config.model_type}
+    elif is_paligemma(cfg):
+        extra = {"image_size": cfg.vision_config.image_size, "image_tokens_per_image": image_tokens(cfg),
+                 "vision_model_type": cfg.vision_config.model_type, "text_model_type": cfg.text_config.model_type}
     elif is_idefics(cfg):
         extra = {"longest_edge": side or 4 * cfg.vision_config.image_size, "tiles_per_image": idefics_tiles(cfg, side),
                  "image_tokens_per_image": image_tokens(cfg, side), "vision_model_type": cfg.vision_config.model_type}
@@ -1107,6 +1165,24 @@ TINY_IDEFICS3 = {
 }
 TINY_SMOLVLM = {**TINY_IDEFICS3, "model_type": "smolvlm", "use_cache": False}
 
+# PaliGemma: tiny SigLIP (32-px images of 8-px patches: 16 tokens) + tiny Gemma, token_type_ids
+# (a bidirectional image + prefix block, a causal suffix: the explicit mask of every LM layer).
+TINY_PALIGEMMA = {
+    "model_type": "paligemma", "image_token_index": 1000, "projection_dim": 128, "vocab_size": 1024,
+    "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 64, "intermediate_size": 256,
+                      "num_hidden_layers": 2, "num_attention_heads": 4, "image_size": 32, "patch_size": 8,
+                      "vision_use_head": False},
+    "text_config": {"model_type": "gemma", "hidden_size": 128, "intermediate_size": 512, "num_hidden_layers": 2,
+                    "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 32, "vocab_size": 1024,
+                    "max_position_embeddings": 512},
+}
+
+
+def technique_cases_paligemma():
+    t = lambda tr, p, b, s, ck=False: ("train", dict(train=tr, precision=p, batch=b, seq=s, images=1, checkpointing=ck))
+    return [t("full", "bf16-mixed", 2, 128), t("frozen_vision", "bf16-mixed", 2, 128, ck=True),
+            t("frozen_vision", "bf16", 2, 128), ("infer", dict(precision="bf16", batch=2, seq=128, images=1))]
+
 
 def technique_cases_idefics():
     t = lambda tr, p, b, s, side, i=1, ck=False: ("train", dict(train=tr, precision=p, batch=b, seq=s, images=i,
@@ -1149,7 +1225,8 @@ def check_technique():
                                               "qwen2_vl": TINY_QWEN2VL, "qwen2_5_vl": TINY_QWEN25VL,
                                               "llava_next": TINY_LLAVA_NEXT,
                                               "llava_onevision": TINY_ONEVISION,
-                                              "idefics3": TINY_IDEFICS3, "smolvlm": TINY_SMOLVLM}}}) + "\n")
+                                              "idefics3": TINY_IDEFICS3, "smolvlm": TINY_SMOLVLM,
+                                              "paligemma": TINY_PALIGEMMA}}}) + "\n")
     cases = [("clip_llama", TINY_LLAVA, c) for c in technique_cases()]
     cases += [("siglip_qwen2", TINY_LLAVA_SIGLIP, c) for c in technique_cases_siglip()]
     cases += [(n, c, x) for n, c in (("qwen2_vl", TINY_QWEN2VL), ("qwen2_5_vl", TINY_QWEN25VL))
@@ -1158,6 +1235,7 @@ def check_technique():
     cases += [("llava_onevision", TINY_ONEVISION, c) for c in technique_cases_onevision()]
     cases += [(n, c, x) for n, c in (("idefics3", TINY_IDEFICS3), ("smolvlm", TINY_SMOLVLM))
               for x in technique_cases_idefics()]
+    cases += [("paligemma", TINY_PALIGEMMA, c) for c in technique_cases_paligemma()]
     if ONLY_CONFIG[0]:
         cases = [c for c in cases if c[0] == ONLY_CONFIG[0]]
     for name, config, (mode, case) in cases:

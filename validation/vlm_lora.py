@@ -91,6 +91,8 @@ OV_DEVELOPMENT = ["llava-onevision-qwen2.5-0.5b-constructed"]
 OV_HELD_OUT = ["llava-onevision-qwen2.5-1.5b-constructed"]
 IDEFICS_DEVELOPMENT = ["SmolVLM2-500M-Video-Instruct"]
 IDEFICS_HELD_OUT = ["SmolVLM-Instruct-reconstructed", "Idefics3-8B-Llama3-constructed"]
+PALIGEMMA_DEVELOPMENT = ["paligemma-3b-pt-224-constructed"]
+PALIGEMMA_HELD_OUT = ["paligemma2-3b-pt-224-constructed"]
 QLORA_DEVELOPMENT = ["SmolVLM2-500M-Video-Instruct", "Qwen2-VL-2B-Instruct", "llava-interleave-qwen-0.5b-hf"]
 QLORA_HELD_OUT = ["SmolVLM-Instruct-reconstructed", "Qwen2.5-VL-3B-Instruct", "llava-1.5-7b-hf"]
 
@@ -135,8 +137,14 @@ def points():
         s = 4096 if m.startswith("Idefics3") else 2048
         pt(m, "qlora:default", 2, s)
         pt(m, "qlora:all-linear", 2, s, checkpointing=True)
+    # PaliGemma / PaliGemma 2 (token_type_ids mask; PaliGemma 2's eager Gemma 2).
+    for m in PALIGEMMA_DEVELOPMENT + PALIGEMMA_HELD_OUT:
+        pt(m, "lora:default", 2, 2048)
+        pt(m, "lora:all-linear", 2, 2048, checkpointing=True)
+        pt(m, "qlora:default", 2, 2048)
+    dev = DEVELOPMENT + NEXT_DEVELOPMENT + OV_DEVELOPMENT + IDEFICS_DEVELOPMENT + QLORA_DEVELOPMENT + PALIGEMMA_DEVELOPMENT
     for p in out:
-        p["set"] = "development" if p["model"] in DEVELOPMENT + NEXT_DEVELOPMENT + OV_DEVELOPMENT + IDEFICS_DEVELOPMENT + QLORA_DEVELOPMENT else "held-out"
+        p["set"] = "development" if p["model"] in dev else "held-out"
         p["id"] = "|".join(f"{k}={p[k]}" for k in sorted(p) if k != "set")
     return out
 

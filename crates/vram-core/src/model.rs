@@ -231,6 +231,13 @@ pub struct Multimodal {
     pub pool: Option<u64>,
     /// Idefics3/SmolVLM's connector and image splitting in place of LLaVA's projector.
     pub shuffle: Option<Shuffle>,
+    /// PaliGemma's `PaliGemmaMultiModalProjector`: one Linear(tower width → text width) with a
+    /// bias in place of LLaVA's two.
+    pub single_linear: bool,
+    /// The processor's `token_type_ids` make the image (PaliGemma: with the prefix) a
+    /// bidirectional block, so training gives every language-model layer an explicit
+    /// (batch, 1, seq, seq) mask (Gemma-3, PaliGemma).
+    pub block_mask: bool,
 }
 
 /// Idefics3's and SmolVLM's images (transformers models/idefics3): the processor resizes an
@@ -490,6 +497,9 @@ impl Multimodal {
         if let Some(s) = self.shuffle {
             // Idefics3SimpleMLP: Linear(width · scale², text, bias=False).
             return self.tower.hidden * s.scale * s.scale * text_hidden;
+        }
+        if self.single_linear {
+            return self.tower.hidden * text_hidden + text_hidden;
         }
         if let Some(pm) = self.merger {
             let w = self.tower.hidden;

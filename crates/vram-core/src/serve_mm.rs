@@ -99,8 +99,9 @@ fn supported(mm: &Multimodal) -> bool {
     // Gemma-3's pooling projector and vLLM's Gemma-3 model (pan-and-scan, its encoder budget)
     // are not modelled for serving yet.
     // LLaVA-NeXT's anyres dummy image (vLLM's largest-feature pinpoint search) neither.
-    // Idefics3/SmolVLM's split images (vLLM's idefics3.py dummy image and encoder budget) neither.
-    if mm.pool.is_some() || mm.anyres.is_some() || mm.shuffle.is_some() {
+    // Idefics3/SmolVLM's split images (vLLM's idefics3.py dummy image and encoder budget) and
+    // PaliGemma (its prefix-LM mask in vLLM) neither.
+    if mm.pool.is_some() || mm.anyres.is_some() || mm.shuffle.is_some() || mm.single_linear {
         return false;
     }
     match mm.merger {

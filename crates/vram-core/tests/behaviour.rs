@@ -207,3 +207,21 @@ fn a_gemma3_vision_language_config_is_read_with_its_tower_and_projector() {
     let e = vram_core::parse_config(&serde_json::to_vec(&bad).unwrap(), "g", "config.json").unwrap_err().to_string();
     assert!(e.contains("mm_tokens_per_image"), "{e}");
 }
+
+/// A padded batch never lowers a Gemma-2 estimate: its soft-capping runs eager attention, which
+/// adds the mask to its seq² scores and saves them as unpadded (regression: a masked eager layer
+/// was counted as memory-efficient attention, 27% low; found on PaliGemma 2, validation/vlm.py).
+#[test]
+fn a_mask_keeps_gemma2_eager() {
+    let json =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../validation/configs/vlm/paligemma2-3b-pt-224-constructed.json"))
+            .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let mut text = v["text_config"].clone();
+    text["architectures"] = serde_json::json!(["Gemma2ForCausalLM"]);
+    let m = cfg(&text.to_string()).unwrap();
+    let plain = estimate(&m, &Job::train(2, 2048)).unwrap();
+    let padded = estimate(&m, &Job { padded: true, ..Job::train(2, 2048) }).unwrap();
+    assert!(padded.peak_allocated >= plain.peak_allocated, "{} < {}", padded.peak_allocated, plain.peak_allocated);
+    assert!(padded.component("activations: attention") >= plain.component("activations: attention"));
+}

@@ -113,6 +113,12 @@ fn idefics3_peaks_follow_pytorch() {
     table_follows_pytorch(&["idefics3", "smolvlm"], "idefics3", "Idefics3/SmolVLM accuracy table");
 }
 
+/// PaliGemma and PaliGemma 2 (one projector linear, the prefix-LM mask), with their README table.
+#[test]
+fn paligemma_peaks_follow_pytorch() {
+    table_follows_pytorch(&["paligemma"], "paligemma", "PaliGemma accuracy table");
+}
+
 /// The fixture's rows of `model_types` held to their bound, and their README table (between the
 /// `<!-- {marker}-accuracy:begin … -->` markers; `VRAM_UPDATE_README=1` rewrites it).
 fn table_follows_pytorch(model_types: &[&str], marker: &str, what: &str) {
@@ -316,4 +322,27 @@ fn idefics3_refuses_what_it_cannot_model() {
     let job = vram_core::Job::train(1, 1024);
     let e = vram_core::estimate(&m, &job).unwrap_err().to_string();
     assert!(e.contains("1377 image tokens") && e.contains("--image-size"), "{e}");
+}
+
+/// PaliGemma: the processor's fixed image size decides the tokens (--image-size is refused), one
+/// projector linear with a bias, and a language model other than Gemma/Gemma 2 is refused.
+#[test]
+fn paligemma_structure_and_refusals() {
+    let mut m = idefics_config("paligemma2-3b-pt-224-constructed.json");
+    let mm = m.multimodal.as_ref().unwrap();
+    assert_eq!((mm.image_tokens, mm.tiles(), mm.block_mask), (256, 1, true));
+    assert_eq!(mm.projector_parameters(m.hidden), 1152 * 2304 + 2304);
+    assert_eq!(m.parameters(), 3_032_242_416);
+    assert!(m.set_image_size(448).is_err());
+    let raw: Value =
+        serde_json::from_slice(&std::fs::read(root().join("validation/configs/vlm/paligemma-3b-pt-224-constructed.json")).unwrap())
+            .unwrap();
+    let mut bad = raw.clone();
+    bad["text_config"]["model_type"] = Value::from("llama");
+    let e = parse_config(bad.to_string().as_bytes(), "m", "m").unwrap_err().to_string();
+    assert!(e.contains("Gemma"), "{e}");
+    let mut bad = raw;
+    bad["projection_dim"] = Value::from(1024);
+    let e = parse_config(bad.to_string().as_bytes(), "m", "m").unwrap_err().to_string();
+    assert!(e.contains("projection_dim"), "{e}");
 }

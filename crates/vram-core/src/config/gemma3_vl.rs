@@ -7,7 +7,7 @@
 
 use serde_json::{Map, Value};
 
-use super::llava::{nested, with_defaults};
+use super::llava::{nested, siglip_tower, with_defaults};
 use super::{parse_object, ParseOptions};
 use crate::error::{Error, Result};
 use crate::model::{Act, Model, Multimodal};
@@ -39,20 +39,7 @@ const VISION_DEFAULTS: &[(&str, u64)] = &[
 ];
 
 pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: ParseOptions) -> Result<Model> {
-    let mut vision = with_defaults(nested(&obj, "vision_config", file)?, VISION_DEFAULTS);
-    let vtype = vision.get("model_type").and_then(Value::as_str).unwrap_or("siglip_vision_model").to_string();
-    if vtype != "siglip_vision_model" {
-        return Err(Error::InvalidValue {
-            what: "Gemma-3 vision tower".into(),
-            value: vtype,
-            hint: "Gemma-3's vision tower is a SigLIP vision model (siglip_vision_model)".into(),
-        });
-    }
-    vision.insert("model_type".into(), Value::from(vtype));
-    vision.insert("vision_use_head".into(), Value::Bool(false));
-    vision.remove("architectures");
-    let tower = parse_object(vision, &format!("{name} (vision tower)"), file, opts)?;
-    let vis = tower.encoder.and_then(|e| e.vision).expect("a vision config parses to a vision encoder");
+    let (tower, vis) = siglip_tower(&obj, VISION_DEFAULTS, "Gemma-3", name, file, opts)?;
     // The language model, with the top level's dtype and tying when the nested config omits them.
     let mut text = with_defaults(nested(&obj, "text_config", file)?, TEXT_DEFAULTS);
     text.insert("model_type".into(), Value::from("gemma3_text"));
@@ -89,6 +76,8 @@ pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: Parse
         anyres: None,
         pool: Some(per_side / side),
         shuffle: None,
+        single_linear: false,
+        block_mask: true,
     }));
     m.warnings.push(format!(
         "Gemma-3: a SigLIP vision tower ({} patches per {}×{} image, {} layers), the average-pooling projector ({tokens} tokens per image) and a gemma3_text language model; images are the processor's fixed {}-pixel square (pan-and-scan crops count as more images: --images-per-sample)",

@@ -48,6 +48,34 @@ pub(super) fn with_defaults(mut obj: Map<String, Value>, defaults: &[(&str, u64)
     obj
 }
 
+/// A composite model's SigLIP vision tower without its pooling head (Gemma-3, PaliGemma): the
+/// nested `vision_config` with the class defaults the Hub's configs omit, read as a bare
+/// `siglip_vision_model`; another tower type is refused, naming `family`.
+pub(super) fn siglip_tower(
+    obj: &Map<String, Value>,
+    defaults: &[(&str, u64)],
+    family: &str,
+    name: &str,
+    file: &str,
+    opts: ParseOptions,
+) -> Result<(Model, crate::model::Vision)> {
+    let mut vision = with_defaults(nested(obj, "vision_config", file)?, defaults);
+    let vtype = vision.get("model_type").and_then(Value::as_str).unwrap_or("siglip_vision_model").to_string();
+    if vtype != "siglip_vision_model" {
+        return Err(Error::InvalidValue {
+            what: format!("{family} vision tower"),
+            value: vtype,
+            hint: format!("{family}'s vision tower is a SigLIP vision model (siglip_vision_model)"),
+        });
+    }
+    vision.insert("model_type".into(), Value::from(vtype));
+    vision.insert("vision_use_head".into(), Value::Bool(false));
+    vision.remove("architectures");
+    let tower = parse_object(vision, &format!("{name} (vision tower)"), file, opts)?;
+    let vis = tower.encoder.and_then(|e| e.vision).expect("a vision config parses to a vision encoder");
+    Ok((tower, vis))
+}
+
 pub(super) fn nested(obj: &Map<String, Value>, key: &str, file: &str) -> Result<Map<String, Value>> {
     match obj.get(key) {
         Some(Value::Object(o)) => Ok(o.clone()),
@@ -237,6 +265,8 @@ fn parse_with(obj: Map<String, Value>, name: &str, file: &str, opts: ParseOption
         anyres: anyres.clone(),
         pool: None,
         shuffle: None,
+        single_linear: false,
+        block_mask: false,
     }));
     if let Some(a) = &anyres {
         m.warnings.push(format!(

@@ -25,6 +25,7 @@ mod llava;
 mod mamba;
 mod modernbert;
 mod opt;
+mod paligemma;
 mod phi;
 mod positions;
 mod quantization;

@@ -98,6 +98,8 @@ pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: Parse
         anyres: None,
         pool: None,
         shuffle: None,
+        single_linear: false,
+        block_mask: false,
     }));
     Ok(m)
 }

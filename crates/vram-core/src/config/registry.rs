@@ -4,8 +4,8 @@ use serde_json::{Map, Value};
 
 use super::keys::Cfg;
 use super::{
-    bart, bert, clip, deberta, distilbert, electra, falcon, gemma3_vl, gpt2, gpt_neox, idefics3, llama, llava, mamba, modernbert, opt, phi,
-    qwen2_vl, t5, vision, whisper, ParseOptions,
+    bart, bert, clip, deberta, distilbert, electra, falcon, gemma3_vl, gpt2, gpt_neox, idefics3, llama, llava, mamba, modernbert, opt,
+    paligemma, phi, qwen2_vl, t5, vision, whisper, ParseOptions,
 };
 use crate::error::Result;
 use crate::model::Model;
@@ -73,6 +73,7 @@ const COMPOSITES: &[(&[&str], CompositeParser)] = &[
     (&["clip", "siglip"], clip::parse),
     (&["qwen2_vl", "qwen2_5_vl"], qwen2_vl::parse),
     (&["idefics3", "smolvlm"], idefics3::parse),
+    (&["paligemma"], paligemma::parse),
 ];
 
 /// The composite parser for this config, if it is one. Gemma-3 is one only with a
@@ -145,8 +146,8 @@ const UNSUPPORTED: &[(&[&str], &str)] = &[
         "this dual encoder is not supported yet: vram models CLIP and SigLIP (SigLIP 2 patchifies with a linear layer over variable-size images; Chinese-CLIP, ALIGN and AltCLIP have other text towers)",
     ),
     (
-        &["llava_next_video", "qwen3_vl", "mllama", "idefics2", "paligemma", "pixtral", "llama4", "blip-2", "kosmos-2", "phi3_v", "internvl", "chameleon", "gemma3n", "qwen2_5_omni", "mistral3", "aya_vision", "sam"],
-        "this vision-language model is not supported yet: vram models LLaVA, LLaVA-NeXT, LLaVA-OneVision, Qwen2-VL, Qwen2.5-VL, Gemma-3, Idefics3 and SmolVLM (LLaVA-NeXT-Video pools video frames, Idefics2 has a perceiver resampler, Llama-4 and Mllama add their own towers)",
+        &["llava_next_video", "qwen3_vl", "mllama", "idefics2", "pixtral", "llama4", "blip-2", "kosmos-2", "phi3_v", "internvl", "chameleon", "gemma3n", "qwen2_5_omni", "mistral3", "aya_vision", "sam"],
+        "this vision-language model is not supported yet: vram models LLaVA, LLaVA-NeXT, LLaVA-OneVision, Qwen2-VL, Qwen2.5-VL, Gemma-3, Idefics3, SmolVLM and PaliGemma (LLaVA-NeXT-Video pools video frames, Idefics2 has a perceiver resampler, Llama-4 and Mllama add their own towers)",
     ),
 ];
 

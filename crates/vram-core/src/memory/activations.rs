@@ -531,7 +531,11 @@ fn attention_layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
     // Sliding layers past the window: SDPA with an explicit bool mask runs memory-efficient
     // attention on K/V repeated for GQA (transformers' use_gqa_in_sdpa needs no mask), after
     // turning the mask into a float bias it keeps for backward (convert_boolean_attn_mask).
-    let masked = padded_mask(job) || (i < m.sliding_layers && sliding_masked(m, job, job.seq));
+    // Eager attention (Gemma-2's soft-capping forces it) adds the mask to its scores instead: it
+    // stays eager, saving its seq² tensors, and keeps no bias per layer (measured:
+    // validation/vlm.py, PaliGemma 2's token_type_ids mask; a masked eager layer had been counted
+    // as memory-efficient attention, −18 to −27%).
+    let masked = kernel != Kernel::Eager && (padded_mask(job) || (i < m.sliding_layers && sliding_masked(m, job, job.seq)));
     let (a, a_sq) = match m.encoder.and_then(|e| e.disentangled) {
         Some(d) => disentangled(m, job, &b, d),
         None => attention(m, job, &b, if masked { Kernel::MemEfficient } else { kernel }, masked, moe_layer),

@@ -79,11 +79,11 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
     // text model's accounting of a cache under masks and GQA also changes what attention saves,
     // which moved gemma-3-4b +1.2% while its measured backward is the same with or without the
     // cache; the cache itself is added at the end of forward below.
-    let padded = job.padded || (mm.pool.is_some() && job.mode == Mode::Train);
-    let no_cache = job.mode == Mode::Train && mm.pool.is_some();
+    let padded = job.padded || (mm.block_mask && job.mode == Mode::Train);
+    let no_cache = job.mode == Mode::Train && mm.block_mask;
     let lm_job = Job { padded, use_cache: Some(false).filter(|_| no_cache).or(job.use_cache), ..job.clone() };
-    if mm.pool.is_some() && job.mode == Mode::Train {
-        notes.push("Gemma-3: image tokens attend bidirectionally within their block (token_type_ids), so every language-model layer gets an explicit (batch, 1, seq, seq) mask".into());
+    if mm.block_mask && job.mode == Mode::Train {
+        notes.push("the processor's token_type_ids make the image tokens (PaliGemma: with the prefix) a bidirectional block, so every language-model layer gets an explicit (batch, 1, seq, seq) mask".into());
     }
     let (mut phases, kernel, lm_notes) = match job.mode {
         Mode::Train => train::phases(&lm, &lm_job),
@@ -295,6 +295,9 @@ fn projector_qlora_bytes(mm: &Multimodal, text_hidden: u64, b: BaseWeights) -> u
     if let Some(s) = mm.shuffle {
         return q(t, w * s.scale * s.scale);
     }
+    if mm.single_linear {
+        return q(t, w) + bias(t);
+    }
     let (linears, lin_params, biases) = match mm.merger {
         Some(pm) => {
             let wide = w * pm.merge * pm.merge;
@@ -326,6 +329,8 @@ fn projector_matrices(mm: &Multimodal, text_hidden: u64) -> u128 {
         None if mm.pool.is_some() => w * t,
         // Idefics3: one Linear(w · scale², text).
         None if mm.shuffle.is_some() => w * mm.shuffle.map_or(1, |s| (s.scale * s.scale) as u128) * t,
+        // PaliGemma: one Linear(w, text).
+        None if mm.single_linear => w * t,
         None => w * t + t * t,
     }
 }
@@ -347,6 +352,10 @@ fn projector_saved(mm: &Multimodal, text_hidden: u64, amp: bool, proj_in: u128, 
         let _ = (amp, proj_in);
         let matmul_in = if e < 4 { 2 } else { 4 };
         return 4 * w + 4 + 4 * w + matmul_in * w;
+    }
+    if mm.single_linear {
+        // PaliGemmaMultiModalProjector: the linear's input (a half copy under autocast).
+        return proj_in * w;
     }
     if let Some(s) = mm.shuffle {
         // Idefics3Connector.forward, per token: pixel_shuffle's reshapes copy the tower's output
@@ -374,6 +383,7 @@ fn projector_saved(mm: &Multimodal, text_hidden: u64, amp: bool, proj_in: u128, 
 fn projector_saved_bnb(mm: &Multimodal, text_hidden: u64) -> u128 {
     let w = mm.tower.hidden as u128;
     match (mm.merger, mm.shuffle, mm.pool) {
+        _ if mm.single_linear => 0,
         (_, Some(_), _) => 0,
         (_, _, Some(_)) => projector_saved(mm, text_hidden, true, 2, 2),
         (Some(pm), _, _) => {
