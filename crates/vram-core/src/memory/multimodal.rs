@@ -64,7 +64,15 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
         mm.images * mm.image_tokens,
         job.seq,
         tj.batch,
-        mm.anyres.as_ref().map_or(String::new(), |a| format!(" ({} tiles per image)", a.tiles)),
+        match (&mm.anyres, mm.shuffle) {
+            (Some(a), _) => format!(" ({} tiles per image)", a.tiles),
+            // The processor resizes every image to its longest edge, whatever the image's own size.
+            (None, Some(s)) => format!(
+                " ({} tiles per image: the processor resizes every image's longest edge to {} px, whatever its own size; --image-size sets that edge)",
+                s.tiles, s.longest_edge
+            ),
+            (None, None) => String::new(),
+        },
         tj.seq
     )];
     // Gemma-3: the processor's token_type_ids make image tokens attend bidirectionally within
@@ -218,6 +226,14 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
     let mut tower_profile = if trained || ckpt_frozen { train::activation_profile(&tower, &tj) } else { ActivationProfile::default() };
     if trained && job.checkpointing != Checkpointing::Full {
         tower_profile.saved += qwen_attention_cat(mm, &tower, &tj, e);
+    }
+    if mm.shuffle.is_some() && (trained || ckpt_frozen) {
+        // The tower's profile keeps its last_hidden_state (a bare vision model's output, which its
+        // own loss would read); Idefics3's connector only reshapes it (copies, saving nothing)
+        // and its linear saves the shuffled copy, so the final norm's output is freed after the
+        // forward (measured: validation/vlm.py, SmolVLM's checkpointed points).
+        let out = if tj.precision.is_mixed() { 4 } else { tj.precision.compute_dtype().bytes() as u128 };
+        tower_profile.saved = tower_profile.saved.saturating_sub(tj.batch as u128 * tj.seq as u128 * mm.tower.hidden as u128 * out);
     }
     // A frozen projector saves its inputs only when its output needs a gradient: under
     // checkpointing, whose input hooks make the tower's output require one.
