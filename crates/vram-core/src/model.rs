@@ -240,6 +240,21 @@ pub struct Multimodal {
     pub block_mask: bool,
 }
 
+/// Which projector maps the tower's features into the language model (one per family).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProjectorKind {
+    /// LLaVA's `LlavaMultiModalProjector`: Linear, activation, Linear.
+    Mlp,
+    /// Qwen2-VL's `PatchMerger`.
+    Merger(PatchMerger),
+    /// Gemma-3's average-pooling projector (the pooling kernel).
+    Pool(u64),
+    /// Idefics3's pixel-shuffle connector.
+    Shuffle(Shuffle),
+    /// PaliGemma's single linear with a bias.
+    Linear,
+}
+
 /// Idefics3's and SmolVLM's images (transformers models/idefics3): the processor resizes an
 /// image's longest edge to `size["longest_edge"]`, rounds each side up to a multiple of the
 /// tower's image size and splits it into tiles of that size plus the whole image resized to one
@@ -473,6 +488,17 @@ impl Multimodal {
         Ok(())
     }
 
+    /// The projector this model's family uses.
+    pub fn projector(&self) -> ProjectorKind {
+        match (self.merger, self.pool, self.shuffle) {
+            (Some(pm), _, _) => ProjectorKind::Merger(pm),
+            (None, Some(k), _) => ProjectorKind::Pool(k),
+            (None, None, Some(s)) => ProjectorKind::Shuffle(s),
+            (None, None, None) if self.single_linear => ProjectorKind::Linear,
+            (None, None, None) => ProjectorKind::Mlp,
+        }
+    }
+
     /// Tiles per image through the tower (LLaVA-NeXT's grid plus base, Idefics3's split plus the
     /// global image; 1 otherwise).
     pub fn tiles(&self) -> u64 {
@@ -491,25 +517,24 @@ impl Multimodal {
     /// The projector's parameters (two linears; Qwen2-VL's merger adds `ln_q`; LLaVA-NeXT's
     /// `image_newline`, one text-width vector, is counted with it).
     pub fn projector_parameters(&self, text_hidden: u64) -> u64 {
-        if self.pool.is_some() {
-            return self.tower.hidden * text_hidden + self.tower.hidden;
-        }
-        if let Some(s) = self.shuffle {
+        let (w, t) = (self.tower.hidden, text_hidden);
+        match self.projector() {
+            // Gemma3MultiModalProjector: mm_input_projection_weight (w × text) and the RMSNorm.
+            ProjectorKind::Pool(_) => w * t + w,
             // Idefics3SimpleMLP: Linear(width · scale², text, bias=False).
-            return self.tower.hidden * s.scale * s.scale * text_hidden;
+            ProjectorKind::Shuffle(s) => w * s.scale * s.scale * t,
+            ProjectorKind::Linear => w * t + t,
+            ProjectorKind::Merger(pm) => {
+                let wide = w * pm.merge * pm.merge;
+                let ln = if matches!(self.tower.norm, Norm::LayerNorm { bias: true }) { 2 * w } else { w };
+                ln + wide * wide + wide + wide * t + t
+            }
+            ProjectorKind::Mlp => {
+                let b = u64::from(self.projector_bias);
+                let newline = if self.anyres.is_some() { t } else { 0 };
+                w * t + b * t + t * t + b * t + newline
+            }
         }
-        if self.single_linear {
-            return self.tower.hidden * text_hidden + text_hidden;
-        }
-        if let Some(pm) = self.merger {
-            let w = self.tower.hidden;
-            let wide = w * pm.merge * pm.merge;
-            let ln = if matches!(self.tower.norm, Norm::LayerNorm { bias: true }) { 2 * w } else { w };
-            return ln + wide * wide + wide + wide * text_hidden + text_hidden;
-        }
-        let b = u64::from(self.projector_bias);
-        let newline = if self.anyres.is_some() { text_hidden } else { 0 };
-        self.tower.hidden * text_hidden + b * text_hidden + text_hidden * text_hidden + b * text_hidden + newline
     }
 }
 

@@ -6,7 +6,7 @@
 //! is the activation memory vLLM subtracts before sizing the KV cache.
 
 use crate::error::{Error, Result};
-use crate::model::{Model, Multimodal, Role, TensorGroup, VisionFamily};
+use crate::model::{Model, Multimodal, ProjectorKind, Role, TensorGroup, VisionFamily};
 use crate::serve::{ServeConfig, VllmEngine};
 
 /// `--limit-mm-per-prompt` default on the V1 engine: 999 items of each modality
@@ -96,17 +96,17 @@ pub(crate) fn check(m: &Model, mm: &Multimodal, cfg: &ServeConfig) -> Result<()>
 /// projector, and Qwen2-VL/Qwen2.5-VL's tower with its PatchMerger.
 fn supported(mm: &Multimodal) -> bool {
     let Some(vis) = mm.tower.encoder.and_then(|e| e.vision) else { return false };
-    // Gemma-3's pooling projector and vLLM's Gemma-3 model (pan-and-scan, its encoder budget)
-    // are not modelled for serving yet.
-    // LLaVA-NeXT's anyres dummy image (vLLM's largest-feature pinpoint search) neither.
-    // Idefics3/SmolVLM's split images (vLLM's idefics3.py dummy image and encoder budget) and
-    // PaliGemma (its prefix-LM mask in vLLM) neither.
-    if mm.pool.is_some() || mm.anyres.is_some() || mm.shuffle.is_some() || mm.single_linear {
+    // LLaVA-NeXT's anyres dummy image (vLLM's largest-feature pinpoint search) is not modelled
+    // for serving yet; nor are Gemma-3's pooling projector and vLLM's Gemma-3 model (pan-and-scan,
+    // its encoder budget), Idefics3/SmolVLM's split images (vLLM's idefics3.py dummy image and
+    // encoder budget) and PaliGemma (its prefix-LM mask in vLLM).
+    if mm.anyres.is_some() {
         return false;
     }
-    match mm.merger {
-        Some(_) => vis.family.is_qwen(),
-        None => matches!(vis.family, VisionFamily::Clip | VisionFamily::Siglip),
+    match mm.projector() {
+        ProjectorKind::Merger(_) => vis.family.is_qwen(),
+        ProjectorKind::Mlp => matches!(vis.family, VisionFamily::Clip | VisionFamily::Siglip),
+        ProjectorKind::Pool(_) | ProjectorKind::Shuffle(_) | ProjectorKind::Linear => false,
     }
 }
 

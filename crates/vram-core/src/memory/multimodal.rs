@@ -12,7 +12,7 @@ use super::activations::{self as act};
 use super::train::{self, ActivationProfile};
 use super::{infer, optimizer, Breakdown, Phase};
 use crate::job::{Checkpointing, Job, Mode};
-use crate::model::{Model, Multimodal};
+use crate::model::{Model, Multimodal, ProjectorKind};
 use crate::peft::{BaseWeights, KbitPrepare};
 
 const TOWER: &str = "vision tower + projector parameters";
@@ -305,49 +305,39 @@ fn projector_qlora_bytes(mm: &Multimodal, text_hidden: u64, b: BaseWeights) -> u
     let q = |rows: u64, cols: u64| super::lora::bnb_linear_bytes(rows, rows * cols, b);
     let bias = |n: u64| super::lora::bnb_bias_bytes(n, b);
     let all = mm.projector_parameters(text_hidden) as u128;
-    if mm.pool.is_some() {
-        return all * 4;
-    }
-    if let Some(s) = mm.shuffle {
-        return q(t, w * s.scale * s.scale);
-    }
-    if mm.single_linear {
-        return q(t, w) + bias(t);
-    }
-    let (linears, lin_params, biases) = match mm.merger {
-        Some(pm) => {
+    // (quantized linears and biases, the parameters they hold); the rest is fp32.
+    let (quantized, held) = match mm.projector() {
+        ProjectorKind::Pool(_) => (0, 0),
+        ProjectorKind::Shuffle(s) => (q(t, w * s.scale * s.scale), w * s.scale * s.scale * t),
+        ProjectorKind::Linear => (q(t, w) + bias(t), w * t + t),
+        ProjectorKind::Merger(pm) => {
             let wide = w * pm.merge * pm.merge;
-            (q(wide, wide) + q(t, wide), wide * wide + wide * t, bias(wide) + bias(t))
+            (q(wide, wide) + q(t, wide) + bias(wide) + bias(t), wide * wide + wide * t + wide + t)
         }
-        None => {
-            let b_ = if mm.projector_bias { bias(t) * 2 } else { 0 };
-            (q(t, w) + q(t, t), w * t + t * t, b_)
+        ProjectorKind::Mlp => {
+            let biases = if mm.projector_bias { 2 * t } else { 0 };
+            (q(t, w) + q(t, t) + if mm.projector_bias { 2 * bias(t) } else { 0 }, w * t + t * t + biases)
         }
     };
-    let bias_params = match (mm.merger, mm.projector_bias) {
-        (Some(pm), _) => w * pm.merge * pm.merge + t,
-        (None, true) => 2 * t,
-        (None, false) => 0,
-    };
-    linears + biases + (all - lin_params as u128 - bias_params as u128) * 4
+    quantized + (all - held as u128) * 4
 }
 
 /// Elements of the projector's weight matrices (what autocast caches half copies of).
 fn projector_matrices(mm: &Multimodal, text_hidden: u64) -> u128 {
     let (w, t) = (mm.tower.hidden as u128, text_hidden as u128);
-    match mm.merger {
+    match mm.projector() {
         // PatchMerger: Linear(w·m², w·m²) and Linear(w·m², text).
-        Some(pm) => {
+        ProjectorKind::Merger(pm) => {
             let wide = w * (pm.merge * pm.merge) as u128;
             wide * wide + wide * t
         }
         // Gemma-3: mm_input_projection_weight (w × text), used by torch.matmul.
-        None if mm.pool.is_some() => w * t,
+        ProjectorKind::Pool(_) => w * t,
         // Idefics3: one Linear(w · scale², text).
-        None if mm.shuffle.is_some() => w * mm.shuffle.map_or(1, |s| (s.scale * s.scale) as u128) * t,
+        ProjectorKind::Shuffle(s) => w * (s.scale * s.scale) as u128 * t,
         // PaliGemma: one Linear(w, text).
-        None if mm.single_linear => w * t,
-        None => w * t + t * t,
+        ProjectorKind::Linear => w * t,
+        ProjectorKind::Mlp => w * t + t * t,
     }
 }
 
@@ -359,36 +349,30 @@ fn projector_matrices(mm: &Multimodal, text_hidden: u64) -> u128 {
 /// GELU's input and the second linear's input (measured: validation/vlm.py saved tensors).
 fn projector_saved(mm: &Multimodal, text_hidden: u64, amp: bool, proj_in: u128, e: u128) -> u128 {
     let w = mm.tower.hidden as u128;
-    if mm.pool.is_some() {
+    match mm.projector() {
         // Gemma3MultiModalProjector.forward, per pooled token: avg_pool2d saves its input (the
         // contiguous copy of the tower's output, the same bytes the tower's profile keeps for its
         // last_hidden_state, so not counted again); mm_soft_emb_norm (Gemma3RMSNorm) saves the fp32
         // input and rstd and the fp32 normalised tensor (for its weight); torch.matmul saves a half
         // copy under autocast or in half precision (the type_as output), in fp32 the product itself.
-        let _ = (amp, proj_in);
-        let matmul_in = if e < 4 { 2 } else { 4 };
-        return 4 * w + 4 + 4 * w + matmul_in * w;
-    }
-    if mm.single_linear {
+        ProjectorKind::Pool(_) => 4 * w + 4 + 4 * w + if e < 4 { 2 } else { 4 } * w,
         // PaliGemmaMultiModalProjector: the linear's input (a half copy under autocast).
-        return proj_in * w;
-    }
-    if let Some(s) = mm.shuffle {
+        ProjectorKind::Linear => proj_in * w,
         // Idefics3Connector.forward, per token: pixel_shuffle's reshapes copy the tower's output
         // (transients; a view/reshape saves nothing), and the bias-free linear saves its input,
         // w · scale² wide (a half copy under autocast).
-        return proj_in * w * (s.scale * s.scale) as u128;
+        ProjectorKind::Shuffle(s) => proj_in * w * (s.scale * s.scale) as u128,
+        ProjectorKind::Mlp => proj_in * w + 2 * e * text_hidden as u128,
+        ProjectorKind::Merger(pm) => {
+            let patches = (pm.merge * pm.merge) as u128;
+            let wide = w * patches;
+            let ln = match mm.tower.norm {
+                crate::model::Norm::LayerNorm { .. } => (if amp { 4 } else { e }) * wide + 8 * patches,
+                _ => (4 + e) * wide + 4 * patches,
+            };
+            ln + proj_in * wide + 2 * e * wide
+        }
     }
-    let Some(pm) = mm.merger else {
-        return proj_in * w + 2 * e * text_hidden as u128;
-    };
-    let patches = (pm.merge * pm.merge) as u128;
-    let wide = w * patches;
-    let ln = match mm.tower.norm {
-        crate::model::Norm::LayerNorm { .. } => (if amp { 4 } else { e }) * wide + 8 * patches,
-        _ => (4 + e) * wide + 4 * patches,
-    };
-    ln + proj_in * wide + 2 * e * wide
 }
 
 /// Bytes a frozen projector saves per image token under QLoRA (its output needing a gradient,
@@ -398,16 +382,16 @@ fn projector_saved(mm: &Multimodal, text_hidden: u64, amp: bool, proj_in: u128, 
 /// to its input's dtype), and Qwen2-VL's `ln_q` (fp32 input and mean/rstd per patch).
 fn projector_saved_bnb(mm: &Multimodal, text_hidden: u64) -> u128 {
     let w = mm.tower.hidden as u128;
-    match (mm.merger, mm.shuffle, mm.pool) {
-        _ if mm.single_linear => 0,
-        (_, Some(_), _) => 0,
-        (_, _, Some(_)) => projector_saved(mm, text_hidden, true, 2, 2),
-        (Some(pm), _, _) => {
+    match mm.projector() {
+        ProjectorKind::Linear | ProjectorKind::Shuffle(_) => 0,
+        // Gemma-3's projection is a parameter, not an nn.Linear: not quantized.
+        ProjectorKind::Pool(_) => projector_saved(mm, text_hidden, true, 2, 2),
+        ProjectorKind::Merger(pm) => {
             let patches = (pm.merge * pm.merge) as u128;
             let wide = w * patches;
             4 * wide + 8 * patches + 4 * wide
         }
-        (None, None, None) => 4 * text_hidden as u128,
+        ProjectorKind::Mlp => 4 * text_hidden as u128,
     }
 }
 
