@@ -1184,6 +1184,13 @@ impl Model {
         if let Some(d) = self.dual.as_mut() {
             return d.vision.set_image_size(side);
         }
+        if let Some(vis) = self.multimodal.as_ref().and_then(|mm| mm.tower.encoder).and_then(|e| e.vision) {
+            return Err(format!(
+                "--image-size {side}: this vision-language model's processor resizes every image to the tower's fixed {0}×{0} px ({1} tokens per image); images are counted with --images-per-sample",
+                vis.image_size,
+                self.multimodal.as_ref().map_or(0, |mm| mm.image_tokens)
+            ));
+        }
         let Some(vis) = self.encoder.as_mut().and_then(|e| e.vision.as_mut()) else {
             return Err(format!("--image-size applies to vision encoders (ViT, DINOv2, CLIP, SigLIP); {} reads tokens", self.model_type));
         };

@@ -333,7 +333,8 @@ fn paligemma_structure_and_refusals() {
     assert_eq!((mm.image_tokens, mm.tiles(), mm.block_mask), (256, 1, true));
     assert_eq!(mm.projector_parameters(m.hidden), 1152 * 2304 + 2304);
     assert_eq!(m.parameters(), 3_032_242_416);
-    assert!(m.set_image_size(448).is_err());
+    let e = m.set_image_size(448).unwrap_err();
+    assert!(e.contains("fixed 224×224 px") && e.contains("256 tokens"), "{e}");
     let raw: Value =
         serde_json::from_slice(&std::fs::read(root().join("validation/configs/vlm/paligemma-3b-pt-224-constructed.json")).unwrap())
             .unwrap();

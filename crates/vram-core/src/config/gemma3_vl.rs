@@ -7,7 +7,7 @@
 
 use serde_json::{Map, Value};
 
-use super::llava::{nested, siglip_tower, with_defaults};
+use super::llava::{inherit_top_level, nested, siglip_tower, with_defaults};
 use super::{parse_object, ParseOptions};
 use crate::error::{Error, Result};
 use crate::model::{Act, Model, Multimodal};
@@ -43,11 +43,7 @@ pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: Parse
     // The language model, with the top level's dtype and tying when the nested config omits them.
     let mut text = with_defaults(nested(&obj, "text_config", file)?, TEXT_DEFAULTS);
     text.insert("model_type".into(), Value::from("gemma3_text"));
-    for k in ["torch_dtype", "dtype", "tie_word_embeddings"] {
-        if let (false, Some(v)) = (text.contains_key(k), obj.get(k)) {
-            text.insert(k.into(), v.clone());
-        }
-    }
+    inherit_top_level(&mut text, &obj);
     text.insert("architectures".into(), Value::from(vec![Value::from("Gemma3ForCausalLM")]));
     let mut m = parse_object(text, name, file, opts)?;
     // Gemma3MultiModalProjector: patches_per_image = image_size // patch_size, pooled by

@@ -7,7 +7,7 @@
 
 use serde_json::{Map, Value};
 
-use super::llava::{nested, with_defaults, LLAMA_DEFAULTS};
+use super::llava::{inherit_top_level, nested, with_defaults, LLAMA_DEFAULTS};
 use super::{parse_object, ParseOptions};
 use crate::error::{Error, Result};
 use crate::model::{Act, Model, Multimodal, Shuffle, SPLIT_IMAGE_ASSUMED};
@@ -50,11 +50,7 @@ pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: Parse
     }
     text = with_defaults(text, LLAMA_DEFAULTS);
     text.insert("model_type".into(), Value::from("llama"));
-    for k in ["torch_dtype", "dtype", "tie_word_embeddings"] {
-        if let (false, Some(v)) = (text.contains_key(k), obj.get(k)) {
-            text.insert(k.into(), v.clone());
-        }
-    }
+    inherit_top_level(&mut text, &obj);
     text.insert("use_cache".into(), Value::Bool(obj.get("use_cache").and_then(Value::as_bool).unwrap_or(true)));
     text.insert("architectures".into(), Value::from(vec![Value::from("LlamaForCausalLM")]));
     let mut m = parse_object(text, name, file, opts)?;

@@ -76,6 +76,16 @@ pub(super) fn siglip_tower(
     Ok((tower, vis))
 }
 
+/// A composite model's language model takes the top level's dtype and embedding tying where its
+/// nested `text_config` omits them (the Hub's VLM configs write them once, at the top).
+pub(super) fn inherit_top_level(text: &mut Map<String, Value>, obj: &Map<String, Value>) {
+    for k in ["torch_dtype", "dtype", "tie_word_embeddings"] {
+        if let (false, Some(v)) = (text.contains_key(k), obj.get(k)) {
+            text.insert(k.into(), v.clone());
+        }
+    }
+}
+
 pub(super) fn nested(obj: &Map<String, Value>, key: &str, file: &str) -> Result<Map<String, Value>> {
     match obj.get(key) {
         Some(Value::Object(o)) => Ok(o.clone()),
@@ -215,11 +225,7 @@ fn parse_with(obj: Map<String, Value>, name: &str, file: &str, opts: ParseOption
     };
     text = with_defaults(text, defaults);
     text.insert("model_type".into(), Value::from(ttype));
-    for k in ["torch_dtype", "dtype", "tie_word_embeddings"] {
-        if let (false, Some(v)) = (text.contains_key(k), obj.get(k)) {
-            text.insert(k.into(), v.clone());
-        }
-    }
+    inherit_top_level(&mut text, &obj);
     // The language model is read as the causal LM it is inside LlavaForConditionalGeneration.
     text.insert("architectures".into(), Value::from(vec![Value::from("LlavaTextForCausalLM")]));
     let mut m = parse_object(text, name, file, opts)?;

@@ -8,7 +8,7 @@
 
 use serde_json::{Map, Value};
 
-use super::llava::{nested, siglip_tower, with_defaults};
+use super::llava::{inherit_top_level, nested, siglip_tower, with_defaults};
 use super::{parse_object, ParseOptions};
 use crate::error::{Error, Result};
 use crate::model::{Act, Model, Multimodal};
@@ -47,11 +47,7 @@ pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: Parse
     }
     text.insert("model_type".into(), Value::from(ttype.clone()));
     // PaliGemmaConfig ties the LM head to the embeddings by default; the top level decides.
-    for k in ["torch_dtype", "dtype", "tie_word_embeddings"] {
-        if let (false, Some(v)) = (text.contains_key(k), obj.get(k)) {
-            text.insert(k.into(), v.clone());
-        }
-    }
+    inherit_top_level(&mut text, &obj);
     text.entry("tie_word_embeddings").or_insert(Value::Bool(true));
     let arch = if ttype == "gemma2" { "Gemma2ForCausalLM" } else { "GemmaForCausalLM" };
     text.insert("architectures".into(), Value::from(vec![Value::from(arch)]));
