@@ -54,6 +54,13 @@ JAMBA_HELD_OUT = ["jamba-v0.1"]
 # only); nvidia/Nemotron-H-8B-Base-8K is held out.
 NEMOTRON_DEVELOPMENT = ["nemotron-h-dev-8l"]
 NEMOTRON_HELD_OUT = ["nemotron-h-8b"]
+# Gated DeltaNet hybrids (Qwen3-Next, Qwen3.5: linear-attention layers with every fourth layer
+# gated attention): qwen3-next-dev-4l (MoE, fused projections) and qwen3.5-dev-4l (dense, four
+# projections, tied embeddings) are 4-layer layouts, not checkpoints (development only);
+# Qwen3-Next-80B-A3B, Qwen3.5-27B, Qwen3.5-35B-A3B and Qwen3.5-0.8B are held out
+# (configs/ssm/SOURCES.md); the 0.8B at the development batches, where activations dominate.
+DELTA_DEVELOPMENT = ["qwen3-next-dev-4l", "qwen3.5-dev-4l"]
+DELTA_HELD_OUT = ["qwen3-next-80b-a3b", "qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3.5-0.8b"]
 
 
 def points():
@@ -121,9 +128,19 @@ def points():
         # Its prefill under SDPA (the hybrid DynamicCache, as for the Mamba-2 hybrids above).
         pt(m, "infer", "bf16", 4 if m in JAMBA_DEVELOPMENT else 1, 512, attention="sdpa")
         pt(m, "infer", "bf16", 2 if m in JAMBA_DEVELOPMENT else 1, 1024, attention="sdpa")
+    # Gated DeltaNet hybrids: training under SDPA (transformers' default) and eager, the prefill
+    # under SDPA. Held-out models at batches that keep the fake run's CPU time short.
+    for m in DELTA_DEVELOPMENT + DELTA_HELD_OUT:
+        big = m in DELTA_HELD_OUT and m != "qwen3.5-0.8b"
+        pt(m, "train", "bf16-mixed", 1 if big else 4, 1024, attention="sdpa")
+        pt(m, "train", "bf16-mixed", 2 if big else 8, 1024, checkpointing=True, attention="sdpa")
+        pt(m, "train", "bf16-mixed", 1, 4096, attention="sdpa")
+        pt(m, "train", "bf16-mixed", 1 if big else 2, 2000, attention="eager")
+        pt(m, "infer", "bf16", 2 if big else 4, 1024, attention="sdpa")
+        pt(m, "infer", "bf16", 1 if big else 2, 4096, attention="sdpa")
     for p in out:
         dev = (DEVELOPMENT + MAMBA2_DEVELOPMENT + BAMBA_DEVELOPMENT + GRANITE_DEVELOPMENT + FALCON_H1_DEVELOPMENT
-               + JAMBA_DEVELOPMENT + NEMOTRON_DEVELOPMENT)
+               + JAMBA_DEVELOPMENT + NEMOTRON_DEVELOPMENT + DELTA_DEVELOPMENT)
         p["set"] = "development" if p["model"] in dev else "held-out"
         p["id"] = "|".join(f"{k}={p[k]}" for k in sorted(p) if k != "set")
     return out
@@ -171,4 +188,5 @@ def run(point):
 if __name__ == "__main__":
     only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
     describe = lambda rec: f"{rec['model']} {rec['mode']} {rec['precision']} b{rec['batch']} s{rec['seq']} ckpt={rec['checkpointing']}"  # noqa: E731
-    run_resumable(OUT, "python validation/ssm.py", points(), run, describe, 1, only, maxtasks=2, meta_extra=None)
+    workers = int(sys.argv[sys.argv.index("--workers") + 1]) if "--workers" in sys.argv else 1
+    run_resumable(OUT, "python validation/ssm.py", points(), run, describe, workers, only, maxtasks=2, meta_extra=None)

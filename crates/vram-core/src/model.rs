@@ -572,6 +572,41 @@ pub struct Ssm {
     /// many layers are MLP blocks (counted after the attention layers); with it, neither the
     /// attention nor the mixer layers have an MLP of their own. 0: the layouts above.
     pub mlp_layers: u64,
+    /// Gated DeltaNet's linear attention in place of a Mamba scan (Qwen3-Next, Qwen3.5).
+    pub delta_net: Option<DeltaNet>,
+}
+
+/// Gated DeltaNet (transformers models/qwen3_next/modeling_qwen3_next.py
+/// `Qwen3NextGatedDeltaNet`, Yang et al. 2024 "Gated Delta Networks"): projections to q, k
+/// (`key_heads` × `key_dim` each), v and the output gate z (`value_heads` × `value_dim` each),
+/// β and the decay input a (one per value head); a depthwise causal conv over q·k·v; per value
+/// head `dt_bias` and `A_log`; the delta rule over chunks of 64 tokens
+/// (`torch_chunk_gated_delta_rule`, without flash-linear-attention); a gated RMSNorm over
+/// `value_dim`; `out_proj`. The recurrent state is [value_heads, key_dim, value_dim] per
+/// sequence. `Ssm::d_inner` is the value width, `d_state` the key head size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct DeltaNet {
+    /// `linear_num_key_heads`.
+    pub key_heads: u64,
+    /// `linear_num_value_heads` (a multiple of the key heads: q and k are repeated to match).
+    pub value_heads: u64,
+    /// `linear_key_head_dim`.
+    pub key_dim: u64,
+    /// `linear_value_head_dim`.
+    pub value_dim: u64,
+    /// Qwen3-Next's fused `in_proj_qkvz` and `in_proj_ba`; Qwen3.5's four separate
+    /// projections (`in_proj_qkv`, `in_proj_z`, `in_proj_b`, `in_proj_a`).
+    pub fused_projections: bool,
+}
+
+impl DeltaNet {
+    /// Tokens per chunk of `torch_chunk_gated_delta_rule` (its default, which the model uses).
+    pub const CHUNK: u64 = 64;
+
+    /// Width of q, k and v together: the conv's channels.
+    pub fn conv_dim(&self) -> u64 {
+        2 * self.key_heads * self.key_dim + self.value_heads * self.value_dim
+    }
 }
 
 /// Mamba-2 (transformers models/mamba2/modeling_mamba2.py `Mamba2Mixer`): one `in_proj` to
@@ -850,6 +885,10 @@ pub struct Attention {
     /// Learned attention sinks, one logit per query head (gpt-oss `self_attn.sinks`): SDPA
     /// cannot run them; transformers runs eager attention or a hub flash kernel with sinks.
     pub sinks: bool,
+    /// A sigmoid output gate per query channel, projected by `q_proj` beside the queries (its
+    /// output doubled) and multiplied into the attention output before `o_proj` (Qwen3-Next,
+    /// Qwen3.5: `attn_output * torch.sigmoid(gate)`).
+    pub output_gate: bool,
 }
 
 /// A normalised decoder-only transformer.
@@ -1712,6 +1751,38 @@ impl Model {
     fn layer_tensors(&self, i: u64, count: u64, v: &mut Vec<TensorGroup>) {
         let h = self.hidden;
         let l = |s: &str| format!("layers.{{i}}.{s}");
+        if let (true, Some(Ssm { delta_net: Some(dn), .. })) = (self.is_ssm_layer(i), self.ssm) {
+            // Qwen3NextDecoderLayer with linear attention (modeling_qwen3_next.py __init__):
+            // input_layernorm, the Gated DeltaNet, post_attention_layernorm, the MLP or MoE block.
+            let (kd, vd, hv) = (dn.key_heads * dn.key_dim, dn.value_heads * dn.value_dim, dn.value_heads);
+            self.norm_tensors(&l("input_layernorm"), count, h, v);
+            if dn.fused_projections {
+                Self::linear(v, &l("linear_attn.in_proj_qkvz"), h, 2 * kd + 2 * vd, false, count);
+                Self::linear(v, &l("linear_attn.in_proj_ba"), h, 2 * hv, false, count);
+            } else {
+                Self::linear(v, &l("linear_attn.in_proj_qkv"), h, 2 * kd + vd, false, count);
+                Self::linear(v, &l("linear_attn.in_proj_z"), h, vd, false, count);
+                Self::linear(v, &l("linear_attn.in_proj_b"), h, hv, false, count);
+                Self::linear(v, &l("linear_attn.in_proj_a"), h, hv, false, count);
+            }
+            // Depthwise Conv1d(conv_dim, conv_dim, kernel, groups=conv_dim, bias=False).
+            v.push(TensorGroup::matrix(
+                l("linear_attn.conv1d.weight"),
+                1,
+                dn.conv_dim(),
+                self.ssm.map_or(4, |s| s.d_conv),
+                count,
+                Role::Linear,
+            ));
+            for t in ["linear_attn.dt_bias", "linear_attn.A_log"] {
+                v.push(TensorGroup::vector(l(t), hv, count, Role::Norm));
+            }
+            v.push(TensorGroup::vector(l("linear_attn.norm.weight"), dn.value_dim, count, Role::Norm));
+            Self::linear(v, &l("linear_attn.out_proj"), vd, h, false, count);
+            self.norm_tensors(&l("post_attention_layernorm"), count, h, v);
+            self.ffn_tensors(i, "mlp", count, v);
+            return;
+        }
         if let (true, Some(Ssm { mamba2: Some(m2), .. })) = (self.is_ssm_layer(i), self.ssm) {
             // Mamba2Block: norm, then Mamba2Mixer (modeling_mamba2.py __init__): in_proj to
             // [gate d, x d, B G·N, C G·N, dt H], the depthwise conv over x·B·C, dt_bias / A_log / D
@@ -1820,7 +1891,8 @@ impl Model {
             if a.fused_qkv {
                 Self::linear(v, &l("self_attn.qkv_proj"), h, q + 2 * kv, a.qkv_bias, count);
             } else {
-                Self::linear(v, &l("self_attn.q_proj"), h, q, a.qkv_bias, count);
+                let gate = if a.output_gate { q } else { 0 };
+                Self::linear(v, &l("self_attn.q_proj"), h, q + gate, a.qkv_bias, count);
                 Self::linear(v, &l("self_attn.k_proj"), h, kv, a.qkv_bias && self.k_bias, count);
                 Self::linear(v, &l("self_attn.v_proj"), h, kv, a.qkv_bias, count);
             }

@@ -71,6 +71,11 @@ fn mamba_parameters_are_exact() {
         ("falcon-h1-dev-4l", 52_227_264),
         ("jamba-v0.1", 51_570_323_328),
         ("jamba-dev-8l", 59_730_816),
+        ("qwen3-next-80b-a3b", 79_674_391_296),
+        ("qwen3-next-dev-4l", 26_799_088),
+        ("qwen3.5-27b", 26_895_998_464),
+        ("qwen3.5-35b-a3b", 34_660_610_688),
+        ("qwen3.5-dev-4l", 17_761_092),
     ] {
         let src = std::fs::read(root().join(format!("validation/configs/ssm/{file}.json"))).unwrap();
         assert_eq!(parse_config(&src, file, "config.json").unwrap().parameters(), n, "{file}");
@@ -295,4 +300,64 @@ fn nemotron_h_reads_its_blocks() {
         bad[key] = Value::from(value);
         assert!(refusal(&bad).contains("mamba_num_heads"), "{key} = {value}");
     }
+}
+
+/// Qwen3-Next and Qwen3.5 (Gated DeltaNet): `layer_types`, or every `full_attention_interval`-th
+/// layer, is gated attention and the rest linear attention; MoE layers keep their routing in
+/// vram's layer order; a Qwen3.5 vision-language config is read as AutoModelForCausalLM loads it
+/// (the language model, said so); what was not measured is refused.
+#[test]
+fn gated_delta_net_hybrids_read_their_layers() {
+    let (mut cfg, m) = ssm_config("qwen3-next-80b-a3b");
+    let s = m.ssm.unwrap();
+    let dn = s.delta_net.unwrap();
+    assert_eq!((s.attention_layers, m.layers), (12, 48));
+    assert_eq!((dn.key_heads, dn.value_heads, dn.key_dim, dn.value_dim, dn.fused_projections), (16, 32, 128, 128, true));
+    assert!(m.attention.output_gate);
+    // Every layer an MoE block with the gated shared expert; a quarter of each head rotated.
+    let moe = m.moe.as_ref().unwrap();
+    assert_eq!((moe.experts, moe.top_k, moe.shared_intermediate, moe.shared_gate), (512, 10, 512, true));
+    assert_eq!(m.moe_layers(), 48);
+    assert_eq!(m.rotary_dim, 64);
+    assert!(m.warnings.iter().any(|w| w.contains("flash-linear-attention")), "{:?}", m.warnings);
+    assert_hybrid_inference(&m);
+    // full_attention_interval gives the same layout as the listed layer_types.
+    let listed = m.parameters();
+    cfg.as_object_mut().unwrap().remove("layer_types");
+    assert_eq!(parsed(&cfg).unwrap().parameters(), listed);
+    assert_eq!(parsed(&cfg).unwrap().ssm.unwrap().attention_layers, 12);
+    // A dense layer among the experts (mlp_only_layers) sits where vram orders it.
+    cfg["mlp_only_layers"] = serde_json::json!([3, 4]);
+    let mixed = parsed(&cfg).unwrap();
+    assert_eq!(mixed.moe_layers(), 46);
+    assert!(!mixed.is_moe_layer(0), "layer 3 is the first attention layer, first in vram's order");
+    // Then the linear-attention layers 0, 1, 2, 4 …: layer 4 is the fourth of them.
+    assert!(mixed.is_moe_layer(12) && !mixed.is_moe_layer(15), "layer 4 sits after the 12 attention layers and layers 0–2");
+    // All linear or all attention, unknown entries, value heads not grouped over key heads: refused.
+    for interval in [1, 1000] {
+        cfg["full_attention_interval"] = Value::from(interval);
+        assert!(refusal(&cfg).contains("layer_types"), "interval {interval}");
+    }
+    cfg["full_attention_interval"] = Value::from(4);
+    cfg["layer_types"] = Value::from(vec!["linear_attention"; 47].into_iter().chain(["sliding_attention"]).collect::<Vec<_>>());
+    assert!(refusal(&cfg).contains("layer_types"));
+    cfg.as_object_mut().unwrap().remove("layer_types");
+    cfg["linear_num_value_heads"] = Value::from(24);
+    cfg["linear_num_key_heads"] = Value::from(16);
+    assert!(refusal(&cfg).contains("linear_num_value_heads"));
+    // A prefill outside half precision was not measured.
+    let fp32 = vram_core::Job { precision: vram_core::Precision::Fp32, ..vram_core::Job::infer(1, 1024) };
+    assert!(vram_core::estimate(&m, &fp32).unwrap_err().to_string().contains("bf16"));
+
+    // Qwen3.5: the vision-language config is its language model, four separate projections.
+    let (mut vl, q) = ssm_config("qwen3.5-27b");
+    assert_eq!(q.model_type, "qwen3_5_text");
+    assert!(!q.ssm.unwrap().delta_net.unwrap().fused_projections);
+    assert!(q.moe.is_none());
+    assert!(q.warnings[0].contains("vision tower's weights are not loaded"), "{:?}", q.warnings);
+    vl["text_config"]["model_type"] = Value::from("qwen3_vl_text");
+    assert!(refusal(&vl).contains("qwen3_5_text"));
+    let (_, moe) = ssm_config("qwen3.5-35b-a3b");
+    assert_eq!(moe.moe_layers(), 40);
+    assert_eq!(moe.ssm.unwrap().attention_layers, 10);
 }

@@ -78,8 +78,16 @@ pub(super) fn parse_text(c: &Cfg, name: &str, model_type: &str) -> Result<Model>
     m.norm = Norm::LayerNorm { bias: true };
     m.block = Block::Sequential;
     m.final_norm = true;
-    m.attention =
-        Attention { qkv_bias: true, o_bias: true, fused_qkv: false, qk_norm: QkNorm::None, mla: None, softcap: false, sinks: false };
+    m.attention = Attention {
+        qkv_bias: true,
+        o_bias: true,
+        fused_qkv: false,
+        qk_norm: QkNorm::None,
+        mla: None,
+        softcap: false,
+        sinks: false,
+        output_gate: false,
+    };
     m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["hidden_act"], d.act)?, bias: true };
     // Neither tower has hidden dropout; CLIP's attention_dropout is 0.0 by default.
     m.attention_dropout = c.dropout(&["attention_dropout"])?;

@@ -26,8 +26,16 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
         Block::Sequential
     };
     let bias = c.bool("bias", false)?;
-    m.attention =
-        Attention { qkv_bias: bias, o_bias: bias, fused_qkv: true, qk_norm: QkNorm::None, mla: None, softcap: false, sinks: false };
+    m.attention = Attention {
+        qkv_bias: bias,
+        o_bias: bias,
+        fused_qkv: true,
+        qk_norm: QkNorm::None,
+        mla: None,
+        softcap: false,
+        sinks: false,
+        output_gate: false,
+    };
     m.mlp = Mlp { gated: false, fused_gate_up: false, act: Act::Gelu, bias };
     m.attention_dropout = c.dropout(&["attention_dropout"])?;
     m.hidden_dropout = c.dropout(&["hidden_dropout"])?;

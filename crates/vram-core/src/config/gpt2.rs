@@ -10,8 +10,16 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     m.position_embeddings = c.opt(&["n_positions", "max_position_embeddings"])?.unwrap_or(1024);
     m.tied_embeddings = c.bool("tie_word_embeddings", true)?;
     m.norm = Norm::LayerNorm { bias: true };
-    m.attention =
-        Attention { qkv_bias: true, o_bias: true, fused_qkv: true, qk_norm: QkNorm::None, mla: None, softcap: false, sinks: false };
+    m.attention = Attention {
+        qkv_bias: true,
+        o_bias: true,
+        fused_qkv: true,
+        qk_norm: QkNorm::None,
+        mla: None,
+        softcap: false,
+        sinks: false,
+        output_gate: false,
+    };
     m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["activation_function"], Act::GeluPython)?, bias: true };
     m.attention_dropout = c.dropout(&["attn_pdrop"])?;
     m.hidden_dropout = c.dropout(&["resid_pdrop"])?;

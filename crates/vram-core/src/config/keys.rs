@@ -154,6 +154,7 @@ pub(super) fn base(name: &str) -> Model {
             mla: None,
             softcap: false,
             sinks: false,
+            output_gate: false,
         },
         mlp: Mlp { gated: true, fused_gate_up: false, act: Act::Silu, bias: false },
         moe: None,
@@ -217,8 +218,16 @@ pub(super) fn encdec_stack(c: &Cfg, name: &str, d: u64, layers: u64, heads: u64,
     m.head_dim = d.checked_div(heads).unwrap_or(0);
     m.intermediate = ffn;
     m.norm = Norm::LayerNorm { bias: true };
-    m.attention =
-        Attention { qkv_bias: true, o_bias: true, fused_qkv: false, qk_norm: QkNorm::None, mla: None, softcap: false, sinks: false };
+    m.attention = Attention {
+        qkv_bias: true,
+        o_bias: true,
+        fused_qkv: false,
+        qk_norm: QkNorm::None,
+        mla: None,
+        softcap: false,
+        sinks: false,
+        output_gate: false,
+    };
     m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["activation_function"], Act::Gelu)?, bias: true };
     m.tied_embeddings = true;
     m.hidden_dropout = c.dropout(&["dropout"])?;

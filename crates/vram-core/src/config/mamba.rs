@@ -47,6 +47,7 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
             parallel_attention: false,
             dt_bc_norms: false,
             mlp_layers: 0,
+            delta_net: None,
         },
         true,
         path,
@@ -233,6 +234,7 @@ impl Mamba2Keys {
             parallel_attention: false,
             dt_bc_norms: false,
             mlp_layers: 0,
+            delta_net: None,
         }
     }
 }
@@ -413,6 +415,7 @@ pub(super) fn parse_jamba(c: &Cfg, name: &str, model_type: &str) -> Result<Model
         parallel_attention: false,
         dt_bc_norms: true,
         mlp_layers: 0,
+        delta_net: None,
     });
     m.warnings.push(hybrid_warning(&format!(
         "Jamba: {attention} attention layers and {} Mamba layers (the sequential selective scan), each with its MLP or MoE block",
@@ -500,6 +503,7 @@ pub(super) fn parse_nemotron_h(c: &Cfg, name: &str, model_type: &str) -> Result<
     m.ssm = Some(Ssm {
         attention_layers: attention,
         mlp_layers: mlps,
+        delta_net: None,
         ..k.ssm(d_inner, c.bool("use_conv_bias", true)?, c.bool("mamba_proj_bias", false)?)
     });
     m.warnings.push(hybrid_warning(&format!(

@@ -30,6 +30,7 @@ mod phi;
 mod positions;
 mod quantization;
 mod qwen2_vl;
+mod qwen3_next;
 mod registry;
 mod t5;
 mod vision;

@@ -67,6 +67,7 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
         mla: None,
         softcap: false,
         sinks: false,
+        output_gate: false,
     };
     m.mlp = Mlp { gated: true, fused_gate_up: true, act: c.act(&["hidden_activation"], Act::Gelu)?, bias: c.bool("mlp_bias", false)? };
     // ModernBertForQuestionAnswering: the prediction head and a 2-output classifier on every token.

@@ -21,6 +21,16 @@ pub(super) fn positions(c: &Cfg, m: &mut Model) -> Result<()> {
         None if m.model_type == "granitemoehybrid" && c.get("position_embedding_type").and_then(Value::as_str) != Some("rope") => 0,
         // Jamba's attention layers have no positional encoding (transformers models/jamba).
         None if m.model_type == "jamba" => 0,
+        // Qwen3-Next and Qwen3.5 rotate a quarter of each head by default (their configs'
+        // `partial_rotary_factor` default 0.25, which Qwen3.5 writes inside `rope_parameters`).
+        None if matches!(m.model_type.as_str(), "qwen3_next" | "qwen3_5_text" | "qwen3_5_moe_text") => {
+            let nested = match c.get("rope_parameters") {
+                Some(Value::Object(r)) => r.get("partial_rotary_factor").and_then(Value::as_f64),
+                _ => None,
+            };
+            let frac = c.f64("partial_rotary_factor", nested.unwrap_or(0.25))?.clamp(0.0, 1.0);
+            (m.head_dim as f64 * frac) as u64
+        }
         None => {
             let frac = c.f64("partial_rotary_factor", c.f64("rotary_pct", 1.0)?)?.clamp(0.0, 1.0);
             (m.head_dim as f64 * frac) as u64

@@ -163,8 +163,16 @@ fn tower(c: &Cfg, fam: VisionFamily, name: &str) -> Result<(Model, PatchMerger, 
     m.final_norm = false;
     m.use_cache = false;
     // VisionAttention: one qkv Linear with bias, proj with bias.
-    m.attention =
-        Attention { qkv_bias: true, o_bias: true, fused_qkv: true, qk_norm: QkNorm::None, mla: None, softcap: false, sinks: false };
+    m.attention = Attention {
+        qkv_bias: true,
+        o_bias: true,
+        fused_qkv: true,
+        qk_norm: QkNorm::None,
+        mla: None,
+        softcap: false,
+        sinks: false,
+        output_gate: false,
+    };
     let act = c.act(&["hidden_act"], if qwen25 { Act::Silu } else { Act::QuickGelu })?;
     m.mlp = Mlp { gated: qwen25, fused_gate_up: false, act, bias: true };
     let patch = c.opt(&["patch_size"])?.unwrap_or(14);

@@ -5,7 +5,7 @@ use serde_json::{Map, Value};
 use super::keys::Cfg;
 use super::{
     bart, bert, clip, deberta, distilbert, electra, falcon, gemma3_vl, gpt2, gpt_neox, idefics3, llama, llava, mamba, modernbert, opt,
-    paligemma, phi, qwen2_vl, t5, vision, whisper, ParseOptions,
+    paligemma, phi, qwen2_vl, qwen3_next, t5, vision, whisper, ParseOptions,
 };
 use crate::error::Result;
 use crate::model::Model;
@@ -45,6 +45,7 @@ const FAMILIES: &[(&[&str], Parser)] = &[
     (&["falcon_h1"], mamba::parse_falcon_h1),
     (&["jamba"], mamba::parse_jamba),
     (&["nemotron_h"], mamba::parse_nemotron_h),
+    (&["qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"], qwen3_next::parse),
     (&["gpt_neox"], gpt_neox::parse),
     (&["falcon"], falcon::parse),
     (&["opt"], opt::parse),
@@ -74,6 +75,7 @@ const COMPOSITES: &[(&[&str], CompositeParser)] = &[
     (&["qwen2_vl", "qwen2_5_vl"], qwen2_vl::parse),
     (&["idefics3", "smolvlm"], idefics3::parse),
     (&["paligemma"], paligemma::parse),
+    (&["qwen3_5", "qwen3_5_moe"], qwen3_next::parse_vl),
 ];
 
 /// The composite parser for this config, if it is one. Gemma-3 is one only with a
@@ -138,8 +140,8 @@ const UNSUPPORTED: &[(&[&str], &str)] = &[
         "this encoder-decoder is not supported yet: vram models Whisper, BART, mBART, T5, Flan-T5 and mT5 (UMT5 has a position bias in every layer, LongT5 local/global attention, Pegasus/Marian sinusoidal positions, Switch experts)",
     ),
     (
-        &["rwkv", "recurrent_gemma", "xlstm", "zamba", "zamba2", "lfm2", "qwen3_next"],
-        "this state-space, recurrent or hybrid model is not supported yet: vram models Mamba, Falcon-Mamba, Mamba-2 and the Bamba, Granite-4.0-H, Falcon-H1, Jamba and Nemotron-H hybrids (RWKV's recurrence and the other attention/SSM hybrids are not modelled)",
+        &["rwkv", "recurrent_gemma", "xlstm", "zamba", "zamba2", "lfm2", "kimi_linear"],
+        "this state-space, recurrent or hybrid model is not supported yet: vram models Mamba, Falcon-Mamba, Mamba-2, the Bamba, Granite-4.0-H, Falcon-H1, Jamba and Nemotron-H hybrids and Qwen3-Next/Qwen3.5's Gated DeltaNet layers (RWKV's recurrence, Zamba's shared attention blocks, LFM2's convolutions and Kimi's delta attention are not modelled)",
     ),
     (
         &["siglip2", "chinese_clip", "align", "altclip"],

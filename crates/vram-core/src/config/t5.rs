@@ -66,8 +66,16 @@ fn stack(c: &Cfg, name: &str, d: &Defaults, layers: u64) -> Result<Model> {
     m.intermediate = c.opt(&["d_ff"])?.unwrap_or(d.d_ff);
     m.norm = Norm::T5LayerNorm;
     m.block = Block::Sequential;
-    m.attention =
-        Attention { qkv_bias: false, o_bias: false, fused_qkv: false, qk_norm: QkNorm::None, mla: None, softcap: false, sinks: false };
+    m.attention = Attention {
+        qkv_bias: false,
+        o_bias: false,
+        fused_qkv: false,
+        qk_norm: QkNorm::None,
+        mla: None,
+        softcap: false,
+        sinks: false,
+        output_gate: false,
+    };
     m.mlp = feed_forward(c, d.proj)?;
     m.final_norm = true;
     m.tied_embeddings = true;

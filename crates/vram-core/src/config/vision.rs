@@ -81,7 +81,16 @@ pub(super) fn parse(c: &Cfg, name: &str, model_type: &str) -> Result<Model> {
     m.block = Block::Sequential;
     m.final_norm = true;
     let qkv_bias = c.bool("qkv_bias", true)?;
-    m.attention = Attention { qkv_bias, o_bias: true, fused_qkv: false, qk_norm: QkNorm::None, mla: None, softcap: false, sinks: false };
+    m.attention = Attention {
+        qkv_bias,
+        o_bias: true,
+        fused_qkv: false,
+        qk_norm: QkNorm::None,
+        mla: None,
+        softcap: false,
+        sinks: false,
+        output_gate: false,
+    };
     let default_act = match fam {
         VisionFamily::Clip => Act::QuickGelu,
         _ => Act::Gelu,

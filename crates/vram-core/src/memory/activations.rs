@@ -11,7 +11,7 @@
 
 use super::lora::{self, LoraActs};
 use crate::job::{AttentionImpl, Checkpointing, Job};
-use crate::model::{Act, Block, EncoderHead, Model, Norm, QkNorm, Ssm};
+use crate::model::{Act, Block, DeltaNet, EncoderHead, Model, Norm, QkNorm, Ssm};
 use crate::peft::Slot;
 
 /// The attention kernel that really runs.
@@ -365,6 +365,9 @@ fn mlp_saved_undropped(m: &Model, b: &Bytes, frozen: bool) -> u128 {
 ///
 /// Measured op by op on 1- and 2-layer builds (validation/ssm.py): within 0.02% per layer.
 fn ssm_layer(m: &Model, job: &Job, s: crate::model::Ssm) -> LayerCoef {
+    if let Some(dn) = s.delta_net {
+        return delta_net_layer(m, job, s, dn);
+    }
     if let Some(m2) = s.mamba2 {
         return mamba2_layer(m, job, s, m2);
     }
@@ -436,6 +439,71 @@ fn mamba2_layer(m: &Model, job: &Job, s: crate::model::Ssm, m2: crate::model::Ma
     let states = e * heads * m2.head_dim as u128 * n * batch * (2 * chunks + 1);
     let per_token = 8 * heads * l + 12 * heads * n + 36 * d + 2 * e * conv + 20 * heads;
     LayerCoef { norms, mlp: per_token + (conv_pad + states) / tokens, ..LayerCoef::default() }
+}
+
+/// Bytes per token and value-head key (value) channel a Gated DeltaNet layer's backward holds
+/// beyond its saved tensors and the incoming gradient: the gradients of the chunked fp32 q, k,
+/// β·k and decayed copies, and of the solved values. Its peak moves between ops with the head
+/// sizes; least squares over 14 single-layer shapes (validation/probe_delta_net.py), within
+/// ±40% of a term that is under 1% of a real model's peak.
+pub(crate) const DELTA_NET_BACKWARD_K: u128 = 17;
+/// See [`DELTA_NET_BACKWARD_K`].
+pub(crate) const DELTA_NET_BACKWARD_V: u128 = 3;
+/// Bytes per token and value-head key channel held inside the forward's chunked scan beyond the
+/// saved tensors (the fp32 output being assembled, the solved values and decayed keys as locals);
+/// fitted like [`DELTA_NET_BACKWARD_K`].
+pub(crate) const DELTA_NET_FORWARD_K: u128 = 16;
+/// See [`DELTA_NET_FORWARD_K`]: per value channel.
+pub(crate) const DELTA_NET_FORWARD_V: u128 = 4;
+
+/// Positions a Gated DeltaNet scan runs over: the sequence padded to whole chunks of 64
+/// (`torch_chunk_gated_delta_rule` pads q, k, v, β and the decay before chunking).
+pub(crate) fn delta_net_positions(seq: u64) -> u128 {
+    (seq.div_ceil(DeltaNet::CHUNK).max(1) * DeltaNet::CHUNK) as u128
+}
+
+/// A Gated DeltaNet layer's saved tensors under autocast (modeling_qwen3_next.py
+/// `Qwen3NextGatedDeltaNet.forward` with the reference `torch_chunk_gated_delta_rule`), with
+/// Hk key and Hv value heads of dk and dv, conv = 2·Hk·dk + Hv·dv, C = 64, n chunks, in bytes:
+/// - the zero-centred RMSNorm (fp32 input and normalised copy) and a half copy of its output
+///   per input projection (two fused, four in Qwen3.5);
+/// - per token: the conv's half input and output (4·conv), q and k in fp32 after the repeat to
+///   the value heads (8·Hv·dk), the gated RMSNorm's fp32 tensors and half copies and
+///   `out_proj`'s input (20·Hv·dv), and per value head the L2 norms' rsqrts, β, the decay and
+///   its softplus (22·Hv);
+/// - per padded position: v, β·v, β·k, the decayed q and k and their half matmul copies
+///   (30·Hv·dk + 12·Hv·dv), the intra-chunk decay, UT system and scores
+///   (14·Hv·C), per-head vectors (16·Hv);
+/// - per sequence and chunk: the recurrent state in fp32 and two half copies
+///   (8·Hv·dk·dv), less the last chunk's update, which the discarded final state frees
+///   (4·Hv·dk·dv + 2·Hv·C·(dk + dv)), and the conv's k − 1 padding columns.
+///
+/// Measured tensor by tensor with saved-tensor hooks on single layers of five shapes (heads,
+/// head sizes, batch, and a sequence that is not a multiple of 64): exact
+/// (validation/probe_delta_net.py). Other precisions are refused.
+fn delta_net_layer(m: &Model, job: &Job, s: crate::model::Ssm, dn: DeltaNet) -> LayerCoef {
+    let b = Bytes::of(m, job);
+    let h = m.hidden as u128;
+    let (hv, dk, dv, c) = (dn.value_heads as u128, dn.key_dim as u128, dn.value_dim as u128, DeltaNet::CHUNK as u128);
+    let conv = dn.conv_dim() as u128;
+    let (saved, out) = b.norm(m.norm, 4);
+    let readers = if dn.fused_projections { 2 } else { 4 };
+    let norms = saved * h + b.inputs(Slot::AttnIn, false, readers, out, h);
+    let (batch, seq) = (job.batch.max(1) as u128, job.seq.max(1) as u128);
+    let padded = delta_net_positions(job.seq);
+    let chunks = padded / c;
+    let per_token = 4 * conv + 8 * hv * dk + 20 * hv * dv + 22 * hv;
+    let per_position = 30 * hv * dk + 12 * hv * dv + 14 * hv * c + 16 * hv;
+    let mut per_sequence = (2 * conv * (s.d_conv as u128).saturating_sub(1) + (8 * chunks).saturating_sub(4) * hv * dk * dv)
+        .saturating_sub(6 * hv * c * dk + 2 * hv * c * dv);
+    if job.training_cache(m.use_cache) {
+        // With the training-time DynamicCache (use_cache, no checkpointing) the final state is
+        // returned: the last chunk's update stays in the graph, the cache keeps its own fp32 copy
+        // of the state and the conv state in the compute dtype (measured likewise).
+        per_sequence += 8 * hv * dk * dv + 2 * hv * c * (dk + dv) + b.e * conv * s.d_conv as u128;
+    }
+    let mixer = per_token + (batch * (padded * per_position + per_sequence)) / (batch * seq);
+    LayerCoef { norms, mlp: mixer, ..LayerCoef::default() }
 }
 
 /// Activation coefficients of decoder layer `i` with nothing recomputed.
@@ -1075,6 +1143,11 @@ fn ssm_backward(m: &Model, s: Ssm, b: &Bytes) -> u128 {
     // D·N per token). Under checkpointing mamba-130m's measured layer backward holds more
     // (about 22 bytes) while fewer gradients exist than vram places beside it: the
     // checkpointed points come out 2–3% low (validation/ssm.py).
+    if let Some(dn) = s.delta_net {
+        return DELTA_NET_BACKWARD_K * dn.value_heads as u128 * dn.key_dim as u128
+            + DELTA_NET_BACKWARD_V * dn.value_heads as u128 * dn.value_dim as u128
+            + 2 * b.r * m.hidden as u128;
+    }
     if let Some(m2) = s.mamba2 {
         // Mamba-2: the chunked scan's backward holds gradients of its per-chunk scores.
         return MAMBA2_BACKWARD * m2.heads as u128 * m2.chunk as u128 + 2 * b.r * m.hidden as u128;

@@ -258,6 +258,9 @@ const SSM_STATE: &str = "conv and SSM state (the cache)";
 /// per hidden unit. Measured at the peak op by op on mamba-130m (validation/ssm.py).
 /// Then the last position's logits.
 fn ssm_prefill(m: &Model, job: &Job, s: crate::model::Ssm) -> (Vec<Breakdown>, Kernel, Vec<String>) {
+    if let Some(dn) = s.delta_net {
+        return delta_net_prefill(m, job, s, dn);
+    }
     if let Some(m2) = s.mamba2 {
         return mamba2_prefill(m, job, s, m2);
     }
@@ -320,6 +323,49 @@ fn mamba2_prefill(m: &Model, job: &Job, s: crate::model::Ssm, m2: crate::model::
     bd.add(LOGITS, logits, "the last position's logits and their fp32 copy");
     let kernel = state_space_kernel(m, job, mixers, attention, &mut notes, || {
         format!("Mamba-2 inference: prefill of {batch} × {seq} tokens in chunks of {l}; the cache is a fixed-size state, not a KV cache")
+    });
+    (vec![bd], kernel, notes)
+}
+
+/// A Gated DeltaNet hybrid's prefill with the cache (Qwen3-Next, Qwen3.5 under
+/// `torch.no_grad()`, the reference `torch_chunk_gated_delta_rule`): the weights, every
+/// linear-attention layer's cache — the conv state [B, conv_dim, kernel] in the model dtype and
+/// the fp32 recurrent state [B, Hv, dk, dv] the chunked rule returns — the gated-attention layers'
+/// prompt keys and values, and the peak at the end of the last linear-attention layer's chunked
+/// rule, where its fp32 locals sit beside the layer's input and residual: per padded position
+/// q, k, β·k, the decayed β·k and k_cumdecay (20·Hv·dk), v, β·v, the solved values and the output
+/// being assembled with its half copy (20·Hv·dv), the per-chunk decay, UT system and scores
+/// (12·Hv·64); the half conv output and z; Qwen3-Next's fused projection outputs; per sequence
+/// three state-sized fp32 tensors. Read off the live tensors at the peak of single layers in
+/// bf16 (validation/probe_delta_net.py). Then the last position's logits.
+fn delta_net_prefill(m: &Model, job: &Job, s: crate::model::Ssm, dn: crate::model::DeltaNet) -> (Vec<Breakdown>, Kernel, Vec<String>) {
+    let e: u128 = if job.precision == Precision::Fp32 { 4 } else { 2 };
+    let (batch, seq) = (job.batch as u128, job.seq as u128);
+    let t = batch * seq;
+    let (hv, hk, dk, dv) = (dn.value_heads as u128, dn.key_heads as u128, dn.key_dim as u128, dn.value_dim as u128);
+    let conv = dn.conv_dim() as u128;
+    let weights = weights(m, job, e);
+    let mut notes = weights.notes.clone();
+    let (mut bd, mixers, attention) =
+        state_space_cache(m, job, &weights, e, batch * (4 * hv * dk * dv + e * conv * s.d_conv as u128), |mixers| {
+            format!("{mixers} linear-attention layers × batch {batch} × (conv {conv} × {} + fp32 state {hv} heads × {dk} × {dv})", s.d_conv)
+        });
+    let h = m.hidden as u128;
+    let c = crate::model::DeltaNet::CHUNK as u128;
+    // Qwen3-Next's fused in_proj_qkvz and in_proj_ba outputs stay bound in the mixer's forward.
+    let fused = if dn.fused_projections { e * (4 * hk * dk + 2 * hv * dv + 2 * hv) } else { 0 };
+    let scan = t * (20 * hv * (dk + dv) + 12 * hv * c + e * conv + e * hv * dv + 16 * hv + 2 * e * h + fused) + batch * 12 * hv * dk * dv;
+    let logits = batch * m.vocab as u128 * (e + 4);
+    bd.add(
+        PREFILL,
+        scan,
+        format!(
+            "{t} tokens through the last linear-attention layer's chunked delta rule: fp32 q, k, v and chunk-by-chunk [{c} × {c}] decays"
+        ),
+    );
+    bd.add(LOGITS, logits, "the last position's logits and their fp32 copy");
+    let kernel = state_space_kernel(m, job, mixers, attention, &mut notes, || {
+        format!("Gated DeltaNet inference: prefill of {batch} × {seq} tokens in chunks of {c}; the linear-attention layers' cache is a fixed-size state")
     });
     (vec![bd], kernel, notes)
 }

@@ -294,7 +294,7 @@ pub fn require_decoder(model: &Model, what: &str) -> Result<()> {
             what: "model".into(),
             value: model.model_type.clone(),
             hint: format!(
-                "{} is a state-space model: {what} is modelled for attention decoders only; `vram estimate` gives its single-GPU training and its prefill (`--mode infer`)",
+                "{} is a state-space or linear-attention model: {what} is modelled for attention decoders only; `vram estimate` gives its single-GPU training and its prefill (`--mode infer`)",
                 model.model_type
             ),
         });
@@ -484,6 +484,12 @@ fn check_ssm(model: &Model, job: &Job) -> Result<()> {
         Some("a generation past the prompt (--prompt-len below --seq-len): the prefill of --seq-len tokens is what is measured; the decode steps are not")
     } else if job.padded {
         Some("a padded batch (the attention mask and the mixers' padding mask were not measured)")
+    } else if model.ssm.is_some_and(|s| s.delta_net.is_some())
+        && job.mode == Mode::Infer
+        && job.precision != crate::job::Precision::Bf16
+        && job.precision != crate::job::Precision::Fp16
+    {
+        Some("a Gated DeltaNet prefill outside bf16/fp16 (measured in bf16 only)")
     } else if model.is_hybrid() && job.mode == Mode::Infer && job.attention != crate::job::AttentionImpl::Sdpa {
         Some("hybrid inference with eager or flash-attention-2 attention (measured under SDPA, transformers' default)")
     } else if model.ssm.is_some_and(|s| s.mamba2.is_some()) && job.mode == Mode::Train && !job.precision.is_mixed() {
@@ -493,15 +499,15 @@ fn check_ssm(model: &Model, job: &Job) -> Result<()> {
     } else if job.fused_cross_entropy {
         Some("fused linear cross-entropy")
     } else if job.kv_dtype.is_some() {
-        Some("a KV-cache dtype (Mamba's cache is its conv and SSM state)")
+        Some("a KV-cache dtype (a state-space layer's cache is its conv and recurrent state)")
     } else {
         None
     };
     match what {
         Some(what) => Err(Error::InvalidValue {
-            what: "Mamba job".into(),
+            what: "state-space job".into(),
             value: what.into(),
-            hint: format!("vram estimates Mamba's full fine-tuning (bf16-mixed or fp32; Mamba-2 and the hybrids — Bamba, Granite-4.0-H, Falcon-H1, Jamba, Nemotron-H — bf16-mixed) and a prefill (hybrids under SDPA) on one GPU; {what} is not modelled for state-space models yet"),
+            hint: format!("vram estimates Mamba's full fine-tuning (bf16-mixed or fp32; Mamba-2 and the hybrids — Bamba, Granite-4.0-H, Falcon-H1, Jamba, Nemotron-H, Qwen3-Next, Qwen3.5 — bf16-mixed) and a prefill (hybrids under SDPA) on one GPU; {what} is not modelled for state-space and linear-attention models yet"),
         }),
         None => Ok(()),
     }
