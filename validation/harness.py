@@ -302,7 +302,7 @@ def train(raw_config, batch, seq, precision="bf16-mixed", optimizer="adamw", imp
             raise ValueError(optimizer)
         for p in params:
             p.register_post_accumulate_grad_hook(lambda p: tr.relabel(p.grad, "gradients"))
-        ids = torch.randint(0, cfg.vocab_size, (batch, seq))
+        ids = torch.randint(0, cfg.get_text_config().vocab_size, (batch, seq))
         with tr:
             for p in model.parameters():
                 tr.track(p, "parameters")
@@ -351,7 +351,7 @@ def infer(raw_config, batch, context, prompt, precision="bf16", attention="sdpa"
             for b in model.buffers():
                 tr.track(b, "parameters")
             tr.category = "inputs"
-            ids = torch.randint(0, cfg.vocab_size, (batch, prompt))
+            ids = torch.randint(0, cfg.get_text_config().vocab_size, (batch, prompt))
             mask = torch.ones_like(ids)
             tr.phase, tr.category = "prefill", "activations"
             out = model(input_ids=ids, use_cache=True, logits_to_keep=1)

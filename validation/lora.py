@@ -159,7 +159,7 @@ def train_lora(raw_config, batch, seq, *, method="lora", r=8, alpha=16, dropout=
         opt = torch.optim.AdamW(params, lr=2e-4, foreach=impl == "foreach", fused=impl == "fused" or None)
         for p in params:
             p.register_post_accumulate_grad_hook(lambda p: tr.relabel(p.grad, "gradients"))
-        ids = torch.randint(0, cfg.vocab_size, (batch, seq))
+        ids = torch.randint(0, cfg.get_text_config().vocab_size, (batch, seq))
         qids = {id(t.untyped_storage()) for t in qtensors}
 
         def label_params():

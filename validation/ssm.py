@@ -162,7 +162,7 @@ def infer(raw_config, batch, seq, precision="bf16", attention="eager"):
             for p in list(model.parameters()) + list(model.buffers()):
                 tr.track(p, "parameters")
             tr.category = "inputs"
-            ids = torch.randint(0, cfg.vocab_size, (batch, seq))
+            ids = torch.randint(0, cfg.get_text_config().vocab_size, (batch, seq))
             tr.phase, tr.category = "prefill", "activations"
             out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
             tokens = out.logits[:, -1, :].to(copy=True, dtype=torch.float32).argmax(-1, keepdim=True)

@@ -225,6 +225,10 @@ pub enum Slot {
     CrossMemory,
     /// Cross-attention's output projection.
     CrossOut,
+    /// Reads a linear-attention mixer's input (Gated DeltaNet `in_proj_*`).
+    MixerIn,
+    /// A linear-attention mixer's output projection (Gated DeltaNet `out_proj`).
+    MixerOut,
 }
 
 /// One group of identical modules LoRA adapts.
@@ -399,7 +403,9 @@ fn linears(m: &Model) -> Vec<Linear> {
     let mut push = |t: &TensorGroup, moe_layer: bool, count: u64| {
         // The MoE router is a custom module holding a weight in transformers 5 (MixtralTopKRouter,
         // GptOssTopKRouter), not an nn.Linear: only the MoE conversion targets it, as a parameter.
+        // A mixer's depthwise nn.Conv1d is no linear layer for peft's all-linear.
         if (t.role != Role::Linear && t.role != Role::Router)
+            || t.name.ends_with("conv1d.weight")
             || t.name.ends_with("mlp.gate.weight")
             || t.name.ends_with("mlp.router.weight")
         {
@@ -409,7 +415,10 @@ fn linears(m: &Model) -> Vec<Linear> {
         let leaf = stem.rsplit('.').next().unwrap_or(stem);
         let in_mlp = stem.contains(".mlp.");
         let cross = stem.contains(".encoder_attn.");
+        let mixer = stem.contains(".linear_attn.");
         let slot = match leaf {
+            "out_proj" if mixer => Slot::MixerOut,
+            _ if mixer => Slot::MixerIn,
             "q_proj" if cross => Slot::CrossIn,
             "k_proj" | "v_proj" if cross => Slot::CrossMemory,
             "out_proj" if cross => Slot::CrossOut,
@@ -427,19 +436,30 @@ fn linears(m: &Model) -> Vec<Linear> {
             push(&t, false, t.count);
         }
     }
-    // Per layer kind (dense / MoE), counted by how many layers of that kind exist.
-    let moe_layers = m.moe_layers();
-    let dense_layers = m.layers - moe_layers;
-    for (moe, n) in [(false, dense_layers), (true, moe_layers)] {
-        if n == 0 {
-            continue;
-        }
-        let Some(i) = (0..m.layers).find(|i| m.is_moe_layer(*i) == moe) else { continue };
-        for t in m.layer_inventory(i) {
-            push(&t, moe, n);
+    // Per layer kind (dense / MoE; a hybrid's attention / linear-attention layers), counted by
+    // how many layers of that kind exist.
+    for moe in [false, true] {
+        for mixer in [false, true] {
+            let kind = |i: u64| m.is_moe_layer(i) == moe && m.is_ssm_layer(i) == mixer;
+            let n = (0..m.layers).filter(|&i| kind(i)).count() as u64;
+            let Some(i) = (0..m.layers).find(|&i| kind(i)) else { continue };
+            for t in m.layer_inventory(i) {
+                push(&t, moe, n);
+            }
         }
     }
-    out
+    // A module both layer kinds of a hybrid have (the MLP) is one group over all its layers.
+    let mut merged: Vec<Linear> = Vec::with_capacity(out.len());
+    for l in out {
+        match merged
+            .iter_mut()
+            .find(|x| x.name == l.name && x.din == l.din && x.dout == l.dout && x.slot == l.slot && x.moe_layer == l.moe_layer)
+        {
+            Some(x) => x.count += l.count,
+            None => merged.push(l),
+        }
+    }
+    merged
 }
 
 /// [`resolve`] over the whole model: an encoder-decoder's encoder stack adds its own adapted

@@ -364,9 +364,9 @@ fn mlp_saved_undropped(m: &Model, b: &Bytes, frozen: bool) -> u128 {
 /// - the fp32 `scan + x·D` (saved by the gate multiply), silu(z), out_proj's input copy.
 ///
 /// Measured op by op on 1- and 2-layer builds (validation/ssm.py): within 0.02% per layer.
-fn ssm_layer(m: &Model, job: &Job, s: crate::model::Ssm) -> LayerCoef {
+fn ssm_layer(m: &Model, job: &Job, s: crate::model::Ssm, moe_layer: bool) -> LayerCoef {
     if let Some(dn) = s.delta_net {
-        return delta_net_layer(m, job, s, dn);
+        return delta_net_layer(m, job, s, dn, moe_layer);
     }
     if let Some(m2) = s.mamba2 {
         return mamba2_layer(m, job, s, m2);
@@ -481,18 +481,30 @@ pub(crate) fn delta_net_positions(seq: u64) -> u128 {
 /// Measured tensor by tensor with saved-tensor hooks on single layers of five shapes (heads,
 /// head sizes, batch, and a sequence that is not a multiple of 64): exact
 /// (validation/probe_delta_net.py). Other precisions are refused.
-fn delta_net_layer(m: &Model, job: &Job, s: crate::model::Ssm, dn: DeltaNet) -> LayerCoef {
+fn delta_net_layer(m: &Model, job: &Job, s: crate::model::Ssm, dn: DeltaNet, moe_layer: bool) -> LayerCoef {
     let b = Bytes::of(m, job);
     let h = m.hidden as u128;
     let (hv, dk, dv, c) = (dn.value_heads as u128, dn.key_dim as u128, dn.value_dim as u128, DeltaNet::CHUNK as u128);
     let conv = dn.conv_dim() as u128;
-    let (saved, out) = b.norm(m.norm, 4);
+    let (saved, out) = b.norm(m.norm, b.r);
     let readers = if dn.fused_projections { 2 } else { 4 };
-    let norms = saved * h + b.inputs(Slot::AttnIn, false, readers, out, h);
+    let norms = saved * h + b.inputs(Slot::MixerIn, moe_layer, readers, out, h);
     let (batch, seq) = (job.batch.max(1) as u128, job.seq.max(1) as u128);
     let padded = delta_net_positions(job.seq);
     let chunks = padded / c;
-    let per_token = 4 * conv + 8 * hv * dk + 20 * hv * dv + 22 * hv;
+    let mut per_token = 4 * conv + 8 * hv * dk + 18 * hv * dv + 22 * hv + b.inputs(Slot::MixerOut, moe_layer, 1, 2, hv * dv);
+    if b.lora.is_some() {
+        // Frozen (LoRA): the gated RMSNorm's weight and the decay's A_log and dt_bias need no
+        // gradient, so the half normed copy and an fp32 per-head tensor are not saved (probed
+        // with the mixer frozen: validation/probe_delta_net.py).
+        per_token = per_token.saturating_sub(2 * hv * dv + 4 * hv);
+        if job.base.is_some_and(crate::peft::BaseWeights::is_bnb) {
+            // QLoRA: peft's kbit preparation leaves the gated norm's weight fp32, so its product
+            // with the normed values, saved by the gate multiply, is fp32 (measured:
+            // validation/ssm_lora.py).
+            per_token += 2 * hv * dv;
+        }
+    }
     let per_position = 30 * hv * dk + 12 * hv * dv + 14 * hv * c + 16 * hv;
     let mut per_sequence = (2 * conv * (s.d_conv as u128).saturating_sub(1) + (8 * chunks).saturating_sub(4) * hv * dk * dv)
         .saturating_sub(6 * hv * c * dk + 2 * hv * c * dv);
@@ -516,7 +528,7 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
             let b = Bytes::of(m, job);
             let (_, out) = b.norm(m.norm, b.r);
             c.norms += b.inputs(Slot::AttnIn, false, 1, out, m.hidden as u128);
-            c.mlp += ssm_layer(m, job, s).mlp;
+            c.mlp += ssm_layer(m, job, s, m.is_moe_layer(i)).mlp;
             // FalconH1Mixer differs from Bamba's: the projections times the fp32 µP vector are
             // fp32 where Bamba's are half (2 more bytes per projected channel), and without
             // `mamba_rms_norm` the scan output is only multiplied by silu(gate), which saves 8
@@ -532,7 +544,7 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
             }
             return c;
         }
-        let mut c = ssm_layer(m, job, s);
+        let mut c = ssm_layer(m, job, s, m.is_moe_layer(i));
         if s.attention_layers > 0 && s.mlp_layers == 0 {
             // A hybrid's mixer layer (BambaDecoderLayer) ends with pre_ff_layernorm and the MLP,
             // as its attention layers do.
@@ -891,7 +903,16 @@ fn mlp(m: &Model, b: &Bytes, moe_layer: bool) -> u128 {
             // dtype (lora_validation.rs; a change there moved a held-out QLoRA point the wrong way),
             // so only full fine-tuning takes the weights' dtype for the plain experts.
             let weights_dtype = moe.biased || b.lora.is_none();
-            let x = if weights_dtype { b.p } else { e };
+            // The Gated DeltaNet hybrids' QLoRA was measured (validation/ssm_lora.py): the kbit
+            // preparation's fp32 experts compute and save in fp32.
+            let fp32_experts = b.lora.is_some_and(|l| l.bnb) && m.ssm.is_some_and(|s| s.delta_net.is_some());
+            let x = if weights_dtype {
+                b.p
+            } else if fp32_experts {
+                4
+            } else {
+                e
+            };
             let gathered = if experts_frozen {
                 0
             } else if weights_dtype {

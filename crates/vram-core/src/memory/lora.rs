@@ -147,10 +147,11 @@ pub(crate) fn resolved(m: &Model, job: &Job) -> Option<Resolved> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LoraActs {
     /// Adapted modules per slot, in dense layers: attention input, MLA inner, attention
-    /// output, MLP input, MLP output, cross-attention query, key/value and output.
-    pub dense: [u128; 8],
+    /// output, MLP input, MLP output, cross-attention query, key/value and output, a
+    /// linear-attention mixer's input and output projections.
+    pub dense: [u128; 10],
     /// The same in MoE layers.
-    pub moe: [u128; 8],
+    pub moe: [u128; 10],
     /// Rank r.
     pub r: u128,
     /// Bytes per element of the input copy each adapted module saves: peft casts the input to
@@ -168,6 +169,9 @@ pub struct LoraActs {
     /// The fused experts carry LoRA (a ParamWrapper): they compute with a merged weight that needs
     /// a gradient, so they save their inputs as in full fine-tuning.
     pub experts_trained: bool,
+    /// A bitsandbytes base (QLoRA): the kbit preparation leaves every parameter that is not
+    /// 4-bit — the fused experts too — in fp32.
+    pub bnb: bool,
 }
 
 /// The per-token slot of a module adapter (`None` for parameter targets: the experts and the
@@ -182,6 +186,8 @@ fn slot_index(s: Slot) -> Option<usize> {
         Slot::CrossIn => Some(5),
         Slot::CrossMemory => Some(6),
         Slot::CrossOut => Some(7),
+        Slot::MixerIn => Some(8),
+        Slot::MixerOut => Some(9),
         Slot::Experts | Slot::Router => None,
     }
 }
@@ -197,6 +203,7 @@ impl LoraActs {
             dropout: lora.dropout > 0.0,
             dora_out: [0, 0],
             head_trained: lora.modules_to_save.iter().any(|s| s == "lm_head"),
+            bnb: job.base.is_some_and(crate::peft::BaseWeights::is_bnb),
             ..LoraActs::default()
         };
         for ad in &r.adapted {
@@ -255,8 +262,15 @@ pub(crate) fn model_states(m: &Model, job: &Job, b: &Bytes) -> ModelStates {
     let bnb = job.base.is_some_and(BaseWeights::is_bnb);
     let dora = lora.is_some_and(|l| l.method == Method::Dora);
     // Per layer kind: adapter parameters, and the base weights the adapted modules wrap.
-    let per_layer = |moe: bool| -> (u128, u128) {
-        res.adapted.iter().filter(|a| a.moe_layer == moe && a.slot != Slot::Outside).fold((0, 0), |(p, w), a| {
+    // A hybrid's attention modules live in its attention layers, its mixer modules in its
+    // linear-attention layers; the MLP's in both.
+    let in_layer = |a: &crate::peft::Adapted, mixer: bool| match a.slot {
+        Slot::MixerIn | Slot::MixerOut => mixer,
+        Slot::AttnIn | Slot::AttnInner | Slot::AttnOut | Slot::CrossIn | Slot::CrossMemory | Slot::CrossOut => !mixer || !m.is_hybrid(),
+        _ => true,
+    };
+    let per_layer = |moe: bool, mixer: bool| -> (u128, u128) {
+        res.adapted.iter().filter(|a| a.moe_layer == moe && a.slot != Slot::Outside && in_layer(a, mixer)).fold((0, 0), |(p, w), a| {
             let own = (a.rank * a.experts) as u128 * (a.din + a.dout) as u128 + if dora { a.dout as u128 } else { 0 };
             (p + own, w + (a.experts * a.din * a.dout) as u128)
         })
@@ -274,7 +288,7 @@ pub(crate) fn model_states(m: &Model, job: &Job, b: &Bytes) -> ModelStates {
         .map(|a| (a.experts * a.din * a.dout) as u128)
         .max()
         .unwrap_or(0);
-    let (dense, moe) = (per_layer(false), per_layer(true));
+    let kinds = [[per_layer(false, false), per_layer(false, true)], [per_layer(true, false), per_layer(true, true)]];
     // Fused experts run through grouped_mm, which autocast does not cast (transformers
     // integrations/moe.py): no half copies of them.
     let frozen_matmul = |i: u64| -> u128 {
@@ -284,7 +298,7 @@ pub(crate) fn model_states(m: &Model, job: &Job, b: &Bytes) -> ModelStates {
     let mut layer_casts = Vec::with_capacity(m.layers as usize);
     let mut layer_grads = Vec::with_capacity(m.layers as usize);
     for i in 0..m.layers {
-        let (params, wrapped) = if m.is_moe_layer(i) { moe } else { dense };
+        let (params, wrapped) = kinds[usize::from(m.is_moe_layer(i))][usize::from(m.is_ssm_layer(i))];
         let mut c = 0;
         if b.amp {
             // Autocast caches a half copy of each fp32 adapter weight (a leaf that requires grad,
@@ -314,8 +328,11 @@ pub(crate) fn model_states(m: &Model, job: &Job, b: &Bytes) -> ModelStates {
     let casts = layer_casts.iter().sum::<u128>() + head_cast;
     // The cache holds the adapters' half copies only (frozen weights are cast per use); the LM
     // head sits outside the checkpointed layers, so its saved copy stays.
-    let cached =
-        if b.amp { 2 * (0..m.layers).map(|i| if m.is_moe_layer(i) { moe.0 } else { dense.0 }).sum::<u128>() } else { 0 } + head_cast;
+    let cached = if b.amp {
+        2 * (0..m.layers).map(|i| kinds[usize::from(m.is_moe_layer(i))][usize::from(m.is_ssm_layer(i))].0).sum::<u128>()
+    } else {
+        0
+    } + head_cast;
     // bitsandbytes MatMul4Bit / MatMul8bitLt dequantize the weight to the compute dtype in forward
     // and again in backward (autograd/_functions.py); the widest linear bounds the transient.
     let dequant = if bnb {

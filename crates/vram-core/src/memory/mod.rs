@@ -474,8 +474,11 @@ fn check_ssm(model: &Model, job: &Job) -> Result<()> {
         return Ok(());
     }
     let pure_half = job.mode == Mode::Train && !job.precision.is_mixed() && job.precision.compute_dtype().bytes() == 2;
-    let what = if job.lora.is_some() {
+    let delta = model.ssm.is_some_and(|s| s.delta_net.is_some());
+    let what = if job.lora.is_some() && !delta {
         Some("LoRA/QLoRA")
+    } else if job.lora.is_some() && (matches!(job.base, Some(crate::peft::BaseWeights::Bnb8 { .. })) || model.quantization.is_some()) {
+        Some("8-bit QLoRA or LoRA on a pre-quantized checkpoint (LoRA on the bf16 model and 4-bit QLoRA are measured)")
     } else if job.model_state_shards > 1 {
         Some("sharded training (ZeRO/FSDP)")
     } else if pure_half {

@@ -18,6 +18,8 @@ pub(crate) const ACT_ATTN: &str = "activations: attention";
 pub(crate) const ACT_MLP: &str = "activations: mlp";
 pub(crate) const ACT_NORM: &str = "activations: norms & residual";
 pub(crate) const ACT_SSM: &str = "activations: Mamba mixer (selective scan)";
+/// A Gated DeltaNet hybrid's mixer activations (its MLPs with them, as for the Mamba hybrids).
+pub(crate) const ACT_DELTA: &str = "activations: linear attention (Gated DeltaNet) & MLP";
 pub(crate) const ACT_CKPT: &str = "activations: checkpointed layer inputs";
 pub(crate) const ACT_RECOMP: &str = "activations: recomputed layer";
 pub(crate) const ACT_OTHER: &str = "activations: final norm & lm_head input";
@@ -122,6 +124,10 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
                 ),
             );
             let (mlp_name, mlp_detail) = match m.ssm {
+                Some(s) if s.delta_net.is_some() => (
+                    ACT_DELTA,
+                    format!("{upto} layers: the chunked delta rule's fp32 q/k/v, decays and per-chunk states, the conv, the gated norm, and every layer's MLP or MoE block (tokens {t})"),
+                ),
                 Some(_) => {
                     (ACT_SSM, format!("{upto} layers: the selective scan's fp32 state tensors and the mixer's projections (tokens {t})"))
                 }
@@ -495,7 +501,7 @@ pub fn activation_profile(m: &Model, job: &Job) -> ActivationProfile {
             .map(|(_, b, _)| *b)
             .sum()
     };
-    let acts = [ACT_ATTN, ACT_MLP, ACT_SSM, ACT_NORM, ACT_CKPT, ACT_OTHER];
+    let acts = [ACT_ATTN, ACT_MLP, ACT_SSM, ACT_DELTA, ACT_NORM, ACT_CKPT, ACT_OTHER];
     ActivationProfile {
         saved: get(Phase::BackwardStart, &acts),
         outside: get(Phase::BackwardStart, &[ACT_OTHER]),
