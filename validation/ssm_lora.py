@@ -50,6 +50,8 @@ def points():
         pt(m, "all-linear", 16, 1 if big else 4, 2048)
         pt(m, "all-linear", 16, 2 if big else 8, 2048, checkpointing=True)
         pt(m, named, 8, 1 if big else 2, 4096, dropout=0.05)
+        # The attention and MLP projections only (a common recipe's list): the mixers frozen whole.
+        pt(m, "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", 16, 1 if big else 4, 2048)
         # QLoRA (nf4, double quantization, bf16 compute; peft's kbit preparation casts the norms,
         # the conv and the decay parameters to fp32).
         if m != "qwen3-next-80b-a3b":

@@ -597,6 +597,9 @@ pub struct DeltaNet {
     /// Qwen3-Next's fused `in_proj_qkvz` and `in_proj_ba`; Qwen3.5's four separate
     /// projections (`in_proj_qkv`, `in_proj_z`, `in_proj_b`, `in_proj_a`).
     pub fused_projections: bool,
+    /// The model's layer 0 is a linear-attention layer (every released layout): under LoRA its
+    /// input, the frozen embedding, needs no gradient.
+    pub first_layer_linear: bool,
 }
 
 impl DeltaNet {
@@ -1362,6 +1365,12 @@ impl Model {
     /// hybrid, those after its attention layers).
     pub fn is_ssm_layer(&self, i: u64) -> bool {
         self.ssm.is_some_and(|s| i >= s.attention_layers + s.mlp_layers)
+    }
+
+    /// Whether vram's layer `i` is the model's layer 0 where vram reorders a hybrid's layers
+    /// (attention first): a Gated DeltaNet hybrid whose layer 0 is linear attention.
+    pub fn is_model_first_layer(&self, i: u64) -> bool {
+        self.ssm.is_some_and(|s| s.delta_net.is_some_and(|d| d.first_layer_linear) && i == s.attention_layers)
     }
 
     /// Whether layer `i` is a Nemotron-H MLP block (after its attention layers).

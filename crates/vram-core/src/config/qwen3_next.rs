@@ -100,6 +100,7 @@ pub(super) fn parse(c: &Cfg, name: &str, model_type: &str) -> Result<Model> {
         key_dim: c.opt(&["linear_key_head_dim"])?.unwrap_or(128),
         value_dim: c.opt(&["linear_value_head_dim"])?.unwrap_or(128),
         fused_projections: next,
+        first_layer_linear: !is_attention(0),
     };
     let kernel = c.opt(&["linear_conv_kernel_dim"])?.unwrap_or(4);
     // The value heads are grouped over the key heads (fix_query_key_value_ordering views the

@@ -545,6 +545,19 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
             return c;
         }
         let mut c = ssm_layer(m, job, s, m.is_moe_layer(i));
+        // Layer 0's residual needs no gradient until an adapter writes into it.
+        let mut residual_inert = false;
+        if let (Some(dn), Some(l)) = (s.delta_net, Bytes::of(m, job).lora) {
+            if m.is_model_first_layer(i) && l.count(Slot::MixerIn, m.is_moe_layer(i)) == 0 {
+                residual_inert = l.count(Slot::MixerOut, m.is_moe_layer(i)) == 0;
+                // Under LoRA the model's layer 0 reads the frozen embedding: with none of its
+                // mixer's input projections adapted nothing in the mixer needs a gradient, so it
+                // saves nothing but an adapted out_proj's input (measured:
+                // validation/ssm_lora.py, targets without in_proj_*).
+                let hv_dv = (dn.value_heads * dn.value_dim) as u128;
+                c = LayerCoef { mlp: Bytes::of(m, job).inputs(Slot::MixerOut, m.is_moe_layer(i), 1, 2, hv_dv), ..LayerCoef::default() };
+            }
+        }
         if s.attention_layers > 0 && s.mlp_layers == 0 {
             // A hybrid's mixer layer (BambaDecoderLayer) ends with pre_ff_layernorm and the MLP,
             // as its attention layers do.
@@ -554,7 +567,9 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
             let h = m.hidden as u128;
             let moe_layer = m.is_moe_layer(i);
             let (saved, out) = b.norm(m.norm, b.r);
-            c.norms += saved * h + b.inputs(Slot::MlpIn, moe_layer, mlp_readers(m, moe_layer), out, h);
+            // A norm whose input needs no gradient saves nothing.
+            let norm_saved = if residual_inert { 0 } else { saved * h };
+            c.norms += norm_saved + b.inputs(Slot::MlpIn, moe_layer, mlp_readers(m, moe_layer), out, h);
             c.mlp += mlp(m, &b, moe_layer);
         }
         return c;
