@@ -73,8 +73,8 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
         ));
     }
     // Layers differ only by kind (dense or MoE, windowed or not): compute each kind once.
-    let kind = |i: u64| (m.is_moe_layer(i), i < m.sliding_layers, m.is_ssm_layer(i), m.is_mlp_layer(i), m.is_model_first_layer(i));
-    let mut coef_cache: Vec<((bool, bool, bool, bool, bool), LayerCoef)> = Vec::new();
+    let kind = |i: u64| [m.is_moe_layer(i), i < m.sliding_layers, m.is_ssm_layer(i), m.is_mlp_layer(i), m.is_model_first_layer(i)];
+    let mut coef_cache: Vec<([bool; 5], LayerCoef)> = Vec::new();
     let layer_full: Vec<LayerCoef> = (0..m.layers)
         .map(|i| {
             if let Some((_, c)) = coef_cache.iter().find(|(k, _)| *k == kind(i)) {
