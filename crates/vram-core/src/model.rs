@@ -894,6 +894,14 @@ pub struct Attention {
     pub output_gate: bool,
 }
 
+impl Attention {
+    /// Plain multi-head attention: q/k/v (fused or not) and the output projection with the given
+    /// biases, nothing else (no q/k norm, MLA, soft-capping, sinks or output gate).
+    pub fn plain(qkv_bias: bool, o_bias: bool, fused_qkv: bool) -> Attention {
+        Attention { qkv_bias, o_bias, fused_qkv, qk_norm: QkNorm::None, mla: None, softcap: false, sinks: false, output_gate: false }
+    }
+}
+
 /// A normalised decoder-only transformer.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Model {

@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use super::keys::{core_dims, Cfg};
 use crate::error::{Error, Result};
-use crate::model::{Act, Attention, Block, Encoder, EncoderHead, Mlp, Model, Norm, QkNorm};
+use crate::model::{Act, Attention, Block, Encoder, EncoderHead, Mlp, Model, Norm};
 
 /// The head a class in `architectures` puts on the encoder, when vram models it.
 pub(super) fn head_of(arch: &str, labels: u64) -> Option<EncoderHead> {
@@ -84,16 +84,7 @@ pub(super) fn post_ln(c: &Cfg, mut m: Model, enc: Encoder, keys: [&str; 3]) -> R
     m.norm = Norm::LayerNorm { bias: true };
     m.block = Block::PostLn;
     m.final_norm = false;
-    m.attention = Attention {
-        qkv_bias: true,
-        o_bias: true,
-        fused_qkv: false,
-        qk_norm: QkNorm::None,
-        mla: None,
-        softcap: false,
-        sinks: false,
-        output_gate: false,
-    };
+    m.attention = Attention::plain(true, true, false);
     m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&[act], Act::Gelu)?, bias: true };
     m.hidden_dropout = if c.get(hidden_drop).is_some() { c.f64(hidden_drop, 0.1)? } else { 0.1 };
     m.attention_dropout = if c.get(attn_drop).is_some() { c.f64(attn_drop, 0.1)? } else { 0.1 };

@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use super::keys::Cfg;
 use super::{parse_object, ParseOptions};
 use crate::error::{Error, Result};
-use crate::model::{Act, Attention, Block, DualEncoder, DualFamily, Encoder, EncoderHead, Mlp, Model, Norm, QkNorm};
+use crate::model::{Act, Attention, Block, DualEncoder, DualFamily, Encoder, EncoderHead, Mlp, Model, Norm};
 
 /// A text tower's class defaults: vocabulary, hidden, intermediate, layers, heads, positions,
 /// activation (configuration_clip.py CLIPTextConfig; configuration_siglip.py SiglipTextConfig).
@@ -78,16 +78,7 @@ pub(super) fn parse_text(c: &Cfg, name: &str, model_type: &str) -> Result<Model>
     m.norm = Norm::LayerNorm { bias: true };
     m.block = Block::Sequential;
     m.final_norm = true;
-    m.attention = Attention {
-        qkv_bias: true,
-        o_bias: true,
-        fused_qkv: false,
-        qk_norm: QkNorm::None,
-        mla: None,
-        softcap: false,
-        sinks: false,
-        output_gate: false,
-    };
+    m.attention = Attention::plain(true, true, false);
     m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["hidden_act"], d.act)?, bias: true };
     // Neither tower has hidden dropout; CLIP's attention_dropout is 0.0 by default.
     m.attention_dropout = c.dropout(&["attention_dropout"])?;

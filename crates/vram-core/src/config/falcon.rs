@@ -2,7 +2,7 @@
 
 use super::keys::{core_dims, Cfg};
 use crate::error::Result;
-use crate::model::{Act, Attention, Block, Mlp, Model, Norm, QkNorm};
+use crate::model::{Act, Attention, Block, Mlp, Model, Norm};
 
 pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     let mut m = core_dims(c, name, &["hidden_size"], &["num_hidden_layers"], &["num_attention_heads"])?;
@@ -26,16 +26,7 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
         Block::Sequential
     };
     let bias = c.bool("bias", false)?;
-    m.attention = Attention {
-        qkv_bias: bias,
-        o_bias: bias,
-        fused_qkv: true,
-        qk_norm: QkNorm::None,
-        mla: None,
-        softcap: false,
-        sinks: false,
-        output_gate: false,
-    };
+    m.attention = Attention::plain(bias, bias, true);
     m.mlp = Mlp { gated: false, fused_gate_up: false, act: Act::Gelu, bias };
     m.attention_dropout = c.dropout(&["attention_dropout"])?;
     m.hidden_dropout = c.dropout(&["hidden_dropout"])?;

@@ -3,7 +3,7 @@
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::model::{Act, Attention, Block, Mlp, Model, Norm, QkNorm, MAX_LABELS};
+use crate::model::{Act, Attention, Block, Mlp, Model, Norm, MAX_LABELS};
 
 use super::{MAX_DIM, MAX_LAYERS};
 
@@ -146,16 +146,7 @@ pub(super) fn base(name: &str) -> Model {
         embed_dim: 0,
         norm: Norm::RmsNorm,
         block: Block::Sequential,
-        attention: Attention {
-            qkv_bias: false,
-            o_bias: false,
-            fused_qkv: false,
-            qk_norm: QkNorm::None,
-            mla: None,
-            softcap: false,
-            sinks: false,
-            output_gate: false,
-        },
+        attention: Attention::plain(false, false, false),
         mlp: Mlp { gated: true, fused_gate_up: false, act: Act::Silu, bias: false },
         moe: None,
         final_norm: true,
@@ -218,16 +209,7 @@ pub(super) fn encdec_stack(c: &Cfg, name: &str, d: u64, layers: u64, heads: u64,
     m.head_dim = d.checked_div(heads).unwrap_or(0);
     m.intermediate = ffn;
     m.norm = Norm::LayerNorm { bias: true };
-    m.attention = Attention {
-        qkv_bias: true,
-        o_bias: true,
-        fused_qkv: false,
-        qk_norm: QkNorm::None,
-        mla: None,
-        softcap: false,
-        sinks: false,
-        output_gate: false,
-    };
+    m.attention = Attention::plain(true, true, false);
     m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["activation_function"], Act::Gelu)?, bias: true };
     m.tied_embeddings = true;
     m.hidden_dropout = c.dropout(&["dropout"])?;

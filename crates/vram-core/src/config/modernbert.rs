@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::keys::{core_dims, Cfg};
 use crate::error::Result;
-use crate::model::{Act, Attention, Block, Encoder, EncoderHead, Mlp, Model, ModernBert, Norm, QkNorm};
+use crate::model::{Act, Attention, Block, Encoder, EncoderHead, Mlp, Model, ModernBert, Norm};
 
 pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     let mut m = core_dims(c, name, &["hidden_size"], &["num_hidden_layers"], &["num_attention_heads"])?;
@@ -59,16 +59,7 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     m.block = Block::Sequential;
     m.final_norm = true;
     let attention_bias = c.bool("attention_bias", false)?;
-    m.attention = Attention {
-        qkv_bias: attention_bias,
-        o_bias: attention_bias,
-        fused_qkv: true,
-        qk_norm: QkNorm::None,
-        mla: None,
-        softcap: false,
-        sinks: false,
-        output_gate: false,
-    };
+    m.attention = Attention::plain(attention_bias, attention_bias, true);
     m.mlp = Mlp { gated: true, fused_gate_up: true, act: c.act(&["hidden_activation"], Act::Gelu)?, bias: c.bool("mlp_bias", false)? };
     // ModernBertForQuestionAnswering: the prediction head and a 2-output classifier on every token.
     let head = super::bert::head_with_qa(c, &mut m, "ModernBERT", "the head and qa classifier")?;

@@ -2,7 +2,7 @@
 
 use super::keys::{core_dims, Cfg};
 use crate::error::Result;
-use crate::model::{Act, Attention, Mlp, Model, Norm, QkNorm};
+use crate::model::{Act, Attention, Mlp, Model, Norm};
 
 pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     let mut m = core_dims(c, name, &["hidden_size"], &["num_hidden_layers"], &["num_attention_heads"])?;
@@ -13,16 +13,7 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     m.tied_embeddings = c.bool("tie_word_embeddings", true)?;
     m.norm = Norm::LayerNorm { bias: c.bool("layer_norm_elementwise_affine", true)? };
     let bias = c.bool("enable_bias", true)?;
-    m.attention = Attention {
-        qkv_bias: bias,
-        o_bias: bias,
-        fused_qkv: false,
-        qk_norm: QkNorm::None,
-        mla: None,
-        softcap: false,
-        sinks: false,
-        output_gate: false,
-    };
+    m.attention = Attention::plain(bias, bias, false);
     m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["activation_function"], Act::Relu)?, bias };
     m.final_norm = c.bool("do_layer_norm_before", true)? && !c.bool("_remove_final_layer_norm", false)?;
     m.attention_dropout = c.dropout(&["attention_dropout"])?;

@@ -12,16 +12,7 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     m.norm = Norm::LayerNorm { bias: true };
     m.block = Block::Parallel;
     let qk = if c.bool("qk_layernorm", false)? { QkNorm::LayerNormPerHead } else { QkNorm::None };
-    m.attention = Attention {
-        qkv_bias: true,
-        o_bias: true,
-        fused_qkv: false,
-        qk_norm: qk,
-        mla: None,
-        softcap: false,
-        sinks: false,
-        output_gate: false,
-    };
+    m.attention = Attention { qk_norm: qk, ..Attention::plain(true, true, false) };
     m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["hidden_act"], Act::GeluPython)?, bias: true };
     m.lm_head_bias = true;
     m.attention_dropout = c.dropout(&["attention_dropout"])?;

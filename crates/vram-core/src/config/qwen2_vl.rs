@@ -14,8 +14,7 @@ use super::keys::Cfg;
 use super::{parse_object, ParseOptions};
 use crate::error::{Error, Result};
 use crate::model::{
-    Act, Attention, Block, Encoder, EncoderHead, Mlp, Model, Multimodal, Norm, PatchMerger, QkNorm, Vision, VisionFamily,
-    QWEN_IMAGE_ASSUMED,
+    Act, Attention, Block, Encoder, EncoderHead, Mlp, Model, Multimodal, Norm, PatchMerger, Vision, VisionFamily, QWEN_IMAGE_ASSUMED,
 };
 
 /// Square side in pixels assumed when `--image-size` is not given: 448 px → 32×32 patches →
@@ -163,16 +162,7 @@ fn tower(c: &Cfg, fam: VisionFamily, name: &str) -> Result<(Model, PatchMerger, 
     m.final_norm = false;
     m.use_cache = false;
     // VisionAttention: one qkv Linear with bias, proj with bias.
-    m.attention = Attention {
-        qkv_bias: true,
-        o_bias: true,
-        fused_qkv: true,
-        qk_norm: QkNorm::None,
-        mla: None,
-        softcap: false,
-        sinks: false,
-        output_gate: false,
-    };
+    m.attention = Attention::plain(true, true, true);
     let act = c.act(&["hidden_act"], if qwen25 { Act::Silu } else { Act::QuickGelu })?;
     m.mlp = Mlp { gated: qwen25, fused_gate_up: false, act, bias: true };
     let patch = c.opt(&["patch_size"])?.unwrap_or(14);

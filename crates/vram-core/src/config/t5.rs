@@ -11,7 +11,7 @@
 
 use super::keys::{act_from_name, base, require_head, Cfg};
 use crate::error::Result;
-use crate::model::{Attention, Block, Frontend, Mlp, Model, Norm, QkNorm, Seq2Seq};
+use crate::model::{Attention, Block, Frontend, Mlp, Model, Norm, Seq2Seq};
 
 /// T5Config's defaults (t5-small's shape; MT5Config: mt5-small's), for keys a config leaves out.
 struct Defaults {
@@ -66,16 +66,7 @@ fn stack(c: &Cfg, name: &str, d: &Defaults, layers: u64) -> Result<Model> {
     m.intermediate = c.opt(&["d_ff"])?.unwrap_or(d.d_ff);
     m.norm = Norm::T5LayerNorm;
     m.block = Block::Sequential;
-    m.attention = Attention {
-        qkv_bias: false,
-        o_bias: false,
-        fused_qkv: false,
-        qk_norm: QkNorm::None,
-        mla: None,
-        softcap: false,
-        sinks: false,
-        output_gate: false,
-    };
+    m.attention = Attention::plain(false, false, false);
     m.mlp = feed_forward(c, d.proj)?;
     m.final_norm = true;
     m.tied_embeddings = true;
