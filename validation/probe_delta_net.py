@@ -6,6 +6,7 @@ infer.rs `delta_net_prefill`). The whole-model check is validation/ssm.py.
     /work/venv/bin/python validation/probe_delta_net.py saved       # saved tensors vs the formula
     /work/venv/bin/python validation/probe_delta_net.py transients  # forward/backward transients, fitted
     /work/venv/bin/python validation/probe_delta_net.py prefill     # a no_grad prefill's peak vs the formula
+    /work/venv/bin/python validation/probe_delta_net.py first       # LoRA layer 0: what β/decay gradients cost
 
 `saved` runs real (small) tensors under CPU bf16 autocast with saved-tensor hooks and counts the
 storages still referenced by the graph after the forward (weak references, so what the graph frees
@@ -137,6 +138,42 @@ def prefill_formula(b, s, fused, h, hk, hv, dk, dv, e=2):
     return scan + b * (4 * hv * dk * dv + e * conv * 4)
 
 
+def first_layer(trainable, b=1, s=256, h=384, hk=2, hv=6, dk=48, dv=80):
+    """Bytes per token a frozen Qwen3.5 mixer (+ norm) saves when its input needs a gradient
+    (`trainable` None: any layer but the first under LoRA) or when the input does not and only the
+    named projections train (the model's layer 0 with those projections adapted)."""
+    c = config(False, h, hk, hv, dk, dv)
+    mixer, norm = layer(False, c)
+    mixer.requires_grad_(False)
+    norm.requires_grad_(False)
+    shapes_ = {tuple(p.shape) for p in list(mixer.parameters()) + list(norm.parameters())}
+    shapes_ |= {tuple(reversed(w)) for w in shapes_}
+    for name in trainable or []:
+        getattr(mixer, name).weight.requires_grad_(True)
+    refs = []
+
+    def pack(t):
+        refs.append(weakref.ref(t))
+        return t
+
+    x = torch.randn(b, s, h, requires_grad=trainable is None)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = mixer(norm(x))
+    gc.collect()
+    seen = {}
+    for r in refs:
+        t = r()
+        if t is None:
+            continue
+        shape = tuple(t.shape)
+        if shape in shapes_ or t.dim() <= 1 or shape == (C, C) or shape[-2:] == (1, 1):
+            continue
+        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    del y
+    return sum(seen.values()) / (b * s)
+
+
 def shapes(n, seed):
     rnd = random.Random(seed)
     for _ in range(n):
@@ -170,5 +207,12 @@ if __name__ == "__main__":
                 peak, weights = tracked_prefill(2, 1024, fused, **d)
                 f = prefill_formula(2, 1024, fused, **d)
                 print(json.dumps(dict(fused=fused, **d, measured=peak, formula=f, error=round((f - peak) / peak, 3))), flush=True)
+    elif what == "first":
+        for d in [dict(h=384, hk=2, hv=6, dk=48, dv=80), dict(h=512, hk=4, hv=8, dk=64, dv=64), dict(h=256, hk=1, hv=3, dk=32, dv=96)]:
+            full, qkvz = first_layer(None, **d), first_layer(["in_proj_qkv", "in_proj_z"], **d)
+            hv, dk, dv = d["hv"], d["dk"], d["dv"]
+            # activations.rs: what layer 0 does not save when β and the decay need no gradient.
+            spared = 4 * hv * dv + 12 * hv * dk + 4 * hv * C + 4 * hv * dk * dv / C
+            print(json.dumps(dict(**d, lora_layer=full, first_layer_qkvz=qkvz, measured_difference=full - qkvz, vram=spared)))
     else:
-        sys.exit(f"unknown probe {what!r}: saved, transients or prefill")
+        sys.exit(f"unknown probe {what!r}: saved, transients, prefill or first")

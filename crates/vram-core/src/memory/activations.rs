@@ -556,6 +556,15 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
                 // validation/ssm_lora.py, targets without in_proj_*).
                 let hv_dv = (dn.value_heads * dn.value_dim) as u128;
                 c = LayerCoef { mlp: Bytes::of(m, job).inputs(Slot::MixerOut, m.is_moe_layer(i), 1, 2, hv_dv), ..LayerCoef::default() };
+            } else if m.is_model_first_layer(i) && !l.decay_adapted {
+                // Layer 0 with q, k, v adapted but not β and the decay: what the chunked rule
+                // saves only for their gradients is not saved — v and the fp32 keys and queries
+                // the decay and β scale, the half score products the decay multiplies, and the
+                // state each chunk's decay multiplies (probed on single layers of three shapes
+                // with only in_proj_qkv and in_proj_z trainable: within 4%).
+                let (hv, dk, dv, ch) = (dn.value_heads as u128, dn.key_dim as u128, dn.value_dim as u128, DeltaNet::CHUNK as u128);
+                let spared = 4 * hv * dv + 12 * hv * dk + 4 * hv * ch + 4 * hv * dk * dv / ch;
+                c.mlp = c.mlp.saturating_sub(spared);
             }
         }
         if s.attention_layers > 0 && s.mlp_layers == 0 {

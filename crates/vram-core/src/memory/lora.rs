@@ -172,6 +172,9 @@ pub struct LoraActs {
     /// A bitsandbytes base (QLoRA): the kbit preparation leaves every parameter that is not
     /// 4-bit — the fused experts too — in fp32.
     pub bnb: bool,
+    /// A Gated DeltaNet's β and decay projections are adapted (`in_proj_ba`, or both `in_proj_a`
+    /// and `in_proj_b`): in the model's layer 0 β and the decay then need a gradient.
+    pub decay_adapted: bool,
 }
 
 /// The per-token slot of a module adapter (`None` for parameter targets: the experts and the
@@ -204,6 +207,10 @@ impl LoraActs {
             dora_out: [0, 0],
             head_trained: lora.modules_to_save.iter().any(|s| s == "lm_head"),
             bnb: job.base.is_some_and(crate::peft::BaseWeights::is_bnb),
+            decay_adapted: {
+                let has = |n: &str| r.adapted.iter().any(|a| a.name == n);
+                has("in_proj_ba") || (has("in_proj_a") && has("in_proj_b"))
+            },
             ..LoraActs::default()
         };
         for ad in &r.adapted {
