@@ -45,3 +45,39 @@ fn fit_on_a_hybrid_offers_only_what_is_modelled() {
     let e = json(&["estimate", "--model", GRANITE, "--seq-len", "2048"]);
     assert!(e["peak_allocated_bytes"].as_u64().unwrap() > 0);
 }
+
+/// Qwen3.5 as its vision-language checkpoint ships: read as AutoModelForCausalLM loads it (said
+/// so), trained with LoRA on named or all-linear targets and with Liger's fused loss; peft's
+/// missing default targets, 8-bit QLoRA and serving are refused with exit 2.
+#[test]
+fn qwen3_5_is_estimated_as_its_language_model() {
+    const QWEN: &str = "../../validation/configs/ssm/qwen3.5-0.8b.json";
+    let v = json(&["estimate", "--model", QWEN, "--seq-len", "2048"]);
+    assert_eq!(v["model"]["parameters"], 752_393_024);
+    let warnings = v["model"]["warnings"].to_string();
+    assert!(warnings.contains("Qwen3_5ForCausalLM") && warnings.contains("flash-linear-attention"), "{warnings}");
+    let names: Vec<&str> = v["components"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert!(names.iter().any(|n| n.contains("Gated DeltaNet")), "{names:?}");
+    let lora = json(&[
+        "estimate",
+        "--model",
+        QWEN,
+        "--peft",
+        "lora",
+        "--lora_r",
+        "16",
+        "--lora-target-modules",
+        "all-linear",
+        "--seq-len",
+        "2048",
+    ]);
+    assert!(lora["peak_allocated_bytes"].as_u64().unwrap() < v["peak_allocated_bytes"].as_u64().unwrap());
+    let fused = json(&["estimate", "--model", QWEN, "--fused-cross-entropy", "--seq-len", "2048"]);
+    assert!(fused["peak_allocated_bytes"].as_u64().unwrap() < v["peak_allocated_bytes"].as_u64().unwrap());
+    let e = fails(&["estimate", "--model", QWEN, "--peft", "lora"], 2);
+    assert!(e.contains("in_proj_qkv"), "{e}");
+    let e = fails(&["estimate", "--model", QWEN, "--peft", "lora", "--lora-target-modules", "all-linear", "--load-in-8bit"], 2);
+    assert!(e.contains("8-bit"), "{e}");
+    let e = fails(&["serve", "--model", QWEN, "-g", "h100"], 2);
+    assert!(e.contains("linear-attention"), "{e}");
+}

@@ -499,7 +499,9 @@ fn check_ssm(model: &Model, job: &Job) -> Result<()> {
         Some("Mamba-2 training without autocast (measured under bf16 autocast only)")
     } else if model.is_hybrid() && job.mode == Mode::Train && !job.precision.is_mixed() {
         Some("hybrid training without autocast (measured under bf16 autocast only)")
-    } else if job.fused_cross_entropy {
+    } else if job.fused_cross_entropy && !delta {
+        // Liger patches Qwen3-Next and Qwen3.5 (apply_liger_kernel_to_qwen3_5); its fused loss
+        // replaces the LM head and loss after the layers, as on any decoder.
         Some("fused linear cross-entropy")
     } else if job.kv_dtype.is_some() {
         Some("a KV-cache dtype (a state-space layer's cache is its conv and recurrent state)")
