@@ -31,6 +31,8 @@ from transformers.models.qwen3_5 import modeling_qwen3_5 as Q5  # noqa: E402
 from transformers.models.qwen3_next import modeling_qwen3_next as QN  # noqa: E402
 
 C = 64  # torch_chunk_gated_delta_rule's chunk
+# activations.rs DELTA_NET_FORWARD_K/_V and DELTA_NET_BACKWARD_K/_V: the fit below, rounded.
+VRAM_TRANSIENTS = {"fwd": (16, 8), "bwd": (14, 5)}
 
 
 def config(fused, h, hk, hv, dk, dv):
@@ -199,8 +201,12 @@ if __name__ == "__main__":
             print(json.dumps(rows[-1]), flush=True)
         X = np.array([[r["hv"] * r["dk"], r["hv"] * r["dv"]] for r in rows], float)
         for key in ("fwd", "bwd"):
-            coef, *_ = np.linalg.lstsq(X, np.array([r[key] for r in rows]), rcond=None)
-            print(key, "bytes per token per Hv·dk, per Hv·dv:", np.round(coef, 2))
+            y = np.array([r[key] for r in rows])
+            coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+            used = np.array(VRAM_TRANSIENTS[key], float)
+            worst = np.max(np.abs(X @ used - y) / y)
+            print(key, "bytes per token per Hv·dk, per Hv·dv:", np.round(coef, 2), "vram's", used.tolist(),
+                  "worst error of vram's", round(float(worst), 3))
     elif what == "prefill":
         for fused in (True, False):
             for d in shapes(6, 2):
