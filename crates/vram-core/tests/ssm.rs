@@ -345,6 +345,9 @@ fn gated_delta_net_hybrids_read_their_layers() {
     cfg["linear_num_value_heads"] = Value::from(24);
     cfg["linear_num_key_heads"] = Value::from(16);
     assert!(refusal(&cfg).contains("linear_num_value_heads"));
+    cfg["linear_num_value_heads"] = Value::from(32);
+    cfg["linear_conv_kernel_dim"] = Value::from(0);
+    assert!(refusal(&cfg).contains("linear_conv_kernel_dim"));
     // A prefill outside half precision was not measured.
     let fp32 = vram_core::Job { precision: vram_core::Precision::Fp32, ..vram_core::Job::infer(1, 1024) };
     assert!(vram_core::estimate(&m, &fp32).unwrap_err().to_string().contains("bf16"));

@@ -70,6 +70,9 @@ pub(super) fn parse(c: &Cfg, name: &str, model_type: &str) -> Result<Model> {
     if moe_type && c.opt(&["num_experts"])?.unwrap_or(0) == 0 {
         m.moe = None;
     }
+    if m.layers == 0 {
+        return Err(c.bad("num_hidden_layers", &Value::from(0), "at least one linear-attention and one full-attention layer"));
+    }
     let types = layer_types(c, m.layers)?;
     let is_attention = |i: u64| types[i as usize];
     let attention = types.iter().filter(|t| **t).count() as u64;
@@ -106,15 +109,15 @@ pub(super) fn parse(c: &Cfg, name: &str, model_type: &str) -> Result<Model> {
     // The value heads are grouped over the key heads (fix_query_key_value_ordering views the
     // projection per key head; torch_chunk_gated_delta_rule repeats q and k to the value heads).
     let sized = |x: u64| (1..=4096).contains(&x);
-    if !(sized(dn.key_heads) && sized(dn.value_heads) && sized(dn.key_dim) && sized(dn.value_dim))
-        || dn.value_heads % dn.key_heads != 0
-        || !(1..=64).contains(&kernel)
-    {
+    if !(sized(dn.key_heads) && sized(dn.value_heads) && sized(dn.key_dim) && sized(dn.value_dim)) || dn.value_heads % dn.key_heads != 0 {
         return Err(c.bad(
             "linear_num_value_heads",
             &Value::from(dn.value_heads),
-            "linear_num_key_heads, linear_num_value_heads (a multiple of the key heads), linear_key_head_dim and linear_value_head_dim between 1 and 4096, linear_conv_kernel_dim 1–64",
+            "linear_num_key_heads, linear_num_value_heads (a multiple of the key heads), linear_key_head_dim and linear_value_head_dim between 1 and 4096",
         ));
+    }
+    if !(1..=64).contains(&kernel) {
+        return Err(c.bad("linear_conv_kernel_dim", &Value::from(kernel), "a depthwise conv kernel of 1–64 taps"));
     }
     m.ssm = Some(Ssm {
         d_inner: dn.value_heads * dn.value_dim,
