@@ -759,7 +759,18 @@ struct RankParts {
 /// number of micro-batches per optimizer step on each data-parallel rank (gradient accumulation;
 /// with pipeline parallelism, the micro-batches in the pipeline).
 pub fn estimate_parallel(m: &Model, job: &Job, par: &Parallel, microbatches: u64) -> Result<ParallelEstimate> {
-    crate::memory::require_decoder(m, "multi-GPU training")?;
+    // DDP replicates the single-GPU job, whose accounting is measured for the Gated DeltaNet
+    // hybrids (under autocast); sharding engines compute in pure 16-bit and model parallelism
+    // splits the mixer, neither measured on them.
+    let replicated = par.engine == Engine::Ddp && par.tp == 1 && par.pp == 1 && par.cp == 1 && par.ep == 1;
+    if !(replicated && m.ssm.is_some_and(|s| s.delta_net.is_some())) {
+        let what = if m.ssm.is_some_and(|s| s.delta_net.is_some()) {
+            "multi-GPU training beyond DDP (ZeRO, FSDP, tensor/pipeline/context/expert parallelism)"
+        } else {
+            "multi-GPU training"
+        };
+        crate::memory::require_decoder(m, what)?;
+    }
     check_request(m, job, par)?;
     let c = Counts::of(m);
     let mut rank = match par.engine {

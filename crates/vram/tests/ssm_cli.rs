@@ -80,4 +80,10 @@ fn qwen3_5_is_estimated_as_its_language_model() {
     assert!(e.contains("8-bit"), "{e}");
     let e = fails(&["serve", "--model", QWEN, "-g", "h100"], 2);
     assert!(e.contains("linear-attention"), "{e}");
+    // DDP replicates the measured single-GPU job; sharding engines are refused.
+    let ddp = json(&["estimate", "--model", QWEN, "--gpus", "8", "--seq-len", "2048"]);
+    let text = ddp.to_string();
+    assert!(text.contains("DDP gradient buckets"), "{text}");
+    let e = fails(&["estimate", "--model", QWEN, "--gpus", "8", "--zero", "3", "--seq-len", "2048"], 2);
+    assert!(e.contains("beyond DDP"), "{e}");
 }

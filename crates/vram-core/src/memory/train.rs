@@ -19,7 +19,7 @@ pub(crate) const ACT_MLP: &str = "activations: mlp";
 pub(crate) const ACT_NORM: &str = "activations: norms & residual";
 pub(crate) const ACT_SSM: &str = "activations: Mamba mixer (selective scan)";
 /// A Gated DeltaNet hybrid's mixer activations (its MLPs with them, as for the Mamba hybrids).
-pub(crate) const ACT_DELTA: &str = "activations: linear attention (Gated DeltaNet) & MLP";
+pub(crate) const ACT_DELTA: &str = "activations: Gated DeltaNet & MLP";
 pub(crate) const ACT_CKPT: &str = "activations: checkpointed layer inputs";
 pub(crate) const ACT_RECOMP: &str = "activations: recomputed layer";
 pub(crate) const ACT_OTHER: &str = "activations: final norm & lm_head input";
