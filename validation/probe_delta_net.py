@@ -135,7 +135,7 @@ def prefill_formula(b, s, fused, h, hk, hv, dk, dv, e=2):
     """infer.rs delta_net_prefill's scan term without the residual (the probe's input is not tracked),
     plus the cache the layer writes."""
     conv = 2 * hk * dk + hv * dv
-    f = e * (4 * hk * dk + 2 * hv * dv + 2 * hv) if fused else 0
+    f = e * (2 * hk * dk + 2 * hv * dv + 2 * hv) if fused else 0
     scan = b * s * (20 * hv * (dk + dv) + 12 * hv * C + e * conv + e * hv * dv + 16 * hv + e * h + f) + b * 12 * hv * dk * dv
     return scan + b * (4 * hv * dk * dv + e * conv * 4)
 
