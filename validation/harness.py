@@ -279,9 +279,11 @@ def build(raw_config, precision, attention, fake=True):
 
 
 def train(raw_config, batch, seq, precision="bf16-mixed", optimizer="adamw", impl="foreach",
-          checkpointing=False, attention="sdpa", steps=2, fake=True, seed=0, events=None):
+          checkpointing=False, attention="sdpa", steps=2, fake=True, seed=0, events=None, padded=False):
     """Two training steps as HF Trainer runs them; the second is the steady state. `events`: a
-    list that receives the allocation sequence (see Tracker.events)."""
+    list that receives the allocation sequence (see Tracker.events). `padded`: the collator's
+    attention mask is passed, as for a batch padded to its longest sample (the caller tells
+    transformers' mask-skip test, which reads values, that it holds zeros)."""
     KERNELS.clear()
     tr = Tracker()
     tr.events = events
@@ -318,7 +320,8 @@ def train(raw_config, batch, seq, precision="bf16-mixed", optimizer="adamw", imp
                 half = torch.bfloat16 if precision == "bf16-mixed" else torch.float16
                 ctx = torch.autocast("cpu", dtype=half) if amp else contextlib.nullcontext()
                 with ctx:
-                    loss = model(input_ids=inputs["input_ids"], labels=inputs["labels"]).loss
+                    mask = {"attention_mask": inputs["attention_mask"]} if padded else {}
+                    loss = model(input_ids=inputs["input_ids"], labels=inputs["labels"], **mask).loss
                 tr.phase, tr.category = f"backward{step}", "backward"
                 loss.backward()
                 del loss

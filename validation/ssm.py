@@ -66,10 +66,13 @@ DELTA_HELD_OUT = ["qwen3-next-80b-a3b", "qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3
 def points():
     out = []
 
-    def pt(model, mode, precision, batch, seq, checkpointing=False, attention="eager"):
-        out.append(dict(model=model, mode=mode, precision=precision, batch=batch, seq=seq,
-                        checkpointing=checkpointing, optimizer="adamw" if mode == "train" else None,
-                        impl="foreach" if mode == "train" else None, attention=attention))
+    def pt(model, mode, precision, batch, seq, checkpointing=False, attention="eager", padded=False):
+        p = dict(model=model, mode=mode, precision=precision, batch=batch, seq=seq,
+                 checkpointing=checkpointing, optimizer="adamw" if mode == "train" else None,
+                 impl="foreach" if mode == "train" else None, attention=attention)
+        if padded:
+            p["padded"] = True
+        out.append(p)
 
     # The sequential scan is one Python step per token and layer: CPU time on the shared 2-core
     # machine keeps sequences short (the memory per token does not depend on the length).
@@ -138,6 +141,10 @@ def points():
         pt(m, "train", "bf16-mixed", 1 if big else 2, 2000, attention="eager")
         pt(m, "infer", "bf16", 2 if big else 4, 1024, attention="sdpa")
         pt(m, "infer", "bf16", 1 if big else 2, 4096, attention="sdpa")
+        # A batch padded to its longest sample (SFT without packing): the attention layers' mask
+        # and the mixers' padding multiply.
+        if m in DELTA_DEVELOPMENT + ["qwen3.5-0.8b", "qwen3.5-27b"]:
+            pt(m, "train", "bf16-mixed", 1 if big else 4, 1024, attention="sdpa", padded=True)
     for p in out:
         dev = (DEVELOPMENT + MAMBA2_DEVELOPMENT + BAMBA_DEVELOPMENT + GRANITE_DEVELOPMENT + FALCON_H1_DEVELOPMENT
                + JAMBA_DEVELOPMENT + NEMOTRON_DEVELOPMENT + DELTA_DEVELOPMENT)
@@ -170,13 +177,40 @@ def infer(raw_config, batch, seq, precision="bf16", attention="eager"):
     return harness.result(tr)
 
 
+def padded_masks():
+    """A padded batch's masks under fake tensors: transformers asks whether the collator's mask is
+    all ones (masking_utils.fast_all for attention, torch.all in create_recurrent_attention_mask
+    for the mixers), which a fake tensor cannot answer; a padded mask has zeros, so the answer is
+    no, and the 2D mask goes to the mixers as transformers would hand it."""
+    import transformers.masking_utils as mu
+    import transformers.models.qwen3_5.modeling_qwen3_5 as q5
+    import transformers.models.qwen3_5_moe.modeling_qwen3_5_moe as q5m
+    import transformers.models.qwen3_next.modeling_qwen3_next as qn
+    from torch._subclasses.fake_tensor import FakeTensor
+    fast_all, recurrent = mu.fast_all, mu.create_recurrent_attention_mask
+
+    def _fast_all(t):
+        return False if isinstance(t, FakeTensor) else fast_all(t)
+
+    def _recurrent(config, inputs_embeds, attention_mask, past_key_values=None, **kw):
+        if isinstance(attention_mask, FakeTensor) and attention_mask.ndim == 2 and inputs_embeds.shape[1] > 1:
+            return attention_mask[:, -inputs_embeds.shape[1]:].contiguous()
+        return recurrent(config, inputs_embeds, attention_mask, past_key_values, **kw)
+
+    mu.fast_all = _fast_all
+    for mod in (q5, q5m, qn):
+        mod.create_recurrent_attention_mask = _recurrent
+
+
 def run(point):
     raw = json.load(open(os.path.join(ROOT, DIR, point["model"] + ".json")))
     t = time.time()
     try:
+        if point.get("padded"):
+            padded_masks()
         if point["mode"] == "train":
             r = harness.train(raw, point["batch"], point["seq"], point["precision"], point["optimizer"], point["impl"],
-                              point["checkpointing"], point["attention"])
+                              point["checkpointing"], point["attention"], padded=point.get("padded", False))
         else:
             r = infer(raw, point["batch"], point["seq"], point["precision"], point["attention"])
     except Exception as e:  # recorded, never silently dropped

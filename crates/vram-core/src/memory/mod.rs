@@ -485,8 +485,8 @@ fn check_ssm(model: &Model, job: &Job) -> Result<()> {
         Some("pure bf16/fp16 training (measured under autocast and in fp32 only)")
     } else if job.mode == Mode::Infer && job.prompt_len.is_some_and(|p| p < job.seq) {
         Some("a generation past the prompt (--prompt-len below --seq-len): the prefill of --seq-len tokens is what is measured; the decode steps are not")
-    } else if job.padded {
-        Some("a padded batch (the attention mask and the mixers' padding mask were not measured)")
+    } else if job.padded && !(delta && job.mode == Mode::Train) {
+        Some("a padded batch (the attention mask and the mixers' padding mask were not measured; Gated DeltaNet training is)")
     } else if model.ssm.is_some_and(|s| s.delta_net.is_some())
         && job.mode == Mode::Infer
         && job.precision != crate::job::Precision::Bf16

@@ -46,7 +46,7 @@ pub fn check(rows: &[(String, bool, f64)]) {
 }
 
 /// The job a fixture point ran (mode, precision, checkpointing, the attention implementation it
-/// names — sdpa when it names none) at `batch` × `seq`, and the signed relative error of vram's
+/// names — sdpa when it names none —, a padded batch when it says so) at `batch` × `seq`, and the signed relative error of vram's
 /// peak allocated against its measured one.
 pub fn error_of(model: &vram_core::Model, r: &serde_json::Value, batch: u64, seq: u64) -> f64 {
     use vram_core::{AttentionImpl, Checkpointing, Job, Precision};
@@ -59,6 +59,7 @@ pub fn error_of(model: &vram_core::Model, r: &serde_json::Value, batch: u64, seq
             Some("flash_attention_2") => AttentionImpl::Flash,
             _ => AttentionImpl::Sdpa,
         },
+        padded: r["padded"] == true,
         ..base
     };
     let est = vram_core::estimate(model, &job).unwrap().peak_allocated as f64;
