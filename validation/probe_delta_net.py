@@ -61,10 +61,11 @@ def saved_formula(b, s, h, hk, hv, dk, dv, k=4):
     return b * s * per_token + b * n * C * per_position + b * per_seq
 
 
-def saved(b, s, h, hk, hv, dk, dv):
-    """Bytes the autograd graph of (norm + fused mixer) keeps after the forward, weights excluded."""
-    c = config(True, h, hk, hv, dk, dv)
-    mixer, norm = layer(True, c)
+def graph_bytes(mixer, norm, x):
+    """Bytes the autograd graph of (norm + mixer) on `x` keeps after the forward under CPU bf16
+    autocast: storages still referenced (weak references, so what the graph frees is not counted),
+    without the weights and their autocast casts, the [C, C] mask and per-head constants
+    [B, Hv, 1, 1], which are per layer, not per token."""
     weight_shapes = {tuple(p.shape) for p in list(mixer.parameters()) + list(norm.parameters())}
     weight_shapes |= {tuple(reversed(w)) for w in weight_shapes}
     refs = []
@@ -73,7 +74,6 @@ def saved(b, s, h, hk, hv, dk, dv):
         refs.append(weakref.ref(t))
         return t
 
-    x = torch.randn(b, s, h, requires_grad=True)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             y = mixer(norm(x))
@@ -84,13 +84,17 @@ def saved(b, s, h, hk, hv, dk, dv):
         if t is None:
             continue
         shape = tuple(t.shape)
-        # Weights and their autocast casts (counted elsewhere), the [C, C] mask and per-head
-        # constants [B, Hv, 1, 1] are per layer, not per token.
         if shape in weight_shapes or t.dim() <= 1 or shape == (C, C) or shape[-2:] == (1, 1):
             continue
         seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
     del y
     return sum(seen.values())
+
+
+def saved(b, s, h, hk, hv, dk, dv):
+    """Bytes the graph of (norm + fused mixer) keeps after the forward, weights excluded."""
+    mixer, norm = layer(True, config(True, h, hk, hv, dk, dv))
+    return graph_bytes(mixer, norm, torch.randn(b, s, h, requires_grad=True))
 
 
 def tracked_layer(b, s, fused, h, hk, hv, dk, dv, cache=False):
@@ -148,32 +152,10 @@ def first_layer(trainable, b=1, s=256, h=384, hk=2, hv=6, dk=48, dv=80):
     mixer, norm = layer(False, c)
     mixer.requires_grad_(False)
     norm.requires_grad_(False)
-    shapes_ = {tuple(p.shape) for p in list(mixer.parameters()) + list(norm.parameters())}
-    shapes_ |= {tuple(reversed(w)) for w in shapes_}
     for name in trainable or []:
         getattr(mixer, name).weight.requires_grad_(True)
-    refs = []
-
-    def pack(t):
-        refs.append(weakref.ref(t))
-        return t
-
     x = torch.randn(b, s, h, requires_grad=trainable is None)
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            y = mixer(norm(x))
-    gc.collect()
-    seen = {}
-    for r in refs:
-        t = r()
-        if t is None:
-            continue
-        shape = tuple(t.shape)
-        if shape in shapes_ or t.dim() <= 1 or shape == (C, C) or shape[-2:] == (1, 1):
-            continue
-        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-    del y
-    return sum(seen.values()) / (b * s)
+    return graph_bytes(mixer, norm, x) / (b * s)
 
 
 def shapes(n, seed):

@@ -1378,7 +1378,12 @@ impl Model {
     /// Whether vram's layer `i` is the model's layer 0 where vram reorders a hybrid's layers
     /// (attention first): a Gated DeltaNet hybrid whose layer 0 is linear attention.
     pub fn is_model_first_layer(&self, i: u64) -> bool {
-        self.ssm.is_some_and(|s| s.delta_net.is_some_and(|d| d.first_layer_linear) && i == s.attention_layers)
+        self.delta_net().is_some_and(|d| d.first_layer_linear) && self.ssm.is_some_and(|s| i == s.attention_layers)
+    }
+
+    /// The Gated DeltaNet mixer of a Qwen3-Next / Qwen3.5 hybrid, if this is one.
+    pub fn delta_net(&self) -> Option<DeltaNet> {
+        self.ssm.and_then(|s| s.delta_net)
     }
 
     /// Whether layer `i` is a Nemotron-H MLP block (after its attention layers).

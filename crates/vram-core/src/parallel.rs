@@ -763,8 +763,8 @@ pub fn estimate_parallel(m: &Model, job: &Job, par: &Parallel, microbatches: u64
     // hybrids (under autocast); sharding engines compute in pure 16-bit and model parallelism
     // splits the mixer, neither measured on them.
     let replicated = par.engine == Engine::Ddp && par.tp == 1 && par.pp == 1 && par.cp == 1 && par.ep == 1;
-    if !(replicated && m.ssm.is_some_and(|s| s.delta_net.is_some())) {
-        let what = if m.ssm.is_some_and(|s| s.delta_net.is_some()) {
+    if !(replicated && m.delta_net().is_some()) {
+        let what = if m.delta_net().is_some() {
             "multi-GPU training beyond DDP (ZeRO, FSDP, tensor/pipeline/context/expert parallelism)"
         } else {
             "multi-GPU training"

@@ -364,9 +364,9 @@ fn mlp_saved_undropped(m: &Model, b: &Bytes, frozen: bool) -> u128 {
 /// - the fp32 `scan + x·D` (saved by the gate multiply), silu(z), out_proj's input copy.
 ///
 /// Measured op by op on 1- and 2-layer builds (validation/ssm.py): within 0.02% per layer.
-fn ssm_layer(m: &Model, job: &Job, s: crate::model::Ssm, moe_layer: bool) -> LayerCoef {
+fn ssm_layer(m: &Model, job: &Job, s: crate::model::Ssm, i: u64) -> LayerCoef {
     if let Some(dn) = s.delta_net {
-        return delta_net_layer(m, job, s, dn, moe_layer);
+        return delta_net_layer(m, job, s, dn, i);
     }
     if let Some(m2) = s.mamba2 {
         return mamba2_layer(m, job, s, m2);
@@ -457,6 +457,39 @@ pub(crate) const DELTA_NET_FORWARD_K: u128 = 16;
 /// See [`DELTA_NET_FORWARD_K`]: per value channel.
 pub(crate) const DELTA_NET_FORWARD_V: u128 = 8;
 
+/// Bytes per token inside the last linear-attention layer's forward beyond what is saved: the
+/// chunked rule's locals ([`DELTA_NET_FORWARD_K`], [`DELTA_NET_FORWARD_V`]) and the layer's half
+/// input and output (2·hidden).
+pub(crate) fn delta_net_forward_transient(m: &Model, dn: DeltaNet) -> u128 {
+    (DELTA_NET_FORWARD_K * dn.key_dim as u128 + DELTA_NET_FORWARD_V * dn.value_dim as u128) * dn.value_heads as u128 + 2 * m.hidden as u128
+}
+
+/// What the model's layer 0 keeps under LoRA: it reads the frozen embedding, so only what an
+/// adapter makes trainable needs a gradient there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FirstLayer {
+    /// Not layer 0, not LoRA, or β and the decay adapted too: as any layer.
+    AsAny,
+    /// None of the mixer's input projections adapted: the mixer saves only an adapted out_proj's
+    /// input; without one the residual still needs no gradient after the mixer.
+    Inert { out_adapted: bool },
+    /// q, k, v adapted but not β and the decay (`in_proj_a`/`in_proj_b`/`in_proj_ba`).
+    NoDecay,
+}
+
+/// How vram's layer `i` of a Gated DeltaNet hybrid trains if it is the model's layer 0.
+fn first_layer(m: &Model, job: &Job, i: u64) -> FirstLayer {
+    let Some(l) = LoraActs::of(m, job).filter(|_| m.is_model_first_layer(i)) else { return FirstLayer::AsAny };
+    let moe = m.is_moe_layer(i);
+    if l.count(Slot::MixerIn, moe) == 0 {
+        FirstLayer::Inert { out_adapted: l.count(Slot::MixerOut, moe) > 0 }
+    } else if !l.decay_adapted {
+        FirstLayer::NoDecay
+    } else {
+        FirstLayer::AsAny
+    }
+}
+
 /// Positions a Gated DeltaNet scan runs over: the sequence padded to whole chunks of 64
 /// (`torch_chunk_gated_delta_rule` pads q, k, v, β and the decay before chunking).
 pub(crate) fn delta_net_positions(seq: u64) -> u128 {
@@ -482,8 +515,9 @@ pub(crate) fn delta_net_positions(seq: u64) -> u128 {
 /// Measured tensor by tensor with saved-tensor hooks on single layers of five shapes (heads,
 /// head sizes, batch, and a sequence that is not a multiple of 64): exact
 /// (validation/probe_delta_net.py). Other precisions are refused.
-fn delta_net_layer(m: &Model, job: &Job, s: crate::model::Ssm, dn: DeltaNet, moe_layer: bool) -> LayerCoef {
+fn delta_net_layer(m: &Model, job: &Job, s: crate::model::Ssm, dn: DeltaNet, i: u64) -> LayerCoef {
     let b = Bytes::of(m, job);
+    let moe_layer = m.is_moe_layer(i);
     let h = m.hidden as u128;
     let (hv, dk, dv, c) = (dn.value_heads as u128, dn.key_dim as u128, dn.value_dim as u128, DeltaNet::CHUNK as u128);
     let conv = dn.conv_dim() as u128;
@@ -516,7 +550,22 @@ fn delta_net_layer(m: &Model, job: &Job, s: crate::model::Ssm, dn: DeltaNet, moe
         per_sequence += 8 * hv * dk * dv + 2 * hv * c * (dk + dv) + b.e * conv * s.d_conv as u128;
     }
     let mixer = per_token + (batch * (padded * per_position + per_sequence)) / (batch * seq);
-    LayerCoef { norms, mlp: mixer, ..LayerCoef::default() }
+    match first_layer(m, job, i) {
+        // Under LoRA the model's layer 0 reads the frozen embedding: with none of its mixer's
+        // input projections adapted nothing in the mixer needs a gradient, so it saves nothing
+        // but an adapted out_proj's input (measured: validation/ssm_lora.py, targets without
+        // in_proj_*).
+        FirstLayer::Inert { .. } => LayerCoef { mlp: b.inputs(Slot::MixerOut, moe_layer, 1, 2, hv * dv), ..LayerCoef::default() },
+        // q, k, v adapted but not β and the decay: what the chunked rule saves only for their
+        // gradients is not saved — v and the fp32 keys and queries the decay and β scale, the
+        // half score products the decay multiplies, and the state each chunk's decay multiplies
+        // (validation/probe_delta_net.py first: within 4% on three shapes).
+        FirstLayer::NoDecay => {
+            let spared = 4 * hv * dv + 12 * hv * dk + 4 * hv * c + 4 * hv * dk * dv / c;
+            LayerCoef { norms, mlp: mixer.saturating_sub(spared), ..LayerCoef::default() }
+        }
+        FirstLayer::AsAny => LayerCoef { norms, mlp: mixer, ..LayerCoef::default() },
+    }
 }
 
 /// Activation coefficients of decoder layer `i` with nothing recomputed.
@@ -529,7 +578,7 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
             let b = Bytes::of(m, job);
             let (_, out) = b.norm(m.norm, b.r);
             c.norms += b.inputs(Slot::AttnIn, false, 1, out, m.hidden as u128);
-            c.mlp += ssm_layer(m, job, s, m.is_moe_layer(i)).mlp;
+            c.mlp += ssm_layer(m, job, s, i).mlp;
             // FalconH1Mixer differs from Bamba's: the projections times the fp32 µP vector are
             // fp32 where Bamba's are half (2 more bytes per projected channel), and without
             // `mamba_rms_norm` the scan output is only multiplied by silu(gate), which saves 8
@@ -545,29 +594,9 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
             }
             return c;
         }
-        let mut c = ssm_layer(m, job, s, m.is_moe_layer(i));
+        let mut c = ssm_layer(m, job, s, i);
         // Layer 0's residual needs no gradient until an adapter writes into it.
-        let mut residual_inert = false;
-        if let (Some(dn), Some(l)) = (s.delta_net, Bytes::of(m, job).lora) {
-            if m.is_model_first_layer(i) && l.count(Slot::MixerIn, m.is_moe_layer(i)) == 0 {
-                residual_inert = l.count(Slot::MixerOut, m.is_moe_layer(i)) == 0;
-                // Under LoRA the model's layer 0 reads the frozen embedding: with none of its
-                // mixer's input projections adapted nothing in the mixer needs a gradient, so it
-                // saves nothing but an adapted out_proj's input (measured:
-                // validation/ssm_lora.py, targets without in_proj_*).
-                let hv_dv = (dn.value_heads * dn.value_dim) as u128;
-                c = LayerCoef { mlp: Bytes::of(m, job).inputs(Slot::MixerOut, m.is_moe_layer(i), 1, 2, hv_dv), ..LayerCoef::default() };
-            } else if m.is_model_first_layer(i) && !l.decay_adapted {
-                // Layer 0 with q, k, v adapted but not β and the decay: what the chunked rule
-                // saves only for their gradients is not saved — v and the fp32 keys and queries
-                // the decay and β scale, the half score products the decay multiplies, and the
-                // state each chunk's decay multiplies (probed on single layers of three shapes
-                // with only in_proj_qkv and in_proj_z trainable: within 4%).
-                let (hv, dk, dv, ch) = (dn.value_heads as u128, dn.key_dim as u128, dn.value_dim as u128, DeltaNet::CHUNK as u128);
-                let spared = 4 * hv * dv + 12 * hv * dk + 4 * hv * ch + 4 * hv * dk * dv / ch;
-                c.mlp = c.mlp.saturating_sub(spared);
-            }
-        }
+        let residual_inert = first_layer(m, job, i) == FirstLayer::Inert { out_adapted: false };
         if s.attention_layers > 0 && s.mlp_layers == 0 {
             // A hybrid's mixer layer (BambaDecoderLayer) ends with pre_ff_layernorm and the MLP,
             // as its attention layers do.
@@ -930,7 +959,7 @@ fn mlp(m: &Model, b: &Bytes, moe_layer: bool) -> u128 {
             let weights_dtype = moe.biased || b.lora.is_none();
             // The Gated DeltaNet hybrids' QLoRA was measured (validation/ssm_lora.py): the kbit
             // preparation's fp32 experts compute and save in fp32.
-            let fp32_experts = b.lora.is_some_and(|l| l.bnb) && m.ssm.is_some_and(|s| s.delta_net.is_some());
+            let fp32_experts = b.lora.is_some_and(|l| l.bnb) && m.delta_net().is_some();
             let x = if weights_dtype {
                 b.p
             } else if fp32_experts {

@@ -474,7 +474,7 @@ fn check_ssm(model: &Model, job: &Job) -> Result<()> {
         return Ok(());
     }
     let pure_half = job.mode == Mode::Train && !job.precision.is_mixed() && job.precision.compute_dtype().bytes() == 2;
-    let delta = model.ssm.is_some_and(|s| s.delta_net.is_some());
+    let delta = model.delta_net().is_some();
     let what = if job.lora.is_some() && !delta {
         Some("LoRA/QLoRA")
     } else if job.lora.is_some() && (matches!(job.base, Some(crate::peft::BaseWeights::Bnb8 { .. })) || model.quantization.is_some()) {
@@ -487,7 +487,7 @@ fn check_ssm(model: &Model, job: &Job) -> Result<()> {
         Some("a generation past the prompt (--prompt-len below --seq-len): the prefill of --seq-len tokens is what is measured; the decode steps are not")
     } else if job.padded && !(delta && job.mode == Mode::Train) {
         Some("a padded batch (the attention mask and the mixers' padding mask were not measured; Gated DeltaNet training is)")
-    } else if model.ssm.is_some_and(|s| s.delta_net.is_some())
+    } else if delta
         && job.mode == Mode::Infer
         && job.precision != crate::job::Precision::Bf16
         && job.precision != crate::job::Precision::Fp16

@@ -226,21 +226,16 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
         let inside = if ckpt == Checkpointing::Full { layer_bytes(&act::layer(m, job, kernel, m.layers.saturating_sub(1))) } else { 0 };
         let (scan, what) = match (s.delta_net, s.mamba2) {
             (Some(dn), _) => (
-                (act::DELTA_NET_FORWARD_K * dn.key_dim as u128 + act::DELTA_NET_FORWARD_V * dn.value_dim as u128)
-                    * dn.value_heads as u128
-                    * t
-                    + 2 * m.hidden as u128 * t,
+                act::delta_net_forward_transient(m, dn) * t,
                 "the last linear-attention layer's chunked delta rule: its fp32 output and solved values",
             ),
-            (None, mamba2) => match mamba2 {
-                // Mamba-2: inside the chunked scan, segment_sum's fp32 [B, H, c, L, L] expansion,
-                // masked copies and cumsum beside what the layer has saved so far.
-                Some(m2) => (
-                    act::MAMBA2_FORWARD * m2.heads as u128 * m2.chunk as u128 * t,
-                    "the last layer's chunked scan: segment_sum's fp32 [B, H, chunks, L, L] temporaries",
-                ),
-                None => (4 * s.d_inner as u128 * s.d_state as u128 * t, "the last layer's selective scan: deltaB_u, fp32 [B, D, L, N]"),
-            },
+            // Mamba-2: inside the chunked scan, segment_sum's fp32 [B, H, c, L, L] expansion,
+            // masked copies and cumsum beside what the layer has saved so far.
+            (None, Some(m2)) => (
+                act::MAMBA2_FORWARD * m2.heads as u128 * m2.chunk as u128 * t,
+                "the last layer's chunked scan: segment_sum's fp32 [B, H, chunks, L, L] temporaries",
+            ),
+            (None, None) => (4 * s.d_inner as u128 * s.d_state as u128 * t, "the last layer's selective scan: deltaB_u, fp32 [B, D, L, N]"),
         };
         bd.add(FWD_TMP, scan + inside, what);
         out.push(bd);
