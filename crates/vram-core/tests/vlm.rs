@@ -347,3 +347,16 @@ fn paligemma_structure_and_refusals() {
     let e = parse_config(bad.to_string().as_bytes(), "m", "m").unwrap_err().to_string();
     assert!(e.contains("projection_dim"), "{e}");
 }
+
+/// A pre-quantized vision-language release (a top-level `quantization_config`) is refused by
+/// name, not estimated as if its weights were 16-bit.
+#[test]
+fn pre_quantized_vlm_configs_are_refused() {
+    for file in ["llava-1.5-7b-hf.json", "gemma-3-4b-it.json", "SmolVLM2-500M-Video-Instruct.json"] {
+        let mut cfg: Value = serde_json::from_slice(&std::fs::read(root().join("validation/configs/vlm").join(file)).unwrap()).unwrap();
+        assert!(parse_config(cfg.to_string().as_bytes(), file, "config.json").is_ok(), "{file}");
+        cfg["quantization_config"] = serde_json::json!({"quant_method": "awq", "bits": 4, "group_size": 128});
+        let e = parse_config(cfg.to_string().as_bytes(), file, "config.json").unwrap_err().to_string();
+        assert!(e.contains("quantization_config") && e.contains("pre-quantized"), "{file}: {e}");
+    }
+}

@@ -43,7 +43,7 @@ pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: Parse
     // The language model, with the top level's dtype and tying when the nested config omits them.
     let mut text = with_defaults(nested(&obj, "text_config", file)?, TEXT_DEFAULTS);
     text.insert("model_type".into(), Value::from("gemma3_text"));
-    inherit_top_level(&mut text, &obj);
+    inherit_top_level(&mut text, &obj, file)?;
     text.insert("architectures".into(), Value::from(vec![Value::from("Gemma3ForCausalLM")]));
     let mut m = parse_object(text, name, file, opts)?;
     // Gemma3MultiModalProjector: patches_per_image = image_size // patch_size, pooled by

@@ -50,7 +50,7 @@ pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: Parse
     }
     text = with_defaults(text, LLAMA_DEFAULTS);
     text.insert("model_type".into(), Value::from("llama"));
-    inherit_top_level(&mut text, &obj);
+    inherit_top_level(&mut text, &obj, file)?;
     text.insert("use_cache".into(), Value::Bool(obj.get("use_cache").and_then(Value::as_bool).unwrap_or(true)));
     text.insert("architectures".into(), Value::from(vec![Value::from("LlamaForCausalLM")]));
     let mut m = parse_object(text, name, file, opts)?;

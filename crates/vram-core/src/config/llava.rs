@@ -77,13 +77,25 @@ pub(super) fn siglip_tower(
 }
 
 /// A composite model's language model takes the top level's dtype and embedding tying where its
-/// nested `text_config` omits them (the Hub's VLM configs write them once, at the top).
-pub(super) fn inherit_top_level(text: &mut Map<String, Value>, obj: &Map<String, Value>) {
+/// nested `text_config` omits them (the Hub's VLM configs write them once, at the top). A
+/// top-level `quantization_config` the caller has not given the language model is refused: a
+/// pre-quantized vision-language checkpoint (tower, projector and language model quantized or
+/// not, per its exclusions) is not modelled, and dropping it would count its weights unquantized.
+pub(super) fn inherit_top_level(text: &mut Map<String, Value>, obj: &Map<String, Value>, file: &str) -> Result<()> {
+    if let (false, Some(q)) = (text.contains_key("quantization_config"), obj.get("quantization_config").filter(|q| !q.is_null())) {
+        return Err(Error::BadKey {
+            file: file.into(),
+            key: "quantization_config".into(),
+            value: q.get("quant_method").map_or_else(|| q.to_string(), Value::to_string),
+            hint: "pre-quantized vision-language checkpoints are not modelled yet (the tower, projector and language model would be counted unquantized); estimate the unquantized release, or pass --load-in-4bit for QLoRA".into(),
+        });
+    }
     for k in ["torch_dtype", "dtype", "tie_word_embeddings"] {
         if let (false, Some(v)) = (text.contains_key(k), obj.get(k)) {
             text.insert(k.into(), v.clone());
         }
     }
+    Ok(())
 }
 
 pub(super) fn nested(obj: &Map<String, Value>, key: &str, file: &str) -> Result<Map<String, Value>> {
@@ -225,7 +237,7 @@ fn parse_with(obj: Map<String, Value>, name: &str, file: &str, opts: ParseOption
     };
     text = with_defaults(text, defaults);
     text.insert("model_type".into(), Value::from(ttype));
-    inherit_top_level(&mut text, &obj);
+    inherit_top_level(&mut text, &obj, file)?;
     // The language model is read as the causal LM it is inside LlavaForConditionalGeneration.
     text.insert("architectures".into(), Value::from(vec![Value::from("LlavaTextForCausalLM")]));
     let mut m = parse_object(text, name, file, opts)?;

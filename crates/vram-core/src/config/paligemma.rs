@@ -47,7 +47,7 @@ pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: Parse
     }
     text.insert("model_type".into(), Value::from(ttype.clone()));
     // PaliGemmaConfig ties the LM head to the embeddings by default; the top level decides.
-    inherit_top_level(&mut text, &obj);
+    inherit_top_level(&mut text, &obj, file)?;
     text.entry("tie_word_embeddings").or_insert(Value::Bool(true));
     let arch = if ttype == "gemma2" { "Gemma2ForCausalLM" } else { "GemmaForCausalLM" };
     text.insert("architectures".into(), Value::from(vec![Value::from(arch)]));

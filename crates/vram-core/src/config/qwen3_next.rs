@@ -190,13 +190,13 @@ pub(super) fn parse_vl(obj: Map<String, Value>, name: &str, file: &str, opts: Pa
             })
         }
     }
-    inherit_top_level(&mut text, &obj);
     // A quantized release (FP8, AWQ …) writes `quantization_config` at the top; the language
     // model AutoModelForCausalLM loads is the part it quantizes, so it goes with it (dropping it
     // would estimate an FP8 checkpoint as bf16 without a word).
     if let (false, Some(q)) = (text.contains_key("quantization_config"), obj.get("quantization_config")) {
         text.insert("quantization_config".into(), q.clone());
     }
+    inherit_top_level(&mut text, &obj, file)?;
     let class = if outer == "qwen3_5_moe" { "Qwen3_5MoeForCausalLM" } else { "Qwen3_5ForCausalLM" };
     text.insert("architectures".into(), Value::from(vec![Value::from(class)]));
     let mut m = parse_object(text, name, file, opts)?;
