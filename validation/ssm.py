@@ -61,6 +61,12 @@ NEMOTRON_HELD_OUT = ["nemotron-h-8b"]
 # (configs/ssm/SOURCES.md); the 0.8B at the development batches, where activations dominate.
 DELTA_DEVELOPMENT = ["qwen3-next-dev-4l", "qwen3.5-dev-4l"]
 DELTA_HELD_OUT = ["qwen3-next-80b-a3b", "qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3.5-0.8b"]
+# Zamba2 (Mamba-2 layers, some preceded by a shared attention+MLP block over the concatenated
+# embedding, with per-invocation adapters): zamba2-dev-6l (two weight sets, attention adapters,
+# rotary) and zamba2-dev-8l (one weight set, GQA, no rotary) are cut-down layouts, not
+# checkpoints (development only); Zamba2-1.2B, -2.7B and -7B are held out (configs/ssm/SOURCES.md).
+ZAMBA_DEVELOPMENT = ["zamba2-dev-6l", "zamba2-dev-8l"]
+ZAMBA_HELD_OUT = ["zamba2-1.2b", "zamba2-2.7b", "zamba2-7b"]
 
 
 def points():
@@ -145,9 +151,19 @@ def points():
         # and the mixers' padding multiply.
         if m in DELTA_DEVELOPMENT + ["qwen3.5-0.8b", "qwen3.5-27b"]:
             pt(m, "train", "bf16-mixed", 1 if big else 4, 1024, attention="sdpa", padded=True)
+    # Zamba2: training under SDPA and eager, the prefill under SDPA (as the other hybrids).
+    zb = {"zamba2-1.2b": (2, 4, 1, 2), "zamba2-2.7b": (1, 2, 1, 1), "zamba2-7b": (1, 1, 1, 1)}
+    for m in ZAMBA_DEVELOPMENT + ZAMBA_HELD_OUT:
+        plain, ckpt, eager, inf = zb.get(m, (4, 8, 2, 4))
+        pt(m, "train", "bf16-mixed", plain, 1024, attention="sdpa")
+        pt(m, "train", "bf16-mixed", ckpt, 1024, checkpointing=True, attention="sdpa")
+        pt(m, "train", "bf16-mixed", 1, 4096, attention="sdpa")
+        pt(m, "train", "bf16-mixed", eager, 1024, attention="eager")
+        pt(m, "infer", "bf16", inf, 1024, attention="sdpa")
+        pt(m, "infer", "bf16", 1, 4096, attention="sdpa")
     for p in out:
         dev = (DEVELOPMENT + MAMBA2_DEVELOPMENT + BAMBA_DEVELOPMENT + GRANITE_DEVELOPMENT + FALCON_H1_DEVELOPMENT
-               + JAMBA_DEVELOPMENT + NEMOTRON_DEVELOPMENT + DELTA_DEVELOPMENT)
+               + JAMBA_DEVELOPMENT + NEMOTRON_DEVELOPMENT + DELTA_DEVELOPMENT + ZAMBA_DEVELOPMENT)
         p["set"] = "development" if p["model"] in dev else "held-out"
         p["id"] = "|".join(f"{k}={p[k]}" for k in sorted(p) if k != "set")
     return out

@@ -574,6 +574,28 @@ pub struct Ssm {
     pub mlp_layers: u64,
     /// Gated DeltaNet's linear attention in place of a Mamba scan (Qwen3-Next, Qwen3.5).
     pub delta_net: Option<DeltaNet>,
+    /// Zamba2's shared transformer block: the `attention_layers` are its invocations, each
+    /// before one of the Mamba-2 layers, which have no MLP of their own.
+    pub shared: Option<SharedBlock>,
+}
+
+/// Zamba2's shared attention block (transformers models/zamba2/modeling_zamba2.py
+/// `Zamba2HybridLayer`, Glorioso et al. 2024 "The Zamba2 Suite"): before each hybrid layer's
+/// Mamba-2 mixer, the residual stream is concatenated with the embedding output (2·hidden),
+/// normed, and run through attention whose q/k/v read the 2·hidden input (head_dim =
+/// 2·hidden / heads) and whose o_proj returns to hidden; then a norm, a gated MLP (`gate_up_proj`
+/// fused), and an unshared `linear` hidden → hidden whose output is added to the mixer's input.
+/// The block's weights cycle through `unique` sets (`num_mem_blocks`); each invocation has its
+/// own low-rank adapter on gate_up (and on q, k, v with `attention_adapters`), and its own
+/// `linear`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct SharedBlock {
+    /// `num_mem_blocks`: distinct weight sets the invocations cycle through.
+    pub unique: u64,
+    /// `adapter_rank`.
+    pub adapter_rank: u64,
+    /// `use_shared_attention_adapter`: adapters on q, k and v too.
+    pub attention_adapters: bool,
 }
 
 /// Gated DeltaNet (transformers models/qwen3_next/modeling_qwen3_next.py
@@ -1386,6 +1408,11 @@ impl Model {
         self.ssm.and_then(|s| s.delta_net)
     }
 
+    /// Zamba2's shared attention block, if this is a Zamba2 model.
+    pub fn shared_block(&self) -> Option<SharedBlock> {
+        self.ssm.and_then(|s| s.shared)
+    }
+
     /// Whether layer `i` is a Nemotron-H MLP block (after its attention layers).
     pub fn is_mlp_layer(&self, i: u64) -> bool {
         self.ssm.is_some_and(|s| s.mlp_layers > 0 && i >= s.attention_layers && i < s.attention_layers + s.mlp_layers)
@@ -1423,7 +1450,8 @@ impl Model {
     /// Whether positions enter through rotary embeddings: no learned table, no relative bias
     /// (T5). ALiBi models count here too, as they always have.
     pub fn rotary(&self) -> bool {
-        self.position_embeddings == 0 && self.relative_buckets == 0
+        // Zamba2's shared attention without `use_mem_rope` has no positions at all.
+        self.position_embeddings == 0 && self.relative_buckets == 0 && !(self.shared_block().is_some() && self.rotary_dim == 0)
     }
 
     /// Key (and value) projection width.
@@ -1833,7 +1861,7 @@ impl Model {
                 self.attention_layer_tensors(i, count, v);
                 return;
             }
-            if s.attention_layers > 0 && s.mlp_layers == 0 {
+            if s.attention_layers > 0 && s.mlp_layers == 0 && s.shared.is_none() {
                 // BambaDecoderLayer: pre_ff_layernorm and the gated MLP after the mixer.
                 self.norm_tensors(&l("pre_ff_layernorm"), count, h, v);
                 self.ffn_tensors(i, "feed_forward", count, v);
@@ -1868,6 +1896,10 @@ impl Model {
             }
             return;
         }
+        if let Some(sb) = self.shared_block() {
+            self.shared_block_tensors(i, count, sb, v);
+            return;
+        }
         if self.is_mlp_layer(i) {
             // NemotronHBlock with an MLP mixer: its norm and the MLP.
             self.norm_tensors(&l("norm"), count, h, v);
@@ -1875,6 +1907,40 @@ impl Model {
             return;
         }
         self.attention_layer_tensors(i, count, v);
+    }
+
+    /// `count` invocations of Zamba2's shared block from invocation `i` on
+    /// (modeling_zamba2.py `Zamba2AttentionDecoderLayer`, `Zamba2HybridLayer.linear`). The block's
+    /// weights are tied across invocations (`_tied_weights_keys`: `model.parameters()` yields each
+    /// set once): invocations below `unique` carry the `unique` sets; every invocation has its
+    /// adapters (`Sequential(Linear(in, r), Linear(r, out))`, in the adapter lists of the set it
+    /// uses) and its `linear`.
+    fn shared_block_tensors(&self, i: u64, count: u64, sb: SharedBlock, v: &mut Vec<TensorGroup>) {
+        let (h, r) = (self.hidden, sb.adapter_rank);
+        let a = 2 * h;
+        let (q, kv) = (self.q_dim(), self.kv_dim());
+        let l = |s: &str| format!("layers.{{i}}.shared_transformer.{s}");
+        let sets = sb.unique.min(i + count).saturating_sub(i);
+        if sets > 0 {
+            v.push(TensorGroup::vector(l("input_layernorm.weight"), a, sets, Role::Norm));
+            Self::linear(v, &l("self_attn.q_proj"), a, q, false, sets);
+            Self::linear(v, &l("self_attn.k_proj"), a, kv, false, sets);
+            Self::linear(v, &l("self_attn.v_proj"), a, kv, false, sets);
+            Self::linear(v, &l("self_attn.o_proj"), q, h, false, sets);
+            v.push(TensorGroup::vector(l("pre_ff_layernorm.weight"), h, sets, Role::Norm));
+            Self::linear(v, &l("feed_forward.gate_up_proj"), h, 2 * self.intermediate, self.mlp.bias, sets);
+            Self::linear(v, &l("feed_forward.down_proj"), self.intermediate, h, self.mlp.bias, sets);
+        }
+        Self::linear(v, &l("feed_forward.gate_up_proj_adapter_list.{j}.0"), h, r, false, count);
+        Self::linear(v, &l("feed_forward.gate_up_proj_adapter_list.{j}.1"), r, 2 * self.intermediate, false, count);
+        if sb.attention_adapters {
+            for p in ["q", "k", "v"] {
+                // Zamba2Attention: each adapter maps attention_hidden_size to itself.
+                Self::linear(v, &l(&format!("self_attn.linear_{p}_adapter_list.{{j}}.0")), a, r, false, count);
+                Self::linear(v, &l(&format!("self_attn.linear_{p}_adapter_list.{{j}}.1")), r, a, false, count);
+            }
+        }
+        Self::linear(v, "layers.{i}.linear", h, h, false, count);
     }
 
     /// An attention layer's norms, attention and feed-forward block (a Nemotron-H attention

@@ -77,6 +77,11 @@ fn mamba_parameters_are_exact() {
         ("qwen3.5-27b", 26_895_998_464),
         ("qwen3.5-35b-a3b", 34_660_610_688),
         ("qwen3.5-dev-4l", 17_761_092),
+        ("zamba2-1.2b", 1_215_064_704),
+        ("zamba2-2.7b", 2_662_214_560),
+        ("zamba2-7b", 7_356_749_648),
+        ("zamba2-dev-6l", 41_843_232),
+        ("zamba2-dev-8l", 67_377_728),
     ] {
         let src = std::fs::read(root().join(format!("validation/configs/ssm/{file}.json"))).unwrap();
         assert_eq!(parse_config(&src, file, "config.json").unwrap().parameters(), n, "{file}");
@@ -377,4 +382,57 @@ fn gated_delta_net_hybrids_read_their_layers() {
     let (_, moe) = ssm_config("qwen3.5-35b-a3b");
     assert_eq!(moe.moe_layers(), 40);
     assert_eq!(moe.ssm.unwrap().attention_layers, 10);
+}
+
+/// Zamba2: `layers_block_type` gives the Mamba-2 layers and the hybrid ones that first run the
+/// shared block; the block's weights count once per `num_mem_blocks` set, its adapters and
+/// `linear` once per invocation (transformers 5.23 on the meta device: zamba2-2.7b 2,662,214,560);
+/// the attention reads the 2 × hidden concatenation; what the config cannot build is refused.
+#[test]
+fn zamba2_reads_its_shared_blocks() {
+    let (mut cfg, m) = ssm_config("zamba2-2.7b");
+    let s = m.ssm.unwrap();
+    let sb = s.shared.unwrap();
+    // 54 Mamba-2 layers, 9 invocations of two alternating weight sets.
+    assert_eq!((s.attention_layers, m.layers, sb.unique, sb.adapter_rank, sb.attention_adapters), (9, 63, 2, 128, false));
+    assert_eq!((0..m.layers).filter(|&i| m.is_ssm_layer(i)).count(), 54);
+    assert_eq!((m.head_dim, m.q_dim(), m.kv_dim()), (160, 5120, 5120));
+    // No `use_mem_rope`: no rotary positions; the 1.2B and 7B rotate.
+    assert!(!m.rotary() && m.rotary_dim == 0);
+    assert!(ssm_config("zamba2-7b").1.rotary());
+    assert!(m.warnings.iter().any(|w| w.contains("9 of them preceded by the shared attention block")), "{:?}", m.warnings);
+    // One more weight set adds exactly one block's shared weights.
+    let h = 2560u64;
+    let block = 2 * h + 3 * (2 * h) * (2 * h) + (2 * h) * h + h + h * 2 * 10240 + 10240 * h;
+    cfg["num_mem_blocks"] = Value::from(3);
+    assert_eq!(parsed(&cfg).unwrap().parameters(), m.parameters() + block);
+    // Attention adapters add 3 × (2h·r + r·2h) per invocation.
+    cfg["num_mem_blocks"] = Value::from(2);
+    cfg["use_shared_attention_adapter"] = Value::from(true);
+    assert_eq!(parsed(&cfg).unwrap().parameters(), m.parameters() + 9 * 3 * 2 * (2 * h * 128));
+    assert_hybrid_inference(&m);
+    // Configs transformers could not build, or vram does not size, are refused by name.
+    let (base, _) = ssm_config("zamba2-2.7b");
+    for (key, value, says) in [
+        ("n_mamba_heads", Value::from(7), "n_mamba_heads"),
+        ("num_mem_blocks", Value::from(10), "num_mem_blocks"),
+        ("num_mem_blocks", Value::from(0), "num_mem_blocks"),
+        ("num_hidden_layers", Value::from(50), "num_hidden_layers"),
+        ("num_attention_heads", Value::from(3), "num_attention_heads"),
+        ("layers_block_type", Value::from(vec!["mamba"; 54]), "hybrid"),
+        ("layers_block_type", Value::from(vec!["attention"; 54]), "layers_block_type"),
+    ] {
+        let mut bad = base.clone();
+        bad[key] = value;
+        let e = refusal(&bad);
+        assert!(e.contains(says), "{key}: {e}");
+    }
+    let mut gqa = base.clone();
+    gqa["use_shared_attention_adapter"] = Value::from(true);
+    gqa["num_key_value_heads"] = Value::from(8);
+    assert!(refusal(&gqa).contains("use_shared_attention_adapter"));
+    // Zamba (v1) stays refused by name.
+    let mut v1 = base;
+    v1["model_type"] = Value::from("zamba");
+    assert!(refusal(&v1).contains("Zamba"));
 }

@@ -48,6 +48,7 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
             dt_bc_norms: false,
             mlp_layers: 0,
             delta_net: None,
+            shared: None,
         },
         true,
         path,
@@ -235,6 +236,7 @@ impl Mamba2Keys {
             dt_bc_norms: false,
             mlp_layers: 0,
             delta_net: None,
+            shared: None,
         }
     }
 }
@@ -416,6 +418,7 @@ pub(super) fn parse_jamba(c: &Cfg, name: &str, model_type: &str) -> Result<Model
         dt_bc_norms: true,
         mlp_layers: 0,
         delta_net: None,
+        shared: None,
     });
     m.warnings.push(hybrid_warning(&format!(
         "Jamba: {attention} attention layers and {} Mamba layers (the sequential selective scan), each with its MLP or MoE block",
@@ -504,6 +507,7 @@ pub(super) fn parse_nemotron_h(c: &Cfg, name: &str, model_type: &str) -> Result<
         attention_layers: attention,
         mlp_layers: mlps,
         delta_net: None,
+        shared: None,
         ..k.ssm(d_inner, c.bool("use_conv_bias", true)?, c.bool("mamba_proj_bias", false)?)
     });
     m.warnings.push(hybrid_warning(&format!(

@@ -132,6 +132,7 @@ pub(super) fn parse(c: &Cfg, name: &str, model_type: &str) -> Result<Model> {
         dt_bc_norms: false,
         mlp_layers: 0,
         delta_net: Some(dn),
+        shared: None,
     });
     let family = if next { "Qwen3-Next" } else { "Qwen3.5" };
     m.warnings.push(format!(

@@ -597,7 +597,7 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
         let mut c = ssm_layer(m, job, s, i);
         // Layer 0's residual needs no gradient until an adapter writes into it.
         let residual_inert = first_layer(m, job, i) == FirstLayer::Inert { out_adapted: false };
-        if s.attention_layers > 0 && s.mlp_layers == 0 {
+        if s.attention_layers > 0 && s.mlp_layers == 0 && s.shared.is_none() {
             // A hybrid's mixer layer (BambaDecoderLayer) ends with pre_ff_layernorm and the MLP,
             // as its attention layers do.
             // Granite-4.0-H's MoE variants: the MoE block with its shared MLP, as on an
@@ -612,6 +612,9 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
             c.mlp += mlp(m, &b, moe_layer);
         }
         return c;
+    }
+    if let Some(sb) = m.shared_block() {
+        return shared_block(m, job, kernel, sb);
     }
     if m.ssm.is_some_and(|s| s.mlp_layers > 0) {
         // Nemotron-H: one block per layer (NemotronHBlock): its norm, then the MLP or the
@@ -629,6 +632,39 @@ pub fn layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
         return c;
     }
     attention_layer(m, job, kernel, i)
+}
+
+/// One invocation of Zamba2's shared block (modeling_zamba2.py `Zamba2AttentionDecoderLayer`
+/// and `Zamba2HybridLayer.linear`), bytes per token, h = hidden, a = 2·h:
+/// - `input_layernorm` over the concatenation of the residual stream and the embedding output
+///   (the residual dtype, a wide), then q, k and v each reading its output (and, with attention
+///   adapters, each adapter's first linear too; their rank-r outputs saved by the second);
+/// - the attention core over head_dim = a / heads, as any attention layer's;
+/// - `pre_ff_layernorm` over o_proj's half output (no residual add before it), read by
+///   gate_up_proj and its adapter (whose rank-r output the second linear saves);
+/// - the gated MLP's saved tensors (gate_up fused, as Phi-3's);
+/// - `linear`'s half input (down_proj's output).
+fn shared_block(m: &Model, job: &Job, kernel: Kernel, sb: crate::model::SharedBlock) -> LayerCoef {
+    let b = Bytes::of(m, job);
+    let h = m.hidden as u128;
+    let a = 2 * h;
+    let r = sb.adapter_rank as u128;
+    let mut c = LayerCoef::default();
+    let (saved, out) = b.norm(m.norm, b.r);
+    let attention_adapters = if sb.attention_adapters { 3 } else { 0 };
+    c.norms += saved * a + b.inputs(Slot::AttnIn, false, 3 + attention_adapters, out, a);
+    c.attention += attention_adapters * b.e * r;
+    let masked = kernel != Kernel::Eager && padded_mask(job);
+    let (tok, sq) = attention(m, job, &b, if masked { Kernel::MemEfficient } else { kernel }, masked, false);
+    c.attention += tok;
+    c.attention_sq += sq;
+    if masked {
+        c.mask_sq += b.e;
+    }
+    let (saved, out) = b.norm(m.norm, b.e);
+    c.norms += saved * h + b.inputs(Slot::MlpIn, false, 2, out, h);
+    c.mlp += mlp(m, &b, false) + b.e * r + b.e * h;
+    c
 }
 
 /// An attention layer's coefficients: norms, attention and the feed-forward block.
@@ -1171,8 +1207,20 @@ pub fn training_cache_bytes(m: &Model, job: &Job, values: bool) -> u128 {
     // (validation/run_matrix.py, olmo-2-7b at the end of forward).
     // A state-space model keeps its measured accounting (its MambaCache holds no K/V; the
     // 4 B × width per layer counted there is what validation/ssm.py matched, not located).
-    let promoted = values && m.attention.qk_norm != crate::model::QkNorm::Full && m.ssm.is_none();
+    // Zamba2's cache holds K/V for its shared-block invocations only, promoted as any
+    // attention layer's (validation/ssm.py zamba2-dev-6l at the end of forward: −0.3% with the
+    // values, −1.0% without).
+    let promoted = values && m.attention.qk_norm != crate::model::QkNorm::Full && (m.ssm.is_none() || m.shared_block().is_some());
     4 * (kd + if promoted { vd } else { 0 })
+}
+
+/// The layers [`training_cache_extra`] is held for: every layer, as measured on the models it
+/// was fitted to; Zamba2's shared-block invocations, which alone cache keys and values.
+pub fn training_cache_layers(m: &Model) -> u128 {
+    match m.ssm {
+        Some(s) if s.shared.is_some() => s.attention_layers as u128,
+        _ => m.layers as u128,
+    }
 }
 
 /// Bytes per token the layer saves when checkpointed: its input only (HF gradient checkpointing

@@ -312,8 +312,15 @@ fn mamba2_prefill(m: &Model, job: &Job, s: crate::model::Ssm, m2: crate::model::
     let h = m.hidden as u128;
     // Falcon-H1 runs attention first: its output waits beside the mixer's scan for the sum.
     let beside = if s.parallel_attention { e * h } else { 0 };
+    // Zamba2 keeps the embedding output and the clone its shared blocks concatenate through the
+    // whole forward, and its rotary cos/sin (read at the peak, validation/ssm.py's oracle).
+    let (beside, rope) = match s.shared {
+        Some(_) => (beside + 2 * e * h, if m.rotary() { 2 * seq * m.head_dim as u128 * e } else { 0 }),
+        None => (beside, 0),
+    };
     let scan = t * (12 * heads * l + 12 * heads * n + 28 * d + 2 * e * conv + e * d + 2 * e * h + beside)
-        + batch * 4 * heads * p * n * (chunks + 1);
+        + batch * 4 * heads * p * n * (chunks + 1)
+        + rope;
     let logits = batch * m.vocab as u128 * (e + 4);
     bd.add(
         PREFILL,

@@ -269,7 +269,7 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     fwd.add(LOGITS, logits_fwd, logits_detail.clone());
     fwd.add(
         CACHE,
-        act::training_cache_extra(m, job) * t * m.layers as u128,
+        act::training_cache_extra(m, job) * t * act::training_cache_layers(m),
         "fp32 keys and values the training-time DynamicCache holds until the model output is dropped (use_cache)",
     );
     out.push(fwd);
