@@ -1408,6 +1408,15 @@ impl Model {
         self.ssm.and_then(|s| s.delta_net)
     }
 
+    /// Layers as the config counts them (`num_hidden_layers`): vram counts each of Zamba2's
+    /// shared-block invocations as a layer of its own beside the Mamba-2 layers.
+    pub fn config_layers(&self) -> u64 {
+        match self.ssm {
+            Some(s) if s.shared.is_some() => self.layers - s.attention_layers,
+            _ => self.layers,
+        }
+    }
+
     /// Zamba2's shared attention block, if this is a Zamba2 model.
     pub fn shared_block(&self) -> Option<SharedBlock> {
         self.ssm.and_then(|s| s.shared)

@@ -15,7 +15,7 @@ pub fn model_json(m: &Model) -> Value {
         "parameters": m.parameters() + crate::memory::unmodelled_parameters(m),
         "checkpoint_parameters": m.checkpoint_parameters,
         "hidden_size": m.hidden,
-        "num_layers": m.layers,
+        "num_layers": m.config_layers(),
         "num_attention_heads": m.heads,
         "num_key_value_heads": m.kv_heads,
         "head_dim": m.head_dim,

@@ -87,3 +87,25 @@ fn qwen3_5_is_estimated_as_its_language_model() {
     let e = fails(&["estimate", "--model", QWEN, "--gpus", "8", "--zero", "3", "--seq-len", "2048"], 2);
     assert!(e.contains("beyond DDP"), "{e}");
 }
+
+/// Zamba2 through the CLI: the layout is said, a prefill holds the shared block's KV beside the
+/// mixers' state, `fit` finds a batch; LoRA, multi-GPU and serving (not measured) exit 2.
+#[test]
+fn zamba2_is_estimated_with_its_shared_block() {
+    const ZAMBA: &str = "../../validation/configs/ssm/zamba2-1.2b.json";
+    let v = json(&["estimate", "--model", ZAMBA, "--seq-len", "2048"]);
+    assert_eq!((v["model"]["parameters"].as_u64(), v["model"]["num_layers"].as_u64()), (Some(1_215_064_704), Some(38)));
+    let warnings = v["model"]["warnings"].to_string();
+    assert!(warnings.contains("38 Mamba-2 layers, 6 of them preceded by the shared attention block"), "{warnings}");
+    let infer = json(&["estimate", "--model", ZAMBA, "--mode", "infer", "--seq-len", "4096"]);
+    let names: Vec<&str> = infer["components"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert!(names.iter().any(|n| n.contains("KV cache")) && names.iter().any(|n| n.contains("SSM state")), "{names:?}");
+    let fit = json(&["fit", "--model", ZAMBA, "--seq-len", "2048", "-g", "h100"]);
+    assert!(fit["max_batch_size"].as_u64().is_some_and(|b| b >= 1), "{fit}");
+    let e = fails(&["estimate", "--model", ZAMBA, "--peft", "lora", "--lora-target-modules", "all-linear"], 2);
+    assert!(e.contains("LoRA"), "{e}");
+    let e = fails(&["serve", "--model", ZAMBA, "-g", "h100"], 2);
+    assert!(e.contains("state-space"), "{e}");
+    let e = fails(&["estimate", "--model", ZAMBA, "--gpus", "2"], 2);
+    assert!(e.contains("multi-GPU"), "{e}");
+}
