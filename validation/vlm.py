@@ -126,6 +126,7 @@ import transformers.models.llava_onevision.modeling_llava_onevision as _onevisio
 import types  # noqa: E402
 import transformers.models.qwen2_5_vl.modeling_qwen2_5_vl as _qwen25  # noqa: E402
 import transformers.models.qwen2_vl.modeling_qwen2_vl as _qwen2  # noqa: E402
+import transformers.models.qwen3_vl.modeling_qwen3_vl as _qwen3  # noqa: E402
 import transformers.models.idefics3.modeling_idefics3 as _idefics3  # noqa: E402
 import transformers.models.smolvlm.modeling_smolvlm as _smolvlm  # noqa: E402
 import torch._subclasses.fake_tensor as _fake_tensor  # noqa: E402
@@ -263,6 +264,64 @@ _qwen2.Qwen2VLModel.get_placeholder_mask = _qwen_placeholder(_qwen2.Qwen2VLModel
 _onevision.torch_compilable_check = _check
 _onevision.LlavaOnevisionModel.get_placeholder_mask = _qwen_placeholder(_onevision.LlavaOnevisionModel.get_placeholder_mask)
 _qwen25.Qwen2_5_VLModel.get_placeholder_mask = _qwen_placeholder(_qwen25.Qwen2_5_VLModel.get_placeholder_mask)
+# Qwen3-VL: the same placeholder check and M-RoPE index (patch 1b), and DeepStack's boolean
+# indexing of the image positions (patch 1d).
+_qwen3.torch_compilable_check = _check
+_qwen3.Qwen3VLModel.get_rope_index = _qwen_rope_index(_qwen3.Qwen3VLModel.get_rope_index)
+_qwen3.Qwen3VLModel.get_placeholder_mask = _qwen_placeholder(_qwen3.Qwen3VLModel.get_placeholder_mask)
+
+
+# --------------------------------------------------------------------------------------------
+# Patch 1d (Qwen3-VL DeepStack): `_deepstack_process` adds the deepstack features of the first
+# layers to the image positions: a clone of the hidden states, `hidden_states[visual_pos_masks, :]`
+# (boolean indexing: a data-dependent shape FakeTensorMode refuses) plus the features, written
+# back with index_put. For fake tensors only, the replacement runs the same ops with the count of
+# image positions make_batch placed (known by construction): the boolean index as CUDA allocates
+# it (nonzero's int64 indices, then the gathered rows; autograd's IndexBackward keeps the indices,
+# and index_put's backward the indices too), the sum, and the in-place write into the clone.
+# Real tensors take the original (the technique check runs both).
+
+class _DeepstackAdd(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, visual, k):
+        idx = torch.empty(k, dtype=torch.long, device=hidden.device)  # nonzero of the mask
+        rows = torch.empty(k, hidden.shape[-1], dtype=hidden.dtype, device=hidden.device)  # hidden[mask]
+        del idx
+        local = rows + visual
+        del rows
+        out = hidden.clone()
+        # index_put_ of `local` at the same positions (values unused under fake tensors). The
+        # backward keeps the boolean mask, which exists anyway (measured equal to the real run).
+        ctx.k = k
+        del local
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        # index_put_'s backward: the gradient with the written rows zeroed (a copy), and the
+        # written rows' gradient grad[mask] (k rows), which flows to `visual` and, through
+        # hidden[mask]'s IndexBackward, into a full-size zero tensor with those rows put back;
+        # autograd accumulates the two full-size gradients of the clone's input.
+        grad_hidden = grad.clone()
+        grad_rows = torch.empty(ctx.k, grad.shape[-1], dtype=grad.dtype, device=grad.device)
+        scattered = torch.zeros_like(grad)
+        grad_hidden.add_(scattered)
+        del scattered
+        return grad_hidden, grad_rows, None
+
+
+_orig_deepstack = _qwen3.Qwen3VLTextModel._deepstack_process
+
+
+def _deepstack(self, hidden_states, visual_pos_masks, visual_embeds):
+    if not isinstance(hidden_states, FakeTensor):
+        return _orig_deepstack(self, hidden_states, visual_pos_masks, visual_embeds)
+    visual_embeds = visual_embeds.to(hidden_states.device, hidden_states.dtype)
+    b, s, _ = hidden_states.shape
+    return _DeepstackAdd.apply(hidden_states.reshape(b * s, -1), visual_embeds, PLACED[0]).view(b, s, -1)
+
+
+_qwen3.Qwen3VLTextModel._deepstack_process = _deepstack
 
 
 # --------------------------------------------------------------------------------------------
@@ -412,7 +471,11 @@ def build(raw_config, precision, attention):
 
 
 def is_qwen(cfg):
-    return cfg.model_type in ("qwen2_vl", "qwen2_5_vl")
+    return cfg.model_type in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+
+
+def is_qwen3(cfg):
+    return cfg.model_type == "qwen3_vl"
 
 
 def qwen_side(cfg, side):
@@ -421,12 +484,15 @@ def qwen_side(cfg, side):
     merge_size (28) with min_pixels 3136 and max_pixels 12845056, the values of Qwen2-VL-7B-Instruct's
     preprocessor_config.json (Python's round: halves to even)."""
     # smart_resize's lines for a square image (the module itself imports torchvision, absent here).
+    # Qwen3-VL's preprocessor_config.json: size {"shortest_edge": 65536, "longest_edge": 16777216}
+    # (256² to 4096² pixels), patch 16, merge 2 (factor 32).
+    lo, hi = (65536, 16777216) if is_qwen3(cfg) else (3136, 12845056)
     f = cfg.vision_config.patch_size * cfg.vision_config.spatial_merge_size
     h = round(side / f) * f
-    if h * h > 12845056:
-        h = max(f, math.floor(side / math.sqrt(side * side / 12845056) / f) * f)
-    elif h * h < 3136:
-        h = math.ceil(side * math.sqrt(3136 / (side * side)) / f) * f
+    if h * h > hi:
+        h = max(f, math.floor(side / math.sqrt(side * side / hi) / f) * f)
+    elif h * h < lo:
+        h = math.ceil(side * math.sqrt(lo / (side * side)) / f) * f
     return h
 
 
@@ -661,6 +727,11 @@ def freeze(model, train):
         # Qwen2-VL's merger (the projector) sits inside `visual`: it trains, as in Qwen's own
         # fine-tuning recipe (qwen-vl-finetune: tune_mm_vision False, tune_mm_mlp True).
         projector_of(model).requires_grad_(True)
+        # Qwen3-VL's DeepStack mergers map tower features into the language model as the merger
+        # does: they train with it (vram counts them with the projector).
+        deepstack = getattr(tower_of(model), "deepstack_merger_list", None)
+        if deepstack is not None:
+            deepstack.requires_grad_(True)
     if train == "projector_only":
         lm_of(model).requires_grad_(False)
         model.lm_head.requires_grad_(False)
@@ -838,12 +909,13 @@ def points():
             # (text_config use_cache, fp32 keys and values) lives.
             pt(m, "full", "bf16-mixed", 4, 4096)
     out += qwen_points()
+    out += qwen3_points()
     out += gemma_points()
     out += next_points()
     out += onevision_points()
     out += idefics_points()
     out += paligemma_points()
-    dev = (DEVELOPMENT + QWEN_DEVELOPMENT + GEMMA_DEVELOPMENT + NEXT_DEVELOPMENT + OV_DEVELOPMENT + IDEFICS_DEVELOPMENT
+    dev = (DEVELOPMENT + QWEN_DEVELOPMENT + QWEN3_DEVELOPMENT + GEMMA_DEVELOPMENT + NEXT_DEVELOPMENT + OV_DEVELOPMENT + IDEFICS_DEVELOPMENT
            + PALIGEMMA_DEVELOPMENT)
     for p in out:
         p["set"] = "development" if p["model"] in dev else "held-out"
@@ -877,6 +949,38 @@ def qwen_points():
         pt(m, None, "bf16", 2, 2048, mode="infer")
         # One 896-px image (4096 patches through the tower): the trained tower's saved activations
         # decide the backward peak; frozen and checkpointed, its recomputation.
+        pt(m, "full", "bf16-mixed", 1, 2048, image_size=896)
+        if dev:
+            pt(m, "frozen_vision", "bf16-mixed", 1, 2048, image_size=896, checkpointing=True)
+    return out
+
+
+# Qwen3-VL: the 2B for development; the 4B and 8B held out (configs/vlm/SOURCES.md).
+QWEN3_DEVELOPMENT = ["Qwen3-VL-2B-Instruct"]
+QWEN3_HELD_OUT = ["Qwen3-VL-4B-Instruct", "Qwen3-VL-8B-Instruct"]
+
+
+def qwen3_points():
+    """Qwen3-VL: images of `image_size` pixels, resized to multiples of 32 (448: 784 patches, 196
+    image tokens; 672: 441 tokens; 896: 784 tokens), as qwen_points."""
+    out = []
+
+    def pt(model, train, precision, batch, seq, images=1, checkpointing=False, mode="train", image_size=448):
+        out.append(dict(model=model, train=train if mode == "train" else None, mode=mode, precision=precision,
+                        batch=batch, seq=seq, images=images, checkpointing=checkpointing, attention="sdpa",
+                        image_size=image_size))
+
+    for m in QWEN3_DEVELOPMENT + QWEN3_HELD_OUT:
+        dev = m in QWEN3_DEVELOPMENT
+        pt(m, "full", "bf16-mixed", 1, 2048)
+        pt(m, "frozen_vision", "bf16-mixed", 1, 2048)
+        pt(m, "frozen_vision", "bf16-mixed", 2, 1024, image_size=672)
+        if dev:
+            pt(m, "frozen_vision", "bf16-mixed", 1, 2048, images=4)
+            pt(m, "full", "bf16-mixed", 1, 2048, checkpointing=True)
+        pt(m, "frozen_vision", "bf16-mixed", 2, 2048, checkpointing=True)
+        pt(m, "frozen_vision", "bf16", 1, 2048)
+        pt(m, None, "bf16", 2, 2048, mode="infer")
         pt(m, "full", "bf16-mixed", 1, 2048, image_size=896)
         if dev:
             pt(m, "frozen_vision", "bf16-mixed", 1, 2048, image_size=896, checkpointing=True)
@@ -1143,6 +1247,21 @@ TINY_QWEN25VL = {
 }
 
 
+# Qwen3-VL: 2 vision blocks (width 64, learned 8x8 position grid interpolated, DeepStack merger
+# after block 0) + 2-layer Qwen3-VL text model (q/k norms, interleaved M-RoPE), tied.
+TINY_QWEN3VL = {
+    "model_type": "qwen3_vl", "image_token_id": 1000, "video_token_id": 1001, "vision_start_token_id": 1002,
+    "vision_end_token_id": 1003, "tie_word_embeddings": True,
+    "text_config": {"model_type": "qwen3_vl_text", "hidden_size": 128, "intermediate_size": 512, "num_hidden_layers": 2,
+                    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 1024,
+                    "max_position_embeddings": 512, "tie_word_embeddings": True,
+                    "rope_scaling": {"rope_type": "default", "mrope_section": [4, 6, 6], "mrope_interleaved": True}},
+    "vision_config": {"depth": 2, "hidden_size": 64, "intermediate_size": 256, "num_heads": 4, "out_hidden_size": 128,
+                      "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2, "num_position_embeddings": 64,
+                      "deepstack_visual_indexes": [0]},
+}
+
+
 def technique_cases_qwen():
     t = lambda tr, p, b, s, i=1, ck=False: ("train", dict(train=tr, precision=p, batch=b, seq=s, images=i,
                                                           checkpointing=ck, image_size=224))
@@ -1223,13 +1342,15 @@ def check_technique():
                                   "command": "python validation/vlm.py --technique",
                                   "configs": {"clip_llama": TINY_LLAVA, "siglip_qwen2": TINY_LLAVA_SIGLIP,
                                               "qwen2_vl": TINY_QWEN2VL, "qwen2_5_vl": TINY_QWEN25VL,
+                                              "qwen3_vl": TINY_QWEN3VL,
                                               "llava_next": TINY_LLAVA_NEXT,
                                               "llava_onevision": TINY_ONEVISION,
                                               "idefics3": TINY_IDEFICS3, "smolvlm": TINY_SMOLVLM,
                                               "paligemma": TINY_PALIGEMMA}}}) + "\n")
     cases = [("clip_llama", TINY_LLAVA, c) for c in technique_cases()]
     cases += [("siglip_qwen2", TINY_LLAVA_SIGLIP, c) for c in technique_cases_siglip()]
-    cases += [(n, c, x) for n, c in (("qwen2_vl", TINY_QWEN2VL), ("qwen2_5_vl", TINY_QWEN25VL))
+    cases += [(n, c, x) for n, c in (("qwen2_vl", TINY_QWEN2VL), ("qwen2_5_vl", TINY_QWEN25VL),
+                                     ("qwen3_vl", TINY_QWEN3VL))
               for x in technique_cases_qwen()]
     cases += [("llava_next", TINY_LLAVA_NEXT, c) for c in technique_cases_next()]
     cases += [("llava_onevision", TINY_ONEVISION, c) for c in technique_cases_onevision()]

@@ -1,5 +1,5 @@
-"""Measure LoRA and QLoRA fine-tuning of a VISION-LANGUAGE model (LLaVA, Qwen2-VL, Qwen2.5-VL, Gemma-3,
-Idefics3/SmolVLM):
+"""Measure LoRA and QLoRA fine-tuning of a VISION-LANGUAGE model (LLaVA, Qwen2-VL, Qwen2.5-VL, Qwen3-VL,
+Gemma-3, Idefics3/SmolVLM):
 fixtures/vlm_lora.jsonl.
 
 vlm.py's loop and run() unchanged (the real model under FakeTensorMode, its two patches, the
@@ -93,6 +93,9 @@ IDEFICS_DEVELOPMENT = ["SmolVLM2-500M-Video-Instruct"]
 IDEFICS_HELD_OUT = ["SmolVLM-Instruct-reconstructed", "Idefics3-8B-Llama3-constructed"]
 PALIGEMMA_DEVELOPMENT = ["paligemma-3b-pt-224-constructed"]
 PALIGEMMA_HELD_OUT = ["paligemma2-3b-pt-224-constructed"]
+# Qwen3-VL (DeepStack mergers frozen with the tower): the 2B for development, the 4B held out.
+QWEN3_DEVELOPMENT = ["Qwen3-VL-2B-Instruct"]
+QWEN3_HELD_OUT = ["Qwen3-VL-4B-Instruct"]
 QLORA_DEVELOPMENT = ["SmolVLM2-500M-Video-Instruct", "Qwen2-VL-2B-Instruct", "llava-interleave-qwen-0.5b-hf"]
 QLORA_HELD_OUT = ["SmolVLM-Instruct-reconstructed", "Qwen2.5-VL-3B-Instruct", "llava-1.5-7b-hf"]
 
@@ -137,12 +140,19 @@ def points():
         s = 4096 if m.startswith("Idefics3") else 2048
         pt(m, "qlora:default", 2, s)
         pt(m, "qlora:all-linear", 2, s, checkpointing=True)
+    for m in QWEN3_DEVELOPMENT + QWEN3_HELD_OUT:
+        pt(m, "lora:default", 1, 2048)
+        pt(m, "lora:default", 2, 2048, checkpointing=True)
+        pt(m, "lora:all-linear", 1, 2048)
+        pt(m, "qlora:default", 2, 2048)
+        pt(m, "qlora:all-linear", 2, 2048, checkpointing=True)
     # PaliGemma / PaliGemma 2 (token_type_ids mask; PaliGemma 2's eager Gemma 2).
     for m in PALIGEMMA_DEVELOPMENT + PALIGEMMA_HELD_OUT:
         pt(m, "lora:default", 2, 2048)
         pt(m, "lora:all-linear", 2, 2048, checkpointing=True)
         pt(m, "qlora:default", 2, 2048)
-    dev = DEVELOPMENT + NEXT_DEVELOPMENT + OV_DEVELOPMENT + IDEFICS_DEVELOPMENT + QLORA_DEVELOPMENT + PALIGEMMA_DEVELOPMENT
+    dev = (DEVELOPMENT + NEXT_DEVELOPMENT + OV_DEVELOPMENT + IDEFICS_DEVELOPMENT + QLORA_DEVELOPMENT + PALIGEMMA_DEVELOPMENT
+           + QWEN3_DEVELOPMENT)
     for p in out:
         p["set"] = "development" if p["model"] in dev else "held-out"
         p["id"] = "|".join(f"{k}={p[k]}" for k in sorted(p) if k != "set")

@@ -101,12 +101,16 @@ pub enum VisionFamily {
     Qwen2Vl,
     /// Qwen2.5-VL's (models/qwen2_5_vl): as Qwen2-VL with RMSNorm, a SwiGLU MLP and window attention.
     Qwen25Vl,
+    /// Qwen3-VL's (models/qwen3_vl `Qwen3VLVisionModel`; Qwen3.5's without DeepStack): Qwen2-VL's
+    /// blocks (LayerNorm, a GELU-tanh fc1/fc2 MLP with biases) over 16-px patches from a Conv3d
+    /// with bias, plus a learned position table bilinearly resampled to each image's grid.
+    Qwen3Vl,
 }
 
 impl VisionFamily {
     /// Qwen2-VL or Qwen2.5-VL (no class token, no position table, no final norm).
     pub fn is_qwen(self) -> bool {
-        matches!(self, VisionFamily::Qwen2Vl | VisionFamily::Qwen25Vl)
+        matches!(self, VisionFamily::Qwen2Vl | VisionFamily::Qwen25Vl | VisionFamily::Qwen3Vl)
     }
 }
 
@@ -125,12 +129,15 @@ pub struct Vision {
     pub native_image_size: u64,
     /// SigLIP's attention-pooling head is present (`vision_use_head`).
     pub pooling_head: bool,
+    /// Qwen3-VL's learned position table (`num_position_embeddings` rows), resampled to each
+    /// image; 0 for none (the others' tables are the model's `position_embeddings`).
+    pub position_table: u64,
 }
 
 impl Vision {
     /// Whether the family prepends a class token.
     pub fn class_token(self) -> bool {
-        !matches!(self.family, VisionFamily::Siglip | VisionFamily::Qwen2Vl | VisionFamily::Qwen25Vl)
+        !matches!(self.family, VisionFamily::Siglip) && !self.family.is_qwen()
     }
 
     /// Frames each image is fed as: Qwen2-VL's processor repeats an image to its
@@ -312,6 +319,14 @@ pub struct PatchMerger {
     pub window: u64,
     /// Blocks attending over the whole image (`fullatt_block_indexes`; all of Qwen2-VL's).
     pub full_attention_layers: u64,
+    /// Qwen3-VL's DeepStack mergers (`deepstack_visual_indexes`): each maps one intermediate
+    /// block's output as the merger does (its LayerNorm over the merged w·merge² width) into
+    /// features added to the language model's image positions after one of its first layers.
+    pub deepstack: u64,
+    /// The processor's `min_pixels` (`size.shortest_edge`): Qwen2-VL's 56², Qwen3-VL's 256².
+    pub min_pixels: u64,
+    /// The processor's `max_pixels` (`size.longest_edge`): Qwen2-VL-7B's 3584², Qwen3-VL's 4096².
+    pub max_pixels: u64,
 }
 
 /// How the warning on Qwen2-VL's assumed image size begins (dropped once `--image-size` is given).
@@ -405,10 +420,14 @@ impl AnyRes {
     }
 }
 
-/// `max_pixels` and `min_pixels` of Qwen2-VL-7B-Instruct's and Qwen2.5-VL's
-/// preprocessor_config.json (12845056 = 3584², 3136 = 56²).
-const QWEN_MAX_PIXELS: f64 = 12_845_056.0;
-const QWEN_MIN_PIXELS: f64 = 3136.0;
+/// `max_pixels` of Qwen2-VL-7B-Instruct's and Qwen2.5-VL's preprocessor_config.json (3584²).
+pub const QWEN_MAX_PIXELS: u64 = 12_845_056;
+/// Their `min_pixels` (56²).
+pub const QWEN_MIN_PIXELS: u64 = 3136;
+/// Qwen3-VL's (and Qwen3.5's) preprocessor_config.json `size.longest_edge` (4096² pixels).
+pub const QWEN3_MAX_PIXELS: u64 = 16_777_216;
+/// Their `size.shortest_edge` (256² pixels).
+pub const QWEN3_MIN_PIXELS: u64 = 65_536;
 
 impl PatchMerger {
     /// The side the processor resizes a square image of `side` pixels to: transformers
@@ -420,11 +439,12 @@ impl PatchMerger {
         let q = if 2 * r > f || (2 * r == f && q % 2 == 1) { q + 1 } else { q };
         let h = q.saturating_mul(f);
         let (sf, ff) = (side as f64, f as f64);
-        if (h as f64) * (h as f64) > QWEN_MAX_PIXELS {
-            let beta = (sf * sf / QWEN_MAX_PIXELS).sqrt();
+        let (lo, hi) = (self.min_pixels as f64, self.max_pixels as f64);
+        if (h as f64) * (h as f64) > hi {
+            let beta = (sf * sf / hi).sqrt();
             ((sf / beta / ff).floor() as u64 * f).max(f)
-        } else if (h as f64) * (h as f64) < QWEN_MIN_PIXELS {
-            let beta = (QWEN_MIN_PIXELS / (sf * sf)).sqrt();
+        } else if (h as f64) * (h as f64) < lo {
+            let beta = (lo / (sf * sf)).sqrt();
             (sf * beta / ff).ceil() as u64 * f
         } else {
             h
@@ -527,7 +547,9 @@ impl Multimodal {
             ProjectorKind::Merger(pm) => {
                 let wide = w * pm.merge * pm.merge;
                 let ln = if matches!(self.tower.norm, Norm::LayerNorm { bias: true }) { 2 * w } else { w };
-                ln + wide * wide + wide + wide * t + t
+                // Qwen3-VL's DeepStack mergers: the same linears, their LayerNorm (weight and
+                // bias) over the merged width (modeling_qwen3_vl.py use_postshuffle_norm).
+                ln + wide * wide + wide + wide * t + t + pm.deepstack * (2 * wide + wide * wide + wide + wide * t + t)
             }
             ProjectorKind::Mlp => {
                 let b = u64::from(self.projector_bias);
@@ -1708,7 +1730,12 @@ impl Model {
         v.push(TensorGroup::matrix("embeddings.patch_embeddings.weight".into(), 1, h, pixels, 1, Role::Linear));
         if fam.is_qwen() {
             // Qwen2-VL: Conv3d without bias, rotary positions, no final norm (the merger's ln_q
-            // is the projector's), no head.
+            // is the projector's), no head. Qwen3-VL: the conv has a bias, and a learned
+            // position table (`pos_embed`) beside the rotary positions.
+            if fam == VisionFamily::Qwen3Vl {
+                v.push(TensorGroup::vector("embeddings.patch_embeddings.bias".into(), h, 1, Role::Bias));
+                v.push(TensorGroup::matrix("pos_embed.weight".into(), 1, vis.position_table, h, 1, Role::Position));
+            }
             self.layer_tensors(0, l, &mut v);
             return v;
         }

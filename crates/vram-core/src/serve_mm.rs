@@ -16,7 +16,7 @@ pub const DEFAULT_MM_LIMIT: u64 = 999;
 
 /// `max_pixels` of Qwen2-VL's and Qwen2.5-VL's preprocessor_config.json (3584² = 12845056),
 /// which vLLM's dummy image fills (qwen2_vl.py `get_image_size_with_most_features`).
-const QWEN_MAX_PIXELS: u64 = 12_845_056;
+use crate::model::QWEN_MAX_PIXELS;
 
 /// The vision side of one rank's budget.
 #[derive(Debug, Clone, PartialEq)]
@@ -104,7 +104,8 @@ fn supported(mm: &Multimodal) -> bool {
         return false;
     }
     match mm.projector() {
-        ProjectorKind::Merger(_) => vis.family.is_qwen(),
+        // Qwen3-VL's DeepStack and vLLM's budget for it were not measured.
+        ProjectorKind::Merger(_) => vis.family.is_qwen() && vis.family != VisionFamily::Qwen3Vl,
         ProjectorKind::Mlp => matches!(vis.family, VisionFamily::Clip | VisionFamily::Siglip),
         ProjectorKind::Pool(_) | ProjectorKind::Shuffle(_) | ProjectorKind::Linear => false,
     }

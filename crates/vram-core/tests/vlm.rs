@@ -88,6 +88,12 @@ fn qwen2_vl_peaks_follow_pytorch() {
     table_follows_pytorch(&["qwen2_vl", "qwen2_5_vl"], "qwen2vl", "Qwen2-VL accuracy table");
 }
 
+/// Qwen3-VL (DeepStack mergers, a learned position table), with its README table.
+#[test]
+fn qwen3_vl_peaks_follow_pytorch() {
+    table_follows_pytorch(&["qwen3_vl"], "qwen3vl", "Qwen3-VL accuracy table");
+}
+
 /// LLaVA-NeXT (anyres tiles), with its README table.
 #[test]
 fn llava_next_peaks_follow_pytorch() {
@@ -154,6 +160,40 @@ fn qwen_flat_and_nested_layouts_agree() {
     raw["vision_config"]["out_hidden_size"] = Value::from(8192);
     let m = parse_config(raw.to_string().as_bytes(), "defaults", "defaults").unwrap();
     assert_eq!((m.hidden, m.layers), (8192, 80));
+}
+
+/// Qwen3-VL: parameters as transformers counts them (the merger, three DeepStack mergers, the
+/// conv's bias and the position table included), images resized to multiples of 32 px within
+/// 256²–4096² pixels, a malformed DeepStack list refused; the MoE variant and serving refused.
+#[test]
+fn qwen3_vl_reads_its_tower_and_deepstack() {
+    let src = qwen_config("Qwen3-VL-2B-Instruct.json");
+    let mut m = parse_config(&src, "q3", "q3").unwrap();
+    assert_eq!(m.parameters(), 2_127_532_032);
+    let mm = m.multimodal.as_ref().unwrap();
+    let pm = mm.merger.unwrap();
+    assert_eq!((pm.deepstack, mm.tower.layers, mm.tower.hidden, mm.image_tokens), (3, 24, 1024, 196));
+    assert_eq!(mm.tower.encoder.unwrap().vision.unwrap().position_table, 2304);
+    assert!(m.warnings.iter().any(|w| w.contains("3 DeepStack mergers")), "{:?}", m.warnings);
+    // 672 px: 21 × 32, 42² patches, 441 tokens; 100 px is raised to 256² pixels (8 × 32: 64 tokens);
+    // 5000 px is held to 4096² pixels (256² patches: 16384 tokens).
+    for (side, tokens) in [(672, 441), (100, 64), (5000, 16384)] {
+        m.set_image_size(side).unwrap();
+        assert_eq!(m.multimodal.as_ref().unwrap().image_tokens, tokens, "{side} px");
+    }
+    let mut raw: Value = serde_json::from_slice(&src).unwrap();
+    raw["vision_config"]["deepstack_visual_indexes"] = serde_json::json!([5, 30]);
+    let e = parse_config(raw.to_string().as_bytes(), "bad", "bad").unwrap_err().to_string();
+    assert!(e.contains("deepstack_visual_indexes"), "{e}");
+    raw["vision_config"]["deepstack_visual_indexes"] = serde_json::json!([]);
+    let none = parse_config(raw.to_string().as_bytes(), "none", "none").unwrap();
+    assert_eq!(none.parameters(), 2_127_532_032 - 3 * 25_180_160);
+    raw["model_type"] = Value::from("qwen3_vl_moe");
+    let e = parse_config(raw.to_string().as_bytes(), "moe", "moe").unwrap_err().to_string();
+    assert!(e.contains("not supported"), "{e}");
+    let model = parse_config(&src, "q3", "q3").unwrap();
+    let serve = vram_core::serve::serve(&model, &vram_core::serve::ServeConfig::new(80 << 30));
+    assert!(serve.is_err(), "serving Qwen3-VL is not modelled");
 }
 
 /// The image side decides the image tokens as Qwen2VLImageProcessor's smart_resize does; the

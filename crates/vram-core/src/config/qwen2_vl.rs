@@ -34,12 +34,33 @@ const TEXT_DEFAULTS: &[(&str, u64)] = &[
     ("max_position_embeddings", 32768),
 ];
 
-/// Which of the two families `model_type` names.
+/// Qwen3VLTextConfig defaults (configuration_qwen3_vl.py), for a `text_config` that omits them.
+const QWEN3_TEXT_DEFAULTS: &[(&str, u64)] = &[
+    ("vocab_size", 151936),
+    ("hidden_size", 4096),
+    ("intermediate_size", 22016),
+    ("num_hidden_layers", 32),
+    ("num_attention_heads", 32),
+    ("num_key_value_heads", 32),
+    ("head_dim", 128),
+    ("max_position_embeddings", 128000),
+];
+
+/// Which of the families `model_type` names.
 fn family(model_type: &str) -> VisionFamily {
-    if model_type == "qwen2_5_vl" {
-        VisionFamily::Qwen25Vl
-    } else {
-        VisionFamily::Qwen2Vl
+    match model_type {
+        "qwen2_5_vl" => VisionFamily::Qwen25Vl,
+        "qwen3_vl" => VisionFamily::Qwen3Vl,
+        _ => VisionFamily::Qwen2Vl,
+    }
+}
+
+/// The family's display name.
+fn family_name(fam: VisionFamily) -> &'static str {
+    match fam {
+        VisionFamily::Qwen25Vl => "Qwen2.5-VL",
+        VisionFamily::Qwen3Vl => "Qwen3-VL",
+        _ => "Qwen2-VL",
     }
 }
 
@@ -61,9 +82,9 @@ pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: Parse
     let vc = Cfg { obj: &vision, file };
     let (tower, merger, out_width) = tower(&vc, fam, name)?;
     super::validate(&tower, file)?;
-    let mut m = parse_object(text_part(&obj), name, file, opts)?;
+    let mut m = parse_object(text_part(&obj, fam), name, file, opts)?;
     if out_width != m.hidden {
-        let key = if fam == VisionFamily::Qwen25Vl { "vision_config.out_hidden_size" } else { "vision_config.hidden_size" };
+        let key = if fam == VisionFamily::Qwen2Vl { "vision_config.hidden_size" } else { "vision_config.out_hidden_size" };
         return Err(Error::BadKey {
             file: file.into(),
             key: key.into(),
@@ -73,12 +94,17 @@ pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: Parse
     }
     let patch = tower.encoder.and_then(|e| e.vision).map_or(14, |v| v.patch);
     let image_tokens = merger.image_tokens(DEFAULT_IMAGE_SIDE, patch);
+    let deepstack = match merger.deepstack {
+        0 => String::new(),
+        n => format!(" and {n} DeepStack mergers whose features are added to the first {n} language-model layers' image positions"),
+    };
     m.warnings.push(format!(
-        "{}: a {}-block vision tower (patches of {patch} px, merged {}×{} into one token), the PatchMerger and a Qwen2 language model",
-        if fam == VisionFamily::Qwen25Vl { "Qwen2.5-VL" } else { "Qwen2-VL" },
+        "{}: a {}-block vision tower (patches of {patch} px, merged {}×{} into one token), the PatchMerger{deepstack}, and a {} language model",
+        family_name(fam),
         tower.layers,
         merger.merge,
         merger.merge,
+        if fam == VisionFamily::Qwen3Vl { "Qwen3" } else { "Qwen2" },
     ));
     // Removed by Model::set_image_size once the user gives the size.
     m.warnings.push(format!(
@@ -106,11 +132,12 @@ pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: Parse
 /// The language model's config: `text_config` with its class defaults, or the flat top level
 /// without `vision_config`; read as the Qwen2 causal LM it is (Qwen2VLTextModel's layers are
 /// Qwen2's: q/k/v with bias, RMSNorm, SwiGLU).
-fn text_part(obj: &Map<String, Value>) -> Map<String, Value> {
+fn text_part(obj: &Map<String, Value>, fam: VisionFamily) -> Map<String, Value> {
+    let qwen3 = fam == VisionFamily::Qwen3Vl;
     let mut text = match obj.get("text_config") {
         Some(Value::Object(t)) => {
             let mut t = t.clone();
-            for (k, v) in TEXT_DEFAULTS {
+            for (k, v) in if qwen3 { QWEN3_TEXT_DEFAULTS } else { TEXT_DEFAULTS } {
                 t.entry(k.to_string()).or_insert(Value::from(*v));
             }
             t
@@ -131,7 +158,8 @@ fn text_part(obj: &Map<String, Value>) -> Map<String, Value> {
             text.insert(k.into(), v.clone());
         }
     }
-    text.insert("model_type".into(), Value::from("qwen2"));
+    // Qwen3-VL's text model is Qwen3's layers (per-head q/k RMSNorms) with interleaved M-RoPE.
+    text.insert("model_type".into(), Value::from(if qwen3 { "qwen3" } else { "qwen2" }));
     text.insert("architectures".into(), Value::from(vec![Value::from("Qwen2VLTextForCausalLM")]));
     text
 }
@@ -140,36 +168,58 @@ fn text_part(obj: &Map<String, Value>) -> Map<String, Value> {
 /// its merger, and the merger's output width.
 fn tower(c: &Cfg, fam: VisionFamily, name: &str) -> Result<(Model, PatchMerger, u64)> {
     let qwen25 = fam == VisionFamily::Qwen25Vl;
+    let qwen3 = fam == VisionFamily::Qwen3Vl;
     let mut m = super::keys::base(&format!("{name} (vision tower)"));
-    m.model_type = if qwen25 { "qwen2_5_vl_vision" } else { "qwen2_vl_vision" }.into();
-    m.layers = c.opt(&["depth"])?.unwrap_or(32);
+    m.model_type = match fam {
+        VisionFamily::Qwen25Vl => "qwen2_5_vl_vision",
+        VisionFamily::Qwen3Vl => "qwen3_vl_vision",
+        _ => "qwen2_vl_vision",
+    }
+    .into();
+    m.layers = c.opt(&["depth"])?.unwrap_or(if qwen3 { 27 } else { 32 });
     m.heads = c.opt(&["num_heads"])?.unwrap_or(16);
     // Qwen2-VL: `embed_dim` is the tower's width and `hidden_size` the merger's output;
-    // Qwen2.5-VL: `hidden_size` is the width and `out_hidden_size` the output.
-    let (width, out) = if qwen25 {
-        (c.opt(&["hidden_size"])?.unwrap_or(3584), c.opt(&["out_hidden_size"])?.unwrap_or(3584))
-    } else {
-        (c.opt(&["embed_dim"])?.unwrap_or(1280), c.opt(&["hidden_size"])?.unwrap_or(3584))
+    // Qwen2.5-VL and Qwen3-VL: `hidden_size` is the width and `out_hidden_size` the output.
+    let (width, out) = match fam {
+        VisionFamily::Qwen25Vl => (c.opt(&["hidden_size"])?.unwrap_or(3584), c.opt(&["out_hidden_size"])?.unwrap_or(3584)),
+        VisionFamily::Qwen3Vl => (c.opt(&["hidden_size"])?.unwrap_or(1152), c.opt(&["out_hidden_size"])?.unwrap_or(3584)),
+        _ => (c.opt(&["embed_dim"])?.unwrap_or(1280), c.opt(&["hidden_size"])?.unwrap_or(3584)),
     };
     m.hidden = width;
     m.embed_dim = width;
     m.kv_heads = m.heads;
     m.head_dim = width.checked_div(m.heads).unwrap_or(0);
     m.rotary_dim = m.head_dim;
-    m.intermediate = if qwen25 { c.opt(&["intermediate_size"])?.unwrap_or(3420) } else { mlp_width(c, width)? };
+    m.intermediate = match fam {
+        VisionFamily::Qwen25Vl => c.opt(&["intermediate_size"])?.unwrap_or(3420),
+        VisionFamily::Qwen3Vl => c.opt(&["intermediate_size"])?.unwrap_or(4304),
+        _ => mlp_width(c, width)?,
+    };
     m.norm = if qwen25 { Norm::RmsNorm } else { Norm::LayerNorm { bias: true } };
     m.block = Block::Sequential;
     m.final_norm = false;
     m.use_cache = false;
     // VisionAttention: one qkv Linear with bias, proj with bias.
     m.attention = Attention::plain(true, true, true);
-    let act = c.act(&["hidden_act"], if qwen25 { Act::Silu } else { Act::QuickGelu })?;
+    let act = c.act(
+        &["hidden_act"],
+        match fam {
+            VisionFamily::Qwen25Vl => Act::Silu,
+            VisionFamily::Qwen3Vl => Act::Gelu,
+            _ => Act::QuickGelu,
+        },
+    )?;
     m.mlp = Mlp { gated: qwen25, fused_gate_up: false, act, bias: true };
-    let patch = c.opt(&["patch_size"])?.unwrap_or(14);
+    let patch = c.opt(&["patch_size"])?.unwrap_or(if qwen3 { 16 } else { 14 });
     let merge = c.opt(&["spatial_merge_size"])?.unwrap_or(2);
     check_geometry(c, patch, merge)?;
     let channels = c.opt(&["in_channels"])?.unwrap_or(3);
-    let vision = Vision { family: fam, channels, patch, image_size: 0, native_image_size: 0, pooling_head: false };
+    // Qwen3VLVisionModel.pos_embed: nn.Embedding(num_position_embeddings, hidden), a square grid.
+    let position_table = if qwen3 { c.opt(&["num_position_embeddings"])?.unwrap_or(2304) } else { 0 };
+    if qwen3 && (position_table == 0 || position_table > 1 << 24) {
+        return Err(c.bad("num_position_embeddings", &Value::from(position_table), "expected 1–16777216 positions"));
+    }
+    let vision = Vision { family: fam, channels, patch, image_size: 0, native_image_size: 0, pooling_head: false, position_table };
     m.encoder = Some(Encoder {
         token_types: 0,
         head: EncoderHead::Embedding,
@@ -181,13 +231,40 @@ fn tower(c: &Cfg, fam: VisionFamily, name: &str) -> Result<(Model, PatchMerger, 
     });
     let window = if qwen25 { c.opt(&["window_size"])?.unwrap_or(112) / patch } else { 0 };
     let full = if qwen25 { full_layers(c, m.layers)? } else { m.layers };
-    let merger = PatchMerger { merge, window, full_attention_layers: full };
+    let deepstack = if qwen3 { deepstack_mergers(c, m.layers)? } else { 0 };
+    let (min_pixels, max_pixels) = if qwen3 {
+        (crate::model::QWEN3_MIN_PIXELS, crate::model::QWEN3_MAX_PIXELS)
+    } else {
+        (crate::model::QWEN_MIN_PIXELS, crate::model::QWEN_MAX_PIXELS)
+    };
+    let merger = PatchMerger { merge, window, full_attention_layers: full, deepstack, min_pixels, max_pixels };
     let side = merger.processed_side(DEFAULT_IMAGE_SIDE, patch);
     if let Some(v) = m.encoder.as_mut().and_then(|e| e.vision.as_mut()) {
         v.image_size = side;
         v.native_image_size = side;
     }
     Ok((m, merger, out))
+}
+
+/// Qwen3-VL's DeepStack mergers: one per entry of `deepstack_visual_indexes` (default
+/// [8, 16, 24]), each reading a block the tower has. The language model adds them to its first
+/// layers, one per layer.
+fn deepstack_mergers(c: &Cfg, layers: u64) -> Result<u64> {
+    match c.get("deepstack_visual_indexes") {
+        None | Some(Value::Null) => Ok(3),
+        Some(Value::Array(a)) => {
+            let idx: Option<Vec<u64>> = a.iter().map(Value::as_u64).collect();
+            match idx {
+                Some(idx) if idx.iter().all(|&i| i < layers) => Ok(idx.len() as u64),
+                _ => Err(c.bad(
+                    "deepstack_visual_indexes",
+                    &Value::Array(a.clone()),
+                    &format!("expected block numbers below depth ({layers})"),
+                )),
+            }
+        }
+        Some(v) => Err(c.bad("deepstack_visual_indexes", v, "expected a list of block numbers")),
+    }
 }
 
 /// Qwen2-VL's MLP width: `int(embed_dim * mlp_ratio)` (Qwen2VLVisionBlock), mlp_ratio 4 by default.
@@ -234,7 +311,14 @@ mod tests {
     use crate::model::PatchMerger;
 
     fn merger() -> PatchMerger {
-        PatchMerger { merge: 2, window: 0, full_attention_layers: 32 }
+        PatchMerger {
+            merge: 2,
+            window: 0,
+            full_attention_layers: 32,
+            deepstack: 0,
+            min_pixels: crate::model::QWEN_MIN_PIXELS,
+            max_pixels: crate::model::QWEN_MAX_PIXELS,
+        }
     }
 
     #[test]

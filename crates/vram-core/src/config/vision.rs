@@ -52,6 +52,7 @@ pub(super) fn parse(c: &Cfg, name: &str, model_type: &str) -> Result<Model> {
         image_size: image,
         native_image_size: image,
         pooling_head: fam == VisionFamily::Siglip && c.bool("vision_use_head", true)?,
+        position_table: 0,
     };
     m.position_embeddings = vision.tokens(image);
     let arch = c.first_architecture();

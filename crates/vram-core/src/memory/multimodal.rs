@@ -154,15 +154,25 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
         // features and the tower's last and selected hidden states, and `image_features` is
         // their concatenated copy (measured: validation/vlm.py, llava-v1.6 prefill: 2 copies of
         // the features and 2 tower hidden states, to the byte).
-        let held = match mm.merger.is_none() && mm.pool.is_none() {
-            true => 2 * (image_tokens_lm(mm, job) * m.hidden as u128 + tj.batch as u128 * tj.seq as u128 * mm.tower.hidden as u128) * e,
-            false => 0,
+        let held = match (mm.merger, mm.pool) {
+            (None, None) => {
+                2 * (image_tokens_lm(mm, job) * m.hidden as u128 + tj.batch as u128 * tj.seq as u128 * mm.tower.hidden as u128) * e
+            }
+            // Qwen3-VL keeps its DeepStack features (one per merger, in the language model's
+            // width) until the language model has run.
+            (Some(pm), _) => pm.deepstack as u128 * image_tokens_lm(mm, job) * m.hidden as u128 * e,
+            _ => 0,
         };
         for ph in &mut phases {
             ph.add(TOWER, weights, format!("{tower_params} + {proj_params} parameters"));
             ph.add(PIXELS, pixels, "fp32 images");
             if ph.phase == Phase::Prefill {
-                ph.add(HELD, held, "two copies of the image features and two tower hidden states");
+                let what = if mm.merger.is_some() {
+                    "the DeepStack features"
+                } else {
+                    "two copies of the image features and two tower hidden states"
+                };
+                ph.add(HELD, held, what);
             }
         }
         // Before the language model runs: its weights and the tower's forward.
@@ -222,7 +232,11 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
     // checkpointing: transformers' enable_input_require_grads hooks every sub-model's input
     // embeddings, the tower's patch conv too, so its output requires grad and the checkpointed
     // layers keep their inputs and are recomputed in backward (measured: validation/vlm.py).
-    let ckpt_frozen = !trained && job.checkpointing == Checkpointing::Full;
+    // Qwen3-VL's tower names no input-embedding layer (Qwen2-VL's `_input_embed_layer` is its
+    // patch conv), so the hooks miss it and a frozen Qwen3-VL tower saves nothing even then
+    // (measured: validation/vlm.py and vlm_lora.py, the tower's output needs no gradient).
+    let hooked = vis.family != crate::model::VisionFamily::Qwen3Vl;
+    let ckpt_frozen = !trained && job.checkpointing == Checkpointing::Full && hooked;
     let mut tower_profile = if trained || ckpt_frozen { train::activation_profile(&tower, &tj) } else { ActivationProfile::default() };
     if trained && job.checkpointing != Checkpointing::Full {
         tower_profile.saved += qwen_attention_cat(mm, &tower, &tj, e);
@@ -311,8 +325,11 @@ fn projector_qlora_bytes(mm: &Multimodal, text_hidden: u64, b: BaseWeights) -> u
         ProjectorKind::Shuffle(s) => (q(t, w * s.scale * s.scale), w * s.scale * s.scale * t),
         ProjectorKind::Linear => (q(t, w) + bias(t), w * t + t),
         ProjectorKind::Merger(pm) => {
+            // The merger's two linears, and each Qwen3-VL DeepStack merger's (their LayerNorms stay
+            // fp32 with the rest).
             let wide = w * pm.merge * pm.merge;
-            (q(wide, wide) + q(t, wide) + bias(wide) + bias(t), wide * wide + wide * t + wide + t)
+            let n = 1 + pm.deepstack;
+            ((q(wide, wide) + q(t, wide) + bias(wide) + bias(t)) * n as u128, (wide * wide + wide * t + wide + t) * n)
         }
         ProjectorKind::Mlp => {
             let biases = if mm.projector_bias { 2 * t } else { 0 };
@@ -326,10 +343,12 @@ fn projector_qlora_bytes(mm: &Multimodal, text_hidden: u64, b: BaseWeights) -> u
 fn projector_matrices(mm: &Multimodal, text_hidden: u64) -> u128 {
     let (w, t) = (mm.tower.hidden as u128, text_hidden as u128);
     match mm.projector() {
-        // PatchMerger: Linear(w·m², w·m²) and Linear(w·m², text).
+        // PatchMerger: Linear(w·m², w·m²) and Linear(w·m², text); Qwen3-VL's DeepStack mergers
+        // the same again each (their half copies are made in the tower's forward: measured,
+        // validation/vlm.py Qwen3-VL-2B, four pairs of copies at the peak).
         ProjectorKind::Merger(pm) => {
             let wide = w * (pm.merge * pm.merge) as u128;
-            wide * wide + wide * t
+            (wide * wide + wide * t) * (1 + pm.deepstack as u128)
         }
         // Gemma-3: mm_input_projection_weight (w × text), used by torch.matmul.
         ProjectorKind::Pool(_) => w * t,
@@ -370,7 +389,11 @@ fn projector_saved(mm: &Multimodal, text_hidden: u64, amp: bool, proj_in: u128, 
                 crate::model::Norm::LayerNorm { .. } => (if amp { 4 } else { e }) * wide + 8 * patches,
                 _ => (4 + e) * wide + 4 * patches,
             };
-            ln + proj_in * wide + 2 * e * wide
+            // Qwen3-VL's DeepStack mergers save as the merger does, their LayerNorm after the
+            // shuffle (row statistics per merged token).
+            let one = ln + proj_in * wide + 2 * e * wide;
+            let deepstack = pm.deepstack as u128 * (one - 8 * patches + 8);
+            one + deepstack
         }
     }
 }
