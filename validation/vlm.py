@@ -127,6 +127,7 @@ import types  # noqa: E402
 import transformers.models.qwen2_5_vl.modeling_qwen2_5_vl as _qwen25  # noqa: E402
 import transformers.models.qwen2_vl.modeling_qwen2_vl as _qwen2  # noqa: E402
 import transformers.models.qwen3_vl.modeling_qwen3_vl as _qwen3  # noqa: E402
+import transformers.models.qwen3_5.modeling_qwen3_5 as _qwen35  # noqa: E402
 import transformers.models.idefics3.modeling_idefics3 as _idefics3  # noqa: E402
 import transformers.models.smolvlm.modeling_smolvlm as _smolvlm  # noqa: E402
 import torch._subclasses.fake_tensor as _fake_tensor  # noqa: E402
@@ -269,6 +270,11 @@ _qwen25.Qwen2_5_VLModel.get_placeholder_mask = _qwen_placeholder(_qwen25.Qwen2_5
 _qwen3.torch_compilable_check = _check
 _qwen3.Qwen3VLModel.get_rope_index = _qwen_rope_index(_qwen3.Qwen3VLModel.get_rope_index)
 _qwen3.Qwen3VLModel.get_placeholder_mask = _qwen_placeholder(_qwen3.Qwen3VLModel.get_placeholder_mask)
+# Qwen3.5 (Qwen3_5ForConditionalGeneration: Qwen3-VL's tower without DeepStack, the Gated DeltaNet
+# language model): the same two patches on its own copies of the methods.
+_qwen35.torch_compilable_check = _check
+_qwen35.Qwen3_5Model.get_rope_index = _qwen_rope_index(_qwen35.Qwen3_5Model.get_rope_index)
+_qwen35.Qwen3_5Model.get_placeholder_mask = _qwen_placeholder(_qwen35.Qwen3_5Model.get_placeholder_mask)
 
 
 # --------------------------------------------------------------------------------------------
@@ -471,11 +477,12 @@ def build(raw_config, precision, attention):
 
 
 def is_qwen(cfg):
-    return cfg.model_type in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+    return cfg.model_type in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5")
 
 
 def is_qwen3(cfg):
-    return cfg.model_type == "qwen3_vl"
+    """Qwen3-VL and Qwen3.5: 16-px patches and Qwen3-VL's processor bounds."""
+    return cfg.model_type in ("qwen3_vl", "qwen3_5")
 
 
 def qwen_side(cfg, side):
@@ -910,12 +917,13 @@ def points():
             pt(m, "full", "bf16-mixed", 4, 4096)
     out += qwen_points()
     out += qwen3_points()
+    out += qwen35_points()
     out += gemma_points()
     out += next_points()
     out += onevision_points()
     out += idefics_points()
     out += paligemma_points()
-    dev = (DEVELOPMENT + QWEN_DEVELOPMENT + QWEN3_DEVELOPMENT + GEMMA_DEVELOPMENT + NEXT_DEVELOPMENT + OV_DEVELOPMENT + IDEFICS_DEVELOPMENT
+    dev = (DEVELOPMENT + QWEN_DEVELOPMENT + QWEN3_DEVELOPMENT + QWEN35_DEVELOPMENT + GEMMA_DEVELOPMENT + NEXT_DEVELOPMENT + OV_DEVELOPMENT + IDEFICS_DEVELOPMENT
            + PALIGEMMA_DEVELOPMENT)
     for p in out:
         p["set"] = "development" if p["model"] in dev else "held-out"
@@ -984,6 +992,36 @@ def qwen3_points():
         pt(m, "full", "bf16-mixed", 1, 2048, image_size=896)
         if dev:
             pt(m, "frozen_vision", "bf16-mixed", 1, 2048, image_size=896, checkpointing=True)
+    return out
+
+
+# Qwen3.5 with images (Qwen3_5ForConditionalGeneration): the 0.8B for development, the 27B held
+# out (their configs are validation/configs/ssm's, copied).
+QWEN35_DEVELOPMENT = ["Qwen3.5-0.8B"]
+QWEN35_HELD_OUT = ["Qwen3.5-27B"]
+
+
+def qwen35_points():
+    """Qwen3.5 with images: as qwen3_points, trained under bf16 autocast only (the Gated DeltaNet
+    layers were measured under autocast), the prefill in bf16."""
+    out = []
+
+    def pt(model, train, precision, batch, seq, images=1, checkpointing=False, mode="train", image_size=448):
+        out.append(dict(model=model, train=train if mode == "train" else None, mode=mode, precision=precision,
+                        batch=batch, seq=seq, images=images, checkpointing=checkpointing, attention="sdpa",
+                        image_size=image_size))
+
+    for m in QWEN35_DEVELOPMENT + QWEN35_HELD_OUT:
+        dev = m in QWEN35_DEVELOPMENT
+        pt(m, "full", "bf16-mixed", 1, 2048)
+        pt(m, "frozen_vision", "bf16-mixed", 1, 2048)
+        pt(m, "frozen_vision", "bf16-mixed", 2, 1024, image_size=672)
+        if dev:
+            pt(m, "frozen_vision", "bf16-mixed", 1, 2048, images=4)
+            pt(m, "full", "bf16-mixed", 1, 2048, checkpointing=True)
+        pt(m, "frozen_vision", "bf16-mixed", 2, 2048, checkpointing=True)
+        pt(m, None, "bf16", 2, 2048, mode="infer")
+        pt(m, "full", "bf16-mixed", 1, 2048, image_size=896)
     return out
 
 

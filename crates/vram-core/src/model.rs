@@ -331,6 +331,9 @@ pub struct PatchMerger {
 
 /// How the warning on Qwen2-VL's assumed image size begins (dropped once `--image-size` is given).
 pub const QWEN_IMAGE_ASSUMED: &str = "Qwen2-VL images assumed";
+/// How the warning on a vision-language checkpoint read as its language model alone begins
+/// (dropped once images are asked for and the tower is loaded).
+pub const LM_ONLY_WARNING: &str = "a Qwen3.5 vision-language checkpoint, estimated as AutoModelForCausalLM loads it";
 /// How the warning on LLaVA-NeXT's assumed image size begins (dropped once `--image-size` is given).
 pub const NEXT_IMAGE_ASSUMED: &str = "Tiled (anyres) images assumed";
 
@@ -1029,6 +1032,14 @@ pub struct Model {
     pub encoder: Option<Encoder>,
     /// Set for a vision-language model: the vision tower and projector around this decoder.
     pub multimodal: Option<Box<Multimodal>>,
+    /// A vision tower the checkpoint carries but `AutoModelForCausalLM` does not load (Qwen3.5's
+    /// vision-language configs): asking for images (`--images-per-sample`, `--image-size`,
+    /// `--freeze-vision-tower`) moves it to `multimodal`, the model as
+    /// `…ForConditionalGeneration` loads it.
+    pub vision_unloaded: Option<Box<Multimodal>>,
+    /// The warnings that replace the language-model-only one when the tower is loaded.
+    #[serde(skip)]
+    pub vision_warnings: Vec<String>,
     /// Set for an encoder-decoder model: this is its decoder, `seq2seq` its encoder.
     pub seq2seq: Option<Box<Seq2Seq>>,
     /// Set for a CLIP/SigLIP dual encoder: this is its text tower, `dual` its vision tower.
@@ -1236,11 +1247,14 @@ impl Model {
             d.tower_frozen |= freeze_tower;
             return Ok(());
         }
+        if images.is_some() || freeze_tower {
+            self.load_vision();
+        }
         let Some(mm) = self.multimodal.as_mut() else {
             return match (images, freeze_tower) {
                 (None, false) => Ok(()),
                 _ => Err(format!(
-                    "--images-per-sample and --freeze-vision-tower apply to vision-language models (LLaVA, LLaVA-NeXT, Qwen2-VL, Qwen2.5-VL, Gemma-3); {} has no vision tower",
+                    "--images-per-sample and --freeze-vision-tower apply to vision-language models (LLaVA, LLaVA-NeXT, LLaVA-OneVision, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5 with its vision_config, Gemma-3, Idefics3/SmolVLM, PaliGemma); {} has no vision tower",
                     self.model_type
                 )),
             };
@@ -1256,6 +1270,20 @@ impl Model {
         Ok(())
     }
 
+    /// Load the vision tower a language-model-only reading left aside (Qwen3.5): the model
+    /// becomes the vision-language model, and its warnings say so.
+    pub fn load_vision(&mut self) {
+        if self.multimodal.is_some() {
+            return;
+        }
+        if let Some(mm) = self.vision_unloaded.take() {
+            self.multimodal = Some(mm);
+            self.warnings.retain(|w| !w.starts_with(LM_ONLY_WARNING));
+            let extra = std::mem::take(&mut self.vision_warnings);
+            self.warnings.splice(0..0, extra);
+        }
+    }
+
     /// Drop the warning that names the image size a VLM assumed (the user gave one, or serving
     /// sizes images its own way).
     pub fn drop_image_assumption(&mut self) {
@@ -1266,6 +1294,7 @@ impl Model {
     /// `--image-size`: run a vision encoder on square images of `side` pixels (transformers
     /// interpolates the position table). Text models have no image size.
     pub fn set_image_size(&mut self, side: u64) -> Result<(), String> {
+        self.load_vision();
         if let Some(mm) = self.multimodal.as_mut().filter(|mm| mm.merger.is_some() || mm.anyres.is_some() || mm.shuffle.is_some()) {
             match (mm.merger, mm.shuffle) {
                 (Some(_), _) => mm.set_qwen_image_size(side)?,

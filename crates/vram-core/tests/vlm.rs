@@ -38,6 +38,8 @@ fn rows(model_types: &[&str]) -> Vec<(String, bool, f64)> {
             continue;
         }
         let mut model = parse_config(&src, name, "fixture").unwrap();
+        // Qwen3.5's configs are read as their language model until images are asked for.
+        model.load_vision();
         assert_eq!(model.parameters(), r["parameters"].as_u64().unwrap(), "{name}");
         let variant = r["train"].as_str().unwrap_or("infer");
         if variant == "projector_only" {
@@ -92,6 +94,13 @@ fn qwen2_vl_peaks_follow_pytorch() {
 #[test]
 fn qwen3_vl_peaks_follow_pytorch() {
     table_follows_pytorch(&["qwen3_vl"], "qwen3vl", "Qwen3-VL accuracy table");
+}
+
+/// Qwen3.5 with images (Qwen3_5ForConditionalGeneration: Qwen3-VL's tower without DeepStack
+/// before the Gated DeltaNet language model), with its README table.
+#[test]
+fn qwen3_5_vl_peaks_follow_pytorch() {
+    table_follows_pytorch(&["qwen3_5"], "qwen3.5vl", "Qwen3.5 with images accuracy table");
 }
 
 /// LLaVA-NeXT (anyres tiles), with its README table.
@@ -194,6 +203,41 @@ fn qwen3_vl_reads_its_tower_and_deepstack() {
     let model = parse_config(&src, "q3", "q3").unwrap();
     let serve = vram_core::serve::serve(&model, &vram_core::serve::ServeConfig::new(80 << 30));
     assert!(serve.is_err(), "serving Qwen3-VL is not modelled");
+}
+
+/// A Qwen3.5 vision-language config is its language model until images are asked for; then it
+/// is Qwen3_5ForConditionalGeneration, tower and merger included (transformers 5.23 on the meta
+/// device: 852,985,920 parameters for the 0.8B), and what was not measured with images is refused.
+#[test]
+fn qwen3_5_loads_its_tower_when_images_are_asked_for() {
+    use vram_core::{Job, Mode};
+    let src = std::fs::read(root().join("validation/configs/ssm/qwen3.5-0.8b.json")).unwrap();
+    let lm = parse_config(&src, "q35", "q35").unwrap();
+    assert_eq!((lm.parameters(), lm.kind()), (752_393_024, "decoder"));
+    assert!(lm.warnings.iter().any(|w| w.contains("AutoModelForCausalLM")));
+    for ask in [0, 1, 2] {
+        let mut m = lm.clone();
+        match ask {
+            0 => m.set_vision_inputs(Some(2), false).unwrap(),
+            1 => m.set_image_size(672).unwrap(),
+            _ => m.set_vision_inputs(None, true).unwrap(),
+        }
+        assert_eq!((m.parameters(), m.kind()), (852_985_920, "vision-language"), "ask {ask}");
+        assert!(!m.warnings.iter().any(|w| w.contains("AutoModelForCausalLM")), "{:?}", m.warnings);
+        assert!(m.warnings.iter().any(|w| w.contains("Qwen3-VL: a 12-block vision tower")), "{:?}", m.warnings);
+        let mm = m.multimodal.as_ref().unwrap();
+        assert_eq!(mm.merger.unwrap().deepstack, 0);
+        let e = vram_core::estimate(&m, &Job::train(1, 2048)).unwrap();
+        assert!(e.peak_allocated > vram_core::estimate(&lm, &Job::train(1, 2048)).unwrap().peak_allocated);
+        assert!(vram_core::estimate(&m, &Job { mode: Mode::Infer, ..Job::infer(1, 2048) }).is_ok());
+        let lora = Job { lora: Some(vram_core::peft::Lora::default()), ..Job::train(1, 2048) };
+        let err = vram_core::estimate(&m, &lora).unwrap_err().to_string();
+        assert!(err.contains("with images"), "{err}");
+    }
+    // A config written without its vision_config has no tower to load.
+    let moe = std::fs::read(root().join("validation/configs/ssm/qwen3.5-35b-a3b.json")).unwrap();
+    let mut m = parse_config(&moe, "moe", "moe").unwrap();
+    assert!(m.set_vision_inputs(Some(1), false).unwrap_err().contains("no vision tower"));
 }
 
 /// The image side decides the image tokens as Qwen2VLImageProcessor's smart_resize does; the

@@ -58,6 +58,10 @@ fn qwen3_5_is_estimated_as_its_language_model() {
     assert!(warnings.contains("Qwen3_5ForCausalLM") && warnings.contains("flash-linear-attention"), "{warnings}");
     let names: Vec<&str> = v["components"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
     assert!(names.iter().any(|n| n.contains("Gated DeltaNet")), "{names:?}");
+    // With images: Qwen3_5ForConditionalGeneration, its vision tower loaded.
+    let images = json(&["estimate", "--model", QWEN, "--seq-len", "2048", "--images-per-sample", "1", "--image-size", "448"]);
+    assert_eq!((images["model"]["parameters"].as_u64(), images["model"]["kind"].as_str()), (Some(852_985_920), Some("vision-language")));
+    assert!(images["peak_allocated_bytes"].as_u64().unwrap() > v["peak_allocated_bytes"].as_u64().unwrap());
     let lora = json(&[
         "estimate",
         "--model",

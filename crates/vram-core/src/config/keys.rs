@@ -169,6 +169,8 @@ pub(super) fn base(name: &str) -> Model {
         rope_scaling: None,
         encoder: None,
         multimodal: None,
+        vision_unloaded: None,
+        vision_warnings: Vec::new(),
         seq2seq: None,
         dual: None,
         ssm: None,

@@ -66,7 +66,27 @@ fn family_name(fam: VisionFamily) -> &'static str {
 
 pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: ParseOptions) -> Result<Model> {
     let fam = family(obj.get("model_type").and_then(Value::as_str).unwrap_or_default());
-    // Qwen2VLConfig builds a default vision config when the key is absent.
+    let mut m = parse_object(text_part(&obj, fam), name, file, opts)?;
+    let lm = if fam == VisionFamily::Qwen3Vl { "Qwen3" } else { "Qwen2" };
+    let (mm, warnings) = vision_part(&obj, fam, true, m.hidden, lm, name, file)?;
+    m.warnings.extend(warnings);
+    m.multimodal = Some(mm);
+    Ok(m)
+}
+
+/// The vision tower and PatchMerger of a Qwen vision-language config (`vision_config`; the
+/// class builds a default one when it is absent), checked against the language model's width
+/// `text_hidden`, and the warnings that describe them. `deepstack`: Qwen3-VL's DeepStack mergers
+/// exist (Qwen3.5's tower has none). `lm` names the language model in the warning.
+pub(super) fn vision_part(
+    obj: &Map<String, Value>,
+    fam: VisionFamily,
+    deepstack: bool,
+    text_hidden: u64,
+    lm: &str,
+    name: &str,
+    file: &str,
+) -> Result<(Box<Multimodal>, Vec<String>)> {
     let vision = match obj.get("vision_config") {
         Some(Value::Object(v)) => v.clone(),
         None | Some(Value::Null) => Map::new(),
@@ -80,16 +100,15 @@ pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: Parse
         }
     };
     let vc = Cfg { obj: &vision, file };
-    let (tower, merger, out_width) = tower(&vc, fam, name)?;
+    let (tower, merger, out_width) = tower(&vc, fam, deepstack, name)?;
     super::validate(&tower, file)?;
-    let mut m = parse_object(text_part(&obj, fam), name, file, opts)?;
-    if out_width != m.hidden {
+    if out_width != text_hidden {
         let key = if fam == VisionFamily::Qwen2Vl { "vision_config.hidden_size" } else { "vision_config.out_hidden_size" };
         return Err(Error::BadKey {
             file: file.into(),
             key: key.into(),
             value: out_width.to_string(),
-            hint: format!("the PatchMerger's output must equal the language model's hidden_size ({})", m.hidden),
+            hint: format!("the PatchMerger's output must equal the language model's hidden_size ({text_hidden})"),
         });
     }
     let patch = tower.encoder.and_then(|e| e.vision).map_or(14, |v| v.patch);
@@ -98,20 +117,21 @@ pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: Parse
         0 => String::new(),
         n => format!(" and {n} DeepStack mergers whose features are added to the first {n} language-model layers' image positions"),
     };
-    m.warnings.push(format!(
-        "{}: a {}-block vision tower (patches of {patch} px, merged {}×{} into one token), the PatchMerger{deepstack}, and a {} language model",
-        family_name(fam),
-        tower.layers,
-        merger.merge,
-        merger.merge,
-        if fam == VisionFamily::Qwen3Vl { "Qwen3" } else { "Qwen2" },
-    ));
-    // Removed by Model::set_image_size once the user gives the size.
-    m.warnings.push(format!(
-        "{QWEN_IMAGE_ASSUMED} {DEFAULT_IMAGE_SIDE}×{DEFAULT_IMAGE_SIDE} px ({image_tokens} tokens each, {} patches through the tower): pass --image-size for yours",
-        image_tokens * merger.merge * merger.merge
-    ));
-    m.multimodal = Some(Box::new(Multimodal {
+    let warnings = vec![
+        format!(
+            "{}: a {}-block vision tower (patches of {patch} px, merged {}×{} into one token), the PatchMerger{deepstack}, and a {lm} language model",
+            family_name(fam),
+            tower.layers,
+            merger.merge,
+            merger.merge,
+        ),
+        // Removed by Model::set_image_size once the user gives the size.
+        format!(
+            "{QWEN_IMAGE_ASSUMED} {DEFAULT_IMAGE_SIDE}×{DEFAULT_IMAGE_SIDE} px ({image_tokens} tokens each, {} patches through the tower): pass --image-size for yours",
+            image_tokens * merger.merge * merger.merge
+        ),
+    ];
+    let mm = Multimodal {
         tower,
         projector_bias: true,
         projector_act: Act::Gelu,
@@ -125,8 +145,8 @@ pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: Parse
         shuffle: None,
         single_linear: false,
         block_mask: false,
-    }));
-    Ok(m)
+    };
+    Ok((Box::new(mm), warnings))
 }
 
 /// The language model's config: `text_config` with its class defaults, or the flat top level
@@ -164,9 +184,9 @@ fn text_part(obj: &Map<String, Value>, fam: VisionFamily) -> Map<String, Value> 
     text
 }
 
-/// The vision tower (Qwen2VLVisionConfig / Qwen2_5_VLVisionConfig defaults for absent keys),
-/// its merger, and the merger's output width.
-fn tower(c: &Cfg, fam: VisionFamily, name: &str) -> Result<(Model, PatchMerger, u64)> {
+/// The vision tower (Qwen2VLVisionConfig / Qwen2_5_VLVisionConfig / Qwen3VLVisionConfig defaults
+/// for absent keys), its merger, and the merger's output width.
+fn tower(c: &Cfg, fam: VisionFamily, deepstack: bool, name: &str) -> Result<(Model, PatchMerger, u64)> {
     let qwen25 = fam == VisionFamily::Qwen25Vl;
     let qwen3 = fam == VisionFamily::Qwen3Vl;
     let mut m = super::keys::base(&format!("{name} (vision tower)"));
@@ -231,7 +251,7 @@ fn tower(c: &Cfg, fam: VisionFamily, name: &str) -> Result<(Model, PatchMerger, 
     });
     let window = if qwen25 { c.opt(&["window_size"])?.unwrap_or(112) / patch } else { 0 };
     let full = if qwen25 { full_layers(c, m.layers)? } else { m.layers };
-    let deepstack = if qwen3 { deepstack_mergers(c, m.layers)? } else { 0 };
+    let deepstack = if qwen3 && deepstack { deepstack_mergers(c, m.layers)? } else { 0 };
     let (min_pixels, max_pixels) = if qwen3 {
         (crate::model::QWEN3_MIN_PIXELS, crate::model::QWEN3_MAX_PIXELS)
     } else {

@@ -15,7 +15,7 @@ use super::keys::Cfg;
 use super::llava::{inherit_top_level, nested};
 use super::{parse_object, ParseOptions};
 use crate::error::{Error, Result};
-use crate::model::{DeltaNet, Model, Norm, Ssm};
+use crate::model::{DeltaNet, Model, Norm, Ssm, VisionFamily, LM_ONLY_WARNING};
 
 /// The three language models: `qwen3_next` (fused `in_proj_qkvz`/`in_proj_ba`, MoE unless
 /// `num_experts` is 0), `qwen3_5_text` (dense MLP) and `qwen3_5_moe_text` (MoE on every layer).
@@ -203,7 +203,16 @@ pub(super) fn parse_vl(obj: Map<String, Value>, name: &str, file: &str, opts: Pa
     let mut m = parse_object(text, name, file, opts)?;
     m.warnings.insert(
         0,
-        format!("a Qwen3.5 vision-language checkpoint, estimated as AutoModelForCausalLM loads it: {class}, the language model alone (the vision tower's weights are not loaded). Training or generating with images (Qwen3_5ForConditionalGeneration) is not modelled yet"),
+        format!("{LM_ONLY_WARNING}: {class}, the language model alone (the vision tower's weights are not loaded). With images (--images-per-sample, --image-size or --freeze-vision-tower) vram estimates Qwen3_5ForConditionalGeneration, tower included"),
     );
+    // The tower Qwen3_5ForConditionalGeneration loads beside it: Qwen3-VL's without DeepStack
+    // (modeling_qwen3_5.py Qwen3_5VisionModel), its merger into the language model's width.
+    // A config without `vision_config` (written for the language model) has no tower to load.
+    if obj.get("vision_config").is_some_and(Value::is_object) {
+        let lm = "Qwen3.5 (Gated DeltaNet)";
+        let (mm, warnings) = super::qwen2_vl::vision_part(&obj, VisionFamily::Qwen3Vl, false, m.hidden, lm, name, file)?;
+        m.vision_unloaded = Some(mm);
+        m.vision_warnings = warnings;
+    }
     Ok(m)
 }
