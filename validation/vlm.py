@@ -128,6 +128,7 @@ import transformers.models.qwen2_5_vl.modeling_qwen2_5_vl as _qwen25  # noqa: E4
 import transformers.models.qwen2_vl.modeling_qwen2_vl as _qwen2  # noqa: E402
 import transformers.models.qwen3_vl.modeling_qwen3_vl as _qwen3  # noqa: E402
 import transformers.models.qwen3_5.modeling_qwen3_5 as _qwen35  # noqa: E402
+import transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe as _qwen3moe  # noqa: E402
 import transformers.models.idefics3.modeling_idefics3 as _idefics3  # noqa: E402
 import transformers.models.smolvlm.modeling_smolvlm as _smolvlm  # noqa: E402
 import torch._subclasses.fake_tensor as _fake_tensor  # noqa: E402
@@ -265,16 +266,14 @@ _qwen2.Qwen2VLModel.get_placeholder_mask = _qwen_placeholder(_qwen2.Qwen2VLModel
 _onevision.torch_compilable_check = _check
 _onevision.LlavaOnevisionModel.get_placeholder_mask = _qwen_placeholder(_onevision.LlavaOnevisionModel.get_placeholder_mask)
 _qwen25.Qwen2_5_VLModel.get_placeholder_mask = _qwen_placeholder(_qwen25.Qwen2_5_VLModel.get_placeholder_mask)
-# Qwen3-VL: the same placeholder check and M-RoPE index (patch 1b), and DeepStack's boolean
-# indexing of the image positions (patch 1d).
-_qwen3.torch_compilable_check = _check
-_qwen3.Qwen3VLModel.get_rope_index = _qwen_rope_index(_qwen3.Qwen3VLModel.get_rope_index)
-_qwen3.Qwen3VLModel.get_placeholder_mask = _qwen_placeholder(_qwen3.Qwen3VLModel.get_placeholder_mask)
-# Qwen3.5 (Qwen3_5ForConditionalGeneration: Qwen3-VL's tower without DeepStack, the Gated DeltaNet
-# language model): the same two patches on its own copies of the methods.
-_qwen35.torch_compilable_check = _check
-_qwen35.Qwen3_5Model.get_rope_index = _qwen_rope_index(_qwen35.Qwen3_5Model.get_rope_index)
-_qwen35.Qwen3_5Model.get_placeholder_mask = _qwen_placeholder(_qwen35.Qwen3_5Model.get_placeholder_mask)
+# Qwen3-VL, Qwen3-VL-MoE and Qwen3.5 (Qwen3_5ForConditionalGeneration: Qwen3-VL's tower without
+# DeepStack, the Gated DeltaNet language model): the same placeholder check and M-RoPE index
+# (patch 1b) on each family's own copies of the methods; Qwen3-VL's DeepStack boolean indexing is
+# patch 1d below.
+for _mod, _model in ((_qwen3, _qwen3.Qwen3VLModel), (_qwen3moe, _qwen3moe.Qwen3VLMoeModel), (_qwen35, _qwen35.Qwen3_5Model)):
+    _mod.torch_compilable_check = _check
+    _model.get_rope_index = _qwen_rope_index(_model.get_rope_index)
+    _model.get_placeholder_mask = _qwen_placeholder(_model.get_placeholder_mask)
 
 
 # --------------------------------------------------------------------------------------------
@@ -328,6 +327,17 @@ def _deepstack(self, hidden_states, visual_pos_masks, visual_embeds):
 
 
 _qwen3.Qwen3VLTextModel._deepstack_process = _deepstack
+# Qwen3-VL-MoE's own copy.
+_orig_deepstack_moe = _qwen3moe.Qwen3VLMoeTextModel._deepstack_process
+
+
+def _deepstack_moe(self, hidden_states, visual_pos_masks, visual_embeds):
+    if not isinstance(hidden_states, FakeTensor):
+        return _orig_deepstack_moe(self, hidden_states, visual_pos_masks, visual_embeds)
+    return _deepstack(self, hidden_states, visual_pos_masks, visual_embeds)
+
+
+_qwen3moe.Qwen3VLMoeTextModel._deepstack_process = _deepstack_moe
 
 
 # --------------------------------------------------------------------------------------------
@@ -477,12 +487,12 @@ def build(raw_config, precision, attention):
 
 
 def is_qwen(cfg):
-    return cfg.model_type in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5")
+    return cfg.model_type in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5")
 
 
 def is_qwen3(cfg):
     """Qwen3-VL and Qwen3.5: 16-px patches and Qwen3-VL's processor bounds."""
-    return cfg.model_type in ("qwen3_vl", "qwen3_5")
+    return cfg.model_type in ("qwen3_vl", "qwen3_vl_moe", "qwen3_5")
 
 
 def qwen_side(cfg, side):
@@ -936,41 +946,23 @@ QWEN_HELD_OUT = ["Qwen2-VL-7B-Instruct", "Qwen2.5-VL-7B-Instruct"]
 
 
 def qwen_points():
-    """Qwen2-VL / Qwen2.5-VL: images of `image_size` pixels (448: 256 image tokens; 672: 576)."""
-    out = []
-
-    def pt(model, train, precision, batch, seq, images=1, checkpointing=False, mode="train", image_size=448):
-        out.append(dict(model=model, train=train if mode == "train" else None, mode=mode, precision=precision,
-                        batch=batch, seq=seq, images=images, checkpointing=checkpointing, attention="sdpa",
-                        image_size=image_size))
-
-    for m in QWEN_DEVELOPMENT + QWEN_HELD_OUT:
-        dev = m in QWEN_DEVELOPMENT
-        pt(m, "full", "bf16-mixed", 1, 2048)
-        pt(m, "frozen_vision", "bf16-mixed", 1, 2048)
-        pt(m, "frozen_vision", "bf16-mixed", 2, 1024, image_size=672)
-        if dev:  # CPU time on the shared machine: these two on the development models only
-            pt(m, "frozen_vision", "bf16-mixed", 1, 2048, images=4)
-            pt(m, "full", "bf16-mixed", 1, 2048, checkpointing=True)
-        pt(m, "frozen_vision", "bf16-mixed", 2, 2048, checkpointing=True)
-        pt(m, "frozen_vision", "bf16", 1, 2048)
-        pt(m, None, "bf16", 2, 2048, mode="infer")
-        # One 896-px image (4096 patches through the tower): the trained tower's saved activations
-        # decide the backward peak; frozen and checkpointed, its recomputation.
-        pt(m, "full", "bf16-mixed", 1, 2048, image_size=896)
-        if dev:
-            pt(m, "frozen_vision", "bf16-mixed", 1, 2048, image_size=896, checkpointing=True)
-    return out
+    """Qwen2-VL / Qwen2.5-VL: images of `image_size` pixels (448: 256 image tokens; 672: 576), the
+    points qwen3_family_points lists."""
+    return qwen3_family_points(QWEN_DEVELOPMENT, QWEN_HELD_OUT)
 
 
 # Qwen3-VL: the 2B for development; the 4B and 8B held out (configs/vlm/SOURCES.md).
-QWEN3_DEVELOPMENT = ["Qwen3-VL-2B-Instruct"]
-QWEN3_HELD_OUT = ["Qwen3-VL-4B-Instruct", "Qwen3-VL-8B-Instruct"]
+QWEN3_DEVELOPMENT = ["Qwen3-VL-2B-Instruct", "Qwen3-VL-MoE-dev"]
+QWEN3_HELD_OUT = ["Qwen3-VL-4B-Instruct", "Qwen3-VL-8B-Instruct", "Qwen3-VL-30B-A3B-Instruct"]
 
 
-def qwen3_points():
-    """Qwen3-VL: images of `image_size` pixels, resized to multiples of 32 (448: 784 patches, 196
-    image tokens; 672: 441 tokens; 896: 784 tokens), as qwen_points."""
+def qwen3_family_points(development, held_out, autocast_only=False):
+    """The Qwen vision-language points: training with the tower trained and frozen, more images,
+    checkpointing, pure bf16, a prefill, and 896-px images (whose tower activations decide the
+    backward peak). Qwen3-VL and Qwen3.5 resize to multiples of 32 (448: 784 patches, 196 image
+    tokens; 672: 441 tokens; 896: 784 tokens).
+    `autocast_only`: no pure-bf16 training (Qwen3.5's Gated DeltaNet layers were measured under
+    autocast) and no checkpointed 896-px point (its recomputed mixers are slow on the CPU)."""
     out = []
 
     def pt(model, train, precision, batch, seq, images=1, checkpointing=False, mode="train", image_size=448):
@@ -978,8 +970,8 @@ def qwen3_points():
                         batch=batch, seq=seq, images=images, checkpointing=checkpointing, attention="sdpa",
                         image_size=image_size))
 
-    for m in QWEN3_DEVELOPMENT + QWEN3_HELD_OUT:
-        dev = m in QWEN3_DEVELOPMENT
+    for m in development + held_out:
+        dev = m in development
         pt(m, "full", "bf16-mixed", 1, 2048)
         pt(m, "frozen_vision", "bf16-mixed", 1, 2048)
         pt(m, "frozen_vision", "bf16-mixed", 2, 1024, image_size=672)
@@ -987,12 +979,17 @@ def qwen3_points():
             pt(m, "frozen_vision", "bf16-mixed", 1, 2048, images=4)
             pt(m, "full", "bf16-mixed", 1, 2048, checkpointing=True)
         pt(m, "frozen_vision", "bf16-mixed", 2, 2048, checkpointing=True)
-        pt(m, "frozen_vision", "bf16", 1, 2048)
+        if not autocast_only:
+            pt(m, "frozen_vision", "bf16", 1, 2048)
         pt(m, None, "bf16", 2, 2048, mode="infer")
         pt(m, "full", "bf16-mixed", 1, 2048, image_size=896)
-        if dev:
+        if dev and not autocast_only:
             pt(m, "frozen_vision", "bf16-mixed", 1, 2048, image_size=896, checkpointing=True)
     return out
+
+
+def qwen3_points():
+    return qwen3_family_points(QWEN3_DEVELOPMENT, QWEN3_HELD_OUT)
 
 
 # Qwen3.5 with images (Qwen3_5ForConditionalGeneration): the 0.8B for development, the 27B held
@@ -1002,27 +999,7 @@ QWEN35_HELD_OUT = ["Qwen3.5-27B"]
 
 
 def qwen35_points():
-    """Qwen3.5 with images: as qwen3_points, trained under bf16 autocast only (the Gated DeltaNet
-    layers were measured under autocast), the prefill in bf16."""
-    out = []
-
-    def pt(model, train, precision, batch, seq, images=1, checkpointing=False, mode="train", image_size=448):
-        out.append(dict(model=model, train=train if mode == "train" else None, mode=mode, precision=precision,
-                        batch=batch, seq=seq, images=images, checkpointing=checkpointing, attention="sdpa",
-                        image_size=image_size))
-
-    for m in QWEN35_DEVELOPMENT + QWEN35_HELD_OUT:
-        dev = m in QWEN35_DEVELOPMENT
-        pt(m, "full", "bf16-mixed", 1, 2048)
-        pt(m, "frozen_vision", "bf16-mixed", 1, 2048)
-        pt(m, "frozen_vision", "bf16-mixed", 2, 1024, image_size=672)
-        if dev:
-            pt(m, "frozen_vision", "bf16-mixed", 1, 2048, images=4)
-            pt(m, "full", "bf16-mixed", 1, 2048, checkpointing=True)
-        pt(m, "frozen_vision", "bf16-mixed", 2, 2048, checkpointing=True)
-        pt(m, None, "bf16", 2, 2048, mode="infer")
-        pt(m, "full", "bf16-mixed", 1, 2048, image_size=896)
-    return out
+    return qwen3_family_points(QWEN35_DEVELOPMENT, QWEN35_HELD_OUT, autocast_only=True)
 
 
 GEMMA_DEVELOPMENT = ["gemma-3-4b-it"]

@@ -93,7 +93,7 @@ fn qwen2_vl_peaks_follow_pytorch() {
 /// Qwen3-VL (DeepStack mergers, a learned position table), with its README table.
 #[test]
 fn qwen3_vl_peaks_follow_pytorch() {
-    table_follows_pytorch(&["qwen3_vl"], "qwen3vl", "Qwen3-VL accuracy table");
+    table_follows_pytorch(&["qwen3_vl", "qwen3_vl_moe"], "qwen3vl", "Qwen3-VL accuracy table");
 }
 
 /// Qwen3.5 with images (Qwen3_5ForConditionalGeneration: Qwen3-VL's tower without DeepStack
@@ -173,7 +173,8 @@ fn qwen_flat_and_nested_layouts_agree() {
 
 /// Qwen3-VL: parameters as transformers counts them (the merger, three DeepStack mergers, the
 /// conv's bias and the position table included), images resized to multiples of 32 px within
-/// 256²–4096² pixels, a malformed DeepStack list refused; the MoE variant and serving refused.
+/// 256²–4096² pixels, a malformed DeepStack list refused; the MoE variant's language model read
+/// as Qwen3-MoE; serving refused.
 #[test]
 fn qwen3_vl_reads_its_tower_and_deepstack() {
     let src = qwen_config("Qwen3-VL-2B-Instruct.json");
@@ -197,9 +198,12 @@ fn qwen3_vl_reads_its_tower_and_deepstack() {
     raw["vision_config"]["deepstack_visual_indexes"] = serde_json::json!([]);
     let none = parse_config(raw.to_string().as_bytes(), "none", "none").unwrap();
     assert_eq!(none.parameters(), 2_127_532_032 - 3 * 25_180_160);
+    // Qwen3-VL-MoE's language model is Qwen3-MoE's (its class defaults when the keys are absent).
     raw["model_type"] = Value::from("qwen3_vl_moe");
-    let e = parse_config(raw.to_string().as_bytes(), "moe", "moe").unwrap_err().to_string();
-    assert!(e.contains("not supported"), "{e}");
+    let moe = parse_config(raw.to_string().as_bytes(), "moe", "moe").unwrap();
+    assert_eq!(moe.moe.as_ref().map(|x| (x.experts, x.top_k)), Some((60, 4)));
+    let moe = parse_config(&qwen_config("Qwen3-VL-30B-A3B-Instruct.json"), "30b", "30b").unwrap();
+    assert_eq!(moe.parameters(), 31_070_754_032);
     let model = parse_config(&src, "q3", "q3").unwrap();
     let serve = vram_core::serve::serve(&model, &vram_core::serve::ServeConfig::new(80 << 30));
     assert!(serve.is_err(), "serving Qwen3-VL is not modelled");

@@ -46,11 +46,26 @@ const QWEN3_TEXT_DEFAULTS: &[(&str, u64)] = &[
     ("max_position_embeddings", 128000),
 ];
 
+/// Qwen3VLMoeTextConfig defaults (configuration_qwen3_vl_moe.py).
+const QWEN3_MOE_TEXT_DEFAULTS: &[(&str, u64)] = &[
+    ("vocab_size", 151936),
+    ("hidden_size", 2048),
+    ("intermediate_size", 5632),
+    ("num_hidden_layers", 24),
+    ("num_attention_heads", 16),
+    ("num_key_value_heads", 16),
+    ("max_position_embeddings", 128000),
+    ("moe_intermediate_size", 1408),
+    ("num_experts", 60),
+    ("num_experts_per_tok", 4),
+    ("decoder_sparse_step", 1),
+];
+
 /// Which of the families `model_type` names.
 fn family(model_type: &str) -> VisionFamily {
     match model_type {
         "qwen2_5_vl" => VisionFamily::Qwen25Vl,
-        "qwen3_vl" => VisionFamily::Qwen3Vl,
+        "qwen3_vl" | "qwen3_vl_moe" => VisionFamily::Qwen3Vl,
         _ => VisionFamily::Qwen2Vl,
     }
 }
@@ -65,9 +80,15 @@ fn family_name(fam: VisionFamily) -> &'static str {
 }
 
 pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: ParseOptions) -> Result<Model> {
-    let fam = family(obj.get("model_type").and_then(Value::as_str).unwrap_or_default());
-    let mut m = parse_object(text_part(&obj, fam), name, file, opts)?;
-    let lm = if fam == VisionFamily::Qwen3Vl { "Qwen3" } else { "Qwen2" };
+    let model_type = obj.get("model_type").and_then(Value::as_str).unwrap_or_default();
+    let fam = family(model_type);
+    let moe = model_type == "qwen3_vl_moe";
+    let mut m = parse_object(text_part(&obj, fam, moe), name, file, opts)?;
+    let lm = match fam {
+        VisionFamily::Qwen3Vl if moe => "Qwen3 MoE",
+        VisionFamily::Qwen3Vl => "Qwen3",
+        _ => "Qwen2",
+    };
     let (mm, warnings) = vision_part(&obj, fam, true, m.hidden, lm, name, file)?;
     m.warnings.extend(warnings);
     m.multimodal = Some(mm);
@@ -152,12 +173,17 @@ pub(super) fn vision_part(
 /// The language model's config: `text_config` with its class defaults, or the flat top level
 /// without `vision_config`; read as the Qwen2 causal LM it is (Qwen2VLTextModel's layers are
 /// Qwen2's: q/k/v with bias, RMSNorm, SwiGLU).
-fn text_part(obj: &Map<String, Value>, fam: VisionFamily) -> Map<String, Value> {
+fn text_part(obj: &Map<String, Value>, fam: VisionFamily, moe: bool) -> Map<String, Value> {
     let qwen3 = fam == VisionFamily::Qwen3Vl;
+    let defaults = match (qwen3, moe) {
+        (true, true) => QWEN3_MOE_TEXT_DEFAULTS,
+        (true, false) => QWEN3_TEXT_DEFAULTS,
+        _ => TEXT_DEFAULTS,
+    };
     let mut text = match obj.get("text_config") {
         Some(Value::Object(t)) => {
             let mut t = t.clone();
-            for (k, v) in if qwen3 { QWEN3_TEXT_DEFAULTS } else { TEXT_DEFAULTS } {
+            for (k, v) in defaults {
                 t.entry(k.to_string()).or_insert(Value::from(*v));
             }
             t
@@ -178,8 +204,15 @@ fn text_part(obj: &Map<String, Value>, fam: VisionFamily) -> Map<String, Value> 
             text.insert(k.into(), v.clone());
         }
     }
-    // Qwen3-VL's text model is Qwen3's layers (per-head q/k RMSNorms) with interleaved M-RoPE.
-    text.insert("model_type".into(), Value::from(if qwen3 { "qwen3" } else { "qwen2" }));
+    // Qwen3-VL's text model is Qwen3's layers (per-head q/k RMSNorms) with interleaved M-RoPE;
+    // Qwen3-VL-MoE's are Qwen3-MoE's (the same experts, grouped_mm by default, and routing: the
+    // top-k weights renormalised, as norm_topk_prob does).
+    let lm_type = match (qwen3, moe) {
+        (true, true) => "qwen3_moe",
+        (true, false) => "qwen3",
+        _ => "qwen2",
+    };
+    text.insert("model_type".into(), Value::from(lm_type));
     text.insert("architectures".into(), Value::from(vec![Value::from("Qwen2VLTextForCausalLM")]));
     text
 }

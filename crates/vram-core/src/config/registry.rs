@@ -73,7 +73,7 @@ const COMPOSITES: &[(&[&str], CompositeParser)] = &[
     (&["llava_next"], llava::parse_next),
     (&["llava_onevision"], llava::parse_onevision),
     (&["clip", "siglip"], clip::parse),
-    (&["qwen2_vl", "qwen2_5_vl", "qwen3_vl"], qwen2_vl::parse),
+    (&["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"], qwen2_vl::parse),
     (&["idefics3", "smolvlm"], idefics3::parse),
     (&["paligemma"], paligemma::parse),
     (&["qwen3_5", "qwen3_5_moe"], qwen3_next::parse_vl),
@@ -149,8 +149,8 @@ const UNSUPPORTED: &[(&[&str], &str)] = &[
         "this dual encoder is not supported yet: vram models CLIP and SigLIP (SigLIP 2 patchifies with a linear layer over variable-size images; Chinese-CLIP, ALIGN and AltCLIP have other text towers)",
     ),
     (
-        &["llava_next_video", "qwen3_vl_moe", "mllama", "idefics2", "pixtral", "llama4", "blip-2", "kosmos-2", "phi3_v", "internvl", "chameleon", "gemma3n", "qwen2_5_omni", "mistral3", "aya_vision", "sam"],
-        "this vision-language model is not supported yet: vram models LLaVA, LLaVA-NeXT, LLaVA-OneVision, Qwen2-VL, Qwen2.5-VL, Gemma-3, Idefics3, SmolVLM and PaliGemma (LLaVA-NeXT-Video pools video frames, Idefics2 has a perceiver resampler, Llama-4 and Mllama add their own towers)",
+        &["llava_next_video", "mllama", "idefics2", "pixtral", "llama4", "blip-2", "kosmos-2", "phi3_v", "internvl", "chameleon", "gemma3n", "qwen2_5_omni", "mistral3", "aya_vision", "sam"],
+        "this vision-language model is not supported yet: vram models LLaVA, LLaVA-NeXT, LLaVA-OneVision, Qwen2-VL, Qwen2.5-VL, Qwen3-VL (dense and MoE), Qwen3.5, Gemma-3, Idefics3, SmolVLM and PaliGemma (LLaVA-NeXT-Video pools video frames, Idefics2 has a perceiver resampler, Llama-4 and Mllama add their own towers)",
     ),
 ];
 

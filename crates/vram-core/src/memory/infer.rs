@@ -118,8 +118,24 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
         }
         _ => m.intermediate as u128,
     };
+    // transformers 5 runs plain experts with grouped_mm (integrations/moe.py
+    // grouped_mm_experts_forward): under no_grad its peak is at `weighted_out[inv_perm]`, where the
+    // gathered inputs, the down projections, the weighted rows and their reordered copy — four
+    // [tokens·k, hidden] tensors — are alive (earlier, the gate_up output and the gated product
+    // beside the gathered inputs), with a shared expert's output computed before them (read off
+    // the live tensors at the peak: validation/vlm.py, Qwen3-VL-MoE-dev with intermediate 512 and
+    // 256). gpt-oss's experts keep their own measured accounting, and so do DeepSeek's MLA
+    // models: their prefill is already estimated high (deepseek-v2-lite +6.2%, its cache's
+    // accounting, not reconciled yet), and adding the routed peak there would only widen it.
+    let routed = match &m.moe {
+        Some(moe) if m.moe_layers() > 0 && !moe.biased && m.attention.mla.is_none() => {
+            let (k, ei) = (moe.top_k as u128, moe.expert_intermediate as u128);
+            k * (4 * h).max(h + 3 * ei) + if moe.shared_intermediate > 0 { h } else { 0 }
+        }
+        _ => 0,
+    };
     // During the MLP the model's layer loop still holds the layer's input beside the new residual.
-    let mlp_tok = 3 * h * e + live * mlp_width * e;
+    let mlp_tok = 3 * h * e + (live * mlp_width).max(routed) * e;
     let prefill_acts = held + shared_mask + (t * attn_tok + sq).max(t * mlp_tok);
     // generate() computes logits for the last position only, then an fp32 copy for sampling.
     let logits = batch * m.vocab as u128 * (e + 4);
