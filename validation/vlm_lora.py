@@ -35,7 +35,11 @@ from harness import run_resumable  # noqa: E402
 
 OUT = os.path.join(HERE, "fixtures", "vlm_lora.jsonl")
 TARGETS = {"default": ["q_proj", "v_proj"],
-           "all-linear": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
+           "all-linear": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+           # The same list, named (vram's Targets::Names): on Qwen3.5 it adapts the attention
+           # layers and every MLP but not the linear-attention mixers, whose projections have
+           # other names, as a script listing these names gets.
+           "named": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
 _freeze = vlm.freeze
 
 
@@ -93,6 +97,10 @@ IDEFICS_DEVELOPMENT = ["SmolVLM2-500M-Video-Instruct"]
 IDEFICS_HELD_OUT = ["SmolVLM-Instruct-reconstructed", "Idefics3-8B-Llama3-constructed"]
 PALIGEMMA_DEVELOPMENT = ["paligemma-3b-pt-224-constructed"]
 PALIGEMMA_HELD_OUT = ["paligemma2-3b-pt-224-constructed"]
+# Qwen3.5 with images (Gated DeltaNet language model): named attention + MLP targets, the 0.8B for
+# development, the 27B held out.
+QWEN35_DEVELOPMENT = ["Qwen3.5-0.8B"]
+QWEN35_HELD_OUT = ["Qwen3.5-27B"]
 # Qwen3-VL (DeepStack mergers frozen with the tower): the 2B for development, the 4B held out.
 QWEN3_DEVELOPMENT = ["Qwen3-VL-2B-Instruct"]
 QWEN3_HELD_OUT = ["Qwen3-VL-4B-Instruct"]
@@ -146,13 +154,17 @@ def points():
         pt(m, "lora:all-linear", 1, 2048)
         pt(m, "qlora:default", 2, 2048)
         pt(m, "qlora:all-linear", 2, 2048, checkpointing=True)
+    for m in QWEN35_DEVELOPMENT + QWEN35_HELD_OUT:
+        pt(m, "lora:named", 1, 2048)
+        pt(m, "lora:named", 2, 2048, checkpointing=True)
+        pt(m, "qlora:named", 2, 2048)
     # PaliGemma / PaliGemma 2 (token_type_ids mask; PaliGemma 2's eager Gemma 2).
     for m in PALIGEMMA_DEVELOPMENT + PALIGEMMA_HELD_OUT:
         pt(m, "lora:default", 2, 2048)
         pt(m, "lora:all-linear", 2, 2048, checkpointing=True)
         pt(m, "qlora:default", 2, 2048)
     dev = (DEVELOPMENT + NEXT_DEVELOPMENT + OV_DEVELOPMENT + IDEFICS_DEVELOPMENT + QLORA_DEVELOPMENT + PALIGEMMA_DEVELOPMENT
-           + QWEN3_DEVELOPMENT)
+           + QWEN3_DEVELOPMENT + QWEN35_DEVELOPMENT)
     for p in out:
         p["set"] = "development" if p["model"] in dev else "held-out"
         p["id"] = "|".join(f"{k}={p[k]}" for k in sorted(p) if k != "set")

@@ -21,6 +21,10 @@ fn lora(variant: &str) -> Lora {
     let targets = match variant.split_once(':').map(|v| v.1) {
         Some("default") => Targets::Default,
         Some("all-linear") => Targets::AllLinear,
+        // vlm_lora.py's named list (attention and MLP projections).
+        Some("named") => {
+            Targets::Names(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"].map(String::from).to_vec())
+        }
         _ => panic!("unknown variant {variant}"),
     };
     Lora { method: Method::Lora, r: 8, alpha: 16.0, dropout: 0.0, targets, modules_to_save: Vec::new() }

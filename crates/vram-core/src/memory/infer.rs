@@ -40,9 +40,12 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     let (w, scales) = (weights.bytes.weight, weights.bytes.scales);
 
     // KV cache per token: keys and values of every layer; sliding-window layers keep the window.
-    // MLA in transformers caches decompressed keys [heads, qk_head_dim] and values [heads, v_head_dim].
+    // MLA in transformers 5 caches the compressed latent: the normed `kv_lora_rank` part in the
+    // key slot and the rotary key part in the value slot, one "head" each
+    // (modeling_deepseek_v2.py `past_key_values.update(k_nope, k_pe, …)`; read off the live
+    // tensors at deepseek-v2-lite's prefill peak: [B, 1, S, 512] and [B, 1, S, 64] per layer).
     let (k_dim, v_dim) = match m.attention.mla {
-        Some(mla) => (m.heads as u128 * (mla.qk_nope_head_dim + mla.qk_rope_head_dim) as u128, m.heads as u128 * mla.v_head_dim as u128),
+        Some(mla) => (mla.kv_lora_rank as u128, mla.qk_rope_head_dim as u128),
         None => (m.kv_dim() as u128, m.kv_dim() as u128),
     };
     let per_layer_tok = (k_dim + v_dim) * kv_b;
@@ -124,18 +127,20 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     // [tokens·k, hidden] tensors — are alive (earlier, the gate_up output and the gated product
     // beside the gathered inputs), with a shared expert's output computed before them (read off
     // the live tensors at the peak: validation/vlm.py, Qwen3-VL-MoE-dev with intermediate 512 and
-    // 256). gpt-oss's experts keep their own measured accounting, and so do DeepSeek's MLA
-    // models: their prefill is already estimated high (deepseek-v2-lite +6.2%, its cache's
-    // accounting, not reconciled yet), and adding the routed peak there would only widen it.
+    // 256). DeepSeek's routing weights stay fp32 (its softmax), so the weighted rows and their
+    // reordered copy are fp32 there (read off deepseek-v2-lite's prefill peak). gpt-oss's experts
+    // keep their own measured accounting.
     let routed = match &m.moe {
-        Some(moe) if m.moe_layers() > 0 && !moe.biased && m.attention.mla.is_none() => {
+        Some(moe) if m.moe_layers() > 0 && !moe.biased => {
             let (k, ei) = (moe.top_k as u128, moe.expert_intermediate as u128);
-            k * (4 * h).max(h + 3 * ei) + if moe.shared_intermediate > 0 { h } else { 0 }
+            let weighted = if m.attention.mla.is_some() { 4 } else { e };
+            let shared = if moe.shared_intermediate > 0 { h * e } else { 0 };
+            k * (2 * h * e + 2 * h * weighted).max((h + 3 * ei) * e) + shared
         }
         _ => 0,
     };
     // During the MLP the model's layer loop still holds the layer's input beside the new residual.
-    let mlp_tok = 3 * h * e + (live * mlp_width).max(routed) * e;
+    let mlp_tok = 3 * h * e + (live * mlp_width * e).max(routed);
     let prefill_acts = held + shared_mask + (t * attn_tok + sq).max(t * mlp_tok);
     // generate() computes logits for the last position only, then an fp32 copy for sampling.
     let logits = batch * m.vocab as u128 * (e + 4);

@@ -475,9 +475,7 @@ fn check_ssm(model: &Model, job: &Job) -> Result<()> {
     }
     let pure_half = job.mode == Mode::Train && !job.precision.is_mixed() && job.precision.compute_dtype().bytes() == 2;
     let delta = model.delta_net().is_some();
-    let what = if job.lora.is_some() && model.multimodal.is_some() {
-        Some("LoRA/QLoRA with images (Qwen3.5 with its vision tower: full fine-tuning, the tower trained or frozen, and the prefill are measured; LoRA on the language model alone is, without images)")
-    } else if job.lora.is_some() && !delta {
+    let what = if job.lora.is_some() && !delta {
         Some("LoRA/QLoRA")
     } else if job.lora.is_some() && (matches!(job.base, Some(crate::peft::BaseWeights::Bnb8 { .. })) || model.quantization.is_some()) {
         Some("8-bit QLoRA or LoRA on a pre-quantized checkpoint (LoRA on the bf16 model and 4-bit QLoRA are measured)")
