@@ -427,6 +427,11 @@ fn zamba2_reads_its_shared_blocks() {
         let e = refusal(&bad);
         assert!(e.contains(says), "{key}: {e}");
     }
+    // `use_long_context` extends the trained context to 16384 (Zamba2Config).
+    assert_eq!(m.max_positions, 4096);
+    let mut long = base.clone();
+    long["use_long_context"] = Value::from(true);
+    assert_eq!(parsed(&long).unwrap().max_positions, 16384);
     let mut gqa = base.clone();
     gqa["use_shared_attention_adapter"] = Value::from(true);
     gqa["num_key_value_heads"] = Value::from(8);

@@ -204,6 +204,13 @@ fn qwen3_vl_reads_its_tower_and_deepstack() {
     assert_eq!(moe.moe.as_ref().map(|x| (x.experts, x.top_k)), Some((60, 4)));
     let moe = parse_config(&qwen_config("Qwen3-VL-30B-A3B-Instruct.json"), "30b", "30b").unwrap();
     assert_eq!(moe.parameters(), 31_070_754_032);
+    // LoRA on it was not measured (peft converts its experts differently): refused by name.
+    let names = ["q_proj", "v_proj"].map(String::from).to_vec();
+    let lora = vram_core::peft::Lora { targets: vram_core::peft::Targets::Names(names), ..Default::default() };
+    let job = vram_core::Job { lora: Some(lora), ..vram_core::Job::train(1, 2048) };
+    let e = vram_core::estimate(&moe, &job).unwrap_err().to_string();
+    assert!(e.contains("Qwen3-VL-MoE"), "{e}");
+    assert!(vram_core::estimate(&moe, &vram_core::Job::train(1, 2048)).is_ok());
     let model = parse_config(&src, "q3", "q3").unwrap();
     let serve = vram_core::serve::serve(&model, &vram_core::serve::ServeConfig::new(80 << 30));
     assert!(serve.is_err(), "serving Qwen3-VL is not modelled");

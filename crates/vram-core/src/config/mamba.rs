@@ -193,20 +193,20 @@ fn mamba2_keys(c: &Cfg, d_inner: u64, width_key: &str) -> Result<Mamba2Keys> {
 }
 
 /// The checked Mamba-2 keys.
-struct Mamba2Keys {
-    heads: u64,
-    head_dim: u64,
-    d_state: u64,
-    d_conv: u64,
-    groups: u64,
-    chunk: u64,
+pub(super) struct Mamba2Keys {
+    pub(super) heads: u64,
+    pub(super) head_dim: u64,
+    pub(super) d_state: u64,
+    pub(super) d_conv: u64,
+    pub(super) groups: u64,
+    pub(super) chunk: u64,
 }
 
 impl Mamba2Keys {
     /// Whether Mamba2Mixer can be built from them (it views x as [.., heads, head_dim], so
     /// heads × head_dim must be the mixer width, the heads split into groups) and they are in
     /// the ranges vram sizes: state 1–1024, conv 1–64, chunk 1–4096.
-    fn buildable(&self, d_inner: u64) -> bool {
+    pub(super) fn buildable(&self, d_inner: u64) -> bool {
         self.heads > 0
             && self.heads.checked_mul(self.head_dim) == Some(d_inner)
             && self.groups > 0
@@ -222,7 +222,7 @@ impl Mamba2Keys {
 
     /// A stack of these mixers `d_inner` wide, every layer a mixer (hybrids set their layouts
     /// over it).
-    fn ssm(&self, d_inner: u64, conv_bias: bool, proj_bias: bool) -> Ssm {
+    pub(super) fn ssm(&self, d_inner: u64, conv_bias: bool, proj_bias: bool) -> Ssm {
         Ssm {
             d_inner,
             d_state: self.d_state,

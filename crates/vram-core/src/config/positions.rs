@@ -38,6 +38,10 @@ pub(super) fn positions(c: &Cfg, m: &mut Model) -> Result<()> {
             (m.head_dim as f64 * frac) as u64
         }
     };
+    // Zamba2Config: `use_long_context` extends the context to 16384 (and rescales RoPE).
+    if m.model_type == "zamba2" && c.bool("use_long_context", false)? {
+        m.max_positions = 16384;
+    }
     if m.rotary_dim > 0 {
         m.rope_scaling = rope_scaling(c, m.max_positions)?;
     }

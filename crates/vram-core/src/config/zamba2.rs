@@ -8,8 +8,9 @@
 use serde_json::Value;
 
 use super::keys::Cfg;
+use super::mamba::Mamba2Keys;
 use crate::error::{Error, Result};
-use crate::model::{Act, Mamba2, Mlp, Model, Norm, SharedBlock, Ssm};
+use crate::model::{Act, Mlp, Model, Norm, SharedBlock, Ssm};
 
 pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     let kinds = layout(c)?;
@@ -53,30 +54,25 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     // Zamba2MLP: gate_up_proj → chunk → act(gate) · up → down_proj.
     m.mlp = Mlp { gated: true, fused_gate_up: true, act: c.act(&["hidden_act"], Act::Gelu)?, bias };
     m.attention_dropout = c.dropout(&["attention_dropout"])?;
-    m.max_positions = c.opt(&["max_position_embeddings"])?.unwrap_or(4096);
     m.use_cache = c.bool("use_cache", true)?;
     // Rotary positions only with `use_mem_rope` (the rotary width is set with the other
     // families' in positions.rs).
     let rope = c.bool("use_mem_rope", false)?;
 
     // Zamba2MambaMixer: d_inner = mamba_expand × hidden, n_mamba_heads heads of
-    // d_inner / n_mamba_heads (mamba_headdim is recomputed from them), conv bias always on.
+    // d_inner / n_mamba_heads (mamba_headdim is recomputed from them), conv bias always on;
+    // checked as the other Mamba-2 mixers are.
     let d_inner = c.opt(&["mamba_expand"])?.unwrap_or(2).saturating_mul(h);
     let heads = c.opt(&["n_mamba_heads"])?.unwrap_or(8);
-    let head_dim = d_inner.checked_div(heads).unwrap_or(0);
-    let groups = c.opt(&["mamba_ngroups"])?.unwrap_or(1);
-    let d_state = c.opt(&["mamba_d_state"])?.unwrap_or(64);
-    let d_conv = c.opt(&["mamba_d_conv"])?.unwrap_or(4);
-    let chunk = c.opt(&["chunk_size"])?.unwrap_or(256);
-    if heads == 0
-        || head_dim == 0
-        || heads * head_dim != d_inner
-        || groups == 0
-        || heads % groups != 0
-        || !(1..=1024).contains(&d_state)
-        || !(1..=64).contains(&d_conv)
-        || !(1..=4096).contains(&chunk)
-    {
+    let k = Mamba2Keys {
+        heads,
+        head_dim: d_inner.checked_div(heads).unwrap_or(0),
+        d_state: c.opt(&["mamba_d_state"])?.unwrap_or(64),
+        d_conv: c.opt(&["mamba_d_conv"])?.unwrap_or(4),
+        groups: c.opt(&["mamba_ngroups"])?.unwrap_or(1),
+        chunk: c.opt(&["chunk_size"])?.unwrap_or(256),
+    };
+    if k.head_dim == 0 || !k.buildable(d_inner) {
         return Err(c.bad(
             "n_mamba_heads",
             &Value::from(heads),
@@ -102,19 +98,9 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
         ));
     }
     m.ssm = Some(Ssm {
-        d_inner,
-        d_state,
-        d_conv,
-        dt_rank: 0,
-        conv_bias: true,
-        proj_bias: bias,
-        mamba2: Some(Mamba2 { heads, head_dim, groups, chunk, gated_norm: true }),
         attention_layers: invocations,
-        parallel_attention: false,
-        dt_bc_norms: false,
-        mlp_layers: 0,
-        delta_net: None,
         shared: Some(SharedBlock { unique, adapter_rank, attention_adapters }),
+        ..k.ssm(d_inner, true, bias)
     });
     m.warnings.push(format!(
         "Zamba2: {mixers} Mamba-2 layers, {invocations} of them preceded by the shared attention block ({unique} weight set{}, {}per-invocation rank-{adapter_rank} adapters on its MLP{}); the mixers follow transformers' PyTorch path (without `mamba-ssm` and `causal-conv1d`; with their CUDA kernels training and a prefill hold far less, which vram does not model yet).",

@@ -271,6 +271,18 @@ pub fn estimate_with(model: &Model, job: &Job, conf: &AllocConf) -> Result<Estim
 /// not quantized twice, a readable pre-quantized layout. Every path that estimates a LoRA job
 /// (one GPU, DDP, FSDP, plan) calls it first, so a bad configuration is an error, never a number.
 pub fn check_lora(model: &Model, job: &Job) -> Result<()> {
+    // Qwen3-VL-MoE's and Qwen3.5-MoE's experts are not converted by peft as Qwen3-MoE's are
+    // (transformers conversion_mapping.py has its own entry for qwen3_vl_moe), and LoRA on them
+    // with images was not measured: refused rather than counted as the text model's.
+    let qwen3_vl_tower = model.multimodal.as_ref().and_then(|mm| mm.tower.encoder).and_then(|e| e.vision).map(|v| v.family)
+        == Some(crate::model::VisionFamily::Qwen3Vl);
+    if job.lora.is_some() && model.moe.is_some() && qwen3_vl_tower {
+        return Err(Error::InvalidValue {
+            what: "LoRA".into(),
+            value: "a Qwen3-VL-MoE or Qwen3.5-MoE vision-language model".into(),
+            hint: "LoRA/QLoRA on the MoE Qwen3-VL and Qwen3.5 vision-language models is not measured (peft adapts their experts differently from the text Qwen3-MoE's); the dense ones (Qwen3-VL-2B/4B, Qwen3.5) are modelled, and full fine-tuning of the MoE ones".into(),
+        });
+    }
     if let Some(l) = &job.lora {
         crate::peft::resolve(model, l)?;
         if let Some(q) = model.quantization.as_ref().filter(|q| q.method != "mxfp4") {
@@ -512,7 +524,7 @@ fn check_ssm(model: &Model, job: &Job) -> Result<()> {
         Some(what) => Err(Error::InvalidValue {
             what: "state-space job".into(),
             value: what.into(),
-            hint: format!("vram estimates Mamba's full fine-tuning (bf16-mixed or fp32; Mamba-2 and the hybrids — Bamba, Granite-4.0-H, Falcon-H1, Jamba, Nemotron-H, Qwen3-Next, Qwen3.5 — bf16-mixed) and a prefill (hybrids under SDPA) on one GPU; {what} is not modelled for state-space and linear-attention models yet"),
+            hint: format!("vram estimates Mamba's full fine-tuning (bf16-mixed or fp32; Mamba-2 and the hybrids — Bamba, Granite-4.0-H, Falcon-H1, Jamba, Nemotron-H, Zamba2, Qwen3-Next, Qwen3.5 — bf16-mixed) and a prefill (hybrids under SDPA) on one GPU; {what} is not modelled for state-space and linear-attention models yet"),
         }),
         None => Ok(()),
     }
