@@ -1,0 +1,321 @@
+#!/usr/bin/env python3
+"""The family oracles' points run for real on a CUDA GPU: encoders, encoder-decoders, vision
+encoders, CLIP/SigLIP, vision-language models and state-space hybrids (LoRA on each too).
+
+    python validation/gpu/families.py --out DIR [--deadline SECONDS] [--workers N] [--only MODULE,...]
+    python validation/gpu/families.py --list            # the selection, no GPU needed
+
+Each point is one of `validation/<module>.py`'s own points (same id), run by that module's own
+`run(point)` in a fresh process, with real tensors on the GPU instead of fake ones on the CPU:
+  - FakeTensorMode is replaced by nothing (the modules' `fake=False` path, which their technique
+    checks hold equal to the fake one on the CPU);
+  - the CUDA emulation of validation/harness.py is taken out: transformers' own SDPA (so the
+    kernel CUDA picks runs), torch's own dropout and `torch.is_autocast_enabled`, and the
+    modules' `torch.autocast("cpu")` becomes `torch.autocast("cuda")` (CUDA's own fp32 list);
+  - tensors are made on the GPU (`torch.set_default_device("cuda")`), as the oracle makes
+    everything on its one device.
+Recorded per point: torch's `max_memory_allocated` / `max_memory_reserved` from the end of the
+model build to the end of the job (the weights stay allocated, so they are in it), the build's
+own peak, the allocator's counters, NVML's per-process used memory at the end, the tracked peak
+of the live tensors (the oracle's own Tracker, here over real tensors) and the oracle's
+FakeTensorMode peak from the fixture. Nothing is downloaded: configs come from the repo and
+weights are random. QLoRA points are left out (bitsandbytes is not on the GPU machine; the
+oracle's shim is not bitsandbytes).
+"""
+import argparse
+import contextlib
+import importlib
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+VALIDATION = os.path.dirname(HERE)
+sys.path.insert(0, VALIDATION)
+sys.path.insert(0, HERE)
+
+GIB = 1 << 30
+# The oracle modules whose points are run, in priority order (each module's fixture is
+# validation/fixtures/<module>.jsonl).
+MODULES = ("vlm", "ssm", "encdec", "encoders", "vision", "dual", "vlm_lora", "ssm_lora", "encoders_lora",
+           "vision_lora")
+PER_MODEL = 3  # points per model at most
+MAX_ORACLE_SECONDS = 45.0  # the oracle's CPU time of a point: a proxy for its Python op count
+
+
+def fixture(module):
+    """id -> the oracle's record, from validation/fixtures/<module>.jsonl."""
+    out = {}
+    with open(os.path.join(VALIDATION, "fixtures", module + ".jsonl")) as f:
+        for line in f:
+            d = json.loads(line)
+            if "id" in d and "peak_allocated" in d:
+                out[d["id"]] = d
+    return out
+
+
+def shape_key(p):
+    """What makes two points of one model measure different things."""
+    train = p.get("train") or p.get("method") or ""
+    return (p.get("mode"), bool(p.get("checkpointing")), p.get("mask") or p.get("padded"), p.get("precision"),
+            str(train).split(":")[0], p.get("task"))
+
+
+def is_quantized(p):
+    return str(p.get("train") or "").startswith("qlora") or p.get("method") == "qlora"
+
+
+def select(records, gpu_bytes=80 * GIB, per_model=PER_MODEL, max_seconds=MAX_ORACLE_SECONDS):
+    """The points to run, in run order (pure; unit-tested). `records`: module -> the fixture's
+    records in file order. Per model, the first point of each distinct shape (mode,
+    checkpointing, mask, precision, method, task), at most `per_model` of them, among those
+    that fit the GPU with room for the reserve and a context, that the oracle ran in at most
+    `max_seconds`, and that are not QLoRA. The run order takes each model's first point across
+    all modules (the modules taken in turn), then each model's second, and so on, so a deadline
+    cuts evenly."""
+    ranked = []
+    for mi, module in enumerate(MODULES):
+        per = {}
+        for rec in records.get(module, []):
+            if is_quantized(rec) or rec.get("seconds", 0) > max_seconds:
+                continue
+            if rec["peak_allocated"] * 1.3 + 2 * GIB > gpu_bytes:
+                continue
+            chosen = per.setdefault(rec["model"], [])
+            if len(chosen) < per_model and all(shape_key(c) != shape_key(rec) for c in chosen):
+                chosen.append(rec)
+        for model_index, (model, chosen) in enumerate(per.items()):
+            for rank, rec in enumerate(chosen):
+                ranked.append(((rank, model_index, mi), {"module": module, "id": rec["id"], "model": model,
+                                                         "oracle_peak": rec["peak_allocated"],
+                                                         "oracle_seconds": rec.get("seconds")}))
+    ranked.sort(key=lambda x: x[0])
+    return [p for _, p in ranked]
+
+
+def need_bytes(item):
+    """GPU memory to set aside for a running point: its oracle peak, the reserve, a context."""
+    return int(item["oracle_peak"] * 1.3) + GIB
+
+
+# --------------------------------------------------------------------------------------------
+# The child: one point, for real
+
+
+def real_cuda(modules, device):
+    """Undo validation/harness.py's CUDA emulation (see the module docstring)."""
+    import torch
+    import torch.nn.functional as F
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    import harness
+
+    AttentionInterface.register("sdpa", sdpa_attention_forward)
+    F.dropout = harness._orig_dropout
+    torch.nn.functional.dropout = harness._orig_dropout
+    lora = sys.modules.get("lora")
+    if lora is not None:
+        torch.is_autocast_enabled = lora._is_autocast_enabled
+    orig_autocast = torch.autocast
+
+    class autocast(orig_autocast):
+        def __init__(self, device_type, *args, **kwargs):
+            super().__init__(device if device_type == "cpu" else device_type, *args, **kwargs)
+
+    torch.autocast = autocast
+    for m in modules:
+        if hasattr(m, "FakeTensorMode"):
+            m.FakeTensorMode = contextlib.nullcontext
+    torch.set_default_device(device)
+
+
+def wrap_builds(modules, marks, cuda):
+    """Every module-level `build`: the build's own peak recorded, then the peak counter reset, so
+    the job's peak starts from the built model."""
+    import torch
+
+    for m in modules:
+        orig = getattr(m, "build", None)
+        if orig is None or getattr(orig, "_wrapped", False):
+            continue
+
+        def build(*args, _orig=orig, **kwargs):
+            out = _orig(*args, **kwargs)
+            if cuda:
+                torch.cuda.synchronize()
+                marks["build_peak"] = max(marks.get("build_peak", 0), torch.cuda.max_memory_allocated())
+                marks["after_build"] = torch.cuda.memory_allocated()
+                torch.cuda.reset_peak_memory_stats()
+            marks["builds"] = marks.get("builds", 0) + 1
+            return out
+
+        build._wrapped = True
+        m.build = build
+
+
+def child_point(item, device):
+    import kit
+
+    cuda = device == "cuda"
+    module = importlib.import_module(item["module"])
+    loaded = [sys.modules[n] for n in ("harness", "lora", "encoders", "encdec", "vision", "dual", "vlm", "ssm",
+                                       "encoders_lora", "vision_lora", "vlm_lora", "ssm_lora", "qlora_shim")
+              if n in sys.modules]
+    real_cuda(loaded, device)
+    marks = {}
+    wrap_builds(loaded, marks, cuda)
+    import torch
+
+    point = next(p for p in module.points() if p["id"] == item["id"])
+    if not cuda:  # a dry run of the code paths on the CPU: small shapes (images keep their tokens)
+        small = {"batch": 1} if "images" in point else {"batch": 1, "seq": 128, "src_len": 64, "tgt_len": 32}
+        point.update({k: v for k, v in small.items() if k in point})
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    t0 = time.time()
+    run = getattr(module, "run", None)
+    if run is None:  # vision_lora / vlm_lora run through the base module's run
+        run = {"vision_lora": "vision", "vlm_lora": "vlm"}[item["module"]]
+        run = sys.modules[run].run
+    out = run(point)
+    rec = {"kind": "family-point" if cuda else "dry-run", "module": item["module"], "id": item["id"],
+           "model": item["model"], "oracle_peak": item["oracle_peak"], "seconds": round(time.time() - t0, 2),
+           "builds": marks.get("builds", 0)}
+    if "error" in out:
+        rec.update(kind="error", error=out["error"], traceback=out.get("traceback"))
+        return rec
+    rec["tracked_peak"] = out["peak_allocated"]
+    rec["tracked_phase"] = out.get("peak_phase")
+    rec["attention_kernels"] = out.get("attention_kernels")
+    if cuda:
+        torch.cuda.synchronize()
+        st = torch.cuda.memory_stats()
+        rec["max_allocated"] = torch.cuda.max_memory_allocated()
+        rec["max_reserved"] = torch.cuda.max_memory_reserved()
+        rec["build_peak"] = marks.get("build_peak")
+        rec["after_build"] = marks.get("after_build")
+        rec["allocator"] = {k: st.get(k) for k in ("num_alloc_retries", "num_ooms", "num_device_alloc",
+                                                   "num_device_free")}
+        rec["reserved_end"] = torch.cuda.memory_reserved()
+        kit.settle()
+        rec["nvml_process"], rec["nvml_device"] = kit.nvml()
+        rec["valid"] = st.get("num_alloc_retries", 0) == 0 and st.get("num_ooms", 0) == 0 and rec["builds"] >= 1
+    return rec
+
+
+# --------------------------------------------------------------------------------------------
+# The parent: schedule the children
+
+
+def run_all(items, args, write, gpu_bytes, t_start):
+    """Run points concurrently while their set-aside memory fits the GPU; none is started past
+    the deadline, and running ones are killed 60 s after it."""
+    pending, running = list(items), []
+    budget = int(gpu_bytes * 0.92)
+    tally = {"ok": 0, "error": 0}
+    while pending or running:
+        now = time.time() - t_start
+        for entry in list(running):
+            proc, item = entry
+            if proc.poll() is not None:
+                running.remove(entry)
+                stdout, stderr = proc.communicate()
+                lines = [line for line in stdout.splitlines() if line.startswith("{")]
+                if proc.returncode != 0 or not lines:
+                    rec = {"kind": "error", "rc": proc.returncode, "stderr": stderr[-3000:]}
+                else:
+                    rec = json.loads(lines[-1])
+                write({**{k: item[k] for k in ("module", "id", "model", "oracle_peak")}, **rec})
+                tally["error" if rec.get("kind") == "error" else "ok"] += 1
+                if tally["error"] >= args.give_up and not tally["ok"] and pending:
+                    # the same failure everywhere (an API drift, a broken install): stop early
+                    for item in pending:
+                        write({"kind": "skipped", **{k: item[k] for k in ("module", "id", "model", "oracle_peak")},
+                               "why": f"the first {tally['error']} points all failed"})
+                    pending = []
+            elif now > args.deadline + 60:
+                proc.kill()
+        in_use = sum(need_bytes(i) for _, i in running)
+        if pending and now < args.deadline and len(running) < args.workers:
+            for i, item in enumerate(pending):
+                if in_use + need_bytes(item) <= budget or not running:
+                    argv = [sys.executable, os.path.abspath(__file__), "--child", json.dumps(item), "--device",
+                            args.device]
+                    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                    running.append((proc, item))
+                    del pending[i]
+                    break
+        if pending and now >= args.deadline and not running:
+            for item in pending:
+                write({"kind": "skipped", **{k: item[k] for k in ("module", "id", "model", "oracle_peak")},
+                       "why": "deadline"})
+            pending = []
+        time.sleep(0.2)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", help="directory to write (refuses an existing family_recordings.jsonl)")
+    ap.add_argument("--only", help="comma-separated oracle modules (encoders, vlm, ssm ...)")
+    ap.add_argument("--models", help="comma-separated model names")
+    ap.add_argument("--workers", type=int, default=6, help="points run at once (default 6)")
+    ap.add_argument("--deadline", type=float, default=3600, help="seconds after which no point is started")
+    ap.add_argument("--give-up", type=int, default=6, help="stop when this many points failed and none ran")
+    ap.add_argument("--device", default="cuda", help="cpu: a dry run of the code paths, no measurements")
+    ap.add_argument("--list", action="store_true", help="print the selection and exit")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        print(json.dumps(child_point(json.loads(a.child), a.device)))
+        return 0
+    records = {}
+    for module in MODULES:
+        fx = fixture(module)
+        records[module] = list(fx.values())
+    items = select(records)
+    if a.only:
+        items = [i for i in items if i["module"] in a.only.split(",")]
+    if a.models:
+        items = [i for i in items if i["model"] in a.models.split(",")]
+    if a.list:
+        for i in items:
+            print(f"{i['module']:14} {i['oracle_peak'] / GIB:7.2f} GiB {i['oracle_seconds']:6.1f}s  {i['id']}")
+        print(f"{len(items)} points", file=sys.stderr)
+        return 0
+    if not a.out:
+        ap.error("--out is required")
+    path = os.path.join(a.out, "family_recordings.jsonl")
+    if os.path.exists(path):
+        ap.error(f"{path} exists; choose another directory")
+    import torch
+
+    if a.device == "cuda" and not torch.cuda.is_available():
+        print("no CUDA GPU: nothing to measure", file=sys.stderr)
+        return 2
+    import kit
+
+    t_start = time.time()
+    os.makedirs(a.out, exist_ok=True)
+    env = kit.environment() if a.device == "cuda" else {"device": a.device}
+    gpu_bytes = env.get("gpu_total", 80 * GIB)
+    with open(path, "w") as out:
+        def write(rec):
+            rec.update(env)
+            out.write(json.dumps(rec) + "\n")
+            out.flush()
+            short = {k: rec.get(k) for k in ("kind", "module", "model", "max_allocated", "tracked_peak", "oracle_peak",
+                                             "seconds", "error")}
+            print(f"[{time.time() - t_start:6.1f}s] " + json.dumps({k: v for k, v in short.items() if v is not None}),
+                  file=sys.stderr, flush=True)
+            if rec.get("kind") == "error":
+                print((rec.get("traceback") or rec.get("stderr") or "")[-1500:], file=sys.stderr, flush=True)
+
+        run_all(items, a, write, gpu_bytes, t_start)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

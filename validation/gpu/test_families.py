@@ -1,0 +1,47 @@
+"""Unit tests of families.py's selection (no GPU, no torch): python3 -m unittest validation/gpu/test_families.py"""
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import families  # noqa: E402
+
+GIB = 1 << 30
+
+
+def records():
+    return {m: list(families.fixture(m).values()) for m in families.MODULES}
+
+
+class FamiliesTest(unittest.TestCase):
+    def test_selection_is_stable_fits_and_covers_every_module(self):
+        recs = records()
+        sel = families.select(recs)
+        self.assertEqual(sel, families.select(recs))
+        self.assertEqual(len({(p["module"], p["id"]) for p in sel}), len(sel))
+        self.assertEqual({p["module"] for p in sel}, set(families.MODULES))
+        for p in sel:
+            self.assertLessEqual(p["oracle_peak"] * 1.3 + 2 * GIB, 80 * GIB, p["id"])
+            self.assertNotIn("qlora", p["id"])
+        # per model at most PER_MODEL points, and the first rank of every model comes first
+        per = {}
+        for p in sel:
+            per[(p["module"], p["model"])] = per.get((p["module"], p["model"]), 0) + 1
+        self.assertLessEqual(max(per.values()), families.PER_MODEL)
+        first = len(per)
+        self.assertEqual(len({(p["module"], p["model"]) for p in sel[:first]}), first)
+        # a smaller card runs fewer points
+        self.assertLess(len(families.select(recs, gpu_bytes=24 * GIB)), len(sel))
+
+    def test_shapes_distinguish_what_a_point_measures(self):
+        a = {"mode": "train", "checkpointing": False, "mask": "none", "precision": "bf16-mixed", "task": "mlm"}
+        self.assertNotEqual(families.shape_key(a), families.shape_key(dict(a, checkpointing=True)))
+        self.assertNotEqual(families.shape_key(a), families.shape_key(dict(a, mask="padding")))
+        self.assertEqual(families.shape_key(a), families.shape_key(dict(a, batch=64)))
+        self.assertTrue(families.is_quantized({"train": "qlora:default"}))
+        self.assertTrue(families.is_quantized({"method": "qlora"}))
+        self.assertFalse(families.is_quantized({"train": "lora:all-linear"}))
+
+
+if __name__ == "__main__":
+    unittest.main()
