@@ -265,6 +265,7 @@ def main():
     ap.add_argument("--deadline", type=float, default=3600, help="seconds after which no point is started")
     ap.add_argument("--give-up", type=int, default=6, help="stop when this many points failed and none ran")
     ap.add_argument("--device", default="cuda", help="cpu: a dry run of the code paths, no measurements")
+    ap.add_argument("--skip-recorded", help="a family_recordings.jsonl whose points are not run again")
     ap.add_argument("--list", action="store_true", help="print the selection and exit")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -280,6 +281,10 @@ def main():
         items = [i for i in items if i["module"] in a.only.split(",")]
     if a.models:
         items = [i for i in items if i["model"] in a.models.split(",")]
+    if a.skip_recorded:
+        with open(a.skip_recorded) as f:
+            done = {(d["module"], d["id"]) for d in map(json.loads, f) if d.get("kind") == "family-point"}
+        items = [i for i in items if (i["module"], i["id"]) not in done]
     if a.list:
         for i in items:
             print(f"{i['module']:14} {i['oracle_peak'] / GIB:7.2f} GiB {i['oracle_seconds']:6.1f}s  {i['id']}")
