@@ -13,7 +13,9 @@ CUDA behaviour emulated on the CPU (see README.md "Faithfulness"):
   accumulator); math runs aten's own decomposition.
 - Autocast: CPU autocast already casts matmuls to half like CUDA; CUDA's fp32 op list (torch.pow,
   exp, log, rsqrt, layer_norm, group_norm, softmax/log_softmax without an explicit dtype) is
-  applied by patching those functions, above autograd, as the autocast dispatch key does.
+  applied by patching those functions, above autograd, as the autocast dispatch key does;
+  F.cross_entropy on half logits keeps a half log-softmax and casts it for nll_loss, as CUDA
+  autocast does (an H100 showed it; see cuda_cross_entropy).
 - Dropout: CUDA's fused native_dropout (bool mask) instead of the CPU path (float mask).
 - Optimizers: torch's CUDA default implementation (foreach), or fused when asked.
 - Each storage is rounded up to 512 bytes like the CUDA caching allocator; both are recorded.
@@ -261,6 +263,34 @@ for _name in ("layer_norm", "group_norm"):
     setattr(F, _name, _fp32_under_autocast(getattr(F, _name)))
 for _name in ("softmax", "log_softmax"):
     setattr(F, _name, _fp32_under_autocast(getattr(F, _name), only_without_dtype=True))
+
+_orig_cross_entropy = F.cross_entropy
+
+
+def cuda_cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                       reduction="mean", label_smoothing=0.0):
+    """F.cross_entropy on half logits as CUDA autocast runs it. aten's cross_entropy_loss calls
+    `log_softmax(self, class_dim, self.scalar_type())` (LossNLL.cpp): the dtype is given, so
+    CUDA autocast's fp32_set_opt_dtype policy leaves it alone and the log-softmax stays half; then
+    nll_loss, on CUDA's fp32 list, casts that to fp32. CPU autocast instead casts the logits to
+    fp32 before the log-softmax: a float log-softmax is saved for backward and its gradient is
+    float, one half-sized [tokens, vocab] tensor more at the backward peak than an H100 showed
+    (validation/gpu/h100/family_recordings.jsonl: BERT/ELECTRA masked-LM, T5, BART and Whisper
+    under bf16-mixed). Class-index targets without label smoothing only; anything else is left to
+    torch."""
+    amp = amp_dtype()
+    if (amp is None or input.dtype not in HALF or label_smoothing != 0.0 or size_average is not None
+            or reduce is not None or target.dtype.is_floating_point):
+        return _orig_cross_entropy(input, target, weight, size_average, ignore_index, reduce, reduction,
+                                   label_smoothing)
+    with torch.autocast("cpu", enabled=False):
+        lsm = torch.log_softmax(input, 1 if input.dim() >= 2 else 0, dtype=input.dtype)
+        return F.nll_loss(lsm.float(), target, None if weight is None else weight.float(),
+                          ignore_index=ignore_index, reduction=reduction)
+
+
+F.cross_entropy = cuda_cross_entropy
+torch.nn.functional.cross_entropy = cuda_cross_entropy
 
 
 # --------------------------------------------------------------------------------------------

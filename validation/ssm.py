@@ -21,7 +21,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 import harness  # noqa: E402
-from harness import run_resumable  # noqa: E402
+from harness import FakeTensorMode, run_resumable  # noqa: E402
 
 OUT = os.path.join(HERE, "fixtures", "ssm.jsonl")
 DIR = "validation/configs/ssm"
@@ -169,15 +169,14 @@ def points():
     return out
 
 
-def infer(raw_config, batch, seq, precision="bf16", attention="eager"):
+def infer(raw_config, batch, seq, precision="bf16", attention="eager", fake=True):
     """harness.infer's prefill (no_grad, the cache, the last position's logits copied to fp32)
     for a Mamba model, whose output carries `cache_params` rather than `past_key_values`."""
-    import contextlib  # noqa: F401
+    import contextlib
     import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
     harness.KERNELS.clear()
     tr = harness.Tracker()
-    with FakeTensorMode(), torch.no_grad():
+    with FakeTensorMode() if fake else contextlib.nullcontext(), torch.no_grad():
         torch.manual_seed(0)
         cfg, model = harness.build(raw_config, precision, attention, True)
         model.eval()

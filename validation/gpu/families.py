@@ -14,10 +14,12 @@ Each point is one of `validation/<module>.py`'s own points (same id), run by tha
     modules' `torch.autocast("cpu")` becomes `torch.autocast("cuda")` (CUDA's own fp32 list);
   - tensors are made on the GPU (`torch.set_default_device("cuda")`), as the oracle makes
     everything on its one device.
-Recorded per point: torch's `max_memory_allocated` / `max_memory_reserved` from the end of the
-model build to the end of the job (the weights stay allocated, so they are in it), the build's
-own peak, the allocator's counters, NVML's per-process used memory at the end, the tracked peak
-of the live tensors (the oracle's own Tracker, here over real tensors) and the oracle's
+Recorded per point: torch's `max_memory_allocated` / `max_memory_reserved` from the moment the
+oracle's Tracker starts (harness.Tracker, where the oracle starts counting) to the end of the job
+(the weights stay allocated, so they are in it), the build's own peak and the peak of any set-up
+between the build and the Tracker (a cast of the model, peft's wrapping), the allocator's
+counters, NVML's per-process used memory at the end, the tracked peak of the live tensors (the
+oracle's own Tracker, here over real tensors) and the oracle's
 FakeTensorMode peak from the fixture. Nothing is downloaded: configs come from the repo and
 weights are random. QLoRA points are left out (bitsandbytes is not on the GPU machine; the
 oracle's shim is not bitsandbytes).
@@ -132,11 +134,22 @@ def real_cuda(modules, device):
     torch.set_default_device(device)
 
 
+def mark(marks, peak_key, now_key, count_key, cuda):
+    """Record torch's peak so far under `peak_key` (the largest of the calls) and what is
+    allocated now under `now_key`, then reset the peak counter; count the call."""
+    import torch
+
+    if cuda:
+        torch.cuda.synchronize()
+        marks[peak_key] = max(marks.get(peak_key, 0), torch.cuda.max_memory_allocated())
+        marks[now_key] = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+    marks[count_key] = marks.get(count_key, 0) + 1
+
+
 def wrap_builds(modules, marks, cuda):
     """Every module-level `build`: the build's own peak recorded, then the peak counter reset, so
     the job's peak starts from the built model."""
-    import torch
-
     for m in modules:
         orig = getattr(m, "build", None)
         if orig is None or getattr(orig, "_wrapped", False):
@@ -144,16 +157,27 @@ def wrap_builds(modules, marks, cuda):
 
         def build(*args, _orig=orig, **kwargs):
             out = _orig(*args, **kwargs)
-            if cuda:
-                torch.cuda.synchronize()
-                marks["build_peak"] = max(marks.get("build_peak", 0), torch.cuda.max_memory_allocated())
-                marks["after_build"] = torch.cuda.memory_allocated()
-                torch.cuda.reset_peak_memory_stats()
-            marks["builds"] = marks.get("builds", 0) + 1
+            mark(marks, "build_peak", "after_build", "builds", cuda)
             return out
 
         build._wrapped = True
         m.build = build
+
+
+def reset_at_tracking(marks, cuda):
+    """torch's peak counter reset when the oracle's Tracker starts (harness.Tracker.__enter__):
+    from there on, as the oracle counts, with the model and anything set up before it allocated.
+    Set-up steps between the build and the job (a cast of the built model, peft's wrapping) then
+    stay out of the peak, as they stay out of the oracle's."""
+    import harness
+
+    orig = harness.Tracker.__enter__
+
+    def enter(self):
+        mark(marks, "setup_peak", "at_tracking", "trackers", cuda)
+        return orig(self)
+
+    harness.Tracker.__enter__ = enter
 
 
 def child_point(item, device):
@@ -167,6 +191,7 @@ def child_point(item, device):
     real_cuda(loaded, device)
     marks = {}
     wrap_builds(loaded, marks, cuda)
+    reset_at_tracking(marks, cuda)
     import torch
 
     point = next(p for p in module.points() if p["id"] == item["id"])
@@ -197,12 +222,17 @@ def child_point(item, device):
         rec["max_reserved"] = torch.cuda.max_memory_reserved()
         rec["build_peak"] = marks.get("build_peak")
         rec["after_build"] = marks.get("after_build")
+        rec["setup_peak"] = marks.get("setup_peak")  # from the build's end to the Tracker's start
+        rec["at_tracking"] = marks.get("at_tracking")
+        rec["trackers"] = marks.get("trackers", 0)
         rec["allocator"] = {k: st.get(k) for k in ("num_alloc_retries", "num_ooms", "num_device_alloc",
                                                    "num_device_free")}
         rec["reserved_end"] = torch.cuda.memory_reserved()
         kit.settle()
         rec["nvml_process"], rec["nvml_device"] = kit.nvml()
-        rec["valid"] = st.get("num_alloc_retries", 0) == 0 and st.get("num_ooms", 0) == 0 and rec["builds"] >= 1
+        # valid: no allocator retry or OOM, and the job ran on the GPU (tensors allocated there)
+        rec["valid"] = (st.get("num_alloc_retries", 0) == 0 and st.get("num_ooms", 0) == 0 and rec["builds"] >= 1
+                        and (rec["at_tracking"] or 0) > 0)
     return rec
 
 

@@ -735,6 +735,9 @@ pub struct Seq2Seq {
     /// `use_cache = False` when labels are given: modeling_bart.py
     /// BartForConditionalGeneration.forward); Whisper and T5 keep it.
     pub labels_disable_cache: bool,
+    /// BART's `final_logits_bias`, a buffer added to the logits: loaded in fp32 it promotes them
+    /// to fp32 under autocast before the loss (modeling_bart.py BartForConditionalGeneration).
+    pub fp32_logits_bias: bool,
 }
 
 /// What turns the input into the encoder's first hidden states.
@@ -1542,6 +1545,19 @@ impl Model {
     /// the parallel layouts and the serving engines are modelled for.
     pub fn is_plain_decoder(&self) -> bool {
         self.encoder.is_none() && self.multimodal.is_none() && self.seq2seq.is_none() && self.dual.is_none()
+    }
+
+    /// The training loss casts the logits to fp32 before its cross-entropy: transformers'
+    /// `ForCausalLMLoss` / `ForMaskedLMLoss` (loss/loss_utils.py `logits.float()`), which decoders,
+    /// vision-language models and ModernBERT use. BERT-family, DistilBERT, ELECTRA and DeBERTa
+    /// masked-LM heads, T5, BART and Whisper call `CrossEntropyLoss` on the logits as they are
+    /// (BART's fp32 `final_logits_bias` promotes them under autocast: `Seq2Seq::fp32_logits_bias`).
+    pub fn loss_upcasts_logits(&self) -> bool {
+        match (&self.encoder, &self.seq2seq) {
+            (Some(enc), _) => enc.modern.is_some(),
+            (None, Some(_)) => false,
+            (None, None) => true,
+        }
     }
 
     /// What kind of model this is (a stable name for JSON and messages): `decoder`, `encoder`,

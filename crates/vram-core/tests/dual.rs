@@ -32,7 +32,7 @@ fn dual_encoder_peaks_follow_pytorch() {
         assert_eq!(vision.sequence(None, 0).unwrap(), r["tokens"].as_u64().unwrap(), "{line}");
         let seq = model.sequence(None, 1 << 20).unwrap();
         let batch = r["batch"].as_u64().unwrap();
-        let err = family_table::error_of(&model, &r, batch, seq);
+        let err = family_table::error_of("dual", &model, &r, batch, seq);
         let held = r["set"] != "development";
         println!(
             "{:>7.2}%  {} {} {} b{batch} text {seq}{}{}",

@@ -45,7 +45,7 @@ fn encoder_decoder_peaks_follow_pytorch() {
         let err = match &lora {
             None => {
                 assert_eq!(model.parameters(), r["parameters"].as_u64().unwrap(), "{name}");
-                family_table::error_of(&model, &r, batch, seq)
+                family_table::error_of("encdec", &model, &r, batch, seq)
             }
             Some(l) => {
                 // peft's trainable count (adapters in both stacks, self- and cross-attention).
@@ -88,6 +88,7 @@ fn lora_error(model: &vram_core::Model, r: &Value, l: Lora, batch: u64, seq: u64
         ..Job::train(batch, seq)
     };
     let est = vram_core::estimate(model, &job).unwrap_or_else(|e| panic!("{}: {e}", model.name));
+    family_table::gpu_points::hold("encdec", r, est.peak_allocated);
     let measured = r["peak_allocated"].as_u64().unwrap() as f64;
     (est.peak_allocated as f64 - measured) / measured
 }

@@ -81,7 +81,9 @@ fn points() -> Vec<Point> {
             ..base
         };
         assert_eq!(job.mode, if train { Mode::Train } else { Mode::Infer });
-        let est = estimate(&model, &job).unwrap().peak_allocated as f64;
+        let est = estimate(&model, &job).unwrap().peak_allocated;
+        family_table::gpu_points::hold("encoders", &r, est);
+        let est = est as f64;
         let measured = r["peak_allocated"].as_u64().unwrap() as f64;
         out.push(Point {
             model: r["model"].as_str().unwrap().to_string(),

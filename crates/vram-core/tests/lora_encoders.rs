@@ -50,7 +50,7 @@ fn encoder_lora_peaks_follow_pytorch() {
             modules_to_save: Vec::new(),
         };
         let (batch, seq) = (r["batch"].as_u64().unwrap(), r["seq"].as_u64().unwrap());
-        let err = family_table::lora_error(&model, lora, &r, batch, seq);
+        let err = family_table::lora_error("encoders_lora", &model, lora, &r, batch, seq);
         let held = r["set"] != "development";
         println!(
             "{:>7.2}%  {name} {} b{batch} s{seq}{} dropout {}{}",

@@ -52,7 +52,7 @@ fn delta_net_lora_peaks_follow_pytorch() {
             storage: vram_core::DType::I8,
             prepare: vram_core::peft::KbitPrepare::Peft,
         });
-        let err = family_table::lora_error_on(&model, lora(&r), base, &r, batch, seq);
+        let err = family_table::lora_error_on("ssm_lora", &model, lora(&r), base, &r, batch, seq);
         let held = r["set"] != "development";
         println!(
             "{:>7.2}%  {name} {} {} r{} b{batch} s{seq}{}{}",

@@ -43,7 +43,7 @@ fn vision_lora_peaks_follow_pytorch() {
             modules_to_save: if classifier { vec!["classifier".into()] } else { Vec::new() },
         };
         let batch = r["batch"].as_u64().unwrap();
-        let err = family_table::lora_error(&model, lora, &r, batch, model.sequence(None, 0).unwrap());
+        let err = family_table::lora_error("vision_lora", &model, lora, &r, batch, model.sequence(None, 0).unwrap());
         let held = r["set"] != "development";
         println!(
             "{:>7.2}%  {name} b{batch}{}{}",

@@ -57,7 +57,7 @@ fn vlm_lora_peaks_follow_pytorch() {
             storage: DType::I8,
             prepare: KbitPrepare::Peft,
         });
-        let err = family_table::lora_error_on(&model, lora(variant), base, &r, batch, seq);
+        let err = family_table::lora_error_on("vlm_lora", &model, lora(variant), base, &r, batch, seq);
         let held = r["set"] != "development";
         println!(
             "{:>7.2}%  {name} {variant} b{batch} s{seq}{}{}",

@@ -26,7 +26,7 @@ fn mamba_peaks_follow_pytorch() {
         let name = r["model"].as_str().unwrap();
         let model = parse_config(&std::fs::read(root().join(r["source"].as_str().unwrap())).unwrap(), name, "fixture").unwrap();
         let (batch, seq) = (r["batch"].as_u64().unwrap(), r["seq"].as_u64().unwrap());
-        let err = family_table::error_of(&model, &r, batch, seq);
+        let err = family_table::error_of("ssm", &model, &r, batch, seq);
         let held = r["set"] != "development";
         println!(
             "{:>7.2}%  {name} {} {} b{batch} s{seq}{}{}{}",

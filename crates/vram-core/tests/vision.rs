@@ -36,7 +36,7 @@ fn vision_peaks_follow_pytorch() {
         let seq = model.sequence(None, 0).unwrap();
         assert_eq!(seq, r["tokens"].as_u64().unwrap(), "{line}");
         let batch = r["batch"].as_u64().unwrap();
-        let err = family_table::error_of(&model, &r, batch, seq);
+        let err = family_table::error_of("vision", &model, &r, batch, seq);
         let held = r["set"] != "development";
         println!(
             "{:>7.2}%  {} {} {} b{batch} {}px{}{}",

@@ -59,7 +59,7 @@ fn rows(model_types: &[&str]) -> Vec<(String, bool, f64)> {
         }
         assert_eq!(model.multimodal.as_ref().unwrap().image_tokens, r["image_tokens_per_image"].as_u64().unwrap(), "{name}");
         let (batch, seq) = (r["batch"].as_u64().unwrap(), r["seq"].as_u64().unwrap());
-        let err = family_table::error_of(&model, &r, batch, seq);
+        let err = family_table::error_of("vlm", &model, &r, batch, seq);
         let held = r["set"] != "development";
         println!(
             "{:>7.2}%  {name} {variant} {} b{batch} s{seq} img{}{}{}{}",

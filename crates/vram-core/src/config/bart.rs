@@ -76,6 +76,7 @@ pub(super) fn parse(c: &Cfg, name: &str, model_type: &str) -> Result<Model> {
     }
     m.cross_attention = true;
     let source_tokens = key(c, "max_position_embeddings", 1024)?;
-    m.seq2seq = Some(Box::new(Seq2Seq { encoder, source_tokens, frontend: Frontend::Text, labels_disable_cache: true }));
+    m.seq2seq =
+        Some(Box::new(Seq2Seq { encoder, source_tokens, frontend: Frontend::Text, labels_disable_cache: true, fp32_logits_bias: true }));
     Ok(m)
 }

@@ -111,6 +111,7 @@ pub(super) fn parse(c: &Cfg, name: &str, model_type: &str) -> Result<Model> {
     m.cross_attention = true;
     // The length T5 was pre-trained on (`n_positions`, 512), the default source length.
     let source_tokens = c.opt(&["n_positions"])?.unwrap_or(512);
-    m.seq2seq = Some(Box::new(Seq2Seq { encoder, source_tokens, frontend: Frontend::Text, labels_disable_cache: false }));
+    m.seq2seq =
+        Some(Box::new(Seq2Seq { encoder, source_tokens, frontend: Frontend::Text, labels_disable_cache: false, fp32_logits_bias: false }));
     Ok(m)
 }

@@ -61,7 +61,12 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     m.tied_embeddings = c.bool("tie_word_embeddings", true)?;
     m.cross_attention = true;
     let source_tokens = encoder.position_embeddings;
-    m.seq2seq =
-        Some(Box::new(Seq2Seq { encoder, source_tokens, frontend: Frontend::Audio { mel_bins: mel }, labels_disable_cache: false }));
+    m.seq2seq = Some(Box::new(Seq2Seq {
+        encoder,
+        source_tokens,
+        frontend: Frontend::Audio { mel_bins: mel },
+        labels_disable_cache: false,
+        fp32_logits_bias: false,
+    }));
     Ok(m)
 }

@@ -157,20 +157,39 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
         let upcast = if e == 2 { 4 } else { 0 };
         // Gemma-2 final soft-capping (modeling_gemma2.py): logits / cap -> tanh (output saved) -> * cap.
         let cap = if m.final_softcap { e } else { 0 };
-        // BertForMaskedLM's CrossEntropyLoss on the half logits: autocast runs log_softmax in
-        // fp32 (the same upcast copy and saved output).
-        // Without autocast and without ForCausalLMLoss's .float() (encoders' and Whisper's own
-        // CrossEntropyLoss on half logits in pure bf16), log_softmax runs in half: the logits and
-        // its output in the forward; at backward start its output with nll's and its own
-        // gradients, all half (modeling_whisper.py, modeling_bart.py; measured on bart-base-3l:
-        // three half tensors of tokens × vocab).
-        let half_loss = e == 2 && !b.amp && !m.is_plain_decoder();
-        let (f, bw) = if half_loss { (2 * e, 3 * e) } else { (e + cap + upcast + 4, 12 + cap) };
+        // Without ForCausalLMLoss's .float() (encoders' masked-LM heads, T5 and Whisper call
+        // CrossEntropyLoss on the logits as they are; BART's fp32 bias upcasts them under autocast):
+        // - under autocast, aten's cross_entropy_loss asks for `log_softmax(x, dim, x.dtype)`
+        //   (LossNLL.cpp), which CUDA autocast leaves in half; nll_loss (CUDA's fp32 list) casts
+        //   that to fp32 and keeps the copy for backward. During the loss: the logits, the half
+        //   log-softmax and its fp32 copy; at backward start: the two saved and nll's fp32
+        //   gradient (measured on an H100: validation/gpu/h100/family_recordings.jsonl, BERT,
+        //   ELECTRA, DistilBERT, T5, Whisper masked-LM/seq2seq points under bf16-mixed);
+        // - without autocast, log_softmax runs in half: the logits and its output in the forward;
+        //   at backward start its output with nll's and its own gradients, all half
+        //   (modeling_whisper.py, modeling_bart.py; measured on bart-base-3l: three half tensors
+        //   of tokens × vocab).
+        let upcasts = m.loss_upcasts_logits();
+        let half_loss = e == 2 && !b.amp && !upcasts;
+        // BART's final_logits_bias is a buffer in the model's load dtype: an fp32 one promotes the
+        // logits under autocast, a bf16 base's (LoRA) does not.
+        let bias_upcasts = p == 4 && m.seq2seq.as_ref().is_some_and(|s| s.fp32_logits_bias);
+        let amp_half_loss = e == 2 && b.amp && !upcasts && !bias_upcasts;
+        let (f, bw) = if half_loss {
+            (2 * e, 3 * e)
+        } else if amp_half_loss {
+            (2 * e + 4, e + 8)
+        } else {
+            (e + cap + upcast + 4, 12 + cap)
+        };
         let what = if m.encoder.is_some_and(|x| x.head != EncoderHead::MaskedLm) { "outputs" } else { "vocab" };
         (
             logit_rows * logit_width * f,
             logit_rows * logit_width * bw,
-            format!("{logit_rows} rows × {what} {logit_width}: fp32 log-softmax + its gradients ({bw} B/elem at backward start; {f} B/elem during the loss)"),
+            format!(
+                "{logit_rows} rows × {what} {logit_width}: {} log-softmax + its gradients ({bw} B/elem at backward start; {f} B/elem during the loss)",
+                if half_loss || amp_half_loss { "half" } else { "fp32" }
+            ),
         )
     };
 

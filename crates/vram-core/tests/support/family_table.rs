@@ -4,6 +4,9 @@
 
 use std::collections::BTreeMap;
 
+#[path = "gpu_points.rs"]
+pub mod gpu_points;
+
 /// (median, worst) of |errors|.
 pub fn stats(v: &[f64]) -> (f64, f64) {
     let mut a: Vec<f64> = v.iter().map(|x| x.abs()).collect();
@@ -48,7 +51,9 @@ pub fn check(rows: &[(String, bool, f64)]) {
 /// The job a fixture point ran (mode, precision, checkpointing, the attention implementation it
 /// names — sdpa when it names none —, a padded batch when it says so) at `batch` × `seq`, and the signed relative error of vram's
 /// peak allocated against its measured one.
-pub fn error_of(model: &vram_core::Model, r: &serde_json::Value, batch: u64, seq: u64) -> f64 {
+/// `module`: the oracle that wrote the point (validation/<module>.py), whose H100 recording of the
+/// same job, if any, the estimate is held to as well (support/gpu_points.rs).
+pub fn error_of(module: &str, model: &vram_core::Model, r: &serde_json::Value, batch: u64, seq: u64) -> f64 {
     use vram_core::{AttentionImpl, Checkpointing, Job, Precision};
     let base = if r["mode"] == "train" { Job::train(batch, seq) } else { Job::infer(batch, seq) };
     let job = Job {
@@ -62,20 +67,22 @@ pub fn error_of(model: &vram_core::Model, r: &serde_json::Value, batch: u64, seq
         padded: r["padded"] == true,
         ..base
     };
-    let est = vram_core::estimate(model, &job).unwrap().peak_allocated as f64;
+    let est = vram_core::estimate(model, &job).unwrap().peak_allocated;
+    gpu_points::hold(module, r, est);
     let measured = r["peak_allocated"].as_u64().unwrap() as f64;
-    (est - measured) / measured
+    (est as f64 - measured) / measured
 }
 
 /// A LoRA fixture point (validation/*_lora.py, bf16 base under bf16 autocast, sdpa): checks the
 /// trainable parameter count against peft's (adapters plus modules_to_save copies) and returns
 /// the signed relative error of vram's peak allocated.
-pub fn lora_error(model: &vram_core::Model, lora: vram_core::peft::Lora, r: &serde_json::Value, batch: u64, seq: u64) -> f64 {
-    lora_error_on(model, lora, None, r, batch, seq)
+pub fn lora_error(module: &str, model: &vram_core::Model, lora: vram_core::peft::Lora, r: &serde_json::Value, batch: u64, seq: u64) -> f64 {
+    lora_error_on(module, model, lora, None, r, batch, seq)
 }
 
 /// As `lora_error`, on a given base (a bitsandbytes one for QLoRA).
 pub fn lora_error_on(
+    module: &str,
     model: &vram_core::Model,
     lora: vram_core::peft::Lora,
     base: Option<vram_core::peft::BaseWeights>,
@@ -92,7 +99,8 @@ pub fn lora_error_on(
         base,
         ..Job::train(batch, seq)
     };
-    let est = vram_core::estimate(model, &job).unwrap().peak_allocated as f64;
+    let est = vram_core::estimate(model, &job).unwrap().peak_allocated;
+    gpu_points::hold(module, r, est);
     let measured = r["peak_allocated"].as_u64().unwrap() as f64;
-    (est - measured) / measured
+    (est as f64 - measured) / measured
 }
