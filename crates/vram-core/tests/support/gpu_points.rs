@@ -68,7 +68,9 @@ pub fn hold(module: &str, r: &Value, estimate: u64) -> Option<f64> {
     let g = measured().get(&(module.to_string(), r["id"].as_str()?.to_string()))?;
     let gpu = g["max_allocated"].as_u64().unwrap() as f64;
     let err = ((estimate + workspaces(r["mode"] == "train")) as f64 - gpu) / gpu;
-    println!("           H100 {:+.2}%  (estimate + workspaces against max_memory_allocated)", err * 100.0);
+    let id = r["id"].as_str().unwrap_or_default();
+    let short: Vec<&str> = id.split('|').filter(|kv| !kv.starts_with("attention=")).collect();
+    println!("   H100 {:+.2}%  {module} {} (estimate + workspaces against max_memory_allocated)", err * 100.0, short.join(" "));
     assert!(err.abs() <= 0.15, "{module} {}: estimate {:+.2}% against the H100", r["id"], err * 100.0);
     Some(err)
 }
