@@ -110,3 +110,37 @@ fn modernbert_reads_its_layer_types_and_refuses_what_it_does_not_model() {
         assert!(e.contains(says), "{key}: {e}");
     }
 }
+
+/// Which training losses cast the logits to fp32 themselves (transformers' ForCausalLMLoss /
+/// ForMaskedLMLoss) and which call CrossEntropyLoss on the logits as they are — where, under
+/// autocast, CUDA keeps the log-softmax in half (validation/gpu/h100/family_recordings.jsonl).
+/// The half log-softmax is one half `tokens × vocab` tensor less at the backward peak.
+#[test]
+fn the_loss_casts_as_each_head_does() {
+    use vram_core::{estimate, Job, Precision};
+    for (name, upcasts) in [
+        ("bert-base-uncased.json", false),
+        ("deberta-v3-base.json", false),
+        ("electra-base-generator.json", false),
+        ("t5-small.json", false),
+        ("whisper-small.json", false),
+        ("modernbert-base.json", true),
+    ] {
+        assert_eq!(family(name).loss_upcasts_logits(), upcasts, "{name}");
+    }
+    let llama = parse_config(&std::fs::read(root().join("validation/configs/gemma-3-1b.json")).unwrap(), "g", "g").unwrap();
+    assert!(llama.loss_upcasts_logits());
+    // BERT's masked-LM head under bf16-mixed, at its peak (backward start): the half
+    // log-softmax and its fp32 copy saved, nll's fp32 gradient — 10 B per logit — where the
+    // upcasting path (fp32 log-softmax saved, nll's and its own fp32 gradients) holds 12.
+    let bert = family("bert-base-uncased.json");
+    let job = Job { precision: Precision::parse("bf16-mixed").unwrap(), ..Job::train(16, 512) };
+    let e = estimate(&bert, &job).unwrap();
+    assert_eq!(e.peak_phase, vram_core::Phase::BackwardStart);
+    assert_eq!(e.component("logits & loss"), 16 * 512 * bert.vocab * 10);
+    // In pure bf16 (no autocast) the log-softmax and both gradients are half: 6 B per logit.
+    let pure = Job { precision: Precision::parse("bf16").unwrap(), ..Job::train(16, 512) };
+    let e = estimate(&bert, &pure).unwrap();
+    assert_eq!(e.peak_phase, vram_core::Phase::BackwardStart);
+    assert_eq!(e.component("logits & loss"), 16 * 512 * bert.vocab * 6);
+}
