@@ -18,8 +18,9 @@ Recorded per point: torch's `max_memory_allocated` / `max_memory_reserved` from 
 oracle's Tracker starts (harness.Tracker, where the oracle starts counting) to the end of the job
 (the weights stay allocated, so they are in it), the build's own peak and the peak of any set-up
 between the build and the Tracker (a cast of the model, peft's wrapping), the allocator's
-counters, NVML's per-process used memory at the end, the tracked peak of the live tensors (the
-oracle's own Tracker, here over real tensors) and the oracle's
+counters, NVML's per-process used memory at the end, torch's peak per phase of the job, the
+tracked peak of the live tensors with its phase peaks and categories (the oracle's own Tracker,
+here over real tensors) and the oracle's
 FakeTensorMode peak from the fixture. Nothing is downloaded: configs come from the repo and
 weights are random. QLoRA points are left out (bitsandbytes is not on the GPU machine; the
 oracle's shim is not bitsandbytes).
@@ -178,6 +179,22 @@ def reset_at_tracking(marks, cuda):
         return orig(self)
 
     harness.Tracker.__enter__ = enter
+    # torch's peak per phase of the job (the Tracker's phases: forward0, backward0, ...): read
+    # and reset at each phase change, so the job's peak is the largest of them.
+    phase = harness.Tracker.phase
+
+    def set_phase(self, name):
+        if cuda:
+            import torch
+
+            peaks = marks.setdefault("gpu_phase_peaks", {})
+            peaks[self._phase] = max(peaks.get(self._phase, 0), torch.cuda.max_memory_allocated())
+            reserved = marks.setdefault("gpu_phase_reserved", {})
+            reserved[self._phase] = max(reserved.get(self._phase, 0), torch.cuda.max_memory_reserved())
+            torch.cuda.reset_peak_memory_stats()
+        phase.fset(self, name)
+
+    harness.Tracker.phase = property(phase.fget, set_phase)
 
 
 def child_point(item, device):
@@ -214,12 +231,18 @@ def child_point(item, device):
         return rec
     rec["tracked_peak"] = out["peak_allocated"]
     rec["tracked_phase"] = out.get("peak_phase")
+    # Where the real tensors peaked and what they were: compared with the fixture's own phase
+    # peaks and categories, these place any difference between the GPU and the oracle.
+    rec["tracked_phase_peaks"] = out.get("phase_peaks")
+    rec["tracked_categories"] = out.get("categories_at_peak")
     rec["attention_kernels"] = out.get("attention_kernels")
     if cuda:
         torch.cuda.synchronize()
         st = torch.cuda.memory_stats()
-        rec["max_allocated"] = torch.cuda.max_memory_allocated()
-        rec["max_reserved"] = torch.cuda.max_memory_reserved()
+        peaks = marks.get("gpu_phase_peaks", {})
+        rec["gpu_phase_peaks"] = peaks
+        rec["max_allocated"] = max([torch.cuda.max_memory_allocated(), *peaks.values()])
+        rec["max_reserved"] = max([torch.cuda.max_memory_reserved(), *marks.get("gpu_phase_reserved", {}).values()])
         rec["build_peak"] = marks.get("build_peak")
         rec["after_build"] = marks.get("after_build")
         rec["setup_peak"] = marks.get("setup_peak")  # from the build's end to the Tracker's start
