@@ -70,9 +70,26 @@ def is_quantized(p):
     return str(p.get("train") or "").startswith("qlora") or p.get("method") == "qlora"
 
 
+def preference(rec):
+    """The order a model's points are considered in, whatever the fixture's row order: training
+    under bf16-mixed without checkpointing (what most users run), inference, the same training
+    with checkpointing, then the rest; the id breaks ties."""
+    mixed = str(rec.get("precision", "")).endswith("-mixed")
+    train = rec.get("mode") == "train"
+    if train and mixed and not rec.get("checkpointing"):
+        rank = 0
+    elif not train:
+        rank = 1
+    elif train and mixed:
+        rank = 2
+    else:
+        rank = 3
+    return (rank, rec["id"])
+
+
 def select(records, gpu_bytes=80 * GIB, per_model=PER_MODEL, max_seconds=MAX_ORACLE_SECONDS):
     """The points to run, in run order (pure; unit-tested). `records`: module -> the fixture's
-    records in file order. Per model, the first point of each distinct shape (mode,
+    records. Per model, in the order `preference` gives, the first point of each distinct shape (mode,
     checkpointing, mask, precision, method, task), at most `per_model` of them, among those
     that fit the GPU with room for the reserve and a context, that the oracle ran in at most
     `max_seconds`, and that are not QLoRA. The run order takes each model's first point across
@@ -81,7 +98,7 @@ def select(records, gpu_bytes=80 * GIB, per_model=PER_MODEL, max_seconds=MAX_ORA
     ranked = []
     for mi, module in enumerate(MODULES):
         per = {}
-        for rec in records.get(module, []):
+        for rec in sorted(records.get(module, []), key=preference):
             if is_quantized(rec) or rec.get("seconds", 0) > max_seconds:
                 continue
             if rec["peak_allocated"] * 1.3 + 2 * GIB > gpu_bytes:
@@ -96,6 +113,21 @@ def select(records, gpu_bytes=80 * GIB, per_model=PER_MODEL, max_seconds=MAX_ORA
                                                          "oracle_seconds": rec.get("seconds")}))
     ranked.sort(key=lambda x: x[0])
     return [p for _, p in ranked]
+
+
+def measured(rec):
+    """Whether a recorded point measures its job (as crates/vram-core/tests/support/gpu_points.rs
+    decides): a valid `family-point`, and for records made before the peak was reset at the
+    Tracker's start (no `at_tracking`), neither run under fake tensors (the GPU held less than
+    half the job's tensors: ssm.py's old inference) nor a VLM-LoRA point whose fp32-to-bf16 cast
+    after the build reached the job's peak."""
+    if rec.get("kind") != "family-point" or rec.get("valid") is not True:
+        return False
+    if "at_tracking" in rec:
+        return True
+    if rec["max_allocated"] < rec["tracked_peak"] // 2:
+        return False
+    return not (rec["module"] == "vlm_lora" and rec["max_allocated"] >= 0.99 * rec["build_peak"])
 
 
 def need_bytes(item):
@@ -318,7 +350,7 @@ def main():
     ap.add_argument("--deadline", type=float, default=3600, help="seconds after which no point is started")
     ap.add_argument("--give-up", type=int, default=6, help="stop when this many points failed and none ran")
     ap.add_argument("--device", default="cuda", help="cpu: a dry run of the code paths, no measurements")
-    ap.add_argument("--skip-recorded", help="a family_recordings.jsonl whose points are not run again")
+    ap.add_argument("--skip-recorded", help="a family_recordings.jsonl whose measured points are not run again")
     ap.add_argument("--list", action="store_true", help="print the selection and exit")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -336,7 +368,7 @@ def main():
         items = [i for i in items if i["model"] in a.models.split(",")]
     if a.skip_recorded:
         with open(a.skip_recorded) as f:
-            done = {(d["module"], d["id"]) for d in map(json.loads, f) if d.get("kind") == "family-point"}
+            done = {(d["module"], d["id"]) for d in map(json.loads, f) if measured(d)}
         items = [i for i in items if (i["module"], i["id"]) not in done]
     if a.list:
         for i in items:

@@ -42,6 +42,18 @@ class FamiliesTest(unittest.TestCase):
         self.assertTrue(families.is_quantized({"method": "qlora"}))
         self.assertFalse(families.is_quantized({"train": "lora:all-linear"}))
 
+    def test_recorded_points_measure_their_jobs_as_the_rust_tests_count_them(self):
+        import json
+        path = os.path.join(families.HERE, "h100", "family_recordings.jsonl")
+        with open(path) as f:
+            recs = [json.loads(line) for line in f]
+        points = [r for r in recs if r["kind"] == "family-point"]
+        ok = [r for r in points if families.measured(r)]
+        # tests/gpu_families.rs counts 192 of the 234 recorded points
+        self.assertEqual((len(points), len(ok)), (234, 192))
+        self.assertFalse(families.measured({"kind": "skipped"}))
+        self.assertTrue(families.measured({"kind": "family-point", "valid": True, "at_tracking": 1}))
+
 
 if __name__ == "__main__":
     unittest.main()
