@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for t in encoders encdec vision dual vlm ssm lora_encoders lora_vision lora_vlm lora_ssm; do
-    cargo test -q -p vram-core --test "$t" -- --nocapture 2>/dev/null | awk -v t="$t" '$1 == "H100" { sub("%", "", $2); print t, $2 }'
+    cargo test -q -p vram-core --test "$t" -- --nocapture 2>/dev/null | awk -v t="$t" '{ for (i = 1; i < NF; i++) if ($i == "H100") { v = $(i + 1); sub("%", "", v); print t, v; break } }'
 done | python3 -c '
 import collections, statistics, sys
 rows = [line.split() for line in sys.stdin]

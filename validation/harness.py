@@ -12,7 +12,7 @@ CUDA behaviour emulated on the CPU (see README.md "Faithfulness"):
   the CUDA kernels allocate (output, logsumexp; in backward dq/dk/dv and flash's fp32 dq
   accumulator); math runs aten's own decomposition.
 - Autocast: CPU autocast already casts matmuls to half like CUDA; CUDA's fp32 op list (torch.pow,
-  exp, log, rsqrt, layer_norm, group_norm, softmax/log_softmax without an explicit dtype) is
+  square, exp, log, rsqrt, layer_norm, group_norm, softmax/log_softmax without an explicit dtype) is
   applied by patching those functions, above autograd, as the autocast dispatch key does;
   F.cross_entropy on half logits keeps a half log-softmax and casts it for nll_loss, as CUDA
   autocast does (an H100 showed it; see cuda_cross_entropy).
@@ -257,7 +257,9 @@ def _fp32_under_autocast(fn, only_without_dtype=False):
     return wrapped
 
 
-for _name in ("pow", "exp", "log", "rsqrt"):
+# torch.square is aten's pow.Tensor_Scalar, on the same fp32 list (relu2's square: an H100 held
+# Nemotron-H's training peak 192 MiB above the emulation without it, equal to the byte with it).
+for _name in ("pow", "square", "exp", "log", "rsqrt"):
     setattr(torch, _name, _fp32_under_autocast(getattr(torch, _name)))
 for _name in ("layer_norm", "group_norm"):
     setattr(F, _name, _fp32_under_autocast(getattr(F, _name)))

@@ -2,8 +2,8 @@
 # One GPU lease's checks, prepared to run as a single command (about 8 minutes of a 15-minute
 # lease; the rest is the machine's start and the transfers):
 #   1. the points that place the two GPU/oracle differences still open (Whisper trained without
-#      checkpointing, Nemotron-H), run again with torch's per-phase peaks and the real tensors'
-#      categories recorded;
+#      checkpointing, Gated DeltaNet), run again with torch's per-phase peaks and the real
+#      tensors' categories recorded;
 #   2. the family points not yet measured on a GPU (validation/gpu/h100/family_recordings.jsonl),
 #      until the deadline.
 # Wheels of the fixtures' transformers/peft versions in .whl/ are installed first when present.
@@ -20,7 +20,7 @@ python3 -c "import torch, transformers, peft; print(torch.__version__, transform
 export PYTHONUNBUFFERED=1
 mkdir -p "$out/diag" "$out/fam"
 python3 validation/gpu/families.py --out "$out/diag" --deadline 60 --workers 8 --only encdec,ssm \
-    --models whisper-base,whisper-small,nemotron-h-dev-8l,t5-small 2> "$out/diag.log"
+    --models whisper-base,whisper-small,qwen3.5-dev-4l,t5-small 2> "$out/diag.log"
 echo "diagnosis: exit $?, $(grep -c '"family-point"' "$out/diag/family_recordings.jsonl") points"
 python3 validation/gpu/families.py --out "$out/fam" --deadline "$deadline" --workers 10 \
     --skip-recorded validation/gpu/h100/family_recordings.jsonl 2> "$out/families.log"

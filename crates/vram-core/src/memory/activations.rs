@@ -297,9 +297,19 @@ fn activation(act: Act, b: &Bytes) -> (u128, u128) {
         Act::Silu | Act::Gelu => (e, e),
         // relu saves its output, which the next op saves anyway.
         Act::Relu => (0, e),
-        // relu2: relu's output, saved by the square (and by relu itself), then the square's
-        // output, which the next linear saves.
-        Act::Relu2 => (e, e),
+        // relu2: relu's output (saved by relu), then `torch.square` of it. The square is aten's
+        // pow.Tensor_Scalar, on CUDA autocast's fp32 list: under AMP it saves an fp32 copy of
+        // relu's output and its own output is fp32, which the next linear casts and saves
+        // (measured on an H100: validation/gpu/h100/family_recordings.jsonl, Nemotron-H, equal
+        // to the byte to the oracle that emulates it). Without autocast the square saves relu's
+        // output itself and returns the compute dtype.
+        Act::Relu2 => {
+            if b.amp && e != 4 {
+                (e + 4, 4)
+            } else {
+                (e, e)
+            }
+        }
         // quick_gelu (activations.py QuickGELUActivation): x * sigmoid(1.702 * x) saves x and the
         // sigmoid output (sigmoid saves it too: one tensor).
         Act::QuickGelu => (2 * e, e),
