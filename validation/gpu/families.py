@@ -234,9 +234,7 @@ def child_point(item, device):
 
     cuda = device == "cuda"
     module = importlib.import_module(item["module"])
-    loaded = [sys.modules[n] for n in ("harness", "lora", "encoders", "encdec", "vision", "dual", "vlm", "ssm",
-                                       "encoders_lora", "vision_lora", "vlm_lora", "ssm_lora", "qlora_shim")
-              if n in sys.modules]
+    loaded = [sys.modules[n] for n in ("harness", "lora", "qlora_shim", *MODULES) if n in sys.modules]
     real_cuda(loaded, device)
     marks = {}
     wrap_builds(loaded, marks, cuda)
@@ -363,8 +361,15 @@ def main():
         records[module] = list(fx.values())
     items = select(records)
     if a.only:
+        unknown = set(a.only.split(",")) - set(MODULES)
+        if unknown:
+            ap.error(f"--only: no oracle module {', '.join(sorted(unknown))} (these are: {', '.join(MODULES)})")
         items = [i for i in items if i["module"] in a.only.split(",")]
     if a.models:
+        known = {r["model"] for recs in records.values() for r in recs}
+        unknown = set(a.models.split(",")) - known
+        if unknown:
+            ap.error(f"--models: no oracle point of {', '.join(sorted(unknown))}")
         items = [i for i in items if i["model"] in a.models.split(",")]
     if a.skip_recorded:
         with open(a.skip_recorded) as f:
@@ -375,34 +380,15 @@ def main():
             print(f"{i['module']:14} {i['oracle_peak'] / GIB:7.2f} GiB {i['oracle_seconds']:6.1f}s  {i['id']}")
         print(f"{len(items)} points", file=sys.stderr)
         return 0
-    if not a.out:
-        ap.error("--out is required")
-    path = os.path.join(a.out, "family_recordings.jsonl")
-    if os.path.exists(path):
-        ap.error(f"{path} exists; choose another directory")
-    import torch
-
-    if a.device == "cuda" and not torch.cuda.is_available():
-        print("no CUDA GPU: nothing to measure", file=sys.stderr)
-        return 2
     import kit
 
-    t_start = time.time()
-    os.makedirs(a.out, exist_ok=True)
-    env = kit.environment() if a.device == "cuda" else {"device": a.device}
-    gpu_bytes = env.get("gpu_total", 80 * GIB)
+    started = kit.start(ap, a, "family_recordings.jsonl")
+    if started is None:
+        return 2
+    path, env, gpu_bytes, t_start = started
     with open(path, "w") as out:
-        def write(rec):
-            rec.update(env)
-            out.write(json.dumps(rec) + "\n")
-            out.flush()
-            short = {k: rec.get(k) for k in ("kind", "module", "model", "max_allocated", "tracked_peak", "oracle_peak",
-                                             "seconds", "error")}
-            print(f"[{time.time() - t_start:6.1f}s] " + json.dumps({k: v for k, v in short.items() if v is not None}),
-                  file=sys.stderr, flush=True)
-            if rec.get("kind") == "error":
-                print((rec.get("traceback") or rec.get("stderr") or "")[-1500:], file=sys.stderr, flush=True)
-
+        write = kit.writer(out, env, t_start, ("kind", "module", "model", "max_allocated", "tracked_peak",
+                                               "oracle_peak", "seconds", "error"))
         run_all(items, a, write, gpu_bytes, t_start)
     return 0
 

@@ -443,6 +443,43 @@ def run_points(points, args, write, gpu_bytes, t_start):
         time.sleep(0.2)
 
 
+def start(ap, a, filename):
+    """The checks and set-up a measuring run begins with (this kit's and families.py's): --out
+    given, its `filename` not there yet (nothing recorded is overwritten), a CUDA GPU unless a CPU
+    dry run. Returns (path, environment, GPU bytes, start time), or None when there is no GPU."""
+    if not a.out:
+        ap.error("--out is required")
+    path = os.path.join(a.out, filename)
+    if os.path.exists(path):
+        ap.error(f"{path} exists; choose another directory")
+    import torch
+
+    if a.device == "cuda" and not torch.cuda.is_available():
+        print("no CUDA GPU: nothing to measure", file=sys.stderr)
+        return None
+    t_start = time.time()
+    os.makedirs(a.out, exist_ok=True)
+    env = environment() if a.device == "cuda" else {"device": a.device}
+    return path, env, env.get("gpu_total", 80 * GIB), t_start
+
+
+def writer(out, env, t_start, keys):
+    """A record writer: each record gets the environment, goes to `out` as one JSON line at once,
+    and a progress line with `keys` goes to stderr (with the tail of an error's trace)."""
+
+    def write(rec):
+        rec.update(env)
+        out.write(json.dumps(rec) + "\n")
+        out.flush()
+        short = {k: rec.get(k) for k in keys}
+        print(f"[{time.time() - t_start:6.1f}s] " + json.dumps({k: v for k, v in short.items() if v is not None}),
+              file=sys.stderr, flush=True)
+        if rec.get("kind") == "error":
+            print((rec.get("traceback") or rec.get("stderr") or "")[-1500:], file=sys.stderr, flush=True)
+
+    return write
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", help="directory to write (refuses an existing recordings.jsonl)")
@@ -466,33 +503,17 @@ def main():
             rec = child_nccl(rank, world)
         print(json.dumps(rec))
         return 0
-    if not a.out:
-        ap.error("--out is required")
-    path = os.path.join(a.out, "recordings.jsonl")
-    if os.path.exists(path):
-        ap.error(f"{path} exists; choose another directory")
+    started = start(ap, a, "recordings.jsonl")
+    if started is None:
+        return 2
+    path, env, gpu_bytes, t_start = started
     import torch
 
-    if a.device == "cuda" and not torch.cuda.is_available():
-        print("no CUDA GPU: nothing to measure", file=sys.stderr)
-        return 2
-    t_start = time.time()
-    os.makedirs(a.out, exist_ok=True)
     a.snapshots = os.path.join(a.out, "snapshots")
     os.makedirs(a.snapshots, exist_ok=True)
-    env = environment() if a.device == "cuda" else {"device": a.device}
-    gpu_bytes = env.get("gpu_total", 80 * GIB)
     with open(path, "w") as out:
-        def write(rec):
-            rec.update(env)
-            out.write(json.dumps(rec) + "\n")
-            out.flush()
-            short = {k: rec.get(k) for k in ("kind", "name", "alloc_conf", "max_allocated", "max_reserved",
-                                             "oracle_peak", "nvml_process", "reserved_end", "seconds", "rc")}
-            print(f"[{time.time() - t_start:6.1f}s] " + json.dumps({k: v for k, v in short.items() if v is not None}),
-                  file=sys.stderr, flush=True)
-            if rec.get("kind") == "error":
-                print(rec.get("stderr", "")[-1500:], file=sys.stderr, flush=True)
+        write = writer(out, env, t_start, ("kind", "name", "alloc_conf", "max_allocated", "max_reserved", "oracle_peak",
+                                           "nvml_process", "reserved_end", "seconds", "rc"))
 
         if a.device == "cuda" and not a.skip_recorded:
             for _ in range(3):

@@ -24,16 +24,11 @@ mod fixtures;
 mod gpu_points;
 #[path = "support/readme.rs"]
 mod readme;
-use fixtures::root;
-
-fn records() -> Vec<Value> {
-    gpu_points::records()
-}
 
 /// module -> id -> the oracle's record, from the committed fixtures.
 fn oracle(module: &str) -> HashMap<String, Value> {
-    let text = std::fs::read_to_string(root().join(format!("validation/fixtures/{module}.jsonl"))).unwrap();
-    text.lines()
+    fixtures::fixture(&format!("{module}.jsonl"), &format!("validation/{module}.py"))
+        .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .filter(|r| r.get("id").is_some() && r.get("peak_allocated").is_some())
         .map(|r| (r["id"].as_str().unwrap().to_string(), r))
@@ -53,7 +48,7 @@ fn points() -> (Vec<Point>, usize) {
     let mut fixtures: BTreeMap<String, HashMap<String, Value>> = BTreeMap::new();
     let mut out = Vec::new();
     let mut skipped = 0;
-    for r in records().into_iter().filter(|r| r["kind"] == "family-point") {
+    for r in gpu_points::records().into_iter().filter(|r| r["kind"] == "family-point") {
         assert_eq!(r["gpu"], "NVIDIA H100 80GB HBM3");
         if let Some(why) = gpu_points::unmeasured(&r) {
             println!("  not measured ({why}): {} {}", r["module"], r["id"]);
@@ -135,7 +130,7 @@ fn cuda_context_holds_for_the_families() {
     use vram_core::Mode;
     let mib = (1u64 << 20) as f64;
     for mode in [Mode::Train, Mode::Infer] {
-        let measured: Vec<f64> = records()
+        let measured: Vec<f64> = gpu_points::records()
             .into_iter()
             .filter(|r| r["kind"] == "family-point" && gpu_points::unmeasured(r).is_none())
             .filter(|r| r["id"].as_str().unwrap().contains("mode=train") == (mode == Mode::Train))
