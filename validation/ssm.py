@@ -67,6 +67,11 @@ DELTA_HELD_OUT = ["qwen3-next-80b-a3b", "qwen3.5-27b", "qwen3.5-35b-a3b", "qwen3
 # checkpoints (development only); Zamba2-1.2B, -2.7B and -7B are held out (configs/ssm/SOURCES.md).
 ZAMBA_DEVELOPMENT = ["zamba2-dev-6l", "zamba2-dev-8l"]
 ZAMBA_HELD_OUT = ["zamba2-1.2b", "zamba2-2.7b", "zamba2-7b"]
+# The first Zamba (Mamba-1 mixers split into heads, one shared attention+MLP block without
+# positions or adapters): zamba-dev-8l is a cut-down layout, not a checkpoint (development only);
+# Zamba-7B-v1 (ZambaConfig's defaults, which its docstring names) is held out.
+ZAMBA1_DEVELOPMENT = ["zamba-dev-8l"]
+ZAMBA1_HELD_OUT = ["zamba-7b-v1"]
 
 
 def points():
@@ -161,9 +166,19 @@ def points():
         pt(m, "train", "bf16-mixed", eager, 1024, attention="eager")
         pt(m, "infer", "bf16", inf, 1024, attention="sdpa")
         pt(m, "infer", "bf16", 1, 4096, attention="sdpa")
+    # The first Zamba: the sequential scan (one Python step per token, head and layer), so the
+    # sequences are Jamba's.
+    for m in ZAMBA1_DEVELOPMENT + ZAMBA1_HELD_OUT:
+        dev = m in ZAMBA1_DEVELOPMENT
+        pt(m, "train", "bf16-mixed", 4 if dev else 1, 512 if dev else 256)
+        pt(m, "train", "bf16-mixed", 8 if dev else 2, 512 if dev else 256, checkpointing=True)
+        pt(m, "train", "bf16-mixed", 1, 1024 if dev else 512)
+        pt(m, "train", "bf16-mixed", 4 if dev else 1, 512, attention="sdpa")
+        pt(m, "infer", "bf16", 4 if dev else 1, 512, attention="sdpa")
+        pt(m, "infer", "bf16", 2 if dev else 1, 1024, attention="sdpa")
     for p in out:
         dev = (DEVELOPMENT + MAMBA2_DEVELOPMENT + BAMBA_DEVELOPMENT + GRANITE_DEVELOPMENT + FALCON_H1_DEVELOPMENT
-               + JAMBA_DEVELOPMENT + NEMOTRON_DEVELOPMENT + DELTA_DEVELOPMENT + ZAMBA_DEVELOPMENT)
+               + JAMBA_DEVELOPMENT + NEMOTRON_DEVELOPMENT + DELTA_DEVELOPMENT + ZAMBA_DEVELOPMENT + ZAMBA1_DEVELOPMENT)
         p["set"] = "development" if p["model"] in dev else "held-out"
         p["id"] = "|".join(f"{k}={p[k]}" for k in sorted(p) if k != "set")
     return out

@@ -602,6 +602,11 @@ pub struct Ssm {
     /// Zamba2's shared transformer block: the `attention_layers` are its invocations, each
     /// before one of the Mamba-2 layers, which have no MLP of their own.
     pub shared: Option<SharedBlock>,
+    /// The first Zamba's Mamba-1 mixer splits its channels into this many heads, each with its
+    /// own x_proj and dt_proj and its own scan (modeling_zamba.py `ZambaMambaMixer`): the same
+    /// parameters as one mixer `d_inner` wide, with `heads` × (R + 2N) x_proj outputs per token.
+    /// 1 for every other Mamba-1 mixer (unused by Mamba-2 and Gated DeltaNet).
+    pub mamba1_heads: u64,
 }
 
 /// Zamba2's shared attention block (transformers models/zamba2/modeling_zamba2.py
@@ -1970,7 +1975,7 @@ impl Model {
                 v.push(TensorGroup::vector(l("mixer.b_layernorm.weight"), n, count, Role::Norm));
                 v.push(TensorGroup::vector(l("mixer.c_layernorm.weight"), n, count, Role::Norm));
             }
-            if s.attention_layers > 0 {
+            if s.attention_layers > 0 && s.shared.is_none() {
                 // JambaMambaDecoderLayer: pre_ff_layernorm and the MLP or MoE block.
                 self.norm_tensors(&l("pre_ff_layernorm"), count, h, v);
                 self.ffn_tensors(i, "feed_forward", count, v);
@@ -2009,11 +2014,19 @@ impl Model {
             Self::linear(v, &l("self_attn.v_proj"), a, kv, false, sets);
             Self::linear(v, &l("self_attn.o_proj"), q, h, false, sets);
             v.push(TensorGroup::vector(l("pre_ff_layernorm.weight"), h, sets, Role::Norm));
-            Self::linear(v, &l("feed_forward.gate_up_proj"), h, 2 * self.intermediate, self.mlp.bias, sets);
+            if self.mlp.fused_gate_up {
+                Self::linear(v, &l("feed_forward.gate_up_proj"), h, 2 * self.intermediate, self.mlp.bias, sets);
+            } else {
+                // The first Zamba's ZambaMLP: Mistral's gate_proj and up_proj.
+                Self::linear(v, &l("feed_forward.gate_proj"), h, self.intermediate, self.mlp.bias, sets);
+                Self::linear(v, &l("feed_forward.up_proj"), h, self.intermediate, self.mlp.bias, sets);
+            }
             Self::linear(v, &l("feed_forward.down_proj"), self.intermediate, h, self.mlp.bias, sets);
         }
-        Self::linear(v, &l("feed_forward.gate_up_proj_adapter_list.{j}.0"), h, r, false, count);
-        Self::linear(v, &l("feed_forward.gate_up_proj_adapter_list.{j}.1"), r, 2 * self.intermediate, false, count);
+        if r > 0 {
+            Self::linear(v, &l("feed_forward.gate_up_proj_adapter_list.{j}.0"), h, r, false, count);
+            Self::linear(v, &l("feed_forward.gate_up_proj_adapter_list.{j}.1"), r, 2 * self.intermediate, false, count);
+        }
         if sb.attention_adapters {
             for p in ["q", "k", "v"] {
                 // Zamba2Attention: each adapter maps attention_hidden_size to itself.

@@ -82,6 +82,8 @@ fn mamba_parameters_are_exact() {
         ("zamba2-7b", 7_356_749_648),
         ("zamba2-dev-6l", 41_843_232),
         ("zamba2-dev-8l", 67_377_728),
+        ("zamba-7b-v1", 7_232_490_496),
+        ("zamba-dev-8l", 23_263_232),
     ] {
         let src = std::fs::read(root().join(format!("validation/configs/ssm/{file}.json"))).unwrap();
         assert_eq!(parse_config(&src, file, "config.json").unwrap().parameters(), n, "{file}");
@@ -436,8 +438,55 @@ fn zamba2_reads_its_shared_blocks() {
     gqa["use_shared_attention_adapter"] = Value::from(true);
     gqa["num_key_value_heads"] = Value::from(8);
     assert!(refusal(&gqa).contains("use_shared_attention_adapter"));
-    // Zamba (v1) stays refused by name.
-    let mut v1 = base;
-    v1["model_type"] = Value::from("zamba");
-    assert!(refusal(&v1).contains("Zamba"));
+}
+
+/// The first Zamba: Mamba-1 mixers split into `n_mamba_heads` scan heads (the parameters of one
+/// mixer as wide), ONE shared block without adapters or positions before each hybrid layer, its
+/// MLP Mistral's three linears (transformers 5.23 on the meta device: Zamba-7B-v1
+/// 7,232,490,496); without `layers_block_type`, ZambaConfig's own layout; what cannot be built
+/// is refused by name.
+#[test]
+fn zamba_reads_its_multi_head_mixers_and_one_shared_block() {
+    let (cfg, m) = ssm_config("zamba-7b-v1");
+    let s = m.ssm.unwrap();
+    let sb = s.shared.unwrap();
+    // 76 Mamba layers, 13 invocations of the one block.
+    assert_eq!((s.attention_layers, m.layers, m.config_layers(), sb.unique, sb.adapter_rank), (13, 89, 76, 1, 0));
+    assert_eq!((s.mamba1_heads, s.d_inner, s.d_state, s.dt_rank, s.mamba2), (2, 7424, 16, 232, None));
+    // attention_hidden_size 2 × 3712 over 16 heads of 464; no positions.
+    assert_eq!((m.head_dim, m.q_dim(), m.kv_dim()), (464, 7424, 7424));
+    assert!(!m.rotary() && m.rotary_dim == 0);
+    assert!(!m.mlp.fused_gate_up && m.mlp.gated);
+    assert!(m.warnings.iter().any(|w| w.contains("13 of them preceded by the one shared attention block")), "{:?}", m.warnings);
+    // The heads split the mixer without adding parameters.
+    let mut one = cfg.clone();
+    one["n_mamba_heads"] = Value::from(1);
+    assert_eq!(parsed(&one).unwrap().parameters(), m.parameters());
+    // ZambaConfig's default layout (2 Mamba, 1 hybrid, then every attn_layer_period-th from the
+    // offset) is what the checkpoint writes out.
+    let mut derived = cfg.clone();
+    derived.as_object_mut().unwrap().remove("layers_block_type");
+    assert_eq!(parsed(&derived).unwrap().parameters(), m.parameters());
+    derived["attn_layer_period"] = Value::from(3);
+    derived["attn_layer_offset"] = Value::from(1);
+    let more = parsed(&derived).unwrap();
+    // Layer 2, then i = 1, 4, … 70 of the remaining 73.
+    assert_eq!(more.ssm.unwrap().attention_layers, 1 + 24);
+    // Each extra invocation adds only its own `linear` (the block's weights are tied).
+    let h = 3712u64;
+    assert_eq!(more.parameters() - m.parameters(), (more.ssm.unwrap().attention_layers - 13) * h * h);
+    assert_hybrid_inference(&m);
+    for (key, value, says) in [
+        ("n_mamba_heads", Value::from(3), "n_mamba_heads"),
+        ("attention_hidden_size", Value::from(3712), "attention_hidden_size"),
+        ("hidden_mamba_act", Value::from("gelu"), "hidden_mamba_act"),
+        ("num_key_value_heads", Value::from(3), "num_key_value_heads"),
+        ("num_hidden_layers", Value::from(50), "num_hidden_layers"),
+        ("layers_block_type", Value::from(vec!["mamba"; 76]), "hybrid"),
+    ] {
+        let mut bad = cfg.clone();
+        bad[key] = value;
+        let e = refusal(&bad);
+        assert!(e.contains(says), "{key}: {e}");
+    }
 }

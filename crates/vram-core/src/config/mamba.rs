@@ -49,6 +49,7 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
             mlp_layers: 0,
             delta_net: None,
             shared: None,
+            mamba1_heads: 1,
         },
         true,
         path,
@@ -142,7 +143,7 @@ pub(super) fn parse_bamba(c: &Cfg, name: &str, model_type: &str) -> Result<Model
 
 /// Mamba-1's time-step rank: the key's number, or ⌈hidden / 16⌉ when absent or "auto"
 /// (configuration_mamba.py, configuration_jamba.py).
-fn time_step_rank(c: &Cfg, key: &str, hidden: u64) -> Result<u64> {
+pub(super) fn time_step_rank(c: &Cfg, key: &str, hidden: u64) -> Result<u64> {
     match c.get(key) {
         Some(Value::String(s)) if s == "auto" => Ok(hidden.div_ceil(16)),
         _ => Ok(c.opt(&[key])?.unwrap_or(hidden.div_ceil(16))),
@@ -237,6 +238,7 @@ impl Mamba2Keys {
             mlp_layers: 0,
             delta_net: None,
             shared: None,
+            mamba1_heads: 1,
         }
     }
 }
@@ -419,6 +421,7 @@ pub(super) fn parse_jamba(c: &Cfg, name: &str, model_type: &str) -> Result<Model
         mlp_layers: 0,
         delta_net: None,
         shared: None,
+        mamba1_heads: 1,
     });
     m.warnings.push(hybrid_warning(&format!(
         "Jamba: {attention} attention layers and {} Mamba layers (the sequential selective scan), each with its MLP or MoE block",

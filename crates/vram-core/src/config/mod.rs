@@ -35,6 +35,7 @@ mod registry;
 mod t5;
 mod vision;
 mod whisper;
+mod zamba;
 mod zamba2;
 
 use serde_json::{Map, Value};

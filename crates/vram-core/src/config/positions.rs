@@ -23,6 +23,8 @@ pub(super) fn positions(c: &Cfg, m: &mut Model) -> Result<()> {
         None if m.model_type == "jamba" => 0,
         // Zamba2's shared attention rotates q and k only with `use_mem_rope` (modeling_zamba2.py).
         None if m.model_type == "zamba2" && !c.bool("use_mem_rope", false)? => 0,
+        // The first Zamba's shared attention has no positional encoding (modeling_zamba.py).
+        None if m.model_type == "zamba" => 0,
         // Qwen3-Next and Qwen3.5 rotate a quarter of each head by default (their configs'
         // `partial_rotary_factor` default 0.25, which Qwen3.5 writes inside `rope_parameters`).
         None if matches!(m.model_type.as_str(), "qwen3_next" | "qwen3_5_text" | "qwen3_5_moe_text") => {

@@ -133,6 +133,7 @@ pub(super) fn parse(c: &Cfg, name: &str, model_type: &str) -> Result<Model> {
         mlp_layers: 0,
         delta_net: Some(dn),
         shared: None,
+        mamba1_heads: 1,
     });
     let family = if next { "Qwen3-Next" } else { "Qwen3.5" };
     m.warnings.push(format!(

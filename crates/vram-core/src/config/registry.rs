@@ -5,7 +5,7 @@ use serde_json::{Map, Value};
 use super::keys::Cfg;
 use super::{
     bart, bert, clip, deberta, distilbert, electra, falcon, gemma3_vl, gpt2, gpt_neox, idefics3, llama, llava, mamba, modernbert, opt,
-    paligemma, phi, qwen2_vl, qwen3_next, t5, vision, whisper, zamba2, ParseOptions,
+    paligemma, phi, qwen2_vl, qwen3_next, t5, vision, whisper, zamba, zamba2, ParseOptions,
 };
 use crate::error::Result;
 use crate::model::Model;
@@ -46,6 +46,7 @@ const FAMILIES: &[(&[&str], Parser)] = &[
     (&["jamba"], mamba::parse_jamba),
     (&["nemotron_h"], mamba::parse_nemotron_h),
     (&["qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"], qwen3_next::parse),
+    (&["zamba"], zamba::parse),
     (&["zamba2"], zamba2::parse),
     (&["gpt_neox"], gpt_neox::parse),
     (&["falcon"], falcon::parse),
@@ -141,8 +142,8 @@ const UNSUPPORTED: &[(&[&str], &str)] = &[
         "this encoder-decoder is not supported yet: vram models Whisper, BART, mBART, T5, Flan-T5 and mT5 (UMT5 has a position bias in every layer, LongT5 local/global attention, Pegasus/Marian sinusoidal positions, Switch experts)",
     ),
     (
-        &["rwkv", "recurrent_gemma", "xlstm", "zamba", "lfm2", "kimi_linear"],
-        "this state-space, recurrent or hybrid model is not supported yet: vram models Mamba, Falcon-Mamba, Mamba-2, the Bamba, Granite-4.0-H, Falcon-H1, Jamba, Nemotron-H and Zamba2 hybrids and Qwen3-Next/Qwen3.5's Gated DeltaNet layers (RWKV's recurrence, the first Zamba's multi-head Mamba-1 mixers, LFM2's convolutions and Kimi's delta attention are not modelled)",
+        &["rwkv", "recurrent_gemma", "xlstm", "lfm2", "kimi_linear"],
+        "this state-space, recurrent or hybrid model is not supported yet: vram models Mamba, Falcon-Mamba, Mamba-2, the Bamba, Granite-4.0-H, Falcon-H1, Jamba, Nemotron-H, Zamba and Zamba2 hybrids and Qwen3-Next/Qwen3.5's Gated DeltaNet layers (RWKV's recurrence, LFM2's convolutions and Kimi's delta attention are not modelled)",
     ),
     (
         &["siglip2", "chinese_clip", "align", "altclip"],

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::model::{Act, Mlp, Model, Norm, SharedBlock, Ssm};
 
 pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
-    let kinds = layout(c)?;
+    let kinds = layout(c, "Mamba-2", default_layout)?;
     let invocations = kinds.iter().filter(|h| **h).count() as u64;
     let mixers = kinds.len() as u64;
     if invocations == 0 {
@@ -111,9 +111,24 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     Ok(m)
 }
 
-/// Which layers are hybrid (`true`) and which Mamba-2 alone, from `layers_block_type` (or
-/// `layer_types`), else transformers' default 54-layer layout.
-fn layout(c: &Cfg) -> Result<Vec<bool>> {
+/// Zamba2Config.__post_init__'s default 54-layer layout.
+fn default_layout(_c: &Cfg) -> Result<Vec<bool>> {
+    let mut v = vec![false];
+    for _ in 0..7 {
+        v.extend([false; 5]);
+        v.push(true);
+    }
+    v.extend([false; 4]);
+    v.push(true);
+    v.extend([false; 3]);
+    v.push(true);
+    v.extend([false; 2]);
+    Ok(v)
+}
+
+/// Which layers are hybrid (`true`) and which a `mixer` layer alone, from `layers_block_type`
+/// (or `layer_types`), else the family's `default` layout. Shared by Zamba and Zamba2.
+pub(super) fn layout(c: &Cfg, mixer: &str, default: fn(&Cfg) -> Result<Vec<bool>>) -> Result<Vec<bool>> {
     let key = if c.get("layers_block_type").is_some_and(|v| !v.is_null()) { "layers_block_type" } else { "layer_types" };
     let kinds: Vec<bool> = match c.get(key) {
         Some(Value::Array(a)) => a
@@ -124,27 +139,14 @@ fn layout(c: &Cfg) -> Result<Vec<bool>> {
                 _ => Err(c.bad(key, t, "each entry \"mamba\" (or \"linear_attention\") or \"hybrid\"")),
             })
             .collect::<Result<_>>()?,
-        None | Some(Value::Null) => {
-            // Zamba2Config.__post_init__'s default.
-            let mut v = vec![false];
-            for _ in 0..7 {
-                v.extend([false; 5]);
-                v.push(true);
-            }
-            v.extend([false; 4]);
-            v.push(true);
-            v.extend([false; 3]);
-            v.push(true);
-            v.extend([false; 2]);
-            v
-        }
+        None | Some(Value::Null) => default(c)?,
         Some(v) => return Err(c.bad(key, v, "expected a list of \"mamba\" / \"hybrid\" entries")),
     };
     if kinds.is_empty() {
         return Err(Error::MissingKey {
             file: c.file.into(),
             key: key.into(),
-            why: "know which layers are Mamba-2 and which run the shared attention block".into(),
+            why: format!("know which layers are {mixer} and which run the shared attention block"),
         });
     }
     if let Some(n) = c.opt(&["num_hidden_layers"])? {

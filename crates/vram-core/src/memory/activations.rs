@@ -390,7 +390,8 @@ fn ssm_layer(m: &Model, job: &Job, s: crate::model::Ssm, i: u64) -> LayerCoef {
     let norms = saved * h + b.inputs(Slot::AttnIn, false, 1, out, h);
     let conv_cast = if b.amp { 2 * d } else { 0 };
     let fp32_copies = if half { 4 * d + 4 * n } else { 0 };
-    let per_d = e * (2 * d + d + d + d + d) + conv_cast + fp32_copies + e * (r + 2 * n);
+    // x_proj's output (dt, B, C): one per head in the first Zamba's multi-head mixer.
+    let per_d = e * (2 * d + d + d + d + d) + conv_cast + fp32_copies + e * s.mamba1_heads.max(1) as u128 * (r + 2 * n);
     let state = (if half { 14 } else { 12 }) * d * n;
     // The gate product in fp32 (saved), silu(z), and out_proj's half copy under autocast (in
     // fp32 out_proj saves the product itself).
@@ -1289,7 +1290,8 @@ fn ssm_backward(m: &Model, s: Ssm, b: &Bytes) -> u128 {
         // Mamba-2: the chunked scan's backward holds gradients of its per-chunk scores.
         return MAMBA2_BACKWARD * m2.heads as u128 * m2.chunk as u128 + 2 * b.r * m.hidden as u128;
     }
-    SSM_BACKWARD * s.d_inner as u128 * s.d_state as u128 + 2 * b.r * m.hidden as u128
+    // The first Zamba scans its heads one after another, each its own [B, D/heads, L, N] graph.
+    SSM_BACKWARD * s.d_inner as u128 * s.d_state as u128 / s.mamba1_heads.max(1) as u128 + 2 * b.r * m.hidden as u128
 }
 
 /// An attention layer's backward transient: (per token, per score).

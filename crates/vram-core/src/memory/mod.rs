@@ -524,7 +524,7 @@ fn check_ssm(model: &Model, job: &Job) -> Result<()> {
         Some(what) => Err(Error::InvalidValue {
             what: "state-space job".into(),
             value: what.into(),
-            hint: format!("vram estimates Mamba's full fine-tuning (bf16-mixed or fp32; Mamba-2 and the hybrids — Bamba, Granite-4.0-H, Falcon-H1, Jamba, Nemotron-H, Zamba2, Qwen3-Next, Qwen3.5 — bf16-mixed) and a prefill (hybrids under SDPA) on one GPU; {what} is not modelled for state-space and linear-attention models yet"),
+            hint: format!("vram estimates Mamba's full fine-tuning (bf16-mixed or fp32; Mamba-2 and the hybrids — Bamba, Granite-4.0-H, Falcon-H1, Jamba, Nemotron-H, Zamba, Zamba2, Qwen3-Next, Qwen3.5 — bf16-mixed) and a prefill (hybrids under SDPA) on one GPU; {what} is not modelled for state-space and linear-attention models yet"),
         }),
         None => Ok(()),
     }

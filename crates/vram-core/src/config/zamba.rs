@@ -1,0 +1,137 @@
+//! Zamba, the first one (transformers models/zamba: `ZambaForCausalLM`, configuration_zamba.py;
+//! Glorioso et al. 2024, "Zamba: A Compact 7B SSM Hybrid Model"): a stack of Mamba-1 layers
+//! (an RMSNorm and the mixer, no MLP) whose mixers split their channels into `n_mamba_heads`
+//! heads, each with its own x_proj, dt_proj and scan; some layers ("hybrid") first run ONE shared
+//! transformer block (attention without positions, then a gated MLP, no residual inside) over
+//! the residual stream concatenated with the embedding output, whose result, through an unshared
+//! `linear`, is added to the mixer's input. Unlike Zamba2 (zamba2.rs, whose layout reader this
+//! shares): Mamba-1 mixers, one weight set, no adapters, no rotary positions.
+
+use serde_json::Value;
+
+use super::keys::Cfg;
+use crate::error::Result;
+use crate::model::{Act, Mlp, Model, Norm, SharedBlock, Ssm};
+
+pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
+    let kinds = super::zamba2::layout(c, "Mamba", default_layout)?;
+    let invocations = kinds.iter().filter(|h| **h).count() as u64;
+    let mixers = kinds.len() as u64;
+    if invocations == 0 {
+        return Err(c.bad(
+            "layers_block_type",
+            &Value::from(mixers),
+            "vram models Zamba with some \"hybrid\" layers (the shared attention block); every layer given is a Mamba layer",
+        ));
+    }
+    // ZambaConfig's defaults (transformers 5.23): Zamba-7B-v1.
+    let mut m = super::keys::base(name);
+    m.hidden = c.opt(&["hidden_size"])?.unwrap_or(3712);
+    m.vocab = c.opt(&["vocab_size"])?.unwrap_or(32000);
+    m.embed_dim = m.hidden;
+    let h = m.hidden;
+    m.heads = c.opt(&["num_attention_heads"])?.unwrap_or(16);
+    m.kv_heads = c.opt(&["num_key_value_heads"])?.unwrap_or(16);
+    if m.heads == 0 || m.kv_heads == 0 || m.heads % m.kv_heads != 0 {
+        return Err(c.bad(
+            "num_key_value_heads",
+            &Value::from(m.kv_heads),
+            "num_attention_heads and num_key_value_heads must be positive, the first a multiple of the second",
+        ));
+    }
+    // ZambaConfig.__post_init__: attention_hidden_size = 2 × hidden (the concatenated input the
+    // block's input_layernorm and q/k/v read: any other value cannot run), attention_head_dim =
+    // 2 × hidden // heads unless given (`head_dim` is its alias).
+    if let Some(a) = c.opt(&["attention_hidden_size"])? {
+        if a != 2 * h {
+            return Err(c.bad(
+                "attention_hidden_size",
+                &Value::from(a),
+                "must be 2 × hidden_size (the shared block reads the residual stream concatenated with the embedding output)",
+            ));
+        }
+    }
+    m.head_dim = match c.opt(&["attention_head_dim", "head_dim"])? {
+        Some(d) if d > 0 => d,
+        _ => 2 * h / m.heads,
+    };
+    if m.head_dim == 0 {
+        return Err(c.bad("num_attention_heads", &Value::from(m.heads), "must not exceed 2 × hidden_size"));
+    }
+    m.intermediate = match c.opt(&["intermediate_size"])? {
+        Some(i) if i > 0 => i,
+        _ => 4 * h,
+    };
+    m.layers = mixers + invocations;
+    m.norm = Norm::RmsNorm;
+    m.final_norm = true;
+    m.tied_embeddings = c.bool("tie_word_embeddings", true)?;
+    // ZambaMLP: gate_proj, up_proj, down_proj (Mistral's), no bias.
+    m.mlp = Mlp { gated: true, fused_gate_up: false, act: c.act(&["hidden_act"], Act::Gelu)?, bias: false };
+    m.attention_dropout = c.dropout(&["attention_dropout"])?;
+    m.use_cache = c.bool("use_cache", true)?;
+
+    // ZambaMambaMixer: d_inner = mamba_expand × hidden in n_mamba_heads heads, dt_rank "auto" =
+    // ceil(hidden / 16), conv bias on and projection bias off by default.
+    let d_inner = c.opt(&["mamba_expand"])?.unwrap_or(2).saturating_mul(h);
+    let heads = c.opt(&["n_mamba_heads"])?.unwrap_or(2);
+    let d_state = c.opt(&["mamba_d_state"])?.unwrap_or(16);
+    let d_conv = c.opt(&["mamba_d_conv"])?.unwrap_or(4);
+    let dt_rank = super::mamba::time_step_rank(c, "mamba_dt_rank", h)?;
+    if heads == 0 || d_inner == 0 || d_inner % heads != 0 || !(1..=1024).contains(&d_state) || !(1..=64).contains(&d_conv) || dt_rank == 0
+    {
+        return Err(c.bad(
+            "n_mamba_heads",
+            &Value::from(heads),
+            "n_mamba_heads must divide mamba_expand × hidden_size, with mamba_d_state 1–1024, mamba_d_conv 1–64 and mamba_dt_rank above 0",
+        ));
+    }
+    match c.str("hidden_mamba_act").as_deref() {
+        None | Some("silu" | "swish") => {}
+        Some(other) => {
+            return Err(c.bad(
+                "hidden_mamba_act",
+                &Value::from(other),
+                "vram models Zamba's mixer with its silu conv activation (every released Zamba)",
+            ))
+        }
+    }
+    m.ssm = Some(Ssm {
+        d_inner,
+        d_state,
+        d_conv,
+        dt_rank,
+        conv_bias: c.bool("mamba_conv_bias", true)?,
+        proj_bias: c.bool("mamba_proj_bias", false)?,
+        mamba2: None,
+        attention_layers: invocations,
+        parallel_attention: false,
+        dt_bc_norms: false,
+        mlp_layers: 0,
+        delta_net: None,
+        shared: Some(SharedBlock { unique: 1, adapter_rank: 0, attention_adapters: false }),
+        mamba1_heads: heads,
+    });
+    m.warnings.push(format!(
+        "Zamba: {mixers} Mamba layers ({heads} scan heads each), {invocations} of them preceded by the one shared attention block (no positions, no adapters); the mixers follow transformers' PyTorch path (without `mamba-ssm` and `causal-conv1d`; with their CUDA kernels training and a prefill hold far less, which vram does not model yet)."
+    ));
+    Ok(m)
+}
+
+/// ZambaConfig.__post_init__'s default layout: two Mamba layers, a hybrid one, then over the
+/// remaining `num_hidden_layers` − 3 a hybrid wherever i % attn_layer_period = attn_layer_offset.
+fn default_layout(c: &Cfg) -> Result<Vec<bool>> {
+    let n = c.opt(&["num_hidden_layers"])?.unwrap_or(76);
+    let period = c.opt(&["attn_layer_period"])?.unwrap_or(6);
+    let offset = c.opt(&["attn_layer_offset"])?.unwrap_or(4);
+    if period == 0 || !(3..=4096).contains(&n) {
+        return Err(c.bad(
+            "num_hidden_layers",
+            &Value::from(n),
+            "ZambaConfig builds its default layout from num_hidden_layers (3–4096) and attn_layer_period (above 0)",
+        ));
+    }
+    let mut v = vec![false, false, true];
+    v.extend((0..n - 3).map(|i| i % period == offset));
+    Ok(v)
+}
