@@ -131,6 +131,7 @@ import transformers.models.qwen3_5.modeling_qwen3_5 as _qwen35  # noqa: E402
 import transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe as _qwen3moe  # noqa: E402
 import transformers.models.idefics3.modeling_idefics3 as _idefics3  # noqa: E402
 import transformers.models.smolvlm.modeling_smolvlm as _smolvlm  # noqa: E402
+import transformers.models.llama4.modeling_llama4 as _llama4  # noqa: E402
 import torch._subclasses.fake_tensor as _fake_tensor  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode  # noqa: E402
 from transformers import AutoConfig, AutoModelForImageTextToText  # noqa: E402
@@ -183,7 +184,7 @@ def _placeholder_mask(orig):
 # LLaVA, and Gemma-3 (Gemma3Model.get_placeholder_mask, through its own import of
 # torch_compilable_check): the same two replacements.
 for _module, _cls in ((_llava, _llava.LlavaModel), (_gemma3, _gemma3.Gemma3Model), (_paligemma, _paligemma.PaliGemmaModel),
-                      (_llava_next, _llava_next.LlavaNextModel)):
+                      (_llava_next, _llava_next.LlavaNextModel), (_llama4, _llama4.Llama4ForConditionalGeneration)):
     _module.torch_compilable_check = _check
     _cls.get_placeholder_mask = _placeholder_mask(_cls.get_placeholder_mask)
 
@@ -561,6 +562,30 @@ def idefics_seq_len(cfg):
     return int(((v.image_size // v.patch_size) ** 2) / (cfg.scale_factor ** 2))
 
 
+def is_llama4(cfg):
+    return cfg.model_type == "llama4"
+
+
+def llama4_tiles(cfg, side=None):
+    """Tiles through the tower for one square image of `side` pixels (None: one tile):
+    Llama4ImageProcessor (max_patches 16, resize_to_max_canvas False) picks, among the canvases of
+    at most 16 tiles, the smallest n × n that holds the image without downscaling (n·336 ≥ side),
+    else the largest (4 × 4); more than one tile adds the global image resized to one tile
+    (image_processing_llama4.py find_supported_resolutions, get_best_fit, _preprocess)."""
+    tile = cfg.vision_config.image_size
+    if side is None:
+        return 1
+    n = min(max(-(-side // tile), 1), 4)
+    return n * n + (1 if n > 1 else 0)
+
+
+def llama4_tile_tokens(cfg):
+    """Language-model tokens per tile: the tower's patches after the pixel shuffle
+    (Llama4Processor: (336 / 14)^2 / round(1 / ratio^2) = 144)."""
+    v = cfg.vision_config
+    return (v.image_size // v.patch_size) ** 2 // int(round(1 / v.pixel_shuffle_ratio ** 2))
+
+
 def is_next(cfg):
     """LLaVA-NeXT and LLaVA-OneVision (the same anyres tiling; OneVision resizes big grids and
     leaves images of multi-image samples untiled)."""
@@ -620,6 +645,8 @@ def image_tokens(cfg, side=None, images=1):
     Qwen2-VL: (side/14)^2 patches, merged 2x2 by the PatchMerger. Gemma-3: mm_tokens_per_image
     (the 64x64 patch grid average-pooled to 16x16)."""
     v = cfg.vision_config
+    if is_llama4(cfg):
+        return llama4_tiles(cfg, side) * llama4_tile_tokens(cfg)
     if is_gemma(cfg):
         return cfg.mm_tokens_per_image
     if is_idefics(cfg):
@@ -707,6 +734,11 @@ def make_batch(cfg, batch, seq, images, side=None):
         mask = torch.ones(batch, n, v.image_size, v.image_size, dtype=torch.long)
         return {"input_ids": ids, "labels": labels, "pixel_values": pix, "pixel_attention_mask": mask,
                 "attention_mask": torch.ones_like(ids)}
+    if is_llama4(cfg):
+        # Llama4ImageProcessor: every tile of every image in one axis, float32
+        # [B x images x tiles, 3, 336, 336].
+        pix = torch.randn(batch * images * llama4_tiles(cfg, side), 3, v.image_size, v.image_size)
+        return {"input_ids": ids, "labels": labels, "pixel_values": pix, "attention_mask": torch.ones_like(ids)}
     pix = torch.randn(batch * images, 3, v.image_size, v.image_size)
     if is_gemma(cfg):
         # Gemma3Processor returns token_type_ids (1 at image tokens), which Trainer passes and
@@ -718,19 +750,20 @@ def make_batch(cfg, batch, seq, images, side=None):
 
 def tower_of(model):
     """The vision tower module (Qwen2-VL: `visual`, whose `merger` is the projector; Idefics3:
-    `vision_model`)."""
-    m = model.model
+    `vision_model`; Llama 4: `vision_model` on the model itself, its pixel-shuffle MLP inside)."""
+    m = getattr(model, "model", model)
     return m.visual if hasattr(m, "visual") else m.vision_model if hasattr(m, "vision_model") else m.vision_tower
 
 
 def projector_of(model):
-    m = model.model
+    m = getattr(model, "model", model)
     return m.visual.merger if hasattr(m, "visual") else m.connector if hasattr(m, "connector") else m.multi_modal_projector
 
 
 def lm_of(model):
     """The language model (Idefics3: `text_model`)."""
-    return model.model.text_model if hasattr(model.model, "text_model") else model.model.language_model
+    m = getattr(model, "model", model)
+    return m.text_model if hasattr(m, "text_model") else m.language_model
 
 
 def model_inputs(inputs):
@@ -766,13 +799,13 @@ def count(params):
 
 
 def parts(model):
-    m = model.model
+    m = getattr(model, "model", model)
     lm = {id(p) for p in lm_of(model).parameters()}
     proj = {id(p) for p in projector_of(model).parameters()}
     return {"vision_tower": count(p for p in tower_of(model).parameters() if id(p) not in proj),
             "projector": count(projector_of(model).parameters()),
             "language_model": count(lm_of(model).parameters()),
-            "lm_head_untied": count(p for p in model.lm_head.parameters() if id(p) not in lm),
+            "lm_head_untied": count(p for p in model.get_output_embeddings().parameters() if id(p) not in lm),
             # LLaVA-NeXT's image_newline (one text-width vector), outside tower, projector and LM.
             "image_newline": getattr(m, "image_newline", torch.empty(0)).numel()}
 

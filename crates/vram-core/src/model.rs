@@ -923,6 +923,28 @@ pub struct Moe {
     /// `mlp.router` with a bias, every expert has `gate_up_proj_bias` [E, 2I] and
     /// `down_proj_bias` [E, h], and the gate is gpt-oss's clamped SwiGLU (`_apply_gate`).
     pub biased: bool,
+    /// Llama 4 (transformers models/llama4 `Llama4TextMoe`): every expert runs over every token
+    /// (the input repeated once per expert and scaled by the router's sigmoid score, zero where
+    /// not routed; two batched matmuls over the stacked experts) instead of a gather of each
+    /// expert's tokens; the router is `router`, the shared expert `shared_expert`.
+    pub dense_dispatch: bool,
+}
+
+/// What Llama 4's text layers add to a Llama layer (transformers models/llama4
+/// `Llama4TextAttention`, configuration_llama4.py `Llama4TextConfig`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Llama4Text {
+    /// Per layer, whether it has no rotary positions (`no_rope_layers` 0: every
+    /// `no_rope_layer_interval`-th layer): full causal attention, queries scaled by the
+    /// position-dependent temperature (`attn_temperature_tuning`), no q/k norm.
+    pub nope: Vec<bool>,
+    /// `attention_chunk_size`: the rotary layers attend within chunks of this many tokens
+    /// (`chunked_attention` layers).
+    pub chunk: Option<u64>,
+    /// `use_qk_norm`: a weightless L2 norm over q and k on the rotary layers.
+    pub qk_l2: bool,
+    /// `attn_temperature_tuning` on the NoPE layers.
+    pub temperature_tuning: bool,
 }
 
 /// Attention projections.
@@ -960,6 +982,8 @@ impl Attention {
 /// A normalised decoder-only transformer.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Model {
+    /// Llama 4's text layers (NoPE layers, chunked attention, the L2 q/k norm).
+    pub llama4: Option<Llama4Text>,
     /// Display name (preset name or file path).
     pub name: String,
     /// The config's `model_type`.
@@ -2128,6 +2152,9 @@ impl Model {
                     // transposed ([E, h, 2I], [E, I, h]: same numel) plus a bias per expert.
                     v.push(TensorGroup::matrix(l("router.weight"), 1, m.experts, h, count, Role::Router));
                     v.push(TensorGroup::vector(l("router.bias"), m.experts, count, Role::Bias));
+                } else if m.dense_dispatch {
+                    // Llama4Router: an nn.Linear(h, E) without bias.
+                    v.push(TensorGroup::matrix(l("router.weight"), 1, m.experts, h, count, Role::Router));
                 } else {
                     v.push(TensorGroup::matrix(l("gate.weight"), 1, m.experts, h, count, Role::Router));
                 }
@@ -2138,7 +2165,8 @@ impl Model {
                     v.push(TensorGroup::vector(l("experts.down_proj_bias"), m.experts * h, count, Role::Bias));
                 }
                 if m.shared_intermediate > 0 {
-                    self.mlp_tensors(&l("shared_experts"), m.shared_intermediate, count, v);
+                    let name = if m.dense_dispatch { "shared_expert" } else { "shared_experts" };
+                    self.mlp_tensors(&l(name), m.shared_intermediate, count, v);
                 }
                 if m.shared_gate {
                     v.push(TensorGroup::matrix(l("shared_expert_gate.weight"), 1, 1, h, count, Role::Router));

@@ -132,6 +132,7 @@ pub(super) fn act_from_name(s: &str) -> Option<Act> {
 
 pub(super) fn base(name: &str) -> Model {
     Model {
+        llama4: None,
         name: name.into(),
         model_type: String::new(),
         hidden: 0,

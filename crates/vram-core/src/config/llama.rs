@@ -12,9 +12,17 @@ pub(super) fn parse(c: &Cfg, name: &str, mt: &str) -> Result<Model> {
     let mut m = core_dims(c, name, &["hidden_size"], &["num_hidden_layers"], &["num_attention_heads"])?;
     m.kv_heads = c.opt(&["num_key_value_heads"])?.unwrap_or(m.heads);
     let gemma = mt.starts_with("gemma");
-    let default_head_dim = if gemma { 256 } else { m.hidden.checked_div(m.heads).unwrap_or(0) };
+    let llama4 = mt == "llama4_text";
+    // Llama4TextConfig's head_dim defaults to 128, not hidden / heads.
+    let default_head_dim = if gemma {
+        256
+    } else if llama4 {
+        128
+    } else {
+        m.hidden.checked_div(m.heads).unwrap_or(0)
+    };
     m.head_dim = c.opt(&["head_dim"])?.unwrap_or(default_head_dim);
-    let is_moe_type = matches!(mt, "mixtral" | "qwen2_moe" | "qwen3_moe" | "deepseek_v2" | "deepseek_v3" | "gpt_oss");
+    let is_moe_type = matches!(mt, "mixtral" | "qwen2_moe" | "qwen3_moe" | "deepseek_v2" | "deepseek_v3" | "gpt_oss" | "llama4_text");
     m.intermediate = match c.opt(&["intermediate_size"])? {
         Some(i) => i,
         None if is_moe_type => 0,
@@ -89,6 +97,9 @@ pub(super) fn parse(c: &Cfg, name: &str, mt: &str) -> Result<Model> {
         m.kv_heads = m.heads;
     }
     m.moe = moe(c, mt, m.layers)?;
+    if llama4 {
+        llama4_text(c, &mut m)?;
+    }
     if let Some(moe) = &m.moe {
         if m.intermediate == 0 {
             m.intermediate = moe.expert_intermediate;
@@ -109,6 +120,7 @@ fn moe(c: &Cfg, mt: &str, layers: u64) -> Result<Option<Moe>> {
             shared_gate: false,
             sparse_layers: vec![true; layers as usize],
             biased: false,
+            dense_dispatch: false,
         },
         // GptOssConfig (configuration_gpt_oss.py): num_local_experts (alias num_experts),
         // num_experts_per_tok (the published config also writes experts_per_token), every layer
@@ -122,6 +134,7 @@ fn moe(c: &Cfg, mt: &str, layers: u64) -> Result<Option<Moe>> {
             shared_gate: false,
             sparse_layers: vec![true; layers as usize],
             biased: true,
+            dense_dispatch: false,
         },
         "qwen2_moe" | "qwen3_moe" => {
             let step = c.opt(&["decoder_sparse_step"])?.unwrap_or(1).max(1);
@@ -139,6 +152,35 @@ fn moe(c: &Cfg, mt: &str, layers: u64) -> Result<Option<Moe>> {
                 // modeling_qwen2_moe.py: sparse when not in mlp_only_layers and (i + 1) % step == 0.
                 sparse_layers: (0..layers).map(|i| experts > 0 && !dense.contains(&i) && (i + 1) % step == 0).collect(),
                 biased: false,
+                dense_dispatch: false,
+            }
+        }
+        // Llama4TextConfig (configuration_llama4.py): experts of `intermediate_size` (8192),
+        // `num_local_experts` (16), top-1, a shared expert as wide; MoE on `moe_layers`, else
+        // every `interleave_moe_layer_step`-th layer counting from step − 1.
+        "llama4_text" => {
+            let experts = c.opt(&["num_local_experts"])?.unwrap_or(16);
+            let ei = c.opt(&["intermediate_size"])?.unwrap_or(8192);
+            let step = c.opt(&["interleave_moe_layer_step"])?.unwrap_or(1);
+            let sparse_layers = match c.get("moe_layers") {
+                Some(Value::Array(a)) => {
+                    let listed: Vec<u64> = a.iter().filter_map(Value::as_u64).collect();
+                    (0..layers).map(|i| listed.contains(&i)).collect()
+                }
+                Some(Value::Null) | None if step == 0 => {
+                    return Err(c.bad("interleave_moe_layer_step", &Value::from(0), "must be at least 1"));
+                }
+                _ => (0..layers).map(|i| i + 1 >= step && (i + 1 - step) % step == 0).collect(),
+            };
+            Moe {
+                experts,
+                top_k: c.opt(&["num_experts_per_tok"])?.unwrap_or(1),
+                expert_intermediate: ei,
+                shared_intermediate: ei,
+                shared_gate: false,
+                sparse_layers,
+                biased: false,
+                dense_dispatch: true,
             }
         }
         "deepseek_v2" | "deepseek_v3" => {
@@ -155,6 +197,7 @@ fn moe(c: &Cfg, mt: &str, layers: u64) -> Result<Option<Moe>> {
                 // modeling_deepseek_v3.py: MoE when i >= first_k_dense_replace and i % moe_layer_freq == 0.
                 sparse_layers: (0..layers).map(|i| experts > 0 && i >= first && i % freq == 0).collect(),
                 biased: false,
+                dense_dispatch: false,
             }
         }
         _ => return Ok(None),
@@ -223,5 +266,45 @@ fn sliding(c: &Cfg, mt: &str, m: &mut Model) -> Result<()> {
     if m.sliding_layers == 0 {
         m.sliding_window = None;
     }
+    Ok(())
+}
+
+/// Llama 4's text layers (Llama4TextConfig): dense layers of `intermediate_size_mlp` (16384),
+/// bias-free attention (`attention_bias`), every `no_rope_layer_interval`-th layer (4) without
+/// rotary positions unless `no_rope_layers` lists them, chunked attention on the rotary layers.
+fn llama4_text(c: &Cfg, m: &mut Model) -> Result<()> {
+    m.intermediate = c.opt(&["intermediate_size_mlp"])?.unwrap_or(16384);
+    let interval = c.opt(&["no_rope_layer_interval"])?.unwrap_or(4);
+    let listed: Vec<bool> = match c.get("no_rope_layers") {
+        Some(Value::Array(a)) if !a.is_empty() => a.iter().map(|v| v.as_u64() == Some(0) || v.as_bool() == Some(false)).collect(),
+        _ if interval == 0 => return Err(c.bad("no_rope_layer_interval", &Value::from(0), "must be at least 1")),
+        _ => (0..m.layers).map(|i| (i + 1) % interval == 0).collect(),
+    };
+    if listed.len() as u64 != m.layers {
+        return Err(c.bad(
+            "no_rope_layers",
+            &Value::from(listed.len()),
+            &format!("one entry per layer ({} layers): 1 where the layer rotates, 0 where it has no positions", m.layers),
+        ));
+    }
+    let chunk = match c.get("attention_chunk_size") {
+        Some(Value::Null) => None,
+        _ => Some(c.opt(&["attention_chunk_size"])?.unwrap_or(8192)).filter(|&n| n > 0),
+    };
+    // `attn_temperature_tuning` is a bool in transformers' config class, an int (4) in some
+    // published configs: any non-zero value turns it on.
+    let tuning = match c.get("attn_temperature_tuning") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(b)) => *b,
+        Some(v) => v.as_f64().is_some_and(|x| x != 0.0),
+    };
+    // The chunked layers are the rotary ones (Llama4TextConfig.layer_types); like Gemma's
+    // sliding layers only their number is kept (vram counts them first).
+    let rotary = listed.iter().filter(|n| !**n).count() as u64;
+    if let Some(w) = chunk.filter(|_| rotary > 0) {
+        m.sliding_window = Some(w);
+        m.sliding_layers = rotary;
+    }
+    m.llama4 = Some(crate::model::Llama4Text { nope: listed, chunk, qk_l2: c.bool("use_qk_norm", true)?, temperature_tuning: tuning });
     Ok(())
 }

@@ -303,6 +303,7 @@ pub(super) fn parse_granite_hybrid(c: &Cfg, name: &str, model_type: &str) -> Res
             shared_gate: false,
             sparse_layers: vec![true; m.layers as usize],
             biased: false,
+            dense_dispatch: false,
         });
     }
     if attention == m.layers {
@@ -393,6 +394,7 @@ pub(super) fn parse_jamba(c: &Cfg, name: &str, model_type: &str) -> Result<Model
             shared_gate: false,
             sparse_layers: order.map(|i| i % ep == eo).collect(),
             biased: false,
+            dense_dispatch: false,
         });
     }
     let expand = c.opt(&["mamba_expand"])?.unwrap_or(2);

@@ -34,6 +34,7 @@ const FAMILIES: &[(&[&str], Parser)] = &[
             "deepseek_v2",
             "deepseek_v3",
             "gpt_oss",
+            "llama4_text",
         ],
         llama::parse,
     ),

@@ -78,8 +78,7 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     let d_state = c.opt(&["mamba_d_state"])?.unwrap_or(16);
     let d_conv = c.opt(&["mamba_d_conv"])?.unwrap_or(4);
     let dt_rank = super::mamba::time_step_rank(c, "mamba_dt_rank", h)?;
-    if heads == 0 || d_inner == 0 || d_inner % heads != 0 || !(1..=1024).contains(&d_state) || !(1..=64).contains(&d_conv) || dt_rank == 0
-    {
+    if heads == 0 || d_inner == 0 || d_inner % heads != 0 || !(1..=1024).contains(&d_state) || !(1..=64).contains(&d_conv) || dt_rank == 0 {
         return Err(c.bad(
             "n_mamba_heads",
             &Value::from(heads),

@@ -726,6 +726,13 @@ fn attention_layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
     if masked {
         c.mask_sq += b.e;
     }
+    // Llama 4's rotary layers (counted first, as the chunked ones are: only their number
+    // matters): Llama4TextL2Norm reads q and k in fp32 (`x.float()`, saved by the square and the
+    // product) with its per-head rsqrt; the complex rotary product saves only the shared
+    // frequencies (measured: validation/llama4.py, live storages after the forward).
+    if m.llama4.as_ref().is_some_and(|l| l.qk_l2) && i < m.sliding_layers {
+        c.attention += 4 * (m.q_dim() + m.kv_dim()) as u128 + 4 * (m.heads + m.kv_heads) as u128;
+    }
     // Residual dropout after the attention output (GPT-2 resid_dropout, BertSelfOutput): a bool
     // mask; DistilBERT's TransformerBlock has none (modeling_distilbert.py).
     if m.hidden_dropout > 0.0 && m.encoder.is_none_or(|e| e.attention_output_dropout) {
@@ -983,6 +990,22 @@ fn mlp(m: &Model, b: &Bytes, moe_layer: bool) -> u128 {
     let h = m.hidden as u128;
     let per_elem = mlp_saved_per_elem(m, b, b.lora.is_some());
     match (&m.moe, moe_layer) {
+        (Some(moe), true) if moe.dense_dispatch => {
+            // Llama4TextMoe (modeling_llama4.py): the router's logits, top-k ids (int64), the
+            // sigmoid over the scattered scores in fp32 (saved) and their half copy laid out per
+            // expert (saved by the multiply); the MoE input repeated once per expert (saved by
+            // the multiply: the norm's output, fp32 under autocast), the scaled copy the first
+            // bmm saves (half), then per expert the gate_up output, the activation and the
+            // product (saved by the second bmm) — every expert over every token. The shared
+            // expert as a dense MLP. Measured tensor by tensor on llama4-dev-4l
+            // (validation/llama4.py, live storages after the forward).
+            let (k, ei, experts) = (moe.top_k as u128, moe.expert_intermediate as u128, moe.experts as u128);
+            let input = if b.amp { b.r } else { e };
+            let router = experts * (4 + e) + 8 * k;
+            let routed = experts * (input * h + e * h + 4 * e * ei);
+            let shared = moe.shared_intermediate as u128 * per_elem;
+            router + routed + shared
+        }
         (Some(moe), true) => {
             let k = moe.top_k as u128;
             let ei = moe.expert_intermediate as u128;

@@ -100,7 +100,9 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     if act::sliding_masked(m, job, job.prompt_len.unwrap_or(job.seq)) && !kernel.quadratic() {
         // Explicit sliding mask: a [1, 1, P, P] bool mask alive for the whole forward; in each
         // windowed attention SDPA's logical_not and float copy of it, and K/V repeated for GQA.
-        shared_mask = prompt * prompt;
+        // Llama 4's chunked mask is built per sequence ([B, 1, P, P]; read off llama4-dev-4l's
+        // prefill peak).
+        shared_mask = prompt * prompt * if m.llama4.is_some() { batch } else { 1 };
         sq += batch * prompt * prompt * (1 + e) + if m.kv_heads != m.heads { 2 * t * e * qd } else { 0 };
     }
     // MLP intermediates alive at once: gated act(gate), up and their product; plain fc1 output and
@@ -131,6 +133,11 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     // reordered copy are fp32 there (read off deepseek-v2-lite's prefill peak). gpt-oss's experts
     // keep their own measured accounting.
     let routed = match &m.moe {
+        // Llama4TextMoe runs every expert over every token: at `up * act(gate)` the scaled
+        // repeated input, the gate_up output, the activation and the product — E × (h + 4I) per
+        // token — are alive (modeling_llama4.py Llama4TextExperts.forward; read off the live
+        // tensors at llama4-dev-4l's prefill peak, validation/llama4.py).
+        Some(moe) if m.moe_layers() > 0 && moe.dense_dispatch => moe.experts as u128 * (h + 4 * moe.expert_intermediate as u128) * e,
         Some(moe) if m.moe_layers() > 0 && !moe.biased => {
             let (k, ei) = (moe.top_k as u128, moe.expert_intermediate as u128);
             let weighted = if m.attention.mla.is_some() { 4 } else { e };

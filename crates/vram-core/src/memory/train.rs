@@ -438,7 +438,8 @@ fn full_states(m: &Model, job: &Job, b: &Bytes, shards: u128) -> ModelStates {
     // Stacked experts are not cast: transformers 5 runs them with grouped_mm, which autocast
     // does not cover, and casts the input to the weights' dtype instead (integrations/moe.py
     // _grouped_mm; measured: validation/ssm.py granite-h-moe-dev-8l, gpt-oss).
-    let uncast_experts = m.moe.is_some();
+    // Llama 4's experts are two torch.bmm calls, which autocast casts (and caches) as any matmul.
+    let uncast_experts = m.moe.as_ref().is_some_and(|moe| !moe.dense_dispatch);
     let matmul = |ts: &[TensorGroup]| -> u128 {
         ts.iter()
             .filter(|t| matches!(t.role, Role::Linear | Role::Router) || (t.role == Role::Experts && !uncast_experts))
