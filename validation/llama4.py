@@ -68,6 +68,12 @@ def points():
         pt(m, "vlm", "train", "bf16-mixed", 2 if dev else 1, 2048, images=1, train="full", image_size=672)
         pt(m, "vlm", "train", "bf16-mixed", 4 if dev else 1, 1024, checkpointing=True, images=1, train="frozen_vision")
         pt(m, "vlm", "infer", "bf16", 4 if dev else 1, 1024, images=1, image_size=672)
+        # The tower at its busiest: a 1344-px image is 16 tiles and the global one (2448 tokens).
+        pt(m, "vlm", "train", "bf16-mixed", 2 if dev else 1, 4096, images=1, train="full", image_size=1344)
+        pt(m, "vlm", "infer", "bf16", 2 if dev else 1, 4096, images=1, image_size=1344)
+        if not dev:
+            # Past the AdamW step's peak: the language model's activations at 2 x 8192 tokens.
+            pt(m, "vlm", "train", "bf16-mixed", 2, 8192, images=1, train="full", image_size=1344)
     for p in out:
         p["set"] = "development" if p["model"] in DEVELOPMENT else "held-out"
         p["id"] = "|".join(f"{k}={p[k]}" for k in sorted(p) if k != "set")

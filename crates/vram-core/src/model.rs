@@ -105,6 +105,28 @@ pub enum VisionFamily {
     /// blocks (LayerNorm, a GELU-tanh fc1/fc2 MLP with biases) over 16-px patches from a Conv3d
     /// with bias, plus a learned position table bilinearly resampled to each image's grid.
     Qwen3Vl,
+    /// Llama 4's vision model (models/llama4 `Llama4VisionModel`): a bias-free linear over
+    /// unfolded patches, a class embedding appended after them, a position table,
+    /// `layernorm_pre`, pre-norm layers (LayerNorm, attention with biases and 2-D complex rotary
+    /// positions, a GELU fc1/fc2 MLP with biases), `layernorm_post`, then its pixel-shuffle MLP
+    /// (`vision_adapter`, [`VisionAdapter`]).
+    Llama4,
+}
+
+/// Llama 4's `Llama4VisionPixelShuffleMLP`, part of the vision model: the class token dropped,
+/// the patch grid pixel-shuffled (`shuffle`² neighbouring patches into one token of `shuffle`² ×
+/// the width), then `Llama4VisionMLP2`: fc1 (`fc1_in` → `fc1_out`), GELU, fc2 (`fc1_out`'s
+/// projector output width → `fc2_out`), GELU, both without bias.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct VisionAdapter {
+    /// 1 / `pixel_shuffle_ratio` (2 for 0.5).
+    pub shuffle: u64,
+    /// fc1's input: the vision config's `intermediate_size` (the shuffled width).
+    pub fc1_in: u64,
+    /// `projector_input_dim`.
+    pub fc1_out: u64,
+    /// `projector_output_dim`.
+    pub fc2_out: u64,
 }
 
 impl VisionFamily {
@@ -132,6 +154,8 @@ pub struct Vision {
     /// Qwen3-VL's learned position table (`num_position_embeddings` rows), resampled to each
     /// image; 0 for none (the others' tables are the model's `position_embeddings`).
     pub position_table: u64,
+    /// Llama 4's pixel-shuffle MLP at the end of the vision model.
+    pub adapter: Option<VisionAdapter>,
 }
 
 impl Vision {
@@ -245,6 +269,36 @@ pub struct Multimodal {
     /// bidirectional block, so training gives every language-model layer an explicit
     /// (batch, 1, seq, seq) mask (Gemma-3, PaliGemma).
     pub block_mask: bool,
+    /// Llama 4's image tiling; its projector is one bias-free linear from the vision model's
+    /// pixel-shuffle MLP into the text width (`Llama4MultiModalProjector`).
+    pub llama4: Option<Llama4Tiles>,
+}
+
+/// Llama 4's images (transformers models/llama4 image_processing_llama4.py): a square image of
+/// `side` pixels goes to the smallest n × n canvas of 336-px tiles (at most 16 tiles) that holds
+/// it without downscaling, else 4 × 4; more than one tile adds the whole image resized to one
+/// tile. Each tile is `tile_tokens` tokens (the patch grid after the pixel shuffle).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Llama4Tiles {
+    /// The side of the square images in pixels (`--image-size`; the tile size when not given).
+    pub side: u64,
+    /// Tiles through the tower per image.
+    pub tiles: u64,
+    /// Language-model tokens per tile.
+    pub tile_tokens: u64,
+}
+
+/// How the warning on Llama 4's assumed image size begins (dropped once `--image-size` is given).
+pub const LLAMA4_IMAGE_ASSUMED: &str = "Llama 4 images assumed";
+
+impl Llama4Tiles {
+    /// Tiles for a square image of `side` px with tiles of `tile` px (Llama4ImageProcessor,
+    /// max_patches 16, resize_to_max_canvas false: get_best_fit picks the smallest canvas
+    /// scale ≥ 1, the square one among equal scales, else the largest canvas).
+    pub fn tiles_for(side: u64, tile: u64) -> u64 {
+        let n = side.div_ceil(tile.max(1)).clamp(1, 4);
+        n * n + u64::from(n > 1)
+    }
 }
 
 /// Which projector maps the tower's features into the language model (one per family).
@@ -260,6 +314,11 @@ pub enum ProjectorKind {
     Shuffle(Shuffle),
     /// PaliGemma's single linear with a bias.
     Linear,
+    /// Llama 4's bias-free Linear(`input`, text width) after the vision model's pixel-shuffle MLP.
+    Llama4 {
+        /// `vision_output_dim` (the MLP's output width).
+        input: u64,
+    },
 }
 
 /// Idefics3's and SmolVLM's images (transformers models/idefics3): the processor resizes an
@@ -499,6 +558,19 @@ impl Multimodal {
     }
 
     /// `--image-size` on Idefics3/SmolVLM: the processor's longest edge, split into tiles.
+    /// Llama 4: square images of `side` px, tiled as Llama4ImageProcessor does.
+    fn set_llama4_image_size(&mut self, side: u64) -> Result<(), String> {
+        let tile = self.tower.encoder.and_then(|e| e.vision).ok_or("the vision tower has no patch embedding")?.image_size;
+        if side == 0 || side > MAX_IMAGE_SIDE {
+            return Err(format!("--image-size {side}: must be between 1 and {MAX_IMAGE_SIDE} pixels"));
+        }
+        let l = self.llama4.as_mut().ok_or("not a Llama 4 model")?;
+        l.side = side;
+        l.tiles = Llama4Tiles::tiles_for(side, tile);
+        self.image_tokens = l.tiles * l.tile_tokens;
+        Ok(())
+    }
+
     fn set_split_image_size(&mut self, edge: u64) -> Result<(), String> {
         let tile = self.tower.encoder.and_then(|e| e.vision).ok_or("the vision tower has no patch embedding")?.image_size;
         if edge == 0 || edge > MAX_IMAGE_SIDE {
@@ -513,6 +585,10 @@ impl Multimodal {
 
     /// The projector this model's family uses.
     pub fn projector(&self) -> ProjectorKind {
+        if self.llama4.is_some() {
+            let input = self.tower.encoder.and_then(|e| e.vision).and_then(|v| v.adapter).map_or(self.tower.hidden, |a| a.fc2_out);
+            return ProjectorKind::Llama4 { input };
+        }
         match (self.merger, self.pool, self.shuffle) {
             (Some(pm), _, _) => ProjectorKind::Merger(pm),
             (None, Some(k), _) => ProjectorKind::Pool(k),
@@ -525,6 +601,9 @@ impl Multimodal {
     /// Tiles per image through the tower (LLaVA-NeXT's grid plus base, Idefics3's split plus the
     /// global image; 1 otherwise).
     pub fn tiles(&self) -> u64 {
+        if let Some(l) = self.llama4 {
+            return l.tiles;
+        }
         match (&self.anyres, self.shuffle) {
             (Some(a), _) => a.tiles,
             (None, Some(s)) => s.tiles,
@@ -547,6 +626,7 @@ impl Multimodal {
             // Idefics3SimpleMLP: Linear(width · scale², text, bias=False).
             ProjectorKind::Shuffle(s) => w * s.scale * s.scale * t,
             ProjectorKind::Linear => w * t + t,
+            ProjectorKind::Llama4 { input } => input * t,
             ProjectorKind::Merger(pm) => {
                 let wide = w * pm.merge * pm.merge;
                 let ln = if matches!(self.tower.norm, Norm::LayerNorm { bias: true }) { 2 * w } else { w };
@@ -1319,14 +1399,23 @@ impl Model {
     /// Drop the warning that names the image size a VLM assumed (the user gave one, or serving
     /// sizes images its own way).
     pub fn drop_image_assumption(&mut self) {
-        self.warnings
-            .retain(|w| !w.starts_with(QWEN_IMAGE_ASSUMED) && !w.starts_with(NEXT_IMAGE_ASSUMED) && !w.starts_with(SPLIT_IMAGE_ASSUMED));
+        self.warnings.retain(|w| {
+            !w.starts_with(QWEN_IMAGE_ASSUMED)
+                && !w.starts_with(NEXT_IMAGE_ASSUMED)
+                && !w.starts_with(SPLIT_IMAGE_ASSUMED)
+                && !w.starts_with(LLAMA4_IMAGE_ASSUMED)
+        });
     }
 
     /// `--image-size`: run a vision encoder on square images of `side` pixels (transformers
     /// interpolates the position table). Text models have no image size.
     pub fn set_image_size(&mut self, side: u64) -> Result<(), String> {
         self.load_vision();
+        if let Some(mm) = self.multimodal.as_mut().filter(|mm| mm.llama4.is_some()) {
+            mm.set_llama4_image_size(side)?;
+            self.drop_image_assumption();
+            return Ok(());
+        }
         if let Some(mm) = self.multimodal.as_mut().filter(|mm| mm.merger.is_some() || mm.anyres.is_some() || mm.shuffle.is_some()) {
             match (mm.merger, mm.shuffle) {
                 (Some(_), _) => mm.set_qwen_image_size(side)?,
@@ -1813,7 +1902,8 @@ impl Model {
             self.layer_tensors(0, l, &mut v);
             return v;
         }
-        if fam != VisionFamily::Clip {
+        // CLIP's conv and Llama 4's unfold linear have no bias.
+        if !matches!(fam, VisionFamily::Clip | VisionFamily::Llama4) {
             v.push(TensorGroup::vector("embeddings.patch_embeddings.bias".into(), h, 1, Role::Bias));
         }
         // Class token (CLIP: class_embedding), DINOv2's mask token.
@@ -1822,7 +1912,7 @@ impl Model {
             v.push(TensorGroup::vector("embeddings.cls_token".into(), tokens * h, 1, Role::Position));
         }
         v.push(TensorGroup::matrix("embeddings.position_embeddings".into(), 1, self.position_embeddings, h, 1, Role::Position));
-        if fam == VisionFamily::Clip {
+        if matches!(fam, VisionFamily::Clip | VisionFamily::Llama4) {
             self.norm_tensors("pre_layrnorm", 1, h, &mut v);
         }
         self.layer_tensors(0, l, &mut v);
@@ -1831,6 +1921,11 @@ impl Model {
             v.push(TensorGroup::vector("layers.{i}.layer_scale".into(), 2 * h, l, Role::Norm));
         }
         self.norm_tensors("layernorm", 1, h, &mut v);
+        if let Some(a) = vis.adapter {
+            // Llama4VisionMLP2: fc1 and fc2, no bias.
+            Self::linear(&mut v, "vision_adapter.mlp.fc1", a.fc1_in, a.fc1_out, false, 1);
+            Self::linear(&mut v, "vision_adapter.mlp.fc2", a.fc1_out, a.fc2_out, false, 1);
+        }
         match head {
             EncoderHead::ImageClassification { labels } => {
                 // Dinov2ForImageClassification reads the class token and the mean patch token.

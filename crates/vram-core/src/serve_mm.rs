@@ -107,7 +107,7 @@ fn supported(mm: &Multimodal) -> bool {
         // Qwen3-VL's DeepStack and vLLM's budget for it were not measured.
         ProjectorKind::Merger(_) => vis.family.is_qwen() && vis.family != VisionFamily::Qwen3Vl,
         ProjectorKind::Mlp => matches!(vis.family, VisionFamily::Clip | VisionFamily::Siglip),
-        ProjectorKind::Pool(_) | ProjectorKind::Shuffle(_) | ProjectorKind::Linear => false,
+        ProjectorKind::Pool(_) | ProjectorKind::Shuffle(_) | ProjectorKind::Linear | ProjectorKind::Llama4 { .. } => false,
     }
 }
 

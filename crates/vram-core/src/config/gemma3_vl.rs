@@ -74,6 +74,7 @@ pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: Parse
         shuffle: None,
         single_linear: false,
         block_mask: true,
+        llama4: None,
     }));
     m.warnings.push(format!(
         "Gemma-3: a SigLIP vision tower ({} patches per {}×{} image, {} layers), the average-pooling projector ({tokens} tokens per image) and a gemma3_text language model; images are the processor's fixed {}-pixel square (pan-and-scan crops count as more images: --images-per-sample)",

@@ -94,6 +94,7 @@ pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: Parse
         shuffle: Some(Shuffle { scale, longest_edge: edge, tiles, tile_tokens }),
         single_linear: false,
         block_mask: false,
+        llama4: None,
     }));
     m.warnings.push(format!(
         "{SPLIT_IMAGE_ASSUMED} at the processor's longest edge of {edge} px: {tiles} tiles of {0}×{0} px through the tower ({1} tokens each after the pixel shuffle) = {2} tokens per image in the language model's sequence: pass --image-size (the processor's size[\"longest_edge\"]; the tile size or less: one unsplit tile) for yours",

@@ -285,6 +285,7 @@ fn parse_with(obj: Map<String, Value>, name: &str, file: &str, opts: ParseOption
         shuffle: None,
         single_linear: false,
         block_mask: false,
+        llama4: None,
     }));
     if let Some(a) = &anyres {
         m.warnings.push(format!(

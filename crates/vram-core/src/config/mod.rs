@@ -21,6 +21,7 @@ mod gpt_neox;
 mod idefics3;
 mod keys;
 mod llama;
+mod llama4;
 mod llava;
 mod mamba;
 mod modernbert;

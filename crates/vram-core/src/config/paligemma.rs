@@ -78,6 +78,7 @@ pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: Parse
         shuffle: None,
         single_linear: true,
         block_mask: true,
+        llama4: None,
     }));
     m.warnings.push(format!(
         "PaliGemma: a SigLIP vision tower ({} layers, {} tokens per {}×{} image, the processor's fixed size), one projector linear and a {ttype} language model; image and prefix attend bidirectionally (token_type_ids)",

@@ -166,6 +166,7 @@ pub(super) fn vision_part(
         shuffle: None,
         single_linear: false,
         block_mask: false,
+        llama4: None,
     };
     Ok((Box::new(mm), warnings))
 }
@@ -272,7 +273,8 @@ fn tower(c: &Cfg, fam: VisionFamily, deepstack: bool, name: &str) -> Result<(Mod
     if qwen3 && (position_table == 0 || position_table > 1 << 24) {
         return Err(c.bad("num_position_embeddings", &Value::from(position_table), "expected 1–16777216 positions"));
     }
-    let vision = Vision { family: fam, channels, patch, image_size: 0, native_image_size: 0, pooling_head: false, position_table };
+    let vision =
+        Vision { family: fam, channels, patch, image_size: 0, native_image_size: 0, pooling_head: false, position_table, adapter: None };
     m.encoder = Some(Encoder {
         token_types: 0,
         head: EncoderHead::Embedding,

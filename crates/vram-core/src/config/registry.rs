@@ -4,8 +4,8 @@ use serde_json::{Map, Value};
 
 use super::keys::Cfg;
 use super::{
-    bart, bert, clip, deberta, distilbert, electra, falcon, gemma3_vl, gpt2, gpt_neox, idefics3, llama, llava, mamba, modernbert, opt,
-    paligemma, phi, qwen2_vl, qwen3_next, t5, vision, whisper, zamba, zamba2, ParseOptions,
+    bart, bert, clip, deberta, distilbert, electra, falcon, gemma3_vl, gpt2, gpt_neox, idefics3, llama, llama4, llava, mamba, modernbert,
+    opt, paligemma, phi, qwen2_vl, qwen3_next, t5, vision, whisper, zamba, zamba2, ParseOptions,
 };
 use crate::error::Result;
 use crate::model::Model;
@@ -58,7 +58,7 @@ const FAMILIES: &[(&[&str], Parser)] = &[
     (&["deberta-v2"], deberta::parse),
     (&["modernbert"], modernbert::parse),
     (&["electra"], electra::parse),
-    (&["vit", "dinov2", "clip_vision_model", "siglip_vision_model"], vision::parse),
+    (&["vit", "dinov2", "clip_vision_model", "siglip_vision_model", "llama4_vision_model"], vision::parse),
     (&["clip_text_model", "siglip_text_model"], clip::parse_text),
     (&["whisper"], whisper::parse),
     (&["bart", "mbart"], bart::parse),
@@ -79,6 +79,7 @@ const COMPOSITES: &[(&[&str], CompositeParser)] = &[
     (&["idefics3", "smolvlm"], idefics3::parse),
     (&["paligemma"], paligemma::parse),
     (&["qwen3_5", "qwen3_5_moe"], qwen3_next::parse_vl),
+    (&["llama4"], llama4::parse),
 ];
 
 /// The composite parser for this config, if it is one. Gemma-3 is one only with a
@@ -112,6 +113,7 @@ pub(super) fn is_encoder(model_type: &str) -> bool {
             | "dinov2"
             | "clip_vision_model"
             | "siglip_vision_model"
+            | "llama4_vision_model"
             | "clip_text_model"
             | "siglip_text_model"
     )
@@ -151,8 +153,8 @@ const UNSUPPORTED: &[(&[&str], &str)] = &[
         "this dual encoder is not supported yet: vram models CLIP and SigLIP (SigLIP 2 patchifies with a linear layer over variable-size images; Chinese-CLIP, ALIGN and AltCLIP have other text towers)",
     ),
     (
-        &["llava_next_video", "mllama", "idefics2", "pixtral", "llama4", "blip-2", "kosmos-2", "phi3_v", "internvl", "chameleon", "gemma3n", "qwen2_5_omni", "mistral3", "aya_vision", "sam"],
-        "this vision-language model is not supported yet: vram models LLaVA, LLaVA-NeXT, LLaVA-OneVision, Qwen2-VL, Qwen2.5-VL, Qwen3-VL (dense and MoE), Qwen3.5, Gemma-3, Idefics3, SmolVLM and PaliGemma (LLaVA-NeXT-Video pools video frames, Idefics2 has a perceiver resampler, Llama-4 and Mllama add their own towers)",
+        &["llava_next_video", "mllama", "idefics2", "pixtral", "blip-2", "kosmos-2", "phi3_v", "internvl", "chameleon", "gemma3n", "qwen2_5_omni", "mistral3", "aya_vision", "sam"],
+        "this vision-language model is not supported yet: vram models LLaVA, LLaVA-NeXT, LLaVA-OneVision, Qwen2-VL, Qwen2.5-VL, Qwen3-VL (dense and MoE), Qwen3.5, Gemma-3, Idefics3, SmolVLM, PaliGemma and Llama 4 (LLaVA-NeXT-Video pools video frames, Idefics2 has a perceiver resampler, Mllama adds cross-attention layers)",
     ),
 ];
 

@@ -13,6 +13,7 @@ fn family(model_type: &str) -> VisionFamily {
         "dinov2" => VisionFamily::Dinov2,
         "clip_vision_model" => VisionFamily::Clip,
         "siglip_vision_model" => VisionFamily::Siglip,
+        "llama4_vision_model" => VisionFamily::Llama4,
         _ => VisionFamily::Vit,
     }
 }
@@ -53,6 +54,7 @@ pub(super) fn parse(c: &Cfg, name: &str, model_type: &str) -> Result<Model> {
         native_image_size: image,
         pooling_head: fam == VisionFamily::Siglip && c.bool("vision_use_head", true)?,
         position_table: 0,
+        adapter: if fam == VisionFamily::Llama4 { Some(llama4_adapter(c, m.hidden, m.intermediate, image / patch)?) } else { None },
     };
     m.position_embeddings = vision.tokens(image);
     let arch = c.first_architecture();
@@ -116,4 +118,32 @@ fn core_dims_vision(c: &Cfg, name: &str) -> Result<Model> {
     m.kv_heads = m.heads;
     m.head_dim = m.hidden.checked_div(m.heads).unwrap_or(0);
     Ok(m)
+}
+
+/// Llama4VisionConfig's pixel-shuffle MLP (configuration_llama4.py: `pixel_shuffle_ratio` 0.5,
+/// `projector_input_dim` and `projector_output_dim` 4096): fc1 reads the shuffled width, which
+/// is `intermediate_size` in every release, and fc2 maps projector_output_dim to itself, so
+/// anything else cannot run.
+fn llama4_adapter(c: &Cfg, hidden: u64, intermediate: u64, grid: u64) -> Result<crate::model::VisionAdapter> {
+    let ratio = c.f64("pixel_shuffle_ratio", 0.5)?;
+    let shuffle = if ratio > 0.0 && ratio <= 1.0 { (1.0 / ratio).round() as u64 } else { 0 };
+    if shuffle == 0 || (shuffle as f64 * ratio - 1.0).abs() > 1e-9 || grid % shuffle != 0 {
+        return Err(c.bad(
+            "pixel_shuffle_ratio",
+            &Value::from(ratio),
+            &format!("1 / an integer that divides the {grid}×{grid} patch grid (0.5 in every release)"),
+        ));
+    }
+    let (fc1_out, fc2_out) = (c.opt(&["projector_input_dim"])?.unwrap_or(4096), c.opt(&["projector_output_dim"])?.unwrap_or(4096));
+    if intermediate != hidden * shuffle * shuffle || fc1_out != fc2_out || fc1_out == 0 {
+        return Err(c.bad(
+            "intermediate_size",
+            &Value::from(intermediate),
+            &format!(
+                "Llama 4's pixel-shuffle MLP reads hidden_size × (1 / pixel_shuffle_ratio)² = {} channels with fc1 (intermediate_size) and needs projector_input_dim = projector_output_dim",
+                hidden * shuffle * shuffle
+            ),
+        ));
+    }
+    Ok(crate::model::VisionAdapter { shuffle, fc1_in: intermediate, fc1_out, fc2_out })
 }

@@ -1193,7 +1193,11 @@ fn vision_outside(m: &Model, b: &Bytes, head: EncoderHead, vis: crate::model::Vi
         (_, VisionFamily::Siglip) if vis.pooling_head => ln_out * h + b.linear_inputs(1, ln_out) * h + 2 * b.e * h,
         _ => ln_out * h,
     };
-    ln + head_reads
+    // Llama 4's vision model has both: `layernorm_pre` over the embeddings (fp32 under autocast:
+    // the class embedding's fp32 concatenation promotes them) and `layernorm_post` over every
+    // token (measured: validation/llama4.py, live storages after the tower's forward).
+    let pre = if vis.family == VisionFamily::Llama4 { ln } else { 0 };
+    ln + pre + head_reads
 }
 
 /// Bytes per image the patch embedding's conv saves beyond the input batch: under autocast its
@@ -1313,8 +1317,11 @@ fn ssm_backward(m: &Model, s: Ssm, b: &Bytes) -> u128 {
         // Mamba-2: the chunked scan's backward holds gradients of its per-chunk scores.
         return MAMBA2_BACKWARD * m2.heads as u128 * m2.chunk as u128 + 2 * b.r * m.hidden as u128;
     }
-    // The first Zamba scans its heads one after another, each its own [B, D/heads, L, N] graph.
-    SSM_BACKWARD * s.d_inner as u128 * s.d_state as u128 / s.mamba1_heads.max(1) as u128 + 2 * b.r * m.hidden as u128
+    // The first Zamba scans its heads one after another, each its own [B, D/heads, L, N] graph,
+    // so the accumulators are one head's (validation/ssm.py zamba-dev-8l, with and without
+    // checkpointing).
+    let heads = s.mamba1_heads.max(1) as u128;
+    SSM_BACKWARD * s.d_inner as u128 * s.d_state as u128 / heads + 2 * b.r * m.hidden as u128
 }
 
 /// An attention layer's backward transient: (per token, per score).

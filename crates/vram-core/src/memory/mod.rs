@@ -283,6 +283,15 @@ pub fn check_lora(model: &Model, job: &Job) -> Result<()> {
             hint: "LoRA/QLoRA on the MoE Qwen3-VL and Qwen3.5 vision-language models is not measured (peft adapts their experts differently from the text Qwen3-MoE's); the dense ones (Qwen3-VL-2B/4B, Qwen3.5) are modelled, and full fine-tuning of the MoE ones".into(),
         });
     }
+    // Llama 4's dense-dispatch experts under frozen weights (which bmm inputs are still saved,
+    // what peft's target_parameters would adapt) were not measured: refused, not guessed.
+    if job.lora.is_some() && model.moe.as_ref().is_some_and(|m| m.dense_dispatch) {
+        return Err(Error::InvalidValue {
+            what: "LoRA".into(),
+            value: "Llama 4 (its MoE runs every expert over every token)".into(),
+            hint: "LoRA/QLoRA on Llama 4 is not measured yet; vram estimates its full fine-tuning and inference (text-only and with images) and serving".into(),
+        });
+    }
     if let Some(l) = &job.lora {
         crate::peft::resolve(model, l)?;
         if let Some(q) = model.quantization.as_ref().filter(|q| q.method != "mxfp4") {

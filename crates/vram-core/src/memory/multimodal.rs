@@ -249,6 +249,18 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
         let out = if tj.precision.is_mixed() { 4 } else { tj.precision.compute_dtype().bytes() as u128 };
         tower_profile.saved = tower_profile.saved.saturating_sub(tj.batch as u128 * tj.seq as u128 * mm.tower.hidden as u128 * out);
     }
+    if let (Some(a), true) = (vis.adapter, trained || ckpt_frozen) {
+        // Llama 4's pixel-shuffle MLP (modeling_llama4.py Llama4VisionPixelShuffleMLP), per
+        // shuffled token: fc1's input (under autocast a half copy of the shuffled fp32 stream),
+        // GELU's input, fc2's input and the second GELU's input; dropout at p = 0 is the identity.
+        // The shuffle's two permute copies are transients, and `layernorm_post`'s output is read by
+        // nothing else, so the tower profile's last_hidden_state is freed after the forward.
+        let out = if tj.precision.is_mixed() { 4 } else { tj.precision.compute_dtype().bytes() as u128 };
+        let tokens = tj.batch as u128 * (tj.seq as u128 - 1) / (a.shuffle * a.shuffle) as u128;
+        let fc1_in = if amp { 2 } else { e };
+        tower_profile.saved += tokens * (fc1_in * a.fc1_in as u128 + 2 * e * a.fc1_out as u128 + e * a.fc2_out as u128);
+        tower_profile.saved = tower_profile.saved.saturating_sub(tj.batch as u128 * tj.seq as u128 * mm.tower.hidden as u128 * out);
+    }
     // A frozen projector saves its inputs only when its output needs a gradient: under
     // checkpointing, whose input hooks make the tower's output require one.
     let bnb = job.base.is_some_and(BaseWeights::is_bnb);
@@ -324,6 +336,7 @@ fn projector_qlora_bytes(mm: &Multimodal, text_hidden: u64, b: BaseWeights) -> u
         ProjectorKind::Pool(_) => (0, 0),
         ProjectorKind::Shuffle(s) => (q(t, w * s.scale * s.scale), w * s.scale * s.scale * t),
         ProjectorKind::Linear => (q(t, w) + bias(t), w * t + t),
+        ProjectorKind::Llama4 { input } => (q(t, input), input * t),
         ProjectorKind::Merger(pm) => {
             // The merger's two linears, and each Qwen3-VL DeepStack merger's (their LayerNorms stay
             // fp32 with the rest).
@@ -356,6 +369,8 @@ fn projector_matrices(mm: &Multimodal, text_hidden: u64) -> u128 {
         ProjectorKind::Shuffle(s) => w * (s.scale * s.scale) as u128 * t,
         // PaliGemma: one Linear(w, text).
         ProjectorKind::Linear => w * t,
+        // Llama 4: one Linear(vision_output_dim, text).
+        ProjectorKind::Llama4 { input } => input as u128 * t,
         ProjectorKind::Mlp => w * t + t * t,
     }
 }
@@ -377,6 +392,9 @@ fn projector_saved(mm: &Multimodal, text_hidden: u64, amp: bool, proj_in: u128, 
         ProjectorKind::Pool(_) => 4 * w + 4 + 4 * w + if e < 4 { 2 } else { 4 } * w,
         // PaliGemmaMultiModalProjector: the linear's input (a half copy under autocast).
         ProjectorKind::Linear => proj_in * w,
+        // Llama4MultiModalProjector: the linear's input, the vision MLP's GELU output (half under
+        // autocast: no copy is made).
+        ProjectorKind::Llama4 { input } => proj_in * input as u128,
         // Idefics3Connector.forward, per token: pixel_shuffle's reshapes copy the tower's output
         // (transients; a view/reshape saves nothing), and the bias-free linear saves its input,
         // w · scale² wide (a half copy under autocast).
@@ -406,7 +424,7 @@ fn projector_saved(mm: &Multimodal, text_hidden: u64, amp: bool, proj_in: u128, 
 fn projector_saved_bnb(mm: &Multimodal, text_hidden: u64) -> u128 {
     let w = mm.tower.hidden as u128;
     match mm.projector() {
-        ProjectorKind::Linear | ProjectorKind::Shuffle(_) => 0,
+        ProjectorKind::Linear | ProjectorKind::Shuffle(_) | ProjectorKind::Llama4 { .. } => 0,
         // Gemma-3's projection is a parameter, not an nn.Linear: not quantized.
         ProjectorKind::Pool(_) => projector_saved(mm, text_hidden, true, 2, 2),
         ProjectorKind::Merger(pm) => {

@@ -320,6 +320,18 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
         let grads = if accum || job.optimizer_in_bwd { 0 } else { (layer_grads[l + 1..].iter().sum::<u128>() + head_grad) / shards };
         let casts_left: u128 = if ckpt == Checkpointing::Full { 0 } else { layer_casts[..=l].iter().sum() };
         let recomputed = if ckpt == Checkpointing::Full { layer_bytes(&act::layer(m, job, kernel, l as u64)) + layer_casts[l] } else { 0 };
+        // Zamba and Zamba2 checkpoint a hybrid layer as one unit (modeling_zamba.py
+        // ZambaHybridLayer: the shared block, its `linear` and the Mamba layer): recomputing a
+        // mixer that follows the shared block rebuilds the block's activations beside its own
+        // (validation/ssm.py zamba-dev-8l checkpointed: −15% without; Zamba2's checkpointed
+        // points peak elsewhere and do not move).
+        let recomputed = recomputed
+            + match (ckpt, m.ssm) {
+                (Checkpointing::Full, Some(s)) if s.shared.is_some() && m.is_ssm_layer(l as u64) => {
+                    layer_bytes(&act::layer(m, job, kernel, 0)) + layer_casts[0]
+                }
+                _ => 0,
+            };
         let (tr_tok, tr_sq) = act::backward_transient(m, job, kernel, l as u64);
         // AMP: the half gradient of each weight copy before it is cast into the fp32 .grad;
         // accumulation: the fresh gradient before it is added into the existing one.
