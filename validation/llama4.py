@@ -7,6 +7,9 @@ dropout, cross-entropy as CUDA runs it; two HF Trainer steps with AdamW foreach)
 Llama4TextMoe runs every expert over every token (the input repeated per expert, scaled by the
 router's sigmoid score), which is what is measured.
 
+LoRA points ("part": "lora"): validation/lora.py's train_lora on the text model (peft and, for
+QLoRA, the bitsandbytes 4-bit emulation of qlora_shim.py), r 16, the attention and MLP linears.
+
 Multimodal points ("part": "vlm"): Llama4ForConditionalGeneration through vlm.py's training loop
 and prefill (its placeholder check and masked_scatter patches; a batch of square images split into
 336-px tiles as Llama4ImageProcessor does, 144 tokens per tile).
@@ -34,13 +37,16 @@ OUT = os.path.join(HERE, "fixtures", "llama4.jsonl")
 DIR = "validation/configs/vlm"
 DEVELOPMENT = ["llama4-dev-4l"]
 HELD_OUT = ["llama-4-scout-17b-16e", "llama-4-maverick-17b-128e"]
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+# bitsandbytes 4-bit as TRL's QLoRA recipes load it (lora_matrix.py's NF4).
+QUANT = {"nf4": {"bits": 4, "quant_type": "nf4", "nested": True, "compute_dtype": "bf16"}}
 
 
 def points():
     out = []
 
     def pt(model, part, mode, precision, batch, seq, checkpointing=False, attention="sdpa", images=None, train=None,
-           image_size=None):
+           image_size=None, quant=None):
         p = dict(model=model, part=part, mode=mode, precision=precision, batch=batch, seq=seq,
                  checkpointing=checkpointing, optimizer="adamw" if mode == "train" else None,
                  impl="foreach" if mode == "train" else None, attention=attention)
@@ -48,6 +54,8 @@ def points():
             p.update(images=images, image_size=image_size)
             if mode == "train":
                 p["train"] = train
+        if part == "lora":
+            p.update(r=16, alpha=32, targets=LORA_TARGETS, quant=quant)
         out.append(p)
 
     for m in DEVELOPMENT + HELD_OUT:
@@ -74,6 +82,17 @@ def points():
         if not dev:
             # Past the AdamW step's peak: the language model's activations at 2 x 8192 tokens.
             pt(m, "vlm", "train", "bf16-mixed", 2, 8192, images=1, train="full", image_size=1344)
+    # LoRA on the text model (peft has no default targets for llama4_text: the attention, the
+    # dense MLPs' and the shared expert's linears are named; the stacked experts are parameters,
+    # not linears, and stay frozen), on the bf16 model and 4-bit QLoRA (whose kbit preparation
+    # casts the unquantized experts to fp32).
+    for m in DEVELOPMENT + HELD_OUT:
+        dev = m in DEVELOPMENT
+        for quant in (None, "nf4"):
+            pt(m, "lora", "train", "bf16-mixed", 4 if dev else 1, 1024 if dev else 2048, quant=quant)
+            pt(m, "lora", "train", "bf16-mixed", 8 if dev else 2, 1024 if dev else 4096, checkpointing=True, quant=quant)
+        if not dev:
+            pt(m, "lora", "train", "bf16-mixed", 2, 8192, checkpointing=True, quant="nf4")
     for p in out:
         p["set"] = "development" if p["model"] in DEVELOPMENT else "held-out"
         p["id"] = "|".join(f"{k}={p[k]}" for k in sorted(p) if k != "set")
@@ -92,7 +111,12 @@ def run(point):
     raw = json.load(open(os.path.join(ROOT, DIR, point["model"] + ".json")))
     t = time.time()
     try:
-        if point["part"] == "text":
+        if point["part"] == "lora":
+            import lora
+            r = lora.train_lora(text_config(raw), point["batch"], point["seq"], r=point["r"], alpha=point["alpha"],
+                                target_modules=point["targets"], quant=QUANT.get(point["quant"]),
+                                checkpointing=point["checkpointing"], attention=point["attention"])
+        elif point["part"] == "text":
             cfg = text_config(raw)
             if point["mode"] == "train":
                 r = harness.train(cfg, point["batch"], point["seq"], point["precision"], point["optimizer"], point["impl"],

@@ -999,12 +999,20 @@ fn mlp(m: &Model, b: &Bytes, moe_layer: bool) -> u128 {
             // product (saved by the second bmm) — every expert over every token. The shared
             // expert as a dense MLP. Measured tensor by tensor on llama4-dev-4l
             // (validation/llama4.py, live storages after the forward).
+            // Under LoRA the stacked experts are frozen parameters peft cannot wrap: neither bmm
+            // saves its input (no weight gradient), so the scaled half copy and the product are
+            // not kept; the repeated input still is (the scores need a gradient through the
+            // router's input) — measured: validation/llama4.py's LoRA points.
             let (k, ei, experts) = (moe.top_k as u128, moe.expert_intermediate as u128, moe.experts as u128);
             let input = if b.amp { b.r } else { e };
             let router = experts * (4 + e) + 8 * k;
-            let routed = experts * (input * h + e * h + 4 * e * ei);
-            let shared = moe.shared_intermediate as u128 * per_elem;
-            router + routed + shared
+            let routed = match b.lora {
+                None => experts * (input * h + e * h + 4 * e * ei),
+                Some(_) => experts * (input * h + 3 * e * ei),
+            };
+            let shared_i = moe.shared_intermediate as u128;
+            let adapted = b.lora.map_or(0, |l| l.saved(l.count(Slot::MlpOut, true), shared_i));
+            router + routed + shared_i * per_elem + adapted
         }
         (Some(moe), true) => {
             let k = moe.top_k as u128;
@@ -1330,6 +1338,11 @@ fn attention_backward_transient(m: &Model, job: &Job, kernel: Kernel, i: u64) ->
     let h = m.hidden as u128;
     let e = b.e;
     let mlp_width = match &m.moe {
+        // Llama 4 runs every expert over every token: at the product's backward the gradients of
+        // the product, of up and of the activation — three [E, T, I] tensors — sit beside the
+        // layer's saved tensors (measured: validation/llama4.py, checkpointed LoRA on
+        // llama4-dev-4l with 4, 16 and 32 experts).
+        Some(moe) if m.is_moe_layer(i) && moe.dense_dispatch => moe.experts as u128 * moe.expert_intermediate as u128,
         Some(moe) if m.is_moe_layer(i) => {
             // Busiest expert assumed to get twice its fair share of the k·tokens routed.
             let routed = (2 * moe.top_k as u128 * moe.expert_intermediate as u128 / (moe.experts as u128).max(1))
@@ -1350,7 +1363,10 @@ fn attention_backward_transient(m: &Model, job: &Job, kernel: Kernel, i: u64) ->
     }
     // Gated: the product's gradient, then the gate's and up's (three intermediate-sized tensors
     // at once); plain fc1 → act → fc2: the activation output's gradient and its input's (two).
-    let mlp = if m.mlp.gated { 3 } else { 1 } * mlp_width * b.lin;
+    // Llama 4's experts are bmm operands, never bitsandbytes linears: their gradients are in the
+    // compute dtype.
+    let dense_experts = m.is_moe_layer(i) && m.moe.as_ref().is_some_and(|moe| moe.dense_dispatch);
+    let mlp = if m.mlp.gated { 3 } else { 1 } * mlp_width * if dense_experts { e } else { b.lin };
     let (qd, kd) = (m.q_dim() as u128, m.kv_dim() as u128);
     let (attn, sq) = if kernel.quadratic() { (e * (qd + 2 * kd), 8) } else { (e * (qd + 2 * kd) + 4 * qd, 0) };
     // Nemotron-H's blocks hold one of the two: an MLP block or an attention block.

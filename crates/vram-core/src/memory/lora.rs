@@ -315,6 +315,18 @@ pub(crate) fn model_states(m: &Model, job: &Job, b: &Bytes) -> ModelStates {
             if base == 4 && !bnb {
                 c += 2 * frozen_matmul(i);
             }
+            // Llama 4's stacked experts are torch.bmm operands, which autocast casts: fp32 (an
+            // fp32 base, or bitsandbytes' kbit preparation, which leaves these parameters
+            // unquantized and upcasts them) they are cast per use and the half copy is saved by
+            // the bmm for the input gradient (measured: validation/llama4.py QLoRA points).
+            if base == 4 && m.is_moe_layer(i) && m.moe.as_ref().is_some_and(|moe| moe.dense_dispatch) {
+                c += 2 * m
+                    .layer_inventory(i)
+                    .iter()
+                    .filter(|t| t.role == Role::Experts)
+                    .map(|t| t.numel as u128 * t.count as u128)
+                    .sum::<u128>();
+            }
         }
         if dora && lora.is_some_and(|l| l.dropout > 0.0) {
             // DoRA with dropout (peft/tuners/lora/variants.py DoraLinearVariant.forward: no

@@ -283,13 +283,13 @@ pub fn check_lora(model: &Model, job: &Job) -> Result<()> {
             hint: "LoRA/QLoRA on the MoE Qwen3-VL and Qwen3.5 vision-language models is not measured (peft adapts their experts differently from the text Qwen3-MoE's); the dense ones (Qwen3-VL-2B/4B, Qwen3.5) are modelled, and full fine-tuning of the MoE ones".into(),
         });
     }
-    // Llama 4's dense-dispatch experts under frozen weights (which bmm inputs are still saved,
-    // what peft's target_parameters would adapt) were not measured: refused, not guessed.
-    if job.lora.is_some() && model.moe.as_ref().is_some_and(|m| m.dense_dispatch) {
+    // LoRA on Llama 4's text model is measured (validation/llama4.py); with images (the vision
+    // model's linears, quantized or not, beside it) it was not.
+    if job.lora.is_some() && model.multimodal.as_ref().is_some_and(|mm| mm.llama4.is_some()) {
         return Err(Error::InvalidValue {
             what: "LoRA".into(),
-            value: "Llama 4 (its MoE runs every expert over every token)".into(),
-            hint: "LoRA/QLoRA on Llama 4 is not measured yet; vram estimates its full fine-tuning and inference (text-only and with images) and serving".into(),
+            value: "Llama 4 with images".into(),
+            hint: "LoRA/QLoRA on Llama 4 is measured for its text model: give the text_config alone (model_type llama4_text, as a text-only fine-tune saves it); with the vision model it is not modelled yet (full fine-tuning with images is)".into(),
         });
     }
     if let Some(l) = &job.lora {

@@ -398,6 +398,14 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, Kernel, Vec<Strin
     if job.seq > 0 && b.amp && casts_all > 4 * GIB as u128 {
         notes.push("under autocast, half copies of the weights are cached during forward and saved for backward".into());
     }
+    if job.base.is_some_and(crate::peft::BaseWeights::is_bnb) && m.moe.as_ref().is_some_and(|moe| moe.dense_dispatch) {
+        let experts: u128 =
+            super::inventory(m).iter().filter(|t| t.role == crate::model::Role::Experts).map(|t| t.numel as u128 * t.count as u128).sum();
+        notes.push(format!(
+            "QLoRA on Llama 4: bitsandbytes quantizes nn.Linear layers only, so the {experts} stacked expert parameters stay unquantized, peft's kbit preparation upcasts them to fp32 ({:.1} GiB), and under autocast every MoE layer's bmm saves their half copy for backward; gradient checkpointing keeps one layer's",
+            (experts * 4) as f64 / GIB as f64
+        ));
+    }
     (out, kernel, notes)
 }
 
