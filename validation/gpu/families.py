@@ -43,7 +43,7 @@ GIB = 1 << 30
 # The oracle modules whose points are run, in priority order (each module's fixture is
 # validation/fixtures/<module>.jsonl).
 MODULES = ("vlm", "ssm", "encdec", "encoders", "vision", "dual", "vlm_lora", "ssm_lora", "encoders_lora",
-           "vision_lora")
+           "vision_lora", "llama4")
 PER_MODEL = 3  # points per model at most
 MAX_ORACLE_SECONDS = 45.0  # the oracle's CPU time of a point: a proxy for its Python op count
 
@@ -63,11 +63,11 @@ def shape_key(p):
     """What makes two points of one model measure different things."""
     train = p.get("train") or p.get("method") or ""
     return (p.get("mode"), bool(p.get("checkpointing")), p.get("mask") or p.get("padded"), p.get("precision"),
-            str(train).split(":")[0], p.get("task"))
+            str(train).split(":")[0], p.get("task"), p.get("part"))
 
 
 def is_quantized(p):
-    return str(p.get("train") or "").startswith("qlora") or p.get("method") == "qlora"
+    return str(p.get("train") or "").startswith("qlora") or p.get("method") == "qlora" or bool(p.get("quant"))
 
 
 def preference(rec):

@@ -1366,7 +1366,7 @@ impl Model {
             return match (images, freeze_tower) {
                 (None, false) => Ok(()),
                 _ => Err(format!(
-                    "--images-per-sample and --freeze-vision-tower apply to vision-language models (LLaVA, LLaVA-NeXT, LLaVA-OneVision, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5 with its vision_config, Gemma-3, Idefics3/SmolVLM, PaliGemma); {} has no vision tower",
+                    "--images-per-sample and --freeze-vision-tower apply to vision-language models (LLaVA, LLaVA-NeXT, LLaVA-OneVision, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5 with its vision_config, Gemma-3, Idefics3/SmolVLM, PaliGemma, Llama 4); {} has no vision tower",
                     self.model_type
                 )),
             };

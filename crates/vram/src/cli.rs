@@ -76,14 +76,14 @@ pub struct JobArgs {
     /// explicit attention mask, runs memory-efficient attention and keeps a float bias per layer
     #[arg(long, help_heading = "Job")]
     pub padded: bool,
-    /// Vision encoders, Qwen2-VL/2.5-VL/3-VL, Qwen3.5, LLaVA-NeXT and LLaVA-OneVision: image side in pixels; Idefics3/SmolVLM: the processor's size["longest_edge"], which decides the tiles [default: the config's image_size; Qwen 448; LLaVA-NeXT/OneVision the largest square grid pinpoint; Idefics3 4 × the tile]
+    /// Vision encoders, Qwen2-VL/2.5-VL/3-VL, Qwen3.5, LLaVA-NeXT and LLaVA-OneVision: image side in pixels; Idefics3/SmolVLM: the processor's size["longest_edge"], which decides the tiles; Llama 4: the square images' side, which decides its 336-px tiles [default: the config's image_size; Qwen 448; LLaVA-NeXT/OneVision the largest square grid pinpoint; Idefics3 4 × the tile; Llama 4 one tile]
     #[arg(long, alias = "image_size")]
     pub image_size: Option<u64>,
     /// Text encoder-decoders (BART, T5): source tokens the encoder runs; --seq-len is the
     /// target [default: BART's position table, T5's n_positions (512)]
     #[arg(long, aliases = ["source_len", "max-source-length", "max_source_length"])]
     pub source_len: Option<u64>,
-    /// Vision-language models (LLaVA, LLaVA-NeXT, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Gemma-3, Idefics3/SmolVLM; Qwen3.5 loads its vision tower): images per sample; their tokens are part of --seq-len [default: 1]
+    /// Vision-language models (LLaVA, LLaVA-NeXT, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Gemma-3, Idefics3/SmolVLM, Llama 4; Qwen3.5 loads its vision tower): images per sample; their tokens are part of --seq-len [default: 1]
     #[arg(long, alias = "images_per_sample")]
     pub images_per_sample: Option<u64>,
     /// Vision-language models: train the projector and language model only (LLaMA-Factory
