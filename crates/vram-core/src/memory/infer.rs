@@ -306,7 +306,20 @@ fn ssm_prefill(m: &Model, job: &Job, s: crate::model::Ssm) -> (Vec<Breakdown>, K
         format!("{mixers} mixer layers × batch {batch} × {d} channels × (conv {} × {e} B + state {n} × {state_b} B)", s.d_conv)
     });
     let h = m.hidden as u128;
-    let scan = t * (12 * d * n + 7 * e * d + 10 * d + 6 * h);
+    let scan = match s.mamba1_heads {
+        0 | 1 => t * (12 * d * n + 7 * e * d + 10 * d + 6 * h),
+        // The first Zamba scans its heads one after another: at the peak one head's
+        // [B, D/heads, L, N] fp32 tensors and its five fp32 and two half [B, D/heads, L] ones, beside
+        // in_proj's output (2·D, half), the full-width conv output and dt projection (half), every
+        // head's dt/B/C, and five hidden-wide tensors (the residual, the normed input, the
+        // embedding output, the clone the shared block concatenates, a layer output); read off
+        // the live tensors at zamba-dev-8l's prefill peak (validation/ssm.py).
+        heads => {
+            let heads = heads as u128;
+            let r = s.dt_rank as u128;
+            t * (12 * d * n / heads + 24 * d / heads + 4 * e * d + e * heads * (r + 2 * n) + 5 * e * h)
+        }
+    };
     let logits = batch * m.vocab as u128 * (e + 4);
     bd.add(PREFILL, scan, format!("{t} tokens through one layer's selective scan: discrete A, B and their product, fp32 [B, D, L, N]"));
     bd.add(LOGITS, logits, "the last position's logits and their fp32 copy");
