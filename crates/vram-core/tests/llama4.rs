@@ -143,3 +143,67 @@ fn llama4_peaks_follow_pytorch() {
     family_table::check(&vlm);
     family_table::check(&lora);
 }
+
+/// Llama 4's images: Llama4ImageProcessor's canvas for a square image (the smallest n × n of
+/// 336-px tiles that holds it, at most 4 × 4, plus the global tile when n > 1), 144 tokens per
+/// tile; the text model's layer kinds from the config; what transformers could not build is
+/// refused by name.
+#[test]
+fn llama4_reads_its_layers_tiles_and_refuses_what_cannot_run() {
+    use vram_core::model::Llama4Tiles;
+    for (side, tiles) in [(100, 1), (336, 1), (337, 5), (672, 5), (673, 10), (1000, 10), (1344, 17), (4000, 17)] {
+        assert_eq!(Llama4Tiles::tiles_for(side, 336), tiles, "{side} px");
+    }
+    let mut m = parsed(&config("llama-4-scout-17b-16e"), "scout");
+    assert!(m.warnings.iter().any(|w| w.starts_with(vram_core::model::LLAMA4_IMAGE_ASSUMED)));
+    m.set_image_size(1000).unwrap();
+    let mm = m.multimodal.as_ref().unwrap();
+    assert_eq!((mm.tiles(), mm.image_tokens), (10, 1440));
+    assert!(!m.warnings.iter().any(|w| w.starts_with(vram_core::model::LLAMA4_IMAGE_ASSUMED)));
+    // Scout: every layer MoE, 12 NoPE layers (every 4th), 36 chunked rotary ones with the L2
+    // q/k norm; Maverick: MoE every other layer, no q/k norm.
+    let scout = parsed(&text_config("llama-4-scout-17b-16e"), "scout");
+    let l4 = scout.llama4.as_ref().unwrap();
+    assert_eq!(
+        (scout.moe_layers(), l4.nope.iter().filter(|n| **n).count(), scout.sliding_layers, scout.sliding_window),
+        (48, 12, 36, Some(8192))
+    );
+    assert!(l4.qk_l2 && l4.temperature_tuning && scout.moe.as_ref().unwrap().dense_dispatch);
+    let maverick = parsed(&text_config("llama-4-maverick-17b-128e"), "maverick");
+    assert_eq!(maverick.moe_layers(), 24);
+    assert!(maverick.is_moe_layer(1) && !maverick.is_moe_layer(0) && !maverick.llama4.as_ref().unwrap().qk_l2);
+    // Configs transformers cannot build are refused, naming the key.
+    let refused = |cfg: &Value| parse_config(cfg.to_string().as_bytes(), "x", "config.json").unwrap_err().to_string();
+    let base = config("llama4-dev-4l");
+    for (path, value, says) in [
+        ("vision_config.pixel_shuffle_ratio", Value::from(0.3), "pixel_shuffle_ratio"),
+        ("vision_config.intermediate_size", Value::from(1000), "intermediate_size"),
+        ("vision_config.vision_output_dim", Value::from(256), "vision_output_dim"),
+        ("text_config.no_rope_layers", Value::from(vec![1, 0]), "no_rope_layers"),
+        ("text_config.interleave_moe_layer_step", Value::from(0), "interleave_moe_layer_step"),
+    ] {
+        let mut bad = base.clone();
+        let (part, key) = path.split_once('.').unwrap();
+        bad[part][key] = value;
+        if key == "interleave_moe_layer_step" {
+            bad[part].as_object_mut().unwrap().remove("moe_layers");
+        }
+        let e = refused(&bad);
+        assert!(e.contains(says), "{path}: {e}");
+    }
+    // LoRA with images is refused (measured on the text model only).
+    let job = vram_core::Job {
+        lora: Some(Lora {
+            method: Method::Lora,
+            r: 8,
+            alpha: 16.0,
+            dropout: 0.0,
+            targets: Targets::Names(vec!["q_proj".into()]),
+            modules_to_save: Vec::new(),
+        }),
+        ..vram_core::Job::train(1, 1024)
+    };
+    let e = vram_core::estimate(&parsed(&base, "dev"), &job).unwrap_err().to_string();
+    assert!(e.contains("Llama 4 with images"), "{e}");
+    assert!(vram_core::estimate(&parsed(&text_config("llama4-dev-4l"), "dev"), &job).is_ok());
+}
