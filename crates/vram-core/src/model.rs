@@ -522,6 +522,28 @@ impl PatchMerger {
 }
 
 impl Multimodal {
+    /// A tower whose last hidden state (every layer, its final norm) feeds a bias-free GELU
+    /// projector, `image_tokens` per image, one image per sample, everything trained; the
+    /// families' parsers set what differs (their projector, tiling and masks).
+    pub fn new(tower: Model, image_tokens: u64) -> Multimodal {
+        Multimodal {
+            tower,
+            projector_bias: false,
+            projector_act: Act::Gelu,
+            feature_layer: -1,
+            image_tokens,
+            images: 1,
+            tower_frozen: false,
+            merger: None,
+            anyres: None,
+            pool: None,
+            shuffle: None,
+            single_linear: false,
+            block_mask: false,
+            llama4: None,
+        }
+    }
+
     /// `--image-size` on Qwen2-VL: square images of `side` pixels, resized as the processor does.
     fn set_qwen_image_size(&mut self, side: u64) -> Result<(), String> {
         let pm = self.merger.ok_or("not a Qwen2-VL model")?;

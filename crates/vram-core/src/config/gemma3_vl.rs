@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 use super::llava::{inherit_top_level, nested, siglip_tower, with_defaults};
 use super::{parse_object, ParseOptions};
 use crate::error::{Error, Result};
-use crate::model::{Act, Model, Multimodal};
+use crate::model::{Model, Multimodal};
 
 /// Gemma3TextConfig's defaults (configuration_gemma3.py, transformers 5.23), which the Hub's
 /// `text_config` relies on for heads, head size and vocabulary.
@@ -60,21 +60,10 @@ pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: Parse
         });
     }
     m.multimodal = Some(Box::new(Multimodal {
-        tower,
-        projector_bias: false,
-        projector_act: Act::Gelu,
         // last_hidden_state: every layer and post_layernorm.
-        feature_layer: -1,
-        image_tokens: tokens,
-        images: 1,
-        tower_frozen: false,
-        merger: None,
-        anyres: None,
         pool: Some(per_side / side),
-        shuffle: None,
-        single_linear: false,
         block_mask: true,
-        llama4: None,
+        ..Multimodal::new(tower, tokens)
     }));
     m.warnings.push(format!(
         "Gemma-3: a SigLIP vision tower ({} patches per {}×{} image, {} layers), the average-pooling projector ({tokens} tokens per image) and a gemma3_text language model; images are the processor's fixed {}-pixel square (pan-and-scan crops count as more images: --images-per-sample)",

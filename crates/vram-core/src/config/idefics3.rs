@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 use super::llava::{inherit_top_level, nested, with_defaults, LLAMA_DEFAULTS};
 use super::{parse_object, ParseOptions};
 use crate::error::{Error, Result};
-use crate::model::{Act, Model, Multimodal, Shuffle, SPLIT_IMAGE_ASSUMED};
+use crate::model::{Model, Multimodal, Shuffle, SPLIT_IMAGE_ASSUMED};
 
 /// Idefics3VisionConfig's defaults (configuration_idefics3.py, transformers 5.23; SmolVLM's
 /// vision config inherits them), which the Hub's `vision_config` relies on.
@@ -79,22 +79,10 @@ pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: Parse
     // SmolVLM's 4 × 512), unless the config carries the processor's `size` (SmolVLM2's do).
     let edge = processor_edge.unwrap_or(4 * vis.image_size);
     let tiles = Shuffle::tiles_for(edge, vis.image_size);
+    // last_hidden_state: every layer and post_layernorm.
     m.multimodal = Some(Box::new(Multimodal {
-        tower,
-        projector_bias: false,
-        projector_act: Act::Gelu,
-        // last_hidden_state: every layer and post_layernorm.
-        feature_layer: -1,
-        image_tokens: tiles * tile_tokens,
-        images: 1,
-        tower_frozen: false,
-        merger: None,
-        anyres: None,
-        pool: None,
         shuffle: Some(Shuffle { scale, longest_edge: edge, tiles, tile_tokens }),
-        single_linear: false,
-        block_mask: false,
-        llama4: None,
+        ..Multimodal::new(tower, tiles * tile_tokens)
     }));
     m.warnings.push(format!(
         "{SPLIT_IMAGE_ASSUMED} at the processor's longest edge of {edge} px: {tiles} tiles of {0}×{0} px through the tower ({1} tokens each after the pixel shuffle) = {2} tokens per image in the language model's sequence: pass --image-size (the processor's size[\"longest_edge\"]; the tile size or less: one unsplit tile) for yours",

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use super::llava::{inherit_top_level, nested, with_defaults};
 use super::{parse_object, ParseOptions};
 use crate::error::{Error, Result};
-use crate::model::{Act, Llama4Tiles, Model, Multimodal, LLAMA4_IMAGE_ASSUMED};
+use crate::model::{Llama4Tiles, Model, Multimodal, LLAMA4_IMAGE_ASSUMED};
 
 /// Llama4VisionConfig's defaults (transformers 5.23) for what the Hub's `vision_config` omits.
 const VISION_DEFAULTS: &[(&str, u64)] = &[
@@ -61,22 +61,10 @@ pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: Parse
     let per_side = vis.image_size / vis.patch.max(1);
     let tile_tokens = per_side * per_side / (adapter.shuffle * adapter.shuffle);
     let tiles = Llama4Tiles::tiles_for(vis.image_size, vis.image_size);
+    // last_hidden_state of the vision model: every layer, layernorm_post and the MLP.
     m.multimodal = Some(Box::new(Multimodal {
-        tower,
-        projector_bias: false,
-        projector_act: Act::Gelu,
-        // last_hidden_state of the vision model: every layer, layernorm_post and the MLP.
-        feature_layer: -1,
-        image_tokens: tiles * tile_tokens,
-        images: 1,
-        tower_frozen: false,
-        merger: None,
-        anyres: None,
-        pool: None,
-        shuffle: None,
-        single_linear: false,
-        block_mask: false,
         llama4: Some(Llama4Tiles { side: vis.image_size, tiles, tile_tokens }),
+        ..Multimodal::new(tower, tiles * tile_tokens)
     }));
     m.warnings.push(format!(
         "{LLAMA4_IMAGE_ASSUMED} of one {0}×{0} px tile ({tile_tokens} tokens each): larger images are split into up to 16 tiles plus a global one (672 px: 5 tiles, 720 tokens); pass --image-size for yours",

@@ -272,20 +272,11 @@ fn parse_with(obj: Map<String, Value>, name: &str, file: &str, opts: ParseOption
     };
     let lm_tokens = anyres.as_ref().map_or(image_tokens, |a| a.layout(a.side, vis.image_size, vis.image_size / vis.patch.max(1)).1);
     m.multimodal = Some(Box::new(Multimodal {
-        tower,
         projector_bias: obj.get("multimodal_projector_bias").and_then(Value::as_bool).unwrap_or(true),
         projector_act: act,
         feature_layer,
-        image_tokens: lm_tokens,
-        images: 1,
-        tower_frozen: false,
-        merger: None,
         anyres: anyres.clone(),
-        pool: None,
-        shuffle: None,
-        single_linear: false,
-        block_mask: false,
-        llama4: None,
+        ..Multimodal::new(tower, lm_tokens)
     }));
     if let Some(a) = &anyres {
         m.warnings.push(format!(

@@ -143,7 +143,7 @@ pub(super) fn parse_bamba(c: &Cfg, name: &str, model_type: &str) -> Result<Model
 
 /// Mamba-1's time-step rank: the key's number, or ⌈hidden / 16⌉ when absent or "auto"
 /// (configuration_mamba.py, configuration_jamba.py).
-pub(super) fn time_step_rank(c: &Cfg, key: &str, hidden: u64) -> Result<u64> {
+fn time_step_rank(c: &Cfg, key: &str, hidden: u64) -> Result<u64> {
     match c.get(key) {
         Some(Value::String(s)) if s == "auto" => Ok(hidden.div_ceil(16)),
         _ => Ok(c.opt(&[key])?.unwrap_or(hidden.div_ceil(16))),
@@ -397,34 +397,7 @@ pub(super) fn parse_jamba(c: &Cfg, name: &str, model_type: &str) -> Result<Model
             dense_dispatch: false,
         });
     }
-    let expand = c.opt(&["mamba_expand"])?.unwrap_or(2);
-    let d_inner = expand.saturating_mul(m.hidden);
-    let d_state = c.opt(&["mamba_d_state"])?.unwrap_or(16);
-    let d_conv = c.opt(&["mamba_d_conv"])?.unwrap_or(4);
-    let dt_rank = time_step_rank(c, "mamba_dt_rank", m.hidden)?;
-    if d_inner == 0 || d_state == 0 || d_state > 1024 || d_conv == 0 || d_conv > 64 || dt_rank == 0 {
-        return Err(c.bad(
-            "mamba_d_state",
-            &Value::from(d_state),
-            "expected mamba_d_state 1–1024, mamba_d_conv 1–64, mamba_expand and mamba_dt_rank above 0",
-        ));
-    }
-    m.ssm = Some(Ssm {
-        d_inner,
-        d_state,
-        d_conv,
-        dt_rank,
-        conv_bias: c.bool("mamba_conv_bias", true)?,
-        proj_bias: c.bool("mamba_proj_bias", false)?,
-        mamba2: None,
-        attention_layers: attention,
-        parallel_attention: false,
-        dt_bc_norms: true,
-        mlp_layers: 0,
-        delta_net: None,
-        shared: None,
-        mamba1_heads: 1,
-    });
+    m.ssm = Some(Ssm { attention_layers: attention, dt_bc_norms: true, ..mamba1_mixer(c, m.hidden)? });
     m.warnings.push(hybrid_warning(&format!(
         "Jamba: {attention} attention layers and {} Mamba layers (the sequential selective scan), each with its MLP or MoE block",
         m.layers - attention
@@ -519,4 +492,38 @@ pub(super) fn parse_nemotron_h(c: &Cfg, name: &str, model_type: &str) -> Result<
         "Nemotron-H: {mixers} Mamba-2 blocks, {attention} attention blocks (no positions) and {mlps} relu² MLP blocks, one per layer"
     )));
     Ok(m)
+}
+
+/// A Mamba-1 mixer from the `mamba_*` keys Jamba and the first Zamba share (configuration_jamba.py,
+/// configuration_zamba.py): `mamba_expand` × hidden channels, `mamba_d_state`, `mamba_d_conv`,
+/// `mamba_dt_rank` ("auto": ceil(hidden / 16)), the conv's bias on and the projections' off by
+/// default; every layer a mixer (hybrids set their layouts over it).
+pub(super) fn mamba1_mixer(c: &Cfg, hidden: u64) -> Result<Ssm> {
+    let d_inner = c.opt(&["mamba_expand"])?.unwrap_or(2).saturating_mul(hidden);
+    let d_state = c.opt(&["mamba_d_state"])?.unwrap_or(16);
+    let d_conv = c.opt(&["mamba_d_conv"])?.unwrap_or(4);
+    let dt_rank = time_step_rank(c, "mamba_dt_rank", hidden)?;
+    if d_inner == 0 || d_state == 0 || d_state > 1024 || d_conv == 0 || d_conv > 64 || dt_rank == 0 {
+        return Err(c.bad(
+            "mamba_d_state",
+            &Value::from(d_state),
+            "expected mamba_d_state 1–1024, mamba_d_conv 1–64, mamba_expand and mamba_dt_rank above 0",
+        ));
+    }
+    Ok(Ssm {
+        d_inner,
+        d_state,
+        d_conv,
+        dt_rank,
+        conv_bias: c.bool("mamba_conv_bias", true)?,
+        proj_bias: c.bool("mamba_proj_bias", false)?,
+        mamba2: None,
+        attention_layers: 0,
+        parallel_attention: false,
+        dt_bc_norms: false,
+        mlp_layers: 0,
+        delta_net: None,
+        shared: None,
+        mamba1_heads: 1,
+    })
 }

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use super::llava::{inherit_top_level, nested, siglip_tower, with_defaults};
 use super::{parse_object, ParseOptions};
 use crate::error::{Error, Result};
-use crate::model::{Act, Model, Multimodal};
+use crate::model::{Model, Multimodal};
 
 /// PaliGemmaConfig's `vision_config` defaults (configuration_paligemma.py sub_configs_defaults,
 /// transformers 5.23).
@@ -64,21 +64,11 @@ pub(super) fn parse(obj: Map<String, Value>, name: &str, file: &str, opts: Parse
     }
     let per_side = vis.image_size / vis.patch.max(1);
     m.multimodal = Some(Box::new(Multimodal {
-        tower,
         projector_bias: true,
-        projector_act: Act::Gelu,
         // last_hidden_state: every layer and post_layernorm.
-        feature_layer: -1,
-        image_tokens: per_side * per_side,
-        images: 1,
-        tower_frozen: false,
-        merger: None,
-        anyres: None,
-        pool: None,
-        shuffle: None,
         single_linear: true,
         block_mask: true,
-        llama4: None,
+        ..Multimodal::new(tower, per_side * per_side)
     }));
     m.warnings.push(format!(
         "PaliGemma: a SigLIP vision tower ({} layers, {} tokens per {}×{} image, the processor's fixed size), one projector linear and a {ttype} language model; image and prefix attend bidirectionally (token_type_ids)",

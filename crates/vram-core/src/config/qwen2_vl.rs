@@ -152,22 +152,7 @@ pub(super) fn vision_part(
             image_tokens * merger.merge * merger.merge
         ),
     ];
-    let mm = Multimodal {
-        tower,
-        projector_bias: true,
-        projector_act: Act::Gelu,
-        feature_layer: -1,
-        image_tokens,
-        images: 1,
-        tower_frozen: false,
-        merger: Some(merger),
-        anyres: None,
-        pool: None,
-        shuffle: None,
-        single_linear: false,
-        block_mask: false,
-        llama4: None,
-    };
+    let mm = Multimodal { projector_bias: true, merger: Some(merger), ..Multimodal::new(tower, image_tokens) };
     Ok((Box::new(mm), warnings))
 }
 

@@ -14,16 +14,7 @@ use crate::error::Result;
 use crate::model::{Act, Mlp, Model, Norm, SharedBlock, Ssm};
 
 pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
-    let kinds = super::zamba2::layout(c, "Mamba", default_layout)?;
-    let invocations = kinds.iter().filter(|h| **h).count() as u64;
-    let mixers = kinds.len() as u64;
-    if invocations == 0 {
-        return Err(c.bad(
-            "layers_block_type",
-            &Value::from(mixers),
-            "vram models Zamba with some \"hybrid\" layers (the shared attention block); every layer given is a Mamba layer",
-        ));
-    }
+    let (mixers, invocations) = super::zamba2::hybrid_layers(c, "Zamba", "Mamba", default_layout)?;
     // ZambaConfig's defaults (transformers 5.23): Zamba-7B-v1.
     let mut m = super::keys::base(name);
     m.hidden = c.opt(&["hidden_size"])?.unwrap_or(3712);
@@ -71,19 +62,12 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     m.attention_dropout = c.dropout(&["attention_dropout"])?;
     m.use_cache = c.bool("use_cache", true)?;
 
-    // ZambaMambaMixer: d_inner = mamba_expand × hidden in n_mamba_heads heads, dt_rank "auto" =
-    // ceil(hidden / 16), conv bias on and projection bias off by default.
-    let d_inner = c.opt(&["mamba_expand"])?.unwrap_or(2).saturating_mul(h);
+    // ZambaMambaMixer: Jamba's Mamba-1 keys, its d_inner = mamba_expand × hidden split into
+    // n_mamba_heads heads.
+    let mixer = super::mamba::mamba1_mixer(c, h)?;
     let heads = c.opt(&["n_mamba_heads"])?.unwrap_or(2);
-    let d_state = c.opt(&["mamba_d_state"])?.unwrap_or(16);
-    let d_conv = c.opt(&["mamba_d_conv"])?.unwrap_or(4);
-    let dt_rank = super::mamba::time_step_rank(c, "mamba_dt_rank", h)?;
-    if heads == 0 || d_inner == 0 || d_inner % heads != 0 || !(1..=1024).contains(&d_state) || !(1..=64).contains(&d_conv) || dt_rank == 0 {
-        return Err(c.bad(
-            "n_mamba_heads",
-            &Value::from(heads),
-            "n_mamba_heads must divide mamba_expand × hidden_size, with mamba_d_state 1–1024, mamba_d_conv 1–64 and mamba_dt_rank above 0",
-        ));
+    if heads == 0 || mixer.d_inner % heads != 0 {
+        return Err(c.bad("n_mamba_heads", &Value::from(heads), "n_mamba_heads must divide mamba_expand × hidden_size"));
     }
     match c.str("hidden_mamba_act").as_deref() {
         None | Some("silu" | "swish") => {}
@@ -96,20 +80,10 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
         }
     }
     m.ssm = Some(Ssm {
-        d_inner,
-        d_state,
-        d_conv,
-        dt_rank,
-        conv_bias: c.bool("mamba_conv_bias", true)?,
-        proj_bias: c.bool("mamba_proj_bias", false)?,
-        mamba2: None,
         attention_layers: invocations,
-        parallel_attention: false,
-        dt_bc_norms: false,
-        mlp_layers: 0,
-        delta_net: None,
         shared: Some(SharedBlock { unique: 1, adapter_rank: 0, attention_adapters: false }),
         mamba1_heads: heads,
+        ..mixer
     });
     m.warnings.push(format!(
         "Zamba: {mixers} Mamba layers ({heads} scan heads each), {invocations} of them preceded by the one shared attention block (no positions, no adapters); the mixers follow transformers' PyTorch path (without `mamba-ssm` and `causal-conv1d`; with their CUDA kernels training and a prefill hold far less, which vram does not model yet)."

@@ -13,16 +13,7 @@ use crate::error::{Error, Result};
 use crate::model::{Act, Mlp, Model, Norm, SharedBlock, Ssm};
 
 pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
-    let kinds = layout(c, "Mamba-2", default_layout)?;
-    let invocations = kinds.iter().filter(|h| **h).count() as u64;
-    let mixers = kinds.len() as u64;
-    if invocations == 0 {
-        return Err(c.bad(
-            "layers_block_type",
-            &Value::from(mixers),
-            "vram models Zamba2 with some \"hybrid\" layers (the shared attention block); every layer given is a Mamba-2 layer",
-        ));
-    }
+    let (mixers, invocations) = hybrid_layers(c, "Zamba2", "Mamba-2", default_layout)?;
     // Zamba2Config's defaults (transformers 5.23): the "Zamba2-2.7B style" configuration.
     let mut m = super::keys::base(name);
     m.hidden = c.opt(&["hidden_size"])?.unwrap_or(2560);
@@ -126,9 +117,25 @@ fn default_layout(_c: &Cfg) -> Result<Vec<bool>> {
     Ok(v)
 }
 
-/// Which layers are hybrid (`true`) and which a `mixer` layer alone, from `layers_block_type`
-/// (or `layer_types`), else the family's `default` layout. Shared by Zamba and Zamba2.
-pub(super) fn layout(c: &Cfg, mixer: &str, default: fn(&Cfg) -> Result<Vec<bool>>) -> Result<Vec<bool>> {
+/// A Zamba model's layers: (mixer layers, shared-block invocations), from `layers_block_type`
+/// (or `layer_types`), else the family's `default` layout; one without a hybrid layer is
+/// refused. Shared by Zamba and Zamba2.
+pub(super) fn hybrid_layers(c: &Cfg, family: &str, mixer: &str, default: fn(&Cfg) -> Result<Vec<bool>>) -> Result<(u64, u64)> {
+    let kinds = layout(c, mixer, default)?;
+    let invocations = kinds.iter().filter(|h| **h).count() as u64;
+    let mixers = kinds.len() as u64;
+    if invocations == 0 {
+        return Err(c.bad(
+            "layers_block_type",
+            &Value::from(mixers),
+            &format!("vram models {family} with some \"hybrid\" layers (the shared attention block); every layer given is a {mixer} layer"),
+        ));
+    }
+    Ok((mixers, invocations))
+}
+
+/// Which layers are hybrid (`true`) and which a `mixer` layer alone.
+fn layout(c: &Cfg, mixer: &str, default: fn(&Cfg) -> Result<Vec<bool>>) -> Result<Vec<bool>> {
     let key = if c.get("layers_block_type").is_some_and(|v| !v.is_null()) { "layers_block_type" } else { "layer_types" };
     let kinds: Vec<bool> = match c.get(key) {
         Some(Value::Array(a)) => a
