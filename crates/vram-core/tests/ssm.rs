@@ -483,6 +483,7 @@ fn zamba_reads_its_multi_head_mixers_and_one_shared_block() {
         ("num_key_value_heads", Value::from(3), "num_key_value_heads"),
         ("num_hidden_layers", Value::from(50), "num_hidden_layers"),
         ("layers_block_type", Value::from(vec!["mamba"; 76]), "hybrid"),
+        ("layers_block_type", Value::from([vec!["hybrid"], vec!["mamba"; 75]].concat()), "single"),
     ] {
         let mut bad = cfg.clone();
         bad[key] = value;

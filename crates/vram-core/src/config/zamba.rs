@@ -15,6 +15,16 @@ use crate::model::{Act, Mlp, Model, Norm, SharedBlock, Ssm};
 
 pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     let (mixers, invocations) = super::zamba2::hybrid_layers(c, "Zamba", "Mamba", default_layout)?;
+    if invocations == 1 {
+        // ZambaModel ties every later invocation's block to the first one's by a regex over the
+        // other layers' names; with no other invocation transformers 5.23 raises ("There is an
+        // issue with your definition of `tie_weights_keys`") and the model cannot be built.
+        return Err(c.bad(
+            "layers_block_type",
+            &Value::from(mixers),
+            "transformers cannot build a Zamba with a single \"hybrid\" layer (its tied-weights rule needs a second invocation of the shared block)",
+        ));
+    }
     // ZambaConfig's defaults (transformers 5.23): Zamba-7B-v1.
     let mut m = super::keys::base(name);
     m.hidden = c.opt(&["hidden_size"])?.unwrap_or(3712);
