@@ -429,6 +429,21 @@ pub fn serve(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
         Some(mm) if m.encoder.is_none() && m.seq2seq.is_none() => crate::serve_mm::check(m, mm, cfg)?,
         _ => crate::memory::require_decoder(m, "serving with vLLM")?,
     }
+    // Llama 4's chunked local attention: vLLM turns its hybrid KV cache manager off for it by
+    // default ("There is a latency regression when using chunked local attention with the hybrid
+    // KV cache manager. Disabling it, by default", vllm/config/vllm.py), and without it every
+    // layer's cache is full attention (kv_cache_utils.py unify_hybrid_kv_cache_specs).
+    if m.llama4.is_some() && m.sliding_layers > 0 {
+        let full = Model { sliding_layers: 0, sliding_window: None, ..m.clone() };
+        let mut r = serve(&full, cfg)?;
+        r.notes.push(format!(
+            "Llama 4: vLLM disables its hybrid KV cache manager for chunked local attention by default, so the {} chunked layers cache the whole context as the {} others do (VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1 would keep at most a chunk of {} tokens there: not modelled)",
+            m.sliding_layers,
+            m.layers - m.sliding_layers,
+            m.sliding_window.unwrap_or(0)
+        ));
+        return Ok(r);
+    }
     if !cfg.max_model_len_auto {
         return serve_at(m, cfg);
     }

@@ -207,3 +207,19 @@ fn llama4_reads_its_layers_tiles_and_refuses_what_cannot_run() {
     assert!(e.contains("Llama 4 with images"), "{e}");
     assert!(vram_core::estimate(&parsed(&text_config("llama4-dev-4l"), "dev"), &job).is_ok());
 }
+
+/// Serving Llama 4's text model on vLLM: its hybrid KV cache manager is off for chunked local
+/// attention by default, so every layer caches the whole context (one group of all the layers),
+/// and the report says so.
+#[test]
+fn llama4_serves_with_full_attention_caches() {
+    use vram_core::serve::{cuda_total, serve, ServeConfig};
+    let m = parsed(&text_config("llama-4-scout-17b-16e"), "scout");
+    let g = vram_core::gpu::lookup("h100-80gb").unwrap();
+    let cfg = ServeConfig { tp: 8, max_model_len: Some(131_072), ..ServeConfig::new(cuda_total(&g)) };
+    let r = serve(&m, &cfg).unwrap();
+    assert_eq!((r.pool.groups.len(), r.pool.group_size), (1, 48));
+    // 8 KV heads of 128 over 8 ranks: one head per rank, K and V in bf16, every layer.
+    assert_eq!(r.pool.kv_bytes_per_token, 48 * 2 * 128 * 2);
+    assert!(r.notes.iter().any(|n| n.contains("hybrid KV cache manager")), "{:?}", r.notes);
+}
