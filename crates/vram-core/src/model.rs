@@ -711,6 +711,29 @@ pub struct Ssm {
     pub mamba1_heads: u64,
 }
 
+impl Ssm {
+    /// A stack of Mamba-1 mixers (MambaMixer's selective scan) of these sizes, bias flags off,
+    /// every layer a mixer; families set their bias flags and layouts over it.
+    pub fn mamba1(d_inner: u64, d_state: u64, d_conv: u64, dt_rank: u64) -> Ssm {
+        Ssm {
+            d_inner,
+            d_state,
+            d_conv,
+            dt_rank,
+            conv_bias: false,
+            proj_bias: false,
+            mamba2: None,
+            attention_layers: 0,
+            parallel_attention: false,
+            dt_bc_norms: false,
+            mlp_layers: 0,
+            delta_net: None,
+            shared: None,
+            mamba1_heads: 1,
+        }
+    }
+}
+
 /// Zamba2's shared attention block (transformers models/zamba2/modeling_zamba2.py
 /// `Zamba2HybridLayer`, Glorioso et al. 2024 "The Zamba2 Suite"): before each hybrid layer's
 /// Mamba-2 mixer, the residual stream is concatenated with the embedding output (2·hidden),

@@ -32,28 +32,7 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
         ));
     }
     let path = "Mamba: the estimate follows transformers' PyTorch path (the sequential selective scan, taken when `mamba-ssm` and `causal-conv1d` are not installed); with their CUDA kernels training and a prefill hold far less, which vram does not model yet";
-    finish(
-        c,
-        m,
-        Ssm {
-            d_inner,
-            d_state,
-            d_conv,
-            dt_rank,
-            conv_bias: false,
-            proj_bias: false,
-            mamba2: None,
-            attention_layers: 0,
-            parallel_attention: false,
-            dt_bc_norms: false,
-            mlp_layers: 0,
-            delta_net: None,
-            shared: None,
-            mamba1_heads: 1,
-        },
-        true,
-        path,
-    )
+    finish(c, m, Ssm::mamba1(d_inner, d_state, d_conv, dt_rank), true, path)
 }
 
 /// What Mamba and Mamba-2 share: the mixer's bias flags (`use_conv_bias`, `use_bias`), no
@@ -511,19 +490,8 @@ pub(super) fn mamba1_mixer(c: &Cfg, hidden: u64) -> Result<Ssm> {
         ));
     }
     Ok(Ssm {
-        d_inner,
-        d_state,
-        d_conv,
-        dt_rank,
         conv_bias: c.bool("mamba_conv_bias", true)?,
         proj_bias: c.bool("mamba_proj_bias", false)?,
-        mamba2: None,
-        attention_layers: 0,
-        parallel_attention: false,
-        dt_bc_norms: false,
-        mlp_layers: 0,
-        delta_net: None,
-        shared: None,
-        mamba1_heads: 1,
+        ..Ssm::mamba1(d_inner, d_state, d_conv, dt_rank)
     })
 }
