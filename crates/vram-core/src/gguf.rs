@@ -576,7 +576,13 @@ impl Gguf {
             ff: self.arch_u64("feed_forward_length").unwrap_or(4 * embd),
             vocab: vocab.unwrap_or(0),
             context_length: self.arch_u64("context_length").unwrap_or(0),
-            sliding_window: self.arch_u64("attention.sliding_window").filter(|&w| w > 0),
+            sliding_window: match (arch, self.arch_u64("attention.sliding_window")) {
+                // llama-model.cpp load_hparams, LLM_ARCH_LLAMA4: chunked attention of a literal
+                // 8192 tokens unless the file sets the window to 0 (then none).
+                ("llama4", Some(0)) => None,
+                ("llama4", _) => Some(8192),
+                (_, w) => w.filter(|&w| w > 0),
+            },
         })
     }
 }
@@ -611,9 +617,10 @@ pub struct HParams {
 /// Architectures whose sliding-window layers llama.cpp sizes by the window, and their pattern
 /// (src/llama-model.cpp load_hparams `set_swa_pattern(n)`: layer il is sliding-window when
 /// il % n < n − 1): Gemma 2 and gpt-oss alternate, Gemma 3 has 5 sliding layers to 1 global,
-/// Command R7B (cohere2) 3 to 1. Other architectures keep every layer at the full context, which
-/// over-counts where llama.cpp knows a pattern vram does not.
-const SWA_PATTERNS: &[(&str, u64)] = &[("gemma2", 2), ("gemma3", 6), ("gpt-oss", 2), ("cohere2", 4)];
+/// Command R7B (cohere2) 3 to 1, Llama 4 3 chunked layers to 1 full (its chunks are cached as a
+/// window is: llama-kv-cache-iswa.cpp sizes both alike). Other architectures keep every layer at
+/// the full context, which over-counts where llama.cpp knows a pattern vram does not.
+const SWA_PATTERNS: &[(&str, u64)] = &[("gemma2", 2), ("gemma3", 6), ("gpt-oss", 2), ("cohere2", 4), ("llama4", 4)];
 
 impl HParams {
     /// Whether layer `il` is a sliding-window layer as llama.cpp sizes it.

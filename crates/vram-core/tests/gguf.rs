@@ -138,3 +138,34 @@ fn absurd_hparams_are_refused_not_overflowed() {
     let g = parsed(&w.bytes());
     assert!(g.hparams("x.gguf").unwrap_err().to_string().contains("implausible"));
 }
+
+/// Llama 4 under llama.cpp: three chunked layers to one full (set_swa_pattern(4)), chunks of a
+/// literal 8192 tokens cached as a window is; a file whose sliding window is 0 has none.
+#[test]
+fn llama4_chunked_layers_are_cached_as_windows() {
+    let build = |window: Option<u32>| {
+        let mut w = Writer::default();
+        w.str("general.architecture", "llama4")
+            .u32("llama4.block_count", 8)
+            .u32("llama4.context_length", 131_072)
+            .u32("llama4.embedding_length", 256)
+            .u32("llama4.feed_forward_length", 512)
+            .u32("llama4.attention.head_count", 8)
+            .u32("llama4.attention.head_count_kv", 2)
+            .tokens(1024);
+        if let Some(n) = window {
+            w.u32("llama4.attention.sliding_window", n);
+        }
+        w.tensor("token_embd.weight", &[256, 1024], F16);
+        parsed(&w.bytes()).hparams("l4.gguf").unwrap()
+    };
+    let hp = build(None);
+    assert_eq!(hp.sliding_window, Some(8192));
+    let swa: Vec<bool> = (0..8).map(|il| hp.is_swa_layer(il)).collect();
+    assert_eq!(swa, [true, true, true, false, true, true, true, false]);
+    let c = LlamaCppConfig { n_gpu_layers: 999, ctx: 65_536, ubatch: 512, parallel: 1, flash_attn: true, kv_bytes: 2.0, cuda_overhead: 0 };
+    let per_cell = 2 * 32 * 2 * 2; // K and V, 2 heads of 32, f16
+    assert_eq!(gguf::kv_layer_bytes(&hp, &c, 65_536, 0), (8192 + 512) * per_cell);
+    assert_eq!(gguf::kv_layer_bytes(&hp, &c, 65_536, 3), 65_536 * per_cell);
+    assert_eq!(build(Some(0)).sliding_window, None);
+}
