@@ -206,6 +206,10 @@ fn llama4_reads_its_layers_tiles_and_refuses_what_cannot_run() {
     let e = vram_core::estimate(&parsed(&base, "dev"), &job).unwrap_err().to_string();
     assert!(e.contains("Llama 4 with images"), "{e}");
     assert!(vram_core::estimate(&parsed(&text_config("llama4-dev-4l"), "dev"), &job).is_ok());
+    // peft's all-linear would wrap the router and fail in the forward: refused, naming the fix.
+    let all = vram_core::Job { lora: Some(Lora { targets: Targets::AllLinear, ..job.lora.clone().unwrap() }), ..job.clone() };
+    let e = vram_core::estimate(&parsed(&text_config("llama4-dev-4l"), "dev"), &all).unwrap_err().to_string();
+    assert!(e.contains("Llama4Router") && e.contains("q_proj,k_proj"), "{e}");
 }
 
 /// Serving Llama 4's text model on vLLM: its hybrid KV cache manager is off for chunked local

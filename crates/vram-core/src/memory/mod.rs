@@ -292,6 +292,18 @@ pub fn check_lora(model: &Model, job: &Job) -> Result<()> {
             hint: "LoRA/QLoRA on Llama 4 is measured for its text model: give the text_config alone (model_type llama4_text, as a text-only fine-tune saves it); with the vision model it is not modelled yet (full fine-tuning with images is)".into(),
         });
     }
+    // peft's all-linear wraps Llama4Router too (an nn.Linear subclass returning a tuple), and the
+    // LoRA layer's forward then fails on the tuple (peft 0.21.2 under transformers 5.23:
+    // "'tuple' object has no attribute 'dtype'", validation/llama4.py's set-up).
+    if job.lora.as_ref().is_some_and(|l| l.targets == crate::peft::Targets::AllLinear)
+        && model.moe.as_ref().is_some_and(|m| m.dense_dispatch)
+    {
+        return Err(Error::InvalidValue {
+            what: "--lora-target-modules".into(),
+            value: "all-linear".into(),
+            hint: "on Llama 4 peft's all-linear also wraps the MoE router (Llama4Router, an nn.Linear returning a tuple) and the forward fails; name the linears instead, e.g. --lora-target-modules q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj".into(),
+        });
+    }
     if let Some(l) = &job.lora {
         crate::peft::resolve(model, l)?;
         if let Some(q) = model.quantization.as_ref().filter(|q| q.method != "mxfp4") {
