@@ -67,6 +67,10 @@ def points():
         pt(m, "text", "train", "bf16-mixed", 2 if dev else 1, 1024, attention="eager")
         pt(m, "text", "infer", "bf16", 4 if dev else 1, 1024)
         pt(m, "text", "infer", "bf16", 1, 4096 if dev else 2048)
+        if dev:
+            # Without autocast: pure bf16 and fp32 training (the experts' inputs in that dtype).
+            pt(m, "text", "train", "bf16", 4, 1024)
+            pt(m, "text", "train", "fp32", 4, 1024)
         if not dev:
             # Where the activations outweigh the weights and AdamW's states: past one chunk.
             pt(m, "text", "train", "bf16-mixed", 2, 8192)

@@ -712,9 +712,10 @@ pub struct Ssm {
 }
 
 impl Ssm {
-    /// A stack of Mamba-1 mixers (MambaMixer's selective scan) of these sizes, bias flags off,
-    /// every layer a mixer; families set their bias flags and layouts over it.
-    pub fn mamba1(d_inner: u64, d_state: u64, d_conv: u64, dt_rank: u64) -> Ssm {
+    /// A stack of mixers `d_inner` wide, every layer a mixer, bias flags off: Mamba-1's selective
+    /// scan unless the family sets `mamba2` or `delta_net`; families set their bias flags and
+    /// layouts over it.
+    pub fn mixers(d_inner: u64, d_state: u64, d_conv: u64, dt_rank: u64) -> Ssm {
         Ssm {
             d_inner,
             d_state,
@@ -1059,17 +1060,14 @@ pub struct Moe {
 /// `Llama4TextAttention`, configuration_llama4.py `Llama4TextConfig`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Llama4Text {
-    /// Per layer, whether it has no rotary positions (`no_rope_layers` 0: every
-    /// `no_rope_layer_interval`-th layer): full causal attention, queries scaled by the
-    /// position-dependent temperature (`attn_temperature_tuning`), no q/k norm.
-    pub nope: Vec<bool>,
-    /// `attention_chunk_size`: the rotary layers attend within chunks of this many tokens
-    /// (`chunked_attention` layers).
-    pub chunk: Option<u64>,
+    /// Layers with rotary positions (`no_rope_layers` 1; the others, every
+    /// `no_rope_layer_interval`-th, have none: full causal attention and a query temperature
+    /// that keeps nothing for backward, measured). Like Gemma's sliding layers only their number
+    /// matters, and vram counts them first: with `attention_chunk_size` they are the model's
+    /// windowed (`chunked_attention`) layers, `sliding_layers`.
+    pub rotary_layers: u64,
     /// `use_qk_norm`: a weightless L2 norm over q and k on the rotary layers.
     pub qk_l2: bool,
-    /// `attn_temperature_tuning` on the NoPE layers.
-    pub temperature_tuning: bool,
 }
 
 /// Attention projections.

@@ -164,11 +164,23 @@ fn llama4_reads_its_layers_tiles_and_refuses_what_cannot_run() {
     // q/k norm; Maverick: MoE every other layer, no q/k norm.
     let scout = parsed(&text_config("llama-4-scout-17b-16e"), "scout");
     let l4 = scout.llama4.as_ref().unwrap();
-    assert_eq!(
-        (scout.moe_layers(), l4.nope.iter().filter(|n| **n).count(), scout.sliding_layers, scout.sliding_window),
-        (48, 12, 36, Some(8192))
-    );
-    assert!(l4.qk_l2 && l4.temperature_tuning && scout.moe.as_ref().unwrap().dense_dispatch);
+    assert_eq!((scout.moe_layers(), scout.layers - l4.rotary_layers, scout.sliding_layers, scout.sliding_window), (48, 12, 36, Some(8192)));
+    assert!(l4.qk_l2 && scout.moe.as_ref().unwrap().dense_dispatch);
+    // Without chunked attention the rotary layers keep their q/k norm (nothing windowed).
+    let mut unchunked = text_config("llama-4-scout-17b-16e");
+    unchunked["attention_chunk_size"] = Value::Null;
+    let u = parsed(&unchunked, "scout");
+    assert_eq!((u.sliding_layers, u.sliding_window, u.llama4.as_ref().unwrap().rotary_layers), (0, None, 36));
+    // 2 × 8,192 tokens: the peak is in backward, where the activations are.
+    let job = vram_core::Job::train(2, 8192);
+    let no_norm = {
+        let mut c = unchunked.clone();
+        c["use_qk_norm"] = Value::from(false);
+        parsed(&c, "scout")
+    };
+    let (with, without) =
+        (vram_core::estimate(&u, &job).unwrap().peak_allocated, vram_core::estimate(&no_norm, &job).unwrap().peak_allocated);
+    assert!(with > without, "the L2 q/k norm's fp32 copies on 36 rotary layers: {with} vs {without}");
     let maverick = parsed(&text_config("llama-4-maverick-17b-128e"), "maverick");
     assert_eq!(maverick.moe_layers(), 24);
     assert!(maverick.is_moe_layer(1) && !maverick.is_moe_layer(0) && !maverick.llama4.as_ref().unwrap().qk_l2);

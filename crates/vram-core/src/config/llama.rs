@@ -287,16 +287,10 @@ fn llama4_text(c: &Cfg, m: &mut Model) -> Result<()> {
             &format!("one entry per layer ({} layers): 1 where the layer rotates, 0 where it has no positions", m.layers),
         ));
     }
-    let chunk = match c.get("attention_chunk_size") {
-        Some(Value::Null) => None,
-        _ => Some(c.opt(&["attention_chunk_size"])?.unwrap_or(8192)).filter(|&n| n > 0),
-    };
-    // `attn_temperature_tuning` is a bool in transformers' config class, an int (4) in some
-    // published configs: any non-zero value turns it on.
-    let tuning = match c.get("attn_temperature_tuning") {
-        None | Some(Value::Null) => true,
-        Some(Value::Bool(b)) => *b,
-        Some(v) => v.as_f64().is_some_and(|x| x != 0.0),
+    // An explicit null turns chunking off (Llama4TextConfig's default, absent, is 8192).
+    let chunk = match c.is_null("attention_chunk_size") {
+        true => None,
+        false => Some(c.opt(&["attention_chunk_size"])?.unwrap_or(8192)).filter(|&n| n > 0),
     };
     // The chunked layers are the rotary ones (Llama4TextConfig.layer_types); like Gemma's
     // sliding layers only their number is kept (vram counts them first).
@@ -305,6 +299,6 @@ fn llama4_text(c: &Cfg, m: &mut Model) -> Result<()> {
         m.sliding_window = Some(w);
         m.sliding_layers = rotary;
     }
-    m.llama4 = Some(crate::model::Llama4Text { nope: listed, chunk, qk_l2: c.bool("use_qk_norm", true)?, temperature_tuning: tuning });
+    m.llama4 = Some(crate::model::Llama4Text { rotary_layers: rotary, qk_l2: c.bool("use_qk_norm", true)? });
     Ok(())
 }

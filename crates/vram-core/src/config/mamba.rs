@@ -32,7 +32,7 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
         ));
     }
     let path = "Mamba: the estimate follows transformers' PyTorch path (the sequential selective scan, taken when `mamba-ssm` and `causal-conv1d` are not installed); with their CUDA kernels training and a prefill hold far less, which vram does not model yet";
-    finish(c, m, Ssm::mamba1(d_inner, d_state, d_conv, dt_rank), true, path)
+    finish(c, m, Ssm::mixers(d_inner, d_state, d_conv, dt_rank), true, path)
 }
 
 /// What Mamba and Mamba-2 share: the mixer's bias flags (`use_conv_bias`, `use_bias`), no
@@ -203,22 +203,7 @@ impl Mamba2Keys {
     /// A stack of these mixers `d_inner` wide, every layer a mixer (hybrids set their layouts
     /// over it).
     pub(super) fn ssm(&self, d_inner: u64, conv_bias: bool, proj_bias: bool) -> Ssm {
-        Ssm {
-            d_inner,
-            d_state: self.d_state,
-            d_conv: self.d_conv,
-            dt_rank: 0,
-            conv_bias,
-            proj_bias,
-            mamba2: Some(self.mixer()),
-            attention_layers: 0,
-            parallel_attention: false,
-            dt_bc_norms: false,
-            mlp_layers: 0,
-            delta_net: None,
-            shared: None,
-            mamba1_heads: 1,
-        }
+        Ssm { conv_bias, proj_bias, mamba2: Some(self.mixer()), ..Ssm::mixers(d_inner, self.d_state, self.d_conv, 0) }
     }
 }
 
@@ -463,8 +448,6 @@ pub(super) fn parse_nemotron_h(c: &Cfg, name: &str, model_type: &str) -> Result<
     m.ssm = Some(Ssm {
         attention_layers: attention,
         mlp_layers: mlps,
-        delta_net: None,
-        shared: None,
         ..k.ssm(d_inner, c.bool("use_conv_bias", true)?, c.bool("mamba_proj_bias", false)?)
     });
     m.warnings.push(hybrid_warning(&format!(
@@ -492,6 +475,6 @@ pub(super) fn mamba1_mixer(c: &Cfg, hidden: u64) -> Result<Ssm> {
     Ok(Ssm {
         conv_bias: c.bool("mamba_conv_bias", true)?,
         proj_bias: c.bool("mamba_proj_bias", false)?,
-        ..Ssm::mamba1(d_inner, d_state, d_conv, dt_rank)
+        ..Ssm::mixers(d_inner, d_state, d_conv, dt_rank)
     })
 }

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::keys::Cfg;
 use crate::error::Result;
-use crate::model::{Act, Mlp, Model, Norm, SharedBlock, Ssm};
+use crate::model::{Act, Mlp, Model, SharedBlock, Ssm};
 
 pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     let (mixers, invocations) = super::zamba2::hybrid_layers(c, "Zamba", "Mamba", default_layout)?;
@@ -59,18 +59,9 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     if m.head_dim == 0 {
         return Err(c.bad("num_attention_heads", &Value::from(m.heads), "must not exceed 2 × hidden_size"));
     }
-    m.intermediate = match c.opt(&["intermediate_size"])? {
-        Some(i) if i > 0 => i,
-        _ => 4 * h,
-    };
-    m.layers = mixers + invocations;
-    m.norm = Norm::RmsNorm;
-    m.final_norm = true;
-    m.tied_embeddings = c.bool("tie_word_embeddings", true)?;
+    super::zamba2::shared_block_stack(c, &mut m, mixers, invocations)?;
     // ZambaMLP: gate_proj, up_proj, down_proj (Mistral's), no bias.
     m.mlp = Mlp { gated: true, fused_gate_up: false, act: c.act(&["hidden_act"], Act::Gelu)?, bias: false };
-    m.attention_dropout = c.dropout(&["attention_dropout"])?;
-    m.use_cache = c.bool("use_cache", true)?;
 
     // ZambaMambaMixer: Jamba's Mamba-1 keys, its d_inner = mamba_expand × hidden split into
     // n_mamba_heads heads.

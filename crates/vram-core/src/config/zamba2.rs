@@ -33,19 +33,10 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
         ));
     }
     m.head_dim = 2 * h / m.heads;
-    m.intermediate = match c.opt(&["intermediate_size"])? {
-        Some(i) if i > 0 => i,
-        _ => 4 * h,
-    };
-    m.layers = mixers + invocations;
-    m.norm = Norm::RmsNorm;
-    m.final_norm = true;
-    m.tied_embeddings = c.bool("tie_word_embeddings", true)?;
+    shared_block_stack(c, &mut m, mixers, invocations)?;
     let bias = c.bool("add_bias_linear", false)?;
     // Zamba2MLP: gate_up_proj → chunk → act(gate) · up → down_proj.
     m.mlp = Mlp { gated: true, fused_gate_up: true, act: c.act(&["hidden_act"], Act::Gelu)?, bias };
-    m.attention_dropout = c.dropout(&["attention_dropout"])?;
-    m.use_cache = c.bool("use_cache", true)?;
     // Rotary positions only with `use_mem_rope` (the rotary width is set with the other
     // families' in positions.rs).
     let rope = c.bool("use_mem_rope", false)?;
@@ -132,6 +123,24 @@ pub(super) fn hybrid_layers(c: &Cfg, family: &str, mixer: &str, default: fn(&Cfg
         ));
     }
     Ok((mixers, invocations))
+}
+
+/// What Zamba and Zamba2 share once their widths are read: the shared block's MLP of
+/// `intermediate_size` (4 × hidden when absent or 0, as both configs' `__post_init__` set it),
+/// the mixers plus one layer per block invocation, RMSNorm with a final norm, the tied head,
+/// the attention dropout and `use_cache`.
+pub(super) fn shared_block_stack(c: &Cfg, m: &mut Model, mixers: u64, invocations: u64) -> Result<()> {
+    m.intermediate = match c.opt(&["intermediate_size"])? {
+        Some(i) if i > 0 => i,
+        _ => 4 * m.hidden,
+    };
+    m.layers = mixers + invocations;
+    m.norm = Norm::RmsNorm;
+    m.final_norm = true;
+    m.tied_embeddings = c.bool("tie_word_embeddings", true)?;
+    m.attention_dropout = c.dropout(&["attention_dropout"])?;
+    m.use_cache = c.bool("use_cache", true)?;
+    Ok(())
 }
 
 /// Which layers are hybrid (`true`) and which a `mixer` layer alone.

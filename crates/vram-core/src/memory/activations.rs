@@ -726,11 +726,10 @@ fn attention_layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
     if masked {
         c.mask_sq += b.e;
     }
-    // Llama 4's rotary layers (counted first, as the chunked ones are: only their number
-    // matters): Llama4TextL2Norm reads q and k in fp32 (`x.float()`, saved by the square and the
+    // Llama 4's rotary layers (counted first: only their number matters): Llama4TextL2Norm reads q and k in fp32 (`x.float()`, saved by the square and the
     // product) with its per-head rsqrt; the complex rotary product saves only the shared
     // frequencies (measured: validation/llama4.py, live storages after the forward).
-    if m.llama4.as_ref().is_some_and(|l| l.qk_l2) && i < m.sliding_layers {
+    if m.llama4.as_ref().is_some_and(|l| l.qk_l2 && i < l.rotary_layers) {
         c.attention += 4 * (m.q_dim() + m.kv_dim()) as u128 + 4 * (m.heads + m.kv_heads) as u128;
     }
     // Residual dropout after the attention output (GPT-2 resid_dropout, BertSelfOutput): a bool
