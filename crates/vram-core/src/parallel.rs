@@ -772,6 +772,15 @@ pub fn estimate_parallel(m: &Model, job: &Job, par: &Parallel, microbatches: u64
         crate::memory::require_decoder(m, what)?;
     }
     check_request(m, job, par)?;
+    // Llama 4's MoE is estimated as transformers runs it (every expert over every token);
+    // Megatron-LM and DeepSpeed-MoE replace it with sparse dispatch, not modelled here.
+    if m.moe.as_ref().is_some_and(|x| x.dense_dispatch) && (par.engine == Engine::Megatron || par.tp * par.pp * par.cp * par.ep > 1) {
+        return Err(Error::InvalidValue {
+            what: "parallel layout".into(),
+            value: format!("{:?} tp {} pp {} cp {} ep {}", par.engine, par.tp, par.pp, par.cp, par.ep),
+            hint: "Llama 4 is estimated as transformers runs its MoE (every expert over every token); Megatron-LM and DeepSpeed-MoE replace it with sparse dispatch, which vram does not model for it: use data parallelism (DDP, --zero, --fsdp)".into(),
+        });
+    }
     let c = Counts::of(m);
     let mut rank = match par.engine {
         Engine::Ddp => ddp_rank(m, job, par, &c, microbatches)?,

@@ -297,10 +297,14 @@ pub fn prepare<'a>(req: &PlanRequest<'a>) -> Result<Prepared<'a>> {
         // 12·L·s·d_q per token for attention scores and values, halved by causality.
         attn_flops_per_token: 6.0 * m.layers as f64 * seq as f64 * m.q_dim() as f64,
         peak: req.gpu.tflops_16bit.max(1.0) * 1e12 * req.throughput.mfu,
-        tp_opts: tp_options(m, req),
-        pp_opts: pp_options(m, req.gpus),
-        cp_opts: cp_options(seq),
-        ep_opts: ep_options(m, req.gpus),
+        // Llama 4's MoE is estimated as transformers runs it (every expert over every token);
+        // Megatron-Core and DeepSpeed-MoE replace it with sparse dispatch, which the estimate
+        // does not model: only the data-parallel engines that run transformers' own layers
+        // (DDP, ZeRO, FSDP) are searched for it.
+        tp_opts: if dense_dispatch(m) { vec![1] } else { tp_options(m, req) },
+        pp_opts: if dense_dispatch(m) { vec![1] } else { pp_options(m, req.gpus) },
+        cp_opts: if dense_dispatch(m) { vec![1] } else { cp_options(seq) },
+        ep_opts: if dense_dispatch(m) { vec![1] } else { ep_options(m, req.gpus) },
         groups_dp: u128::from(req.gpus > 1),
         dp_layouts: dp_layouts(req, &c, global),
         req: req.clone(),
@@ -383,6 +387,11 @@ fn ep_options(m: &Model, gpus: u64) -> Vec<u64> {
     }
 }
 
+/// Whether the model's MoE runs every expert over every token (Llama 4 in transformers).
+fn dense_dispatch(m: &Model) -> bool {
+    m.moe.as_ref().is_some_and(|x| x.dense_dispatch)
+}
+
 fn cp_options(seq: u64) -> Vec<u64> {
     [1, 2, 4, 8, 16].into_iter().filter(|c| seq % c == 0 && seq / c >= 128).collect()
 }
@@ -452,7 +461,9 @@ fn deepspeed_layouts(req: &PlanRequest, c: &Counts, base: &Parallel, global: u64
     let (p, n, t) = (c.total as f64, req.gpus, req.throughput);
     let mut out = Vec::new();
     // DeepSpeed-MoE expert parallelism (ZeRO 0–2 only: stage 3 refuses MoE layers) for MoE models.
-    let eps: Vec<u64> = ep_options(req.model, n).into_iter().filter(|e| n % e == 0).collect();
+    // (Not for Llama 4's dense-dispatch MoE, which DeepSpeed-MoE would replace: see `prepare`.)
+    let eps: Vec<u64> =
+        if dense_dispatch(req.model) { vec![1] } else { ep_options(req.model, n).into_iter().filter(|e| n % e == 0).collect() };
     for (zero, ep) in (0..=3u8).flat_map(|z| eps.iter().map(move |e| (z, *e))) {
         for (oo, op) in [(false, false), (true, false), (true, true)] {
             if (oo && zero == 0) || (op && zero != 3) || (ep > 1 && zero == 3) {

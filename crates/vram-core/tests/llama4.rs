@@ -239,3 +239,21 @@ fn llama4_serves_with_full_attention_caches() {
     assert_eq!(r.pool.kv_bytes_per_token, 48 * 2 * 128 * 2);
     assert!(r.notes.iter().any(|n| n.contains("hybrid KV cache manager")), "{:?}", r.notes);
 }
+
+/// Many GPUs: Llama 4's MoE is estimated as transformers runs it, so ZeRO is estimated and
+/// Megatron's tensor or expert parallelism (sparse dispatch) is refused by name.
+#[test]
+fn llama4_multi_gpu_takes_data_parallel_layouts_only() {
+    use vram_core::parallel::{estimate_parallel, Engine, Parallel};
+    let m = parsed(&text_config("llama-4-scout-17b-16e"), "scout");
+    let job = vram_core::Job::train(1, 2048);
+    let zero3 = Parallel { gpus: 8, engine: Engine::DeepSpeed, zero: 3, ..Parallel::single() };
+    assert!(estimate_parallel(&m, &job, &zero3, 1).is_ok());
+    for par in [
+        Parallel { gpus: 8, engine: Engine::Megatron, tp: 2, ..Parallel::single() },
+        Parallel { gpus: 8, engine: Engine::Megatron, ep: 8, ..Parallel::single() },
+    ] {
+        let e = estimate_parallel(&m, &job, &par, 1).unwrap_err().to_string();
+        assert!(e.contains("sparse dispatch"), "{e}");
+    }
+}
