@@ -404,6 +404,21 @@ def infer(raw_config, batch, context, prompt, precision="bf16", attention="sdpa"
     return result(tr)
 
 
+def recorded(point, source, measure):
+    """A fixture record: the point, its config's `source`, and what `measure()` returns with the
+    seconds it took, or the error it raised (recorded, never silently dropped)."""
+    import time
+    import traceback
+
+    t = time.time()
+    try:
+        r = measure()
+    except Exception as e:
+        r = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-2000:]}
+    r["seconds"] = round(time.time() - t, 2)
+    return {**point, "source": source, **r}
+
+
 def result(tr):
     return {
         "peak_allocated": tr.peak,

@@ -23,8 +23,6 @@ Llama-4-Maverick-17B-128E are held out (configs/vlm/SOURCES.md).
 import json
 import os
 import sys
-import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -111,38 +109,33 @@ def text_config(raw):
     return t
 
 
+def measure(point, raw):
+    """One point's record fields (without the point's own)."""
+    if point["part"] == "lora":
+        import lora
+        return lora.train_lora(text_config(raw), point["batch"], point["seq"], r=point["r"], alpha=point["alpha"],
+                               target_modules=point["targets"], quant=QUANT.get(point["quant"]),
+                               checkpointing=point["checkpointing"], attention=point["attention"])
+    if point["part"] == "text":
+        cfg = text_config(raw)
+        if point["mode"] == "train":
+            return harness.train(cfg, point["batch"], point["seq"], point["precision"], point["optimizer"], point["impl"],
+                                 point["checkpointing"], point["attention"])
+        return harness.infer(cfg, point["batch"], point["seq"], point["seq"], point["precision"], point["attention"])
+    import vlm
+    cfg = vlm.AutoConfig.for_model("llama4", **{k: v for k, v in raw.items() if k != "model_type"})
+    side = point["image_size"]
+    if point["mode"] == "train":
+        r = vlm.train(raw, point["batch"], point["seq"], point["images"], point["train"], point["precision"],
+                      point["checkpointing"], point["attention"], image_size=side)
+    else:
+        r = vlm.infer(raw, point["batch"], point["seq"], point["images"], point["precision"], point["attention"], image_size=side)
+    return {**r, "tiles_per_image": vlm.llama4_tiles(cfg, side), "image_tokens_per_image": vlm.image_tokens(cfg, side)}
+
+
 def run(point):
     raw = json.load(open(os.path.join(ROOT, DIR, point["model"] + ".json")))
-    t = time.time()
-    try:
-        if point["part"] == "lora":
-            import lora
-            r = lora.train_lora(text_config(raw), point["batch"], point["seq"], r=point["r"], alpha=point["alpha"],
-                                target_modules=point["targets"], quant=QUANT.get(point["quant"]),
-                                checkpointing=point["checkpointing"], attention=point["attention"])
-        elif point["part"] == "text":
-            cfg = text_config(raw)
-            if point["mode"] == "train":
-                r = harness.train(cfg, point["batch"], point["seq"], point["precision"], point["optimizer"], point["impl"],
-                                  point["checkpointing"], point["attention"])
-            else:
-                r = harness.infer(cfg, point["batch"], point["seq"], point["seq"], point["precision"], point["attention"])
-        else:
-            import vlm
-            cfg = vlm.AutoConfig.for_model("llama4", **{k: v for k, v in raw.items() if k != "model_type"})
-            side = point["image_size"]
-            extra = {"tiles_per_image": vlm.llama4_tiles(cfg, side), "image_tokens_per_image": vlm.image_tokens(cfg, side)}
-            if point["mode"] == "train":
-                r = vlm.train(raw, point["batch"], point["seq"], point["images"], point["train"], point["precision"],
-                              point["checkpointing"], point["attention"], image_size=point["image_size"])
-            else:
-                r = vlm.infer(raw, point["batch"], point["seq"], point["images"], point["precision"], point["attention"],
-                              image_size=point["image_size"])
-            r.update(extra)
-    except Exception as e:  # recorded, never silently dropped
-        r = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-2000:]}
-    r["seconds"] = round(time.time() - t, 2)
-    return {**point, "source": f"{DIR}/{point['model']}.json", **r}
+    return harness.recorded(point, f"{DIR}/{point['model']}.json", lambda: measure(point, raw))
 
 
 if __name__ == "__main__":

@@ -13,8 +13,6 @@ sequence — and that is what is measured: the path a machine without those CUDA
 import json
 import os
 import sys
-import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -234,19 +232,16 @@ def padded_masks():
 
 def run(point):
     raw = json.load(open(os.path.join(ROOT, DIR, point["model"] + ".json")))
-    t = time.time()
-    try:
+
+    def measure():
         if point.get("padded"):
             padded_masks()
         if point["mode"] == "train":
-            r = harness.train(raw, point["batch"], point["seq"], point["precision"], point["optimizer"], point["impl"],
-                              point["checkpointing"], point["attention"], padded=point.get("padded", False))
-        else:
-            r = infer(raw, point["batch"], point["seq"], point["precision"], point["attention"])
-    except Exception as e:  # recorded, never silently dropped
-        r = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-2000:]}
-    r["seconds"] = round(time.time() - t, 2)
-    return {**point, "source": f"{DIR}/{point['model']}.json", **r}
+            return harness.train(raw, point["batch"], point["seq"], point["precision"], point["optimizer"], point["impl"],
+                                 point["checkpointing"], point["attention"], padded=point.get("padded", False))
+        return infer(raw, point["batch"], point["seq"], point["precision"], point["attention"])
+
+    return harness.recorded(point, f"{DIR}/{point['model']}.json", measure)
 
 
 if __name__ == "__main__":

@@ -15,14 +15,13 @@ parameters, not linears) or the attention and mixer projections by name.
 import json
 import os
 import sys
-import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 import lora  # noqa: E402  (installs harness's CUDA emulation and peft's fake-tensor patches)
+import harness  # noqa: E402
 from harness import run_resumable  # noqa: E402
 
 OUT = os.path.join(HERE, "fixtures", "ssm_lora.jsonl")
@@ -62,17 +61,11 @@ def points():
 
 def run(point):
     raw = json.load(open(os.path.join(ROOT, DIR, point["model"] + ".json")))
-    t = time.time()
     targets = point["targets"] if point["targets"] == "all-linear" else point["targets"].split(",")
-    try:
-        quant = NF4 if point["method"] == "qlora" else None
-        r = lora.train_lora(raw, point["batch"], point["seq"], r=point["r"], alpha=2 * point["r"], dropout=point["dropout"],
-                            target_modules=targets, checkpointing=point["checkpointing"], attention=point["attention"],
-                            quant=quant)
-    except Exception as e:  # recorded, never silently dropped
-        r = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-2000:]}
-    r["seconds"] = round(time.time() - t, 2)
-    return {**point, "source": f"{DIR}/{point['model']}.json", **r}
+    quant = NF4 if point["method"] == "qlora" else None
+    return harness.recorded(point, f"{DIR}/{point['model']}.json", lambda: lora.train_lora(
+        raw, point["batch"], point["seq"], r=point["r"], alpha=2 * point["r"], dropout=point["dropout"],
+        target_modules=targets, checkpointing=point["checkpointing"], attention=point["attention"], quant=quant))
 
 
 if __name__ == "__main__":
