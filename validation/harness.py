@@ -137,8 +137,18 @@ class FlashLike(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, lse_pad, bias=None):
         b, h, s, _ = q.shape
-        # Output in [B, S, H, D] layout, returned transposed (as the CUDA kernels do).
-        out = torch.empty(b, s, h, v.shape[-1], dtype=q.dtype, device=q.device).transpose(1, 2)
+        if lse_pad == 1 and v.shape[-1] == q.shape[-1]:
+            # Flash: the output is empty_like(q) in q's memory layout (aten flash_api.cpp mha_fwd
+            # allocates empty_like of the [B, S, H, D] view of q, which keeps its strides), returned
+            # transposed. For q in the usual [B, S, H, D] layout that is [B, S, H, D] too; for a q
+            # made contiguous as [B, H, S, D] (Whisper's attention) so is the output, and the
+            # caller's transpose(1, 2).contiguous() is then a copy (seen on the H100: one more
+            # query-sized half tensor per attention call, kept by the output projection).
+            out = torch.empty_like(q.transpose(1, 2)).transpose(1, 2)
+        else:
+            # memory-efficient: output allocated [B, S, H, D] whatever q's layout
+            # (_efficient_attention_forward), returned transposed.
+            out = torch.empty(b, s, h, v.shape[-1], dtype=q.dtype, device=q.device).transpose(1, 2)
         lse = torch.empty(b, h, math.ceil(s / lse_pad) * lse_pad, dtype=torch.float32, device=q.device)
         # memory-efficient attention keeps its attn_bias for backward, as a saved tensor (so
         # checkpointing drops and recomputes it like the rest)

@@ -109,6 +109,12 @@ def text_config(raw):
     return t
 
 
+def imports(point):
+    """The oracle modules `measure` imports for this point (validation/gpu/families.py loads them
+    before it takes the CPU emulation out)."""
+    return {"lora": ("lora",), "vlm": ("vlm",)}.get(point["part"], ())
+
+
 def measure(point, raw):
     """One point's record fields (without the point's own)."""
     if point["part"] == "lora":

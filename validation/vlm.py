@@ -735,9 +735,12 @@ def make_batch(cfg, batch, seq, images, side=None):
         return {"input_ids": ids, "labels": labels, "pixel_values": pix, "pixel_attention_mask": mask,
                 "attention_mask": torch.ones_like(ids)}
     if is_llama4(cfg):
-        # Llama4ImageProcessor: every tile of every image in one axis, float32
-        # [B x images x tiles, 3, 336, 336].
-        pix = torch.randn(batch * images * llama4_tiles(cfg, side), 3, v.image_size, v.image_size)
+        # Llama4ImageProcessor: every tile of every image in one axis, [B x images x tiles, 3, 336,
+        # 336], bfloat16 (image_processing_llama4.py rescales and normalizes in torch.bfloat16; the
+        # unfold's linear takes them as they come: fp32 pixels fail against bf16 weights on CUDA,
+        # "expected mat1 and mat2 to have the same dtype", seen on the H100, where FakeTensorMode
+        # let them through).
+        pix = torch.randn(batch * images * llama4_tiles(cfg, side), 3, v.image_size, v.image_size, dtype=torch.bfloat16)
         return {"input_ids": ids, "labels": labels, "pixel_values": pix, "attention_mask": torch.ones_like(ids)}
     pix = torch.randn(batch * images, 3, v.image_size, v.image_size)
     if is_gemma(cfg):

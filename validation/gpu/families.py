@@ -87,10 +87,11 @@ def preference(rec):
     return (rank, rec["id"])
 
 
-def select(records, gpu_bytes=80 * GIB, per_model=PER_MODEL, max_seconds=MAX_ORACLE_SECONDS):
+def select(records, gpu_bytes=80 * GIB, per_model=PER_MODEL, max_seconds=MAX_ORACLE_SECONDS, distinct=True):
     """The points to run, in run order (pure; unit-tested). `records`: module -> the fixture's
     records. Per model, in the order `preference` gives, the first point of each distinct shape (mode,
-    checkpointing, mask, precision, method, task), at most `per_model` of them, among those
+    checkpointing, mask, precision, method, task; every point when not `distinct`), at most
+    `per_model` of them, among those
     that fit the GPU with room for the reserve and a context, that the oracle ran in at most
     `max_seconds`, and that are not QLoRA. The run order takes each model's first point across
     all modules (the modules taken in turn), then each model's second, and so on, so a deadline
@@ -104,7 +105,7 @@ def select(records, gpu_bytes=80 * GIB, per_model=PER_MODEL, max_seconds=MAX_ORA
             if rec["peak_allocated"] * 1.3 + 2 * GIB > gpu_bytes:
                 continue
             chosen = per.setdefault(rec["model"], [])
-            if len(chosen) < per_model and all(shape_key(c) != shape_key(rec) for c in chosen):
+            if len(chosen) < per_model and (not distinct or all(shape_key(c) != shape_key(rec) for c in chosen)):
                 chosen.append(rec)
         for model_index, (model, chosen) in enumerate(per.items()):
             for rank, rec in enumerate(chosen):
@@ -117,16 +118,17 @@ def select(records, gpu_bytes=80 * GIB, per_model=PER_MODEL, max_seconds=MAX_ORA
 
 def measured(rec):
     """Whether a recorded point measures its job (as crates/vram-core/tests/support/gpu_points.rs
-    decides): a valid `family-point`, and for records made before the peak was reset at the
-    Tracker's start (no `at_tracking`), neither run under fake tensors (the GPU held less than
-    half the job's tensors: ssm.py's old inference) nor a VLM-LoRA point whose fp32-to-bf16 cast
-    after the build reached the job's peak."""
-    if rec.get("kind") != "family-point" or rec.get("valid") is not True:
+    decides): a valid `family-point`, not superseded (the oracle's job changed after the run), not
+    run under fake tensors (the GPU held less than half the job's tensors: ssm.py's old inference,
+    llama4.py's LoRA and image parts before families.py loaded their modules first), and for
+    records made before the peak was reset at the Tracker's start (no `at_tracking`), not a
+    VLM-LoRA point whose fp32-to-bf16 cast after the build reached the job's peak."""
+    if rec.get("kind") != "family-point" or rec.get("valid") is not True or "superseded" in rec:
+        return False
+    if rec.get("max_allocated", 0) < rec.get("tracked_peak", 0) // 2:
         return False
     if "at_tracking" in rec:
         return True
-    if rec["max_allocated"] < rec["tracked_peak"] // 2:
-        return False
     return not (rec["module"] == "vlm_lora" and rec["max_allocated"] >= 0.99 * rec["build_peak"])
 
 
@@ -229,11 +231,16 @@ def reset_at_tracking(marks, cuda):
     harness.Tracker.phase = property(phase.fget, set_phase)
 
 
-def child_point(item, device):
+def child_point(item, device, snapshot=None):
     import kit
 
     cuda = device == "cuda"
     module = importlib.import_module(item["module"])
+    point = next(p for p in module.points() if p["id"] == item["id"])
+    # The oracle modules a point's run imports on its way (llama4.py's LoRA and image parts), loaded
+    # now so that real_cuda reaches them too: one imported later would still run under fake tensors.
+    for name in getattr(module, "imports", lambda p: ())(point):
+        importlib.import_module(name)
     loaded = [sys.modules[n] for n in ("harness", "lora", "qlora_shim", *MODULES) if n in sys.modules]
     real_cuda(loaded, device)
     marks = {}
@@ -241,12 +248,13 @@ def child_point(item, device):
     reset_at_tracking(marks, cuda)
     import torch
 
-    point = next(p for p in module.points() if p["id"] == item["id"])
     if not cuda:  # a dry run of the code paths on the CPU: small shapes (images keep their tokens)
         small = {"batch": 1} if "images" in point else {"batch": 1, "seq": 128, "src_len": 64, "tgt_len": 32}
         point.update({k: v for k, v in small.items() if k in point})
     if cuda:
         torch.cuda.reset_peak_memory_stats()
+        if snapshot:  # the allocator's history with Python frames, to place what the Tracker missed
+            torch.cuda.memory._record_memory_history(max_entries=200000, context="all", stacks="python")
     t0 = time.time()
     run = getattr(module, "run", None)
     if run is None:  # vision_lora / vlm_lora run through the base module's run
@@ -268,6 +276,14 @@ def child_point(item, device):
     rec["attention_kernels"] = out.get("attention_kernels")
     if cuda:
         torch.cuda.synchronize()
+        if snapshot:
+            import gzip
+            import pickle
+
+            with gzip.open(snapshot, "wb") as f:
+                pickle.dump(torch.cuda.memory._snapshot(), f)
+            torch.cuda.memory._record_memory_history(enabled=None)
+            rec["snapshot"] = os.path.basename(snapshot)
         st = torch.cuda.memory_stats()
         peaks = marks.get("gpu_phase_peaks", {})
         rec["gpu_phase_peaks"] = peaks
@@ -349,17 +365,21 @@ def main():
     ap.add_argument("--give-up", type=int, default=6, help="stop when this many points failed and none ran")
     ap.add_argument("--device", default="cuda", help="cpu: a dry run of the code paths, no measurements")
     ap.add_argument("--skip-recorded", help="a family_recordings.jsonl whose measured points are not run again")
+    ap.add_argument("--all-points", action="store_true",
+                    help=f"every point of each model (that fits and is not QLoRA), not its first {PER_MODEL} distinct shapes")
     ap.add_argument("--list", action="store_true", help="print the selection and exit")
+    ap.add_argument("--json", action="store_true", help="with --list: one JSON item per line (what --child takes)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--snapshot", help="with --child: write the allocator's history (gzipped pickle) here")
     a = ap.parse_args()
     if a.child:
-        print(json.dumps(child_point(json.loads(a.child), a.device)))
+        print(json.dumps(child_point(json.loads(a.child), a.device, a.snapshot)))
         return 0
     records = {}
     for module in MODULES:
         fx = fixture(module)
         records[module] = list(fx.values())
-    items = select(records)
+    items = select(records, per_model=10**6 if a.all_points else PER_MODEL, distinct=not a.all_points)
     if a.only:
         unknown = set(a.only.split(",")) - set(MODULES)
         if unknown:
@@ -377,6 +397,9 @@ def main():
         items = [i for i in items if (i["module"], i["id"]) not in done]
     if a.list:
         for i in items:
+            if a.json:
+                print(json.dumps(i))
+                continue
             print(f"{i['module']:14} {i['oracle_peak'] / GIB:7.2f} GiB {i['oracle_seconds']:6.1f}s  {i['id']}")
         print(f"{len(items)} points", file=sys.stderr)
         return 0

@@ -49,10 +49,26 @@ class FamiliesTest(unittest.TestCase):
             recs = [json.loads(line) for line in f]
         points = [r for r in recs if r["kind"] == "family-point"]
         ok = [r for r in points if families.measured(r)]
-        # tests/gpu_families.rs counts 192 of the 234 recorded points
-        self.assertEqual((len(points), len(ok)), (234, 192))
+        # tests/gpu_families.rs counts 359 of the 408 recorded points
+        self.assertEqual((len(points), len(ok)), (408, 359))
         self.assertFalse(families.measured({"kind": "skipped"}))
         self.assertTrue(families.measured({"kind": "family-point", "valid": True, "at_tracking": 1}))
+        real = {"kind": "family-point", "valid": True, "at_tracking": 1, "max_allocated": 900, "tracked_peak": 1000}
+        self.assertTrue(families.measured(real))
+        # the GPU held less than half the job's tensors: it ran under fake tensors
+        self.assertFalse(families.measured(dict(real, max_allocated=400)))
+        self.assertFalse(families.measured(dict(real, superseded="the oracle's job changed")))
+
+    def test_every_point_of_a_model_when_asked(self):
+        recs = [{"id": f"p{i}", "model": "m", "mode": "train", "precision": "bf16-mixed", "peak_allocated": GIB,
+                 "seconds": 1.0} for i in range(5)]
+        self.assertEqual(len(families.select({"vlm": recs})), 1)  # one shape
+        self.assertEqual(len(families.select({"vlm": recs}, per_model=10**6, distinct=False)), 5)
+
+    def test_llama4_names_the_oracle_modules_its_parts_import(self):
+        import llama4
+        by_part = {p["part"]: llama4.imports(p) for p in llama4.points()}
+        self.assertEqual(by_part, {"text": (), "lora": ("lora",), "vlm": ("vlm",)})
 
 
 if __name__ == "__main__":

@@ -174,9 +174,28 @@ impl Vision {
         }
     }
 
-    /// Bytes of one image as fp32 `pixel_values` (channels × frames × side²).
+    /// Bytes per value of the processor's `pixel_values`: bf16 for Llama 4
+    /// (image_processing_llama4.py rescales and normalizes in torch.bfloat16), fp32 for the others.
+    pub fn pixel_dtype_bytes(self) -> u128 {
+        if self.family == VisionFamily::Llama4 {
+            2
+        } else {
+            4
+        }
+    }
+
+    /// What the processor's images are, for breakdown labels ("fp32 images").
+    pub fn pixel_label(self) -> &'static str {
+        if self.pixel_dtype_bytes() == 2 {
+            "bf16 images (the processor's dtype)"
+        } else {
+            "fp32 images"
+        }
+    }
+
+    /// Bytes of one image as the processor's `pixel_values` (channels × frames × side²).
     pub fn pixel_bytes(self) -> u128 {
-        4 * self.channels as u128 * self.frames() * self.image_size as u128 * self.image_size as u128
+        self.pixel_dtype_bytes() * self.channels as u128 * self.frames() * self.image_size as u128 * self.image_size as u128
     }
 
     /// Tokens the encoder sees for an image of `side` pixels.
@@ -1092,13 +1111,29 @@ pub struct Attention {
     /// output doubled) and multiplied into the attention output before `o_proj` (Qwen3-Next,
     /// Qwen3.5: `attn_output * torch.sigmoid(gate)`).
     pub output_gate: bool,
+    /// q made contiguous head-major ([B, H, S, D]) before the kernel (modeling_whisper.py
+    /// WhisperAttention: `.transpose(1, 2).contiguous()`). Flash's output follows q's memory
+    /// layout (aten flash_api.cpp mha_fwd: `empty_like` of q's [B, S, H, D] view), so the
+    /// caller's `transpose(1, 2).contiguous()` of it is a copy, the one the output projection
+    /// saves (measured on an H100: validation/gpu/h100/family_recordings.jsonl, Whisper).
+    pub head_major_q: bool,
 }
 
 impl Attention {
     /// Plain multi-head attention: q/k/v (fused or not) and the output projection with the given
     /// biases, nothing else (no q/k norm, MLA, soft-capping, sinks or output gate).
     pub fn plain(qkv_bias: bool, o_bias: bool, fused_qkv: bool) -> Attention {
-        Attention { qkv_bias, o_bias, fused_qkv, qk_norm: QkNorm::None, mla: None, softcap: false, sinks: false, output_gate: false }
+        Attention {
+            qkv_bias,
+            o_bias,
+            fused_qkv,
+            qk_norm: QkNorm::None,
+            mla: None,
+            softcap: false,
+            sinks: false,
+            output_gate: false,
+            head_major_q: false,
+        }
     }
 }
 
@@ -2007,7 +2042,7 @@ impl Model {
     }
 
     /// Bytes of the input batch: int64 input_ids, labels and attention_mask per token (HF data
-    /// collator); for a vision encoder fp32 pixel_values per image and an int64 label.
+    /// collator); for a vision encoder the processor's pixel_values per image and an int64 label.
     pub fn input_bytes(&self, batch: u64, seq: u64) -> u128 {
         match self.encoder.and_then(|e| e.vision) {
             Some(v) => batch as u128 * (v.pixel_bytes() + 8),

@@ -82,8 +82,8 @@ fn stats(v: &[f64]) -> (f64, f64, f64) {
 #[test]
 fn family_oracles_hold_on_a_real_gpu() {
     let (pts, skipped) = points();
-    assert!(pts.len() >= 190, "{} measured points", pts.len());
-    assert!(skipped <= 45, "{skipped} points not measured");
+    assert!(pts.len() >= 359, "{} measured points", pts.len());
+    assert!(skipped <= 49, "{skipped} points not measured");
     for p in &pts {
         println!("{:>7.2}% {:>7.3}%  {}", p.oracle_err * 100.0, p.tracked_err * 100.0, p.label);
     }
@@ -104,11 +104,10 @@ fn family_oracles_hold_on_a_real_gpu() {
         // are counted (what is left is kernel scratch, largest on the smallest models).
         assert!(med <= 2.0 && worst <= 10.0, "{module}: oracle vs GPU median {med:.2}%, worst {worst:.2}%");
         // The same job's tensors on the GPU and under FakeTensorMode on the CPU: equal to a few
-        // KiB but for two differences the README names, not yet explained: Whisper trained
-        // without checkpointing holds about one more half tokens × vocab tensor on the GPU (up to
-        // 3.3%), and Gated DeltaNet 4 MiB more (0.3%).
-        let bound = if *module == "encdec" { 3.5 } else { 0.5 };
-        assert!(tworst <= bound, "{module}: real tensors vs oracle worst {tworst:.3}%");
+        // KiB but for one difference the README names, not yet explained: Gated DeltaNet holds
+        // 4 MiB more on the GPU (0.3%). (Whisper's, up to 3.3%, was flash's output layout,
+        // emulated since.)
+        assert!(tworst <= 0.5, "{module}: real tensors vs oracle worst {tworst:.3}%");
     }
     let all: Vec<f64> = pts.iter().map(|p| p.oracle_err).collect();
     let (med, p90, worst) = stats(&all);

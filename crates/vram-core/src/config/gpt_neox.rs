@@ -18,6 +18,7 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
         mla: None,
         softcap: false,
         sinks: false,
+        head_major_q: false,
         output_gate: false,
     };
     m.mlp = Mlp { gated: false, fused_gate_up: false, act: c.act(&["hidden_act"], Act::Gelu)?, bias: true };

@@ -92,6 +92,7 @@ pub(super) fn parse(c: &Cfg, name: &str, model_type: &str) -> Result<Model> {
         mla: None,
         softcap: false,
         sinks: false,
+        head_major_q: false,
         output_gate: false,
     };
     let default_act = match fam {

@@ -41,6 +41,7 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
         key(c, "max_source_positions", 1500)?,
     )?;
     encoder.use_cache = false;
+    encoder.attention.head_major_q = true;
     encoder.model_type = "whisper_encoder".into();
     // The decoder is validated with the rest of the config; the encoder stack here.
     super::validate(&encoder, c.file)?;
@@ -60,6 +61,7 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
     m.vocab = key(c, "vocab_size", 51865)?;
     m.tied_embeddings = c.bool("tie_word_embeddings", true)?;
     m.cross_attention = true;
+    m.attention.head_major_q = true;
     let source_tokens = encoder.position_embeddings;
     m.seq2seq = Some(Box::new(Seq2Seq {
         encoder,

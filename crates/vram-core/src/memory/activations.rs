@@ -816,6 +816,11 @@ fn cross_attention(m: &Model, b: &Bytes, c: &mut LayerCoef, ln_stats: u128) {
     };
     let q_saved = if b.amp { 2 } else { out };
     c.attention += q_saved * m.q_dim() as u128 + b.e * m.q_dim() as u128 + 4 * m.heads as u128;
+    if b.e == 2 && m.attention.head_major_q && b.lora.is_none() {
+        // Half precision runs flash (no mask reaches cross-attention): its output in q's
+        // head-major layout, so out_proj saves a contiguous copy (`Attention::head_major_q`).
+        c.attention += b.e * m.q_dim() as u128;
+    }
     if m.hidden_dropout > 0.0 {
         c.attention += h;
     }
@@ -908,6 +913,10 @@ fn attention(m: &Model, job: &Job, b: &Bytes, kernel: Kernel, masked: bool, moe_
             if masked && gqa && job.training_cache(m.use_cache) {
                 // The cache's copies of the un-repeated k and v are no longer what attention saves.
                 tok += (qk_bytes + e) * kd;
+            }
+            if kernel == Kernel::Flash && m.attention.head_major_q && b.lora.is_none() {
+                // Flash's output in q's head-major layout: o_proj saves its contiguous copy.
+                tok += e * heads * per_head(vd, m.kv_heads);
             }
         }
         Kernel::Math => {

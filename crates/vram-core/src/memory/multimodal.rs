@@ -154,21 +154,32 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
         // features and the tower's last and selected hidden states, and `image_features` is
         // their concatenated copy (measured: validation/vlm.py, llava-v1.6 prefill: 2 copies of
         // the features and 2 tower hidden states, to the byte).
-        let held = match (mm.merger, mm.pool) {
-            (None, None) => {
+        let llama4 = match mm.projector() {
+            ProjectorKind::Llama4 { input } => Some(input),
+            _ => None,
+        };
+        let held = match (mm.merger, mm.pool, llama4) {
+            // Llama4ForConditionalGeneration.forward keeps the vision model's output (its
+            // pixel-shuffle MLP's, in mm_encoder_outputs) and the projected features
+            // (projected_vision_flat) until the language model has run (measured:
+            // validation/llama4.py, the development prefills with the processor's bf16 pixels).
+            (_, _, Some(vision_out)) => image_tokens_lm(mm, job) * (vision_out as u128 + m.hidden as u128) * e,
+            (None, None, None) => {
                 2 * (image_tokens_lm(mm, job) * m.hidden as u128 + tj.batch as u128 * tj.seq as u128 * mm.tower.hidden as u128) * e
             }
             // Qwen3-VL keeps its DeepStack features (one per merger, in the language model's
             // width) until the language model has run.
-            (Some(pm), _) => pm.deepstack as u128 * image_tokens_lm(mm, job) * m.hidden as u128 * e,
+            (Some(pm), _, _) => pm.deepstack as u128 * image_tokens_lm(mm, job) * m.hidden as u128 * e,
             _ => 0,
         };
         for ph in &mut phases {
             ph.add(TOWER, weights, format!("{tower_params} + {proj_params} parameters"));
-            ph.add(PIXELS, pixels, "fp32 images");
+            ph.add(PIXELS, pixels, vis.pixel_label());
             if ph.phase == Phase::Prefill {
                 let what = if mm.merger.is_some() {
                     "the DeepStack features"
+                } else if llama4.is_some() {
+                    "the vision model's output and the projected image features"
                 } else {
                     "two copies of the image features and two tower hidden states"
                 };
@@ -200,7 +211,7 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
             if mm.shuffle.is_some() {
                 b.add(
                     PIXELS,
-                    2 * pixel_mask + tj.batch as u128 * vis.pixel_bytes() / 4 * e,
+                    2 * pixel_mask + tj.batch as u128 * vis.pixel_bytes() / vis.pixel_dtype_bytes() * e,
                     "the batch's pixel_attention_mask, the real tiles' copies of it and of the pixels",
                 );
             }
@@ -274,7 +285,7 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
     for ph in &mut phases {
         ph.add(TOWER, weights, format!("{tower_params} tower + {proj_params} projector parameters × {p} B"));
         ph.add(TOWER_STATES, states, format!("{} states of {trainable} trainable tower/projector parameters", job.optimizer.name()));
-        ph.add(PIXELS, pixels, "fp32 images");
+        ph.add(PIXELS, pixels, vis.pixel_label());
         match ph.phase {
             Phase::BackwardEnd | Phase::OptimizerStep => {
                 ph.add(TOWER_GRADS, trainable * p, format!("{trainable} gradients × {p} B"));
@@ -309,7 +320,7 @@ pub(crate) fn phases(m: &Model, job: &Job) -> (Vec<Breakdown>, act::Kernel, Vec<
         b.add(train::GRADS, lm_grads + if lora { 0 } else { proj_params * p }, "language model and projector gradients");
         b.add(TOWER, weights, "vision tower and projector");
         b.add(TOWER_STATES, states, "vision tower and projector");
-        b.add(PIXELS, pixels, "fp32 images");
+        b.add(PIXELS, pixels, vis.pixel_label());
         b.add(TOWER_CASTS, casts, "half copies of trained tower weights");
         b.add(TOWER_ACTS, tower_profile.saved, "the tower's saved activations");
         b.add(TOWER_BWD, tower_profile.backward_transient, "one tower layer's backward");
