@@ -728,6 +728,9 @@ pub struct Ssm {
     /// parameters as one mixer `d_inner` wide, with `heads` × (R + 2N) x_proj outputs per token.
     /// 1 for every other Mamba-1 mixer (unused by Mamba-2 and Gated DeltaNet).
     pub mamba1_heads: u64,
+    /// The recurrent state's dtype the config names for inference caches (Qwen3.5
+    /// `mamba_ssm_dtype`, Nemotron-H `mamba_ssm_cache_dtype`); `None` when it names none.
+    pub cache_state_dtype: Option<crate::dtype::DType>,
 }
 
 impl Ssm {
@@ -750,6 +753,7 @@ impl Ssm {
             delta_net: None,
             shared: None,
             mamba1_heads: 1,
+            cache_state_dtype: None,
         }
     }
 }

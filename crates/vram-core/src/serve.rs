@@ -148,6 +148,21 @@ impl VllmVersion {
     /// vLLM's history, and the v0.31 log in validation/vllm/logs.jsonl shows 0.92 with no flag).
     /// The release that changed it is not pinned: earlier 0.2x releases keep 0.9 here.
     pub const GMU_092: VllmVersion = VllmVersion { major: 0, minor: 25 };
+    /// The first release vram models state-space and hybrid models in: the V1 engine's hybrid
+    /// KV-cache manager with states in the shared block pool and the attention block grown to
+    /// hold one (vllm-project/vllm#20016, June 2025; the alignment rule as read from
+    /// model_executor/models/config.py `HybridAttentionMambaModelConfig` of late 2025).
+    pub const HYBRID_STATES: VllmVersion = VllmVersion { major: 0, minor: 11 };
+    /// The first release that logs "GPU KV cache size" as max concurrency × max-model-len instead
+    /// of num_blocks // groups × the smallest block size (vllm-project/vllm#38364, #40694: the
+    /// v0.19.0 log of vllm-project/vllm#40691 still has the old figure, July 2026 logs the new
+    /// one). Assumed: the release is not pinned.
+    pub const TOKENS_FROM_CONCURRENCY: VllmVersion = VllmVersion { major: 0, minor: 20 };
+    /// The first release with prefix caching on by default for hybrid models, in mamba-cache mode
+    /// `align` (vllm-project/vllm#50991, merged 2026-08-04: "enable prefix cache for hybrid model
+    /// by default and change the default mode to align"). Assumed from the merge date: the
+    /// release is not pinned.
+    pub const HYBRID_PREFIX_CACHING: VllmVersion = VllmVersion { major: 0, minor: 27 };
 
     /// vLLM's `--gpu-memory-utilization` default in this release.
     pub fn default_gpu_memory_utilization(self) -> f64 {
@@ -240,6 +255,13 @@ pub struct ServeConfig {
     pub mm_limit_per_prompt: Option<u64>,
     /// `--mm-processor-kwargs '{"max_pixels": N}'` (Qwen2-VL); `None` = the processor's default.
     pub mm_max_pixels: Option<u64>,
+    /// `--enable-prefix-caching` / `--no-enable-prefix-caching`; `None` = the version's default
+    /// (it matters for state-space and hybrid models only, whose states it doubles).
+    pub prefix_caching: Option<bool>,
+    /// `--mamba-cache-mode`; `None` = vLLM's choice.
+    pub mamba_cache_mode: Option<crate::serve_ssm::MambaCacheMode>,
+    /// `--mamba-ssm-cache-dtype`; `None` = auto (the model's rule, else its dtype).
+    pub mamba_ssm_cache_dtype: Option<DType>,
 }
 
 /// vLLM's multi-LoRA settings (vllm/config/lora.py `LoRAConfig`).
@@ -286,6 +308,9 @@ impl ServeConfig {
             cpu_offload_bytes: 0,
             mm_limit_per_prompt: None,
             mm_max_pixels: None,
+            prefix_caching: None,
+            mamba_cache_mode: None,
+            mamba_ssm_cache_dtype: None,
         }
     }
 }
@@ -427,6 +452,7 @@ fn invalid(what: &str, value: impl ToString, hint: &str) -> Error {
 pub fn serve(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
     match &m.multimodal {
         Some(mm) if m.encoder.is_none() && m.seq2seq.is_none() => crate::serve_mm::check(m, mm, cfg)?,
+        _ if m.ssm.is_some() && m.multimodal.is_none() => check_states(cfg)?,
         _ => crate::memory::require_decoder(m, "serving with vLLM")?,
     }
     // Llama 4's chunked local attention: vLLM turns its hybrid KV cache manager off for it by
@@ -553,6 +579,9 @@ fn serve_at(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
     }
     let fits = c.shortfall == 0 && c.pool.num_kv_blocks >= c.pool.blocks_per_request();
     notes.extend(serve_notes(m, cfg, non_torch_bytes, c.cuda_graph, &c.pool));
+    if let Some(st) = c.pool.state {
+        notes.push(state_note(&st, &c.pool, cfg, mamba_cache_mode(m, cfg)));
+    }
     Ok(ServeReport {
         dtype,
         kv_dtype_bytes: kv_b,
@@ -566,7 +595,7 @@ fn serve_at(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
         max_model_len: max_len,
         max_num_batched_tokens: batched,
         max_num_seqs: seqs,
-        block_size: cfg.block_size,
+        block_size: c.pool.block_size,
         weights_bytes,
         quant_scales_bytes: to_u64(c.scales, "scales")?,
         rotary_cache_bytes: to_u64(c.rotary, "rotary cache")?,
@@ -667,15 +696,14 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
     if m.sliding_layers >= m.layers {
         staged.sliding_layers = stage.layers;
     }
+    let dtype = model_dtype(m, cfg);
     let pool = kv_pool(
         &staged,
         &PoolSpec {
-            kv_cache_bytes: kv_cache,
-            max_model_len: s.max_len,
-            max_num_batched_tokens: s.batched,
-            block_size: cfg.block_size,
-            kv_dtype_bytes: s.kv_b,
-            tp,
+            state: crate::serve_ssm::state_cache(m, tp, dtype, cfg.mamba_ssm_cache_dtype)?,
+            mamba_cache_mode: mamba_cache_mode(m, cfg),
+            tokens_from_concurrency: cfg.vllm_version >= VllmVersion::TOKENS_FROM_CONCURRENCY,
+            ..PoolSpec::new(kv_cache, s.max_len, s.batched, cfg.block_size, s.kv_b, tp)
         },
     )?;
     Ok(RankCalc {
@@ -692,6 +720,85 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
         shortfall,
         pool,
     })
+}
+
+/// What the report says of a state-space or hybrid model's states.
+fn state_note(st: &crate::serve_ssm::StateCache, pool: &KvPool, cfg: &ServeConfig, mode: crate::serve_ssm::MambaCacheMode) -> String {
+    use crate::serve_ssm::MambaCacheMode;
+    let mixer = match st.mixer {
+        "gated_deltanet" => "Gated DeltaNet",
+        "mamba2" => "Mamba-2",
+        _ => "Mamba",
+    };
+    let mut s = format!(
+        "{} {mixer} layers keep a recurrent state per request instead of a KV cache: {} B of conv state + {} B of {} state per layer on this rank ({}), whatever the context length",
+        st.state_layers,
+        st.conv_bytes,
+        st.ssm_bytes,
+        st.ssm_dtype.torch_name(),
+        if cfg.mamba_ssm_cache_dtype.is_some() { "--mamba-ssm-cache-dtype" } else { "its dtype as vLLM picks it" },
+    );
+    if st.attention_layers > 0 {
+        let padded = pool.page_size_bytes.saturating_sub(st.page_bytes());
+        s.push_str(&format!(
+            "; beside {} attention layers vLLM sets the attention block size to {} tokens so a page holds a state (\"Setting attention block size to {} tokens\"), and pads the state by {:.2}%",
+            st.attention_layers,
+            pool.block_size,
+            pool.block_size,
+            padded as f64 / st.page_bytes().max(1) as f64 * 100.0
+        ));
+    }
+    s.push_str(&match mode {
+        MambaCacheMode::Align => {
+            "; prefix caching on (mamba-cache mode align): two state blocks per request in each state group".to_string()
+        }
+        _ => "; prefix caching off for the states (mamba-cache mode none): one state block per request in each state group".to_string(),
+    });
+    s.push_str("; the profile run's activation is taken from the attention and MLP widths (the mixer kernels' own workspaces are not modelled: a guess)");
+    s
+}
+
+/// What vram models of serving a state-space or hybrid model: the V1 engine's hybrid manager
+/// from `HYBRID_STATES`, one pipeline stage.
+fn check_states(cfg: &ServeConfig) -> Result<()> {
+    if cfg.engine != VllmEngine::V1 || cfg.vllm_version < VllmVersion::HYBRID_STATES {
+        return Err(invalid(
+            "--vllm-version",
+            cfg.vllm_version,
+            &format!("state-space and hybrid models are modelled on the V1 engine from vLLM {} (its hybrid KV-cache manager keeps the states in the block pool); the V0 engine's separate Mamba cache is not", VllmVersion::HYBRID_STATES),
+        ));
+    }
+    if cfg.pp > 1 {
+        return Err(invalid(
+            "--pipeline-parallel-size",
+            cfg.pp,
+            "pipeline parallelism of state-space and hybrid models is not modelled yet (each stage's share of mixer and attention layers); tensor parallelism is",
+        ));
+    }
+    Ok(())
+}
+
+/// vLLM's mamba-cache mode for `m` (model_executor/models/config.py `MambaModelConfig`): `none`
+/// without prefix caching; with it, what `--mamba-cache-mode` says, else `align` from the release
+/// that turned prefix caching on for hybrids, and before it `all` for the Mamba families that
+/// support it (Mamba-1 and Mamba-2 mixers) and `align` for Gated DeltaNet.
+fn mamba_cache_mode(m: &Model, cfg: &ServeConfig) -> crate::serve_ssm::MambaCacheMode {
+    use crate::serve_ssm::MambaCacheMode;
+    let newer = cfg.vllm_version >= VllmVersion::HYBRID_PREFIX_CACHING;
+    if !cfg.prefix_caching.unwrap_or(newer) {
+        return MambaCacheMode::None;
+    }
+    match cfg.mamba_cache_mode {
+        Some(MambaCacheMode::None) | None if newer => MambaCacheMode::Align,
+        Some(MambaCacheMode::None) | None => {
+            if m.ssm.as_ref().is_some_and(|s| s.delta_net.is_some()) {
+                MambaCacheMode::Align
+            } else {
+                MambaCacheMode::All
+            }
+        }
+        Some(mode) => mode,
+    }
 }
 
 /// A vision-language model's profile peak: the encoder pass over the budget's images, or the
@@ -1214,13 +1321,49 @@ pub struct PoolSpec {
     pub kv_dtype_bytes: u64,
     /// Tensor-parallel ranks.
     pub tp: u64,
+    /// A state-space or hybrid model's recurrent states (`None` for attention-only models).
+    pub state: Option<crate::serve_ssm::StateCache>,
+    /// `--mamba-cache-mode` (states only).
+    pub mamba_cache_mode: crate::serve_ssm::MambaCacheMode,
+    /// "GPU KV cache size" as max concurrency × max-model-len (newer vLLM) rather than
+    /// num_blocks // groups × the smallest block size.
+    pub tokens_from_concurrency: bool,
+}
+
+impl PoolSpec {
+    /// An attention-only pool of `kv_cache_bytes` (the older token report).
+    pub fn new(
+        kv_cache_bytes: u64,
+        max_model_len: u64,
+        max_num_batched_tokens: u64,
+        block_size: u64,
+        kv_dtype_bytes: u64,
+        tp: u64,
+    ) -> PoolSpec {
+        PoolSpec {
+            kv_cache_bytes,
+            max_model_len,
+            max_num_batched_tokens,
+            block_size,
+            kv_dtype_bytes,
+            tp,
+            state: None,
+            mamba_cache_mode: crate::serve_ssm::MambaCacheMode::None,
+            tokens_from_concurrency: false,
+        }
+    }
 }
 
 /// vLLM's KV-cache block pool on one GPU.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct KvPool {
+    /// Tokens per attention block (`--block-size`, raised for a hybrid model's states).
+    pub block_size: u64,
     /// Bytes of one block of one layer.
     pub page_size_bytes: u64,
+    /// A state-space or hybrid model's recurrent state per layer and request on this rank.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<crate::serve_ssm::StateCache>,
     /// KV bytes per token over all layers of this rank.
     pub kv_bytes_per_token: u64,
     /// Layers per KV-cache group.
@@ -1260,6 +1403,9 @@ pub fn kv_pool(m: &Model, p: &PoolSpec) -> Result<KvPool> {
     if page_size_bytes == 0 || p.block_size == 0 {
         return Err(invalid("model", &m.name, "has no KV heads; nothing to cache"));
     }
+    if let Some(state) = p.state {
+        return state_pool(p, state, per_token_layer);
+    }
     let bs = p.block_size;
     let (groups, group_size) = kv_groups(m, p.max_model_len, p.max_num_batched_tokens, bs);
     // get_num_blocks: available // page_size // layers per group.
@@ -1269,19 +1415,13 @@ pub fn kv_pool(m: &Model, p: &PoolSpec) -> Result<KvPool> {
     // get_max_concurrency_for_kv_cache_config: blocks / blocks one max-length request needs.
     let per_request: u64 = groups.iter().map(|g| g.blocks_per_request).sum();
     let max_concurrency = num_kv_blocks as f64 / per_request as f64;
-    // estimate_max_model_len: the longest length whose blocks fit the pool (binary search).
-    let (mut lo, mut hi) = (0u64, p.max_model_len);
-    while lo < hi {
-        let mid = lo + (hi - lo).div_ceil(2);
-        let need: u64 = kv_groups(m, mid, p.max_num_batched_tokens, bs).0.iter().map(|g| g.blocks_per_request).sum();
-        if need <= num_kv_blocks {
-            lo = mid;
-        } else {
-            hi = mid - 1;
-        }
-    }
+    let lo = longest_that_fits(p.max_model_len, num_kv_blocks, |len| {
+        kv_groups(m, len, p.max_num_batched_tokens, bs).0.iter().map(|g| g.blocks_per_request).sum()
+    });
     Ok(KvPool {
+        block_size: bs,
         page_size_bytes,
+        state: None,
         kv_bytes_per_token,
         group_size,
         groups,
@@ -1290,6 +1430,79 @@ pub fn kv_pool(m: &Model, p: &PoolSpec) -> Result<KvPool> {
         max_concurrency,
         max_model_len_that_fits: lo,
     })
+}
+
+/// The block pool of a state-space or hybrid model (serve_ssm.rs has the rules): attention pages
+/// of a block grown to hold a state, mixer layers' states padded to that page, the layers of each
+/// kind in groups of one size sharing the pool.
+fn state_pool(p: &PoolSpec, st: crate::serve_ssm::StateCache, kv_per_token: u64) -> Result<KvPool> {
+    use crate::serve_ssm::{aligned_block_size, group_split, MambaCacheMode};
+    if p.mamba_cache_mode == MambaCacheMode::All {
+        return Err(invalid(
+            "--mamba-cache-mode",
+            "all",
+            "caching every block's state (vLLM's Mamba-2 prefix-caching mode `all`) is not modelled yet; `align` (the default with prefix caching) and `none` are",
+        ));
+    }
+    let overflow = || Error::Overflow { what: "KV-cache page size".into() };
+    let state_page = st.page_bytes();
+    let attention = st.attention_layers > 0;
+    let bs = if attention { aligned_block_size(p.block_size, state_page, kv_per_token) } else { p.block_size };
+    let page_size_bytes = if attention { bs.checked_mul(kv_per_token).ok_or_else(overflow)? } else { state_page };
+    if page_size_bytes == 0 {
+        return Err(invalid("model", "state", "has neither a KV cache nor a recurrent state; nothing to cache"));
+    }
+    let (size, attn_groups, state_groups) =
+        if attention { group_split(st.attention_layers, st.state_layers) } else { (st.state_layers.max(1), 0, 1) };
+    let per_state = p.mamba_cache_mode.blocks_per_request();
+    let need = |len: u64| attn_groups * len.div_ceil(bs) + state_groups * per_state;
+    let mut groups = Vec::new();
+    for _ in 0..attn_groups {
+        groups.push(KvGroup { kind: "full", layers: size, window: None, blocks_per_request: p.max_model_len.div_ceil(bs) });
+    }
+    for _ in 0..state_groups {
+        groups.push(KvGroup { kind: "state", layers: size, window: None, blocks_per_request: per_state });
+    }
+    let num_kv_blocks = p.kv_cache_bytes / page_size_bytes / size;
+    let per_request = need(p.max_model_len);
+    let max_concurrency = num_kv_blocks as f64 / per_request as f64;
+    let kv_tokens = if p.tokens_from_concurrency {
+        (max_concurrency * p.max_model_len as f64) as u64
+    } else {
+        // The smallest block size of any group: a state group's is max-model-len in mode `none`
+        // and the attention block size in `align` (cache_config.mamba_block_size).
+        let state_bs = if p.mamba_cache_mode == MambaCacheMode::Align { bs } else { p.max_model_len };
+        let min_bs = if attention { bs.min(state_bs) } else { state_bs };
+        num_kv_blocks / groups.len() as u64 * min_bs
+    };
+    let lo = longest_that_fits(p.max_model_len, num_kv_blocks, need);
+    Ok(KvPool {
+        block_size: bs,
+        page_size_bytes,
+        state: Some(st),
+        kv_bytes_per_token: kv_per_token.checked_mul(st.attention_layers).ok_or_else(overflow)?,
+        group_size: size,
+        groups,
+        num_kv_blocks,
+        kv_tokens,
+        max_concurrency,
+        max_model_len_that_fits: if state_groups * per_state > num_kv_blocks { 0 } else { lo },
+    })
+}
+
+/// vLLM's `estimate_max_model_len`: the longest length up to `max_len` whose blocks (`need`)
+/// fit `blocks`, by binary search.
+fn longest_that_fits(max_len: u64, blocks: u64, need: impl Fn(u64) -> u64) -> u64 {
+    let (mut lo, mut hi) = (0u64, max_len);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if need(mid) <= blocks {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    lo
 }
 
 fn to_u64(x: u128, what: &str) -> Result<u64> {

@@ -88,20 +88,7 @@ fn block_pool_matches_vllm_logs() {
         let max_len = u(&case, "max_model_len");
         // The log rounds the pool to 0.01 GiB: every value inside the rounding interval must give
         // the logged block/token count at one of its ends, and the centre must land within a block.
-        let pool = |gib: f64| {
-            kv_pool(
-                &m,
-                &PoolSpec {
-                    kv_cache_bytes: (gib * GIB) as u64,
-                    max_model_len: max_len,
-                    max_num_batched_tokens: 8192,
-                    block_size: 16,
-                    kv_dtype_bytes: 2,
-                    tp: u(&case, "tp"),
-                },
-            )
-            .unwrap()
-        };
+        let pool = |gib: f64| kv_pool(&m, &PoolSpec::new((gib * GIB) as u64, max_len, 8192, 16, 2, u(&case, "tp"))).unwrap();
         let (lo, mid, hi) = (pool(logged_kv - 0.005), pool(logged_kv), pool(logged_kv + 0.005));
         if let Some(blocks) = case["num_kv_blocks"].as_u64() {
             assert!(lo.num_kv_blocks <= blocks && blocks <= hi.num_kv_blocks, "{}: {} blocks", case["id"], mid.num_kv_blocks);
@@ -341,8 +328,7 @@ fn accuracy_against_logs() {
 #[test]
 fn hybrid_sliding_layers_by_hand() {
     let m = presets::load("gemma-2-9b").unwrap(); // 42 layers, 21 sliding (4096), 8 KV heads × 256
-    let p =
-        PoolSpec { kv_cache_bytes: 40 << 30, max_model_len: 8192, max_num_batched_tokens: 8192, block_size: 16, kv_dtype_bytes: 2, tp: 1 };
+    let p = PoolSpec::new(40 << 30, 8192, 8192, 16, 2, 1);
     let pool = kv_pool(&m, &p).unwrap();
     // page = 2 × 16 × 8 × 256 × 2 = 131072 B; groups of 21 layers: one full, one sliding.
     assert_eq!(pool.page_size_bytes, 131_072);

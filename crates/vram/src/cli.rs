@@ -577,6 +577,21 @@ pub struct ServeArgs {
     /// vLLM `--enforce-eager` (no CUDA graphs).
     #[arg(long)]
     pub enforce_eager: bool,
+    /// vLLM `--enable-prefix-caching` [default: vLLM's: on, but off for state-space and hybrid
+    /// models before 0.27]; for those models it keeps two recurrent states per request.
+    #[arg(long, overrides_with = "no_enable_prefix_caching")]
+    pub enable_prefix_caching: bool,
+    /// vLLM `--no-enable-prefix-caching`.
+    #[arg(long)]
+    pub no_enable_prefix_caching: bool,
+    /// vLLM `--mamba-cache-mode` for state-space and hybrid models: none, align or all (not modelled)
+    /// [default: vLLM's: none without prefix caching, else align].
+    #[arg(long)]
+    pub mamba_cache_mode: Option<String>,
+    /// vLLM `--mamba-ssm-cache-dtype`: auto, float32, bfloat16 or float16 [default: auto: the model's
+    /// own rule (Qwen3.5's config, float32 for Nemotron-H), else the model's dtype].
+    #[arg(long, default_value = "auto")]
+    pub mamba_ssm_cache_dtype: String,
     /// Non-torch memory the profile run adds, as vLLM logs it, with a unit (e.g. 300MiB) [default: an assumption, stated].
     #[arg(long)]
     pub non_torch_memory: Option<String>,

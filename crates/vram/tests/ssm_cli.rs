@@ -19,8 +19,15 @@ fn a_mamba_config_is_estimated_and_says_which_path() {
 
 #[test]
 fn what_mamba_does_not_take_is_refused() {
+    // Served on vLLM: a page is one layer's state; the config names no length, so one is asked for.
     let e = fails(&["serve", "--model", MAMBA, "-g", "h100"], 2);
-    assert!(e.contains("state-space"), "{e}");
+    assert!(e.contains("--max-model-len"), "{e}");
+    let s = json(&["serve", "--model", MAMBA, "-g", "h100", "--max-model-len", "4096"]);
+    let g = &s["gpus"][0];
+    assert_eq!(g["state"]["attention_layers"].as_u64(), Some(0), "{s}");
+    assert_eq!(g["groups"][0]["kind"], "state", "{s}");
+    let e = fails(&["serve", "--model", MAMBA, "-g", "h100", "--max-model-len", "4096", "--pipeline-parallel-size", "2"], 2);
+    assert!(e.contains("pipeline"), "{e}");
     let e = fails(&["estimate", "--model", MAMBA, "--peft", "lora"], 2);
     assert!(e.contains("LoRA"), "{e}");
     let e = fails(&["estimate", "--model", MAMBA, "--precision", "bf16"], 2);
@@ -82,8 +89,17 @@ fn qwen3_5_is_estimated_as_its_language_model() {
     assert!(e.contains("in_proj_qkv"), "{e}");
     let e = fails(&["estimate", "--model", QWEN, "--peft", "lora", "--lora-target-modules", "all-linear", "--load-in-8bit"], 2);
     assert!(e.contains("8-bit"), "{e}");
-    let e = fails(&["serve", "--model", QWEN, "-g", "h100"], 2);
-    assert!(e.contains("linear-attention"), "{e}");
+    // Served on vLLM: the attention block grows until a page holds a Gated DeltaNet state.
+    // This copy of the config names no mamba_ssm_dtype, so the state is in the model's bf16:
+    // (16 heads, 128, 128) × 2 B + conv (3, 6144) × 2 B per layer, 2,048 B of KV per token → 288.
+    let s = json(&["serve", "--model", QWEN, "-g", "h100", "--max-model-len", "32768"]);
+    let g = &s["gpus"][0];
+    assert_eq!((g["block_size"].as_u64(), g["state"]["ssm_dtype"].as_str()), (Some(288), Some("bf16")), "{s}");
+    // The released config's float32 (vllm-project/vllm-ascend#15408: a (16, 128, 128) fp32 state
+    // of 1,048,576 B for Qwen3.5-0.8B), given as the flag: 16·⌈1,085,440 / (16 · 2,048)⌉ = 544.
+    let s = json(&["serve", "--model", QWEN, "-g", "h100", "--max-model-len", "32768", "--mamba-ssm-cache-dtype", "float32"]);
+    let g = &s["gpus"][0];
+    assert_eq!((g["block_size"].as_u64(), g["state"]["ssm_bytes"].as_u64()), (Some(544), Some(1_048_576)), "{s}");
     // DDP replicates the measured single-GPU job; sharding engines are refused.
     let ddp = json(&["estimate", "--model", QWEN, "--gpus", "8", "--seq-len", "2048"]);
     let text = ddp.to_string();
@@ -109,7 +125,7 @@ fn zamba2_is_estimated_with_its_shared_block() {
     let e = fails(&["estimate", "--model", ZAMBA, "--peft", "lora", "--lora-target-modules", "all-linear"], 2);
     assert!(e.contains("LoRA"), "{e}");
     let e = fails(&["serve", "--model", ZAMBA, "-g", "h100"], 2);
-    assert!(e.contains("state-space"), "{e}");
+    assert!(e.contains("Zamba") && e.contains("not modelled"), "{e}");
     let e = fails(&["estimate", "--model", ZAMBA, "--gpus", "2"], 2);
     assert!(e.contains("multi-GPU"), "{e}");
 }

@@ -23,6 +23,17 @@ impl Cfg<'_> {
     pub(super) fn str(&self, key: &str) -> Option<String> {
         self.get(key).and_then(|v| v.as_str()).map(str::to_string)
     }
+    /// An optional torch dtype name (`"float32"`, `"bfloat16"`, …); another string is an error.
+    pub(super) fn dtype(&self, key: &str) -> Result<Option<crate::dtype::DType>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_str()
+                .and_then(crate::dtype::DType::from_torch_name)
+                .map(Some)
+                .ok_or_else(|| self.bad(key, v, "expected a torch dtype name (float32, bfloat16, float16)")),
+        }
+    }
     pub(super) fn bool(&self, key: &str, default: bool) -> Result<bool> {
         match self.get(key) {
             None => Ok(default),

@@ -448,6 +448,7 @@ pub(super) fn parse_nemotron_h(c: &Cfg, name: &str, model_type: &str) -> Result<
     m.ssm = Some(Ssm {
         attention_layers: attention,
         mlp_layers: mlps,
+        cache_state_dtype: c.dtype("mamba_ssm_cache_dtype")?,
         ..k.ssm(d_inner, c.bool("use_conv_bias", true)?, c.bool("mamba_proj_bias", false)?)
     });
     m.warnings.push(hybrid_warning(&format!(

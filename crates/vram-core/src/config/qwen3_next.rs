@@ -119,8 +119,12 @@ pub(super) fn parse(c: &Cfg, name: &str, model_type: &str) -> Result<Model> {
     if !(1..=64).contains(&kernel) {
         return Err(c.bad("linear_conv_kernel_dim", &Value::from(kernel), "a depthwise conv kernel of 1–64 taps"));
     }
-    m.ssm =
-        Some(Ssm { attention_layers: attention, delta_net: Some(dn), ..Ssm::mixers(dn.value_heads * dn.value_dim, dn.key_dim, kernel, 0) });
+    m.ssm = Some(Ssm {
+        attention_layers: attention,
+        delta_net: Some(dn),
+        cache_state_dtype: c.dtype("mamba_ssm_dtype")?,
+        ..Ssm::mixers(dn.value_heads * dn.value_dim, dn.key_dim, kernel, 0)
+    });
     let family = if next { "Qwen3-Next" } else { "Qwen3.5" };
     m.warnings.push(format!(
         "{family}: {attention} gated-attention layers and {} Gated DeltaNet layers, each with its {}; the linear attention follows transformers' PyTorch path (`torch_chunk_gated_delta_rule`, taken when flash-linear-attention is not installed); with its Triton kernels training and a prefill hold less, which vram does not model yet",

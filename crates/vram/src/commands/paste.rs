@@ -43,8 +43,10 @@ const VLLM_VALUE: &[(&str, &str)] = &[
     ("-dp", "--data-parallel-size"),
     ("--limit-mm-per-prompt", "--limit-mm-per-prompt"),
     ("--mm-processor-kwargs", "--mm-processor-kwargs"),
+    ("--mamba-cache-mode", "--mamba-cache-mode"),
+    ("--mamba-ssm-cache-dtype", "--mamba-ssm-cache-dtype"),
 ];
-const VLLM_FLAG: &[&str] = &["--enforce-eager", "--enable-lora"];
+const VLLM_FLAG: &[&str] = &["--enforce-eager", "--enable-lora", "--enable-prefix-caching", "--no-enable-prefix-caching"];
 /// vLLM flags that change no GPU memory vram accounts (network, logging, tokenizer, templates,
 /// loading sources; CUDA graphs are outside vLLM's budget and said in every report).
 const VLLM_NO_MEMORY: &[&str] = &[
@@ -82,8 +84,6 @@ const VLLM_NO_MEMORY_FLAG: &[&str] = &[
     "--disable-log-requests",
     "--disable-log-stats",
     "--enable-auto-tool-choice",
-    "--enable-prefix-caching",
-    "--no-enable-prefix-caching",
     "--enable-chunked-prefill",
     "--disable-frontend-multiprocessing",
     "--disable-custom-all-reduce",

@@ -301,6 +301,10 @@ fn reject_other_engines_flags(a: &ServeArgs, engine: Engine) -> Result<()> {
             given(a.max_num_batched_tokens.is_some(), "--max-num-batched-tokens"),
             given(a.non_torch_memory.is_some(), "--non-torch-memory"),
             given(a.enforce_eager, "--enforce-eager"),
+            given(a.enable_prefix_caching, "--enable-prefix-caching"),
+            given(a.no_enable_prefix_caching, "--no-enable-prefix-caching"),
+            given(a.mamba_cache_mode.is_some(), "--mamba-cache-mode"),
+            given(a.mamba_ssm_cache_dtype != "auto", "--mamba-ssm-cache-dtype"),
             given(a.gpu_memory_utilization.is_some(), "--gpu-memory-utilization"),
             given(a.block_size != 16, "--block-size"),
             given(a.vllm_engine != "v1", "--vllm-engine"),
@@ -442,6 +446,15 @@ pub fn vllm(a: &ServeArgs, mut model: Model) -> Result<VllmServe> {
         cpu_offload_bytes: cpu_offload(a.cpu_offload_gb)?,
         mm_limit_per_prompt: a.limit_mm_per_prompt.as_deref().map(image_limit).transpose()?.flatten(),
         mm_max_pixels: a.mm_processor_kwargs.as_deref().map(max_pixels).transpose()?.flatten(),
+        prefix_caching: match (a.enable_prefix_caching, a.no_enable_prefix_caching) {
+            (true, _) => Some(true),
+            (_, true) => Some(false),
+            _ => None,
+        },
+        mamba_cache_mode: a.mamba_cache_mode.as_deref().map(mamba_cache_mode).transpose()?,
+        mamba_ssm_cache_dtype: vllm_dtype(&a.mamba_ssm_cache_dtype).map_err(|_| {
+            UsageError(format!("invalid --mamba-ssm-cache-dtype `{}`: use auto, float32, bfloat16 or float16", a.mamba_ssm_cache_dtype))
+        })?,
         ..ServeConfig::new(cuda_total(&g))
     };
     if let Some(c) = &a.cuda_context {
@@ -643,6 +656,12 @@ fn vllm_dtype(s: &str) -> Result<Option<DType>> {
                 .ok_or_else(|| UsageError(format!("invalid --dtype `{other}`: use auto, bfloat16, float16 or float32")))?,
         ),
     })
+}
+
+/// vLLM `--mamba-cache-mode`.
+fn mamba_cache_mode(s: &str) -> Result<vram_core::serve_ssm::MambaCacheMode> {
+    Ok(vram_core::serve_ssm::MambaCacheMode::parse(&s.to_ascii_lowercase())
+        .ok_or_else(|| UsageError(format!("invalid --mamba-cache-mode `{s}`: use none, align or all")))?)
 }
 
 /// vLLM `--kv-cache-dtype`.

@@ -1,0 +1,147 @@
+//! Serving state-space and hybrid models on vLLM (src/serve_ssm.rs): the recurrent states in the
+//! block pool, the attention block grown to hold one, the groups, the states per request, held
+//! to what vLLM logged where a public log exists.
+
+use std::path::PathBuf;
+
+use vram_core::dtype::DType;
+use vram_core::serve::{kv_pool, serve, PoolSpec, ServeConfig, VllmVersion};
+use vram_core::serve_ssm::{state_cache, MambaCacheMode};
+use vram_core::{gpu, parse_config, Model};
+
+const GIB: u64 = 1 << 30;
+
+fn model(name: &str) -> Model {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../../validation/configs/ssm/{name}.json"));
+    let text = std::fs::read(&path).unwrap();
+    parse_config(&text, name, &path.display().to_string()).unwrap()
+}
+
+fn v(minor: u32) -> VllmVersion {
+    VllmVersion { major: 0, minor }
+}
+
+/// vllm-project/vllm#40691 (vLLM 0.19.0, "Hardware: H20"): `vllm serve Qwen3.5-27B
+/// --max-model-len 32768 --max-num-seqs 16 --max-num-batched-token 16384` logged "GPU KV cache
+/// size: 290,864 tokens" and "Maximum concurrency for 32,768 tokens per request: 33.04x". One
+/// block count must give both: 16 attention and 48 Gated DeltaNet layers in four groups of 16,
+/// 784-token blocks, 42 + 3 blocks per request (one state each, prefix caching off for hybrids in
+/// 0.19), tokens = blocks // 4 groups × 784.
+#[test]
+fn qwen35_27b_pool_gives_both_logged_figures() {
+    let m = model("qwen3.5-27b");
+    let st = state_cache(&m, 1, DType::BF16, None).unwrap().unwrap();
+    assert_eq!((st.attention_layers, st.state_layers), (16, 48));
+    // conv (3, 2·16·128 + 48·128) bf16 + state (48, 128, 128) float32 (the config's mamba_ssm_dtype).
+    assert_eq!((st.conv_bytes, st.ssm_bytes, st.ssm_dtype), (3 * 10_240 * 2, 48 * 128 * 128 * 4, DType::F32));
+    let page = 784 * 2 * 4 * 256 * 2; // 784 tokens × K and V × 4 KV heads × 256 × bf16
+    let pool_of =
+        |blocks: u64| kv_pool(&m, &PoolSpec { state: Some(st), ..PoolSpec::new(blocks * page * 16, 32_768, 16_384, 16, 2, 1) }).unwrap();
+    let p = pool_of(1487);
+    assert_eq!((p.block_size, p.page_size_bytes, p.group_size, p.groups.len()), (784, page, 16, 4));
+    assert_eq!(p.blocks_per_request(), 45);
+    assert_eq!(p.num_kv_blocks, 1487);
+    assert_eq!(p.kv_tokens, 290_864);
+    assert_eq!(format!("{:.2}", p.max_concurrency), "33.04");
+    // No neighbouring count gives both figures.
+    for b in [1484, 1485, 1486, 1488] {
+        let q = pool_of(b);
+        assert!(q.kv_tokens != 290_864 || format!("{:.2}", q.max_concurrency) != "33.04", "{b}");
+    }
+}
+
+/// The same launch end to end. The log's H20 is the 141 GB part (the 96 GB one cannot hold its
+/// 71 GiB pool beside 50 GiB of weights); its CUDA total is assumed to be the H200's, whose
+/// memory it shares. vram's pool: 1,538 blocks against the 1,487 logged (+3.4%: its non-KV
+/// memory 2.4 GiB below vLLM's, the Gated DeltaNet kernels' profile-run activations not being
+/// modelled).
+#[test]
+fn qwen35_27b_on_vllm_019_end_to_end() {
+    let m = model("qwen3.5-27b");
+    let g = gpu::lookup("h200").unwrap();
+    let cfg = ServeConfig {
+        vllm_version: v(19),
+        gpu_memory_utilization: 0.9,
+        max_model_len: Some(32_768),
+        max_num_seqs: Some(16),
+        max_num_batched_tokens: Some(16_384),
+        ..ServeConfig::new(vram_core::serve::cuda_total(&g))
+    };
+    let r = serve(&m, &cfg).unwrap();
+    assert_eq!(r.block_size, 784);
+    let err = (r.pool.num_kv_blocks as f64 - 1487.0) / 1487.0;
+    println!("Qwen3.5-27B on vLLM 0.19: {} blocks (log 1,487): {:+.1}%", r.pool.num_kv_blocks, err * 100.0);
+    assert!(err.abs() < 0.05, "{err}");
+    assert!(r.notes.iter().any(|n| n.contains("Setting attention block size to 784 tokens")));
+}
+
+/// Prefix caching and the mamba-cache mode: off for hybrids by default before 0.27 (one state
+/// per request), on in mode `align` from 0.27 (two); asked for on an older release, Mamba-2
+/// models take mode `all` (every block's state: refused, not modelled) and Gated DeltaNet
+/// `align`.
+#[test]
+fn prefix_caching_doubles_the_states() {
+    let g = gpu::lookup("h100").unwrap();
+    let base = ServeConfig { max_model_len: Some(32_768), ..ServeConfig::new(vram_core::serve::cuda_total(&g)) };
+    let granite = model("granite-4.0-h-tiny"); // 4 attention, 36 Mamba-2 layers
+    let state_blocks = |cfg: &ServeConfig| {
+        let r = serve(&granite, cfg).unwrap();
+        r.pool.groups.iter().filter(|g| g.kind == "state").map(|g| g.blocks_per_request).collect::<Vec<_>>()
+    };
+    assert_eq!(state_blocks(&ServeConfig { vllm_version: v(26), ..base.clone() }), vec![1; 9]);
+    assert_eq!(state_blocks(&ServeConfig { vllm_version: v(27), ..base.clone() }), vec![2; 9]);
+    assert_eq!(state_blocks(&ServeConfig { prefix_caching: Some(false), ..base.clone() }), vec![1; 9]);
+    let all = ServeConfig { vllm_version: v(26), prefix_caching: Some(true), ..base.clone() };
+    let e = serve(&granite, &all).unwrap_err().to_string();
+    assert!(e.contains("--mamba-cache-mode") && e.contains("not modelled"), "{e}");
+    let align = ServeConfig { mamba_cache_mode: Some(MambaCacheMode::Align), ..all.clone() };
+    assert_eq!(state_blocks(&align), vec![2; 9]);
+    let next = model("qwen3-next-80b-a3b");
+    let r = serve(&next, &ServeConfig { tp: 4, ..all }).unwrap();
+    assert!(r.pool.groups.iter().any(|g| g.kind == "state" && g.blocks_per_request == 2));
+}
+
+/// The states' dtypes and shapes per rank as vLLM's MambaStateShapeCalculator and its per-model
+/// configs give them.
+#[test]
+fn state_shapes_and_dtypes() {
+    // Nemotron-H: float32 SSM state by default (NemotronHForCausalLMConfig), the flag overrides.
+    let n = model("nemotron-h-8b");
+    let st = state_cache(&n, 1, DType::BF16, None).unwrap().unwrap();
+    assert_eq!(st.ssm_dtype, DType::F32);
+    assert_eq!(state_cache(&n, 1, DType::BF16, Some(DType::BF16)).unwrap().unwrap().ssm_dtype, DType::BF16);
+    // Mamba-1 (mamba-130m: d_inner 1536, N 16, conv 4): conv (1536, 3) and state (1536, 16) in bf16.
+    let m = model("mamba-130m-hf");
+    let st = state_cache(&m, 1, DType::BF16, None).unwrap().unwrap();
+    assert_eq!((st.mixer, st.attention_layers, st.state_layers), ("mamba", 0, 24));
+    assert_eq!((st.conv_bytes, st.ssm_bytes), (1536 * 3 * 2, 1536 * 16 * 2));
+    // Mamba-2 with one group over 2 ranks: the group is replicated (extra_groups_for_head_shards).
+    let g = model("granite-4.0-h-tiny");
+    let s = g.ssm.as_ref().unwrap();
+    let m2 = s.mamba2.unwrap();
+    assert_eq!(m2.groups, 1);
+    let st2 = state_cache(&g, 2, DType::BF16, None).unwrap().unwrap();
+    assert_eq!(st2.conv_bytes, (s.d_conv - 1) * ((s.d_inner + 2 * 2 * s.d_state) / 2) * 2);
+    assert_eq!(st2.ssm_bytes, m2.heads / 2 * m2.head_dim * s.d_state * 2);
+    // Falcon-H1 runs attention and the mixer in every layer: two groups of all the layers.
+    let f = model("falcon-h1-3b");
+    let st = state_cache(&f, 1, DType::BF16, None).unwrap().unwrap();
+    assert_eq!((st.attention_layers, st.state_layers), (f.layers, f.layers));
+}
+
+/// What is not modelled is refused by name: Zamba's shared blocks, pipeline stages, the V0
+/// engine; the pool's figures are per rank and bytes are exact.
+#[test]
+fn refusals() {
+    let g = gpu::lookup("h100").unwrap();
+    let base = ServeConfig { max_model_len: Some(8192), ..ServeConfig::new(vram_core::serve::cuda_total(&g)) };
+    let e = serve(&model("zamba2-2.7b"), &base).unwrap_err().to_string();
+    assert!(e.contains("Zamba") && e.contains("not modelled"), "{e}");
+    let e = serve(&model("qwen3.5-27b"), &ServeConfig { pp: 2, ..base.clone() }).unwrap_err().to_string();
+    assert!(e.contains("pipeline"), "{e}");
+    let e = serve(&model("qwen3.5-27b"), &ServeConfig { vllm_version: v(10), ..base.clone() }).unwrap_err().to_string();
+    assert!(e.contains("0.11"), "{e}");
+    // A pool of 0 bytes: no blocks, and the report says the request does not fit.
+    let r = serve(&model("qwen3.5-27b"), &ServeConfig { kv_cache_memory_bytes: Some(GIB / 1024), ..base }).unwrap();
+    assert!(!r.fits && r.pool.max_model_len_that_fits == 0);
+}
