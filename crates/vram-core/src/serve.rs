@@ -151,8 +151,13 @@ impl VllmVersion {
     /// The first release vram models state-space and hybrid models in: the V1 engine's hybrid
     /// KV-cache manager with states in the shared block pool and the attention block grown to
     /// hold one (vllm-project/vllm#20016, June 2025; the alignment rule as read from
-    /// model_executor/models/config.py `HybridAttentionMambaModelConfig` of late 2025).
-    pub const HYBRID_STATES: VllmVersion = VllmVersion { major: 0, minor: 11 };
+    /// model_executor/models/config.py `HybridAttentionMambaModelConfig` of 2025, whose 672-token
+    /// block for Nemotron-Nano-9B-v2 a September 2025 issue quotes, vllm-project/vllm#24280).
+    pub const HYBRID_STATES: VllmVersion = VllmVersion { major: 0, minor: 10 };
+    /// The first release whose Nemotron-H SSM state defaults to float32 when the config names no
+    /// `mamba_ssm_cache_dtype` (float16 before: vllm-project/vllm#39032, merged 2026-04-05;
+    /// assumed to be in 0.19, the release after).
+    pub const NEMOTRON_H_SSM_F32: VllmVersion = VllmVersion { major: 0, minor: 19 };
     /// The first release that logs "GPU KV cache size" as max concurrency × max-model-len instead
     /// of num_blocks // groups × the smallest block size (vllm-project/vllm#38364, #40694: the
     /// v0.19.0 log of vllm-project/vllm#40691 still has the old figure, July 2026 logs the new
@@ -700,7 +705,7 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
     let pool = kv_pool(
         &staged,
         &PoolSpec {
-            state: crate::serve_ssm::state_cache(m, tp, dtype, cfg.mamba_ssm_cache_dtype)?,
+            state: crate::serve_ssm::state_cache(m, tp, dtype, mamba_ssm_cache_dtype(m, cfg))?,
             mamba_cache_mode: mamba_cache_mode(m, cfg),
             tokens_from_concurrency: cfg.vllm_version >= VllmVersion::TOKENS_FROM_CONCURRENCY,
             ..PoolSpec::new(kv_cache, s.max_len, s.batched, cfg.block_size, s.kv_b, tp)
@@ -736,7 +741,7 @@ fn state_note(st: &crate::serve_ssm::StateCache, pool: &KvPool, cfg: &ServeConfi
         st.conv_bytes,
         st.ssm_bytes,
         st.ssm_dtype.torch_name(),
-        if cfg.mamba_ssm_cache_dtype.is_some() { "--mamba-ssm-cache-dtype" } else { "its dtype as vLLM picks it" },
+        if cfg.mamba_ssm_cache_dtype.is_some() { "--mamba-ssm-cache-dtype" } else { "its dtype as this vLLM release picks it" },
     );
     if st.attention_layers > 0 {
         let padded = pool.page_size_bytes.saturating_sub(st.page_bytes());
@@ -776,6 +781,14 @@ fn check_states(cfg: &ServeConfig) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// `--mamba-ssm-cache-dtype`, else the release's Nemotron-H default when its config names none
+/// (float16 before `NEMOTRON_H_SSM_F32`; serve_ssm.rs applies the newer float32 and the other
+/// models' rules).
+fn mamba_ssm_cache_dtype(m: &Model, cfg: &ServeConfig) -> Option<DType> {
+    let nemotron_default = m.model_type == "nemotron_h" && m.ssm.as_ref().is_some_and(|s| s.cache_state_dtype.is_none());
+    cfg.mamba_ssm_cache_dtype.or((nemotron_default && cfg.vllm_version < VllmVersion::NEMOTRON_H_SSM_F32).then_some(DType::F16))
 }
 
 /// vLLM's mamba-cache mode for `m` (model_executor/models/config.py `MambaModelConfig`): `none`

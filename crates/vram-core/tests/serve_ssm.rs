@@ -129,6 +129,26 @@ fn state_shapes_and_dtypes() {
     assert_eq!((st.attention_layers, st.state_layers), (f.layers, f.layers));
 }
 
+/// vllm-project/vllm#24280 (September 2025): "672 tokens for NVIDIA-Nemotron-Nano-9B-v2". Its
+/// Mamba-2 state (conv (3, 10240 + 2·8·128) + SSM (128, 80, 128)) in float16, Nemotron-H's
+/// default then, and 8 KV heads of 128: 16·⌈2,695,168 / (16 · 4,096)⌉ = 672. From 0.19 the default
+/// is float32, and the block 1,312.
+#[test]
+fn nemotron_nano_9b_v2_block_size() {
+    let m = model("nemotron-nano-9b-v2-layout");
+    let g = gpu::lookup("h100").unwrap();
+    let at = |minor: u32| {
+        let cfg = ServeConfig { vllm_version: v(minor), max_model_len: Some(8192), ..ServeConfig::new(vram_core::serve::cuda_total(&g)) };
+        serve(&m, &cfg).unwrap()
+    };
+    let old = at(10);
+    assert_eq!(old.block_size, 672);
+    let st = old.pool.state.unwrap();
+    assert_eq!((st.attention_layers, st.state_layers, st.ssm_dtype), (4, 27, DType::F16));
+    assert_eq!(st.page_bytes(), 2_695_168);
+    assert_eq!(at(19).block_size, 1312);
+}
+
 /// What is not modelled is refused by name: Zamba's shared blocks, pipeline stages, the V0
 /// engine; the pool's figures are per rank and bytes are exact.
 #[test]
@@ -139,8 +159,8 @@ fn refusals() {
     assert!(e.contains("Zamba") && e.contains("not modelled"), "{e}");
     let e = serve(&model("qwen3.5-27b"), &ServeConfig { pp: 2, ..base.clone() }).unwrap_err().to_string();
     assert!(e.contains("pipeline"), "{e}");
-    let e = serve(&model("qwen3.5-27b"), &ServeConfig { vllm_version: v(10), ..base.clone() }).unwrap_err().to_string();
-    assert!(e.contains("0.11"), "{e}");
+    let e = serve(&model("qwen3.5-27b"), &ServeConfig { vllm_version: v(9), ..base.clone() }).unwrap_err().to_string();
+    assert!(e.contains("0.10"), "{e}");
     // A pool of 0 bytes: no blocks, and the report says the request does not fit.
     let r = serve(&model("qwen3.5-27b"), &ServeConfig { kv_cache_memory_bytes: Some(GIB / 1024), ..base }).unwrap();
     assert!(!r.fits && r.pool.max_model_len_that_fits == 0);
