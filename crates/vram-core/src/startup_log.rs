@@ -66,6 +66,11 @@ pub struct VllmLog {
     pub cuda_graph_estimated: Option<LogSize>,
     /// "Actual usage is X GiB for consumed memory (weights + non-torch)" (vLLM ≥ 0.2x).
     pub consumed: Option<LogSize>,
+    /// "Setting attention block size to N tokens to ensure that attention page size is >= mamba
+    /// page size": a hybrid model's attention block, grown to hold a recurrent state.
+    pub attention_block_size: Option<u64>,
+    /// "Padding mamba page size by P% to ensure …": the state page's padding to that block.
+    pub mamba_padding_pct: Option<f64>,
     /// Which GPU model runner printed the lines: V2 where a line comes from
     /// `[model_runner.py:…]` (Model Runner V2), V1 from `[gpu_model_runner.py:…]`.
     pub model_runner: Option<ModelRunner>,
@@ -261,7 +266,7 @@ fn put<T>(slot: &mut Option<T>, from_zero: &mut bool, rank: &Rank, v: Option<T>)
 
 fn parse_vllm(text: &str) -> (VllmLog, usize) {
     let mut l = VllmLog::default();
-    let mut z = [false; 14];
+    let mut z = [false; 16];
     let mut found = 0;
     let mut others: Vec<String> = Vec::new();
     let mut zero_seen = false;
@@ -351,6 +356,12 @@ fn parse_vllm(text: &str) -> (VllmLog, usize) {
         }
         if let Some(r) = after(body, "CUDA graph pool memory:").and_then(|r| after(r, "(actual),")) {
             hit += put(&mut l.cuda_graph_estimated, &mut z[13], &rank, size(r)) as usize;
+        }
+        if let Some(r) = after(body, "Setting attention block size to") {
+            hit += put(&mut l.attention_block_size, &mut z[14], &rank, count(r)) as usize;
+        }
+        if let Some(r) = after(body, "Padding mamba page size by") {
+            hit += put(&mut l.mamba_padding_pct, &mut z[15], &rank, number(r).map(|(v, _)| v)) as usize;
         }
         if hit > 0 && l.model_runner.is_none() {
             if line.contains("[gpu_model_runner.py:") {
@@ -605,6 +616,16 @@ qwen3-1  | (VllmWorker rank=3 pid=108) INFO 04-29 01:07:41 [gpu_model_runner.py:
 
     /// vllm-project/vllm#38820: V1's "Model loading took X GiB memory and … seconds" from
     /// `(Worker_TP0 …)`, which is rank 0.
+    #[test]
+    fn vllm_hybrid_block_size_lines() {
+        // vllm-project/vllm#37467 (a Qwen3.5 start-up on XPU).
+        let l = vllm(
+            "INFO 03-30 07:05:40 [config.py:228] Setting attention block size to 528 tokens to ensure that attention page size is >= mamba page size.\n\
+             INFO 03-30 07:05:40 [config.py:259] Padding mamba page size by 0.76% to ensure that mamba page size and attention page size are exactly equal.",
+        );
+        assert_eq!((l.attention_block_size, l.mamba_padding_pct), (Some(528), Some(0.76)));
+    }
+
     #[test]
     fn vllm_v1_model_loading() {
         let l = vllm(

@@ -117,7 +117,7 @@ pub fn vllm(s: &VllmServe, l: &VllmLog) -> Comparison {
             contradictions.push(format!("the log's GPU has total_gpu_memory {}; -g {} gives {ours:.2} GiB", t.printed, s.gpu.name));
         }
     }
-    let rows = vec![
+    let mut rows = vec![
         gib_row("weights per GPU", r.weights_bytes, &l.weights),
         gib_row("non-torch memory", r.non_torch_bytes, &l.non_torch),
         gib_row("activation peak", r.activation_peak_bytes, &l.activation_peak),
@@ -128,6 +128,11 @@ pub fn vllm(s: &VllmServe, l: &VllmLog) -> Comparison {
         count_row("max concurrency", "x", r.pool.max_concurrency, l.max_concurrency),
         gib_row("weights + non-torch", r.weights_bytes + r.non_torch_bytes, &l.consumed),
     ];
+    // A hybrid model's attention block, grown to hold a recurrent state ("Setting attention
+    // block size to N tokens").
+    if r.pool.state.is_some() || l.attention_block_size.is_some() {
+        rows.push(count_row("attention block size", "tokens", r.block_size as f64, l.attention_block_size.map(|v| v as f64)));
+    }
     let g = |b: u64| format!("{:.2} GiB", b as f64 / GIB);
     let mut reasons: Vec<String> = largest(&rows)
         .into_iter()
