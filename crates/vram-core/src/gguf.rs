@@ -535,6 +535,21 @@ impl Gguf {
     /// The hyper-parameters llama.cpp reads, with the key named when one is missing.
     pub fn hparams(&self, file: &str) -> Result<HParams> {
         let arch = self.architecture().ok_or_else(|| Error::Gguf { file: file.into(), message: "no general.architecture".into() })?;
+        // Recurrent and hybrid architectures keep a per-sequence state (llama-memory-recurrent.cpp,
+        // llama-memory-hybrid.cpp) beside or instead of a KV cache, and their per-layer head
+        // counts mark which layers are attention: read as attention everywhere, the KV cache
+        // would be counted for every layer. Refused until modelled.
+        let recurrent = ["ssm.conv_kernel", "ssm.state_size", "wkv.head_size", "shortconv.l_cache"]
+            .iter()
+            .any(|k| self.metadata.contains_key(&format!("{arch}.{k}")));
+        if recurrent || RECURRENT_ARCHS.contains(&arch) {
+            return Err(Error::Gguf {
+                file: file.into(),
+                message: format!(
+                    "`{arch}` is a recurrent or attention/state-space hybrid architecture: llama.cpp keeps a per-sequence recurrent state beside its KV cache, which vram does not plan for llama.cpp yet (vLLM serving of Mamba, Mamba-2, Jamba, Bamba, Granite-4.0-H, Nemotron-H, Falcon-H1, Qwen3-Next and Qwen3.5 from their config.json is)"
+                ),
+            });
+        }
         let need = |k: &str| {
             self.arch_u64(k).ok_or_else(|| Error::MissingKey {
                 file: file.into(),
@@ -586,6 +601,29 @@ impl Gguf {
         })
     }
 }
+
+/// llama.cpp architectures with a recurrent state (llama-arch.cpp names; `llm_arch_is_recurrent`
+/// and `llm_arch_is_hybrid`), refused even where a file lacks the `ssm.*` keys.
+const RECURRENT_ARCHS: &[&str] = &[
+    "mamba",
+    "mamba2",
+    "jamba",
+    "falcon-h1",
+    "granitehybrid",
+    "nemotron_h",
+    "nemotron_h_moe",
+    "plamo2",
+    "qwen3next",
+    "qwen35",
+    "qwen35moe",
+    "lfm2",
+    "lfm2moe",
+    "rwkv6",
+    "rwkv6qwen2",
+    "rwkv7",
+    "arwkv7",
+    "kimi-linear",
+];
 
 /// The hyper-parameters of a GGUF model that memory depends on.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -87,6 +87,20 @@ fn hostile_headers_are_clear_errors() {
     assert!(err(&w.bytes()).contains("overflow"));
 }
 
+/// A hybrid's per-layer head counts would read as attention everywhere: refused, by its `ssm.*`
+/// keys or its architecture name.
+#[test]
+fn recurrent_and_hybrid_architectures_are_refused() {
+    let mut w = tiny_llama();
+    w.u32("llama.ssm.conv_kernel", 4).u32("llama.ssm.state_size", 128);
+    let e = parsed(&w.bytes()).hparams("h.gguf").unwrap_err().to_string();
+    assert!(e.contains("recurrent") && e.contains("`llama`"), "{e}");
+    let mut w = Writer::default();
+    w.str("general.architecture", "qwen3next").u32("qwen3next.block_count", 4).u32("qwen3next.embedding_length", 256);
+    let e = parsed(&w.bytes()).hparams("q.gguf").unwrap_err().to_string();
+    assert!(e.contains("`qwen3next`") && e.contains("not plan"), "{e}");
+}
+
 #[test]
 fn missing_hparams_name_the_key() {
     let mut w = Writer::default();
