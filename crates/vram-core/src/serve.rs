@@ -958,8 +958,11 @@ fn validate(m: &Model, cfg: &ServeConfig) -> Result<(u64, Vec<String>)> {
     if tp == 0 || tp > 1024 {
         return Err(invalid("--tensor-parallel-size", tp, "between 1 and 1024"));
     }
-    // vLLM requires the attention heads to split evenly (config/parallel verify_with_parallel_config).
-    if m.heads % tp != 0 {
+    // vLLM requires the attention heads to split evenly (config/parallel verify_with_parallel_config);
+    // a model without attention (Mamba, Mamba-2) splits its mixers' channels instead, which
+    // serve_ssm.rs checks.
+    let attention_free = m.ssm.as_ref().is_some_and(|s| s.attention_layers == 0 && !s.parallel_attention);
+    if m.heads % tp != 0 && !attention_free {
         return Err(invalid(
             "--tensor-parallel-size",
             tp,

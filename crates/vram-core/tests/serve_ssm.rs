@@ -157,6 +157,11 @@ fn refusals() {
     let base = ServeConfig { max_model_len: Some(8192), ..ServeConfig::new(vram_core::serve::cuda_total(&g)) };
     let e = serve(&model("zamba2-2.7b"), &base).unwrap_err().to_string();
     assert!(e.contains("Zamba") && e.contains("not modelled"), "{e}");
+    // A Mamba (no attention) splits its channels over TP, which must divide them.
+    let mamba = model("mamba-370m-hf");
+    assert!(serve(&mamba, &ServeConfig { tp: 2, ..base.clone() }).is_ok());
+    let e = serve(&mamba, &ServeConfig { tp: 3, ..base.clone() }).unwrap_err().to_string();
+    assert!(e.contains("Mamba channels (2048)"), "{e}");
     let e = serve(&model("qwen3.5-27b"), &ServeConfig { pp: 2, ..base.clone() }).unwrap_err().to_string();
     assert!(e.contains("pipeline"), "{e}");
     let e = serve(&model("qwen3.5-27b"), &ServeConfig { vllm_version: v(9), ..base.clone() }).unwrap_err().to_string();
