@@ -698,6 +698,11 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
     };
     let mut staged = m.clone();
     staged.layers = stage.layers;
+    if m.ssm.as_ref().is_some_and(|s| s.shared.is_some()) {
+        // Zamba2's shared attention caches as many KV heads as query heads (vLLM's
+        // Zamba2Attention builds QKVParallelLinear without a KV-head count).
+        staged.kv_heads = m.heads;
+    }
     if m.sliding_layers >= m.layers {
         staged.sliding_layers = stage.layers;
     }

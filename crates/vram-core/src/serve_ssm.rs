@@ -101,9 +101,9 @@ impl StateCache {
 pub fn state_cache(m: &Model, tp: u64, dtype: DType, ssm_dtype: Option<DType>) -> Result<Option<StateCache>> {
     let Some(s) = &m.ssm else { return Ok(None) };
     let bad = |what: String| Error::InvalidValue { what: "model".into(), value: m.model_type.clone(), hint: what };
-    if s.shared.is_some() || s.mamba1_heads > 1 {
+    if s.mamba1_heads > 1 {
         return Err(bad(format!(
-            "{}: serving Zamba's shared-block hybrids is not modelled yet (vLLM caches each shared-block invocation's attention beside the Mamba layers); `vram estimate --mode infer` gives its prefill",
+            "{}: vLLM has no model for the first Zamba (its registry serves Zamba2); `vram estimate --mode infer` gives its prefill",
             m.model_type
         )));
     }
@@ -121,6 +121,9 @@ pub fn state_cache(m: &Model, tp: u64, dtype: DType, ssm_dtype: Option<DType>) -
         // Falcon-H1: every layer runs attention and the mixer side by side.
         (m.layers, m.layers)
     } else {
+        // Zamba2 counts each shared-block invocation as a layer; vLLM gives every invocation a
+        // KV cache of its own (zamba2.py Zamba2Attention: one `Attention` per hybrid layer, "KV
+        // cache is unique for every attention layer") beside the Mamba-2 layers' states.
         (s.attention_layers, m.layers.saturating_sub(s.attention_layers + s.mlp_layers))
     };
     // The SSM state's dtype: the flag, else vLLM's per-model rule, else the model's dtype.

@@ -149,14 +149,28 @@ fn nemotron_nano_9b_v2_block_size() {
     assert_eq!(at(19).block_size, 1312);
 }
 
+/// Zamba2: a KV cache per shared-block invocation (6 in the 1.2B, 32 heads of 2 × 2048 / 32)
+/// beside the 38 Mamba-2 layers' states.
+#[test]
+fn zamba2_caches_each_invocation() {
+    let m = model("zamba2-1.2b");
+    let g = gpu::lookup("h100").unwrap();
+    let r = serve(&m, &ServeConfig { max_model_len: Some(8192), ..ServeConfig::new(vram_core::serve::cuda_total(&g)) }).unwrap();
+    let st = r.pool.state.unwrap();
+    assert_eq!((st.attention_layers, st.state_layers), (6, 38));
+    assert_eq!(r.pool.kv_bytes_per_token, 6 * 2 * 32 * 128 * 2);
+    assert_eq!(r.block_size % 16, 0);
+    assert!(r.block_size * 2 * 32 * 128 * 2 >= st.page_bytes());
+}
+
 /// What is not modelled is refused by name: Zamba's shared blocks, pipeline stages, the V0
 /// engine; the pool's figures are per rank and bytes are exact.
 #[test]
 fn refusals() {
     let g = gpu::lookup("h100").unwrap();
     let base = ServeConfig { max_model_len: Some(8192), ..ServeConfig::new(vram_core::serve::cuda_total(&g)) };
-    let e = serve(&model("zamba2-2.7b"), &base).unwrap_err().to_string();
-    assert!(e.contains("Zamba") && e.contains("not modelled"), "{e}");
+    let e = serve(&model("zamba-7b-v1"), &base).unwrap_err().to_string();
+    assert!(e.contains("first Zamba"), "{e}");
     // A Mamba (no attention) splits its channels over TP, which must divide them.
     let mamba = model("mamba-370m-hf");
     assert!(serve(&mamba, &ServeConfig { tp: 2, ..base.clone() }).is_ok());
