@@ -327,7 +327,7 @@ pub fn require_decoder(model: &Model, what: &str) -> Result<()> {
             what: "model".into(),
             value: model.model_type.clone(),
             hint: format!(
-                "{} is a state-space or linear-attention model: {what} is modelled for attention decoders only; `vram estimate` gives its single-GPU training and its prefill (`--mode infer`)",
+                "{} is a state-space or linear-attention model: {what} is not modelled for it yet; `vram estimate` gives its single-GPU training and its prefill (`--mode infer`), and `vram serve` (the vLLM engine) its serving",
                 model.model_type
             ),
         });
