@@ -372,6 +372,10 @@ def main():
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--snapshot", help="with --child: write the allocator's history (gzipped pickle) here")
     a = ap.parse_args()
+    if a.snapshot and not a.child:
+        ap.error("--snapshot records one point: use it with --child")
+    if a.json and not a.list:
+        ap.error("--json prints the selection: use it with --list")
     if a.child:
         print(json.dumps(child_point(json.loads(a.child), a.device, a.snapshot)))
         return 0

@@ -601,10 +601,7 @@ impl Multimodal {
     /// `--image-size` on Idefics3/SmolVLM: the processor's longest edge, split into tiles.
     /// Llama 4: square images of `side` px, tiled as Llama4ImageProcessor does.
     fn set_llama4_image_size(&mut self, side: u64) -> Result<(), String> {
-        let tile = self.tower.encoder.and_then(|e| e.vision).ok_or("the vision tower has no patch embedding")?.image_size;
-        if side == 0 || side > MAX_IMAGE_SIDE {
-            return Err(format!("--image-size {side}: must be between 1 and {MAX_IMAGE_SIDE} pixels"));
-        }
+        let tile = self.tile_for(side)?;
         let l = self.llama4.as_mut().ok_or("not a Llama 4 model")?;
         l.side = side;
         l.tiles = Llama4Tiles::tiles_for(side, tile);
@@ -612,11 +609,17 @@ impl Multimodal {
         Ok(())
     }
 
-    fn set_split_image_size(&mut self, edge: u64) -> Result<(), String> {
+    /// The tower's tile side, once `side` (an `--image-size` cut into such tiles) is in range.
+    fn tile_for(&self, side: u64) -> Result<u64, String> {
         let tile = self.tower.encoder.and_then(|e| e.vision).ok_or("the vision tower has no patch embedding")?.image_size;
-        if edge == 0 || edge > MAX_IMAGE_SIDE {
-            return Err(format!("--image-size {edge}: must be between 1 and {MAX_IMAGE_SIDE} pixels"));
+        if side == 0 || side > MAX_IMAGE_SIDE {
+            return Err(format!("--image-size {side}: must be between 1 and {MAX_IMAGE_SIDE} pixels"));
         }
+        Ok(tile)
+    }
+
+    fn set_split_image_size(&mut self, edge: u64) -> Result<(), String> {
+        let tile = self.tile_for(edge)?;
         let s = self.shuffle.as_mut().ok_or("not an Idefics3 model")?;
         s.longest_edge = edge;
         s.tiles = Shuffle::tiles_for(edge, tile);

@@ -449,7 +449,7 @@ impl ServeReport {
     }
 }
 
-fn invalid(what: &str, value: impl ToString, hint: &str) -> Error {
+pub(crate) fn invalid(what: &str, value: impl ToString, hint: &str) -> Error {
     Error::InvalidValue { what: what.into(), value: value.to_string(), hint: hint.into() }
 }
 
@@ -457,7 +457,7 @@ fn invalid(what: &str, value: impl ToString, hint: &str) -> Error {
 pub fn serve(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
     match &m.multimodal {
         Some(mm) if m.encoder.is_none() && m.seq2seq.is_none() => crate::serve_mm::check(m, mm, cfg)?,
-        _ if m.ssm.is_some() && m.multimodal.is_none() => check_states(cfg)?,
+        _ if m.ssm.is_some() && m.multimodal.is_none() => crate::serve_ssm::check(cfg)?,
         _ => crate::memory::require_decoder(m, "serving with vLLM")?,
     }
     // Llama 4's chunked local attention: vLLM turns its hybrid KV cache manager off for it by
@@ -584,9 +584,7 @@ fn serve_at(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
     }
     let fits = c.shortfall == 0 && c.pool.num_kv_blocks >= c.pool.blocks_per_request();
     notes.extend(serve_notes(m, cfg, non_torch_bytes, c.cuda_graph, &c.pool));
-    if let Some(st) = c.pool.state {
-        notes.push(state_note(&st, &c.pool, cfg, mamba_cache_mode(m, cfg)));
-    }
+    notes.extend(crate::serve_ssm::note(m, &c.pool, cfg));
     Ok(ServeReport {
         dtype,
         kv_dtype_bytes: kv_b,
@@ -706,12 +704,11 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
     if m.sliding_layers >= m.layers {
         staged.sliding_layers = stage.layers;
     }
-    let dtype = model_dtype(m, cfg);
     let pool = kv_pool(
         &staged,
         &PoolSpec {
-            state: crate::serve_ssm::state_cache(m, tp, dtype, mamba_ssm_cache_dtype(m, cfg))?,
-            mamba_cache_mode: mamba_cache_mode(m, cfg),
+            state: crate::serve_ssm::state_cache(m, cfg)?,
+            mamba_cache_mode: crate::serve_ssm::cache_mode(m, cfg),
             tokens_from_concurrency: cfg.vllm_version >= VllmVersion::TOKENS_FROM_CONCURRENCY,
             ..PoolSpec::new(kv_cache, s.max_len, s.batched, cfg.block_size, s.kv_b, tp)
         },
@@ -730,93 +727,6 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
         shortfall,
         pool,
     })
-}
-
-/// What the report says of a state-space or hybrid model's states.
-fn state_note(st: &crate::serve_ssm::StateCache, pool: &KvPool, cfg: &ServeConfig, mode: crate::serve_ssm::MambaCacheMode) -> String {
-    use crate::serve_ssm::MambaCacheMode;
-    let mixer = match st.mixer {
-        "gated_deltanet" => "Gated DeltaNet",
-        "mamba2" => "Mamba-2",
-        _ => "Mamba",
-    };
-    let mut s = format!(
-        "{} {mixer} layers keep a recurrent state per request instead of a KV cache: {} B of conv state + {} B of {} state per layer on this rank ({}), whatever the context length",
-        st.state_layers,
-        st.conv_bytes,
-        st.ssm_bytes,
-        st.ssm_dtype.torch_name(),
-        if cfg.mamba_ssm_cache_dtype.is_some() { "--mamba-ssm-cache-dtype" } else { "its dtype as this vLLM release picks it" },
-    );
-    if st.attention_layers > 0 {
-        let padded = pool.page_size_bytes.saturating_sub(st.page_bytes());
-        s.push_str(&format!(
-            "; beside {} attention layers vLLM sets the attention block size to {} tokens so a page holds a state (\"Setting attention block size to {} tokens\"), and pads the state by {:.2}%",
-            st.attention_layers,
-            pool.block_size,
-            pool.block_size,
-            padded as f64 / st.page_bytes().max(1) as f64 * 100.0
-        ));
-    }
-    s.push_str(&match mode {
-        MambaCacheMode::Align => {
-            "; prefix caching on (mamba-cache mode align): two state blocks per request in each state group".to_string()
-        }
-        _ => "; prefix caching off for the states (mamba-cache mode none): one state block per request in each state group".to_string(),
-    });
-    s.push_str("; the profile run's activation is taken from the attention and MLP widths (the mixer kernels' own workspaces are not modelled: a guess)");
-    s
-}
-
-/// What vram models of serving a state-space or hybrid model: the V1 engine's hybrid manager
-/// from `HYBRID_STATES`, one pipeline stage.
-fn check_states(cfg: &ServeConfig) -> Result<()> {
-    if cfg.engine != VllmEngine::V1 || cfg.vllm_version < VllmVersion::HYBRID_STATES {
-        return Err(invalid(
-            "--vllm-version",
-            cfg.vllm_version,
-            &format!("state-space and hybrid models are modelled on the V1 engine from vLLM {} (its hybrid KV-cache manager keeps the states in the block pool); the V0 engine's separate Mamba cache is not", VllmVersion::HYBRID_STATES),
-        ));
-    }
-    if cfg.pp > 1 {
-        return Err(invalid(
-            "--pipeline-parallel-size",
-            cfg.pp,
-            "pipeline parallelism of state-space and hybrid models is not modelled yet (each stage's share of mixer and attention layers); tensor parallelism is",
-        ));
-    }
-    Ok(())
-}
-
-/// `--mamba-ssm-cache-dtype`, else the release's Nemotron-H default when its config names none
-/// (float16 before `NEMOTRON_H_SSM_F32`; serve_ssm.rs applies the newer float32 and the other
-/// models' rules).
-fn mamba_ssm_cache_dtype(m: &Model, cfg: &ServeConfig) -> Option<DType> {
-    let nemotron_default = m.model_type == "nemotron_h" && m.ssm.as_ref().is_some_and(|s| s.cache_state_dtype.is_none());
-    cfg.mamba_ssm_cache_dtype.or((nemotron_default && cfg.vllm_version < VllmVersion::NEMOTRON_H_SSM_F32).then_some(DType::F16))
-}
-
-/// vLLM's mamba-cache mode for `m` (model_executor/models/config.py `MambaModelConfig`): `none`
-/// without prefix caching; with it, what `--mamba-cache-mode` says, else `align` from the release
-/// that turned prefix caching on for hybrids, and before it `all` for the Mamba families that
-/// support it (Mamba-1 and Mamba-2 mixers) and `align` for Gated DeltaNet.
-fn mamba_cache_mode(m: &Model, cfg: &ServeConfig) -> crate::serve_ssm::MambaCacheMode {
-    use crate::serve_ssm::MambaCacheMode;
-    let newer = cfg.vllm_version >= VllmVersion::HYBRID_PREFIX_CACHING;
-    if !cfg.prefix_caching.unwrap_or(newer) {
-        return MambaCacheMode::None;
-    }
-    match cfg.mamba_cache_mode {
-        Some(MambaCacheMode::None) | None if newer => MambaCacheMode::Align,
-        Some(MambaCacheMode::None) | None => {
-            if m.ssm.as_ref().is_some_and(|s| s.delta_net.is_some()) {
-                MambaCacheMode::Align
-            } else {
-                MambaCacheMode::All
-            }
-        }
-        Some(mode) => mode,
-    }
 }
 
 /// A vision-language model's profile peak: the encoder pass over the budget's images, or the
@@ -1425,7 +1335,7 @@ pub fn kv_pool(m: &Model, p: &PoolSpec) -> Result<KvPool> {
         return Err(invalid("model", &m.name, "has no KV heads; nothing to cache"));
     }
     if let Some(state) = p.state {
-        return state_pool(p, state, per_token_layer);
+        return crate::serve_ssm::pool(p, state, per_token_layer);
     }
     let bs = p.block_size;
     let (groups, group_size) = kv_groups(m, p.max_model_len, p.max_num_batched_tokens, bs);
@@ -1453,67 +1363,9 @@ pub fn kv_pool(m: &Model, p: &PoolSpec) -> Result<KvPool> {
     })
 }
 
-/// The block pool of a state-space or hybrid model (serve_ssm.rs has the rules): attention pages
-/// of a block grown to hold a state, mixer layers' states padded to that page, the layers of each
-/// kind in groups of one size sharing the pool.
-fn state_pool(p: &PoolSpec, st: crate::serve_ssm::StateCache, kv_per_token: u64) -> Result<KvPool> {
-    use crate::serve_ssm::{aligned_block_size, group_split, MambaCacheMode};
-    if p.mamba_cache_mode == MambaCacheMode::All {
-        return Err(invalid(
-            "--mamba-cache-mode",
-            "all",
-            "caching every block's state (vLLM's Mamba-2 prefix-caching mode `all`) is not modelled yet; `align` (the default with prefix caching) and `none` are",
-        ));
-    }
-    let overflow = || Error::Overflow { what: "KV-cache page size".into() };
-    let state_page = st.page_bytes();
-    let attention = st.attention_layers > 0;
-    let bs = if attention { aligned_block_size(p.block_size, state_page, kv_per_token) } else { p.block_size };
-    let page_size_bytes = if attention { bs.checked_mul(kv_per_token).ok_or_else(overflow)? } else { state_page };
-    if page_size_bytes == 0 {
-        return Err(invalid("model", "state", "has neither a KV cache nor a recurrent state; nothing to cache"));
-    }
-    let (size, attn_groups, state_groups) =
-        if attention { group_split(st.attention_layers, st.state_layers) } else { (st.state_layers.max(1), 0, 1) };
-    let per_state = p.mamba_cache_mode.blocks_per_request();
-    let need = |len: u64| attn_groups * len.div_ceil(bs) + state_groups * per_state;
-    let mut groups = Vec::new();
-    for _ in 0..attn_groups {
-        groups.push(KvGroup { kind: "full", layers: size, window: None, blocks_per_request: p.max_model_len.div_ceil(bs) });
-    }
-    for _ in 0..state_groups {
-        groups.push(KvGroup { kind: "state", layers: size, window: None, blocks_per_request: per_state });
-    }
-    let num_kv_blocks = p.kv_cache_bytes / page_size_bytes / size;
-    let per_request = need(p.max_model_len);
-    let max_concurrency = num_kv_blocks as f64 / per_request as f64;
-    let kv_tokens = if p.tokens_from_concurrency {
-        (max_concurrency * p.max_model_len as f64) as u64
-    } else {
-        // The smallest block size of any group: a state group's is max-model-len in mode `none`
-        // and the attention block size in `align` (cache_config.mamba_block_size).
-        let state_bs = if p.mamba_cache_mode == MambaCacheMode::Align { bs } else { p.max_model_len };
-        let min_bs = if attention { bs.min(state_bs) } else { state_bs };
-        num_kv_blocks / groups.len() as u64 * min_bs
-    };
-    let lo = longest_that_fits(p.max_model_len, num_kv_blocks, need);
-    Ok(KvPool {
-        block_size: bs,
-        page_size_bytes,
-        state: Some(st),
-        kv_bytes_per_token: kv_per_token.checked_mul(st.attention_layers).ok_or_else(overflow)?,
-        group_size: size,
-        groups,
-        num_kv_blocks,
-        kv_tokens,
-        max_concurrency,
-        max_model_len_that_fits: if state_groups * per_state > num_kv_blocks { 0 } else { lo },
-    })
-}
-
 /// vLLM's `estimate_max_model_len`: the longest length up to `max_len` whose blocks (`need`)
 /// fit `blocks`, by binary search.
-fn longest_that_fits(max_len: u64, blocks: u64, need: impl Fn(u64) -> u64) -> u64 {
+pub(crate) fn longest_that_fits(max_len: u64, blocks: u64, need: impl Fn(u64) -> u64) -> u64 {
     let (mut lo, mut hi) = (0u64, max_len);
     while lo < hi {
         let mid = lo + (hi - lo).div_ceil(2);
@@ -1595,8 +1447,8 @@ fn forward_peak(m: &Model, tokens: u64, tp: u64, e: u128) -> (u128, String) {
 }
 
 /// KV-cache groups (kv_cache_utils.py `_get_kv_cache_groups_uniform_page_size`): one group when
-/// every layer has the same attention type; otherwise each type is cut into groups of the
-/// smallest type's layer count, so every group has the same number of layers.
+/// every layer has the same attention type; otherwise each type is cut into groups of one size
+/// (`serve_ssm::group_split`), so every group has the same number of layers.
 fn kv_groups(m: &Model, max_len: u64, batched: u64, bs: u64) -> (Vec<KvGroup>, u64) {
     let full_blocks = max_len.div_ceil(bs);
     // SlidingWindowSpec.max_memory_usage_bytes: min(window − 1 + max_num_batched_tokens,
@@ -1610,14 +1462,10 @@ fn kv_groups(m: &Model, max_len: u64, batched: u64, bs: u64) -> (Vec<KvGroup>, u
         let layers = full.max(sliding);
         return (vec![KvGroup { kind, layers, window: if sliding == 0 { None } else { window }, blocks_per_request: blocks }], layers);
     }
-    let size = full.min(sliding);
-    let mut groups = Vec::new();
-    for _ in 0..full.div_ceil(size) {
-        groups.push(KvGroup { kind: "full", layers: size, window: None, blocks_per_request: full_blocks });
-    }
-    for _ in 0..sliding.div_ceil(size) {
-        groups.push(KvGroup { kind: "sliding", layers: size, window, blocks_per_request: sliding_blocks });
-    }
+    let (size, full_groups, sliding_groups) = crate::serve_ssm::group_split(full, sliding);
+    let f = KvGroup { kind: "full", layers: size, window: None, blocks_per_request: full_blocks };
+    let w = KvGroup { kind: "sliding", window, blocks_per_request: sliding_blocks, ..f.clone() };
+    let groups = std::iter::repeat_n(f, full_groups as usize).chain(std::iter::repeat_n(w, sliding_groups as usize)).collect();
     (groups, size)
 }
 

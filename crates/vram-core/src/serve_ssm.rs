@@ -1,5 +1,5 @@
 //! vLLM's cache for state-space and hybrid models (Mamba, Mamba-2, Jamba, Bamba, Granite-4.0-H,
-//! Nemotron-H, Falcon-H1, Qwen3-Next, Qwen3.5): every mixer layer keeps one recurrent state per
+//! Nemotron-H, Falcon-H1, Zamba2, Qwen3-Next, Qwen3.5): every mixer layer keeps one recurrent state per
 //! request — its conv window and its SSM (or Gated DeltaNet) state — in a page of the same block
 //! pool as the attention layers' KV cache.
 //!
@@ -14,7 +14,7 @@
 //!   `--mamba-ssm-cache-dtype`, whose `auto` is the model's dtype except where vLLM's per-model
 //!   config says otherwise (model_executor/models/config.py): Qwen3.5 takes the config's
 //!   `mamba_ssm_dtype` (float32 in the released checkpoints), Nemotron-H its
-//!   `mamba_ssm_cache_dtype` or float32.
+//!   `mamba_ssm_cache_dtype` or float32 (float16 before `VllmVersion::NEMOTRON_H_SSM_F32`).
 //! - A page holds one layer's whole state (`MambaSpec.page_size_bytes`: the sum of the shapes'
 //!   bytes). Beside attention layers the attention block grows until its page covers the state:
 //!   block_size = a·⌈state / (a · per-token KV bytes)⌉ with a = max(16, --block-size), and the
@@ -23,11 +23,15 @@
 //!   mamba page size by P%" are logged).
 //! - A request holds one state block per mixer group (`MambaSpec.max_memory_usage_bytes`: 1 in
 //!   mamba-cache mode `none`, 2 in `align`, the prefix-caching mode) whatever its length, and
-//!   ⌈len / block_size⌉ blocks per attention group.
+//!   ⌈len / block_size⌉ blocks per attention group. Prefix caching (mode `align`) is on for hybrids
+//!   by default from `VllmVersion::HYBRID_PREFIX_CACHING`; before it, asked for, vLLM picks mode
+//!   `all` for Mamba-1/Mamba-2 mixers (not modelled: refused) and `align` for Gated DeltaNet
+//!   (model_executor/models/config.py `MambaModelConfig`).
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::model::Model;
+use crate::serve::{auto_dtype, invalid, longest_that_fits, KvGroup, KvPool, PoolSpec, ServeConfig, VllmEngine, VllmVersion};
 use serde::Serialize;
 
 /// vLLM's `--mamba-cache-mode`: how recurrent states are kept for prefix caching.
@@ -61,13 +65,29 @@ impl MambaCacheMode {
             _ => 1,
         }
     }
+}
 
-    /// The flag's spelling.
+/// The mixer whose state a layer keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Mixer {
+    /// Mamba's selective scan (Mamba-1, Jamba).
+    #[serde(rename = "mamba")]
+    Mamba,
+    /// Mamba-2's SSD (Mamba-2, Bamba, Granite-4.0-H, Nemotron-H, Falcon-H1, Zamba2).
+    #[serde(rename = "mamba2")]
+    Mamba2,
+    /// Gated DeltaNet's delta rule (Qwen3-Next, Qwen3.5).
+    #[serde(rename = "gated_deltanet")]
+    GatedDeltaNet,
+}
+
+impl Mixer {
+    /// As the report names it.
     pub fn name(self) -> &'static str {
         match self {
-            MambaCacheMode::None => "none",
-            MambaCacheMode::Align => "align",
-            MambaCacheMode::All => "all",
+            Mixer::Mamba => "Mamba",
+            Mixer::Mamba2 => "Mamba-2",
+            Mixer::GatedDeltaNet => "Gated DeltaNet",
         }
     }
 }
@@ -75,8 +95,8 @@ impl MambaCacheMode {
 /// One rank's recurrent-state cache of a state-space or hybrid model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct StateCache {
-    /// Which mixer: `mamba`, `mamba2` or `gated_deltanet`.
-    pub mixer: &'static str,
+    /// Which mixer.
+    pub mixer: Mixer,
     /// Layers with a KV cache (attention).
     pub attention_layers: u64,
     /// Layers with a recurrent state (mixers).
@@ -96,9 +116,29 @@ impl StateCache {
     }
 }
 
-/// vLLM's state cache of `m` on one of `tp` ranks, or `None` for a model without mixers.
-/// `dtype`: the served model dtype; `ssm_dtype`: `--mamba-ssm-cache-dtype` when given.
-pub fn state_cache(m: &Model, tp: u64, dtype: DType, ssm_dtype: Option<DType>) -> Result<Option<StateCache>> {
+/// What vram models of serving a state-space or hybrid model: the V1 engine's hybrid manager
+/// from `HYBRID_STATES`, one pipeline stage.
+pub(crate) fn check(cfg: &ServeConfig) -> Result<()> {
+    if cfg.engine != VllmEngine::V1 || cfg.vllm_version < VllmVersion::HYBRID_STATES {
+        return Err(invalid(
+            "--vllm-version",
+            cfg.vllm_version,
+            &format!("state-space and hybrid models are modelled on the V1 engine from vLLM {} (its hybrid KV-cache manager keeps the states in the block pool); the V0 engine's separate Mamba cache is not", VllmVersion::HYBRID_STATES),
+        ));
+    }
+    if cfg.pp > 1 {
+        return Err(invalid(
+            "--pipeline-parallel-size",
+            cfg.pp,
+            "pipeline parallelism of state-space and hybrid models is not modelled yet (each stage's share of mixer and attention layers); tensor parallelism is",
+        ));
+    }
+    Ok(())
+}
+
+/// vLLM's state cache of `m` on one tensor-parallel rank of `cfg`, or `None` for a model without
+/// mixers.
+pub fn state_cache(m: &Model, cfg: &ServeConfig) -> Result<Option<StateCache>> {
     let Some(s) = &m.ssm else { return Ok(None) };
     let bad = |what: String| Error::InvalidValue { what: "model".into(), value: m.model_type.clone(), hint: what };
     if s.mamba1_heads > 1 {
@@ -107,10 +147,10 @@ pub fn state_cache(m: &Model, tp: u64, dtype: DType, ssm_dtype: Option<DType>) -
             m.model_type
         )));
     }
-    let tp = tp.max(1);
-    let div = |x: u64, what: &str| -> Result<u64> {
+    let tp = cfg.tp.max(1);
+    let div = |x: u64, what: &str| -> Result<u128> {
         if x % tp == 0 {
-            Ok(x / tp)
+            Ok((x / tp) as u128)
         } else {
             Err(bad(format!(
                 "vLLM splits the {what} ({x}) over the tensor-parallel ranks and needs it divisible by --tensor-parallel-size {tp}"
@@ -126,38 +166,56 @@ pub fn state_cache(m: &Model, tp: u64, dtype: DType, ssm_dtype: Option<DType>) -
         // cache is unique for every attention layer") beside the Mamba-2 layers' states.
         (s.attention_layers, m.layers.saturating_sub(s.attention_layers + s.mlp_layers))
     };
-    // The SSM state's dtype: the flag, else vLLM's per-model rule, else the model's dtype.
-    let ssm_dtype = ssm_dtype.unwrap_or(match (m.model_type.as_str(), s.cache_state_dtype) {
-        ("nemotron_h", d) => d.unwrap_or(DType::F32),
+    let dtype = auto_dtype(m, cfg.dtype);
+    // The SSM state's dtype: the flag, else vLLM's per-model rule for the release, else the
+    // model's dtype.
+    let ssm_dtype = cfg.mamba_ssm_cache_dtype.unwrap_or(match (m.model_type.as_str(), s.cache_state_dtype) {
+        ("nemotron_h", Some(d)) => d,
+        ("nemotron_h", None) if cfg.vllm_version < VllmVersion::NEMOTRON_H_SSM_F32 => DType::F16,
+        ("nemotron_h", None) => DType::F32,
         (t, Some(d)) if t.starts_with("qwen3_5") => d,
         _ => dtype,
     });
-    let (c, e) = (dtype.bytes(), ssm_dtype.bytes());
-    let window = s.d_conv.saturating_sub(1);
+    let window = s.d_conv.saturating_sub(1) as u128;
     let (mixer, conv, ssm) = if let Some(dn) = s.delta_net {
-        (
-            "gated_deltanet",
-            div(dn.conv_dim(), "Gated DeltaNet conv channels")? * window,
-            div(dn.value_heads, "value heads")? * dn.key_dim * dn.value_dim,
-        )
+        let conv = div(dn.conv_dim(), "Gated DeltaNet conv channels")? * window;
+        (Mixer::GatedDeltaNet, conv, div(dn.value_heads, "value heads")? * dn.key_dim as u128 * dn.value_dim as u128)
     } else if let Some(m2) = s.mamba2 {
         let extra = if m2.groups % tp == 0 { 0 } else { tp.saturating_sub(m2.groups) };
-        let groups = m2.groups + extra;
-        let conv_dim = s.d_inner + 2 * groups * s.d_state;
-        ("mamba2", div(conv_dim, "Mamba-2 conv channels")? * window, div(m2.heads, "Mamba-2 heads")? * m2.head_dim * s.d_state)
+        let conv_dim = s.d_inner as u128 + 2 * (m2.groups + extra) as u128 * s.d_state as u128;
+        let conv_dim = u64::try_from(conv_dim).map_err(|_| Error::Overflow { what: "Mamba-2 conv channels".into() })?;
+        let ssm = div(m2.heads, "Mamba-2 heads")? * m2.head_dim as u128 * s.d_state as u128;
+        (Mixer::Mamba2, div(conv_dim, "Mamba-2 conv channels")? * window, ssm)
     } else {
         let d = div(s.d_inner, "Mamba channels")?;
-        ("mamba", d * window, d * s.d_state)
+        (Mixer::Mamba, d * window, d * s.d_state as u128)
     };
-    let overflow = || Error::Overflow { what: "recurrent state".into() };
+    let bytes = |n: u128, d: DType| u64::try_from(n * d.bytes() as u128).map_err(|_| Error::Overflow { what: "recurrent state".into() });
     Ok(Some(StateCache {
         mixer,
         attention_layers,
         state_layers,
-        conv_bytes: conv.checked_mul(c).ok_or_else(overflow)?,
-        ssm_bytes: ssm.checked_mul(e).ok_or_else(overflow)?,
+        conv_bytes: bytes(conv, dtype)?,
+        ssm_bytes: bytes(ssm, ssm_dtype)?,
         ssm_dtype,
     }))
+}
+
+/// vLLM's mamba-cache mode for `m` (model_executor/models/config.py `MambaModelConfig`): `none`
+/// without prefix caching; with it, what `--mamba-cache-mode` says, else `align` from the release
+/// that turned prefix caching on for hybrids, and before it `all` for the Mamba families that
+/// support it (Mamba-1 and Mamba-2 mixers) and `align` for Gated DeltaNet.
+pub(crate) fn cache_mode(m: &Model, cfg: &ServeConfig) -> MambaCacheMode {
+    let newer = cfg.vllm_version >= VllmVersion::HYBRID_PREFIX_CACHING;
+    if !cfg.prefix_caching.unwrap_or(newer) {
+        return MambaCacheMode::None;
+    }
+    match cfg.mamba_cache_mode {
+        Some(MambaCacheMode::None) | None if newer => MambaCacheMode::Align,
+        Some(MambaCacheMode::None) | None if m.ssm.as_ref().is_some_and(|s| s.delta_net.is_some()) => MambaCacheMode::Align,
+        Some(MambaCacheMode::None) | None => MambaCacheMode::All,
+        Some(mode) => mode,
+    }
 }
 
 /// The attention block size that makes an attention page hold a state page
@@ -178,6 +236,88 @@ pub fn group_split(a: u64, b: u64) -> (u64, u64, u64) {
     let (lo, hi) = (a.min(b), a.max(b));
     let size = if 2 * hi < 3 * lo { hi } else { lo }.max(1);
     (size, a.div_ceil(size), b.div_ceil(size))
+}
+
+/// The block pool of a state-space or hybrid model: attention pages of a block grown to hold a
+/// state, mixer layers' states padded to that page, the layers of each kind in groups of one
+/// size sharing the pool. `kv_per_token`: one attention layer's KV bytes per token on this rank.
+pub(crate) fn pool(p: &PoolSpec, st: StateCache, kv_per_token: u64) -> Result<KvPool> {
+    if p.mamba_cache_mode == MambaCacheMode::All {
+        return Err(invalid(
+            "--mamba-cache-mode",
+            "all",
+            "caching every block's state (vLLM's Mamba-2 prefix-caching mode `all`) is not modelled yet; `align` (the default with prefix caching) and `none` are",
+        ));
+    }
+    let overflow = || Error::Overflow { what: "KV-cache page size".into() };
+    let attention = st.attention_layers > 0;
+    let bs = if attention { aligned_block_size(p.block_size, st.page_bytes(), kv_per_token) } else { p.block_size };
+    let page_size_bytes = if attention { bs.checked_mul(kv_per_token).ok_or_else(overflow)? } else { st.page_bytes() };
+    if page_size_bytes == 0 {
+        return Err(invalid("model", "without state", "has neither a KV cache nor a recurrent state; nothing to cache"));
+    }
+    let (size, attn_groups, state_groups) =
+        if attention { group_split(st.attention_layers, st.state_layers) } else { (st.state_layers.max(1), 0, 1) };
+    let per_state = p.mamba_cache_mode.blocks_per_request();
+    let need = |len: u64| attn_groups * len.div_ceil(bs) + state_groups * per_state;
+    let full = KvGroup { kind: "full", layers: size, window: None, blocks_per_request: p.max_model_len.div_ceil(bs) };
+    let state = KvGroup { kind: "state", blocks_per_request: per_state, ..full };
+    let groups: Vec<KvGroup> =
+        std::iter::repeat_n(full, attn_groups as usize).chain(std::iter::repeat_n(state, state_groups as usize)).collect();
+    let num_kv_blocks = p.kv_cache_bytes / page_size_bytes / size;
+    let max_concurrency = num_kv_blocks as f64 / need(p.max_model_len) as f64;
+    let kv_tokens = if p.tokens_from_concurrency {
+        (max_concurrency * p.max_model_len as f64) as u64
+    } else {
+        // The smallest block size of any group: a state group's is max-model-len in mode `none`
+        // and the attention block size in `align` (cache_config.mamba_block_size).
+        let state_bs = if p.mamba_cache_mode == MambaCacheMode::Align { bs } else { p.max_model_len };
+        let min_bs = if attention { bs.min(state_bs) } else { state_bs };
+        num_kv_blocks / groups.len() as u64 * min_bs
+    };
+    Ok(KvPool {
+        block_size: bs,
+        page_size_bytes,
+        state: Some(st),
+        kv_bytes_per_token: kv_per_token.checked_mul(st.attention_layers).ok_or_else(overflow)?,
+        group_size: size,
+        groups,
+        num_kv_blocks,
+        kv_tokens,
+        max_concurrency,
+        // 0 when not even the states fit: `need` never falls below them.
+        max_model_len_that_fits: longest_that_fits(p.max_model_len, num_kv_blocks, need),
+    })
+}
+
+/// What the report says of a state-space or hybrid model's states.
+pub(crate) fn note(m: &Model, pool: &KvPool, cfg: &ServeConfig) -> Option<String> {
+    let st = pool.state?;
+    let mut s = format!(
+        "{} {} layers keep a recurrent state per request instead of a KV cache: {} B of conv state + {} B of {} state per layer on this rank ({}), whatever the context length",
+        st.state_layers,
+        st.mixer.name(),
+        st.conv_bytes,
+        st.ssm_bytes,
+        st.ssm_dtype.torch_name(),
+        if cfg.mamba_ssm_cache_dtype.is_some() { "--mamba-ssm-cache-dtype" } else { "its dtype as this vLLM release picks it" },
+    );
+    if st.attention_layers > 0 {
+        let padded = pool.page_size_bytes.saturating_sub(st.page_bytes());
+        s.push_str(&format!(
+            "; beside {} attention layers vLLM sets the attention block size to {} tokens so a page holds a state (\"Setting attention block size to {} tokens\"), and pads the state by {:.2}%",
+            st.attention_layers,
+            pool.block_size,
+            pool.block_size,
+            padded as f64 / st.page_bytes().max(1) as f64 * 100.0
+        ));
+    }
+    s.push_str(match cache_mode(m, cfg) {
+        MambaCacheMode::Align => "; prefix caching on (mamba-cache mode align): two state blocks per request in each state group",
+        _ => "; prefix caching off for the states (mamba-cache mode none): one state block per request in each state group",
+    });
+    s.push_str("; the profile run's activation is taken from the attention and MLP widths (the mixer kernels' own workspaces are not modelled: a guess)");
+    Some(s)
 }
 
 #[cfg(test)]

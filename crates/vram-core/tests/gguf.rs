@@ -159,14 +159,7 @@ fn absurd_hparams_are_refused_not_overflowed() {
 fn llama4_chunked_layers_are_cached_as_windows() {
     let build = |window: Option<u32>| {
         let mut w = Writer::default();
-        w.str("general.architecture", "llama4")
-            .u32("llama4.block_count", 8)
-            .u32("llama4.context_length", 131_072)
-            .u32("llama4.embedding_length", 256)
-            .u32("llama4.feed_forward_length", 512)
-            .u32("llama4.attention.head_count", 8)
-            .u32("llama4.attention.head_count_kv", 2)
-            .tokens(1024);
+        w.decoder("llama4", [8, 131_072, 256, 512, 8, 2]).tokens(1024);
         if let Some(n) = window {
             w.u32("llama4.attention.sliding_window", n);
         }

@@ -30,14 +30,7 @@ fn log_mib(l: &startup_log::LlamaCppLog, device: &str, pick: fn(&startup_log::Ll
 /// its Q4_K_S mix are not known here, so only KV, compute and the embeddings are checked.
 fn command_r() -> Gguf {
     let mut w = Writer::default();
-    w.str("general.architecture", "command-r")
-        .u32("command-r.block_count", 40)
-        .u32("command-r.context_length", 131072)
-        .u32("command-r.embedding_length", 8192)
-        .u32("command-r.feed_forward_length", 22528)
-        .u32("command-r.attention.head_count", 64)
-        .u32("command-r.attention.head_count_kv", 64)
-        .tokens(256_000);
+    w.decoder("command-r", [40, 131072, 8192, 22528, 64, 64]).tokens(256_000);
     w.tensor("token_embd.weight", &[8192, 256_000], Q6_K);
     for i in 0..40 {
         w.tensor(&format!("blk.{i}.attn_norm.weight"), &[8192], F32);
@@ -159,14 +152,7 @@ fn output_norm_bytes(g: &Gguf) -> u64 {
 /// Mistral-7B-Instruct-v0.2's shapes (identified in validation/logs/llama.cpp/SOURCES.md).
 fn mistral() -> Gguf {
     let mut w = Writer::default();
-    w.str("general.architecture", "llama")
-        .u32("llama.block_count", 32)
-        .u32("llama.context_length", 32768)
-        .u32("llama.embedding_length", 4096)
-        .u32("llama.feed_forward_length", 14336)
-        .u32("llama.attention.head_count", 32)
-        .u32("llama.attention.head_count_kv", 8)
-        .tokens(32_000);
+    w.decoder("llama", [32, 32768, 4096, 14336, 32, 8]).tokens(32_000);
     for i in 0..32 {
         w.tensor(&format!("blk.{i}.attn_norm.weight"), &[4096], F32);
     }
@@ -197,14 +183,8 @@ fn mistral_kv_and_compute_buffer_at_two_contexts() {
 fn gpt_oss_20b() -> Gguf {
     let (e, v, x) = (2880u64, 201_088u64, 32u64);
     let mut w = Writer::default();
-    w.str("general.architecture", "gpt-oss")
+    w.decoder("gpt-oss", [24, 131072, e as u32, 2880, 64, 8])
         .u32("general.file_type", 38)
-        .u32("gpt-oss.block_count", 24)
-        .u32("gpt-oss.context_length", 131072)
-        .u32("gpt-oss.embedding_length", e as u32)
-        .u32("gpt-oss.feed_forward_length", 2880)
-        .u32("gpt-oss.attention.head_count", 64)
-        .u32("gpt-oss.attention.head_count_kv", 8)
         .u32("gpt-oss.attention.key_length", 64)
         .u32("gpt-oss.attention.value_length", 64)
         .u32("gpt-oss.attention.sliding_window", 128)

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use vram_core::dtype::DType;
 use vram_core::serve::{kv_pool, serve, PoolSpec, ServeConfig, VllmVersion};
-use vram_core::serve_ssm::{state_cache, MambaCacheMode};
+use vram_core::serve_ssm::{state_cache, MambaCacheMode, Mixer};
 use vram_core::{gpu, parse_config, Model};
 
 const GIB: u64 = 1 << 30;
@@ -21,6 +21,11 @@ fn v(minor: u32) -> VllmVersion {
     VllmVersion { major: 0, minor }
 }
 
+/// vLLM's defaults on an 80 GiB GPU, over `tp` ranks, with `--mamba-ssm-cache-dtype` when given.
+fn cfg(tp: u64, ssm_dtype: Option<DType>) -> ServeConfig {
+    ServeConfig { tp, mamba_ssm_cache_dtype: ssm_dtype, ..ServeConfig::new(80 * GIB) }
+}
+
 /// vllm-project/vllm#40691 (vLLM 0.19.0, "Hardware: H20"): `vllm serve Qwen3.5-27B
 /// --max-model-len 32768 --max-num-seqs 16 --max-num-batched-token 16384` logged "GPU KV cache
 /// size: 290,864 tokens" and "Maximum concurrency for 32,768 tokens per request: 33.04x". One
@@ -30,7 +35,7 @@ fn v(minor: u32) -> VllmVersion {
 #[test]
 fn qwen35_27b_pool_gives_both_logged_figures() {
     let m = model("qwen3.5-27b");
-    let st = state_cache(&m, 1, DType::BF16, None).unwrap().unwrap();
+    let st = state_cache(&m, &cfg(1, None)).unwrap().unwrap();
     assert_eq!((st.attention_layers, st.state_layers), (16, 48));
     // conv (3, 2·16·128 + 48·128) bf16 + state (48, 128, 128) float32 (the config's mamba_ssm_dtype).
     assert_eq!((st.conv_bytes, st.ssm_bytes, st.ssm_dtype), (3 * 10_240 * 2, 48 * 128 * 128 * 4, DType::F32));
@@ -107,25 +112,25 @@ fn prefix_caching_doubles_the_states() {
 fn state_shapes_and_dtypes() {
     // Nemotron-H: float32 SSM state by default (NemotronHForCausalLMConfig), the flag overrides.
     let n = model("nemotron-h-8b");
-    let st = state_cache(&n, 1, DType::BF16, None).unwrap().unwrap();
+    let st = state_cache(&n, &cfg(1, None)).unwrap().unwrap();
     assert_eq!(st.ssm_dtype, DType::F32);
-    assert_eq!(state_cache(&n, 1, DType::BF16, Some(DType::BF16)).unwrap().unwrap().ssm_dtype, DType::BF16);
+    assert_eq!(state_cache(&n, &cfg(1, Some(DType::BF16))).unwrap().unwrap().ssm_dtype, DType::BF16);
     // Mamba-1 (mamba-130m: d_inner 1536, N 16, conv 4): conv (1536, 3) and state (1536, 16) in bf16.
     let m = model("mamba-130m-hf");
-    let st = state_cache(&m, 1, DType::BF16, None).unwrap().unwrap();
-    assert_eq!((st.mixer, st.attention_layers, st.state_layers), ("mamba", 0, 24));
+    let st = state_cache(&m, &cfg(1, None)).unwrap().unwrap();
+    assert_eq!((st.mixer, st.attention_layers, st.state_layers), (Mixer::Mamba, 0, 24));
     assert_eq!((st.conv_bytes, st.ssm_bytes), (1536 * 3 * 2, 1536 * 16 * 2));
     // Mamba-2 with one group over 2 ranks: the group is replicated (extra_groups_for_head_shards).
     let g = model("granite-4.0-h-tiny");
     let s = g.ssm.as_ref().unwrap();
     let m2 = s.mamba2.unwrap();
     assert_eq!(m2.groups, 1);
-    let st2 = state_cache(&g, 2, DType::BF16, None).unwrap().unwrap();
+    let st2 = state_cache(&g, &cfg(2, None)).unwrap().unwrap();
     assert_eq!(st2.conv_bytes, (s.d_conv - 1) * ((s.d_inner + 2 * 2 * s.d_state) / 2) * 2);
     assert_eq!(st2.ssm_bytes, m2.heads / 2 * m2.head_dim * s.d_state * 2);
     // Falcon-H1 runs attention and the mixer in every layer: two groups of all the layers.
     let f = model("falcon-h1-3b");
-    let st = state_cache(&f, 1, DType::BF16, None).unwrap().unwrap();
+    let st = state_cache(&f, &cfg(1, None)).unwrap().unwrap();
     assert_eq!((st.attention_layers, st.state_layers), (f.layers, f.layers));
 }
 

@@ -33,6 +33,23 @@ fn s(out: &mut Vec<u8>, x: &str) {
 }
 
 impl Writer {
+    /// A decoder under `arch`: general.architecture, then `arch`'s block_count, context_length,
+    /// embedding_length, feed_forward_length, attention.head_count and attention.head_count_kv.
+    pub fn decoder(&mut self, arch: &str, [layers, ctx, embd, ff, heads, kv]: [u32; 6]) -> &mut Self {
+        self.str("general.architecture", arch);
+        for (key, v) in [
+            ("block_count", layers),
+            ("context_length", ctx),
+            ("embedding_length", embd),
+            ("feed_forward_length", ff),
+            ("attention.head_count", heads),
+            ("attention.head_count_kv", kv),
+        ] {
+            self.u32(&format!("{arch}.{key}"), v);
+        }
+        self
+    }
+
     pub fn u32(&mut self, k: &str, v: u32) -> &mut Self {
         s(&mut self.kv, k);
         self.kv.extend(4u32.to_le_bytes());
@@ -103,15 +120,9 @@ pub const MXFP4: u32 = 39;
 /// A 4-layer llama-architecture Q4_K_M-style file: attention in Q4_K, FFN down in Q6_K, the rest mixed.
 pub fn tiny_llama() -> Writer {
     let mut w = Writer::default();
-    w.str("general.architecture", "llama")
+    w.decoder("llama", [4, 8192, 256, 512, 8, 2])
         .str("general.name", "tiny")
         .u32("general.file_type", 15)
-        .u32("llama.block_count", 4)
-        .u32("llama.context_length", 8192)
-        .u32("llama.embedding_length", 256)
-        .u32("llama.feed_forward_length", 512)
-        .u32("llama.attention.head_count", 8)
-        .u32("llama.attention.head_count_kv", 2)
         .f32("llama.rope.freq_base", 500000.0)
         .tokens(1024);
     w.tensor("token_embd.weight", &[256, 1024], Q4_K);

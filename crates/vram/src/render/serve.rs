@@ -121,41 +121,26 @@ fn vllm_budget(out: &mut String, s: &VllmServe) {
 fn vllm_kv(out: &mut String, s: &VllmServe) {
     let r = &s.report;
     let p = &r.pool;
-    let plural = if p.groups.len() == 1 { "" } else { "s" };
-    match p.state {
+    let what = match p.state {
         Some(st) if st.attention_layers == 0 => {
-            let _ = writeln!(
-                *out,
-                "State cache: page {} bytes (one layer's recurrent state for one request) · {} group{plural} of {} layers",
-                thousands(p.page_size_bytes),
-                p.groups.len(),
-                p.group_size
-            );
+            format!("State cache: page {} bytes (one layer's recurrent state for one request)", thousands(p.page_size_bytes))
         }
-        Some(st) => {
-            let _ = writeln!(
-                *out,
-                "KV cache and states: {} bytes per token on this GPU ({} attention layers) · page {} bytes (block of {} tokens × 1 layer, or one layer's recurrent state for one request) · {} group{plural} of {} layers",
-                thousands(p.kv_bytes_per_token),
-                st.attention_layers,
-                thousands(p.page_size_bytes),
-                r.block_size,
-                p.groups.len(),
-                p.group_size
-            );
-        }
-        None => {
-            let _ = writeln!(
-                *out,
-                "KV cache: {} bytes per token on this GPU · page {} bytes (block of {} tokens × 1 layer) · {} group{plural} of {} layers",
-                thousands(p.kv_bytes_per_token),
-                thousands(p.page_size_bytes),
-                r.block_size,
-                p.groups.len(),
-                p.group_size
-            );
-        }
-    }
+        Some(st) => format!(
+            "KV cache and states: {} bytes per token on this GPU ({} attention layers) · page {} bytes (block of {} tokens × 1 layer, or one layer's recurrent state for one request)",
+            thousands(p.kv_bytes_per_token),
+            st.attention_layers,
+            thousands(p.page_size_bytes),
+            r.block_size
+        ),
+        None => format!(
+            "KV cache: {} bytes per token on this GPU · page {} bytes (block of {} tokens × 1 layer)",
+            thousands(p.kv_bytes_per_token),
+            thousands(p.page_size_bytes),
+            r.block_size
+        ),
+    };
+    let plural = if p.groups.len() == 1 { "" } else { "s" };
+    let _ = writeln!(*out, "{what} · {} group{plural} of {} layers", p.groups.len(), p.group_size);
     let _ = writeln!(
         *out,
         "  {} blocks · GPU KV cache size: {} tokens · maximum concurrency for {} tokens per request: {:.2}x",
