@@ -1256,8 +1256,8 @@ pub struct PoolSpec {
     pub state: Option<crate::serve_ssm::StateCache>,
     /// `--mamba-cache-mode` (states only).
     pub mamba_cache_mode: crate::serve_ssm::MambaCacheMode,
-    /// "GPU KV cache size" as max concurrency × max-model-len (newer vLLM) rather than
-    /// num_blocks // groups × the smallest block size.
+    /// "GPU KV cache size" as max concurrency × max-model-len (newer vLLM, every model) rather
+    /// than num_blocks // groups × the smallest block size.
     pub tokens_from_concurrency: bool,
 }
 
@@ -1341,11 +1341,16 @@ pub fn kv_pool(m: &Model, p: &PoolSpec) -> Result<KvPool> {
     let (groups, group_size) = kv_groups(m, p.max_model_len, p.max_num_batched_tokens, bs);
     // get_num_blocks: available // page_size // layers per group.
     let num_kv_blocks = p.kv_cache_bytes / page_size_bytes / group_size;
-    // Tokens = num_blocks // number of groups × block_size.
-    let kv_tokens = num_kv_blocks / groups.len() as u64 * bs;
     // get_max_concurrency_for_kv_cache_config: blocks / blocks one max-length request needs.
     let per_request: u64 = groups.iter().map(|g| g.blocks_per_request).sum();
     let max_concurrency = num_kv_blocks as f64 / per_request as f64;
+    // "GPU KV cache size": num_blocks // number of groups × block_size, or in newer vLLM max
+    // concurrency × max-model-len (`PoolSpec::tokens_from_concurrency`).
+    let kv_tokens = if p.tokens_from_concurrency {
+        (max_concurrency * p.max_model_len as f64) as u64
+    } else {
+        num_kv_blocks / groups.len() as u64 * bs
+    };
     let lo = longest_that_fits(p.max_model_len, num_kv_blocks, |len| {
         kv_groups(m, len, p.max_num_batched_tokens, bs).0.iter().map(|g| g.blocks_per_request).sum()
     });

@@ -133,6 +133,13 @@ pub(crate) fn check(cfg: &ServeConfig) -> Result<()> {
             "pipeline parallelism of state-space and hybrid models is not modelled yet (each stage's share of mixer and attention layers); tensor parallelism is",
         ));
     }
+    if cfg.lora.is_some() {
+        return Err(invalid(
+            "--enable-lora",
+            "true",
+            "LoRA slots on a state-space or hybrid model's mixer layers (which of their projections vLLM adapts, and how it splits them) are not modelled yet; estimate without --enable-lora",
+        ));
+    }
     Ok(())
 }
 

@@ -92,3 +92,25 @@ fn lora_error(model: &vram_core::Model, r: &Value, l: Lora, batch: u64, seq: u64
     let measured = r["peak_allocated"].as_u64().unwrap() as f64;
     (est.peak_allocated as f64 - measured) / measured
 }
+
+/// Whisper's head-major q (`Attention::head_major_q`) costs a copy under flash only: SDPA in half
+/// precision (flash) adds one query-sized half tensor per attention call, self- and
+/// cross-attention alike (measured on the H100), while eager attention's output is a matmul
+/// result nothing saves, so the flag changes nothing there.
+#[test]
+fn whisper_head_major_copy_follows_the_kernel() {
+    let path = root().join("validation/configs/encdec/whisper-small.json");
+    let base = parse_config(&std::fs::read(&path).unwrap(), "whisper-small", &path.display().to_string()).unwrap();
+    let peak = |attention: AttentionImpl, flag: bool| {
+        let mut m = base.clone();
+        m.attention.head_major_q = flag;
+        if let Some(s) = m.seq2seq.as_mut() {
+            s.encoder.attention.head_major_q = flag;
+        }
+        // 16 × 448 target tokens: the peak is in backward, where the saved activations count.
+        let job = Job { precision: Precision::parse("bf16-mixed").unwrap(), attention, ..Job::train(16, 448) };
+        vram_core::estimate(&m, &job).unwrap().peak_allocated
+    };
+    assert_eq!(peak(AttentionImpl::Eager, true), peak(AttentionImpl::Eager, false));
+    assert!(peak(AttentionImpl::Sdpa, true) > peak(AttentionImpl::Sdpa, false));
+}

@@ -341,6 +341,10 @@ fn hybrid_sliding_layers_by_hand() {
     // One request: full 8192/16 = 512 blocks; sliding min(4095 + 8192, 8192)/16 + 1 = 513.
     assert_eq!(pool.groups[0].blocks_per_request + pool.groups[1].blocks_per_request, 1025);
     assert!((pool.max_concurrency - pool.num_kv_blocks as f64 / 1025.0).abs() < 1e-12);
+    // Newer vLLM logs max concurrency × max-model-len, truncated: 15603 / 1025 × 8192 = 124,702.7,
+    // where the older figure is 15603 // 2 groups × 16 = 124,816.
+    let newer = kv_pool(&m, &PoolSpec { tokens_from_concurrency: true, ..p }).unwrap();
+    assert_eq!((pool.kv_tokens, newer.kv_tokens), (124_816, 124_702));
 }
 
 #[test]

@@ -181,6 +181,9 @@ fn refusals() {
     assert!(serve(&mamba, &ServeConfig { tp: 2, ..base.clone() }).is_ok());
     let e = serve(&mamba, &ServeConfig { tp: 3, ..base.clone() }).unwrap_err().to_string();
     assert!(e.contains("Mamba channels (2048)"), "{e}");
+    let lora = Some(vram_core::serve::ServeLora { max_loras: 1, max_lora_rank: 16, max_cpu_loras: 1 });
+    let e = serve(&model("granite-4.0-h-1b"), &ServeConfig { lora, ..base.clone() }).unwrap_err().to_string();
+    assert!(e.contains("--enable-lora") && e.contains("not modelled"), "{e}");
     let e = serve(&model("qwen3.5-27b"), &ServeConfig { pp: 2, ..base.clone() }).unwrap_err().to_string();
     assert!(e.contains("pipeline"), "{e}");
     let e = serve(&model("qwen3.5-27b"), &ServeConfig { vllm_version: v(9), ..base.clone() }).unwrap_err().to_string();

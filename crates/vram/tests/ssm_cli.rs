@@ -132,3 +132,35 @@ fn zamba2_is_estimated_with_its_shared_block() {
     let e = fails(&["estimate", "--model", ZAMBA, "--gpus", "2"], 2);
     assert!(e.contains("multi-GPU"), "{e}");
 }
+
+/// `serve --log` on a hybrid compares vLLM's "Setting attention block size to N tokens" and
+/// "Padding mamba page size by P%" lines with vram's (Qwen3.5-4B's lines, vllm-project/vllm#40696
+/// and #37467, against Qwen3.5-0.8B's estimate here: the rows are what is tested, not agreement).
+#[test]
+fn serve_log_compares_the_hybrid_block_lines() {
+    let dir = std::env::temp_dir().join(format!("vram-ssm-log-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("startup.log");
+    std::fs::write(
+        &log,
+        "INFO [config.py:281] Setting attention block size to 528 tokens to ensure that attention page size is >= mamba page size.\n\
+         INFO [config.py:312] Padding mamba page size by 0.76% to ensure that mamba page size and attention page size are exactly equal.\n",
+    )
+    .unwrap();
+    let v = json(&[
+        "serve",
+        "--model",
+        "../../validation/configs/ssm/qwen3.5-0.8b.json",
+        "-g",
+        "h100",
+        "--max-model-len",
+        "32768",
+        "--log",
+        log.to_str().unwrap(),
+    ]);
+    std::fs::remove_dir_all(&dir).ok();
+    let rows = v["comparison"]["rows"].as_array().unwrap();
+    let row = |q: &str| rows.iter().find(|r| r["quantity"] == q).unwrap_or_else(|| panic!("no {q} row: {v}"));
+    assert_eq!((row("attention block size")["estimate"].as_f64(), row("attention block size")["log"].as_f64()), (Some(288.0), Some(528.0)));
+    assert_eq!(row("state page padding")["log"].as_f64(), Some(0.76));
+}

@@ -757,7 +757,7 @@ fn attention_layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
     }
 
     if m.cross_attention {
-        cross_attention(m, &b, &mut c, ln_stats);
+        cross_attention(m, &b, kernel, &mut c, ln_stats);
     }
 
     // --- MLP input -----------------------------------------------------------------------------
@@ -807,7 +807,7 @@ fn attention_layer(m: &Model, job: &Job, kernel: Kernel, i: u64) -> LayerCoef {
 ///
 /// Under LoRA the frozen projections save no input; adapted ones their adapter's copies
 /// (`Bytes::inputs`), k/v's per source token.
-fn cross_attention(m: &Model, b: &Bytes, c: &mut LayerCoef, ln_stats: u128) {
+fn cross_attention(m: &Model, b: &Bytes, kernel: Kernel, c: &mut LayerCoef, ln_stats: u128) {
     let h = m.hidden as u128;
     let (saved, out) = b.norm(m.norm, b.r);
     c.norms += match m.block {
@@ -816,9 +816,9 @@ fn cross_attention(m: &Model, b: &Bytes, c: &mut LayerCoef, ln_stats: u128) {
     };
     let q_saved = if b.amp { 2 } else { out };
     c.attention += q_saved * m.q_dim() as u128 + b.e * m.q_dim() as u128 + 4 * m.heads as u128;
-    if b.e == 2 && m.attention.head_major_q && b.lora.is_none() {
-        // Half precision runs flash (no mask reaches cross-attention): its output in q's
-        // head-major layout, so out_proj saves a contiguous copy (`Attention::head_major_q`).
+    if kernel == Kernel::Flash && m.attention.head_major_q && b.lora.is_none() {
+        // No mask reaches cross-attention, so it runs the layer's unmasked kernel; flash's output
+        // in q's head-major layout makes out_proj save a contiguous copy (`Attention::head_major_q`).
         c.attention += b.e * m.q_dim() as u128;
     }
     if m.hidden_dropout > 0.0 {

@@ -18,7 +18,7 @@ const MIB: f64 = (1u64 << 20) as f64;
 pub struct Row {
     /// What is compared.
     pub quantity: &'static str,
-    /// "GiB", "MiB", "tokens", "blocks" or "x".
+    /// "GiB", "MiB", "tokens", "blocks", "x" or "%".
     pub unit: &'static str,
     /// vram's figure.
     pub estimate: f64,
@@ -130,8 +130,14 @@ pub fn vllm(s: &VllmServe, l: &VllmLog) -> Comparison {
     ];
     // A hybrid model's attention block, grown to hold a recurrent state ("Setting attention
     // block size to N tokens").
-    if r.pool.state.is_some() || l.attention_block_size.is_some() {
+    if r.pool.state.is_some() || l.attention_block_size.is_some() || l.mamba_padding_pct.is_some() {
         rows.push(count_row("attention block size", "tokens", r.block_size as f64, l.attention_block_size.map(|v| v as f64)));
+        // "Padding mamba page size by P%": the state page's padding to the attention page.
+        let padding = r
+            .pool
+            .state
+            .map_or(0.0, |st| r.pool.page_size_bytes.saturating_sub(st.page_bytes()) as f64 / st.page_bytes().max(1) as f64 * 100.0);
+        rows.push(count_row("state page padding", "%", padding, l.mamba_padding_pct));
     }
     let g = |b: u64| format!("{:.2} GiB", b as f64 / GIB);
     let mut reasons: Vec<String> = largest(&rows)
@@ -306,6 +312,7 @@ fn fmt(v: f64, unit: &str) -> String {
     match unit {
         "GiB" | "MiB" => format!("{v:.2} {unit}"),
         "x" => format!("{v:.2}x"),
+        "%" => format!("{v:.2}%"),
         _ => format!("{v:.0}"),
     }
 }
