@@ -260,6 +260,9 @@ pub struct ServeConfig {
     pub mm_limit_per_prompt: Option<u64>,
     /// `--mm-processor-kwargs '{"max_pixels": N}'` (Qwen2-VL); `None` = the processor's default.
     pub mm_max_pixels: Option<u64>,
+    /// `--language-model-only`: a vision-language checkpoint served as its language model, the
+    /// tower never built (vllm/config/multimodal.py `language_model_only`).
+    pub language_model_only: bool,
     /// `--enable-prefix-caching` / `--no-enable-prefix-caching`; `None` = the version's default
     /// (it matters for state-space and hybrid models only, whose states it doubles).
     pub prefix_caching: Option<bool>,
@@ -313,6 +316,7 @@ impl ServeConfig {
             cpu_offload_bytes: 0,
             mm_limit_per_prompt: None,
             mm_max_pixels: None,
+            language_model_only: false,
             prefix_caching: None,
             mamba_cache_mode: None,
             mamba_ssm_cache_dtype: None,
@@ -455,8 +459,31 @@ pub(crate) fn invalid(what: &str, value: impl ToString, hint: &str) -> Error {
 
 /// Reproduce vLLM's start-up accounting for `model` under `cfg`.
 pub fn serve(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
+    let vlm = m.encoder.is_none() && m.seq2seq.is_none();
+    // vLLM builds the checkpoint's architecture: a Qwen3.5 config read as its language model
+    // (Qwen3_5ForCausalLM, for training) is served as Qwen3_5ForConditionalGeneration, tower
+    // included, unless --language-model-only.
+    if !cfg.language_model_only && m.multimodal.is_none() && m.vision_unloaded.is_some() {
+        let mut with_tower = m.clone();
+        with_tower.load_vision();
+        return serve(&with_tower, cfg);
+    }
+    if cfg.language_model_only && vlm && (m.multimodal.is_some() || m.vision_unloaded.is_some()) {
+        let lm = Model { vision_unloaded: None, ..m.language_model() };
+        let mut r = serve(&lm, cfg)?;
+        r.notes.push(format!(
+            "--language-model-only: vLLM builds {}'s language model alone (no vision tower, no encoder profile); image inputs are refused at run time",
+            m.name
+        ));
+        return Ok(r);
+    }
     match &m.multimodal {
-        Some(mm) if m.encoder.is_none() && m.seq2seq.is_none() => crate::serve_mm::check(m, mm, cfg)?,
+        Some(mm) if vlm => {
+            crate::serve_mm::check(m, mm, cfg)?;
+            if m.ssm.is_some() {
+                crate::serve_ssm::check(cfg)?;
+            }
+        }
         _ if m.ssm.is_some() && m.multimodal.is_none() => crate::serve_ssm::check(cfg)?,
         _ => crate::memory::require_decoder(m, "serving with vLLM")?,
     }
@@ -656,7 +683,7 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
         Some(mm) if stage.first => Some(crate::serve_mm::plan(m, mm, cfg, s.batched, s.seqs, s.max_len, e)?),
         _ => None,
     };
-    let weights = weights + vision.as_ref().map_or(0, |v| v.weights);
+    let weights = weights + vision.as_ref().map_or(0, |v| v.weights + v.buffers);
     let weights_bytes = to_u64(weights + scales + rotary + lora_slots, "weights")?;
     let sampler = match cfg.engine {
         VllmEngine::V0 => Sampler::V0,
@@ -742,8 +769,15 @@ fn vision_peak(v: &crate::serve_mm::VisionServe, lm: u128, lm_at: String) -> (u1
 }
 
 fn vision_note(v: &crate::serve_mm::VisionServe) -> String {
+    let buffers = match v.buffers {
+        0 => String::new(),
+        b => format!(
+            " plus {:.2} GiB of DeepStack input buffers (one per level, max-num-batched-tokens × the text width)",
+            b as f64 / GIB as f64
+        ),
+    };
     format!(
-        "vision: the tower and projector take {:.2} GiB per GPU (in the model dtype: quantized checkpoints keep the tower unquantized); the encoder cache budget is {} tokens, profiled with {} image(s) of the maximum size ({} tokens, {} patches each) — vLLM logs this line; the encoder pass peaks at {:.2} GiB, modelled from vLLM's model code, not yet checked against a logged profile",
+        "vision: the tower and projector take {:.2} GiB per GPU (in the model dtype: quantized checkpoints keep the tower unquantized){buffers}; the encoder cache budget is {} tokens, profiled with {} image(s) of the maximum size ({} tokens, {} patches each) — vLLM logs this line; the encoder pass peaks at {:.2} GiB, modelled from vLLM's model code, not yet checked against a logged profile",
         v.weights as f64 / GIB as f64,
         v.budget,
         v.items,

@@ -1,4 +1,5 @@
-//! vLLM serving of vision-language models (LLaVA-1.5 / LLaVA-interleave, Qwen2-VL, Qwen2.5-VL):
+//! vLLM serving of vision-language models (LLaVA-1.5 / LLaVA-interleave, Qwen2-VL, Qwen2.5-VL,
+//! Qwen3-VL dense and MoE, Qwen3.5):
 //! the vision tower and projector on every tensor-parallel rank, and the profile run's
 //! multimodal pass (vllm/v1/worker/gpu_model_runner.py `profile_run`): the encoder runs once over
 //! the largest batch of maximum-size images the encoder budget admits, its outputs stay in the
@@ -14,16 +15,16 @@ use crate::serve::{ServeConfig, VllmEngine};
 /// (V1) for each modality").
 pub const DEFAULT_MM_LIMIT: u64 = 999;
 
-/// `max_pixels` of Qwen2-VL's and Qwen2.5-VL's preprocessor_config.json (3584² = 12845056),
-/// which vLLM's dummy image fills (qwen2_vl.py `get_image_size_with_most_features`).
-use crate::model::QWEN_MAX_PIXELS;
-
 /// The vision side of one rank's budget.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct VisionServe {
     /// Tower + projector bytes on one TP rank (never quantized: AWQ/GPTQ/FP8 checkpoints of
     /// VLMs keep the vision tower in the model dtype, `modules_to_not_convert`).
     pub weights: u128,
+    /// Buffers the model allocates when it is built, measured in "Model loading took": Qwen3-VL's
+    /// DeepStack inputs, one (max_num_batched_tokens, text width) tensor per level
+    /// (qwen3_vl.py `deepstack_input_embeds`).
+    pub buffers: u128,
     /// Images in the profile's encoder batch.
     pub items: u64,
     /// Language-model tokens per maximum-size image.
@@ -50,7 +51,7 @@ pub(crate) fn check(m: &Model, mm: &Multimodal, cfg: &ServeConfig) -> Result<()>
         return Err(refuse(
             "model",
             &m.model_type,
-            format!("{name}: vLLM serving is modelled for LLaVA-1.5/LLaVA-interleave, Qwen2-VL and Qwen2.5-VL among vision-language models; `vram estimate` gives its training and inference"),
+            format!("{name}: vLLM serving is modelled for LLaVA-1.5/LLaVA-interleave, Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Qwen3.5 among vision-language models (with --language-model-only, any of them as its language model); `vram estimate` gives its training and inference"),
         ));
     }
     if cfg.engine == VllmEngine::V0 {
@@ -86,7 +87,7 @@ pub(crate) fn check(m: &Model, mm: &Multimodal, cfg: &ServeConfig) -> Result<()>
         return Err(refuse(
             "--limit-mm-per-prompt",
             "image=0",
-            format!("{name} with images off: vLLM then serves its language model alone; estimate that with the text model's config"),
+            format!("{name} with images off: pass --language-model-only as well (vLLM then builds the language model alone; with video still allowed it would profile the tower over a video, which is not modelled)"),
         ));
     }
     Ok(())
@@ -104,8 +105,7 @@ fn supported(mm: &Multimodal) -> bool {
         return false;
     }
     match mm.projector() {
-        // Qwen3-VL's DeepStack and vLLM's budget for it were not measured.
-        ProjectorKind::Merger(_) => vis.family.is_qwen() && vis.family != VisionFamily::Qwen3Vl,
+        ProjectorKind::Merger(_) => vis.family.is_qwen(),
         ProjectorKind::Mlp => matches!(vis.family, VisionFamily::Clip | VisionFamily::Siglip),
         ProjectorKind::Pool(_) | ProjectorKind::Shuffle(_) | ProjectorKind::Linear | ProjectorKind::Llama4 { .. } => false,
     }
@@ -153,12 +153,14 @@ fn rank_weights(mm: &Multimodal, text_hidden: u64, tp: u64, e: u128) -> u128 {
 
 /// Vision-transformer tokens and language-model tokens of vLLM's dummy image, the largest the
 /// processor produces. LLaVA: the tower's own image size. Qwen: the square that fills
-/// `max_pixels` (smart_resize of a 9999999-pixel side: ⌊√max_pixels / 28⌋ · 28).
+/// `max_pixels` (qwen2_vl.py `get_image_size_with_most_features`: smart_resize of a
+/// 9999999-pixel side, ⌊√max_pixels / f⌋ · f with f = patch × merge: 28 for Qwen2-VL's 3584²,
+/// 32 for Qwen3-VL's and Qwen3.5's 4096², whose qwen3_vl.py inherits it).
 fn item_tokens(mm: &Multimodal, cfg: &ServeConfig) -> Result<(u64, u64)> {
     let vis = mm.tower.encoder.and_then(|e| e.vision).ok_or(Error::Overflow { what: "vision tower".into() })?;
     match mm.merger {
         Some(pm) => {
-            let max_pixels = cfg.mm_max_pixels.unwrap_or(QWEN_MAX_PIXELS);
+            let max_pixels = cfg.mm_max_pixels.unwrap_or(pm.max_pixels);
             let f = vis.patch.saturating_mul(pm.merge).max(1);
             let side = (((max_pixels as f64).sqrt() / f as f64).floor() as u64).max(1) * f;
             let per_side = side / vis.patch.max(1);
@@ -188,19 +190,31 @@ fn encoder_items(tokens: u64, cfg: &ServeConfig, batched: u64, seqs: u64, max_le
 /// attention output (w/tp) and o-proj output (w); MLP = fc1 or gate_up ((1 or 2)·I/tp), the
 /// activation (I/tp) and fc2's output (w) — the Python locals of vLLM's VisionBlock / CLIP
 /// encoder layer forward. Then the projector over the merged tokens.
+///
+/// Qwen3-VL and Qwen3.5 add two phases (qwen3_vl.py `Qwen3_VisionTransformer.forward`): the
+/// learned position table interpolated to the image (`fast_pos_embed_interpolate`: four table
+/// rows gathered per patch and their weighted copies, 8·w per patch, beside the patch
+/// embeddings), and DeepStack — each level's merged features (text width per merged token) stay
+/// alive through the blocks after it and into the final concatenation, (1 + levels) wide.
 fn encoder_pass(mm: &Multimodal, text_hidden: u64, p: u128, tp: u128, e: u128) -> u128 {
     let tower = &mm.tower;
-    let (w, i) = (tower.hidden as u128, tower.intermediate as u128);
+    let (w, i, t) = (tower.hidden as u128, tower.intermediate as u128, text_hidden as u128);
     let up = if tower.mlp.gated { 2 * i } else { i };
     let attn = 4 * w / tp + w;
     let mlp = (up + i) / tp + w;
-    let block = p * e * (2 * w + attn.max(mlp));
     let merge = mm.merger.map_or(1, |pm| (pm.merge * pm.merge) as u128);
     let merged = p / merge;
+    let levels = mm.merger.map_or(0, |pm| pm.deepstack as u128);
+    let deepstack = levels * merged * t * e;
+    let block = p * e * (2 * w + attn.max(mlp)) + deepstack;
+    let learned_positions = tower.encoder.and_then(|x| x.vision).is_some_and(|v| v.position_table > 0);
+    let positions = if learned_positions { p * e * 9 * w } else { 0 };
     // Merger/projector: the tower output, its norm, the wide fc1 output and activation, the
     // language-model-width output.
-    let proj = p * e * 2 * w + merged * e * (2 * w * merge / tp + text_hidden as u128);
-    block.max(proj)
+    let proj = p * e * 2 * w + merged * e * (2 * w * merge / tp + t) + deepstack;
+    // The merger's output, the DeepStack levels and their concatenation.
+    let concat = 2 * (1 + levels) * merged * t * e;
+    block.max(proj).max(positions).max(concat)
 }
 
 /// The vision side of one rank's vLLM budget.
@@ -217,9 +231,13 @@ pub(crate) fn plan(m: &Model, mm: &Multimodal, cfg: &ServeConfig, batched: u64, 
     let pixels = items as u128 * vis.channels as u128 * vis.frames() * side_pixels * (4 + e);
     let p = items as u128 * patches as u128;
     let encoder_peak = pixels + encoder_pass(mm, m.hidden, p, cfg.tp as u128, e);
-    let outputs = items as u128 * tokens as u128 * m.hidden as u128 * e;
+    // The encoder cache holds the merger's output and, for Qwen3-VL, its DeepStack levels beside
+    // it (the tower returns them concatenated: text width × (1 + levels) per token).
+    let levels = mm.merger.map_or(0, |pm| pm.deepstack as u128);
+    let outputs = items as u128 * tokens as u128 * m.hidden as u128 * (1 + levels) * e;
     Ok(VisionServe {
         weights: rank_weights(mm, m.hidden, cfg.tp, e),
+        buffers: levels * batched as u128 * m.hidden as u128 * e,
         items,
         tokens_per_item: tokens,
         patches_per_item: patches,

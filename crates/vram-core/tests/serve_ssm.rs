@@ -57,9 +57,11 @@ fn qwen35_27b_pool_gives_both_logged_figures() {
 
 /// The same launch end to end. The log's H20 is the 141 GB part (the 96 GB one cannot hold its
 /// 71 GiB pool beside 50 GiB of weights); its CUDA total is assumed to be the H200's, whose
-/// memory it shares. vram's pool: 1,538 blocks against the 1,487 logged (+3.4%: its non-KV
-/// memory 2.4 GiB below vLLM's, the Gated DeltaNet kernels' profile-run activations not being
-/// modelled).
+/// memory it shares. vLLM builds Qwen3_5ForConditionalGeneration, so the vision tower (0.86 GiB)
+/// and the encoder outputs of one 16384-token image cached through the profile are in its
+/// non-KV memory. vram's pool: 1,517 blocks against the 1,487 logged (+2.0%: its non-KV memory
+/// 1.4 GiB below vLLM's; the Gated DeltaNet kernels' profile-run activations are not modelled).
+/// Without the tower it was 1,538 (+3.4%).
 #[test]
 fn qwen35_27b_on_vllm_019_end_to_end() {
     let m = model("qwen3.5-27b");

@@ -119,3 +119,65 @@ fn unmodelled_combinations_are_refused() {
         assert!(e.contains("vLLM serving is modelled for"), "{file}: {e}");
     }
 }
+
+/// Qwen3-VL: the processor's 4096² `longest_edge` with 16-px patches merged 2×2 gives one
+/// 65536-patch image of 16384 tokens — the line vLLM printed for Qwen3-VL-2B ("Encoder cache
+/// will be initialized with a budget of 16384 tokens, and profiled with 1 image items of the
+/// maximum feature size", vllm-project/vllm#27706). DeepStack: three (max-num-batched-tokens ×
+/// text width) input buffers built with the model, and encoder outputs four text widths wide.
+#[test]
+fn qwen3_vl_profiles_one_4096_px_image_and_holds_deepstack_buffers() {
+    let m = config("validation/configs/vlm/Qwen3-VL-2B-Instruct.json");
+    let r = serve(&m, &h100()).unwrap();
+    let note = r.notes.iter().find(|n| n.starts_with("vision:")).expect("a vision note");
+    assert!(
+        note.contains("budget is 16384 tokens, profiled with 1 image(s) of the maximum size (16384 tokens, 65536 patches each)"),
+        "{note}"
+    );
+    let levels = m.multimodal.as_ref().unwrap().merger.unwrap().deepstack;
+    assert_eq!(levels, 3);
+    let lm = serve(&m.language_model(), &h100()).unwrap();
+    let batched = 8192u64; // vLLM V1's default for online serving
+    let buffers = 3 * batched * m.hidden * 2;
+    let params = m.parameters() - m.language_model().parameters();
+    assert_eq!(r.weights_bytes - lm.weights_bytes, 2 * params + buffers, "tower + merger + DeepStack buffers");
+    assert!(note.contains(&format!("{:.2} GiB of DeepStack input buffers", buffers as f64 / GIB)), "{note}");
+}
+
+/// The DeepStack levels ride with the cached encoder outputs: with a language model whose
+/// forward outweighs the encoder, the cached outputs are 4 × tokens × text width.
+#[test]
+fn qwen3_vl_caches_deepstack_levels_with_the_outputs() {
+    let m = config("validation/configs/vlm/Qwen3-VL-30B-A3B-Instruct.json");
+    let cfg = ServeConfig { model_runner: Some(ModelRunner::V1), ..h100() };
+    let r = serve(&m, &cfg).unwrap();
+    assert!(r.activation_peak_at.contains("encoder outputs cached"), "{}", r.activation_peak_at);
+    let lm = serve(&m.language_model(), &cfg).unwrap();
+    // One 16384-token image, its merger output and three DeepStack levels, in bf16.
+    let outputs = 16_384 * m.hidden * 4 * 2;
+    assert_eq!(r.activation_peak_bytes - lm.activation_peak_bytes, outputs);
+}
+
+/// Qwen3.5's checkpoints are vision-language models: vram reads the config as its language
+/// model for training (AutoModelForCausalLM), but vLLM builds Qwen3_5ForConditionalGeneration,
+/// tower included, unless --language-model-only.
+#[test]
+fn qwen35_is_served_with_its_tower_unless_language_model_only() {
+    let m = config("validation/configs/vlm/Qwen3.5-27B.json");
+    assert!(m.multimodal.is_none() && m.vision_unloaded.is_some());
+    let cfg = ServeConfig { vllm_version: vram_core::serve::VllmVersion { major: 0, minor: 19 }, ..h100() };
+    let with_tower = serve(&m, &cfg).unwrap();
+    let lm_only = serve(&m, &ServeConfig { language_model_only: true, ..cfg.clone() }).unwrap();
+    let mut vl = m.clone();
+    vl.load_vision();
+    let tower = vl.parameters() - m.parameters();
+    // No DeepStack in Qwen3.5's tower: the weights grow by the tower and merger alone.
+    assert_eq!(with_tower.weights_bytes - lm_only.weights_bytes, 2 * tower);
+    assert!(with_tower.notes.iter().any(|n| n.starts_with("vision:") && n.contains("16384 tokens, 65536 patches")));
+    assert!(lm_only.notes.iter().any(|n| n.starts_with("--language-model-only")));
+    assert!(!lm_only.notes.iter().any(|n| n.starts_with("vision:")));
+    // Images off without --language-model-only is refused, naming the flag that serves the
+    // language model alone.
+    let e = serve(&m, &ServeConfig { mm_limit_per_prompt: Some(0), ..cfg }).unwrap_err().to_string();
+    assert!(e.contains("--language-model-only"), "{e}");
+}

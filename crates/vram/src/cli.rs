@@ -577,6 +577,10 @@ pub struct ServeArgs {
     /// vLLM `--enforce-eager` (no CUDA graphs).
     #[arg(long)]
     pub enforce_eager: bool,
+    /// vLLM `--language-model-only`: serve a vision-language checkpoint (Qwen3.5, Qwen3-VL, …) as
+    /// its language model, without the vision tower or its encoder profile.
+    #[arg(long)]
+    pub language_model_only: bool,
     /// vLLM `--enable-prefix-caching` [default: vLLM's: on, but off for state-space and hybrid
     /// models before 0.27]; for those models it keeps two recurrent states per request.
     #[arg(long, overrides_with = "no_enable_prefix_caching")]

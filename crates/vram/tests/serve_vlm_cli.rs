@@ -102,3 +102,24 @@ fn bad_multimodal_flags_are_usage_errors() {
     let e = fails(&["serve", "--model", QWEN, "-g", "h100", "--pipeline-parallel-size", "2"], 2);
     assert!(e.contains("vision-language"), "{e}");
 }
+
+/// Qwen3.5: `vram estimate` reads its config as the language model (what AutoModelForCausalLM
+/// trains), `vram serve` as vLLM builds it — tower included — unless `--language-model-only`,
+/// given directly or in a pasted command; the training-only warning is not shown for serving.
+#[test]
+fn qwen35_serves_with_its_tower_and_language_model_only_drops_it() {
+    const Q35: &str = "../../validation/configs/vlm/Qwen3.5-27B.json";
+    let full = json(&["serve", "--model", Q35, "-g", "h200"]);
+    assert!(vision_note(&full).contains("16384 tokens, 65536 patches each"), "{}", vision_note(&full));
+    let lm = json(&["serve", "--model", Q35, "-g", "h200", "--language-model-only"]);
+    let w = |v: &serde_json::Value| gpu0(v)["weights_bytes"].as_u64().unwrap();
+    assert!(w(&full) > w(&lm) + (800 << 20), "the tower is ~0.86 GiB: {} vs {}", w(&full), w(&lm));
+    let out = util::vram().args(["serve", "-g", "h200", "--json", "--", "vllm", "serve", Q35, "--language-model-only"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let pasted: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(w(&pasted), w(&lm));
+    let text = util::vram().args(["serve", "--model", Q35, "-g", "h200"]).output().unwrap();
+    let out = String::from_utf8_lossy(&text.stdout);
+    assert!(out.contains("warning: Qwen3-VL: a 27-block vision tower"), "{out}");
+    assert!(!out.contains("AutoModelForCausalLM"), "{out}");
+}

@@ -46,7 +46,8 @@ const VLLM_VALUE: &[(&str, &str)] = &[
     ("--mamba-cache-mode", "--mamba-cache-mode"),
     ("--mamba-ssm-cache-dtype", "--mamba-ssm-cache-dtype"),
 ];
-const VLLM_FLAG: &[&str] = &["--enforce-eager", "--enable-lora", "--enable-prefix-caching", "--no-enable-prefix-caching"];
+const VLLM_FLAG: &[&str] =
+    &["--enforce-eager", "--enable-lora", "--enable-prefix-caching", "--no-enable-prefix-caching", "--language-model-only"];
 /// vLLM flags that change no GPU memory vram accounts (network, logging, tokenizer, templates,
 /// loading sources; CUDA graphs are outside vLLM's budget and said in every report).
 const VLLM_NO_MEMORY: &[&str] = &[

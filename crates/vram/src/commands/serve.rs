@@ -412,6 +412,13 @@ pub struct VllmServe {
 
 /// Resolve the flags and compute vLLM's accounting.
 pub fn vllm(a: &ServeArgs, mut model: Model) -> Result<VllmServe> {
+    // vLLM builds the checkpoint's whole architecture (a Qwen3.5 config's tower included, which
+    // a training estimate leaves out) unless --language-model-only.
+    if a.language_model_only {
+        model.warnings.retain(|w| !w.starts_with(vram_core::model::LM_ONLY_WARNING));
+    } else {
+        model.load_vision();
+    }
     // vLLM sizes a vision-language model by its largest image, not the training image size.
     model.drop_image_assumption();
     let g = resolve::gpu(&a.gpu)?;
@@ -446,6 +453,7 @@ pub fn vllm(a: &ServeArgs, mut model: Model) -> Result<VllmServe> {
         cpu_offload_bytes: cpu_offload(a.cpu_offload_gb)?,
         mm_limit_per_prompt: a.limit_mm_per_prompt.as_deref().map(image_limit).transpose()?.flatten(),
         mm_max_pixels: a.mm_processor_kwargs.as_deref().map(max_pixels).transpose()?.flatten(),
+        language_model_only: a.language_model_only,
         prefix_caching: match (a.enable_prefix_caching, a.no_enable_prefix_caching) {
             (true, _) => Some(true),
             (_, true) => Some(false),
