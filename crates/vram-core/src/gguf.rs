@@ -122,7 +122,7 @@ pub enum MetaValue {
 }
 
 impl MetaValue {
-    fn as_u64(&self) -> Option<u64> {
+    pub(crate) fn as_u64(&self) -> Option<u64> {
         match self {
             MetaValue::Int(i) => u64::try_from(*i).ok(),
             _ => None,
@@ -535,21 +535,6 @@ impl Gguf {
     /// The hyper-parameters llama.cpp reads, with the key named when one is missing.
     pub fn hparams(&self, file: &str) -> Result<HParams> {
         let arch = self.architecture().ok_or_else(|| Error::Gguf { file: file.into(), message: "no general.architecture".into() })?;
-        // Recurrent and hybrid architectures keep a per-sequence state (llama-memory-recurrent.cpp,
-        // llama-memory-hybrid.cpp) beside or instead of a KV cache, and their per-layer head
-        // counts mark which layers are attention: read as attention everywhere, the KV cache
-        // would be counted for every layer. Refused until modelled.
-        let recurrent = ["ssm.conv_kernel", "ssm.state_size", "wkv.head_size", "shortconv.l_cache"]
-            .iter()
-            .any(|k| self.metadata.contains_key(&format!("{arch}.{k}")));
-        if recurrent || RECURRENT_ARCHS.contains(&arch) {
-            return Err(Error::Gguf {
-                file: file.into(),
-                message: format!(
-                    "`{arch}` is a recurrent or attention/state-space hybrid architecture: llama.cpp keeps a per-sequence recurrent state beside its KV cache, which vram does not plan for llama.cpp yet (vLLM serving of Mamba, Mamba-2, Jamba, Bamba, Granite-4.0-H, Nemotron-H, Falcon-H1, Qwen3-Next and Qwen3.5 from their config.json is)"
-                ),
-            });
-        }
         let need = |k: &str| {
             self.arch_u64(k).ok_or_else(|| Error::MissingKey {
                 file: file.into(),
@@ -559,9 +544,14 @@ impl Gguf {
         };
         let layers = need("block_count")?;
         let embd = need("embedding_length")?;
-        let heads = need("attention.head_count")?;
+        // State-space and hybrid models keep a per-sequence state beside (or instead of) a KV
+        // cache, and their per-layer head counts say which layers are attention
+        // (llama_recurrent.rs); a model without attention layers has no heads to need.
+        let recurrent = if layers <= 10_000 { crate::llama_recurrent::read(self, arch, layers, embd, file)? } else { None };
+        let attention_free = recurrent.as_ref().is_some_and(|r| r.attention_layers == 0);
+        let heads = if attention_free { self.arch_u64("attention.head_count").unwrap_or(0) } else { need("attention.head_count")? };
         let kv_heads = self.arch_u64("attention.head_count_kv").unwrap_or(heads);
-        if kv_heads == 0 {
+        if kv_heads == 0 && !attention_free {
             return Err(Error::Gguf {
                 file: file.into(),
                 message: format!("`{arch}.attention.head_count_kv` is 0: attention needs at least one KV head (the file is corrupt)"),
@@ -574,7 +564,7 @@ impl Gguf {
             _ => None,
         });
         let dims = [embd, heads, kv_heads, head_k, head_v, self.arch_u64("feed_forward_length").unwrap_or(0)];
-        if layers == 0 || layers > 10_000 || heads == 0 || embd == 0 || dims.iter().any(|&d| d > 1 << 24) {
+        if layers == 0 || layers > 10_000 || (heads == 0 && !attention_free) || embd == 0 || dims.iter().any(|&d| d > 1 << 24) {
             return Err(Error::Gguf {
                 file: file.into(),
                 message: format!("implausible dimensions: {layers} layers, {heads} heads, {embd} wide"),
@@ -588,7 +578,8 @@ impl Gguf {
             kv_heads,
             head_k,
             head_v,
-            ff: self.arch_u64("feed_forward_length").unwrap_or(4 * embd),
+            // A pure state-space model has no MLP (Mamba's mixer is the whole layer).
+            ff: self.arch_u64("feed_forward_length").unwrap_or(if attention_free { 0 } else { 4 * embd }),
             vocab: vocab.unwrap_or(0),
             context_length: self.arch_u64("context_length").unwrap_or(0),
             sliding_window: match (arch, self.arch_u64("attention.sliding_window")) {
@@ -598,32 +589,10 @@ impl Gguf {
                 ("llama4", _) => Some(8192),
                 (_, w) => w.filter(|&w| w > 0),
             },
+            recurrent,
         })
     }
 }
-
-/// llama.cpp architectures with a recurrent state (llama-arch.cpp names; `llm_arch_is_recurrent`
-/// and `llm_arch_is_hybrid`), refused even where a file lacks the `ssm.*` keys.
-const RECURRENT_ARCHS: &[&str] = &[
-    "mamba",
-    "mamba2",
-    "jamba",
-    "falcon-h1",
-    "granitehybrid",
-    "nemotron_h",
-    "nemotron_h_moe",
-    "plamo2",
-    "qwen3next",
-    "qwen35",
-    "qwen35moe",
-    "lfm2",
-    "lfm2moe",
-    "rwkv6",
-    "rwkv6qwen2",
-    "rwkv7",
-    "arwkv7",
-    "kimi-linear",
-];
 
 /// The hyper-parameters of a GGUF model that memory depends on.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -650,6 +619,8 @@ pub struct HParams {
     pub context_length: u64,
     /// Sliding window, when the model has one.
     pub sliding_window: Option<u64>,
+    /// The recurrent state of a state-space or hybrid model, and which layers have a KV cache.
+    pub recurrent: Option<crate::llama_recurrent::Recurrent>,
 }
 
 /// Architectures whose sliding-window layers llama.cpp sizes by the window, and their pattern
@@ -714,6 +685,10 @@ pub struct LlamaCppPlan {
     pub gpu_kv_bytes: u64,
     /// KV cache in RAM (layers not offloaded).
     pub cpu_kv_bytes: u64,
+    /// Recurrent state in VRAM of a state-space or hybrid model ("CUDA0 RS buffer size").
+    pub gpu_state_bytes: u64,
+    /// Recurrent state in RAM (layers not offloaded).
+    pub cpu_state_bytes: u64,
     /// Compute buffer in VRAM ("CUDA0 compute buffer size"), modelled.
     pub gpu_compute_bytes: u64,
     /// CUDA context and libraries.
@@ -749,8 +724,10 @@ pub fn llama_cpp_with(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides)
     // it follows the layer's device (llama-kv-cache.cpp `model.dev_layer(il)`), never -ot.
     let gpu_kv = kv_layers_bytes(hp, c, ctx, first_gpu, hp.layers);
     let cpu_kv = kv_layers_bytes(hp, c, ctx, 0, first_gpu);
+    let state = |from: u64, to: u64| (from..to).fold(0u64, |a, il| a.saturating_add(state_layer_bytes(hp, c, il)));
+    let (gpu_state, cpu_state) = (state(first_gpu, hp.layers), state(0, first_gpu));
     let compute = if gpu_layers == 0 && !output_on_gpu { 0 } else { compute_buffer_bytes(hp, c, ctx, output_on_gpu) };
-    let total = w.gpu.saturating_add(gpu_kv).saturating_add(compute).saturating_add(c.cuda_overhead);
+    let total = w.gpu.saturating_add(gpu_kv).saturating_add(gpu_state).saturating_add(compute).saturating_add(c.cuda_overhead);
     Ok(LlamaCppPlan {
         gpu_layers,
         output_on_gpu,
@@ -763,6 +740,8 @@ pub fn llama_cpp_with(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides)
         overridden_tensors: w.overridden,
         gpu_kv_bytes: gpu_kv,
         cpu_kv_bytes: cpu_kv,
+        gpu_state_bytes: gpu_state,
+        cpu_state_bytes: cpu_state,
         gpu_compute_bytes: compute,
         cuda_overhead_bytes: c.cuda_overhead,
         gpu_total_bytes: total,
@@ -774,11 +753,20 @@ pub fn llama_cpp_with(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides)
 /// GGML_PAD(min(ctx, n_swa × n_seq + n_ubatch), 256) cells (llama-kv-cache-iswa.cpp, with
 /// llama-server's unified KV cache: n_seq = --parallel).
 pub fn kv_layer_bytes(hp: &HParams, c: &LlamaCppConfig, ctx: u64, il: u64) -> u64 {
+    if hp.recurrent.as_ref().is_some_and(|r| !r.has_kv(il)) {
+        return 0;
+    }
     let cells = match hp.sliding_window.filter(|_| hp.is_swa_layer(il)) {
         Some(w) => w.saturating_mul(c.parallel).saturating_add(c.ubatch).min(ctx).div_ceil(256).saturating_mul(256),
         None => ctx,
     };
     (cells as f64 * (hp.kv_heads * (hp.head_k + hp.head_v)) as f64 * c.kv_bytes) as u64
+}
+
+/// The recurrent state of layer `il` (0 for an attention layer or a model without one): one f32
+/// state per `--parallel` sequence, on the layer's device (llama_recurrent.rs).
+pub fn state_layer_bytes(hp: &HParams, c: &LlamaCppConfig, il: u64) -> u64 {
+    hp.recurrent.as_ref().map_or(0, |r| r.layer_bytes(il, c.parallel))
 }
 
 /// KV bytes of layers `from..to` (see [`kv_layer_bytes`]).
@@ -805,10 +793,13 @@ pub fn compute_buffer_bytes(hp: &HParams, c: &LlamaCppConfig, ctx: u64, with_out
     let hidden = u * hp.embd as f64 * 4.0;
     let mask = ctx as f64 * u * if c.flash_attn { 2.0 } else { 4.0 };
     let scores = if c.flash_attn { 0.0 } else { ctx as f64 * u * hp.heads as f64 * 4.0 };
-    let attn = scores + mask + 4.0 * hidden;
+    let has_attention = hp.recurrent.as_ref().is_none_or(|r| r.attention_layers > 0);
+    let attn = if has_attention { scores + mask + 4.0 * hidden } else { 0.0 };
     let ffn = 3.0 * u * hp.ff as f64 * 4.0 + 2.0 * hidden;
     let output = if with_output { u * hp.vocab as f64 * 4.0 + hidden } else { 0.0 };
-    attn.max(ffn).max(output) as u64
+    // A state-space or hybrid model's mixer layers (llama_recurrent.rs; modelled, not checked).
+    let mixer = hp.recurrent.as_ref().map_or(0.0, |r| r.mixer_phase_bytes(u as u64, c.parallel, hp.embd) as f64);
+    attn.max(ffn).max(output).max(mixer) as u64
 }
 
 /// Weight bytes by device, and what the overrides moved.

@@ -25,6 +25,7 @@ pub mod fit;
 pub mod gguf;
 pub mod gpu;
 pub mod job;
+pub mod llama_recurrent;
 pub mod llama_split;
 pub mod measurement;
 pub mod memory;

@@ -24,7 +24,8 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::gguf::{
-    compute_buffer_bytes, kv_layer_bytes, layer_of, tied_output_bytes, Gguf, HParams, LlamaCppConfig, Overrides, TensorInfo,
+    compute_buffer_bytes, kv_layer_bytes, layer_of, state_layer_bytes, tied_output_bytes, Gguf, HParams, LlamaCppConfig, Overrides,
+    TensorInfo,
 };
 
 /// How llama.cpp spreads a model over GPUs (`--split-mode`).
@@ -157,6 +158,8 @@ pub struct DevicePlan {
     pub row_split_bytes: u64,
     /// "CUDAn KV buffer size".
     pub kv_bytes: u64,
+    /// "CUDAn RS buffer size": a state-space or hybrid model's recurrent state.
+    pub state_bytes: u64,
     /// "CUDAn compute buffer size", modelled.
     pub compute_bytes: u64,
     /// CUDA context and libraries.
@@ -178,6 +181,8 @@ pub struct SplitPlan {
     pub cpu_weights_bytes: u64,
     /// KV of layers not offloaded.
     pub cpu_kv_bytes: u64,
+    /// Recurrent state of layers not offloaded.
+    pub cpu_state_bytes: u64,
     /// Whether llama.cpp enables pipeline parallelism (4 copies of the graph inputs per GPU).
     pub pipeline_parallel: bool,
     /// The largest per-GPU total.
@@ -213,15 +218,19 @@ pub fn plan(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides, m: &Multi
     if let Some(Some(d)) = devs.last() {
         out[*d].weights_bytes = out[*d].weights_bytes.saturating_add(tied_output_bytes(g));
     }
-    let mut cpu_kv = 0u64;
+    let (mut cpu_kv, mut cpu_state) = (0u64, 0u64);
     for (il, d) in devs.iter().enumerate().take(hp.layers as usize) {
-        let kv = kv_layer_bytes(hp, c, ctx, il as u64);
+        let (kv, state) = (kv_layer_bytes(hp, c, ctx, il as u64), state_layer_bytes(hp, c, il as u64));
         match d {
             Some(d) => {
                 out[*d].layers += 1;
                 out[*d].kv_bytes = out[*d].kv_bytes.saturating_add(kv);
+                out[*d].state_bytes = out[*d].state_bytes.saturating_add(state);
             }
-            None => cpu_kv = cpu_kv.saturating_add(kv),
+            None => {
+                cpu_kv = cpu_kv.saturating_add(kv);
+                cpu_state = cpu_state.saturating_add(state);
+            }
         }
     }
     if let Some(Some(d)) = devs.last() {
@@ -243,6 +252,7 @@ pub fn plan(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides, m: &Multi
         devices: out,
         cpu_weights_bytes: cpu_weights,
         cpu_kv_bytes: cpu_kv,
+        cpu_state_bytes: cpu_state,
         pipeline_parallel: pipeline,
         max_device_total_bytes: max,
     })
@@ -257,7 +267,7 @@ fn finish(d: &mut DevicePlan, hp: &HParams, c: &LlamaCppConfig, ctx: u64, pipeli
         d.compute_bytes = d.compute_bytes.saturating_add((PIPELINE_COPIES - 1).saturating_mul(graph_inputs(hp, c, ctx)));
     }
     d.cuda_overhead_bytes = c.cuda_overhead;
-    d.total_bytes = [d.weights_bytes, d.row_split_bytes, d.kv_bytes, d.compute_bytes, d.cuda_overhead_bytes]
+    d.total_bytes = [d.weights_bytes, d.row_split_bytes, d.kv_bytes, d.state_bytes, d.compute_bytes, d.cuda_overhead_bytes]
         .iter()
         .fold(0u64, |a, b| a.saturating_add(*b));
 }

@@ -124,6 +124,8 @@ pub struct LlamaCppDevice {
     pub model: Option<LogSize>,
     /// "llama_kv_cache…: CUDA0 KV buffer size".
     pub kv: Option<LogSize>,
+    /// "llama_memory_recurrent: CUDA0 RS buffer size": a state-space or hybrid model's state.
+    pub state: Option<LogSize>,
     /// "sched_reserve: / llama_context: / llama_new_context_with_model: CUDA0 compute buffer size".
     pub compute: Option<LogSize>,
 }
@@ -438,7 +440,8 @@ fn parse_llama_cpp(text: &str) -> (LlamaCppLog, usize) {
             let known = ["load_tensors", "llama_context", "llama_new_context_with_model", "llama_init_from_model", "sched_reserve"]
                 .iter()
                 .any(|k| name.ends_with(k))
-                || name.contains("llama_kv_cache");
+                || name.contains("llama_kv_cache")
+                || name.ends_with("llama_memory_recurrent");
             known.then(|| (name, &line[i + 1..]))
         }) else {
             continue;
@@ -452,7 +455,7 @@ fn parse_llama_cpp(text: &str) -> (LlamaCppLog, usize) {
         let Some(i) = body.find(" buffer size =") else { continue };
         let words: Vec<&str> = body[..i].split_whitespace().collect();
         let (kind, device) = match words.as_slice() {
-            [.., dev, k] if ["model", "KV", "compute"].contains(k) => (*k, *dev),
+            [.., dev, k] if ["model", "KV", "RS", "compute"].contains(k) => (*k, *dev),
             [dev] if func.ends_with("load_tensors") => ("model", *dev),
             _ => continue,
         };
@@ -467,6 +470,7 @@ fn parse_llama_cpp(text: &str) -> (LlamaCppLog, usize) {
         let slot = match kind {
             "model" => &mut d.model,
             "KV" => &mut d.kv,
+            "RS" => &mut d.state,
             _ => &mut d.compute,
         };
         // A device may print several buffers of one kind (e.g. per KV-cache type): add them.
@@ -725,5 +729,19 @@ llama_context:  CUDA_Host  output buffer size =     0.49 MiB
         ] {
             assert!(parse(t).is_err(), "{t}");
         }
+    }
+
+    /// llama.cpp's hybrid memory prints the recurrent state as its own buffer (ggml-org/llama.cpp
+    /// src/llama-memory-recurrent.cpp), read beside the KV cache of the attention layers.
+    #[test]
+    fn llama_cpp_recurrent_state_buffer() {
+        let text = "0.15.050.780 I llama_memory_recurrent:      CUDA0 RS buffer size =   448.88 MiB
+0.15.050.795 I llama_memory_recurrent: size =  448.88 MiB (     3 cells,  65 layers,  3 seqs  0 rs_seq), R (f32):   16.88 MiB, S (f32):  432.00 MiB
+0.15.060.001 I llama_kv_cache:      CUDA0 KV buffer size =  4096.00 MiB
+0.15.070.001 I sched_reserve:      CUDA0 compute buffer size =   501.00 MiB";
+        let StartupLog::LlamaCpp(l) = parse(text).unwrap() else { panic!("not llama.cpp") };
+        let d = &l.devices[0];
+        assert_eq!(d.state.as_ref().map(|s| s.printed.as_str()), Some("448.88 MiB"));
+        assert!(d.kv.is_some() && d.compute.is_some());
     }
 }

@@ -87,18 +87,112 @@ fn hostile_headers_are_clear_errors() {
     assert!(err(&w.bytes()).contains("overflow"));
 }
 
-/// A hybrid's per-layer head counts would read as attention everywhere: refused, by its `ssm.*`
-/// keys or its architecture name.
+/// A recurrent architecture llama.cpp sizes differently (RWKV), or an unknown one with `ssm.*`
+/// keys, is refused by name: read as attention everywhere its KV cache would be wrong.
 #[test]
-fn recurrent_and_hybrid_architectures_are_refused() {
+fn unmodelled_recurrent_architectures_are_refused() {
     let mut w = tiny_llama();
     w.u32("llama.ssm.conv_kernel", 4).u32("llama.ssm.state_size", 128);
     let e = parsed(&w.bytes()).hparams("h.gguf").unwrap_err().to_string();
-    assert!(e.contains("recurrent") && e.contains("`llama`"), "{e}");
+    assert!(e.contains("recurrent state") && e.contains("`llama`"), "{e}");
     let mut w = Writer::default();
-    w.str("general.architecture", "qwen3next").u32("qwen3next.block_count", 4).u32("qwen3next.embedding_length", 256);
+    w.str("general.architecture", "rwkv7").u32("rwkv7.block_count", 4).u32("rwkv7.embedding_length", 256);
+    let e = parsed(&w.bytes()).hparams("r.gguf").unwrap_err().to_string();
+    assert!(e.contains("`rwkv7`") && e.contains("RWKV"), "{e}");
+}
+
+#[test]
+fn hybrid_gguf_keeps_kv_on_attention_layers_and_a_state_per_sequence() {
+    let g = parsed(&tiny_qwen35(8).bytes());
+    let hp = g.hparams("q.gguf").unwrap();
+    let r = hp.recurrent.as_ref().expect("a recurrent layout");
+    assert_eq!((r.attention_layers, r.state_layers), (2, 6));
+    // conv: (4 − 1) × (2048 + 2 × 16 × 128); SSM: 128 × 2048.
+    assert_eq!((r.n_embd_r, r.n_embd_s), (3 * 6144, 128 * 2048));
+    let cfg = LlamaCppConfig { n_gpu_layers: 999, ctx: 4096, ubatch: 512, parallel: 2, flash_attn: true, kv_bytes: 2.0, cuda_overhead: 0 };
+    let p = llama_cpp(&g, &hp, &cfg).unwrap();
+    // KV on layers 3 and 7 only: 2 × 4096 × 2 KV heads × (256 + 256) × 2 bytes.
+    assert_eq!(p.gpu_kv_bytes, 2 * 4096 * 2 * 512 * 2);
+    // States: 6 layers × 2 sequences × (18432 + 262144) f32, whatever the context.
+    let state = 6 * 2 * (3 * 6144 + 128 * 2048) * 4;
+    assert_eq!(p.gpu_state_bytes, state);
+    assert_eq!(llama_cpp(&g, &hp, &LlamaCppConfig { ctx: 65_536, ..cfg }).unwrap().gpu_state_bytes, state);
+    assert_eq!(p.gpu_total_bytes, p.gpu_weights_bytes + p.gpu_kv_bytes + state + p.gpu_compute_bytes);
+    // -ngl 4: layers 4–7 on the GPU (3 state layers, 1 attention layer); the rest in RAM.
+    let half = llama_cpp(&g, &hp, &LlamaCppConfig { n_gpu_layers: 4, ..cfg }).unwrap();
+    assert_eq!((half.gpu_state_bytes, half.cpu_state_bytes), (state / 2, state / 2));
+    assert_eq!(half.gpu_kv_bytes * 2, p.gpu_kv_bytes);
+    // A multi-token-prediction layer at the end keeps no state (llama.cpp#23792's Qwen3.6-27B log
+    // skips it).
+    let mut w = tiny_qwen35(8);
+    w.u32("qwen35.nextn_predict_layers", 1);
+    let hp = parsed(&w.bytes()).hparams("q.gguf").unwrap();
+    assert_eq!(hp.recurrent.as_ref().map(|r| (r.state_layers, r.attention_layers)), Some((6, 2)));
+    // Without its inner size the state cannot be sized: the key is named.
+    let mut w = Writer::default();
+    w.decoder("qwen35", [8, 4096, 1024, 3584, 8, 2]).u32("qwen35.ssm.conv_kernel", 4).u32("qwen35.ssm.state_size", 128);
     let e = parsed(&w.bytes()).hparams("q.gguf").unwrap_err().to_string();
-    assert!(e.contains("`qwen3next`") && e.contains("not plan"), "{e}");
+    assert!(e.contains("qwen35.ssm.inner_size"), "{e}");
+}
+
+/// A hybrid's scalar keys, leaving its per-layer arrays to the test.
+fn bare(arch: &str, layers: u32) -> Writer {
+    let mut w = Writer::default();
+    w.str("general.architecture", arch)
+        .u32(&format!("{arch}.block_count"), layers)
+        .u32(&format!("{arch}.context_length"), 131_072)
+        .u32(&format!("{arch}.embedding_length"), 1024)
+        .u32(&format!("{arch}.attention.head_count"), 8);
+    w
+}
+
+/// Mamba: no attention at all (its head counts are 0), a state on every layer, no MLP; Jamba and
+/// Nemotron-H tell their layers apart by per-layer KV-head (and MLP-width) arrays.
+#[test]
+fn state_space_and_per_layer_hybrids() {
+    let cfg = LlamaCppConfig { n_gpu_layers: 999, ctx: 4096, ubatch: 512, parallel: 1, flash_attn: true, kv_bytes: 2.0, cuda_overhead: 0 };
+    let mut w = Writer::default();
+    w.decoder("mamba", [4, 1_048_576, 768, 0, 0, 0])
+        .u32("mamba.ssm.conv_kernel", 4)
+        .u32("mamba.ssm.inner_size", 1536)
+        .u32("mamba.ssm.state_size", 16)
+        .u32("mamba.ssm.time_step_rank", 48)
+        .tokens(512);
+    w.tensor("token_embd.weight", &[768, 512], F32).tensor("blk.0.ssm_in.weight", &[768, 3072], F32);
+    let g = parsed(&w.bytes());
+    let hp = g.hparams("m.gguf").unwrap();
+    assert_eq!(hp.ff, 0);
+    let p = llama_cpp(&g, &hp, &cfg).unwrap();
+    assert_eq!(p.gpu_kv_bytes, 0);
+    assert_eq!(p.gpu_state_bytes, 4 * (3 * 1536 + 16 * 1536) * 4);
+    let mut w = bare("jamba", 8);
+    w.u32("jamba.feed_forward_length", 4096)
+        .u32_array("jamba.attention.head_count_kv", &[0, 0, 0, 2, 0, 0, 0, 2])
+        .u32("jamba.ssm.conv_kernel", 4)
+        .u32("jamba.ssm.inner_size", 2048)
+        .u32("jamba.ssm.state_size", 16)
+        .tokens(512);
+    let hp = parsed(&w.bytes()).hparams("j.gguf").unwrap();
+    assert_eq!(hp.recurrent.as_ref().map(|r| (r.attention_layers, r.state_layers)), Some((2, 6)));
+    assert_eq!(hp.kv_heads, 2);
+    // Nemotron-H: attention (KV heads, no MLP), Mamba-2 (neither) and MLP layers (an MLP width).
+    let mut w = bare("nemotron_h", 6);
+    w.u32_array("nemotron_h.attention.head_count_kv", &[0, 0, 2, 0, 0, 0])
+        .u32_array("nemotron_h.feed_forward_length", &[0, 4096, 0, 4096, 0, 4096])
+        .u32("nemotron_h.ssm.conv_kernel", 4)
+        .u32("nemotron_h.ssm.inner_size", 2048)
+        .u32("nemotron_h.ssm.state_size", 128)
+        .u32("nemotron_h.ssm.group_count", 8)
+        .tokens(512);
+    let hp = parsed(&w.bytes()).hparams("n.gguf").unwrap();
+    let r = hp.recurrent.as_ref().unwrap();
+    assert_eq!((r.attention_layers, r.state_layers), (1, 2));
+    assert_eq!(r.state, vec![true, false, false, false, true, false]);
+    // A per-layer array of the wrong length is an error, not a guess.
+    let mut w = bare("jamba", 8);
+    w.u32_array("jamba.attention.head_count_kv", &[0, 2]).u32("jamba.ssm.conv_kernel", 4);
+    let e = parsed(&w.bytes()).hparams("j.gguf").unwrap_err().to_string();
+    assert!(e.contains("2 values for 8 layers"), "{e}");
 }
 
 #[test]

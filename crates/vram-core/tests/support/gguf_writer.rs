@@ -71,6 +71,18 @@ impl Writer {
         self.n_kv += 1;
         self
     }
+    /// An array of u32 (a per-layer value such as `attention.head_count_kv`).
+    pub fn u32_array(&mut self, k: &str, v: &[u32]) -> &mut Self {
+        s(&mut self.kv, k);
+        self.kv.extend(9u32.to_le_bytes());
+        self.kv.extend(4u32.to_le_bytes());
+        self.kv.extend((v.len() as u64).to_le_bytes());
+        for x in v {
+            self.kv.extend(x.to_le_bytes());
+        }
+        self.n_kv += 1;
+        self
+    }
     pub fn tokens(&mut self, n: usize) -> &mut Self {
         s(&mut self.kv, "tokenizer.ggml.tokens");
         self.kv.extend(9u32.to_le_bytes());
@@ -141,11 +153,42 @@ pub fn tiny_llama() -> Writer {
     w
 }
 
+/// A Qwen3.5 GGUF (Gated DeltaNet hybrid; qwen35.* keys as llama.cpp's converter writes them):
+/// every 4th layer attention with a KV cache, the others one f32 state per sequence
+/// (llama_recurrent.rs), each on its layer's device.
+pub fn tiny_qwen35(layers: u32) -> Writer {
+    let mut w = Writer::default();
+    w.decoder("qwen35", [layers, 262_144, 1024, 3584, 8, 2])
+        .u32("qwen35.attention.key_length", 256)
+        .u32("qwen35.attention.value_length", 256)
+        .u32("qwen35.ssm.conv_kernel", 4)
+        .u32("qwen35.ssm.state_size", 128)
+        .u32("qwen35.ssm.group_count", 16)
+        .u32("qwen35.ssm.time_step_rank", 16)
+        .u32("qwen35.ssm.inner_size", 2048)
+        .u32("qwen35.full_attention_interval", 4)
+        .tokens(1024);
+    w.tensor("token_embd.weight", &[1024, 1024], Q8_0);
+    for i in 0..layers {
+        w.tensor(&format!("blk.{i}.attn_norm.weight"), &[1024], F32).tensor(&format!("blk.{i}.ffn_down.weight"), &[3584, 1024], Q8_0);
+    }
+    w.tensor("output.weight", &[1024, 1024], Q8_0);
+    w
+}
+
 /// [`tiny_llama`] written to `dir` as `tiny.gguf`, padded to 4 MiB so the tensor data its header
 /// promises is in the file (the CLI checks that); returns its path.
 pub fn write_tiny_llama(dir: &std::path::Path) -> String {
-    let path = dir.join("tiny.gguf");
-    std::fs::write(&path, tiny_llama().bytes()).unwrap();
-    std::fs::File::options().write(true).open(&path).unwrap().set_len(4 << 20).unwrap();
+    write_padded(dir, "tiny.gguf", &tiny_llama())
+}
+
+/// A writer's header written to `dir/name`, padded (sparse, at least 4 MiB) so the tensor data
+/// its header promises is in the file; returns its path.
+pub fn write_padded(dir: &std::path::Path, name: &str, w: &Writer) -> String {
+    let path = dir.join(name);
+    let bytes = w.bytes();
+    let len = (4u64 << 20).max(bytes.len() as u64 + w.next_offset + 64);
+    std::fs::write(&path, bytes).unwrap();
+    std::fs::File::options().write(true).open(&path).unwrap().set_len(len).unwrap();
     path.display().to_string()
 }

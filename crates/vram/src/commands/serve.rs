@@ -850,6 +850,13 @@ fn ollama_launch(a: &ServeArgs, hp: &vram_core::gguf::HParams, vram: u64) -> Res
         }
         return Ok(None);
     }
+    if hp.recurrent.is_some() {
+        return Err(UsageError(format!(
+            "`{}` is a state-space or hybrid model: Ollama runs such models in its own engine, whose recurrent cache vram does not model; drop --engine ollama to plan the same GGUF under llama.cpp",
+            hp.architecture
+        ))
+        .into());
+    }
     if a.ctx_size.is_some() || a.max_model_len.is_some() {
         return Err(UsageError(
             "under --engine ollama the context is --num-ctx (Ollama's num_ctx, per request); --ctx-size/--max-model-len are not Ollama's"

@@ -67,13 +67,25 @@ pub fn text(s: &LlamaCppServe, p: &SplitPlan, fit: Option<u64>) -> String {
             format!("{}{}", d.layers, if d.output { "+out" } else { "" }),
             gib(d.weights_bytes),
             gib(d.row_split_bytes),
-            gib(d.kv_bytes),
+            gib(d.kv_bytes + d.state_bytes),
             gib(d.compute_bytes),
             gib(d.cuda_overhead_bytes),
             gib(d.total_bytes)
         );
     }
-    let _ = writeln!(out, "  {:<7} {:>6} {:>10} {:>10} {:>10}", "RAM", "", gib(p.cpu_weights_bytes), "", gib(p.cpu_kv_bytes));
+    let _ = writeln!(
+        out,
+        "  {:<7} {:>6} {:>10} {:>10} {:>10}",
+        "RAM",
+        "",
+        gib(p.cpu_weights_bytes),
+        "",
+        gib(p.cpu_kv_bytes + p.cpu_state_bytes)
+    );
+    if hp.recurrent.is_some() {
+        let per: Vec<String> = p.devices.iter().map(|d| format!("{} {}", d.name, gib(d.state_bytes))).collect();
+        let _ = writeln!(out, "KV GiB includes the recurrent state (llama.cpp's RS buffer, GiB): {}", per.join(" · "));
+    }
     let util = p.max_device_total_bytes as f64 / s.gpu.memory as f64;
     let verdict = if util <= 1.0 { "fits" } else { "does NOT fit" };
     let _ = writeln!(out, "fullest GPU: {:.1}% of {} — {verdict}", util * 100.0, s.gpu.name);
@@ -113,6 +125,10 @@ fn rows(p: &SplitPlan, l: &LlamaCppLog) -> Vec<Cmp> {
         let get = |f: fn(&vram_core::startup_log::LlamaCppDevice) -> &Option<LogSize>| dev.and_then(|x| f(x).clone());
         out.push(Cmp { device: d.name.clone(), buffer: "model", estimate: d.weights_bytes, log: get(|x| &x.model) });
         out.push(Cmp { device: d.name.clone(), buffer: "KV", estimate: d.kv_bytes, log: get(|x| &x.kv) });
+        let rs = get(|x| &x.state);
+        if d.state_bytes > 0 || rs.is_some() {
+            out.push(Cmp { device: d.name.clone(), buffer: "RS", estimate: d.state_bytes, log: rs });
+        }
         out.push(Cmp { device: d.name.clone(), buffer: "compute", estimate: d.compute_bytes, log: get(|x| &x.compute) });
     }
     if p.multi.mode == SplitMode::Row {

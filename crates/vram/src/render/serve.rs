@@ -319,6 +319,13 @@ pub fn llama_cpp_text(s: &LlamaCppServe) -> String {
         "{} layers · {} wide · {} heads / {} KV heads × {} · vocabulary {} · trained context {}",
         hp.layers, hp.embd, hp.heads, hp.kv_heads, hp.head_k, hp.vocab, hp.context_length
     );
+    if let Some(r) = &hp.recurrent {
+        let _ = writeln!(
+            out,
+            "{} layers with a KV cache · {} with a recurrent state of {} + {} f32 values per sequence (convolution + SSM) instead, whatever the context",
+            r.attention_layers, r.state_layers, r.n_embd_r, r.n_embd_s
+        );
+    }
     let _ = writeln!(
         out,
         "llama.cpp on {} · --n-gpu-layers {} · --ctx-size {} (padded {}) · --ubatch-size {} · --parallel {} ({} tokens each) · flash attention{}{}",
@@ -348,9 +355,12 @@ pub fn llama_cpp_text(s: &LlamaCppServe) -> String {
     );
     override_rows(&mut out, s);
     row(&mut out, "KV cache (f16 unless --kv-cache-dtype)", p.gpu_kv_bytes, p.cpu_kv_bytes);
+    if hp.recurrent.is_some() {
+        row(&mut out, "recurrent state (f32, one per --parallel seq)", p.gpu_state_bytes, p.cpu_state_bytes);
+    }
     row(&mut out, "compute buffer (modelled)", p.gpu_compute_bytes, 0);
     row(&mut out, "CUDA context + cuBLAS (assumed)", p.cuda_overhead_bytes, 0);
-    row(&mut out, "total", p.gpu_total_bytes, p.cpu_weights_bytes + p.cpu_kv_bytes);
+    row(&mut out, "total", p.gpu_total_bytes, p.cpu_weights_bytes + p.cpu_kv_bytes + p.cpu_state_bytes);
     let util = p.gpu_total_bytes as f64 / s.gpu.memory as f64;
     let _ = writeln!(out, "{:.1}% of {} — {}", util * 100.0, s.gpu.name, verdict(util));
     let _ = writeln!(out);

@@ -271,11 +271,14 @@ pub fn llama_cpp(s: &LlamaCppServe, l: &LlamaCppLog) -> Comparison {
     let mib = |q: &'static str, bytes: u64, s: &Option<LogSize>| {
         row(q, "MiB", bytes as f64 / MIB, s.as_ref().map(|s| s.gib * 1024.0), s.as_ref().map(|s| s.printed.clone()))
     };
-    let rows = vec![
+    let mut rows = vec![
         mib("model buffer per device", p.gpu_weights_bytes, &dev.model),
         mib("KV buffer", p.gpu_kv_bytes, &dev.kv),
         mib("compute buffer", p.gpu_compute_bytes, &dev.compute),
     ];
+    if p.gpu_state_bytes > 0 || dev.state.is_some() {
+        rows.insert(2, mib("RS buffer (recurrent state)", p.gpu_state_bytes, &dev.state));
+    }
     let m = |b: u64| format!("{:.2} MiB", b as f64 / MIB);
     let mut reasons: Vec<String> = largest(&rows)
         .into_iter()
@@ -288,6 +291,11 @@ pub fn llama_cpp(s: &LlamaCppServe, l: &LlamaCppLog) -> Comparison {
                 shown(&dev.model)
             ),
             "KV buffer" => format!("KV buffer: vram sizes {} for n_ctx {}; the log allocated {}", m(p.gpu_kv_bytes), p.ctx, shown(&dev.kv)),
+            "RS buffer (recurrent state)" => format!(
+                "RS buffer: vram sizes {} (one f32 state per sequence on each state layer: --parallel sets the sequences); the log allocated {}",
+                m(p.gpu_state_bytes),
+                shown(&dev.state)
+            ),
             _ => format!("compute buffer: vram models {}; the log allocated {}", m(p.gpu_compute_bytes), shown(&dev.compute)),
         })
         .collect();
