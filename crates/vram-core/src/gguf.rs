@@ -650,12 +650,39 @@ pub struct LlamaCppConfig {
     pub ubatch: u64,
     /// `--parallel` sequences.
     pub parallel: u64,
+    /// One KV cache shared by all sequences (`--kv-unified`; llama-server turns it on with its
+    /// default of 4 slots, llama.cpp PR #16736): each may fill the whole context, and a
+    /// sliding-window layer holds window × sequences + ubatch cells. Otherwise each sequence has
+    /// its own stream of ctx / parallel cells and its own window (llama-kv-cache-iswa.cpp).
+    pub unified: bool,
     /// `--flash-attn`: no materialised attention scores.
     pub flash_attn: bool,
     /// Bytes per KV element (`--cache-type-k/v f16` = 2).
     pub kv_bytes: f64,
     /// CUDA context and cuBLAS per process.
     pub cuda_overhead: u64,
+}
+
+impl LlamaCppConfig {
+    /// llama.cpp's defaults for one sequence (`-c 4096 -ub 512 -np 1 -fa on`, f16 KV) with every
+    /// layer offloaded (`-ngl 999`) and no CUDA context counted (callers add their own).
+    pub const ONE_SEQUENCE: LlamaCppConfig = LlamaCppConfig {
+        n_gpu_layers: 999,
+        ctx: 4096,
+        ubatch: 512,
+        parallel: 1,
+        unified: true,
+        flash_attn: true,
+        kv_bytes: 2.0,
+        cuda_overhead: 0,
+    };
+}
+
+impl Default for LlamaCppConfig {
+    /// [`LlamaCppConfig::ONE_SEQUENCE`].
+    fn default() -> Self {
+        Self::ONE_SEQUENCE
+    }
 }
 
 /// llama.cpp's memory on the GPU and the host.
@@ -732,7 +759,7 @@ pub fn llama_cpp_with(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides)
         gpu_layers,
         output_on_gpu,
         ctx,
-        ctx_per_sequence: ctx / c.parallel,
+        ctx_per_sequence: if c.unified { ctx } else { ctx / c.parallel },
         gpu_weights_bytes: w.gpu,
         cpu_weights_bytes: w.cpu,
         overridden_to_cpu_bytes: w.to_cpu,
@@ -750,14 +777,17 @@ pub fn llama_cpp_with(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides)
 
 /// KV cache of layer `il` at padded context `ctx`: cells × (n_embd_k_gqa + n_embd_v_gqa) × type
 /// size (llama-kv-cache.cpp), where a sliding-window layer holds only
-/// GGML_PAD(min(ctx, n_swa × n_seq + n_ubatch), 256) cells (llama-kv-cache-iswa.cpp, with
-/// llama-server's unified KV cache: n_seq = --parallel).
+/// GGML_PAD(min(ctx, n_swa × n_seq + n_ubatch), 256) cells with a unified KV cache
+/// (n_seq = --parallel), or n_seq streams of GGML_PAD(min(ctx / n_seq, n_swa + n_ubatch), 256)
+/// without (llama-kv-cache-iswa.cpp).
 pub fn kv_layer_bytes(hp: &HParams, c: &LlamaCppConfig, ctx: u64, il: u64) -> u64 {
     if hp.recurrent.as_ref().is_some_and(|r| !r.has_kv(il)) {
         return 0;
     }
     let cells = match hp.sliding_window.filter(|_| hp.is_swa_layer(il)) {
-        Some(w) => w.saturating_mul(c.parallel).saturating_add(c.ubatch).min(ctx).div_ceil(256).saturating_mul(256),
+        Some(w) if c.unified => w.saturating_mul(c.parallel).saturating_add(c.ubatch).min(ctx).div_ceil(256).saturating_mul(256),
+        // One stream per sequence, each of min(ctx / n_seq, window + ubatch) cells, padded.
+        Some(w) => w.saturating_add(c.ubatch).min(ctx / c.parallel.max(1)).div_ceil(256).saturating_mul(256).saturating_mul(c.parallel),
         None => ctx,
     };
     (cells as f64 * (hp.kv_heads * (hp.head_k + hp.head_v)) as f64 * c.kv_bytes) as u64

@@ -449,7 +449,7 @@ fn sglang_shorter(m: &Model, cfg: &SglangConfig, base: &SglangReport) -> Option<
 }
 
 /// An alternative from a llama.cpp plan: the context is the KV pool; `--parallel` slots share
-/// it (llama-server `n_ctx_slot = n_ctx / n_parallel`), so concurrency is the slot count when
+/// it (each slot ctx / N, or all of it with a unified cache), so concurrency is the slot count when
 /// the plan fits the GPU and 0 when it does not.
 fn from_llama(change: ServeChange, flags: Vec<Flag>, description: String, p: &LlamaCppPlan, c: &LlamaCppConfig, fits: bool) -> Alternative {
     // The context that plan serves; the longest that fits is filled in by `with_longest`.

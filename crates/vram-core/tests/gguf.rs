@@ -109,7 +109,7 @@ fn hybrid_gguf_keeps_kv_on_attention_layers_and_a_state_per_sequence() {
     assert_eq!((r.attention_layers, r.state_layers), (2, 6));
     // conv: (4 − 1) × (2048 + 2 × 16 × 128); SSM: 128 × 2048.
     assert_eq!((r.n_embd_r, r.n_embd_s), (3 * 6144, 128 * 2048));
-    let cfg = LlamaCppConfig { n_gpu_layers: 999, ctx: 4096, ubatch: 512, parallel: 2, flash_attn: true, kv_bytes: 2.0, cuda_overhead: 0 };
+    let cfg = LlamaCppConfig { parallel: 2, ..Default::default() };
     let p = llama_cpp(&g, &hp, &cfg).unwrap();
     // KV on layers 3 and 7 only: 2 × 4096 × 2 KV heads × (256 + 256) × 2 bytes.
     assert_eq!(p.gpu_kv_bytes, 2 * 4096 * 2 * 512 * 2);
@@ -150,7 +150,7 @@ fn bare(arch: &str, layers: u32) -> Writer {
 /// Nemotron-H tell their layers apart by per-layer KV-head (and MLP-width) arrays.
 #[test]
 fn state_space_and_per_layer_hybrids() {
-    let cfg = LlamaCppConfig { n_gpu_layers: 999, ctx: 4096, ubatch: 512, parallel: 1, flash_attn: true, kv_bytes: 2.0, cuda_overhead: 0 };
+    let cfg = LlamaCppConfig::default();
     let mut w = Writer::default();
     w.decoder("mamba", [4, 1_048_576, 768, 0, 0, 0])
         .u32("mamba.ssm.conv_kernel", 4)
@@ -207,7 +207,7 @@ fn missing_hparams_name_the_key() {
 fn layer_offload_moves_weights_and_kv_between_gpu_and_cpu() {
     let g = parsed(&tiny_llama().bytes());
     let hp = g.hparams("tiny.gguf").unwrap();
-    let cfg = LlamaCppConfig { n_gpu_layers: 999, ctx: 4096, ubatch: 512, parallel: 1, flash_attn: true, kv_bytes: 2.0, cuda_overhead: 0 };
+    let cfg = LlamaCppConfig::default();
     let all = llama_cpp(&g, &hp, &cfg).unwrap();
     let embd = g.tensors.iter().find(|t| t.name == "token_embd.weight").unwrap().bytes;
     // Everything but the token embeddings on the GPU.
@@ -224,9 +224,13 @@ fn layer_offload_moves_weights_and_kv_between_gpu_and_cpu() {
     assert!(!half.output_on_gpu);
     // Context is padded to 256 and the longest context that fits grows as layers leave the GPU.
     assert_eq!(llama_cpp(&g, &hp, &LlamaCppConfig { ctx: 1000, ..cfg }).unwrap().ctx, 1024);
-    // Parallel sequences share the context; the KV cache does not grow.
-    let four = llama_cpp(&g, &hp, &LlamaCppConfig { parallel: 4, ..cfg }).unwrap();
+    // Parallel sequences share the context; the KV cache does not grow. Each gets a quarter of
+    // it in its own stream (`-np 4`), or may fill all of it with one unified cache (llama-server's
+    // default, or -kvu).
+    let four = llama_cpp(&g, &hp, &LlamaCppConfig { parallel: 4, unified: false, ..cfg }).unwrap();
     assert_eq!((four.ctx_per_sequence, four.gpu_kv_bytes), (1024, all.gpu_kv_bytes));
+    let shared = llama_cpp(&g, &hp, &LlamaCppConfig { parallel: 4, unified: true, ..cfg }).unwrap();
+    assert_eq!((shared.ctx_per_sequence, shared.gpu_kv_bytes), (4096, all.gpu_kv_bytes));
     let budget = all.gpu_total_bytes;
     let c_all = max_ctx(&g, &hp, &cfg, budget, 1 << 20).unwrap().unwrap();
     let c_half = max_ctx(&g, &hp, &LlamaCppConfig { n_gpu_layers: 2, ..cfg }, budget, 1 << 20).unwrap().unwrap();
@@ -264,7 +268,7 @@ fn llama4_chunked_layers_are_cached_as_windows() {
     assert_eq!(hp.sliding_window, Some(8192));
     let swa: Vec<bool> = (0..8).map(|il| hp.is_swa_layer(il)).collect();
     assert_eq!(swa, [true, true, true, false, true, true, true, false]);
-    let c = LlamaCppConfig { n_gpu_layers: 999, ctx: 65_536, ubatch: 512, parallel: 1, flash_attn: true, kv_bytes: 2.0, cuda_overhead: 0 };
+    let c = LlamaCppConfig { ctx: 65_536, ..Default::default() };
     let per_cell = 2 * 32 * 2 * 2; // K and V, 2 heads of 32, f16
     assert_eq!(gguf::kv_layer_bytes(&hp, &c, 65_536, 0), (8192 + 512) * per_cell);
     assert_eq!(gguf::kv_layer_bytes(&hp, &c, 65_536, 3), 65_536 * per_cell);

@@ -13,8 +13,7 @@ fn moe() -> Gguf {
     moe_gguf::parsed()
 }
 
-const CFG: LlamaCppConfig =
-    LlamaCppConfig { n_gpu_layers: 999, ctx: 4096, ubatch: 512, parallel: 1, flash_attn: true, kv_bytes: 2.0, cuda_overhead: 0 };
+const CFG: LlamaCppConfig = LlamaCppConfig::ONE_SEQUENCE;
 
 fn plan(o: Overrides) -> vram_core::gguf::LlamaCppPlan {
     let g = moe();

@@ -48,7 +48,7 @@ fn command_r_on_two_gpus_kv_per_gpu_and_the_compute_buffer() {
     let l = log("ggml-org-llama.cpp-6122-command-r-2gpu.log");
     let g = command_r();
     let hp = g.hparams("command-r.gguf").unwrap();
-    let c = LlamaCppConfig { n_gpu_layers: 41, ctx: 4096, ubatch: 512, parallel: 1, flash_attn: false, kv_bytes: 2.0, cuda_overhead: 0 };
+    let c = LlamaCppConfig { n_gpu_layers: 41, flash_attn: false, ..Default::default() };
     // The log's split is by free memory (not printed); 28:72 puts its 12 layers on CUDA0.
     let m = MultiGpu { gpus: 2, tensor_split: vec![28.0, 72.0], mode: SplitMode::Layer, main_gpu: 0 };
     let p = plan(&g, &hp, &c, &Overrides::default(), &m).unwrap();
@@ -90,8 +90,7 @@ fn deepseek_r1_layers_over_sixteen_gpus() {
 fn one_gpu_equals_the_single_plan() {
     let g = command_r();
     let hp = g.hparams("command-r.gguf").unwrap();
-    let c =
-        LlamaCppConfig { n_gpu_layers: 30, ctx: 8192, ubatch: 512, parallel: 1, flash_attn: true, kv_bytes: 2.0, cuda_overhead: 1 << 29 };
+    let c = LlamaCppConfig { n_gpu_layers: 30, ctx: 8192, cuda_overhead: 1 << 29, ..Default::default() };
     let o = Overrides { tensor: Vec::new(), cpu_moe: CpuMoe::None };
     let single = gguf::llama_cpp_with(&g, &hp, &c, &o).unwrap();
     let m = MultiGpu { gpus: 1, tensor_split: Vec::new(), mode: SplitMode::Layer, main_gpu: 0 };
@@ -112,7 +111,7 @@ fn split_modes_none_and_row() {
         Parsed::NeedMore(n) => panic!("needs {n}"),
     };
     let hp = g.hparams("tiny.gguf").unwrap();
-    let c = LlamaCppConfig { n_gpu_layers: 99, ctx: 4096, ubatch: 512, parallel: 1, flash_attn: true, kv_bytes: 2.0, cuda_overhead: 0 };
+    let c = LlamaCppConfig { n_gpu_layers: 99, ..Default::default() };
     let o = Overrides::default();
     let none = plan(&g, &hp, &c, &o, &MultiGpu { gpus: 2, tensor_split: Vec::new(), mode: SplitMode::None, main_gpu: 1 }).unwrap();
     assert_eq!(none.devices.len(), 1);
@@ -138,7 +137,7 @@ fn a_tied_output_layer_is_a_second_copy_of_the_embeddings_on_the_gpu() {
     let g = command_r();
     let hp = g.hparams("command-r.gguf").unwrap();
     let embd = g.tensors.iter().find(|t| t.name == "token_embd.weight").unwrap().bytes;
-    let c = LlamaCppConfig { n_gpu_layers: 41, ctx: 4096, ubatch: 512, parallel: 1, flash_attn: true, kv_bytes: 2.0, cuda_overhead: 0 };
+    let c = LlamaCppConfig { n_gpu_layers: 41, ..Default::default() };
     let all = gguf::llama_cpp(&g, &hp, &c).unwrap();
     let layers_only = gguf::llama_cpp(&g, &hp, &LlamaCppConfig { n_gpu_layers: 40, ..c }).unwrap();
     assert_eq!(all.gpu_weights_bytes - layers_only.gpu_weights_bytes, embd + output_norm_bytes(&g));
@@ -171,7 +170,7 @@ fn mistral_kv_and_compute_buffer_at_two_contexts() {
     let hp = g.hparams("mistral.gguf").unwrap();
     for (file, ctx) in [("logdetective-106-mistral-7b-ctx2048.log", 2048), ("logdetective-106-mistral-7b-ctx32768.log", 32768)] {
         let l = log(file);
-        let c = LlamaCppConfig { n_gpu_layers: 33, ctx, ubatch: 512, parallel: 1, flash_attn: false, kv_bytes: 2.0, cuda_overhead: 0 };
+        let c = LlamaCppConfig { n_gpu_layers: 33, ctx, flash_attn: false, ..Default::default() };
         let p = gguf::llama_cpp(&g, &hp, &c).unwrap();
         assert_eq!(p.gpu_kv_bytes as f64 / MIB, log_mib(&l, "CUDA0", |d| d.kv.as_ref().map(|s| s.gib)), "{file}");
         assert_eq!(p.gpu_compute_bytes as f64 / MIB, log_mib(&l, "CUDA0", |d| d.compute.as_ref().map(|s| s.gib)), "{file}");
@@ -228,7 +227,7 @@ fn gpt_oss_20b_with_every_expert_in_ram() {
     let g = gpt_oss_20b();
     assert_eq!(g.tensors.len(), 459);
     let hp = g.hparams("gpt-oss-20b.gguf").unwrap();
-    let c = LlamaCppConfig { n_gpu_layers: 99, ctx: 131072, ubatch: 512, parallel: 1, flash_attn: true, kv_bytes: 2.0, cuda_overhead: 0 };
+    let c = LlamaCppConfig { n_gpu_layers: 99, ctx: 131072, ..Default::default() };
     let o = Overrides { tensor: Vec::new(), cpu_moe: CpuMoe::FirstLayers(99) };
     let p = gguf::llama_cpp_with(&g, &hp, &c, &o).unwrap();
     let cuda0 = |f: fn(&startup_log::LlamaCppDevice) -> Option<f64>| log_mib(&l, "CUDA0", f);

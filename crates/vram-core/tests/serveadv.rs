@@ -13,8 +13,7 @@ fn moe() -> Gguf {
     moe_gguf::parsed()
 }
 
-const CFG: LlamaCppConfig =
-    LlamaCppConfig { n_gpu_layers: 999, ctx: 4096, ubatch: 512, parallel: 1, flash_attn: true, kv_bytes: 2.0, cuda_overhead: 0 };
+const CFG: LlamaCppConfig = LlamaCppConfig::ONE_SEQUENCE;
 
 #[test]
 fn llama_cpp_alternatives_are_replans_and_offload_is_tight() {

@@ -628,9 +628,16 @@ pub struct ServeArgs {
     /// llama.cpp `--ubatch-size` (default 512).
     #[arg(long, default_value_t = 512)]
     pub ubatch_size: u64,
-    /// llama.cpp `--parallel` / `-np` (also `--np`): sequences sharing the one --ctx-size (each gets ctx / N).
-    #[arg(long, alias = "np", default_value_t = 1)]
-    pub parallel: u64,
+    /// llama.cpp `--parallel` / `-np` (also `--np`): sequences sharing the one --ctx-size (each gets
+    /// ctx / N unless --kv-unified) [default: llama-server's auto, 4 slots sharing one unified KV
+    /// cache, each able to fill the whole context; give -np 1 for llama-cli or a server before
+    /// b6800]
+    #[arg(long, alias = "np")]
+    pub parallel: Option<u64>,
+    /// llama.cpp `--kv-unified` / `-kvu`: one KV cache shared by the --parallel sequences (on by
+    /// default when --parallel is not given, as llama-server does).
+    #[arg(long, alias = "kvu")]
+    pub kv_unified: bool,
     /// llama.cpp `--n-cpu-moe` / `-ncmoe`: keep the MoE expert weights of the first N layers in RAM.
     #[arg(long)]
     pub n_cpu_moe: Option<u64>,

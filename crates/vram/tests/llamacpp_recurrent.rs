@@ -21,16 +21,17 @@ fn the_state_is_per_sequence_and_follows_the_layers() {
     let dir = tempfile::tempdir().unwrap();
     let p = qwen35_file(&dir);
     let plan = |extra: &[&str]| json(&[&["serve", "-m", &p, "-g", "24GiB"][..], extra].concat())["plan"].clone();
-    let one = plan(&["-c", "8192"]);
+    let one = plan(&["-c", "8192", "-np", "1"]);
     assert_eq!(one["gpu_state_bytes"], 6 * STATE_PER_LAYER_SEQ);
     // KV on 2 of 8 layers: 8192 × 2 KV heads × 512 × f16.
     assert_eq!(one["gpu_kv_bytes"], 2 * 8192 * 2 * 512 * 2);
     let four = plan(&["-c", "8192", "-np", "4"]);
     assert_eq!(four["gpu_state_bytes"], 4 * 6 * STATE_PER_LAYER_SEQ);
-    // The context does not grow the state.
-    assert_eq!(plan(&["-c", "65536"])["gpu_state_bytes"], one["gpu_state_bytes"]);
+    // The context does not grow the state; llama-server's default 4 slots hold 4 states.
+    assert_eq!(plan(&["-c", "65536", "-np", "1"])["gpu_state_bytes"], one["gpu_state_bytes"]);
+    assert_eq!(plan(&[])["gpu_state_bytes"], four["gpu_state_bytes"]);
     // -ngl 4: the last 4 layers (3 state, 1 attention) on the GPU.
-    let half = plan(&["-c", "8192", "-ngl", "4"]);
+    let half = plan(&["-c", "8192", "-np", "1", "-ngl", "4"]);
     assert_eq!(
         (half["gpu_state_bytes"].as_u64(), half["cpu_state_bytes"].as_u64()),
         (Some(3 * STATE_PER_LAYER_SEQ), Some(3 * STATE_PER_LAYER_SEQ))
@@ -45,7 +46,7 @@ fn the_state_is_per_sequence_and_follows_the_layers() {
 fn two_gpus_each_hold_their_layers_states() {
     let dir = tempfile::tempdir().unwrap();
     let p = qwen35_file(&dir);
-    let v = json(&["serve", "-m", &p, "-g", "24GiB", "--tensor-split", "1,1"]);
+    let v = json(&["serve", "-m", &p, "-g", "24GiB", "--tensor-split", "1,1", "-np", "1"]);
     let devices = v["split"]["plan"]["devices"].as_array().unwrap();
     let states: Vec<u64> = devices.iter().map(|d| d["state_bytes"].as_u64().unwrap()).collect();
     // llama.cpp splits the 8 layers and the output 1:1: layers 0–4 on CUDA0 (states on 0, 1, 2

@@ -116,7 +116,8 @@ const LLAMA_VALUE: &[(&str, &str)] = &[
     ("-mg", "--main-gpu"),
     ("--main-gpu", "--main-gpu"),
 ];
-const LLAMA_FLAG: &[(&str, &str)] = &[("--cpu-moe", "--cpu-moe"), ("-cmoe", "--cpu-moe")];
+const LLAMA_FLAG: &[(&str, &str)] =
+    &[("--cpu-moe", "--cpu-moe"), ("-cmoe", "--cpu-moe"), ("--kv-unified", "--kv-unified"), ("-kvu", "--kv-unified")];
 const LLAMA_NO_MEMORY: &[&str] = &[
     "--host",
     "--port",

@@ -336,7 +336,8 @@ fn reject_other_engines_flags(a: &ServeArgs, engine: Engine) -> Result<()> {
             given(a.cpu_moe, "--cpu-moe/-cmoe"),
             given(!a.override_tensor.is_empty(), "--override-tensor/-ot"),
             given(a.ubatch_size != 512, "--ubatch-size"),
-            given(a.parallel != 1, "--parallel/-np"),
+            given(a.parallel.is_some(), "--parallel/-np"),
+            given(a.kv_unified, "--kv-unified"),
             given(a.gpus.is_some(), "--gpus"),
             given(a.tensor_split.is_some(), "--tensor-split/-ts"),
             given(a.split_mode.is_some(), "--split-mode/-sm"),
@@ -788,13 +789,20 @@ pub fn llama_cpp_config(
         n_gpu_layers: a.n_gpu_layers.unwrap_or(hparams.layers + 1),
         ctx,
         ubatch: a.ubatch_size,
-        parallel: ollama.as_ref().map_or(a.parallel, |o| o.parallel),
+        // llama-server without -np: 4 slots, one unified KV cache (llama.cpp PR #16736); with -np,
+        // unified only under --kv-unified. Ollama sizes one shared context.
+        parallel: ollama.as_ref().map_or(a.parallel.unwrap_or(LLAMA_SERVER_AUTO_SLOTS), |o| o.parallel),
+        unified: ollama.is_some() || a.parallel.is_none() || a.kv_unified,
         flash_attn: ollama.as_ref().map_or(flash_attn(a.flash_attn.as_deref())?, |o| o.flash_attn),
         kv_bytes,
         cuda_overhead,
     };
     Ok((config, ollama))
 }
+
+/// llama-server's slots when `-np` is not given ("setting n_parallel = 4 and kv_unified = true",
+/// llama.cpp PR #16736, b6800 on).
+const LLAMA_SERVER_AUTO_SLOTS: u64 = 4;
 
 /// Plan a llama.cpp launch of a parsed GGUF header (`file` names it in the output).
 pub fn llama_cpp_gguf(a: &ServeArgs, file: String, gguf: vram_core::gguf::Gguf) -> Result<LlamaCppServe> {
@@ -868,7 +876,7 @@ fn ollama_launch(a: &ServeArgs, hp: &vram_core::gguf::HParams, vram: u64) -> Res
     let input = OllamaInput {
         num_ctx: a.num_ctx,
         context_length: None,
-        num_parallel: Some(a.parallel),
+        num_parallel: a.parallel,
         flash_attention: a.flash_attn.as_deref().map(parse_bool),
         kv_cache_type: (kv != "auto").then_some(kv),
     };

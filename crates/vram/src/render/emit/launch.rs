@@ -199,7 +199,8 @@ pub fn llama_server(a: &ServeArgs, model: &str) -> Launch {
     let mut f = Vec::new();
     push(&mut f, a.n_gpu_layers.is_some(), "-ngl", a.n_gpu_layers.unwrap_or(0));
     push(&mut f, a.ctx_size.is_some(), "-c", a.ctx_size.unwrap_or(0));
-    push(&mut f, a.parallel != 1, "-np", a.parallel);
+    push(&mut f, a.parallel.is_some(), "-np", a.parallel.unwrap_or(0));
+    switch(&mut f, a.kv_unified, "--kv-unified");
     push(&mut f, a.ubatch_size != 512, "-ub", a.ubatch_size);
     push(&mut f, a.flash_attn.is_some(), "-fa", a.flash_attn.clone().unwrap_or_default());
     let kv = a.kv_cache_dtype.to_ascii_lowercase();
