@@ -180,3 +180,22 @@ fn the_model_runner_environment_switch_is_read() {
     assert!(!v1.to_string().contains("NOT UNDERSTOOD"), "{v1}");
     assert!(v2["gpus"][0]["activation_peak_bytes"].as_u64() < v1["gpus"][0]["activation_peak_bytes"].as_u64());
 }
+
+/// llama-server without -np runs 4 slots over one unified KV cache (llama.cpp PR #16736);
+/// llama-cli runs one sequence; -kvu keeps an explicit -np unified.
+#[test]
+fn pasted_llama_server_and_llama_cli_take_their_own_slot_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = gguf_writer::write_tiny_llama(dir.path());
+    let seqs = |v: &serde_json::Value| {
+        (v["config"]["parallel"].as_u64(), v["config"]["unified"].as_bool(), v["plan"]["ctx_per_sequence"].as_u64())
+    };
+    let server = pasted(&["serve", "-g", "24GiB", "--", "llama-server", "-m", &p, "-c", "8192"]);
+    assert_eq!(seqs(&server), (Some(4), Some(true), Some(8192)));
+    let cli = pasted(&["serve", "-g", "24GiB", "--", "llama-cli", "-m", &p, "-c", "8192"]);
+    assert_eq!(seqs(&cli), (Some(1), Some(false), Some(8192)));
+    let explicit = pasted(&["serve", "-g", "24GiB", "--", "llama-server", "-m", &p, "-c", "8192", "-np", "4"]);
+    assert_eq!(seqs(&explicit), (Some(4), Some(false), Some(2048)));
+    let kvu = pasted(&["serve", "-g", "24GiB", "--", "llama-server", "-m", &p, "-c", "8192", "-np", "4", "-kvu"]);
+    assert_eq!(seqs(&kvu), (Some(4), Some(true), Some(8192)));
+}

@@ -594,7 +594,16 @@ fn recognise(cmd: &[String]) -> Result<(Engine, Vec<String>, Option<String>)> {
         },
         // `sglang serve MODEL …` (sglang/cli/serve.py: a leading positional is the model path).
         "sglang" if cmd.get(1).map(String::as_str) == Some("serve") => Ok((Engine::Sglang, cmd[2..].to_vec(), None)),
-        "llama-server" | "llama-cli" => Ok((Engine::LlamaCpp, cmd[1..].to_vec(), None)),
+        "llama-server" => Ok((Engine::LlamaCpp, cmd[1..].to_vec(), None)),
+        // llama-cli runs one sequence unless told otherwise (llama-server's 4 auto slots are the
+        // server's own default).
+        "llama-cli" => {
+            let mut rest = cmd[1..].to_vec();
+            if !rest.iter().any(|f| ["-np", "--parallel"].contains(&f.as_str()) || f.starts_with("--parallel=")) {
+                rest.splice(0..0, ["-np".to_string(), "1".to_string()]);
+            }
+            Ok((Engine::LlamaCpp, rest, None))
+        }
         other => Err(UsageError(format!(
             "`{other}` is not a serving command vram knows: paste `vllm serve MODEL …`, `python -m vllm.entrypoints.openai.api_server --model MODEL …`, `python -m sglang.launch_server --model-path MODEL …`, `sglang serve MODEL …` , `llama-server -m FILE …` or `[OLLAMA_…=…] ollama serve|run NAME` (with --model FILE.gguf)"
         ))
