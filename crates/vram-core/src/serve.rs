@@ -671,10 +671,7 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
         q => rank_weights(m, q, tp, e, stage),
     };
     let (weights, scales) = cpu_offload(m, cfg, stage, s.e, weights, scales, notes)?;
-    // RotaryEmbedding's cos_sin_cache: [max_position_embeddings, rotary_dim] in the model dtype
-    // (vllm/model_executor/layers/rotary_embedding.py); measured in "Model loading took". get_rope
-    // caches one instance per process, so every stage holds it once.
-    let rotary = m.max_positions as u128 * m.rotary_dim as u128 * e;
+    let rotary = rotary_cache_positions(m) * m.rotary_dim as u128 * e;
     let (lora_slots, lora_buffer) = match cfg.lora {
         Some(l) => lora_slots(m, &l, tp, e, s.batched)?,
         None => (0, 0),
@@ -754,6 +751,24 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
         shortfall,
         pool,
     })
+}
+
+/// Rows of vLLM's rotary cos/sin caches: RotaryEmbedding's `cos_sin_cache` is
+/// [positions, rotary_dim] in the model dtype (vllm/model_executor/layers/rotary_embedding.py),
+/// measured in "Model loading took"; get_rope keeps one instance per distinct setting per
+/// process, so every stage holds each once. Positions: max_position_embeddings, times the factor
+/// for linear and dynamic-NTK scaling (`max_position_embeddings * scaling_factor`), the original
+/// context times the factor for YaRN; Llama-3's scaling keeps the length. Gemma-3's sliding
+/// layers rotate with their own base (`rope_local_base_freq`, unscaled): a second cache.
+fn rotary_cache_positions(m: &Model) -> u128 {
+    let base = m.max_positions as u128;
+    let scaled = match &m.rope_scaling {
+        Some(r) if matches!(r.kind.as_str(), "linear" | "dynamic") => (base as f64 * r.factor) as u128,
+        Some(r) if r.kind == "yarn" => (r.native_positions as f64 * r.factor) as u128,
+        _ => base,
+    };
+    let local = if m.model_type.starts_with("gemma3") && m.sliding_layers > 0 { base } else { 0 };
+    scaled + local
 }
 
 /// A vision-language model's profile peak: the encoder pass over the budget's images, or the

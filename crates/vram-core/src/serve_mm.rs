@@ -1,5 +1,5 @@
 //! vLLM serving of vision-language models (LLaVA-1.5 / LLaVA-interleave, Qwen2-VL, Qwen2.5-VL,
-//! Qwen3-VL dense and MoE, Qwen3.5):
+//! Qwen3-VL dense and MoE, Qwen3.5, Gemma-3):
 //! the vision tower and projector on every tensor-parallel rank, and the profile run's
 //! multimodal pass (vllm/v1/worker/gpu_model_runner.py `profile_run`): the encoder runs once over
 //! the largest batch of maximum-size images the encoder budget admits, its outputs stay in the
@@ -27,8 +27,11 @@ pub(crate) struct VisionServe {
     pub buffers: u128,
     /// Images in the profile's encoder batch.
     pub items: u64,
-    /// Language-model tokens per maximum-size image.
+    /// Language-model tokens per maximum-size image, as the encoder budget counts them.
     pub tokens_per_item: u64,
+    /// Embeddings the encoder returns per image (the image's placeholder tokens; Gemma-3's
+    /// begin- and end-of-image tokens around them are text).
+    pub embeds_per_item: u64,
     /// Vision-transformer tokens (patches) per maximum-size image.
     pub patches_per_item: u64,
     /// Encoder budget in tokens (the number vLLM logs: "Encoder cache will be initialized with a
@@ -51,7 +54,7 @@ pub(crate) fn check(m: &Model, mm: &Multimodal, cfg: &ServeConfig) -> Result<()>
         return Err(refuse(
             "model",
             &m.model_type,
-            format!("{name}: vLLM serving is modelled for LLaVA-1.5/LLaVA-interleave, Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Qwen3.5 among vision-language models (with --language-model-only, any of them as its language model); `vram estimate` gives its training and inference"),
+            format!("{name}: vLLM serving is modelled for LLaVA-1.5/LLaVA-interleave, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5 and Gemma-3 among vision-language models (with --language-model-only, any of them as its language model); `vram estimate` gives its training and inference"),
         ));
     }
     if cfg.engine == VllmEngine::V0 {
@@ -107,7 +110,10 @@ fn supported(mm: &Multimodal) -> bool {
     match mm.projector() {
         ProjectorKind::Merger(_) => vis.family.is_qwen(),
         ProjectorKind::Mlp => matches!(vis.family, VisionFamily::Clip | VisionFamily::Siglip),
-        ProjectorKind::Pool(_) | ProjectorKind::Shuffle(_) | ProjectorKind::Linear | ProjectorKind::Llama4 { .. } => false,
+        // Gemma-3: SigLIP, then average pooling (gemma3_mm.py; pan-and-scan off, the processor's
+        // default).
+        ProjectorKind::Pool(_) => vis.family == VisionFamily::Siglip,
+        ProjectorKind::Shuffle(_) | ProjectorKind::Linear | ProjectorKind::Llama4 { .. } => false,
     }
 }
 
@@ -146,8 +152,10 @@ fn rank_weights(mm: &Multimodal, text_hidden: u64, tp: u64, e: u128) -> u128 {
         }
         n += tower_rank_numel(&t, tp) * count as u128;
     }
-    // Projector / PatchMerger: ColumnParallelLinear then RowParallelLinear.
-    n += (mm.projector_parameters(text_hidden) as u128).div_ceil(tp as u128);
+    // Projector / PatchMerger: ColumnParallelLinear then RowParallelLinear; Gemma-3's
+    // `mm_input_projection_weight` is a plain parameter, whole on every rank.
+    let projector = mm.projector_parameters(text_hidden) as u128;
+    n += if mm.pool.is_some() { projector } else { projector.div_ceil(tp as u128) };
     n * e
 }
 
@@ -167,6 +175,9 @@ fn item_tokens(mm: &Multimodal, cfg: &ServeConfig) -> Result<(u64, u64)> {
             let patches = per_side * per_side;
             Ok((patches, patches / (pm.merge * pm.merge).max(1)))
         }
+        // Gemma-3: `<start_of_image>`, the pooled tokens, `<end_of_image>` (gemma3_mm.py
+        // `get_image_repl` features, counted by `get_num_image_tokens`).
+        None if mm.pool.is_some() => Ok((vis.tokens(vis.native_image_size), mm.image_tokens + 2)),
         None => Ok((vis.tokens(vis.native_image_size), mm.image_tokens)),
     }
 }
@@ -202,8 +213,10 @@ fn encoder_pass(mm: &Multimodal, text_hidden: u64, p: u128, tp: u128, e: u128) -
     let up = if tower.mlp.gated { 2 * i } else { i };
     let attn = 4 * w / tp + w;
     let mlp = (up + i) / tp + w;
+    // Tower patches per language-model token: the PatchMerger's merge², Gemma-3's pooling
+    // kernel² (its projector pools, normalises and projects: no wide intermediate).
     let merge = mm.merger.map_or(1, |pm| (pm.merge * pm.merge) as u128);
-    let merged = p / merge;
+    let merged = p / mm.pool.map_or(merge, |k| (k * k) as u128);
     let levels = mm.merger.map_or(0, |pm| pm.deepstack as u128);
     let deepstack = levels * merged * t * e;
     let block = p * e * (2 * w + attn.max(mlp)) + deepstack;
@@ -211,7 +224,8 @@ fn encoder_pass(mm: &Multimodal, text_hidden: u64, p: u128, tp: u128, e: u128) -
     let positions = if learned_positions { p * e * 9 * w } else { 0 };
     // Merger/projector: the tower output, its norm, the wide fc1 output and activation, the
     // language-model-width output.
-    let proj = p * e * 2 * w + merged * e * (2 * w * merge / tp + t) + deepstack;
+    let wide = if mm.pool.is_some() { 2 * w } else { 2 * w * merge / tp };
+    let proj = p * e * 2 * w + merged * e * (wide + t) + deepstack;
     // The merger's output, the DeepStack levels and their concatenation.
     let concat = 2 * (1 + levels) * merged * t * e;
     block.max(proj).max(positions).max(concat)
@@ -234,12 +248,14 @@ pub(crate) fn plan(m: &Model, mm: &Multimodal, cfg: &ServeConfig, batched: u64, 
     // The encoder cache holds the merger's output and, for Qwen3-VL, its DeepStack levels beside
     // it (the tower returns them concatenated: text width × (1 + levels) per token).
     let levels = mm.merger.map_or(0, |pm| pm.deepstack as u128);
-    let outputs = items as u128 * tokens as u128 * m.hidden as u128 * (1 + levels) * e;
+    let embeds = if mm.pool.is_some() { mm.image_tokens } else { tokens };
+    let outputs = items as u128 * embeds as u128 * m.hidden as u128 * (1 + levels) * e;
     Ok(VisionServe {
         weights: rank_weights(mm, m.hidden, cfg.tp, e),
         buffers: levels * batched as u128 * m.hidden as u128 * e,
         items,
         tokens_per_item: tokens,
+        embeds_per_item: embeds,
         patches_per_item: patches,
         budget,
         encoder_peak,

@@ -113,7 +113,7 @@ fn unmodelled_combinations_are_refused() {
     }
     // Families estimated for training and inference but not for vLLM serving are refused by
     // name (Idefics3/SmolVLM had been served as if LLaVA: a SigLIP tower without a merger).
-    for file in ["gemma-3-4b-it", "SmolVLM-Instruct-reconstructed", "SmolVLM2-500M-Video-Instruct"] {
+    for file in ["paligemma-3b-pt-224-constructed", "SmolVLM-Instruct-reconstructed", "SmolVLM2-500M-Video-Instruct"] {
         let m = config(&format!("validation/configs/vlm/{file}.json"));
         let e = serve(&m, &h100()).unwrap_err().to_string();
         assert!(e.contains("vLLM serving is modelled for"), "{file}: {e}");
@@ -180,4 +180,37 @@ fn qwen35_is_served_with_its_tower_unless_language_model_only() {
     // language model alone.
     let e = serve(&m, &ServeConfig { mm_limit_per_prompt: Some(0), ..cfg }).unwrap_err().to_string();
     assert!(e.contains("--language-model-only"), "{e}");
+}
+
+/// Gemma-3: the SigLIP tower over 896² images (4096 patches), pooled 4×4 into 256 embeddings
+/// between `<start_of_image>` and `<end_of_image>` (258 tokens an image, gemma3_mm.py
+/// `get_num_image_tokens`): the 8192-token budget profiles 31 images. The tower's linears are
+/// split over the ranks, the projector matrix is not (a plain parameter). Two rotary caches:
+/// the global layers' (linear ×8: 8 × 131072 positions) and the sliding layers' own base.
+#[test]
+fn gemma3_profiles_31_pooled_images_and_keeps_its_projector_whole() {
+    use vram_core::model::Role;
+    let m = config("validation/configs/vlm/gemma-3-27b-it.json");
+    let r = serve(&m, &h100()).unwrap();
+    let note = r.notes.iter().find(|n| n.starts_with("vision:")).expect("a vision note");
+    assert!(
+        note.contains("budget is 8192 tokens, profiled with 31 image(s) of the maximum size (258 tokens, 4096 patches each)"),
+        "{note}"
+    );
+    assert!(r.activation_peak_at.starts_with("vision encoder over 31 image(s)"), "{}", r.activation_peak_at);
+    let vis = |tp: u64| {
+        let cfg = ServeConfig { tp, ..h100() };
+        serve(&m, &cfg).unwrap().weights_bytes - serve(&m.language_model(), &cfg).unwrap().weights_bytes
+    };
+    let mm = m.multimodal.as_ref().unwrap();
+    let linear: u64 = mm
+        .tower
+        .tensors()
+        .iter()
+        .filter(|t| t.role == Role::Linear && !t.name.contains("patch_embeddings"))
+        .map(|t| t.numel * t.count)
+        .sum();
+    // bf16: half the linears leave each of two ranks; the projector stays whole.
+    assert_eq!(vis(1) - vis(2), linear);
+    assert_eq!(r.rotary_cache_bytes, (8 * 131_072 + 131_072) * 128 * 2);
 }
