@@ -122,6 +122,7 @@ const SERVE_KEYS: &[&str] = &[
     "max_num_batched_tokens",
     "max_num_seqs",
     "enforce_eager",
+    "language_model_only",
     "cuda_context",
 ];
 
@@ -157,6 +158,7 @@ pub fn serve_op(mut f: Fields) -> R<Value> {
         max_num_batched_tokens: f.u64("max_num_batched_tokens")?,
         max_num_seqs: f.u64("max_num_seqs")?,
         enforce_eager: f.bool("enforce_eager")?.unwrap_or(false),
+        language_model_only: f.bool("language_model_only")?.unwrap_or(false),
         engine: VllmEngine::V1,
         ..ServeConfig::new(cuda_total(&gpu))
     };
