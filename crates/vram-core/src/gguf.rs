@@ -661,6 +661,9 @@ pub struct LlamaCppConfig {
     pub kv_bytes: f64,
     /// CUDA context and cuBLAS per process.
     pub cuda_overhead: u64,
+    /// A multimodal projector's weights on the GPU (`--mmproj FILE`: llama-server loads the vision
+    /// encoder there unless `--no-mmproj-offload`, tools/mtmd/clip.cpp); 0 without one.
+    pub projector_bytes: u64,
 }
 
 impl LlamaCppConfig {
@@ -675,6 +678,7 @@ impl LlamaCppConfig {
         flash_attn: true,
         kv_bytes: 2.0,
         cuda_overhead: 0,
+        projector_bytes: 0,
     };
 }
 
@@ -754,7 +758,13 @@ pub fn llama_cpp_with(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides)
     let state = |from: u64, to: u64| (from..to).fold(0u64, |a, il| a.saturating_add(state_layer_bytes(hp, c, il)));
     let (gpu_state, cpu_state) = (state(first_gpu, hp.layers), state(0, first_gpu));
     let compute = if gpu_layers == 0 && !output_on_gpu { 0 } else { compute_buffer_bytes(hp, c, ctx, output_on_gpu) };
-    let total = w.gpu.saturating_add(gpu_kv).saturating_add(gpu_state).saturating_add(compute).saturating_add(c.cuda_overhead);
+    let total = w
+        .gpu
+        .saturating_add(gpu_kv)
+        .saturating_add(gpu_state)
+        .saturating_add(compute)
+        .saturating_add(c.cuda_overhead)
+        .saturating_add(c.projector_bytes);
     Ok(LlamaCppPlan {
         gpu_layers,
         output_on_gpu,

@@ -160,6 +160,9 @@ pub struct DevicePlan {
     pub kv_bytes: u64,
     /// "CUDAn RS buffer size": a state-space or hybrid model's recurrent state.
     pub state_bytes: u64,
+    /// The multimodal projector's weights (`--mmproj`), on the first GPU (clip.cpp takes the
+    /// first GPU device).
+    pub projector_bytes: u64,
     /// "CUDAn compute buffer size", modelled.
     pub compute_bytes: u64,
     /// CUDA context and libraries.
@@ -242,6 +245,9 @@ pub fn plan(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides, m: &Multi
         && m.mode == SplitMode::Layer
         && o.tensor.is_empty()
         && o.cpu_moe == crate::gguf::CpuMoe::None;
+    if let Some(first) = out.first_mut() {
+        first.projector_bytes = c.projector_bytes;
+    }
     for d in out.iter_mut() {
         finish(d, hp, c, ctx, pipeline);
     }
@@ -267,9 +273,10 @@ fn finish(d: &mut DevicePlan, hp: &HParams, c: &LlamaCppConfig, ctx: u64, pipeli
         d.compute_bytes = d.compute_bytes.saturating_add((PIPELINE_COPIES - 1).saturating_mul(graph_inputs(hp, c, ctx)));
     }
     d.cuda_overhead_bytes = c.cuda_overhead;
-    d.total_bytes = [d.weights_bytes, d.row_split_bytes, d.kv_bytes, d.state_bytes, d.compute_bytes, d.cuda_overhead_bytes]
-        .iter()
-        .fold(0u64, |a, b| a.saturating_add(*b));
+    d.total_bytes =
+        [d.weights_bytes, d.row_split_bytes, d.kv_bytes, d.state_bytes, d.compute_bytes, d.cuda_overhead_bytes, d.projector_bytes]
+            .iter()
+            .fold(0u64, |a, b| a.saturating_add(*b));
 }
 
 /// The graph inputs one device copies per ubatch: the KQ mask [ctx, ubatch] (f16 under flash

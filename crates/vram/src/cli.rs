@@ -638,6 +638,14 @@ pub struct ServeArgs {
     /// default when --parallel is not given, as llama-server does).
     #[arg(long, alias = "kvu")]
     pub kv_unified: bool,
+    /// llama-server `--mmproj FILE` / `-mm`: a multimodal projector GGUF loaded beside the model
+    /// (its weights on the GPU, read exactly from its header; its own compute buffer is not
+    /// modelled).
+    #[arg(long, alias = "mm", value_name = "FILE")]
+    pub mmproj: Option<std::path::PathBuf>,
+    /// llama-server `--no-mmproj-offload`: keep the projector in RAM.
+    #[arg(long)]
+    pub no_mmproj_offload: bool,
     /// llama.cpp `--n-cpu-moe` / `-ncmoe`: keep the MoE expert weights of the first N layers in RAM.
     #[arg(long)]
     pub n_cpu_moe: Option<u64>,

@@ -199,3 +199,30 @@ fn pasted_llama_server_and_llama_cli_take_their_own_slot_defaults() {
     let kvu = pasted(&["serve", "-g", "24GiB", "--", "llama-server", "-m", &p, "-c", "8192", "-np", "4", "-kvu"]);
     assert_eq!(seqs(&kvu), (Some(4), Some(true), Some(8192)));
 }
+
+/// `--mmproj FILE` (`-mm`): the projector's weights, read exactly from its header, join the GPU
+/// total (on CUDA0 under a split); `--no-mmproj-offload` keeps them in RAM; Ollama refuses it.
+#[test]
+fn a_multimodal_projector_adds_its_weights_to_the_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = gguf_writer::write_tiny_llama(dir.path());
+    let mut mm = gguf_writer::Writer::default();
+    mm.str("general.architecture", "clip")
+        .tensor("v.patch_embd.weight", &[14, 14, 3, 256], gguf_writer::F16)
+        .tensor("v.blk.0.attn_q.weight", &[256, 256], gguf_writer::F16)
+        .tensor("mm.0.weight", &[256, 1024], gguf_writer::F16);
+    let mm_bytes = 2 * (14 * 14 * 3 * 256 + 256 * 256 + 256 * 1024);
+    let mm_path = gguf_writer::write_padded(dir.path(), "mmproj-F16.gguf", &mm);
+    let total = |v: &serde_json::Value| v["plan"]["gpu_total_bytes"].as_u64().unwrap();
+    let base = json(&["serve", "-m", &p, "-g", "24GiB"]);
+    let with = json(&["serve", "-m", &p, "-g", "24GiB", "--mmproj", &mm_path]);
+    assert_eq!(total(&with) - total(&base), mm_bytes);
+    let pasted = pasted(&["serve", "-g", "24GiB", "--", "llama-server", "-m", &p, "-mm", &mm_path]);
+    assert_eq!(total(&pasted), total(&with));
+    let host = json(&["serve", "-m", &p, "-g", "24GiB", "--mmproj", &mm_path, "--no-mmproj-offload"]);
+    assert_eq!(total(&host), total(&base));
+    let split = json(&["serve", "-m", &p, "-g", "24GiB", "--mmproj", &mm_path, "--tensor-split", "1,1"]);
+    assert_eq!(split["split"]["plan"]["devices"][0]["projector_bytes"], mm_bytes);
+    let e = fails(&["serve", "-m", &p, "-g", "24GiB", "--mmproj", &mm_path, "--engine", "ollama"], 2);
+    assert!(e.contains("--mmproj is llama-server's"), "{e}");
+}

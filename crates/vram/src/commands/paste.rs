@@ -115,9 +115,16 @@ const LLAMA_VALUE: &[(&str, &str)] = &[
     ("--split-mode", "--split-mode"),
     ("-mg", "--main-gpu"),
     ("--main-gpu", "--main-gpu"),
+    ("-mm", "--mmproj"),
+    ("--mmproj", "--mmproj"),
 ];
-const LLAMA_FLAG: &[(&str, &str)] =
-    &[("--cpu-moe", "--cpu-moe"), ("-cmoe", "--cpu-moe"), ("--kv-unified", "--kv-unified"), ("-kvu", "--kv-unified")];
+const LLAMA_FLAG: &[(&str, &str)] = &[
+    ("--cpu-moe", "--cpu-moe"),
+    ("-cmoe", "--cpu-moe"),
+    ("--kv-unified", "--kv-unified"),
+    ("-kvu", "--kv-unified"),
+    ("--no-mmproj-offload", "--no-mmproj-offload"),
+];
 const LLAMA_NO_MEMORY: &[&str] = &[
     "--host",
     "--port",

@@ -338,6 +338,8 @@ fn reject_other_engines_flags(a: &ServeArgs, engine: Engine) -> Result<()> {
             given(a.ubatch_size != 512, "--ubatch-size"),
             given(a.parallel.is_some(), "--parallel/-np"),
             given(a.kv_unified, "--kv-unified"),
+            given(a.mmproj.is_some(), "--mmproj"),
+            given(a.no_mmproj_offload, "--no-mmproj-offload"),
             given(a.gpus.is_some(), "--gpus"),
             given(a.tensor_split.is_some(), "--tensor-split/-ts"),
             given(a.split_mode.is_some(), "--split-mode/-sm"),
@@ -796,6 +798,14 @@ pub fn llama_cpp_config(
         flash_attn: ollama.as_ref().map_or(flash_attn(a.flash_attn.as_deref())?, |o| o.flash_attn),
         kv_bytes,
         cuda_overhead,
+        projector_bytes: match &a.mmproj {
+            Some(_) if ollama.is_some() => {
+                return Err(UsageError("--mmproj is llama-server's: Ollama loads a model's projector itself (not modelled)".into()).into())
+            }
+            Some(_) if a.no_mmproj_offload => 0,
+            Some(p) => crate::source::gguf::read_gguf(p).with_context(|| format!("--mmproj {}", p.display()))?.tensor_bytes(),
+            None => 0,
+        },
     };
     Ok((config, ollama))
 }

@@ -74,7 +74,7 @@ fn quants(s: &Spec) -> Result<(Vec<QuantFile>, Vec<String>)> {
 fn projector_note(skipped: &[String]) -> Option<String> {
     (!skipped.is_empty()).then(|| {
         format!(
-            "the repository has a multimodal projector ({}); llama-server -hf loads it too and its memory is not in this estimate (--no-mmproj leaves it out)",
+            "the repository has a multimodal projector ({}); llama-server -hf loads it too and its memory is not in this estimate (--no-mmproj leaves it out; with the file at hand, --mmproj FILE adds its weights)",
             skipped.join(", ")
         )
     })

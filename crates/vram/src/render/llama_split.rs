@@ -86,6 +86,14 @@ pub fn text(s: &LlamaCppServe, p: &SplitPlan, fit: Option<u64>) -> String {
         let per: Vec<String> = p.devices.iter().map(|d| format!("{} {}", d.name, gib(d.state_bytes))).collect();
         let _ = writeln!(out, "KV GiB includes the recurrent state (llama.cpp's RS buffer, GiB): {}", per.join(" · "));
     }
+    if c.projector_bytes > 0 {
+        let _ = writeln!(
+            out,
+            "{} total includes the --mmproj projector's {} GiB of weights (its compute buffer is not modelled)",
+            p.devices.first().map_or("CUDA0", |d| d.name.as_str()),
+            gib(c.projector_bytes)
+        );
+    }
     let util = p.max_device_total_bytes as f64 / s.gpu.memory as f64;
     let verdict = if util <= 1.0 { "fits" } else { "does NOT fit" };
     let _ = writeln!(out, "fullest GPU: {:.1}% of {} — {verdict}", util * 100.0, s.gpu.name);

@@ -359,6 +359,9 @@ pub fn llama_cpp_text(s: &LlamaCppServe) -> String {
         row(&mut out, "recurrent state (f32, one per --parallel seq)", p.gpu_state_bytes, p.cpu_state_bytes);
     }
     row(&mut out, "compute buffer (modelled)", p.gpu_compute_bytes, 0);
+    if c.projector_bytes > 0 {
+        row(&mut out, "projector (--mmproj; its compute buffer unmodelled)", c.projector_bytes, 0);
+    }
     row(&mut out, "CUDA context + cuBLAS (assumed)", p.cuda_overhead_bytes, 0);
     row(&mut out, "total", p.gpu_total_bytes, p.cpu_weights_bytes + p.cpu_kv_bytes + p.cpu_state_bytes);
     let util = p.gpu_total_bytes as f64 / s.gpu.memory as f64;
