@@ -1493,7 +1493,17 @@ fn forward_peak(m: &Model, tokens: u64, tp: u64, e: u128) -> (u128, String) {
         }
         _ => dense,
     };
-    if attn > mlp {
+    // Gated DeltaNet layers (vllm/model_executor/layers/mamba/gdn_linear_attn.py `forward`): the
+    // input and residual, in_proj_qkvz [T, (2·key + 2·value)/tp] and in_proj_ba [T, 2·Hv/tp],
+    // core_attn_out zeros [T, value/tp], the gated norm's output and out_proj's; the recurrent
+    // kernels themselves skip the profile run (`_forward_core` returns while attn_metadata is None).
+    let delta = m.ssm.as_ref().and_then(|s| s.delta_net).map_or(0, |dn| {
+        let (key, value) = ((dn.key_heads * dn.key_dim) as u128, (dn.value_heads * dn.value_dim) as u128);
+        t * e * (3 * h + (2 * key + 2 * value + 2 * dn.value_heads as u128 + 2 * value) / tp)
+    });
+    if delta > attn.max(mlp) {
+        (delta, format!("forward of {tokens} tokens, Gated DeltaNet projections"))
+    } else if attn > mlp {
         (attn, format!("forward of {tokens} tokens, attention projections"))
     } else {
         (mlp, format!("forward of {tokens} tokens, MLP intermediates"))

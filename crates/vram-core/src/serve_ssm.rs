@@ -323,7 +323,13 @@ pub(crate) fn note(m: &Model, pool: &KvPool, cfg: &ServeConfig) -> Option<String
         MambaCacheMode::Align => "; prefix caching on (mamba-cache mode align): two state blocks per request in each state group",
         _ => "; prefix caching off for the states (mamba-cache mode none): one state block per request in each state group",
     });
-    s.push_str("; the profile run's activation is taken from the attention and MLP widths (the mixer kernels' own workspaces are not modelled: a guess)");
+    s.push_str(match st.mixer {
+        // vllm/model_executor/layers/mamba/gdn_linear_attn.py `_forward_core`: "V1 profile run —
+        // warm up prefill kernels" on 16–64 dummy tokens and return; the chunked delta rule never
+        // sees the profile's tokens.
+        Mixer::GatedDeltaNet => "; the profile run's activation is taken from the attention and MLP widths: vLLM's Gated DeltaNet layers skip their recurrent kernels in the profile run (gdn_linear_attn.py warms them on at most 64 dummy tokens), so their projections are the phase counted beside attention and MLP",
+        _ => "; the profile run's activation is taken from the attention and MLP widths (the mixer kernels' own workspaces in the profile run are not modelled: a guess)",
+    });
     Some(s)
 }
 

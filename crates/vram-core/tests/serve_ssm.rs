@@ -194,3 +194,27 @@ fn refusals() {
     let r = serve(&model("qwen3.5-27b"), &ServeConfig { kv_cache_memory_bytes: Some(GIB / 1024), ..base }).unwrap();
     assert!(!r.fits && r.pool.max_model_len_that_fits == 0);
 }
+
+/// vLLM's Gated DeltaNet layers skip their recurrent kernels in the profile run
+/// (gdn_linear_attn.py `_forward_core` returns while attn_metadata is None), but their
+/// projections run: on Qwen3.5-0.8B (hidden 1024, 16 key and 16 value heads of 128, MLP 3584)
+/// that phase is wider than the MLP's. Per token: input, residual and output (3 × 1024),
+/// in_proj_qkvz (2 × 2048 + 2 × 2048), in_proj_ba (2 × 16), core_attn_out and the gated norm's
+/// output (2 × 2048), in bf16.
+#[test]
+fn gated_deltanet_projections_are_a_profile_phase() {
+    let m = model("qwen3.5-0.8b");
+    let g = gpu::lookup("h100").unwrap();
+    let cfg = ServeConfig {
+        max_num_seqs: Some(1),
+        language_model_only: true,
+        vllm_version: v(19),
+        ..ServeConfig::new(vram_core::serve::cuda_total(&g))
+    };
+    let r = serve(&m, &cfg).unwrap();
+    assert_eq!(r.activation_peak_at, "forward of 8192 tokens, Gated DeltaNet projections");
+    let per_token = 3 * 1024 + 4 * 2048 + 2 * 16 + 2 * 2048;
+    // The default 8192 batched tokens; the MLP phase would be 3 × 1024 + 3 × 3584 per token.
+    assert!(per_token > 3 * 1024 + 3 * 3584);
+    assert_eq!(r.activation_peak_bytes, 8192 * 2 * per_token as u64);
+}
