@@ -1,5 +1,5 @@
 //! vLLM serving of vision-language models (LLaVA-1.5 / LLaVA-interleave, Qwen2-VL, Qwen2.5-VL,
-//! Qwen3-VL dense and MoE, Qwen3.5, Gemma-3):
+//! Qwen3-VL dense and MoE, Qwen3.5, Gemma-3, Llama 4):
 //! the vision tower and projector on every tensor-parallel rank, and the profile run's
 //! multimodal pass (vllm/v1/worker/gpu_model_runner.py `profile_run`): the encoder runs once over
 //! the largest batch of maximum-size images the encoder budget admits, its outputs stay in the
@@ -14,6 +14,10 @@ use crate::serve::{ServeConfig, VllmEngine};
 /// (vllm/config/multimodal.py `MultiModalConfig.limit_per_prompt`: "Defaults to 1 (V0) or 999
 /// (V1) for each modality").
 pub const DEFAULT_MM_LIMIT: u64 = 999;
+
+/// Tiles of vLLM's dummy Llama 4 image: the image processor's `max_patches` (16) and the global
+/// tile.
+const LLAMA4_SERVE_TILES: u64 = 17;
 
 /// The vision side of one rank's budget.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,7 +58,7 @@ pub(crate) fn check(m: &Model, mm: &Multimodal, cfg: &ServeConfig) -> Result<()>
         return Err(refuse(
             "model",
             &m.model_type,
-            format!("{name}: vLLM serving is modelled for LLaVA-1.5/LLaVA-interleave, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5 and Gemma-3 among vision-language models (with --language-model-only, any of them as its language model); `vram estimate` gives its training and inference"),
+            format!("{name}: vLLM serving is modelled for LLaVA-1.5/LLaVA-interleave, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5, Gemma-3 and Llama 4 among vision-language models (with --language-model-only, any of them as its language model); `vram estimate` gives its training and inference"),
         ));
     }
     if cfg.engine == VllmEngine::V0 {
@@ -113,7 +117,9 @@ fn supported(mm: &Multimodal) -> bool {
         // Gemma-3: SigLIP, then average pooling (gemma3_mm.py; pan-and-scan off, the processor's
         // default).
         ProjectorKind::Pool(_) => vis.family == VisionFamily::Siglip,
-        ProjectorKind::Shuffle(_) | ProjectorKind::Linear | ProjectorKind::Llama4 { .. } => false,
+        // Llama 4: tiles through its vision model, the pixel-shuffle MLP, one linear (mllama4.py).
+        ProjectorKind::Llama4 { .. } => vis.adapter.is_some() && mm.llama4.is_some(),
+        ProjectorKind::Shuffle(_) | ProjectorKind::Linear => false,
     }
 }
 
@@ -178,6 +184,14 @@ fn item_tokens(mm: &Multimodal, cfg: &ServeConfig) -> Result<(u64, u64)> {
         // Gemma-3: `<start_of_image>`, the pooled tokens, `<end_of_image>` (gemma3_mm.py
         // `get_image_repl` features, counted by `get_num_image_tokens`).
         None if mm.pool.is_some() => Ok((vis.tokens(vis.native_image_size), mm.image_tokens + 2)),
+        // Llama 4: vLLM's dummy image is max_patches tiles tall and one wide (mllama4.py
+        // `get_image_size_with_most_features`, h:w = 16:1), so 16 tiles plus the global one;
+        // Llama4Processor's placeholder is <|image_start|>, a row of patch tokens and a
+        // <|tile_y_separator|> per tile row, <|image|>, the global tile's patches, <|image_end|>.
+        None if mm.llama4.is_some() => {
+            let t = mm.llama4.map_or(0, |l| l.tile_tokens);
+            Ok((LLAMA4_SERVE_TILES * vis.tokens(vis.native_image_size), LLAMA4_SERVE_TILES * t + (LLAMA4_SERVE_TILES - 1) + 3))
+        }
         None => Ok((vis.tokens(vis.native_image_size), mm.image_tokens)),
     }
 }
@@ -216,7 +230,9 @@ fn encoder_pass(mm: &Multimodal, text_hidden: u64, p: u128, tp: u128, e: u128) -
     // Tower patches per language-model token: the PatchMerger's merge², Gemma-3's pooling
     // kernel² (its projector pools, normalises and projects: no wide intermediate).
     let merge = mm.merger.map_or(1, |pm| (pm.merge * pm.merge) as u128);
-    let merged = p / mm.pool.map_or(merge, |k| (k * k) as u128);
+    // Llama 4's pixel shuffle folds shuffle² patches into a token.
+    let shuffled = tower.encoder.and_then(|x| x.vision).and_then(|v| v.adapter).map(|a| (a.shuffle * a.shuffle) as u128);
+    let merged = p / mm.pool.map(|k| (k * k) as u128).or(shuffled).unwrap_or(merge);
     let levels = mm.merger.map_or(0, |pm| pm.deepstack as u128);
     let deepstack = levels * merged * t * e;
     let block = p * e * (2 * w + attn.max(mlp)) + deepstack;
@@ -238,17 +254,24 @@ pub(crate) fn plan(m: &Model, mm: &Multimodal, cfg: &ServeConfig, batched: u64, 
     let vis = mm.tower.encoder.and_then(|e| e.vision).ok_or(Error::Overflow { what: "vision tower".into() })?;
     let side_pixels = match mm.merger {
         Some(_) => patches as u128 * (vis.patch as u128).pow(2),
+        None if mm.llama4.is_some() => LLAMA4_SERVE_TILES as u128 * (vis.native_image_size as u128).pow(2),
         None => (vis.native_image_size as u128).pow(2),
     };
     // pixel_values arrive in fp32 and are cast to the model dtype (qwen2_5_vl.py
-    // `pixel_values.type(self.visual.dtype)`, llava.py `.to(dtype)`): both copies live.
-    let pixels = items as u128 * vis.channels as u128 * vis.frames() * side_pixels * (4 + e);
+    // `pixel_values.type(self.visual.dtype)`, llava.py `.to(dtype)`): both copies live. Llama 4's
+    // processor hands over bf16 already (image_processing_llama4.py works in torch.bfloat16).
+    let pixel_bytes = if mm.llama4.is_some() { e } else { 4 + e };
+    let pixels = items as u128 * vis.channels as u128 * vis.frames() * side_pixels * pixel_bytes;
     let p = items as u128 * patches as u128;
     let encoder_peak = pixels + encoder_pass(mm, m.hidden, p, cfg.tp as u128, e);
     // The encoder cache holds the merger's output and, for Qwen3-VL, its DeepStack levels beside
     // it (the tower returns them concatenated: text width × (1 + levels) per token).
     let levels = mm.merger.map_or(0, |pm| pm.deepstack as u128);
-    let embeds = if mm.pool.is_some() { mm.image_tokens } else { tokens };
+    let embeds = match mm.llama4 {
+        Some(l) => LLAMA4_SERVE_TILES * l.tile_tokens,
+        None if mm.pool.is_some() => mm.image_tokens,
+        None => tokens,
+    };
     let outputs = items as u128 * embeds as u128 * m.hidden as u128 * (1 + levels) * e;
     Ok(VisionServe {
         weights: rank_weights(mm, m.hidden, cfg.tp, e),

@@ -214,3 +214,23 @@ fn gemma3_profiles_31_pooled_images_and_keeps_its_projector_whole() {
     assert_eq!(vis(1) - vis(2), linear);
     assert_eq!(r.rotary_cache_bytes, (8 * 131_072 + 131_072) * 128 * 2);
 }
+
+/// Llama 4: vLLM's dummy image is 16 tiles tall and one wide (mllama4.py), so 16 tiles plus the
+/// global one, 144 tokens each after the pixel shuffle, plus a separator per tile row and three
+/// image markers: 2467 tokens, three images in the 8192-token budget, 17 × 577 tower tokens each
+/// (the class token included). The tower, its pixel-shuffle MLP and the projector load in bf16
+/// beside the language model.
+#[test]
+fn llama4_profiles_three_16_tile_images() {
+    let m = config("validation/configs/vlm/llama-4-scout-17b-16e.json");
+    let cfg = ServeConfig { tp: 4, ..ServeConfig::new(150_000_000_000) };
+    let r = serve(&m, &cfg).unwrap();
+    let note = r.notes.iter().find(|n| n.starts_with("vision:")).expect("a vision note");
+    assert!(
+        note.contains("budget is 8192 tokens, profiled with 3 image(s) of the maximum size (2467 tokens, 9809 patches each)"),
+        "{note}"
+    );
+    let lm = serve(&m.language_model(), &ServeConfig { tp: 1, ..cfg }).unwrap();
+    let vlm = serve(&m, &ServeConfig { tp: 1, ..cfg }).unwrap();
+    assert_eq!(vlm.weights_bytes - lm.weights_bytes, 2 * (m.parameters() - m.language_model().parameters()));
+}
