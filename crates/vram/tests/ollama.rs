@@ -41,6 +41,8 @@ fn ollama_serve_with_its_environment_is_llama_cpp_at_num_ctx_times_parallel() {
     ]);
     assert_eq!(v["config"]["ctx"], 8192, "2048 × 4 parallel");
     assert_eq!(v["config"]["parallel"], 4);
+    // One shared KV cache, each request held to num_ctx.
+    assert_eq!(v["plan"]["ctx_per_sequence"], 2048);
     assert_eq!(v["config"]["flash_attn"], true);
     assert!((v["config"]["kv_bytes"].as_f64().unwrap() - 34.0 / 32.0).abs() < 1e-9, "q8_0");
     let notes = v["notes"].to_string();

@@ -821,7 +821,11 @@ pub fn llama_cpp_gguf(a: &ServeArgs, file: String, gguf: vram_core::gguf::Gguf) 
     let g = resolve::gpu(&a.gpu)?;
     let (config, ollama) = llama_cpp_config(a, &hparams, g.memory)?;
     let overrides = overrides(a)?;
-    let plan = llama_cpp_with(&gguf, &hparams, &config, &overrides)?;
+    let mut plan = llama_cpp_with(&gguf, &hparams, &config, &overrides)?;
+    // Ollama shares one KV cache among its parallel requests but holds each to num_ctx tokens.
+    if let Some(o) = &ollama {
+        plan.ctx_per_sequence = o.num_ctx;
+    }
     let notes = ollama.map(|o| o.notes).unwrap_or_default();
     if let Some(m) = multi_gpu(a)? {
         let split = vram_core::llama_split::plan(&gguf, &hparams, &config, &overrides, &m)?;
