@@ -547,7 +547,10 @@ impl Gguf {
         // State-space and hybrid models keep a per-sequence state beside (or instead of) a KV
         // cache, and their per-layer head counts say which layers are attention
         // (llama_recurrent.rs); a model without attention layers has no heads to need.
-        let recurrent = if layers <= 10_000 { crate::llama_recurrent::read(self, arch, layers, embd, file)? } else { None };
+        if layers == 0 || layers > 10_000 {
+            return Err(Error::Gguf { file: file.into(), message: format!("implausible dimensions: {layers} layers") });
+        }
+        let recurrent = crate::llama_recurrent::read(self, arch, layers, embd, file)?;
         let attention_free = recurrent.as_ref().is_some_and(|r| r.attention_layers == 0);
         let heads = if attention_free { self.arch_u64("attention.head_count").unwrap_or(0) } else { need("attention.head_count")? };
         let kv_heads = self.arch_u64("attention.head_count_kv").unwrap_or(heads);
@@ -564,7 +567,7 @@ impl Gguf {
             _ => None,
         });
         let dims = [embd, heads, kv_heads, head_k, head_v, self.arch_u64("feed_forward_length").unwrap_or(0)];
-        if layers == 0 || layers > 10_000 || (heads == 0 && !attention_free) || embd == 0 || dims.iter().any(|&d| d > 1 << 24) {
+        if (heads == 0 && !attention_free) || embd == 0 || dims.iter().any(|&d| d > 1 << 24) {
             return Err(Error::Gguf {
                 file: file.into(),
                 message: format!("implausible dimensions: {layers} layers, {heads} heads, {embd} wide"),

@@ -18,8 +18,9 @@
 //!   Mamba-2; Jamba, Granite-4.0-H and LFM2: those with no KV heads; Nemotron-H: no KV heads and
 //!   no MLP; Qwen3-Next and Qwen3.5: all but every `full_attention_interval`-th.
 //!
-//! Checked against logs: Qwen3.6-27B (llama.cpp#23792, "size = 448.88 MiB (3 cells, 65 layers,
-//! 3 seqs), R (f32): 16.88 MiB, S (f32): 432.00 MiB").
+//! Checked against logs (tests/gguf.rs `qwen36_27b_state_matches_its_log`): Qwen3.6-27B
+//! (llama.cpp#23792, "size = 448.88 MiB (3 cells, 65 layers, 3 seqs), R (f32): 16.88 MiB,
+//! S (f32): 432.00 MiB").
 
 use serde::Serialize;
 
@@ -84,11 +85,6 @@ pub struct Recurrent {
     pub d_inner: u64,
     /// The mixer's convolution channels (d_inner + 2·n_group·d_state), for the compute buffer.
     pub conv_channels: u64,
-}
-
-/// Whether `arch` is an architecture llama.cpp keeps a recurrent state for.
-pub fn is_recurrent_arch(arch: &str) -> bool {
-    MODELLED.iter().any(|(a, _)| *a == arch) || REFUSED.contains(&arch)
 }
 
 /// Recurrent architectures not modelled: RWKV's token-shift and WKV states, PLaMo-2's layer
@@ -223,37 +219,5 @@ impl Recurrent {
         let per_token = 2 * self.d_inner + 3 * self.conv_channels + self.d_inner + 2 * embd;
         let states = 2 * seqs.max(1) * (self.n_embd_r + self.n_embd_s);
         u.saturating_mul(per_token).saturating_add(states).saturating_mul(4)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn qwen35(layers: u64) -> Recurrent {
-        // Qwen3.5-27B / Qwen3.6-27B: conv 4, d_inner 6144 (48 value heads × 128), 16 key heads of 128.
-        let state: Vec<bool> = (0..layers).map(|i| (i + 1) % 4 != 0).collect();
-        Recurrent {
-            attention: state.iter().map(|s| !s).collect(),
-            attention_layers: layers / 4,
-            state_layers: layers - layers / 4,
-            state,
-            n_embd_r: 3 * (6144 + 2 * 16 * 128),
-            n_embd_s: 128 * 6144,
-            d_inner: 6144,
-            conv_channels: 6144 + 2 * 16 * 128,
-        }
-    }
-
-    /// llama.cpp#23792: Qwen3.6-27B with 3 sequences logged "R (f32): 16.88 MiB, S (f32):
-    /// 432.00 MiB" (48 state layers; its multi-token-prediction layer keeps none).
-    #[test]
-    fn qwen36_27b_state_matches_the_log() {
-        let r = qwen35(64);
-        assert_eq!(r.state_layers, 48);
-        let (mib_r, mib_s) = (48.0 * 3.0 * r.n_embd_r as f64 * 4.0 / 1048576.0, 48.0 * 3.0 * r.n_embd_s as f64 * 4.0 / 1048576.0);
-        assert_eq!(format!("{mib_r:.2} {mib_s:.2}"), "16.88 432.00");
-        let total: u64 = (0..64).map(|il| r.layer_bytes(il, 3)).sum();
-        assert_eq!(format!("{:.2}", total as f64 / 1048576.0), "448.88");
     }
 }

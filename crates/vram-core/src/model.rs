@@ -1481,6 +1481,22 @@ impl Model {
         }
     }
 
+    /// The model vLLM builds from this checkpoint: the checkpoint's whole architecture (a config
+    /// read as its language model for training, Qwen3.5's, gets its vision tower back), or with
+    /// `language_model_only` (vLLM's `--language-model-only`) a vision-language model's language
+    /// model alone.
+    pub fn as_served(&self, language_model_only: bool) -> Model {
+        let mut m = self.clone();
+        if !language_model_only {
+            m.load_vision();
+        } else if m.encoder.is_none() && m.seq2seq.is_none() {
+            m.multimodal = None;
+            m.vision_unloaded = None;
+            m.warnings.retain(|w| !w.starts_with(LM_ONLY_WARNING));
+        }
+        m
+    }
+
     /// Drop the warning that names the image size a VLM assumed (the user gave one, or serving
     /// sizes images its own way).
     pub fn drop_image_assumption(&mut self) {

@@ -460,21 +460,19 @@ pub(crate) fn invalid(what: &str, value: impl ToString, hint: &str) -> Error {
 /// Reproduce vLLM's start-up accounting for `model` under `cfg`.
 pub fn serve(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
     let vlm = m.encoder.is_none() && m.seq2seq.is_none();
-    // vLLM builds the checkpoint's architecture: a Qwen3.5 config read as its language model
-    // (Qwen3_5ForCausalLM, for training) is served as Qwen3_5ForConditionalGeneration, tower
-    // included, unless --language-model-only.
-    if !cfg.language_model_only && m.multimodal.is_none() && m.vision_unloaded.is_some() {
-        let mut with_tower = m.clone();
-        with_tower.load_vision();
-        return serve(&with_tower, cfg);
-    }
-    if cfg.language_model_only && vlm && (m.multimodal.is_some() || m.vision_unloaded.is_some()) {
-        let lm = Model { vision_unloaded: None, ..m.language_model() };
-        let mut r = serve(&lm, cfg)?;
-        r.notes.push(format!(
-            "--language-model-only: vLLM builds {}'s language model alone (no vision tower, no encoder profile); image inputs are refused at run time",
-            m.name
-        ));
+    // vLLM builds the checkpoint's architecture (`Model::as_served`): a Qwen3.5 config read as
+    // its language model (Qwen3_5ForCausalLM, for training) is served as
+    // Qwen3_5ForConditionalGeneration, tower included, unless --language-model-only.
+    let strips = cfg.language_model_only && vlm && (m.multimodal.is_some() || m.vision_unloaded.is_some());
+    let loads = !cfg.language_model_only && m.multimodal.is_none() && m.vision_unloaded.is_some();
+    if strips || loads {
+        let mut r = serve(&m.as_served(cfg.language_model_only), cfg)?;
+        if strips {
+            r.notes.push(format!(
+                "--language-model-only: vLLM builds {}'s language model alone (no vision tower, no encoder profile); image inputs are refused at run time",
+                m.name
+            ));
+        }
         return Ok(r);
     }
     match &m.multimodal {

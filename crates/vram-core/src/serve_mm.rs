@@ -33,9 +33,6 @@ pub(crate) struct VisionServe {
     pub items: u64,
     /// Language-model tokens per maximum-size image, as the encoder budget counts them.
     pub tokens_per_item: u64,
-    /// Embeddings the encoder returns per image (the image's placeholder tokens; Gemma-3's
-    /// begin- and end-of-image tokens around them are text).
-    pub embeds_per_item: u64,
     /// Vision-transformer tokens (patches) per maximum-size image.
     pub patches_per_item: u64,
     /// Encoder budget in tokens (the number vLLM logs: "Encoder cache will be initialized with a
@@ -165,35 +162,53 @@ fn rank_weights(mm: &Multimodal, text_hidden: u64, tp: u64, e: u128) -> u128 {
     n * e
 }
 
-/// Vision-transformer tokens and language-model tokens of vLLM's dummy image, the largest the
-/// processor produces. LLaVA: the tower's own image size. Qwen: the square that fills
-/// `max_pixels` (qwen2_vl.py `get_image_size_with_most_features`: smart_resize of a
+/// vLLM's dummy image, the largest the processor produces, as the profile run sees it.
+struct Item {
+    /// Vision-transformer tokens (patches, with any class token) through the tower.
+    patches: u64,
+    /// Language-model tokens, as the encoder budget counts them (the whole placeholder).
+    tokens: u64,
+    /// Embeddings the encoder returns (the placeholder's image positions; Gemma-3's and
+    /// Llama 4's markers and separators are text).
+    embeds: u64,
+    /// Pixels per channel and frame of its `pixel_values`.
+    pixels: u128,
+}
+
+/// The dummy image of each family. LLaVA: the tower's own image size. Qwen: the square that
+/// fills `max_pixels` (qwen2_vl.py `get_image_size_with_most_features`: smart_resize of a
 /// 9999999-pixel side, ⌊√max_pixels / f⌋ · f with f = patch × merge: 28 for Qwen2-VL's 3584²,
-/// 32 for Qwen3-VL's and Qwen3.5's 4096², whose qwen3_vl.py inherits it).
-fn item_tokens(mm: &Multimodal, cfg: &ServeConfig) -> Result<(u64, u64)> {
+/// 32 for Qwen3-VL's and Qwen3.5's 4096², whose qwen3_vl.py inherits it). Gemma-3: its square,
+/// `<start_of_image>`, the pooled tokens, `<end_of_image>` (gemma3_mm.py `get_image_repl`
+/// features, counted by `get_num_image_tokens`). Llama 4: max_patches tiles tall and one wide
+/// (mllama4.py `get_image_size_with_most_features`, h:w = 16:1), so 16 tiles plus the global
+/// one; Llama4Processor's placeholder is <|image_start|>, a row of patch tokens and a
+/// <|tile_y_separator|> per tile row, <|image|>, the global tile's patches, <|image_end|>.
+fn item(mm: &Multimodal, cfg: &ServeConfig) -> Result<Item> {
     let vis = mm.tower.encoder.and_then(|e| e.vision).ok_or(Error::Overflow { what: "vision tower".into() })?;
-    match mm.merger {
-        Some(pm) => {
+    let native = vis.tokens(vis.native_image_size);
+    let native_pixels = (vis.native_image_size as u128).pow(2);
+    Ok(match (mm.merger, mm.llama4) {
+        (Some(pm), _) => {
             let max_pixels = cfg.mm_max_pixels.unwrap_or(pm.max_pixels);
             let f = vis.patch.saturating_mul(pm.merge).max(1);
             let side = (((max_pixels as f64).sqrt() / f as f64).floor() as u64).max(1) * f;
             let per_side = side / vis.patch.max(1);
             let patches = per_side * per_side;
-            Ok((patches, patches / (pm.merge * pm.merge).max(1)))
+            let tokens = patches / (pm.merge * pm.merge).max(1);
+            Item { patches, tokens, embeds: tokens, pixels: patches as u128 * (vis.patch as u128).pow(2) }
         }
-        // Gemma-3: `<start_of_image>`, the pooled tokens, `<end_of_image>` (gemma3_mm.py
-        // `get_image_repl` features, counted by `get_num_image_tokens`).
-        None if mm.pool.is_some() => Ok((vis.tokens(vis.native_image_size), mm.image_tokens + 2)),
-        // Llama 4: vLLM's dummy image is max_patches tiles tall and one wide (mllama4.py
-        // `get_image_size_with_most_features`, h:w = 16:1), so 16 tiles plus the global one;
-        // Llama4Processor's placeholder is <|image_start|>, a row of patch tokens and a
-        // <|tile_y_separator|> per tile row, <|image|>, the global tile's patches, <|image_end|>.
-        None if mm.llama4.is_some() => {
-            let t = mm.llama4.map_or(0, |l| l.tile_tokens);
-            Ok((LLAMA4_SERVE_TILES * vis.tokens(vis.native_image_size), LLAMA4_SERVE_TILES * t + (LLAMA4_SERVE_TILES - 1) + 3))
+        (None, Some(l)) => Item {
+            patches: LLAMA4_SERVE_TILES * native,
+            tokens: LLAMA4_SERVE_TILES * l.tile_tokens + (LLAMA4_SERVE_TILES - 1) + 3,
+            embeds: LLAMA4_SERVE_TILES * l.tile_tokens,
+            pixels: LLAMA4_SERVE_TILES as u128 * native_pixels,
+        },
+        (None, None) if mm.pool.is_some() => {
+            Item { patches: native, tokens: mm.image_tokens + 2, embeds: mm.image_tokens, pixels: native_pixels }
         }
-        None => Ok((vis.tokens(vis.native_image_size), mm.image_tokens)),
-    }
+        (None, None) => Item { patches: native, tokens: mm.image_tokens, embeds: mm.image_tokens, pixels: native_pixels },
+    })
 }
 
 /// The encoder budget and the items profiled (vllm/v1/core/encoder_cache_manager.py
@@ -249,37 +264,26 @@ fn encoder_pass(mm: &Multimodal, text_hidden: u64, p: u128, tp: u128, e: u128) -
 
 /// The vision side of one rank's vLLM budget.
 pub(crate) fn plan(m: &Model, mm: &Multimodal, cfg: &ServeConfig, batched: u64, seqs: u64, max_len: u64, e: u128) -> Result<VisionServe> {
-    let (patches, tokens) = item_tokens(mm, cfg)?;
-    let (budget, items) = encoder_items(tokens, cfg, batched, seqs, max_len);
+    let it = item(mm, cfg)?;
+    let (budget, items) = encoder_items(it.tokens, cfg, batched, seqs, max_len);
     let vis = mm.tower.encoder.and_then(|e| e.vision).ok_or(Error::Overflow { what: "vision tower".into() })?;
-    let side_pixels = match mm.merger {
-        Some(_) => patches as u128 * (vis.patch as u128).pow(2),
-        None if mm.llama4.is_some() => LLAMA4_SERVE_TILES as u128 * (vis.native_image_size as u128).pow(2),
-        None => (vis.native_image_size as u128).pow(2),
-    };
     // pixel_values arrive in fp32 and are cast to the model dtype (qwen2_5_vl.py
     // `pixel_values.type(self.visual.dtype)`, llava.py `.to(dtype)`): both copies live. Llama 4's
     // processor hands over bf16 already (image_processing_llama4.py works in torch.bfloat16).
     let pixel_bytes = if mm.llama4.is_some() { e } else { 4 + e };
-    let pixels = items as u128 * vis.channels as u128 * vis.frames() * side_pixels * pixel_bytes;
-    let p = items as u128 * patches as u128;
+    let pixels = items as u128 * vis.channels as u128 * vis.frames() * it.pixels * pixel_bytes;
+    let p = items as u128 * it.patches as u128;
     let encoder_peak = pixels + encoder_pass(mm, m.hidden, p, cfg.tp as u128, e);
     // The encoder cache holds the merger's output and, for Qwen3-VL, its DeepStack levels beside
     // it (the tower returns them concatenated: text width × (1 + levels) per token).
     let levels = mm.merger.map_or(0, |pm| pm.deepstack as u128);
-    let embeds = match mm.llama4 {
-        Some(l) => LLAMA4_SERVE_TILES * l.tile_tokens,
-        None if mm.pool.is_some() => mm.image_tokens,
-        None => tokens,
-    };
-    let outputs = items as u128 * embeds as u128 * m.hidden as u128 * (1 + levels) * e;
+    let outputs = items as u128 * it.embeds as u128 * m.hidden as u128 * (1 + levels) * e;
     Ok(VisionServe {
         weights: rank_weights(mm, m.hidden, cfg.tp, e),
         buffers: levels * batched as u128 * m.hidden as u128 * e,
         items,
-        tokens_per_item: tokens,
-        embeds_per_item: embeds,
-        patches_per_item: patches,
+        tokens_per_item: it.tokens,
+        patches_per_item: it.patches,
         budget,
         encoder_peak,
         outputs,

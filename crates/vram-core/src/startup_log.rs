@@ -732,7 +732,9 @@ llama_context:  CUDA_Host  output buffer size =     0.49 MiB
     }
 
     /// llama.cpp's hybrid memory prints the recurrent state as its own buffer (ggml-org/llama.cpp
-    /// src/llama-memory-recurrent.cpp), read beside the KV cache of the attention layers.
+    /// src/llama-memory-recurrent.cpp), read beside the KV cache of the attention layers. The lines
+    /// are shaped as llama.cpp prints them; the RS figure is llama.cpp#23792's total (that log
+    /// split it over a `Meta()` device), the KV and compute figures are made up for the parse.
     #[test]
     fn llama_cpp_recurrent_state_buffer() {
         let text = "0.15.050.780 I llama_memory_recurrent:      CUDA0 RS buffer size =   448.88 MiB

@@ -135,6 +135,34 @@ fn hybrid_gguf_keeps_kv_on_attention_layers_and_a_state_per_sequence() {
     assert!(e.contains("qwen35.ssm.inner_size"), "{e}");
 }
 
+/// llama.cpp#23792 logged Qwen3.6-27B's state with 3 sequences: "size = 448.88 MiB (3 cells,
+/// 65 layers, 3 seqs), R (f32): 16.88 MiB, S (f32): 432.00 MiB". Its header as that log prints it
+/// (qwen35.*: 65 blocks with one multi-token-prediction layer, conv 4, state 128, 16 groups,
+/// inner 6144, interval 4) gives all three figures.
+#[test]
+fn qwen36_27b_state_matches_its_log() {
+    let mut w = Writer::default();
+    w.decoder("qwen35", [65, 262_144, 5120, 17_408, 24, 4])
+        .u32("qwen35.attention.key_length", 256)
+        .u32("qwen35.attention.value_length", 256)
+        .u32("qwen35.ssm.conv_kernel", 4)
+        .u32("qwen35.ssm.state_size", 128)
+        .u32("qwen35.ssm.group_count", 16)
+        .u32("qwen35.ssm.time_step_rank", 48)
+        .u32("qwen35.ssm.inner_size", 6144)
+        .u32("qwen35.full_attention_interval", 4)
+        .u32("qwen35.nextn_predict_layers", 1)
+        .tokens(1024);
+    let g = parsed(&w.bytes());
+    let hp = g.hparams("q36.gguf").unwrap();
+    let r = hp.recurrent.as_ref().unwrap();
+    assert_eq!(r.state_layers, 48);
+    let mib = |values: u64| format!("{:.2}", (r.state_layers * 3 * values * 4) as f64 / (1u64 << 20) as f64);
+    assert_eq!((mib(r.n_embd_r), mib(r.n_embd_s)), ("16.88".to_string(), "432.00".to_string()));
+    let p = llama_cpp(&g, &hp, &LlamaCppConfig { parallel: 3, ..Default::default() }).unwrap();
+    assert_eq!(format!("{:.2}", p.gpu_state_bytes as f64 / (1u64 << 20) as f64), "448.88");
+}
+
 /// A hybrid's scalar keys, leaving its per-layer arrays to the test.
 fn bare(arch: &str, layers: u32) -> Writer {
     let mut w = Writer::default();

@@ -55,20 +55,20 @@ fn two_gpus_each_hold_their_layers_states() {
     assert_eq!(states, vec![4 * STATE_PER_LAYER_SEQ, 2 * STATE_PER_LAYER_SEQ]);
 }
 
+/// `--log` puts the log's RS buffer beside vram's: one sequence (`-np 1`) on 6 state layers is
+/// 6 × 280,576 f32 values = 6.42 MiB; the line is shaped as llama-memory-recurrent.cpp prints it.
 #[test]
 fn a_logged_rs_buffer_is_compared() {
     let dir = tempfile::tempdir().unwrap();
     let p = qwen35_file(&dir);
     let log = dir.path().join("start.log");
-    std::fs::write(
-        &log,
-        "llama_memory_recurrent:      CUDA0 RS buffer size =     1.62 MiB\nllama_kv_cache:      CUDA0 KV buffer size =    32.00 MiB\n",
-    )
-    .unwrap();
-    let out = vram().args(["serve", "-m", &p, "-g", "24GiB", "--log", log.to_str().unwrap()]).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(text.contains("RS buffer (recurrent state)"), "{text}");
+    std::fs::write(&log, "llama_memory_recurrent:      CUDA0 RS buffer size =     6.42 MiB\n").unwrap();
+    let v = json(&["serve", "-m", &p, "-g", "24GiB", "-np", "1", "--log", log.to_str().unwrap()]);
+    let rows = v["comparison"]["rows"].as_array().unwrap();
+    let rs = rows.iter().find(|r| r["quantity"] == "RS buffer (recurrent state)").expect("an RS row");
+    let mib = (6 * STATE_PER_LAYER_SEQ) as f64 / (1u64 << 20) as f64;
+    assert!((rs["estimate"].as_f64().unwrap() - mib).abs() < 1e-9, "{rs}");
+    assert_eq!(rs["log"].as_f64(), Some(6.42));
 }
 
 #[test]

@@ -416,7 +416,8 @@ pub struct VllmServe {
 /// Resolve the flags and compute vLLM's accounting.
 pub fn vllm(a: &ServeArgs, mut model: Model) -> Result<VllmServe> {
     // vLLM builds the checkpoint's whole architecture (a Qwen3.5 config's tower included, which
-    // a training estimate leaves out) unless --language-model-only.
+    // a training estimate leaves out) unless --language-model-only; under it the model stays a
+    // VLM here and the core serves its language model (`Model::as_served`) with a note saying so.
     if a.language_model_only {
         model.warnings.retain(|w| !w.starts_with(vram_core::model::LM_ONLY_WARNING));
     } else {
