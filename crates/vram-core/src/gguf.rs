@@ -283,16 +283,19 @@ impl<'a> Reader<'a> {
             return self.scalar(t);
         }
         let (et, len) = self.array_head(depth)?;
-        // Integer arrays up to 65536 long keep their values (per-layer head counts); the rest
-        // (token lists, scores, merges) are skipped without allocating.
-        if !matches!(et, 0..=5 | 10 | 11) || len > 65_536 {
+        // Integer and bool arrays up to 65536 long keep their values (per-layer head counts,
+        // recurrent-layer flags as 0/1); the rest (token lists, scores, merges) are skipped
+        // without allocating.
+        if !matches!(et, 0..=5 | 7 | 10 | 11) || len > 65_536 {
             self.skip_elements(et, len, depth)?;
             return Ok(MetaValue::Array { len, ints: Vec::new() });
         }
         let mut ints = Vec::with_capacity(len as usize);
         for _ in 0..len {
-            if let MetaValue::Int(i) = self.scalar(et)? {
-                ints.push(i);
+            match self.scalar(et)? {
+                MetaValue::Int(i) => ints.push(i),
+                MetaValue::Bool(b) => ints.push(i128::from(b)),
+                _ => {}
             }
         }
         Ok(MetaValue::Array { len, ints })

@@ -56,7 +56,8 @@ enum Layout {
     /// A layer with neither KV heads nor an MLP keeps a state; with KV heads and no MLP, a KV
     /// cache; an MLP layer neither.
     NemotronH,
-    /// Every `full_attention_interval`-th layer is attention, the rest keep a state; the
+    /// The per-layer flags `attention.recurrent_layers` when the file has them, else every
+    /// `full_attention_interval`-th layer is attention and the rest keep a state; the
     /// multi-token-prediction layers (`nextn_predict_layers`, at the end) keep no state (the
     /// Qwen3.6-27B log skips it) and are planned with a KV cache, as the full-attention layers
     /// they are (assumed: no log shows their KV).
@@ -104,6 +105,7 @@ fn per_layer(g: &Gguf, arch: &str, key: &str, layers: u64, file: &str) -> Result
             }
             ints.iter().map(|&i| u64::try_from(i).map_err(|_| bad(format!("negative value {i}")))).collect::<Result<Vec<_>>>().map(Some)
         }
+        Some(MetaValue::Bool(b)) => Ok(Some(vec![u64::from(*b); layers as usize])),
         Some(v) => match v.as_u64() {
             Some(x) => Ok(Some(vec![x; layers as usize])),
             None => Err(bad("not an integer".into())),
@@ -140,7 +142,6 @@ pub fn read(g: &Gguf, arch: &str, layers: u64, embd: u64, file: &str) -> Result<
     };
     let kv = per_layer(g, arch, "attention.head_count_kv", layers, file)?;
     let ff = per_layer(g, arch, "feed_forward_length", layers, file)?;
-    let kv_at = |i: usize| kv.as_ref().map_or(1, |v| v[i]);
     let (attention, state): (Vec<bool>, Vec<bool>) = match layout {
         Layout::AllState => (vec![false; n], vec![true; n]),
         Layout::Parallel => (vec![true; n], vec![true; n]),
@@ -153,16 +154,34 @@ pub fn read(g: &Gguf, arch: &str, layers: u64, embd: u64, file: &str) -> Result<
             (kv.iter().map(|&k| k > 0).collect(), kv.iter().map(|&k| k == 0).collect())
         }
         Layout::NemotronH => {
-            let ff_at = |i: usize| ff.as_ref().map_or(0, |v| v[i]);
-            ((0..n).map(|i| kv_at(i) > 0 && ff_at(i) == 0).collect(), (0..n).map(|i| kv_at(i) == 0 && ff_at(i) == 0).collect())
+            // Both per-layer arrays tell the three kinds of layer apart; without either every layer
+            // would read as one kind.
+            let missing = |key: &str| Error::MissingKey {
+                file: file.into(),
+                key: format!("{arch}.{key}"),
+                why: "tell Nemotron-H's attention layers (KV heads, no MLP), Mamba-2 layers (neither) and MLP layers apart, per layer"
+                    .into(),
+            };
+            let kv = kv.as_ref().ok_or_else(|| missing("attention.head_count_kv"))?;
+            let ff = ff.as_ref().ok_or_else(|| missing("feed_forward_length"))?;
+            ((0..n).map(|i| kv[i] > 0 && ff[i] == 0).collect(), (0..n).map(|i| kv[i] == 0 && ff[i] == 0).collect())
         }
         Layout::Interval => {
-            let every = u("full_attention_interval").unwrap_or(4);
-            if every == 0 {
-                return Err(Error::Gguf { file: file.into(), message: format!("`{arch}.full_attention_interval` is 0") });
-            }
+            // llama-model.cpp (qwen35, qwen3next): the explicit per-layer flags
+            // `attention.recurrent_layers` when the file has them, else every
+            // `full_attention_interval`-th layer (default 4) is attention; the trailing
+            // multi-token-prediction layers are never recurrent.
             let mtp = u("nextn_predict_layers").unwrap_or(0).min(layers);
-            let state: Vec<bool> = (0..layers).map(|i| i < layers - mtp && (i + 1) % every != 0).collect();
+            let state: Vec<bool> = match per_layer(g, arch, "attention.recurrent_layers", layers, file)? {
+                Some(flags) => flags.iter().map(|&f| f != 0).collect(),
+                None => {
+                    let every = u("full_attention_interval").unwrap_or(4);
+                    if every == 0 {
+                        return Err(Error::Gguf { file: file.into(), message: format!("`{arch}.full_attention_interval` is 0") });
+                    }
+                    (0..layers).map(|i| i < layers - mtp && (i + 1) % every != 0).collect()
+                }
+            };
             (state.iter().map(|s| !s).collect(), state)
         }
     };

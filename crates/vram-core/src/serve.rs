@@ -757,7 +757,9 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
 /// process, so every stage holds each once. Positions: max_position_embeddings, times the factor
 /// for linear and dynamic-NTK scaling (`max_position_embeddings * scaling_factor`), the original
 /// context times the factor for YaRN; Llama-3's scaling keeps the length. Gemma-3's sliding
-/// layers rotate with their own base (`rope_local_base_freq`, unscaled): a second cache.
+/// layers rotate with their own base (`rope_local_base_freq`, unscaled): a second cache. Other
+/// kinds (Phi-3's LongRoPE, whose short and long caches are concatenated) are counted at
+/// max_position_embeddings, which undercounts them.
 fn rotary_cache_positions(m: &Model) -> u128 {
     let base = m.max_positions as u128;
     let scaled = match &m.rope_scaling {

@@ -267,10 +267,11 @@ pub(crate) fn plan(m: &Model, mm: &Multimodal, cfg: &ServeConfig, batched: u64, 
     let it = item(mm, cfg)?;
     let (budget, items) = encoder_items(it.tokens, cfg, batched, seqs, max_len);
     let vis = mm.tower.encoder.and_then(|e| e.vision).ok_or(Error::Overflow { what: "vision tower".into() })?;
-    // pixel_values arrive in fp32 and are cast to the model dtype (qwen2_5_vl.py
-    // `pixel_values.type(self.visual.dtype)`, llava.py `.to(dtype)`): both copies live. Llama 4's
-    // processor hands over bf16 already (image_processing_llama4.py works in torch.bfloat16).
-    let pixel_bytes = if mm.llama4.is_some() { e } else { 4 + e };
+    // pixel_values arrive in the processor's dtype (`Vision::pixel_dtype_bytes`: fp32, Llama 4's
+    // bf16) and are cast to the model dtype (qwen2_5_vl.py `pixel_values.type(self.visual.dtype)`,
+    // llava.py `.to(dtype)`): both copies live, one when the cast changes nothing.
+    let arrived = vis.pixel_dtype_bytes();
+    let pixel_bytes = if arrived == e { e } else { arrived + e };
     let pixels = items as u128 * vis.channels as u128 * vis.frames() * it.pixels * pixel_bytes;
     let p = items as u128 * it.patches as u128;
     let encoder_peak = pixels + encoder_pass(mm, m.hidden, p, cfg.tp as u128, e);
@@ -316,5 +317,28 @@ mod tests {
         assert_eq!(encoder_items(576, &c, 8192, 4, 4096), (8192, 4));
         // A prompt shorter than one image still takes one.
         assert_eq!(encoder_items(576, &c, 8192, 1, 100), (8192, 1));
+    }
+
+    /// The processor's fp32 pixels are cast to the model dtype: two copies under bf16, one when
+    /// the model is served in fp32 (the cast returns the same tensor); Llama 4's bf16 pixels stay
+    /// one copy under bf16.
+    #[test]
+    fn pixel_copies_follow_the_cast() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../validation/configs/vlm");
+        let read = |f: &str| crate::config::parse_config(&std::fs::read(dir.join(f)).unwrap(), f, f).unwrap();
+        let pixels = |m: &Model, e: u128| {
+            let mm = m.multimodal.as_ref().unwrap();
+            let v = plan(m, mm, &cfg(), 8192, 256, 32_768, e).unwrap();
+            let p = v.items as u128 * v.patches_per_item as u128;
+            v.encoder_peak - encoder_pass(mm, m.hidden, p, 1, e)
+        };
+        let qwen = read("Qwen2-VL-2B-Instruct.json");
+        // One 3584² image: 65536 patches of 14² pixels, 3 channels, 2 frames.
+        let values = 65_536u128 * 14 * 14 * 3 * 2;
+        assert_eq!(pixels(&qwen, 2), values * (4 + 2));
+        assert_eq!(pixels(&qwen, 4), values * 4);
+        let llama4 = read("llama-4-scout-17b-16e.json");
+        let v = plan(&llama4, llama4.multimodal.as_ref().unwrap(), &cfg(), 8192, 256, 32_768, 2).unwrap();
+        assert_eq!(pixels(&llama4, 2), v.items as u128 * 17 * 336 * 336 * 3 * 2);
     }
 }

@@ -128,6 +128,14 @@ fn hybrid_gguf_keeps_kv_on_attention_layers_and_a_state_per_sequence() {
     w.u32("qwen35.nextn_predict_layers", 1);
     let hp = parsed(&w.bytes()).hparams("q.gguf").unwrap();
     assert_eq!(hp.recurrent.as_ref().map(|r| (r.state_layers, r.attention_layers)), Some((6, 2)));
+    // A file's explicit per-layer flags win over the interval (llama-model.cpp reads
+    // `attention.recurrent_layers` first): here layers 0–5 recurrent, 6 and 7 attention.
+    let mut w = tiny_qwen35(8);
+    w.bool_array("qwen35.attention.recurrent_layers", &[true, true, true, true, true, true, false, false]);
+    let hp = parsed(&w.bytes()).hparams("q.gguf").unwrap();
+    let r = hp.recurrent.as_ref().unwrap();
+    assert_eq!(r.state, vec![true, true, true, true, true, true, false, false]);
+    assert_eq!(r.attention_layers, 2);
     // Without its inner size the state cannot be sized: the key is named.
     let mut w = Writer::default();
     w.decoder("qwen35", [8, 4096, 1024, 3584, 8, 2]).u32("qwen35.ssm.conv_kernel", 4).u32("qwen35.ssm.state_size", 128);
@@ -216,6 +224,11 @@ fn state_space_and_per_layer_hybrids() {
     let r = hp.recurrent.as_ref().unwrap();
     assert_eq!((r.attention_layers, r.state_layers), (1, 2));
     assert_eq!(r.state, vec![true, false, false, false, true, false]);
+    // Without its per-layer MLP widths Nemotron-H's layers cannot be told apart: named, not guessed.
+    let mut w = bare("nemotron_h", 6);
+    w.u32_array("nemotron_h.attention.head_count_kv", &[0, 0, 2, 0, 0, 0]).u32("nemotron_h.ssm.conv_kernel", 4);
+    let e = parsed(&w.bytes()).hparams("n.gguf").unwrap_err().to_string();
+    assert!(e.contains("nemotron_h.feed_forward_length"), "{e}");
     // A per-layer array of the wrong length is an error, not a guess.
     let mut w = bare("jamba", 8);
     w.u32_array("jamba.attention.head_count_kv", &[0, 2]).u32("jamba.ssm.conv_kernel", 4);

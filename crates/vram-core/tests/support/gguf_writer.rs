@@ -83,6 +83,16 @@ impl Writer {
         self.n_kv += 1;
         self
     }
+    /// An array of bools (per-layer flags such as `attention.recurrent_layers`).
+    pub fn bool_array(&mut self, k: &str, v: &[bool]) -> &mut Self {
+        s(&mut self.kv, k);
+        self.kv.extend(9u32.to_le_bytes());
+        self.kv.extend(7u32.to_le_bytes());
+        self.kv.extend((v.len() as u64).to_le_bytes());
+        self.kv.extend(v.iter().map(|&b| u8::from(b)));
+        self.n_kv += 1;
+        self
+    }
     pub fn tokens(&mut self, n: usize) -> &mut Self {
         s(&mut self.kv, "tokenizer.ggml.tokens");
         self.kv.extend(9u32.to_le_bytes());
