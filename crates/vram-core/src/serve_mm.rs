@@ -87,6 +87,13 @@ pub(crate) fn check(m: &Model, mm: &Multimodal, cfg: &ServeConfig) -> Result<()>
             format!("vLLM needs it to divide the {} attention heads of {name}'s vision tower", mm.tower.heads),
         ));
     }
+    if cfg.mm_max_pixels.is_some() && mm.merger.is_none() {
+        return Err(refuse(
+            "--mm-processor-kwargs",
+            "max_pixels",
+            format!("max_pixels is the Qwen-VL processors' cap; {name}'s processor sizes its images another way (its fixed tile or square), so it would change nothing"),
+        ));
+    }
     if cfg.mm_limit_per_prompt == Some(0) {
         return Err(refuse(
             "--limit-mm-per-prompt",

@@ -99,6 +99,15 @@ fn bad_multimodal_flags_are_usage_errors() {
     assert!(e.contains("needs a count"), "{e}");
     let e = fails(&["serve", "--model", QWEN, "-g", "h100", "--mm-processor-kwargs", "max_pixels=5"], 2);
     assert!(e.contains("not JSON"), "{e}");
+    // A processor key that changes the images in a way not modelled is refused, not ignored;
+    // pan-and-scan off (Gemma-3's default) is accepted.
+    const GEMMA: &str = "../../validation/configs/vlm/gemma-3-4b-it.json";
+    let e = fails(&["serve", "--model", GEMMA, "-g", "h100", "--mm-processor-kwargs", r#"{"do_pan_and_scan": true}"#], 2);
+    assert!(e.contains("do_pan_and_scan"), "{e}");
+    json(&["serve", "--model", GEMMA, "-g", "h100", "--mm-processor-kwargs", r#"{"do_pan_and_scan": false}"#]);
+    // max_pixels is the Qwen processors' cap: on Gemma-3 it would change nothing.
+    let e = fails(&["serve", "--model", GEMMA, "-g", "h100", "--mm-processor-kwargs", r#"{"max_pixels": 200704}"#], 2);
+    assert!(e.contains("Qwen-VL processors' cap"), "{e}");
     let e = fails(&["serve", "--model", QWEN, "-g", "h100", "--pipeline-parallel-size", "2"], 2);
     assert!(e.contains("vision-language"), "{e}");
 }

@@ -527,6 +527,20 @@ fn image_limit(s: &str) -> Result<Option<u64>> {
 fn max_pixels(s: &str) -> Result<Option<u64>> {
     let v: serde_json::Value = serde_json::from_str(s).map_err(|e| UsageError(format!("--mm-processor-kwargs `{s}`: not JSON: {e}")))?;
     let obj = v.as_object().ok_or_else(|| UsageError(format!("--mm-processor-kwargs `{s}`: not a JSON object")))?;
+    // Keys that change the profiled image other than max_pixels are refused, not ignored:
+    // min_pixels only bounds small images, and pan-and-scan off is Gemma-3's default.
+    for (k, v) in obj {
+        match k.as_str() {
+            "max_pixels" | "min_pixels" => {}
+            "do_pan_and_scan" if v == &serde_json::Value::Bool(false) => {}
+            other => {
+                return Err(UsageError(format!(
+                    "--mm-processor-kwargs `{other}`: changes the processed images in a way vram does not model (it reads max_pixels; min_pixels and do_pan_and_scan false change nothing it sizes)"
+                ))
+                .into())
+            }
+        }
+    }
     match obj.get("max_pixels") {
         None => Ok(None),
         Some(p) => match p.as_u64().filter(|&p| (1..=1u64 << 40).contains(&p)) {
