@@ -169,6 +169,13 @@ impl VllmVersion {
     /// release is not pinned.
     pub const HYBRID_PREFIX_CACHING: VllmVersion = VllmVersion { major: 0, minor: 27 };
 
+    /// The first release whose encoder budget counts a multimodal item by its embeddings (the
+    /// encoder's outputs, `PlaceholderRange.get_num_embeds`) rather than by its whole placeholder
+    /// with the text tokens around them (vllm-project/vllm#30475, merged December 2025 after
+    /// v0.12.0: vllm-project/vllm-ascend#5132 ports it on 2025-12-17 naming v0.12.0 the latest
+    /// release). Assumed: the release is not pinned.
+    pub const ENCODER_EMBEDS: VllmVersion = VllmVersion { major: 0, minor: 13 };
+
     /// vLLM's `--gpu-memory-utilization` default in this release.
     pub fn default_gpu_memory_utilization(self) -> f64 {
         if self >= Self::GMU_092 {

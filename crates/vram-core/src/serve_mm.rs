@@ -1,5 +1,6 @@
-//! vLLM serving of vision-language models (LLaVA-1.5 / LLaVA-interleave, Qwen2-VL, Qwen2.5-VL,
-//! Qwen3-VL dense and MoE, Qwen3.5, Gemma-3, Llama 4):
+//! vLLM serving of vision-language models (LLaVA-1.5 / LLaVA-interleave, LLaVA-NeXT, Qwen2-VL,
+//! Qwen2.5-VL, Qwen3-VL dense and MoE, Qwen3.5, Gemma-3, Idefics3 / SmolVLM, PaliGemma and
+//! PaliGemma 2, Llama 4):
 //! the vision tower and projector on every tensor-parallel rank, and the profile run's
 //! multimodal pass (vllm/v1/worker/gpu_model_runner.py `profile_run`): the encoder runs once over
 //! the largest batch of maximum-size images the encoder budget admits, its outputs stay in the
@@ -7,8 +8,8 @@
 //! is the activation memory vLLM subtracts before sizing the KV cache.
 
 use crate::error::{Error, Result};
-use crate::model::{Model, Multimodal, ProjectorKind, Role, TensorGroup, VisionFamily};
-use crate::serve::{ServeConfig, VllmEngine};
+use crate::model::{AnyRes, Model, Multimodal, ProjectorKind, Role, Shuffle, TensorGroup, VisionFamily};
+use crate::serve::{ServeConfig, VllmEngine, VllmVersion};
 
 /// `--limit-mm-per-prompt` default on the V1 engine: 999 items of each modality
 /// (vllm/config/multimodal.py `MultiModalConfig.limit_per_prompt`: "Defaults to 1 (V0) or 999
@@ -31,7 +32,8 @@ pub(crate) struct VisionServe {
     pub buffers: u128,
     /// Images in the profile's encoder batch.
     pub items: u64,
-    /// Language-model tokens per maximum-size image, as the encoder budget counts them.
+    /// Tokens per maximum-size image as the release's encoder budget counts them: its
+    /// embeddings (0.13 on), its whole placeholder before.
     pub tokens_per_item: u64,
     /// Vision-transformer tokens (patches) per maximum-size image.
     pub patches_per_item: u64,
@@ -55,7 +57,7 @@ pub(crate) fn check(m: &Model, mm: &Multimodal, cfg: &ServeConfig) -> Result<()>
         return Err(refuse(
             "model",
             &m.model_type,
-            format!("{name}: vLLM serving is modelled for LLaVA-1.5/LLaVA-interleave, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5, Gemma-3 and Llama 4 among vision-language models (with --language-model-only, any of them as its language model); `vram estimate` gives its training and inference"),
+            format!("{name}: vLLM serving is modelled for LLaVA-1.5/LLaVA-interleave, LLaVA-NeXT, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5, Gemma-3, Idefics3/SmolVLM, PaliGemma and Llama 4 among vision-language models, not LLaVA-OneVision (vLLM's own model, with video); with --language-model-only any of them is served as its language model; `vram estimate` gives its training and inference"),
         ));
     }
     if cfg.engine == VllmEngine::V0 {
@@ -105,25 +107,25 @@ pub(crate) fn check(m: &Model, mm: &Multimodal, cfg: &ServeConfig) -> Result<()>
 }
 
 /// The vision-language layouts modelled here: LLaVA's CLIP/SigLIP tower with its two-layer
-/// projector, and Qwen2-VL/Qwen2.5-VL's tower with its PatchMerger.
+/// projector (LLaVA-NeXT's tiles too), Qwen2-VL/Qwen2.5-VL/Qwen3-VL's tower with its PatchMerger,
+/// Gemma-3's pooling projector, Idefics3/SmolVLM's pixel-shuffle connector, PaliGemma's linear
+/// and Llama 4's vision model.
 fn supported(mm: &Multimodal) -> bool {
     let Some(vis) = mm.tower.encoder.and_then(|e| e.vision) else { return false };
-    // LLaVA-NeXT's anyres dummy image (vLLM's largest-feature pinpoint search) is not modelled
-    // for serving yet; nor are Gemma-3's pooling projector and vLLM's Gemma-3 model (pan-and-scan,
-    // its encoder budget), Idefics3/SmolVLM's split images (vLLM's idefics3.py dummy image and
-    // encoder budget) and PaliGemma (its prefix-LM mask in vLLM).
-    if mm.anyres.is_some() {
+    // LLaVA-OneVision (`anyres_max_N`, untiled multi-image samples) is vLLM's llava_onevision.py,
+    // whose dummy inputs include video: not modelled.
+    if mm.anyres.as_ref().is_some_and(|a| a.max_tiles.is_some() || a.multi_image_base_only) {
         return false;
     }
     match mm.projector() {
         ProjectorKind::Merger(_) => vis.family.is_qwen(),
         ProjectorKind::Mlp => matches!(vis.family, VisionFamily::Clip | VisionFamily::Siglip),
         // Gemma-3: SigLIP, then average pooling (gemma3_mm.py; pan-and-scan off, the processor's
-        // default).
-        ProjectorKind::Pool(_) => vis.family == VisionFamily::Siglip,
+        // default). Idefics3/SmolVLM: the SigLIP-style Idefics2 vision transformer, then the
+        // pixel shuffle (idefics3.py). PaliGemma: SigLIP, then one linear (paligemma.py).
+        ProjectorKind::Pool(_) | ProjectorKind::Shuffle(_) | ProjectorKind::Linear => vis.family == VisionFamily::Siglip,
         // Llama 4: tiles through its vision model, the pixel-shuffle MLP, one linear (mllama4.py).
         ProjectorKind::Llama4 { .. } => vis.adapter.is_some() && mm.llama4.is_some(),
-        ProjectorKind::Shuffle(_) | ProjectorKind::Linear => false,
     }
 }
 
@@ -162,10 +164,16 @@ fn rank_weights(mm: &Multimodal, text_hidden: u64, tp: u64, e: u128) -> u128 {
         }
         n += tower_rank_numel(&t, tp) * count as u128;
     }
-    // Projector / PatchMerger: ColumnParallelLinear then RowParallelLinear; Gemma-3's
-    // `mm_input_projection_weight` is a plain parameter, whole on every rank.
+    // Projector / PatchMerger: ColumnParallelLinear then RowParallelLinear (LLaVA's
+    // LlavaMultiModalProjector, the PatchMerger, Llama 4's); whole on every rank: Gemma-3's
+    // `mm_input_projection_weight` (a plain parameter), Idefics3's `ReplicatedLinear`,
+    // PaliGemma's `nn.Linear` and LLaVA-NeXT's `image_newline` (a plain parameter).
     let projector = mm.projector_parameters(text_hidden) as u128;
-    n += if mm.pool.is_some() { projector } else { projector.div_ceil(tp as u128) };
+    let newline = if mm.anyres.is_some() { text_hidden as u128 } else { 0 };
+    n += match mm.projector() {
+        ProjectorKind::Pool(_) | ProjectorKind::Shuffle(_) | ProjectorKind::Linear => projector,
+        _ => (projector - newline).div_ceil(tp as u128) + newline,
+    };
     n * e
 }
 
@@ -173,10 +181,12 @@ fn rank_weights(mm: &Multimodal, text_hidden: u64, tp: u64, e: u128) -> u128 {
 struct Item {
     /// Vision-transformer tokens (patches, with any class token) through the tower.
     patches: u64,
-    /// Language-model tokens, as the encoder budget counts them (the whole placeholder).
+    /// Language-model tokens of its whole placeholder (what the encoder budget counted before
+    /// vLLM 0.13).
     tokens: u64,
-    /// Embeddings the encoder returns (the placeholder's image positions; Gemma-3's and
-    /// Llama 4's markers and separators are text).
+    /// Embeddings the encoder returns (the placeholder's image positions; Gemma-3's, Idefics3's,
+    /// PaliGemma's and Llama 4's markers and separators are text): what the budget counts from
+    /// vLLM 0.13.
     embeds: u64,
     /// Pixels per channel and frame of its `pixel_values`.
     pixels: u128,
@@ -191,12 +201,19 @@ struct Item {
 /// (mllama4.py `get_image_size_with_most_features`, h:w = 16:1), so 16 tiles plus the global
 /// one; Llama4Processor's placeholder is <|image_start|>, a row of patch tokens and a
 /// <|tile_y_separator|> per tile row, <|image|>, the global tile's patches, <|image_end|>.
+/// LLaVA-NeXT: the pinpoint with the most features ([`next_item`]). Idefics3/SmolVLM: the
+/// processor's split at its longest edge ([`split_item`]). PaliGemma: its one square, the image
+/// tokens then `<bos>` (paligemma.py `PromptInsertion` of image tokens + bos; the placeholder
+/// counts both, the encoder returns the image tokens' embeddings).
 fn item(mm: &Multimodal, cfg: &ServeConfig) -> Result<Item> {
     let vis = mm.tower.encoder.and_then(|e| e.vision).ok_or(Error::Overflow { what: "vision tower".into() })?;
     let native = vis.tokens(vis.native_image_size);
     let native_pixels = (vis.native_image_size as u128).pow(2);
-    Ok(match (mm.merger, mm.llama4) {
-        (Some(pm), _) => {
+    if let Some(a) = &mm.anyres {
+        return Ok(next_item(a, vis.native_image_size, vis.native_image_size / vis.patch.max(1), native));
+    }
+    Ok(match (mm.merger, mm.llama4, mm.projector()) {
+        (Some(pm), _, _) => {
             let max_pixels = cfg.mm_max_pixels.unwrap_or(pm.max_pixels);
             let f = vis.patch.saturating_mul(pm.merge).max(1);
             let side = (((max_pixels as f64).sqrt() / f as f64).floor() as u64).max(1) * f;
@@ -205,28 +222,70 @@ fn item(mm: &Multimodal, cfg: &ServeConfig) -> Result<Item> {
             let tokens = patches / (pm.merge * pm.merge).max(1);
             Item { patches, tokens, embeds: tokens, pixels: patches as u128 * (vis.patch as u128).pow(2) }
         }
-        (None, Some(l)) => Item {
+        (None, Some(l), _) => Item {
             patches: LLAMA4_SERVE_TILES * native,
             tokens: LLAMA4_SERVE_TILES * l.tile_tokens + (LLAMA4_SERVE_TILES - 1) + 3,
             embeds: LLAMA4_SERVE_TILES * l.tile_tokens,
             pixels: LLAMA4_SERVE_TILES as u128 * native_pixels,
         },
-        (None, None) if mm.pool.is_some() => {
+        (None, None, ProjectorKind::Shuffle(s)) => split_item(s, native, native_pixels),
+        (None, None, ProjectorKind::Pool(_)) => {
             Item { patches: native, tokens: mm.image_tokens + 2, embeds: mm.image_tokens, pixels: native_pixels }
         }
-        (None, None) => Item { patches: native, tokens: mm.image_tokens, embeds: mm.image_tokens, pixels: native_pixels },
+        (None, None, ProjectorKind::Linear) => {
+            Item { patches: native, tokens: mm.image_tokens + 1, embeds: mm.image_tokens, pixels: native_pixels }
+        }
+        (None, None, _) => Item { patches: native, tokens: mm.image_tokens, embeds: mm.image_tokens, pixels: native_pixels },
     })
+}
+
+/// LLaVA-NeXT's dummy image (llava_next.py `get_image_size_with_most_features`): of the
+/// `image_grid_pinpoints` (height, width), the first with the most features, each counted by
+/// `get_num_image_tokens` — the base tile's tokens plus the grid's feature map unpadded to the
+/// image's aspect ratio (none to crop: the image is the pinpoint) with a newline per row. The
+/// tower runs the grid's tiles plus the base.
+fn next_item(a: &AnyRes, crop: u64, per: u64, tower_tokens: u64) -> Item {
+    let (crop, base) = (crop.max(1), a.tile_tokens);
+    let mut best = Item { patches: tower_tokens, tokens: base, embeds: base, pixels: (crop as u128).pow(2) };
+    for &(h, w) in &a.pinpoints {
+        let (gh, gw) = (h / crop, w / crop);
+        let (rows, cols) = (gh * per, gw * per);
+        let tokens = base + rows * (cols + 1);
+        if tokens > best.tokens {
+            let tiles = gh * gw + 1;
+            best = Item { patches: tiles * tower_tokens, tokens, embeds: tokens, pixels: tiles as u128 * (crop as u128).pow(2) };
+        }
+    }
+    best
+}
+
+/// Idefics3's and SmolVLM's dummy image (idefics3.py): a square the processor resizes to its
+/// longest edge and splits into an n × n grid plus the global tile. The placeholder
+/// (`get_image_repl`) is, per grid tile, `<fake_token_around_image>`, `<row_r_col_c>` and the
+/// tile's image tokens, a newline after each grid row, one more newline, then
+/// `<fake_token_around_image><global-img>`, the global tile's tokens and a closing
+/// `<fake_token_around_image>`: 2n² + n + 3 text tokens when the two newlines after the last row
+/// are one token, as Llama-3's and SmolLM's BPE merge "\n\n" (an unsplit image: 3). The
+/// encoder returns the image tokens' embeddings.
+fn split_item(s: Shuffle, tower_tokens: u64, tile_pixels: u128) -> Item {
+    let tiles = s.tiles.max(1);
+    let n = (((tiles - 1) as f64).sqrt().round()) as u64;
+    let text = if tiles > 1 { 2 * n * n + n + 3 } else { 3 };
+    let embeds = tiles * s.tile_tokens;
+    Item { patches: tiles * tower_tokens, tokens: embeds + text, embeds, pixels: tiles as u128 * tile_pixels }
 }
 
 /// The encoder budget and the items profiled (vllm/v1/core/encoder_cache_manager.py
 /// `compute_mm_encoder_budget`: compute budget and cache size both default to
 /// max(max_num_batched_tokens, tokens of the largest item); multimodal/encoder_budget.py
 /// `get_max_items`: items per prompt max(1, min(limit, max_model_len // item)), items per batch
-/// max(1, min(budget // item, max_num_seqs · per prompt)) — V1 always chunks prefill).
-fn encoder_items(tokens: u64, cfg: &ServeConfig, batched: u64, seqs: u64, max_len: u64) -> (u64, u64) {
+/// max(1, min(budget // item, max_num_seqs · per prompt)) — V1 always chunks prefill; `supported`
+/// is the model's own per-prompt limit, `get_supported_mm_limits`: PaliGemma's 1).
+fn encoder_items(tokens: u64, cfg: &ServeConfig, batched: u64, seqs: u64, max_len: u64, supported: Option<u64>) -> (u64, u64) {
     let t = tokens.max(1);
     let budget = batched.max(t);
-    let limit = cfg.mm_limit_per_prompt.unwrap_or(DEFAULT_MM_LIMIT);
+    // The processor's `allowed_mm_limits`: the user's limit held to the model's supported one.
+    let limit = cfg.mm_limit_per_prompt.unwrap_or(DEFAULT_MM_LIMIT).min(supported.unwrap_or(u64::MAX));
     let per_prompt = limit.min(max_len / t).max(1);
     let items = (budget / t).min(seqs.saturating_mul(per_prompt)).max(1);
     (budget, items)
@@ -254,16 +313,28 @@ fn encoder_pass(mm: &Multimodal, text_hidden: u64, p: u128, tp: u128, e: u128) -
     let merge = mm.merger.map_or(1, |pm| (pm.merge * pm.merge) as u128);
     // Llama 4's pixel shuffle folds shuffle² patches into a token.
     let shuffled = tower.encoder.and_then(|x| x.vision).and_then(|v| v.adapter).map(|a| (a.shuffle * a.shuffle) as u128);
-    let merged = p / mm.pool.map(|k| (k * k) as u128).or(shuffled).unwrap_or(merge);
+    // Idefics3's connector folds scale² patches into a token.
+    let folded = mm.shuffle.map(|s| (s.scale * s.scale) as u128);
+    let merged = p / mm.pool.map(|k| (k * k) as u128).or(shuffled).or(folded).unwrap_or(merge);
     let levels = mm.merger.map_or(0, |pm| pm.deepstack as u128);
     let deepstack = levels * merged * t * e;
     let block = p * e * (2 * w + attn.max(mlp)) + deepstack;
     let learned_positions = tower.encoder.and_then(|x| x.vision).is_some_and(|v| v.position_table > 0);
     let positions = if learned_positions { p * e * 9 * w } else { 0 };
-    // Merger/projector: the tower output, its norm, the wide fc1 output and activation, the
-    // language-model-width output.
-    let wide = if mm.pool.is_some() { 2 * w } else { 2 * w * merge / tp };
-    let proj = p * e * 2 * w + merged * e * (wide + t) + deepstack;
+    let proj = match mm.projector() {
+        // Idefics3Connector.pixel_shuffle: the tower's output stays referenced while its two
+        // permute-reshape copies are made, then the last copy goes through the linear.
+        ProjectorKind::Shuffle(_) => p * e * 2 * w + (p * e * w).max(merged * e * t),
+        // PaliGemma: the tower's output and the linear's, then the linear's output and its copy
+        // scaled by hidden^-0.5 (`embed_multimodal`).
+        ProjectorKind::Linear => (p * e * (w + t)).max(2 * p * e * t),
+        // Merger/projector: the tower output, its norm, the wide fc1 output and activation, the
+        // language-model-width output.
+        _ => {
+            let wide = if mm.pool.is_some() { 2 * w } else { 2 * w * merge / tp };
+            p * e * 2 * w + merged * e * (wide + t) + deepstack
+        }
+    };
     // The merger's output, the DeepStack levels and their concatenation.
     let concat = 2 * (1 + levels) * merged * t * e;
     block.max(proj).max(positions).max(concat)
@@ -272,7 +343,11 @@ fn encoder_pass(mm: &Multimodal, text_hidden: u64, p: u128, tp: u128, e: u128) -
 /// The vision side of one rank's vLLM budget.
 pub(crate) fn plan(m: &Model, mm: &Multimodal, cfg: &ServeConfig, batched: u64, seqs: u64, max_len: u64, e: u128) -> Result<VisionServe> {
     let it = item(mm, cfg)?;
-    let (budget, items) = encoder_items(it.tokens, cfg, batched, seqs, max_len);
+    // paligemma.py `get_supported_mm_limits`: one image a prompt.
+    let supported = (mm.projector() == ProjectorKind::Linear).then_some(1);
+    // What the budget counts per item: its embeddings from 0.13, its whole placeholder before.
+    let counted = if cfg.vllm_version >= VllmVersion::ENCODER_EMBEDS { it.embeds } else { it.tokens };
+    let (budget, items) = encoder_items(counted, cfg, batched, seqs, max_len, supported);
     let vis = mm.tower.encoder.and_then(|e| e.vision).ok_or(Error::Overflow { what: "vision tower".into() })?;
     // pixel_values arrive in the processor's dtype (`Vision::pixel_dtype_bytes`: fp32, Llama 4's
     // bf16) and are cast to the model dtype (qwen2_5_vl.py `pixel_values.type(self.visual.dtype)`,
@@ -281,16 +356,29 @@ pub(crate) fn plan(m: &Model, mm: &Multimodal, cfg: &ServeConfig, batched: u64, 
     let pixel_bytes = if arrived == e { e } else { arrived + e };
     let pixels = items as u128 * vis.channels as u128 * vis.frames() * it.pixels * pixel_bytes;
     let p = items as u128 * it.patches as u128;
-    let encoder_peak = pixels + encoder_pass(mm, m.hidden, p, cfg.tp as u128, e);
+    let t = m.hidden as u128;
+    // LLaVA-NeXT's `_merge_image_patch_embeddings`, image after image: the projector's output for
+    // every tile of every image stays in the split list while each image's grid features are
+    // unpadded with a newline per row (one copy) and concatenated behind its base tile (another),
+    // and each merged image stays in the returned list.
+    let merge_phase = match &mm.anyres {
+        Some(a) => {
+            let tiles = (it.patches / vis.tokens(vis.native_image_size).max(1)) as u128;
+            let n = items as u128;
+            (n * (tiles * a.tile_tokens as u128 + it.embeds as u128) + (it.embeds - a.tile_tokens) as u128) * t * e
+        }
+        None => 0,
+    };
+    let encoder_peak = pixels + encoder_pass(mm, m.hidden, p, cfg.tp as u128, e).max(merge_phase);
     // The encoder cache holds the merger's output and, for Qwen3-VL, its DeepStack levels beside
     // it (the tower returns them concatenated: text width × (1 + levels) per token).
     let levels = mm.merger.map_or(0, |pm| pm.deepstack as u128);
-    let outputs = items as u128 * it.embeds as u128 * m.hidden as u128 * (1 + levels) * e;
+    let outputs = items as u128 * it.embeds as u128 * t * (1 + levels) * e;
     Ok(VisionServe {
         weights: rank_weights(mm, m.hidden, cfg.tp, e),
         buffers: levels * batched as u128 * m.hidden as u128 * e,
         items,
-        tokens_per_item: it.tokens,
+        tokens_per_item: counted,
         patches_per_item: it.patches,
         budget,
         encoder_peak,
@@ -311,19 +399,19 @@ mod tests {
     /// (vllm-project/vllm#27706), with the default 8192 batched tokens.
     #[test]
     fn qwen_budget_is_one_image_of_16384_tokens() {
-        let (budget, items) = encoder_items(16384, &cfg(), 8192, 256, 128_000);
+        let (budget, items) = encoder_items(16384, &cfg(), 8192, 256, 128_000, None);
         assert_eq!((budget, items), (16384, 1));
     }
 
     #[test]
     fn small_items_fill_the_budget_up_to_the_limits() {
         // LLaVA-1.5: 576 tokens an image, 8192 batched tokens: 14 images.
-        assert_eq!(encoder_items(576, &cfg(), 8192, 256, 4096), (8192, 14));
+        assert_eq!(encoder_items(576, &cfg(), 8192, 256, 4096, None), (8192, 14));
         // --limit-mm-per-prompt image=1 with 4 sequences: 4 images.
         let c = ServeConfig { mm_limit_per_prompt: Some(1), ..cfg() };
-        assert_eq!(encoder_items(576, &c, 8192, 4, 4096), (8192, 4));
+        assert_eq!(encoder_items(576, &c, 8192, 4, 4096, None), (8192, 4));
         // A prompt shorter than one image still takes one.
-        assert_eq!(encoder_items(576, &c, 8192, 1, 100), (8192, 1));
+        assert_eq!(encoder_items(576, &c, 8192, 1, 100, None), (8192, 1));
     }
 
     /// The processor's fp32 pixels are cast to the model dtype: two copies under bf16, one when

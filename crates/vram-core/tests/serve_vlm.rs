@@ -3,7 +3,7 @@
 
 use vram_core::config::parse_config;
 use vram_core::model::Model;
-use vram_core::serve::{serve, ModelRunner, Quantization, ServeConfig, ServeLora, VllmEngine};
+use vram_core::serve::{serve, ModelRunner, Quantization, ServeConfig, ServeLora, VllmEngine, VllmVersion};
 
 const GIB: f64 = (1u64 << 30) as f64;
 
@@ -112,8 +112,8 @@ fn unmodelled_combinations_are_refused() {
         assert!(e.contains(flag), "{flag}: {e}");
     }
     // Families estimated for training and inference but not for vLLM serving are refused by
-    // name (Idefics3/SmolVLM had been served as if LLaVA: a SigLIP tower without a merger).
-    for file in ["paligemma-3b-pt-224-constructed", "SmolVLM-Instruct-reconstructed", "SmolVLM2-500M-Video-Instruct"] {
+    // name: LLaVA-OneVision is vLLM's own model (llava_onevision.py, video in its dummy inputs).
+    for file in ["llava-onevision-qwen2.5-0.5b-constructed", "llava-onevision-qwen2.5-1.5b-constructed"] {
         let m = config(&format!("validation/configs/vlm/{file}.json"));
         let e = serve(&m, &h100()).unwrap_err().to_string();
         assert!(e.contains("vLLM serving is modelled for"), "{file}: {e}");
@@ -184,20 +184,24 @@ fn qwen35_is_served_with_its_tower_unless_language_model_only() {
 
 /// Gemma-3: the SigLIP tower over 896² images (4096 patches), pooled 4×4 into 256 embeddings
 /// between `<start_of_image>` and `<end_of_image>` (258 tokens an image, gemma3_mm.py
-/// `get_num_image_tokens`): the 8192-token budget profiles 31 images. The tower's linears are
-/// split over the ranks, the projector matrix is not (a plain parameter). Two rotary caches:
-/// the global layers' (linear ×8: 8 × 131072 positions) and the sliding layers' own base.
+/// `get_num_image_tokens`): from vLLM 0.13 the 8192-token budget counts the 256 embeddings and
+/// profiles 32 images, before it the whole placeholder and 31. The tower's linears are split over
+/// the ranks, the projector matrix is not (a plain parameter). Two rotary caches: the global
+/// layers' (linear ×8: 8 × 131072 positions) and the sliding layers' own base.
 #[test]
-fn gemma3_profiles_31_pooled_images_and_keeps_its_projector_whole() {
+fn gemma3_profiles_32_pooled_images_and_keeps_its_projector_whole() {
     use vram_core::model::Role;
     let m = config("validation/configs/vlm/gemma-3-27b-it.json");
     let r = serve(&m, &h100()).unwrap();
     let note = r.notes.iter().find(|n| n.starts_with("vision:")).expect("a vision note");
     assert!(
-        note.contains("budget is 8192 tokens, profiled with 31 image(s) of the maximum size (258 tokens, 4096 patches each)"),
+        note.contains("budget is 8192 tokens, profiled with 32 image(s) of the maximum size (256 tokens, 4096 patches each)"),
         "{note}"
     );
-    assert!(r.activation_peak_at.starts_with("vision encoder over 31 image(s)"), "{}", r.activation_peak_at);
+    assert!(r.activation_peak_at.starts_with("vision encoder over 32 image(s)"), "{}", r.activation_peak_at);
+    let old = serve(&m, &ServeConfig { vllm_version: VllmVersion { major: 0, minor: 12 }, ..h100() }).unwrap();
+    let note = old.notes.iter().find(|n| n.starts_with("vision:")).expect("a vision note");
+    assert!(note.contains("profiled with 31 image(s) of the maximum size (258 tokens"), "{note}");
     let vis = |tp: u64| {
         let cfg = ServeConfig { tp, ..h100() };
         serve(&m, &cfg).unwrap().weights_bytes - serve(&m.language_model(), &cfg).unwrap().weights_bytes
@@ -216,9 +220,10 @@ fn gemma3_profiles_31_pooled_images_and_keeps_its_projector_whole() {
 }
 
 /// Llama 4: vLLM's dummy image is 16 tiles tall and one wide (mllama4.py), so 16 tiles plus the
-/// global one, 144 tokens each after the pixel shuffle, plus a separator per tile row and three
-/// image markers: 2467 tokens, three images in the 8192-token budget, 17 × 577 tower tokens each
-/// (the class token included). The tower, its pixel-shuffle MLP and the projector load in bf16
+/// global one, 144 embeddings each after the pixel shuffle (2448), plus a separator per tile row
+/// and three image markers in the placeholder (2467 tokens, what vLLM before 0.13 counted):
+/// three images in the 8192-token budget either way, 17 × 577 tower tokens each (the class token
+/// included). The tower, its pixel-shuffle MLP and the projector load in bf16
 /// beside the language model.
 #[test]
 fn llama4_profiles_three_16_tile_images() {
@@ -227,10 +232,99 @@ fn llama4_profiles_three_16_tile_images() {
     let r = serve(&m, &cfg).unwrap();
     let note = r.notes.iter().find(|n| n.starts_with("vision:")).expect("a vision note");
     assert!(
-        note.contains("budget is 8192 tokens, profiled with 3 image(s) of the maximum size (2467 tokens, 9809 patches each)"),
+        note.contains("budget is 8192 tokens, profiled with 3 image(s) of the maximum size (2448 tokens, 9809 patches each)"),
         "{note}"
     );
+    let old = serve(&m, &ServeConfig { vllm_version: VllmVersion { major: 0, minor: 12 }, ..cfg }).unwrap();
+    let note = old.notes.iter().find(|n| n.starts_with("vision:")).expect("a vision note");
+    assert!(note.contains("profiled with 3 image(s) of the maximum size (2467 tokens, 9809 patches each)"), "{note}");
     let lm = serve(&m.language_model(), &ServeConfig { tp: 1, ..cfg }).unwrap();
     let vlm = serve(&m, &ServeConfig { tp: 1, ..cfg }).unwrap();
     assert_eq!(vlm.weights_bytes - lm.weights_bytes, 2 * (m.parameters() - m.language_model().parameters()));
+}
+
+/// The tower's linear weights (bf16 bytes) that leave each of two ranks, over its first `layers`
+/// layers.
+fn half_tower_linears(m: &Model, layers: u64) -> u64 {
+    use vram_core::model::Role;
+    let mm = m.multimodal.as_ref().unwrap();
+    mm.tower
+        .tensors()
+        .iter()
+        .filter(|t| t.role == Role::Linear && !t.name.contains("patch_embeddings"))
+        .map(|t| t.numel * if t.count == mm.tower.layers { layers } else { t.count })
+        .sum()
+}
+
+fn vision_weights(m: &Model, tp: u64) -> u64 {
+    let cfg = ServeConfig { tp, ..h100() };
+    serve(m, &cfg).unwrap().weights_bytes - serve(&m.language_model(), &cfg).unwrap().weights_bytes
+}
+
+fn vision_note(m: &Model, cfg: &ServeConfig) -> String {
+    serve(m, cfg).unwrap().notes.into_iter().find(|n| n.starts_with("vision:")).expect("a vision note")
+}
+
+/// LLaVA-NeXT (llava_next.py): the dummy image is the pinpoint with the most features — 672×672
+/// for llava-v1.6-mistral's pinpoints, a 2×2 grid of 336-px tiles plus the base: 576 base
+/// tokens + 48 rows × (48 + 1 newline) = 2928, the number vLLM's `get_num_image_tokens` gives;
+/// two fit the 8192-token budget, 5 × 577 tower tokens each. The tower is built to its
+/// feature layer (−2: 23 of 24 layers, no post-norm); the projector's linears are split over the
+/// ranks, `image_newline` is not.
+#[test]
+fn llava_next_profiles_two_672_px_images() {
+    let m = config("validation/configs/vlm/llava-v1.6-mistral-7b-hf.json");
+    let note = vision_note(&m, &h100());
+    assert!(
+        note.contains("budget is 8192 tokens, profiled with 2 image(s) of the maximum size (2928 tokens, 2885 patches each)"),
+        "{note}"
+    );
+    let mm = m.multimodal.as_ref().unwrap();
+    let (w, t) = (mm.tower.hidden, m.hidden);
+    let projector_linears = w * t + t * t;
+    // bf16 (2 bytes) halves: the 23 built layers' linears and the projector's two matrices (and
+    // biases) lose half on each of two ranks; the newline vector stays whole.
+    let biases = 2 * t;
+    assert_eq!(vision_weights(&m, 1) - vision_weights(&m, 2), half_tower_linears(&m, 23) + projector_linears + biases);
+}
+
+/// Idefics3 / SmolVLM (idefics3.py): the dummy image is resized to the processor's longest
+/// edge and split into 4 × 4 tiles plus the global one; every tile is (image / patch)² tower
+/// tokens and image_seq_len embeddings after the pixel shuffle. Idefics3-8B: 17 × 676 patches,
+/// 17 × 169 = 2873 embeddings; the placeholder adds 39 text tokens (a fake-image marker and a
+/// row/column tag per grid tile, a newline per row, the global tile's two markers and a closing
+/// one), the 2912 vLLM before 0.13 counted. The connector's linear is a `ReplicatedLinear`,
+/// whole on every rank.
+#[test]
+fn idefics3_profiles_17_tile_images_and_keeps_its_connector_whole() {
+    let m = config("validation/configs/vlm/Idefics3-8B-Llama3-constructed.json");
+    let note = vision_note(&m, &h100());
+    assert!(note.contains("profiled with 2 image(s) of the maximum size (2873 tokens, 11492 patches each)"), "{note}");
+    let old = vision_note(&m, &ServeConfig { vllm_version: VllmVersion { major: 0, minor: 12 }, ..h100() });
+    assert!(old.contains("(2912 tokens, 11492 patches each)"), "{old}");
+    let layers = m.multimodal.as_ref().unwrap().tower.layers;
+    assert_eq!(vision_weights(&m, 1) - vision_weights(&m, 2), half_tower_linears(&m, layers));
+    // SmolVLM-256M: 512-px tiles of 16-px patches (1024 each), folded 4 × 4 into 64 embeddings:
+    // 17 × 64 = 1088 an image, seven in the budget.
+    let small = config("validation/configs/vlm/SmolVLM-256M-Instruct-constructed.json");
+    let note = vision_note(&small, &h100());
+    assert!(note.contains("profiled with 7 image(s) of the maximum size (1088 tokens, 17408 patches each)"), "{note}");
+}
+
+/// PaliGemma (paligemma.py): one image of the tower's size a prompt (`get_supported_mm_limits`),
+/// 256 image tokens at 224 px inserted with a `<bos>` after them; the budget holds 32 images but
+/// no more than one per sequence, and the projector (`nn.Linear`) is whole on every rank.
+#[test]
+fn paligemma_profiles_one_image_a_sequence() {
+    let m = config("validation/configs/vlm/paligemma-3b-pt-224-constructed.json");
+    let r = serve(&m, &h100()).unwrap();
+    assert_eq!(r.max_model_len, 8192, "GemmaConfig's default max_position_embeddings");
+    let note = vision_note(&m, &h100());
+    assert!(note.contains("profiled with 32 image(s) of the maximum size (256 tokens, 256 patches each)"), "{note}");
+    let four = vision_note(&m, &ServeConfig { max_num_seqs: Some(4), ..h100() });
+    assert!(four.contains("profiled with 4 image(s)"), "{four}");
+    let old = vision_note(&m, &ServeConfig { vllm_version: VllmVersion { major: 0, minor: 12 }, ..h100() });
+    assert!(old.contains("profiled with 31 image(s) of the maximum size (257 tokens"), "{old}");
+    let layers = m.multimodal.as_ref().unwrap().tower.layers;
+    assert_eq!(vision_weights(&m, 1) - vision_weights(&m, 2), half_tower_linears(&m, layers));
 }

@@ -24,8 +24,11 @@ const VISION_DEFAULTS: &[(&str, u64)] = &[
     ("patch_size", 14),
 ];
 
-/// PaliGemmaConfig's `text_config` defaults (a Gemma-2B).
+/// PaliGemmaConfig's `text_config` defaults (a Gemma-2B); `max_position_embeddings` is
+/// GemmaConfig's and Gemma2Config's default (8192), which the Hub configs leave out and vLLM
+/// takes as the longest context.
 const TEXT_DEFAULTS: &[(&str, u64)] = &[
+    ("max_position_embeddings", 8192),
     ("hidden_size", 2048),
     ("num_hidden_layers", 18),
     ("intermediate_size", 16384),
