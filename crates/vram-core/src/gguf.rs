@@ -670,6 +670,11 @@ pub struct LlamaCppConfig {
     /// A multimodal projector's weights on the GPU (`--mmproj FILE`: llama-server loads the vision
     /// encoder there unless `--no-mmproj-offload`, tools/mtmd/clip.cpp); 0 without one.
     pub projector_bytes: u64,
+    /// Weights in RAM are mapped from the file (llama.cpp's default; `--no-mmap` reads them into
+    /// allocated memory instead).
+    pub mmap: bool,
+    /// `--mlock`: the weights in RAM are locked there (never paged out).
+    pub mlock: bool,
 }
 
 impl LlamaCppConfig {
@@ -685,6 +690,8 @@ impl LlamaCppConfig {
         kv_bytes: 2.0,
         cuda_overhead: 0,
         projector_bytes: 0,
+        mmap: true,
+        mlock: false,
     };
 }
 
@@ -732,6 +739,37 @@ pub struct LlamaCppPlan {
     pub cuda_overhead_bytes: u64,
     /// Everything on the GPU.
     pub gpu_total_bytes: u64,
+    /// What the process holds in RAM.
+    pub host: HostMemory,
+}
+
+/// llama.cpp's memory in RAM (the process's host side).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct HostMemory {
+    /// Weights in RAM as llama.cpp holds them. Mapped (the default): the file's span from the
+    /// first to the end of the last tensor kept on the CPU, GPU tensors between them included —
+    /// llama.cpp maps that range as one buffer ("CPU_Mapped model buffer size") and unmaps the
+    /// rest after loading (llama-model-loader.cpp `load_all_data`: `mmaps_used`,
+    /// `unmap_fragment`). `--no-mmap`: the CPU tensors' own bytes, read into allocated memory.
+    pub weights_bytes: u64,
+    /// Whether `weights_bytes` is file-backed page cache (mmap) rather than allocated memory.
+    pub weights_mapped: bool,
+    /// Bytes `--mlock` pins in RAM (the weights' buffer; 0 without it).
+    pub locked_bytes: u64,
+    /// KV cache and recurrent state of the layers left on the CPU.
+    pub kv_state_bytes: u64,
+    /// The logits buffer ("CUDA_Host output buffer size"): n_vocab f32 per sequence
+    /// (llama-context.cpp `output_reserve`: n_outputs_max = max(n_outputs, n_seq_max)).
+    pub output_bytes: u64,
+    /// The host side of the compute graph ("CUDA_Host compute buffer size"): its inputs — the
+    /// token embeddings' rows, [n_embd, ubatch] f32, looked up on the CPU, and each KQ mask,
+    /// [KV cells of a stream, ubatch], f16 under flash attention, else f32.
+    pub compute_bytes: u64,
+    /// Whether `compute_bytes` is the whole host compute buffer: false when layers or experts
+    /// run on the CPU, whose own graph buffers are not modelled (it is then a lower bound).
+    pub compute_exact: bool,
+    /// Everything above.
+    pub total_bytes: u64,
 }
 
 /// Plan llama.cpp's memory for `g` under `c`, with no tensor overrides.
@@ -771,7 +809,12 @@ pub fn llama_cpp_with(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides)
         .saturating_add(compute)
         .saturating_add(c.cuda_overhead)
         .saturating_add(c.projector_bytes);
+    // The CPU runs graph work of its own when a layer or an override's tensor stays there
+    // (the token embeddings' lookup aside).
+    let cpu_compute = first_gpu > 0 || w.to_cpu > 0 || !output_on_gpu;
+    let host = host_memory(hp, c, ctx, &w, cpu_kv.saturating_add(cpu_state), cpu_compute);
     Ok(LlamaCppPlan {
+        host,
         gpu_layers,
         output_on_gpu,
         ctx,
@@ -797,16 +840,21 @@ pub fn llama_cpp_with(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides)
 /// (n_seq = --parallel), or n_seq streams of GGML_PAD(min(ctx / n_seq, n_swa + n_ubatch), 256)
 /// without (llama-kv-cache-iswa.cpp).
 pub fn kv_layer_bytes(hp: &HParams, c: &LlamaCppConfig, ctx: u64, il: u64) -> u64 {
+    (kv_layer_cells(hp, c, ctx, il) as f64 * (hp.kv_heads * (hp.head_k + hp.head_v)) as f64 * c.kv_bytes) as u64
+}
+
+/// KV cells of layer `il`, over all its streams (see [`kv_layer_bytes`]); 0 for a layer with a
+/// recurrent state instead.
+fn kv_layer_cells(hp: &HParams, c: &LlamaCppConfig, ctx: u64, il: u64) -> u64 {
     if hp.recurrent.as_ref().is_some_and(|r| !r.has_kv(il)) {
         return 0;
     }
-    let cells = match hp.sliding_window.filter(|_| hp.is_swa_layer(il)) {
+    match hp.sliding_window.filter(|_| hp.is_swa_layer(il)) {
         Some(w) if c.unified => w.saturating_mul(c.parallel).saturating_add(c.ubatch).min(ctx).div_ceil(256).saturating_mul(256),
         // One stream per sequence, each of min(ctx / n_seq, window + ubatch) cells, padded.
         Some(w) => w.saturating_add(c.ubatch).min(ctx / c.parallel.max(1)).div_ceil(256).saturating_mul(256).saturating_mul(c.parallel),
         None => ctx,
-    };
-    (cells as f64 * (hp.kv_heads * (hp.head_k + hp.head_v)) as f64 * c.kv_bytes) as u64
+    }
 }
 
 /// The recurrent state of layer `il` (0 for an attention layer or a model without one): one f32
@@ -848,6 +896,37 @@ pub fn compute_buffer_bytes(hp: &HParams, c: &LlamaCppConfig, ctx: u64, with_out
     attn.max(ffn).max(output).max(mixer) as u64
 }
 
+/// The host side of a plan (see [`HostMemory`]).
+fn host_memory(hp: &HParams, c: &LlamaCppConfig, ctx: u64, w: &Placed, kv_state: u64, cpu_compute: bool) -> HostMemory {
+    let weights = match (c.mmap, w.cpu_span) {
+        (true, Some((first, end))) => end - first,
+        (true, None) => 0,
+        (false, _) => w.cpu,
+    };
+    let output = hp.vocab.saturating_mul(c.parallel).saturating_mul(4);
+    let u = c.ubatch.min(ctx);
+    let mask = if c.flash_attn { 2 } else { 4 };
+    let streams = if c.unified { 1 } else { c.parallel.max(1) };
+    // One mask per attention kind (full, sliding window), over a stream's cells: the mask is
+    // [n_kv, ubatch / streams, 1, streams] (llama-graph.cpp `build_attn_inp_kq_mask`).
+    let kinds: std::collections::BTreeSet<u64> =
+        (0..hp.layers).map(|il| kv_layer_cells(hp, c, ctx, il) / streams).filter(|&cells| cells > 0).collect();
+    let masks = kinds.iter().fold(0u64, |a, cells| a.saturating_add(cells.saturating_mul(u).saturating_mul(mask)));
+    let compute = masks.saturating_add(hp.embd.saturating_mul(u).saturating_mul(4));
+    let locked = if c.mlock { weights } else { 0 };
+    let total = [weights, kv_state, output, compute].iter().fold(0u64, |a, b| a.saturating_add(*b));
+    HostMemory {
+        weights_bytes: weights,
+        weights_mapped: c.mmap,
+        locked_bytes: locked,
+        kv_state_bytes: kv_state,
+        output_bytes: output,
+        compute_bytes: compute,
+        compute_exact: !cpu_compute,
+        total_bytes: total,
+    }
+}
+
 /// Weight bytes by device, and what the overrides moved.
 #[derive(Default)]
 struct Placed {
@@ -856,6 +935,8 @@ struct Placed {
     to_cpu: u64,
     to_gpu: u64,
     overridden: u64,
+    /// The file range the CPU tensors span: (first offset, last end), data-section relative.
+    cpu_span: Option<(u64, u64)>,
 }
 
 /// Place every tensor: an override decides when one matches, else the layer rule of -ngl.
@@ -883,6 +964,8 @@ fn place_weights(g: &Gguf, o: &Overrides, first_gpu: u64, output_on_gpu: bool) -
             p.gpu = p.gpu.saturating_add(t.bytes);
         } else {
             p.cpu = p.cpu.saturating_add(t.bytes);
+            let end = t.offset.saturating_add(t.bytes);
+            p.cpu_span = Some(p.cpu_span.map_or((t.offset, end), |(a, b)| (a.min(t.offset), b.max(end))));
         }
     }
     if output_on_gpu {

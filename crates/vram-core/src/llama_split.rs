@@ -186,6 +186,8 @@ pub struct SplitPlan {
     pub cpu_kv_bytes: u64,
     /// Recurrent state of layers not offloaded.
     pub cpu_state_bytes: u64,
+    /// What the process holds in RAM (the tensors left on the CPU are the one-GPU plan's).
+    pub host: crate::gguf::HostMemory,
     /// Whether llama.cpp enables pipeline parallelism (4 copies of the graph inputs per GPU).
     pub pipeline_parallel: bool,
     /// The largest per-GPU total.
@@ -259,6 +261,7 @@ pub fn plan(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides, m: &Multi
         cpu_weights_bytes: cpu_weights,
         cpu_kv_bytes: cpu_kv,
         cpu_state_bytes: cpu_state,
+        host: single.host,
         pipeline_parallel: pipeline,
         max_device_total_bytes: max,
     })

@@ -62,6 +62,8 @@ fn command_r_on_two_gpus_kv_per_gpu_and_the_compute_buffer() {
     // Token embeddings in RAM ("CPU buffer size"), and their tied copy with the output layer.
     let cpu = log_mib(&l, "CPU", |d| d.model.as_ref().map(|s| s.gib));
     assert!((p.cpu_weights_bytes as f64 / MIB - cpu).abs() <= 0.006, "the log prints 2 decimals");
+    // One tensor in RAM: the mapped span is its bytes.
+    assert_eq!(p.host.weights_bytes, p.cpu_weights_bytes);
     assert!(p.devices[1].weights_bytes >= p.cpu_weights_bytes && p.devices[0].weights_bytes < p.cpu_weights_bytes);
     // Compute buffer: 656.00 MiB against the logged 672.01 (−2.4%); held within 5%.
     let logged = log_mib(&l, "CUDA0", |d| d.compute.as_ref().map(|s| s.gib));
@@ -174,6 +176,15 @@ fn mistral_kv_and_compute_buffer_at_two_contexts() {
         let p = gguf::llama_cpp(&g, &hp, &c).unwrap();
         assert_eq!(p.gpu_kv_bytes as f64 / MIB, log_mib(&l, "CUDA0", |d| d.kv.as_ref().map(|s| s.gib)), "{file}");
         assert_eq!(p.gpu_compute_bytes as f64 / MIB, log_mib(&l, "CUDA0", |d| d.compute.as_ref().map(|s| s.gib)), "{file}");
+        // The host side of the graph with every layer on the GPU: the token rows looked up on
+        // the CPU ([4096, 512] f32, 8 MiB) and the f32 KQ mask ([n_ctx, 512]): 12.00 and 72.00
+        // MiB against the logged 12.01 and 72.01 ("CUDA_Host compute buffer size"; the small
+        // position and output-id inputs make the rest).
+        let host = log_mib(&l, "CUDA_Host", |d| d.compute.as_ref().map(|s| s.gib));
+        let est = p.host.compute_bytes as f64 / MIB;
+        assert!(p.host.compute_exact && (host - est) > 0.0 && (host - est) < 0.02, "{file}: host compute {est:.3} MiB, log {host}");
+        // "CUDA_Host output buffer size = 0.12 MiB": 32000 f32 logits for one sequence.
+        assert_eq!(p.host.output_bytes, 32_000 * 4);
     }
 }
 
@@ -236,6 +247,22 @@ fn gpt_oss_20b_with_every_expert_in_ram() {
     // by one partial row and aligns it to 128 bytes (ggml-cuda.cu get_alloc_size), 73 × 256 B here.
     assert!((w - lw).abs() < 0.03, "weights: vram {w:.3} MiB, log {lw}; RAM {:.2} MiB", p.cpu_weights_bytes as f64 / MIB);
     assert_eq!(p.gpu_kv_bytes as f64 / MIB, cuda0(|d| d.kv.as_ref().map(|s| s.gib)));
+    // RAM: llama.cpp maps the file's span from the first to the last tensor left on the CPU
+    // (token_embd, then every layer's experts with the GPU's attention tensors between them):
+    // "CPU_Mapped model buffer size = 10949.33 MiB". This header keeps convert_hf_to_gguf's
+    // order as far as the span goes (token_embd before the layers, the output after them).
+    let mapped = log_mib(&l, "CPU_Mapped", |d| d.model.as_ref().map(|s| s.gib));
+    let span = p.host.weights_bytes as f64 / MIB;
+    assert!(p.host.weights_mapped && (span - mapped).abs() / mapped < 0.001, "mapped: vram {span:.2} MiB, log {mapped}");
+    assert!(p.host.weights_bytes > p.cpu_weights_bytes, "the span holds the GPU's attention tensors between the experts");
+    let no_mmap = gguf::llama_cpp_with(&g, &hp, &LlamaCppConfig { mmap: false, ..c }, &o).unwrap();
+    assert_eq!(no_mmap.host.weights_bytes, p.cpu_weights_bytes);
+    // "CUDA_Host output buffer size = 0.77 MiB": 201088 f32 logits. The host compute buffer
+    // (263.15 MiB) also holds the CPU's expert work, which is not modelled: the graph inputs
+    // are a lower bound, and the plan says so.
+    assert_eq!(p.host.output_bytes, 201_088 * 4);
+    let host = log_mib(&l, "CUDA_Host", |d| d.compute.as_ref().map(|s| s.gib));
+    assert!(!p.host.compute_exact && (p.host.compute_bytes as f64 / MIB) < host);
     // The compute buffer is modelled: 398.38 MiB against the logged 456.98 (the log is 14.7%
     // higher; with the experts on the CPU the graph is split 146 ways, which vram does not model).
     let est = p.gpu_compute_bytes as f64 / MIB;

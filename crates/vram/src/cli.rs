@@ -626,9 +626,20 @@ pub struct ServeArgs {
     /// llama.cpp's own default (common/common.h n_ctx)].
     #[arg(long, short = 'c')]
     pub ctx_size: Option<u64>,
-    /// llama.cpp `--ubatch-size` (default 512).
+    /// llama.cpp `--ubatch-size` / `-ub` (default 512).
     #[arg(long, default_value_t = 512)]
     pub ubatch_size: u64,
+    /// llama.cpp `--no-mmap`: read the weights kept in RAM into allocated memory instead of
+    /// mapping the file.
+    #[arg(long)]
+    pub no_mmap: bool,
+    /// llama.cpp `--mlock`: lock the weights kept in RAM there.
+    #[arg(long)]
+    pub mlock: bool,
+    /// llama.cpp `--batch-size` / `-b`, the logical batch [default: 2048]: llama.cpp runs
+    /// min(--ctx-size, -b, -ub) tokens a micro-batch, which sizes the compute buffers.
+    #[arg(long, short = 'b')]
+    pub batch_size: Option<u64>,
     /// llama.cpp `--parallel` / `-np` (also `--np`): sequences sharing the one --ctx-size (each gets
     /// ctx / N unless --kv-unified) [default: llama-server's auto, 4 slots sharing one unified KV
     /// cache, each able to fill the whole context; give -np 1 for llama-cli or a server before

@@ -133,9 +133,20 @@ fn a_pasted_llama_server_command_reads_its_short_flags() {
     let d = json(&["serve", "-m", p, "-g", "24GiB", "-ngl", "99", "-c", "8192", "-np", "2", "-ncmoe", "3"]);
     assert_eq!(v["plan"], d["plan"]);
     assert!(v["notes"].to_string().contains("--port 8080"), "{v}");
-    // A flag that changes memory in a way not modelled is refused by name (--tensor-split is read
-    // since multi-GPU planning: tests/llamacpp_split.rs).
-    assert!(fails(&["serve", "-g", "24GiB", "--", "llama-server", "-m", p, "--batch-size", "4096"], 2).contains("--batch-size"));
+    // -b/--batch-size is the logical batch: llama.cpp runs min(-b, -ub) tokens a micro-batch
+    // (llama-context.cpp), so -b 256 sizes the compute buffers as -ub 256 does, and -b above
+    // -ub changes nothing.
+    let small_b = pasted(&["serve", "-g", "24GiB", "--", "llama-server", "-m", p, "-c", "8192", "-b", "256"]);
+    let small_ub = json(&["serve", "-m", p, "-g", "24GiB", "-c", "8192", "--ubatch-size", "256"]);
+    assert_eq!(small_b["config"]["ubatch"].as_u64(), Some(256), "{small_b}");
+    assert_eq!(small_b["plan"], small_ub["plan"]);
+    let big_b = pasted(&["serve", "-g", "24GiB", "--", "llama-server", "-m", p, "-c", "8192", "--batch-size", "4096"]);
+    let plain = json(&["serve", "-m", p, "-g", "24GiB", "-c", "8192"]);
+    assert_eq!(big_b["plan"], plain["plan"]);
+    assert!(small_b["plan"]["gpu_compute_bytes"].as_u64() < plain["plan"]["gpu_compute_bytes"].as_u64(), "{small_b}");
+    assert!(fails(&["serve", "-m", p, "-g", "24GiB", "-b", "0"], 2).contains("--batch-size"));
+    // A llama.cpp flag under vLLM is refused by name.
+    assert!(fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "-b", "256"], 2).contains("--batch-size"));
 }
 
 #[test]
@@ -225,4 +236,49 @@ fn a_multimodal_projector_adds_its_weights_to_the_gpu() {
     assert_eq!(split["split"]["plan"]["devices"][0]["projector_bytes"], mm_bytes);
     let e = fails(&["serve", "-m", &p, "-g", "24GiB", "--mmproj", &mm_path, "--engine", "ollama"], 2);
     assert!(e.contains("--mmproj is llama-server's"), "{e}");
+}
+
+/// RAM as llama.cpp holds it: under mmap the file's span from the first to the last tensor left
+/// on the CPU (with `-ngl 4` of 4 layers the output stays on the CPU, so the span runs from the
+/// token embeddings at the start to the output at the end, the GPU's layers between them
+/// included); `--no-mmap` reads only those tensors; `--mlock` locks what is held. A pasted
+/// command gives the same, `--log` compares the host buffers, and vLLM refuses the flags.
+#[test]
+fn host_memory_follows_mmap_and_mlock() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = gguf_writer::write_tiny_llama(dir.path());
+    let host = |v: &serde_json::Value, k: &str| v["plan"]["host"][k].as_u64().unwrap();
+    let mapped = json(&["serve", "-m", &p, "-g", "24GiB", "-ngl", "4"]);
+    let cpu = mapped["plan"]["cpu_weights_bytes"].as_u64().unwrap();
+    let data = mapped["plan"]["gpu_weights_bytes"].as_u64().unwrap() + cpu;
+    assert_eq!(mapped["plan"]["host"]["weights_mapped"], true);
+    assert!(host(&mapped, "weights_bytes") > cpu && host(&mapped, "weights_bytes") >= data, "{}", mapped["plan"]["host"]);
+    assert_eq!(host(&mapped, "locked_bytes"), 0);
+    // Every layer and the output on the GPU: only the token embeddings, the first tensor, stay.
+    let full = json(&["serve", "-m", &p, "-g", "24GiB"]);
+    assert_eq!(host(&full, "weights_bytes"), full["plan"]["cpu_weights_bytes"].as_u64().unwrap());
+    let read = json(&["serve", "-m", &p, "-g", "24GiB", "-ngl", "4", "--no-mmap", "--mlock"]);
+    assert_eq!(host(&read, "weights_bytes"), cpu);
+    assert_eq!(host(&read, "locked_bytes"), cpu);
+    let total = ["weights_bytes", "kv_state_bytes", "output_bytes", "compute_bytes"].iter().map(|k| host(&read, k)).sum::<u64>();
+    assert_eq!(host(&read, "total_bytes"), total);
+    let pasted_read = pasted(&["serve", "-g", "24GiB", "--", "llama-server", "-m", &p, "-ngl", "4", "--no-mmap", "--mlock"]);
+    assert_eq!(pasted_read["plan"]["host"], read["plan"]["host"]);
+    // The text says which kind of RAM it is.
+    let out = util::vram().args(["serve", "-m", &p, "-g", "24GiB", "-ngl", "4"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("RAM weights:") && text.contains("mapped from the file"), "{text}");
+    // A log's host buffers are compared.
+    let log = dir.path().join("start.log");
+    std::fs::write(
+        &log,
+        "load_tensors:   CPU_Mapped model buffer size =     1.00 MiB\nllama_context:  CUDA_Host compute buffer size =     2.00 MiB\n",
+    )
+    .unwrap();
+    let v = json(&["serve", "-m", &p, "-g", "24GiB", "-ngl", "4", "--log", log.to_str().unwrap()]);
+    let rows = v["comparison"]["rows"].as_array().unwrap();
+    let ram = rows.iter().find(|r| r["quantity"] == "model buffer in RAM").expect("a RAM row");
+    assert_eq!(ram["log"].as_f64(), Some(1.0));
+    assert!(rows.iter().any(|r| r["quantity"] == "host compute (inputs only)"), "{rows:?}");
+    assert!(fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--no-mmap"], 2).contains("--no-mmap"));
 }

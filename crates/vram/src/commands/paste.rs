@@ -105,6 +105,8 @@ const LLAMA_VALUE: &[(&str, &str)] = &[
     ("--parallel", "--parallel"),
     ("-ub", "--ubatch-size"),
     ("--ubatch-size", "--ubatch-size"),
+    ("-b", "--batch-size"),
+    ("--batch-size", "--batch-size"),
     ("--n-cpu-moe", "--n-cpu-moe"),
     ("-ncmoe", "--n-cpu-moe"),
     ("-ot", "--override-tensor"),
@@ -119,6 +121,8 @@ const LLAMA_VALUE: &[(&str, &str)] = &[
     ("--mmproj", "--mmproj"),
 ];
 const LLAMA_FLAG: &[(&str, &str)] = &[
+    ("--no-mmap", "--no-mmap"),
+    ("--mlock", "--mlock"),
     ("--cpu-moe", "--cpu-moe"),
     ("-cmoe", "--cpu-moe"),
     ("--kv-unified", "--kv-unified"),
@@ -140,9 +144,7 @@ const LLAMA_NO_MEMORY: &[&str] = &[
     "-n",
     "--n-predict",
 ];
-const LLAMA_NO_MEMORY_FLAG: &[&str] =
-    &["--no-mmproj", "--jinja", "--verbose", "-v", "--mlock", "--no-mmap", "--metrics", "--cont-batching", "--no-webui"];
-const LLAMA_UNMODELLED: &[&str] = &["-b", "--batch-size"];
+const LLAMA_NO_MEMORY_FLAG: &[&str] = &["--no-mmproj", "--jinja", "--verbose", "-v", "--metrics", "--cont-batching", "--no-webui"];
 
 /// SGLang flags vram reads (`python -m sglang.launch_server`, `sglang serve`), as `vram serve`
 /// spells them (arg_groups/fields/*.py of SGLang 0.5.23).
@@ -328,11 +330,6 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
                     ignored.push(format!("{flag} {}", next(&mut i)?));
                 } else if LLAMA_NO_MEMORY_FLAG.contains(&flag) {
                     ignored.push(flag.to_string());
-                } else if LLAMA_UNMODELLED.contains(&flag) {
-                    return Err(UsageError(format!(
-                        "the pasted llama.cpp command sets {flag}, which changes memory in a way vram does not model yet; drop it to see the rest"
-                    ))
-                    .into());
                 } else {
                     unknown.push(with_value(flag, inline.as_deref(), &rest, &mut i));
                 }

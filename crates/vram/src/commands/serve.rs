@@ -336,6 +336,9 @@ fn reject_other_engines_flags(a: &ServeArgs, engine: Engine) -> Result<()> {
             given(a.cpu_moe, "--cpu-moe/-cmoe"),
             given(!a.override_tensor.is_empty(), "--override-tensor/-ot"),
             given(a.ubatch_size != 512, "--ubatch-size"),
+            given(a.batch_size.is_some(), "--batch-size/-b"),
+            given(a.no_mmap, "--no-mmap"),
+            given(a.mlock, "--mlock"),
             given(a.parallel.is_some(), "--parallel/-np"),
             given(a.kv_unified, "--kv-unified"),
             given(a.mmproj.is_some(), "--mmproj"),
@@ -802,10 +805,15 @@ pub fn llama_cpp_config(
         Some(c) => resolve::size("--cuda-context", c)?,
         None => vram_core::serve::ENGINE_CUDA_CONTEXT,
     };
+    if a.batch_size == Some(0) {
+        return Err(UsageError("--batch-size/-b 0: llama.cpp's logical batch is at least 1 token".into()).into());
+    }
     let config = LlamaCppConfig {
         n_gpu_layers: a.n_gpu_layers.unwrap_or(hparams.layers + 1),
         ctx,
-        ubatch: a.ubatch_size,
+        // llama-context.cpp: n_batch = min(n_ctx, -b), n_ubatch = min(n_batch, -ub); the core
+        // holds the micro-batch to the context.
+        ubatch: a.ubatch_size.min(a.batch_size.unwrap_or(LLAMA_DEFAULT_BATCH)),
         // llama-server without -np: 4 slots, one unified KV cache (llama.cpp PR #16736); with -np,
         // unified only under --kv-unified. Ollama sizes one shared context.
         parallel: ollama.as_ref().map_or(a.parallel.unwrap_or(LLAMA_SERVER_AUTO_SLOTS), |o| o.parallel),
@@ -821,9 +829,14 @@ pub fn llama_cpp_config(
             Some(p) => crate::source::gguf::read_gguf(p).with_context(|| format!("--mmproj {}", p.display()))?.tensor_bytes(),
             None => 0,
         },
+        mmap: !a.no_mmap,
+        mlock: a.mlock,
     };
     Ok((config, ollama))
 }
+
+/// llama.cpp's default `--batch-size` (common/common.h `n_batch`).
+const LLAMA_DEFAULT_BATCH: u64 = 2048;
 
 /// llama-server's slots when `-np` is not given ("setting n_parallel = 4 and kv_unified = true",
 /// llama.cpp PR #16736, b6800 on).

@@ -75,13 +75,17 @@ pub fn text(s: &LlamaCppServe, p: &SplitPlan, fit: Option<u64>) -> String {
     }
     let _ = writeln!(
         out,
-        "  {:<7} {:>6} {:>10} {:>10} {:>10}",
+        "  {:<7} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
         "RAM",
         "",
-        gib(p.cpu_weights_bytes),
+        gib(p.host.weights_bytes),
         "",
-        gib(p.cpu_kv_bytes + p.cpu_state_bytes)
+        gib(p.cpu_kv_bytes + p.cpu_state_bytes),
+        gib(p.host.compute_bytes + p.host.output_bytes),
+        "",
+        gib(p.host.total_bytes)
     );
+    super::serve::host_text(&mut out, &p.host, p.cpu_weights_bytes);
     if hp.recurrent.is_some() {
         let per: Vec<String> = p.devices.iter().map(|d| format!("{} {}", d.name, gib(d.state_bytes))).collect();
         let _ = writeln!(out, "KV GiB includes the recurrent state (llama.cpp's RS buffer, GiB): {}", per.join(" · "));

@@ -351,25 +351,53 @@ pub fn llama_cpp_text(s: &LlamaCppServe) -> String {
         &mut out,
         &format!("weights ({} of {} layers on GPU{})", p.gpu_layers, hp.layers, if p.output_on_gpu { ", output too" } else { "" }),
         p.gpu_weights_bytes,
-        p.cpu_weights_bytes,
+        p.host.weights_bytes,
     );
     override_rows(&mut out, s);
     row(&mut out, "KV cache (f16 unless --kv-cache-dtype)", p.gpu_kv_bytes, p.cpu_kv_bytes);
     if hp.recurrent.is_some() {
         row(&mut out, "recurrent state (f32, one per --parallel seq)", p.gpu_state_bytes, p.cpu_state_bytes);
     }
-    row(&mut out, "compute buffer (modelled)", p.gpu_compute_bytes, 0);
+    row(&mut out, "compute buffer (RAM: graph inputs)", p.gpu_compute_bytes, p.host.compute_bytes);
+    row(&mut out, "output buffer (logits, pinned RAM)", 0, p.host.output_bytes);
     if c.projector_bytes > 0 {
         row(&mut out, "projector (--mmproj; its compute buffer unmodelled)", c.projector_bytes, 0);
     }
     row(&mut out, "CUDA context + cuBLAS (assumed)", p.cuda_overhead_bytes, 0);
-    row(&mut out, "total", p.gpu_total_bytes, p.cpu_weights_bytes + p.cpu_kv_bytes + p.cpu_state_bytes);
+    row(&mut out, "total", p.gpu_total_bytes, p.host.total_bytes);
     let util = p.gpu_total_bytes as f64 / s.gpu.memory as f64;
     let _ = writeln!(out, "{:.1}% of {} — {}", util * 100.0, s.gpu.name, verdict(util));
+    host_text(&mut out, &p.host, p.cpu_weights_bytes);
     let _ = writeln!(out);
     offload_text(&mut out, s);
     moe_text(&mut out, s);
     out
+}
+
+/// What the RAM column means: mapped or allocated weights, what --mlock pins, and whether the
+/// host compute buffer is whole.
+pub(crate) fn host_text(out: &mut String, h: &vram_core::gguf::HostMemory, cpu_tensors: u64) {
+    let weights = if h.weights_mapped {
+        format!(
+            "RAM weights: {} GiB mapped from the file (llama.cpp's CPU_Mapped buffer: the span from the first to the last tensor left on the CPU, page cache that the OS may evict and re-read{}); --no-mmap reads the {} GiB of those tensors into allocated RAM instead",
+            gib_cell(h.weights_bytes),
+            if h.locked_bytes > 0 { ", locked by --mlock" } else { " unless --mlock" },
+            gib_cell(cpu_tensors)
+        )
+    } else {
+        format!(
+            "RAM weights: {} GiB read into allocated RAM (--no-mmap){}",
+            gib_cell(h.weights_bytes),
+            if h.locked_bytes > 0 { ", locked by --mlock" } else { "" }
+        )
+    };
+    let _ = writeln!(out, "{weights}");
+    if !h.compute_exact {
+        let _ = writeln!(
+            out,
+            "RAM compute buffer: the graph inputs only — the CPU's own buffers for the layers or experts it runs are not modelled, so RAM needs more than shown"
+        );
+    }
 }
 
 /// --n-cpu-moe → GPU total at the given context, and the longest context.

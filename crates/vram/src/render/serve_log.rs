@@ -279,6 +279,27 @@ pub fn llama_cpp(s: &LlamaCppServe, l: &LlamaCppLog) -> Comparison {
     if p.gpu_state_bytes > 0 || dev.state.is_some() {
         rows.insert(2, mib("RS buffer (recurrent state)", p.gpu_state_bytes, &dev.state));
     }
+    // The host side: the weights' buffers in RAM (CPU_Mapped under mmap, else CPU or a pinned
+    // *_Host buffer) summed, and the pinned host compute buffer.
+    let hosts: Vec<_> = l.devices.iter().filter(|d| host(&d.name)).collect();
+    let sum = |f: fn(&vram_core::startup_log::LlamaCppDevice) -> &Option<LogSize>| {
+        let sizes: Vec<&LogSize> = hosts.iter().filter_map(|d| f(d).as_ref()).collect();
+        (!sizes.is_empty()).then(|| LogSize {
+            gib: sizes.iter().map(|s| s.gib).sum(),
+            printed: sizes.iter().map(|s| s.printed.clone()).collect::<Vec<_>>().join(" + "),
+        })
+    };
+    let (host_model, host_compute) = (sum(|d| &d.model), sum(|d| &d.compute));
+    if p.host.weights_bytes > 0 || host_model.is_some() {
+        rows.push(mib("model buffer in RAM", p.host.weights_bytes, &host_model));
+    }
+    if host_compute.is_some() {
+        rows.push(mib(
+            if p.host.compute_exact { "host compute buffer" } else { "host compute (inputs only)" },
+            p.host.compute_bytes,
+            &host_compute,
+        ));
+    }
     let m = |b: u64| format!("{:.2} MiB", b as f64 / MIB);
     let mut reasons: Vec<String> = largest(&rows)
         .into_iter()
@@ -291,6 +312,26 @@ pub fn llama_cpp(s: &LlamaCppServe, l: &LlamaCppLog) -> Comparison {
                 shown(&dev.model)
             ),
             "KV buffer" => format!("KV buffer: vram sizes {} for n_ctx {}; the log allocated {}", m(p.gpu_kv_bytes), p.ctx, shown(&dev.kv)),
+            "model buffer in RAM" => format!(
+                "model buffer in RAM: vram holds {} ({}); the log's host buffers are {}",
+                m(p.host.weights_bytes),
+                if p.host.weights_mapped {
+                    "the file's span from the first to the last tensor left on the CPU, mapped"
+                } else {
+                    "the tensors left on the CPU, read in with --no-mmap"
+                },
+                shown(&host_model)
+            ),
+            "host compute (inputs only)" => format!(
+                "host compute buffer: vram counts only the graph inputs ({}); the CPU's work on the layers or experts it holds is not modelled, the log allocated {}",
+                m(p.host.compute_bytes),
+                shown(&host_compute)
+            ),
+            "host compute buffer" => format!(
+                "host compute buffer: vram counts the graph inputs, {}; the log allocated {}",
+                m(p.host.compute_bytes),
+                shown(&host_compute)
+            ),
             "RS buffer (recurrent state)" => format!(
                 "RS buffer: vram sizes {} (one f32 state per sequence on each state layer: --parallel sets the sequences); the log allocated {}",
                 m(p.gpu_state_bytes),
