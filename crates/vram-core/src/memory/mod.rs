@@ -336,7 +336,12 @@ pub fn require_decoder(model: &Model, what: &str) -> Result<()> {
         return Err(Error::InvalidValue {
             what: "model".into(),
             value: model.model_type.clone(),
-            hint: format!("{} is a {} model: {what} is modelled for decoder language models only; `vram estimate` gives its single-GPU training and inference", model.model_type, model.kind()),
+            hint: format!(
+                "{} is {} {} model: {what} is modelled for decoder language models only; `vram estimate` gives its single-GPU training and inference",
+                model.model_type,
+                if model.kind().starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" },
+                model.kind()
+            ),
         });
     }
     match model.encoder {
