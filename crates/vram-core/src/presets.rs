@@ -16,9 +16,14 @@ pub struct Preset {
     pub config: &'static str,
 }
 
-/// Every preset, sorted by name.
+/// Every preset, sorted by name. Most files live in `presets/`; four are the real configs the
+/// validation already reads (`validation/configs/`: gpt-oss-20b/120b, Qwen3-30B-A3B,
+/// DeepSeek-V3), embedded from there so there is one copy.
 pub const PRESETS: &[Preset] = &[
+    Preset { name: "deepseek-v3", hf_id: "deepseek-ai/DeepSeek-V3", config: include_str!("../../../validation/configs/deepseek-v3.json") },
     Preset { name: "gemma-2-9b", hf_id: "google/gemma-2-9b", config: include_str!("../presets/gemma-2-9b.json") },
+    Preset { name: "gpt-oss-120b", hf_id: "openai/gpt-oss-120b", config: include_str!("../../../validation/configs/gpt-oss-120b.json") },
+    Preset { name: "gpt-oss-20b", hf_id: "openai/gpt-oss-20b", config: include_str!("../../../validation/configs/gpt-oss-20b.json") },
     Preset { name: "gpt2", hf_id: "openai-community/gpt2", config: include_str!("../presets/gpt2.json") },
     Preset { name: "gpt2-large", hf_id: "openai-community/gpt2-large", config: include_str!("../presets/gpt2-large.json") },
     Preset { name: "gpt2-medium", hf_id: "openai-community/gpt2-medium", config: include_str!("../presets/gpt2-medium.json") },
@@ -42,6 +47,7 @@ pub const PRESETS: &[Preset] = &[
     Preset { name: "qwen2.5-32b", hf_id: "Qwen/Qwen2.5-32B", config: include_str!("../presets/qwen2.5-32b.json") },
     Preset { name: "qwen2.5-72b", hf_id: "Qwen/Qwen2.5-72B", config: include_str!("../presets/qwen2.5-72b.json") },
     Preset { name: "qwen2.5-7b", hf_id: "Qwen/Qwen2.5-7B", config: include_str!("../presets/qwen2.5-7b.json") },
+    Preset { name: "qwen3-30b-a3b", hf_id: "Qwen/Qwen3-30B-A3B", config: include_str!("../../../validation/configs/qwen3-30b-a3b.json") },
     Preset { name: "qwen3-8b", hf_id: "Qwen/Qwen3-8B", config: include_str!("../presets/qwen3-8b.json") },
 ];
 

@@ -45,7 +45,7 @@ fn every_preset_is_in_the_fixture() {
     for p in presets::PRESETS {
         assert!(recs.iter().any(|r| r["name"] == p.name), "{} missing from the fixture: rerun validation/param_counts.py", p.name);
     }
-    assert!(presets::PRESETS.len() >= 25);
+    assert!(presets::PRESETS.len() >= 29);
 }
 
 #[test]
