@@ -907,11 +907,14 @@ fn host_memory(hp: &HParams, c: &LlamaCppConfig, ctx: u64, w: &Placed, kv_state:
     let u = c.ubatch.min(ctx);
     let mask = if c.flash_attn { 2 } else { 4 };
     let streams = if c.unified { 1 } else { c.parallel.max(1) };
-    // One mask per attention kind (full, sliding window), over a stream's cells: the mask is
-    // [n_kv, ubatch / streams, 1, streams] (llama-graph.cpp `build_attn_inp_kq_mask`).
-    let kinds: std::collections::BTreeSet<u64> =
-        (0..hp.layers).map(|il| kv_layer_cells(hp, c, ctx, il) / streams).filter(|&cells| cells > 0).collect();
-    let masks = kinds.iter().fold(0u64, |a, cells| a.saturating_add(cells.saturating_mul(u).saturating_mul(mask)));
+    // One mask per attention kind present (full; sliding window, llama-graph.cpp
+    // `build_attn_inp_kv_iswa`), over a stream's cells: [n_kv, ubatch / streams, 1, streams]
+    // (`build_attn_inp_kq_mask`).
+    let cells_of = |swa: bool| (0..hp.layers).find(|&il| hp.is_swa_layer(il) == swa && kv_layer_cells(hp, c, ctx, il) > 0);
+    let masks = [cells_of(false), cells_of(true)]
+        .into_iter()
+        .flatten()
+        .fold(0u64, |a, il| a.saturating_add((kv_layer_cells(hp, c, ctx, il) / streams).saturating_mul(u).saturating_mul(mask)));
     let compute = masks.saturating_add(hp.embd.saturating_mul(u).saturating_mul(4));
     let locked = if c.mlock { weights } else { 0 };
     let total = [weights, kv_state, output, compute].iter().fold(0u64, |a, b| a.saturating_add(*b));

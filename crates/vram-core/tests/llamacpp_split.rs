@@ -263,6 +263,9 @@ fn gpt_oss_20b_with_every_expert_in_ram() {
     assert_eq!(p.host.output_bytes, 201_088 * 4);
     let host = log_mib(&l, "CUDA_Host", |d| d.compute.as_ref().map(|s| s.gib));
     assert!(!p.host.compute_exact && (p.host.compute_bytes as f64 / MIB) < host);
+    // The inputs it counts: a mask for each attention kind, the full layers' 131072 cells and
+    // the sliding ones' 768 (f16 under -fa on), and the token rows [2880, 512] f32.
+    assert_eq!(p.host.compute_bytes, (131_072 + 768) * 512 * 2 + 2880 * 512 * 4);
     // The compute buffer is modelled: 398.38 MiB against the logged 456.98 (the log is 14.7%
     // higher; with the experts on the CPU the graph is split 146 ways, which vram does not model).
     let est = p.gpu_compute_bytes as f64 / MIB;
