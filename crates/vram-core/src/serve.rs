@@ -990,7 +990,15 @@ fn validate(m: &Model, cfg: &ServeConfig) -> Result<(u64, Vec<String>)> {
     let max_len = match cfg.max_model_len {
         Some(l) => l,
         None if m.max_positions > 0 => m.max_positions,
-        None => return Err(invalid("--max-model-len", "(none)", "the config has no max_position_embeddings; pass --max-model-len")),
+        // vllm/config/model.py `_get_and_verify_max_len`: none of its length keys in the config
+        // (max_position_embeddings, n_positions, max_seq_len, seq_length, …) → 2048, with a
+        // warning ("Assuming the model's maximum length is 2048").
+        None => {
+            notes.push(format!(
+                "--max-model-len {VLLM_DEFAULT_MAX_LEN}: the config names no maximum length (no max_position_embeddings, n_positions or seq_length), so vLLM assumes {VLLM_DEFAULT_MAX_LEN} and says so in its log; pass --max-model-len for yours"
+            ));
+            VLLM_DEFAULT_MAX_LEN
+        }
     };
     if max_len == 0 || max_len > 1 << 24 {
         return Err(invalid("--max-model-len", max_len, "between 1 and 16777216"));
@@ -1227,6 +1235,10 @@ fn profile_peak(m: &Model, sampler_kind: Sampler, batched: u64, seqs: u64, tp: u
         (fwd, fwd_at)
     }
 }
+
+/// vLLM's maximum length for a config that names none (vllm/config/model.py
+/// `_get_and_verify_max_len`: `default_max_len = 2048`).
+const VLLM_DEFAULT_MAX_LEN: u64 = 2048;
 
 /// The assumptions the report rests on, said once.
 fn serve_notes(m: &Model, cfg: &ServeConfig, non_torch_bytes: u64, cuda_graph: u64, pool: &KvPool) -> Vec<String> {

@@ -25,6 +25,9 @@ use crate::serve::{auto_dtype, tp_rank_weights, Quantization};
 pub const SGLANG_VERSION: &str = "0.5.23";
 
 const MIB: u64 = 1 << 20;
+/// SGLang's context length for a config that names none (hf_transformers_utils.py
+/// `get_context_length`: `return 2048`).
+const SGLANG_DEFAULT_CONTEXT: u64 = 2048;
 const GIB: u64 = 1 << 30;
 /// `--max-prefill-tokens` default (arg_groups/fields/schedule.py `max_prefill_tokens`).
 pub const MAX_PREFILL_TOKENS: u64 = 16_384;
@@ -271,7 +274,17 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
     let mla = m.attention.mla.is_some();
     let dtype = auto_dtype(m, cfg.dtype);
     let kv_b = cfg.kv_cache_dtype.map_or(dtype.bytes(), DType::bytes);
-    let context_len = cfg.context_length.unwrap_or(m.max_positions);
+    // hf_transformers_utils.py `get_context_length`: none of its keys in the config → 2048.
+    let context_len = match (cfg.context_length, m.max_positions) {
+        (Some(c), _) => c,
+        (None, 0) => {
+            notes.push(format!(
+                "--context-length {SGLANG_DEFAULT_CONTEXT}: the config names no maximum length, so SGLang takes its default of {SGLANG_DEFAULT_CONTEXT}; pass --context-length for yours"
+            ));
+            SGLANG_DEFAULT_CONTEXT
+        }
+        (None, p) => p,
+    };
     if context_len == 0 {
         return Err(invalid("--context-length", 0, "a positive number of tokens"));
     }

@@ -477,3 +477,41 @@ mod pipeline {
         assert!(serve(&mixtral, &ServeConfig { pp: 2, max_model_len: Some(4096), ..ServeConfig::new(80 << 30) }).is_ok());
     }
 }
+
+/// A config that names no maximum length (Falcon-7B's RW config: no max_position_embeddings,
+/// n_positions or seq_length) is served at the engines' own default of 2048 tokens, which both
+/// log, and the report says so; a given length still wins.
+#[test]
+fn a_config_without_a_length_takes_the_engines_default() {
+    let m = model("validation/configs/falcon-7b.json");
+    assert_eq!(m.max_positions, 0);
+    let r = serve(&m, &ServeConfig::new(80 << 30)).unwrap();
+    assert_eq!(r.max_model_len, 2048);
+    assert!(r.notes.iter().any(|n| n.starts_with("--max-model-len 2048: the config names no maximum length")), "{:?}", r.notes);
+    let given = serve(&m, &ServeConfig { max_model_len: Some(4096), ..ServeConfig::new(80 << 30) }).unwrap();
+    assert_eq!(given.max_model_len, 4096);
+    assert!(!given.notes.iter().any(|n| n.contains("names no maximum length")));
+    let g = gpu::lookup("h100").unwrap();
+    let cfg = vram_core::sglang::SglangConfig {
+        gpu_memory: cuda_total(&g),
+        gpu_memory_smi_mib: g.memory >> 20,
+        tp: 1,
+        dtype: None,
+        quantization: Quantization::None,
+        kv_cache_dtype: None,
+        kv_cache_dtype_name: None,
+        context_length: None,
+        mem_fraction_static: None,
+        max_running_requests: None,
+        chunked_prefill_size: None,
+        cuda_graph_max_bs: None,
+        disable_cuda_graph: false,
+        max_total_tokens: None,
+        page_size: 1,
+        cuda_context: 512 << 20,
+        distributed: 0,
+    };
+    let s = vram_core::sglang::sglang(&m, &cfg).unwrap();
+    assert_eq!(s.context_len, 2048);
+    assert!(s.notes.iter().any(|n| n.starts_with("--context-length 2048")), "{:?}", s.notes);
+}
