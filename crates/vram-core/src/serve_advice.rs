@@ -646,25 +646,7 @@ mod tests {
     #[test]
     fn sglang_alternatives_are_reruns_and_a_short_pool_needs_advice() {
         let m = presets::load("llama-3.1-8b").unwrap();
-        let c = SglangConfig {
-            gpu_memory: 24 * GIB - 434 * (1 << 20),
-            gpu_memory_smi_mib: 24_564,
-            tp: 1,
-            dtype: None,
-            quantization: Quantization::None,
-            kv_cache_dtype: None,
-            kv_cache_dtype_name: None,
-            context_length: None,
-            mem_fraction_static: None,
-            max_running_requests: None,
-            chunked_prefill_size: None,
-            cuda_graph_max_bs: None,
-            disable_cuda_graph: false,
-            max_total_tokens: None,
-            page_size: 1,
-            cuda_context: 512 << 20,
-            distributed: 0,
-        };
+        let c = SglangConfig::new(24 * GIB - 434 * (1 << 20), 24_564);
         let base = sglang(&m, &c).unwrap();
         // SGLang starts (fits) with a pool shorter than one 128k request: advice is still needed.
         assert!(base.fits && base.max_total_num_tokens < base.context_len);

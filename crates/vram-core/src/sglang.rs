@@ -75,6 +75,32 @@ pub struct SglangConfig {
     pub distributed: u64,
 }
 
+impl SglangConfig {
+    /// SGLang's defaults on one GPU whose CUDA total is `gpu_memory` bytes and whose nvidia-smi
+    /// total is `gpu_memory_smi_mib` MiB, with the engines' assumed CUDA context.
+    pub fn new(gpu_memory: u64, gpu_memory_smi_mib: u64) -> SglangConfig {
+        SglangConfig {
+            gpu_memory,
+            gpu_memory_smi_mib,
+            tp: 1,
+            dtype: None,
+            quantization: Quantization::None,
+            kv_cache_dtype: None,
+            kv_cache_dtype_name: None,
+            context_length: None,
+            mem_fraction_static: None,
+            max_running_requests: None,
+            chunked_prefill_size: None,
+            cuda_graph_max_bs: None,
+            disable_cuda_graph: false,
+            max_total_tokens: None,
+            page_size: 1,
+            cuda_context: crate::serve::ENGINE_CUDA_CONTEXT,
+            distributed: 0,
+        }
+    }
+}
+
 /// SGLang's sizing of one GPU (every TP rank is the same).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SglangReport {

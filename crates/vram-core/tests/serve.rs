@@ -492,25 +492,7 @@ fn a_config_without_a_length_takes_the_engines_default() {
     assert_eq!(given.max_model_len, 4096);
     assert!(!given.notes.iter().any(|n| n.contains("names no maximum length")));
     let g = gpu::lookup("h100").unwrap();
-    let cfg = vram_core::sglang::SglangConfig {
-        gpu_memory: cuda_total(&g),
-        gpu_memory_smi_mib: g.memory >> 20,
-        tp: 1,
-        dtype: None,
-        quantization: Quantization::None,
-        kv_cache_dtype: None,
-        kv_cache_dtype_name: None,
-        context_length: None,
-        mem_fraction_static: None,
-        max_running_requests: None,
-        chunked_prefill_size: None,
-        cuda_graph_max_bs: None,
-        disable_cuda_graph: false,
-        max_total_tokens: None,
-        page_size: 1,
-        cuda_context: 512 << 20,
-        distributed: 0,
-    };
+    let cfg = vram_core::sglang::SglangConfig::new(cuda_total(&g), g.memory >> 20);
     let s = vram_core::sglang::sglang(&m, &cfg).unwrap();
     assert_eq!(s.context_len, 2048);
     assert!(s.notes.iter().any(|n| n.starts_with("--context-length 2048")), "{:?}", s.notes);
