@@ -987,9 +987,10 @@ fn validate(m: &Model, cfg: &ServeConfig) -> Result<(u64, Vec<String>)> {
         return Err(invalid("--block-size", cfg.block_size, "vLLM uses 16 (CUDA); 1 to 4096"));
     }
     let mut notes = Vec::new();
+    let derived = derived_max_len(m);
     let max_len = match cfg.max_model_len {
         Some(l) => l,
-        None if m.max_positions > 0 => m.max_positions,
+        None if derived > 0 => derived,
         // vllm/config/model.py `_get_and_verify_max_len`: none of its length keys in the config
         // (max_position_embeddings, n_positions, max_seq_len, seq_length, …) → 2048, with a
         // warning ("Assuming the model's maximum length is 2048").
@@ -1003,10 +1004,10 @@ fn validate(m: &Model, cfg: &ServeConfig) -> Result<(u64, Vec<String>)> {
     if max_len == 0 || max_len > 1 << 24 {
         return Err(invalid("--max-model-len", max_len, "between 1 and 16777216"));
     }
-    if m.max_positions > 0 && max_len > m.max_positions {
+    if derived > 0 && max_len > derived {
         notes.push(format!(
-            "--max-model-len {max_len} exceeds the model's max_position_embeddings {}: vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1",
-            m.max_positions
+            "--max-model-len {max_len} exceeds the {derived} tokens vLLM derives from the config (max_position_embeddings{}): vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1",
+            if derived == m.max_positions { String::new() } else { format!(" {} with its RoPE scaling", m.max_positions) }
         ));
     }
     Ok((max_len, notes))
@@ -1233,6 +1234,22 @@ fn profile_peak(m: &Model, sampler_kind: Sampler, batched: u64, seqs: u64, tp: u
         (sampler, format!("sampler over {reqs} requests × {} vocabulary ({how})", m.vocab))
     } else {
         (fwd, fwd_at)
+    }
+}
+
+/// The longest context vLLM derives from the config (vllm/config/model.py
+/// `_get_and_verify_max_len`): its length times the RoPE scaling factor, except for the types
+/// that state their reach already (su, longrope, llama3) and for Gemma-3 (whose 128K is already
+/// scaled); YaRN multiplies `original_max_position_embeddings`. 0 when the config names none.
+fn derived_max_len(m: &Model) -> u64 {
+    match &m.rope_scaling {
+        Some(r)
+            if m.max_positions > 0 && !m.model_type.starts_with("gemma3") && !matches!(r.kind.as_str(), "su" | "longrope" | "llama3") =>
+        {
+            let start = if r.kind == "yarn" { r.native_positions } else { m.max_positions };
+            ((start as f64 * r.factor) as u64).clamp(1, 1 << 24)
+        }
+        _ => m.max_positions,
     }
 }
 

@@ -300,8 +300,14 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
     let mla = m.attention.mla.is_some();
     let dtype = auto_dtype(m, cfg.dtype);
     let kv_b = cfg.kv_cache_dtype.map_or(dtype.bytes(), DType::bytes);
-    // hf_transformers_utils.py `get_context_length`: none of its keys in the config → 2048.
-    let context_len = match (cfg.context_length, m.max_positions) {
+    // hf_transformers_utils.py `get_context_length`: the config's length times the RoPE
+    // factor, unless the scaling names its original length (YaRN) or is Llama-3's; none of its
+    // keys in the config → 2048.
+    let derived = match &m.rope_scaling {
+        Some(r) if matches!(r.kind.as_str(), "linear" | "dynamic" | "ntk") => ((m.max_positions as f64 * r.factor) as u64).min(1 << 24),
+        _ => m.max_positions,
+    };
+    let context_len = match (cfg.context_length, derived) {
         (Some(c), _) => c,
         (None, 0) => {
             notes.push(format!(
@@ -314,10 +320,9 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
     if context_len == 0 {
         return Err(invalid("--context-length", 0, "a positive number of tokens"));
     }
-    if context_len > m.max_positions && m.max_positions > 0 {
+    if context_len > derived && derived > 0 {
         notes.push(format!(
-            "--context-length {context_len} exceeds the model's {}: SGLang refuses it unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1",
-            m.max_positions
+            "--context-length {context_len} exceeds the model's {derived}: SGLang refuses it unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"
         ));
     }
 

@@ -497,3 +497,29 @@ fn a_config_without_a_length_takes_the_engines_default() {
     assert_eq!(s.context_len, 2048);
     assert!(s.notes.iter().any(|n| n.starts_with("--context-length 2048")), "{:?}", s.notes);
 }
+
+/// vLLM's default `--max-model-len` applies the config's RoPE scaling
+/// (vllm/config/model.py `_get_and_verify_max_len`): Qwen3-8B with the YaRN block Qwen documents
+/// for 128K (factor 4 over 32,768) serves at 131,072, a linear factor 4 over Llama-2's 4,096 at
+/// 16,384; Llama-3's own scaling keeps its 131,072; SGLang multiplies the linear factor only.
+#[test]
+fn the_default_length_follows_rope_scaling() {
+    let with = |name: &str, rope: serde_json::Value| {
+        let mut v: Value = serde_json::from_str(presets::find(name).unwrap().config).unwrap();
+        v["rope_scaling"] = rope;
+        parse_config(v.to_string().as_bytes(), name, name).unwrap()
+    };
+    let cfg = ServeConfig::new(80 << 30);
+    let yarn = with("qwen3-8b", serde_json::json!({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}));
+    assert_eq!(serve(&yarn, &cfg).unwrap().max_model_len, 131_072);
+    let linear = with("llama-2-7b", serde_json::json!({"type": "linear", "factor": 4.0}));
+    assert_eq!(serve(&linear, &cfg).unwrap().max_model_len, 16_384);
+    assert_eq!(serve(&presets::load("llama-3.1-8b").unwrap(), &cfg).unwrap().max_model_len, 131_072);
+    // Past the derived length vLLM refuses without VLLM_ALLOW_LONG_MAX_MODEL_LEN; within it, no note.
+    let long = serve(&linear, &ServeConfig { max_model_len: Some(20_000), ..cfg.clone() }).unwrap();
+    assert!(long.notes.iter().any(|n| n.contains("exceeds the 16384 tokens vLLM derives")), "{:?}", long.notes);
+    let g = gpu::lookup("h100").unwrap();
+    let sg = vram_core::sglang::SglangConfig::new(cuda_total(&g), g.memory >> 20);
+    assert_eq!(vram_core::sglang::sglang(&linear, &sg).unwrap().context_len, 16_384);
+    assert_eq!(vram_core::sglang::sglang(&yarn, &sg).unwrap().context_len, 40_960);
+}
