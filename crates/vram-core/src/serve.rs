@@ -495,6 +495,21 @@ pub fn serve(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
             }
         }
         _ if m.ssm.is_some() && m.multimodal.is_none() => crate::serve_ssm::check(cfg)?,
+        // vLLM's encoder-only attention has no KV cache spec (encoder_only_attention.py
+        // `get_kv_cache_spec` returns None), so the engine neither profiles nor sizes a pool
+        // (v1/engine/core.py `_initialize_kv_caches`: "Attention free models don't need memory
+        // for kv cache"): what it holds is the weights and one batch's activations.
+        // (The encoders vLLM implements: bert.py, roberta.py — XLM-R too — and modernbert.py.)
+        _ if m.encoder.is_some_and(|e| e.vision.is_none()) && matches!(m.model_type.as_str(), "bert" | "roberta" | "xlm-roberta" | "modernbert") => {
+            return Err(invalid(
+                "model",
+                &m.model_type,
+                &format!(
+                    "{} is an encoder: vLLM serves it (pooling) with no KV cache — its encoder-only attention keeps none, so vLLM profiles nothing and sizes no pool; the GPU holds the weights and one batch's activations, which `vram estimate -m {} --mode infer --batch-size B --seq-len L` gives (the transformers forward, as a proxy for vLLM's)",
+                    m.model_type, m.name
+                ),
+            ))
+        }
         _ => crate::memory::require_decoder(m, "serving with vLLM")?,
     }
     // Llama 4's chunked local attention: vLLM turns its hybrid KV cache manager off for it by

@@ -523,3 +523,17 @@ fn the_default_length_follows_rope_scaling() {
     assert_eq!(vram_core::sglang::sglang(&linear, &sg).unwrap().context_len, 16_384);
     assert_eq!(vram_core::sglang::sglang(&yarn, &sg).unwrap().context_len, 40_960);
 }
+
+/// An encoder vLLM implements (BERT, RoBERTa/XLM-R, ModernBERT) is answered with what vLLM does
+/// for it — no KV cache, no profile — and where its memory comes from; one vLLM has no model for
+/// (DeBERTa) keeps the plain refusal.
+#[test]
+fn encoders_are_answered_with_what_vllm_does_for_them() {
+    let enc = |f: &str| model(&format!("validation/configs/families/{f}.json"));
+    for f in ["bert-base-uncased", "xlm-roberta-base", "modernbert-base"] {
+        let e = serve(&enc(f), &ServeConfig::new(80 << 30)).unwrap_err().to_string();
+        assert!(e.contains("with no KV cache") && e.contains("--mode infer"), "{f}: {e}");
+    }
+    let e = serve(&enc("deberta-v3-base"), &ServeConfig::new(80 << 30)).unwrap_err().to_string();
+    assert!(e.contains("modelled for decoder language models only"), "{e}");
+}
