@@ -1550,6 +1550,9 @@ impl Model {
     /// length is then an error: the image size decides it), else `requested` or `default` (for
     /// a text encoder at most what its position table runs).
     pub fn sequence(&self, requested: Option<u64>, default: u64) -> Result<u64, String> {
+        /// Text tokens a vision-language sample is assumed to add to its images' when the
+        /// default sequence cannot hold the images.
+        const VLM_TEXT_TOKENS: u64 = 512;
         match (self.encoder.and_then(|e| e.vision), requested) {
             (Some(v), None) => Ok(v.tokens(v.image_size)),
             (Some(v), Some(_)) => Err(format!(
@@ -1564,6 +1567,13 @@ impl Model {
                 Ok(default.min(self.position_table().unwrap_or(self.max_positions)).max(1))
             }
             (None, r) if self.seq2seq.is_some() => self.target_sequence(r, default),
+            // A vision-language model's sequence holds its images' tokens: when they need more
+            // than the default, the default grows to hold them and 512 text tokens (rounded up
+            // to 128), and the report shows the length used.
+            (None, None) if self.multimodal.is_some() => {
+                let img = self.multimodal.as_ref().map_or(0, |mm| mm.images.saturating_mul(mm.image_tokens));
+                Ok(if img >= default { (img + VLM_TEXT_TOKENS).div_ceil(128) * 128 } else { default })
+            }
             // A learned position table cannot embed more tokens than it has rows: on a GPU the
             // lookup fails with an index assertion (validation/gpu/h100: GPT-2 at 2,048 tokens).
             (None, r) => match (r, self.position_table()) {

@@ -459,3 +459,18 @@ fn pre_quantized_vlm_configs_are_refused() {
         assert!(e.contains("quantization_config") && e.contains("pre-quantized"), "{file}: {e}");
     }
 }
+
+/// Without --seq-len a vision-language sample is 2048 tokens, unless its images need more: then
+/// the images' tokens plus 512 for text, rounded up to 128 (LLaVA-NeXT's 2928 → 3456); a given
+/// length is kept, and one too short for the images is still refused by the estimate.
+#[test]
+fn the_default_sequence_holds_the_images() {
+    let read = |f: &str| {
+        let p = root().join("validation/configs/vlm").join(f);
+        parse_config(&std::fs::read(&p).unwrap(), f, f).unwrap()
+    };
+    let next = read("llava-v1.6-mistral-7b-hf.json");
+    assert_eq!(next.sequence(None, 2048), Ok(3456));
+    assert_eq!(next.sequence(Some(4096), 2048), Ok(4096));
+    assert_eq!(read("Qwen2-VL-2B-Instruct.json").sequence(None, 2048), Ok(2048));
+}

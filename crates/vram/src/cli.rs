@@ -105,7 +105,8 @@ pub struct JobArgs {
     )]
     pub batch_size: Option<u64>,
     /// Sequence length in tokens (inference: the whole context, prompt + generated) [default: 2048;
-    /// vision encoders: the image's patches]
+    /// vision encoders: the image's patches; vision-language models whose images need more: their
+    /// image tokens + 512, rounded up to 128]
     #[arg(long, short = 's', alias = "max-seq-length", alias = "context", alias = "max-model-len", help_heading = "Job")]
     pub seq_len: Option<u64>,
     /// Training: gradient accumulation steps (HF `gradient_accumulation_steps`) [default: 1].
