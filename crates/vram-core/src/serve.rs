@@ -272,6 +272,9 @@ pub struct ServeConfig {
     pub mm_limit_per_prompt: Option<u64>,
     /// `--mm-processor-kwargs '{"max_pixels": N}'` (Qwen2-VL); `None` = the processor's default.
     pub mm_max_pixels: Option<u64>,
+    /// `--mm-processor-kwargs '{"size": {"longest_edge": N}}'` (Idefics3/SmolVLM: the edge the
+    /// processor resizes to before splitting); `None` = the processor's default.
+    pub mm_longest_edge: Option<u64>,
     /// `--language-model-only`: a vision-language checkpoint served as its language model, the
     /// tower never built (vllm/config/multimodal.py `language_model_only`).
     pub language_model_only: bool,
@@ -328,6 +331,7 @@ impl ServeConfig {
             cpu_offload_bytes: 0,
             mm_limit_per_prompt: None,
             mm_max_pixels: None,
+            mm_longest_edge: None,
             language_model_only: false,
             prefix_caching: None,
             mamba_cache_mode: None,

@@ -96,6 +96,25 @@ pub(crate) fn check(m: &Model, mm: &Multimodal, cfg: &ServeConfig) -> Result<()>
             format!("max_pixels is the Qwen-VL processors' cap; {name}'s processor sizes its images another way (its fixed tile or square), so it would change nothing"),
         ));
     }
+    if let Some(edge) = cfg.mm_longest_edge {
+        let tile = mm.tower.encoder.and_then(|e| e.vision).map_or(0, |v| v.image_size);
+        if mm.shuffle.is_none() && mm.merger.is_none() {
+            return Err(refuse(
+                "--mm-processor-kwargs",
+                "size",
+                format!("size.longest_edge is the Idefics3/SmolVLM processors' split edge and the Qwen-VL processors' max_pixels; {name}'s processor sizes its images another way"),
+            ));
+        }
+        // idefics3.py `_get_image_feature_grid_size`: "`longest_edge` in image_processor's `size`
+        // must be divisible by `longest_edge` in `max_image_size`".
+        if mm.shuffle.is_some() && (tile == 0 || edge % tile != 0) {
+            return Err(refuse(
+                "--mm-processor-kwargs",
+                format!("size.longest_edge {edge}"),
+                format!("vLLM asserts it is a multiple of the {tile}-px tile (max_image_size), e.g. {}", 3 * tile),
+            ));
+        }
+    }
     if cfg.mm_limit_per_prompt == Some(0) {
         return Err(refuse(
             "--limit-mm-per-prompt",
@@ -214,7 +233,8 @@ fn item(mm: &Multimodal, cfg: &ServeConfig) -> Result<Item> {
     }
     Ok(match (mm.merger, mm.llama4, mm.projector()) {
         (Some(pm), _, _) => {
-            let max_pixels = cfg.mm_max_pixels.unwrap_or(pm.max_pixels);
+            // The Qwen-VL processors' `size.longest_edge` is their max_pixels.
+            let max_pixels = cfg.mm_max_pixels.or(cfg.mm_longest_edge).unwrap_or(pm.max_pixels);
             let f = vis.patch.saturating_mul(pm.merge).max(1);
             let side = (((max_pixels as f64).sqrt() / f as f64).floor() as u64).max(1) * f;
             let per_side = side / vis.patch.max(1);
@@ -228,7 +248,14 @@ fn item(mm: &Multimodal, cfg: &ServeConfig) -> Result<Item> {
             embeds: LLAMA4_SERVE_TILES * l.tile_tokens,
             pixels: LLAMA4_SERVE_TILES as u128 * native_pixels,
         },
-        (None, None, ProjectorKind::Shuffle(s)) => split_item(s, native, native_pixels),
+        (None, None, ProjectorKind::Shuffle(s)) => {
+            // `--mm-processor-kwargs '{"size": {"longest_edge": N}}'` re-sizes the split.
+            let s = match cfg.mm_longest_edge {
+                Some(edge) => Shuffle { longest_edge: edge, tiles: Shuffle::tiles_for(edge, vis.native_image_size), ..s },
+                None => s,
+            };
+            split_item(s, native, native_pixels)
+        }
         (None, None, ProjectorKind::Pool(_)) => {
             Item { patches: native, tokens: mm.image_tokens + 2, embeds: mm.image_tokens, pixels: native_pixels }
         }

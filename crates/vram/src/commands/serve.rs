@@ -432,6 +432,7 @@ pub fn vllm(a: &ServeArgs, mut model: Model) -> Result<VllmServe> {
     let (dtype, kv_cache_dtype) = (vllm_dtype(&a.dtype)?, vllm_kv_dtype(&a.kv_cache_dtype)?);
     let quantization = quantization(a.quantization.as_deref(), &model)?;
     let vllm_version = a.vllm_version.as_deref().map(VllmVersion::parse).transpose()?.unwrap_or(VllmVersion::NEWEST);
+    let kwargs = a.mm_processor_kwargs.as_deref().map(processor_kwargs).transpose()?.unwrap_or_default();
     let mut config = ServeConfig {
         gpu_is_a100: g.name.starts_with("a100"),
         gpu_nvswitch: vram_core::serve::nvswitch_gpu(&g.name),
@@ -459,7 +460,8 @@ pub fn vllm(a: &ServeArgs, mut model: Model) -> Result<VllmServe> {
         kv_cache_memory_bytes: a.kv_cache_memory_bytes.as_deref().map(vram_core::units::parse_bytes).transpose()?,
         cpu_offload_bytes: cpu_offload(a.cpu_offload_gb)?,
         mm_limit_per_prompt: a.limit_mm_per_prompt.as_deref().map(image_limit).transpose()?.flatten(),
-        mm_max_pixels: a.mm_processor_kwargs.as_deref().map(max_pixels).transpose()?.flatten(),
+        mm_max_pixels: kwargs.max_pixels,
+        mm_longest_edge: kwargs.longest_edge,
         language_model_only: a.language_model_only,
         prefix_caching: match (a.enable_prefix_caching, a.no_enable_prefix_caching) {
             (true, _) => Some(true),
@@ -526,31 +528,54 @@ fn image_limit(s: &str) -> Result<Option<u64>> {
     Ok(image)
 }
 
-/// `max_pixels` from vLLM `--mm-processor-kwargs` JSON; other keys are not read.
-fn max_pixels(s: &str) -> Result<Option<u64>> {
+/// What vram reads from vLLM `--mm-processor-kwargs` JSON: `max_pixels` (the Qwen-VL processors'
+/// cap) and `size: {"longest_edge": N}` (Idefics3/SmolVLM's split, as vLLM's idefics3 example
+/// sets it); other keys that change the images are refused, not ignored.
+#[derive(Default)]
+struct ProcessorKwargs {
+    max_pixels: Option<u64>,
+    longest_edge: Option<u64>,
+}
+
+fn processor_kwargs(s: &str) -> Result<ProcessorKwargs> {
     let v: serde_json::Value = serde_json::from_str(s).map_err(|e| UsageError(format!("--mm-processor-kwargs `{s}`: not JSON: {e}")))?;
     let obj = v.as_object().ok_or_else(|| UsageError(format!("--mm-processor-kwargs `{s}`: not a JSON object")))?;
-    // Keys that change the profiled image other than max_pixels are refused, not ignored:
+    let mut out = ProcessorKwargs::default();
     // min_pixels only bounds small images, and pan-and-scan off is Gemma-3's default.
     for (k, v) in obj {
         match k.as_str() {
-            "max_pixels" | "min_pixels" => {}
+            "min_pixels" => {}
             "do_pan_and_scan" if v == &serde_json::Value::Bool(false) => {}
+            "max_pixels" => match v.as_u64().filter(|&p| (1..=1u64 << 40).contains(&p)) {
+                Some(p) => out.max_pixels = Some(p),
+                None => return Err(UsageError(format!("--mm-processor-kwargs: max_pixels {v} is not a pixel count between 1 and 2^40")).into()),
+            },
+            "size" => {
+                let edge = v
+                    .as_object()
+                    .filter(|o| o.len() == 1)
+                    .and_then(|o| o.get("longest_edge"))
+                    .and_then(serde_json::Value::as_u64)
+                    .filter(|&e| (1..=1 << 20).contains(&e));
+                match edge {
+                    Some(e) => out.longest_edge = Some(e),
+                    None => {
+                        return Err(UsageError(format!(
+                            "--mm-processor-kwargs size {v}: vram reads only {{\"longest_edge\": N}} (Idefics3/SmolVLM's split), N between 1 and 2^20 pixels"
+                        ))
+                        .into())
+                    }
+                }
+            }
             other => {
                 return Err(UsageError(format!(
-                    "--mm-processor-kwargs `{other}`: changes the processed images in a way vram does not model (it reads max_pixels; min_pixels and do_pan_and_scan false change nothing it sizes)"
+                    "--mm-processor-kwargs `{other}`: changes the processed images in a way vram does not model (it reads max_pixels and size.longest_edge; min_pixels and do_pan_and_scan false change nothing it sizes)"
                 ))
                 .into())
             }
         }
     }
-    match obj.get("max_pixels") {
-        None => Ok(None),
-        Some(p) => match p.as_u64().filter(|&p| (1..=1u64 << 40).contains(&p)) {
-            Some(p) => Ok(Some(p)),
-            None => Err(UsageError(format!("--mm-processor-kwargs: max_pixels {p} is not a pixel count between 1 and 2^40")).into()),
-        },
-    }
+    Ok(out)
 }
 
 /// `--cpu-offload-gb` (vLLM reads GiB, vllm/config/cache.py `cpu_offload_gb`) in bytes.
