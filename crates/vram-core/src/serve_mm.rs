@@ -98,16 +98,19 @@ pub(crate) fn check(m: &Model, mm: &Multimodal, cfg: &ServeConfig) -> Result<()>
     }
     if let Some(edge) = cfg.mm_longest_edge {
         let tile = mm.tower.encoder.and_then(|e| e.vision).map_or(0, |v| v.image_size);
-        if mm.shuffle.is_none() && mm.merger.is_none() {
+        if mm.shuffle.is_none() {
             return Err(refuse(
                 "--mm-processor-kwargs",
                 "size",
-                format!("size.longest_edge is the Idefics3/SmolVLM processors' split edge and the Qwen-VL processors' max_pixels; {name}'s processor sizes its images another way"),
+                format!(
+                    "size.longest_edge alone is the Idefics3/SmolVLM processors' split edge; {name}'s processor sizes its images another way{}",
+                    if mm.merger.is_some() { " (a Qwen-VL processor takes max_pixels, or a size with both shortest_edge and longest_edge)" } else { "" }
+                ),
             ));
         }
         // idefics3.py `_get_image_feature_grid_size`: "`longest_edge` in image_processor's `size`
         // must be divisible by `longest_edge` in `max_image_size`".
-        if mm.shuffle.is_some() && (tile == 0 || edge % tile != 0) {
+        if tile == 0 || edge % tile != 0 {
             return Err(refuse(
                 "--mm-processor-kwargs",
                 format!("size.longest_edge {edge}"),
@@ -233,8 +236,7 @@ fn item(mm: &Multimodal, cfg: &ServeConfig) -> Result<Item> {
     }
     Ok(match (mm.merger, mm.llama4, mm.projector()) {
         (Some(pm), _, _) => {
-            // The Qwen-VL processors' `size.longest_edge` is their max_pixels.
-            let max_pixels = cfg.mm_max_pixels.or(cfg.mm_longest_edge).unwrap_or(pm.max_pixels);
+            let max_pixels = cfg.mm_max_pixels.unwrap_or(pm.max_pixels);
             let f = vis.patch.saturating_mul(pm.merge).max(1);
             let side = (((max_pixels as f64).sqrt() / f as f64).floor() as u64).max(1) * f;
             let per_side = side / vis.patch.max(1);

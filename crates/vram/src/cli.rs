@@ -534,8 +534,7 @@ pub struct ServeArgs {
     /// vLLM `--mm-processor-kwargs`: `'{"max_pixels": N}'` caps the largest image a Qwen VLM's
     /// profile run encodes [default: the processor's, 12845056 for Qwen2-VL/2.5-VL, 16777216 for
     /// Qwen3-VL/Qwen3.5]; `'{"size": {"longest_edge": N}}'` sets Idefics3/SmolVLM's split edge (a
-    /// multiple of the tile; on a Qwen VLM it is max_pixels); keys that change images in other
-    /// ways are refused.
+    /// multiple of the tile); keys that change images in other ways are refused.
     #[arg(long, value_name = "JSON")]
     pub mm_processor_kwargs: Option<String>,
     /// vLLM release whose start-up accounting to follow (e.g. 0.10, 0.17, 0.21) [default: 0.21,
