@@ -116,6 +116,13 @@ fn ollama_mistakes_exit_2_with_the_fix() {
     assert!(e.contains("cannot be resolved offline") && e.contains("llama3.1:8b") && e.contains("ollama show --modelfile"), "{e}");
     assert!(fails(&["serve", "-m", &p, "-g", "h100", "--", "ollama", "pull", "x"], 2).contains("starts no model"));
     assert!(fails(&["serve", "-m", &p, "-g", "h100", "--engine", "ollama", "-c", "4096"], 2).contains("--num-ctx"));
+    // llama-server's batch, mmap and mlock flags are not Ollama's: refused, not applied.
+    for flag in [&["-b", "1024"][..], &["--ubatch-size", "256"], &["--no-mmap"], &["--mlock"], &["--kv-unified"]] {
+        let mut args = vec!["serve", "-m", &p, "-g", "h100", "--engine", "ollama"];
+        args.extend_from_slice(flag);
+        let e = fails(&args, 2);
+        assert!(e.contains("not Ollama's") && e.contains("num_batch"), "{flag:?}: {e}");
+    }
     assert!(fails(&["serve", "-m", &p, "-g", "h100", "--num-ctx", "4096"], 2).contains("--engine ollama"));
     assert!(
         fails(&["serve", "-m", &p, "-g", "h100", "--", "OLLAMA_KV_CACHE_TYPE=q5_1", "ollama", "serve"], 2).contains("f16, q8_0 or q4_0")

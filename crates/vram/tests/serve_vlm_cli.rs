@@ -112,6 +112,27 @@ fn bad_multimodal_flags_are_usage_errors() {
     assert!(e.contains("vision-language"), "{e}");
 }
 
+/// The image flags on a text-only model, or under an engine that has none of them, are refused
+/// by name rather than dropped from a plan that then reads as if they applied.
+#[test]
+fn image_flags_without_a_vision_tower_or_under_other_engines_are_refused() {
+    for flags in
+        [&["--limit-mm-per-prompt", "image=2"][..], &["--mm-processor-kwargs", r#"{"max_pixels": 200704}"#], &["--language-model-only"]]
+    {
+        let mut args = vec!["serve", "-m", "llama-3.1-8b", "-g", "h100"];
+        args.extend_from_slice(flags);
+        let e = fails(&args, 2);
+        assert!(e.contains(flags[0]) && e.contains("no vision tower"), "{e}");
+        args.extend_from_slice(&["--engine", "sglang"]);
+        let e = fails(&args, 2);
+        assert!(e.contains(flags[0]) && e.contains("vLLM flag"), "{e}");
+        let mut args = vec!["serve", "--model", QWEN, "-g", "h100", "--engine", "sglang"];
+        args.extend_from_slice(flags);
+        let e = fails(&args, 2);
+        assert!(e.contains(flags[0]) && e.contains("vLLM flag"), "{e}");
+    }
+}
+
 /// Qwen3.5: `vram estimate` reads its config as the language model (what AutoModelForCausalLM
 /// trains), `vram serve` as vLLM builds it — tower included — unless `--language-model-only`,
 /// given directly or in a pasted command; the training-only warning is not shown for serving.

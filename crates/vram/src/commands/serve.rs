@@ -314,6 +314,9 @@ fn reject_other_engines_flags(a: &ServeArgs, engine: Engine) -> Result<()> {
             given(a.max_loras.is_some(), "--max-loras"),
             given(a.max_lora_rank.is_some(), "--max-lora-rank"),
             given(a.max_cpu_loras.is_some(), "--max-cpu-loras"),
+            given(a.limit_mm_per_prompt.is_some(), "--limit-mm-per-prompt"),
+            given(a.mm_processor_kwargs.is_some(), "--mm-processor-kwargs"),
+            given(a.language_model_only, "--language-model-only"),
         ]
     };
     let sglang_only = || {
@@ -404,6 +407,32 @@ fn reject_other_engines_flags(a: &ServeArgs, engine: Engine) -> Result<()> {
     Ok(())
 }
 
+/// vLLM's image flags (`--limit-mm-per-prompt`, `--mm-processor-kwargs`,
+/// `--language-model-only`) are refused by name on a model with no vision tower: vLLM ignores or
+/// rejects them there, and a plan that quietly dropped them would read as if they applied.
+fn reject_image_flags_on_text_model(a: &ServeArgs, model: &Model) -> Result<()> {
+    if model.multimodal.is_some() || model.vision_unloaded.is_some() {
+        return Ok(());
+    }
+    let given: Vec<&str> = [
+        (a.limit_mm_per_prompt.is_some(), "--limit-mm-per-prompt"),
+        (a.mm_processor_kwargs.is_some(), "--mm-processor-kwargs"),
+        (a.language_model_only, "--language-model-only"),
+    ]
+    .into_iter()
+    .filter_map(|(present, flag)| present.then_some(flag))
+    .collect();
+    if given.is_empty() {
+        return Ok(());
+    }
+    Err(UsageError(format!(
+        "{} set(s) a vision-language model's image inputs, but `{}` has no vision tower: drop the flag (or give the VLM's config)",
+        given.join(", "),
+        model.name
+    ))
+    .into())
+}
+
 /// Everything `vram serve` prints for vLLM.
 pub struct VllmServe {
     /// The model.
@@ -418,6 +447,7 @@ pub struct VllmServe {
 
 /// Resolve the flags and compute vLLM's accounting.
 pub fn vllm(a: &ServeArgs, mut model: Model) -> Result<VllmServe> {
+    reject_image_flags_on_text_model(a, &model)?;
     // vLLM builds the checkpoint's whole architecture (a Qwen3.5 config's tower included, which
     // a training estimate leaves out) unless --language-model-only; under it the model stays a
     // VLM here and the core serves its language model (`Model::as_served`) with a note saying so.
@@ -937,6 +967,26 @@ fn ollama_launch(a: &ServeArgs, hp: &vram_core::gguf::HParams, vram: u64) -> Res
             "under --engine ollama the context is --num-ctx (Ollama's num_ctx, per request); --ctx-size/--max-model-len are not Ollama's"
                 .into(),
         )
+        .into());
+    }
+    // Ollama takes its batch, mmap and mlock from the model's options (num_batch, use_mmap,
+    // use_mlock in a Modelfile or request), which vram does not read: llama-server's flags for
+    // them would be applied to a launch that never sees them.
+    let llama_server_only: Vec<&str> = [
+        (a.batch_size.is_some(), "--batch-size/-b"),
+        (a.ubatch_size != 512, "--ubatch-size"),
+        (a.no_mmap, "--no-mmap"),
+        (a.mlock, "--mlock"),
+        (a.kv_unified, "--kv-unified"),
+    ]
+    .into_iter()
+    .filter_map(|(present, flag)| present.then_some(flag))
+    .collect();
+    if !llama_server_only.is_empty() {
+        return Err(UsageError(format!(
+            "{}: llama-server's, not Ollama's (Ollama reads num_batch, use_mmap and use_mlock from the model's options, which vram does not model; its KV cache is always one shared context); drop --engine ollama to plan llama-server",
+            llama_server_only.join(", ")
+        ))
         .into());
     }
     let kv = a.kv_cache_dtype.to_ascii_lowercase();
