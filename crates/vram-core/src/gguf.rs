@@ -693,6 +693,16 @@ impl LlamaCppConfig {
         mmap: true,
         mlock: false,
     };
+
+    /// llama.cpp's default logical batch, `--batch-size/-b` (common/common.h `n_batch = 2048`).
+    pub const DEFAULT_BATCH: u64 = 2048;
+
+    /// The micro-batch llama.cpp runs for `-ub` and `-b` (`None` = its default): llama-context.cpp
+    /// takes n_batch = min(n_ctx, -b) and n_ubatch = min(n_batch, -ub); the context bound is
+    /// applied where the plan knows the context.
+    pub fn micro_batch(ubatch: u64, batch: Option<u64>) -> u64 {
+        ubatch.min(batch.unwrap_or(Self::DEFAULT_BATCH))
+    }
 }
 
 impl Default for LlamaCppConfig {

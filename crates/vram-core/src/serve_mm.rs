@@ -97,7 +97,7 @@ pub(crate) fn check(m: &Model, mm: &Multimodal, cfg: &ServeConfig) -> Result<()>
         ));
     }
     if let Some(edge) = cfg.mm_longest_edge {
-        let tile = mm.tower.encoder.and_then(|e| e.vision).map_or(0, |v| v.image_size);
+        let tile = mm.tower.encoder.and_then(|e| e.vision).map_or(0, |v| v.native_image_size);
         if mm.shuffle.is_none() {
             return Err(refuse(
                 "--mm-processor-kwargs",
@@ -464,5 +464,27 @@ mod tests {
         let llama4 = read("llama-4-scout-17b-16e.json");
         let v = plan(&llama4, llama4.multimodal.as_ref().unwrap(), &cfg(), 8192, 256, 32_768, 2).unwrap();
         assert_eq!(pixels(&llama4, 2), v.items as u128 * 17 * 336 * 336 * 3 * 2);
+    }
+
+    /// LLaVA-NeXT's merge of tile features into each image's sequence outgrows the encoder pass
+    /// when the language model is wide: the peak is then the pixels plus the merge phase — every
+    /// tile's projector output (576 tokens a tile) plus each merged image, plus one image's
+    /// unpadded grid in flight — at the text width.
+    #[test]
+    fn llava_next_merge_phase_sets_the_peak_for_a_wide_language_model() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../validation/configs/vlm");
+        let f = "llava-v1.6-mistral-7b-hf.json";
+        let mut m = crate::config::parse_config(&std::fs::read(dir.join(f)).unwrap(), f, f).unwrap();
+        m.hidden = 7168;
+        let mm = m.multimodal.clone().unwrap();
+        let v = plan(&m, &mm, &cfg(), 8192, 256, 32_768, 2).unwrap();
+        let (n, tiles, embeds) = (v.items as u128, v.patches_per_item as u128 / 576, v.tokens_per_item as u128);
+        assert!(n >= 1 && tiles > 1, "{n} images of {tiles} tiles");
+        let merge = (n * (tiles * 576 + embeds) + (embeds - 576)) * 7168 * 2;
+        let pass = encoder_pass(&mm, m.hidden, n * v.patches_per_item as u128, 1, 2);
+        assert!(merge > pass, "merge {merge} ≤ encoder pass {pass}");
+        // fp32 pixels cast to bf16: 4 + 2 bytes a value, 3 channels, 336² pixels a tile.
+        let pixels = n * tiles * 336 * 336 * 3 * (4 + 2);
+        assert_eq!(v.encoder_peak, pixels + merge);
     }
 }

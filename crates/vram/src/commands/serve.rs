@@ -866,9 +866,7 @@ pub fn llama_cpp_config(
     let config = LlamaCppConfig {
         n_gpu_layers: a.n_gpu_layers.unwrap_or(hparams.layers + 1),
         ctx,
-        // llama-context.cpp: n_batch = min(n_ctx, -b), n_ubatch = min(n_batch, -ub); the core
-        // holds the micro-batch to the context.
-        ubatch: a.ubatch_size.min(a.batch_size.unwrap_or(LLAMA_DEFAULT_BATCH)),
+        ubatch: LlamaCppConfig::micro_batch(a.ubatch_size, a.batch_size),
         // llama-server without -np: 4 slots, one unified KV cache (llama.cpp PR #16736); with -np,
         // unified only under --kv-unified. Ollama sizes one shared context.
         parallel: ollama.as_ref().map_or(a.parallel.unwrap_or(LLAMA_SERVER_AUTO_SLOTS), |o| o.parallel),
@@ -889,9 +887,6 @@ pub fn llama_cpp_config(
     };
     Ok((config, ollama))
 }
-
-/// llama.cpp's default `--batch-size` (common/common.h `n_batch`).
-const LLAMA_DEFAULT_BATCH: u64 = 2048;
 
 /// llama-server's slots when `-np` is not given ("setting n_parallel = 4 and kv_unified = true",
 /// llama.cpp PR #16736, b6800 on).
