@@ -172,8 +172,8 @@ fn tower_rank_numel(t: &TensorGroup, tp: u64) -> u128 {
     }
 }
 
-/// Tower + projector bytes on one rank.
-fn rank_weights(mm: &Multimodal, text_hidden: u64, tp: u64, e: u128) -> u128 {
+/// Tower + projector bytes on one rank (vLLM's split; SGLang's vision layers keep it).
+pub(crate) fn rank_weights(mm: &Multimodal, text_hidden: u64, tp: u64, e: u128) -> u128 {
     let (all, kept) = (mm.tower.layers, tower_layers(mm));
     let mut n = 0u128;
     for t in mm.tower.tensors() {

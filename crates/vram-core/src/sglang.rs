@@ -13,6 +13,20 @@
 //!
 //! Everything else SGLang allocates (activations, CUDA graphs, the req_to_token table) lives in
 //! the `pre × (1 − mem_fraction_static)` it leaves free.
+//!
+//! Hybrid models (Gated DeltaNet: Qwen3-Next, Qwen3.5; Mamba-2: Nemotron-H, Falcon-H1,
+//! Granite-4.0-H) first take a recurrent-state pool out of `rest`, then size the token pool over
+//! their full-attention layers only:
+//!
+//! ```text
+//! per_req              = mixer layers × (conv_dim/tp × (kernel−1) × 2 + heads/tp × head_dim × state × ssm bytes)
+//!                                                  (configs/mamba_utils.py mamba_cache_per_req; conv state bf16)
+//! max_mamba_cache_size = ⌊(rest × r/(1+r) − per_req) / per_req⌋, r = --mamba-full-memory-ratio 0.9
+//!                                                  (mem_cache/kv_cache_configurator.py _handle_max_mamba_cache)
+//! rest                −= (max_mamba_cache_size + 1) × per_req      (a padding slot: memory_pool.py MambaPool)
+//! max_running_requests = min(…, max_mamba_cache_size // slots), slots = 5 (extra_buffer + overlap, the
+//!                        default), 4, 3 (no_buffer) or 1 (no radix cache)   (_calculate_mamba_ratio)
+//! ```
 
 use serde::Serialize;
 
@@ -73,6 +87,86 @@ pub struct SglangConfig {
     pub cuda_context: u64,
     /// Memory taken before the weights load at TP ≥ 2: NCCL and custom all-reduce buffers.
     pub distributed: u64,
+    /// `--max-mamba-cache-size`: state slots of a hybrid model; `None` = from the memory ratio.
+    pub max_mamba_cache_size: Option<u64>,
+    /// `--mamba-ssm-dtype`; `None` = the config's `mamba_ssm_dtype` (Qwen3.5), else float32.
+    pub mamba_ssm_dtype: Option<DType>,
+    /// `--mamba-full-memory-ratio`: state pool ÷ token pool; `None` = 0.9.
+    pub mamba_full_memory_ratio: Option<f64>,
+    /// `--mamba-radix-cache-strategy`; `None` = auto.
+    pub mamba_strategy: Option<MambaStrategy>,
+    /// `--disable-radix-cache`.
+    pub disable_radix_cache: bool,
+    /// `--disable-overlap-schedule`.
+    pub disable_overlap_schedule: bool,
+    /// `--language-only`: a vision-language checkpoint's language model alone.
+    pub language_only: bool,
+}
+
+/// SGLang's `--mamba-radix-cache-strategy`: how a hybrid model's states are kept for the radix
+/// (prefix) cache, which sets the state slots a running request may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MambaStrategy {
+    /// One state per request, overlap scheduling off.
+    NoBuffer,
+    /// Extra tracking slots per request (two with overlap scheduling, one without).
+    ExtraBuffer,
+    /// One extra tracking slot, allocated lazily.
+    ExtraBufferLazy,
+}
+
+impl MambaStrategy {
+    /// The flag's value (`no_buffer`, `extra_buffer`, `extra_buffer_lazy`; `auto` is `None`).
+    pub fn parse(s: &str) -> Option<Option<MambaStrategy>> {
+        match s {
+            "auto" => Some(None),
+            "no_buffer" => Some(Some(MambaStrategy::NoBuffer)),
+            "extra_buffer" => Some(Some(MambaStrategy::ExtraBuffer)),
+            "extra_buffer_lazy" => Some(Some(MambaStrategy::ExtraBufferLazy)),
+            _ => None,
+        }
+    }
+
+    /// As SGLang names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            MambaStrategy::NoBuffer => "no_buffer",
+            MambaStrategy::ExtraBuffer => "extra_buffer",
+            MambaStrategy::ExtraBufferLazy => "extra_buffer_lazy",
+        }
+    }
+}
+
+/// A hybrid model's recurrent-state pool on one rank, as SGLang sizes it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SglangStatePool {
+    /// Which mixer keeps the states.
+    pub mixer: crate::serve_ssm::Mixer,
+    /// Layers with a state (mixers).
+    pub state_layers: u64,
+    /// Layers with a KV cache (full attention): the token pool's cell counts only these.
+    pub attention_layers: u64,
+    /// One layer's conv state for one request (bf16).
+    pub conv_bytes: u64,
+    /// One layer's SSM / delta-rule state for one request.
+    pub ssm_bytes: u64,
+    /// The SSM state's dtype.
+    pub ssm_dtype: DType,
+    /// All mixer layers' states of one request.
+    pub per_request_bytes: u64,
+    /// `max_mamba_cache_size`: state slots.
+    pub max_mamba_cache_size: u64,
+    /// The pool as allocated: (slots + 1) × per request.
+    pub pool_bytes: u64,
+    /// `--mamba-full-memory-ratio` applied (0 when the slots were given).
+    pub memory_ratio: f64,
+    /// The radix-cache strategy in force (`None`: the radix cache is off).
+    pub strategy: Option<MambaStrategy>,
+    /// State slots a running request may take (`_calculate_mamba_ratio`).
+    pub slots_per_request: u64,
+    /// Whether the state slots, not the token pool, set `max_running_requests`.
+    pub caps_requests: bool,
 }
 
 impl SglangConfig {
@@ -97,6 +191,13 @@ impl SglangConfig {
             page_size: 1,
             cuda_context: crate::serve::ENGINE_CUDA_CONTEXT,
             distributed: 0,
+            max_mamba_cache_size: None,
+            mamba_ssm_dtype: None,
+            mamba_full_memory_ratio: None,
+            mamba_strategy: None,
+            disable_radix_cache: false,
+            disable_overlap_schedule: false,
+            language_only: false,
         }
     }
 }
@@ -166,6 +267,11 @@ pub struct SglangReport {
     pub cuda_context_bytes: u64,
     /// Distributed buffers per process (TP ≥ 2).
     pub distributed_bytes: u64,
+    /// A hybrid model's recurrent-state pool.
+    pub state: Option<SglangStatePool>,
+    /// A vision-language model: the multimodal reservation taken from the budget
+    /// (`SGLANG_VLM_CACHE_SIZE_MB`, 100 MB), bytes.
+    pub mm_reserve_bytes: u64,
     /// The lines SGLang prints about this, reproduced.
     pub log: Vec<String>,
     /// Stated assumptions and warnings.
@@ -252,12 +358,86 @@ pub fn max_running_requests(tokens: u64, context_len: u64, requested: Option<u64
 /// `DefaultPoolConfigurator._compute_cell_size`): KV heads on the rank (`max(1, heads // tp)`,
 /// configs/model_config.py `get_num_kv_heads`) × (head_dim + v_head_dim) × layers × element size;
 /// MLA: (kv_lora_rank + qk_rope_head_dim) × layers × element size, not split over TP.
-pub fn cell_bytes(m: &Model, tp: u64, elem: u64) -> Result<u64> {
+/// A hybrid model counts its full-attention layers only (pool_configurator.py:
+/// `full_attention_layer_ids`), so `layers` is given.
+pub fn cell_bytes(m: &Model, tp: u64, elem: u64, layers: u64) -> Result<u64> {
     let per_layer = match m.attention.mla {
         Some(mla) => mla.kv_lora_rank.checked_add(mla.qk_rope_head_dim),
         None => (m.kv_heads / tp.max(1)).max(1).checked_mul(m.head_dim.checked_mul(2).ok_or_else(|| overflow("cell size"))?),
     };
-    per_layer.and_then(|x| x.checked_mul(m.layers)).and_then(|x| x.checked_mul(elem)).ok_or_else(|| overflow("KV cell size"))
+    per_layer.and_then(|x| x.checked_mul(layers)).and_then(|x| x.checked_mul(elem)).ok_or_else(|| overflow("KV cell size"))
+}
+
+/// The mixer, attention layers, state layers, one layer's conv and SSM state bytes for one
+/// request on one rank, and the SSM dtype, of a hybrid model SGLang serves with a state pool
+/// (configs/hybrid_arch.py `mambaish_config`; shapes from configs/mamba_utils.py
+/// `Mamba2StateShape.create`, which also serves Gated DeltaNet: intermediate = Hv·dv, groups =
+/// Hk, heads = Hv, head_dim = dv, state = dk).
+pub type HybridShape = (crate::serve_ssm::Mixer, u64, u64, u64, u64, DType);
+
+/// See [`HybridShape`]; refuses the hybrids SGLang's pool is not modelled for.
+pub fn hybrid_shape(m: &Model, cfg: &SglangConfig) -> Result<HybridShape> {
+    use crate::serve_ssm::Mixer;
+    let s = m.ssm.as_ref().ok_or_else(|| overflow("state"))?;
+    let t = m.model_type.as_str();
+    let refuse = |why: &str| invalid("model", t, &format!("{t}: {why}; `vram serve` (the vLLM engine) gives its serving"));
+    let gdn = matches!(t, "qwen3_next" | "qwen3_5_text" | "qwen3_5_moe_text" | "qwen3_5" | "qwen3_5_moe");
+    if !gdn && !matches!(t, "nemotron_h" | "falcon_h1" | "granitemoehybrid") {
+        return Err(refuse(&format!(
+            "SGLang {SGLANG_VERSION}'s hybrid state pool is modelled for Qwen3-Next, Qwen3.5, Nemotron-H, Falcon-H1 and Granite-4.0-H (Jamba has no SGLang model in that release; pure Mamba models, Bamba and the Zambas are not modelled)"
+        )));
+    }
+    let (attention_layers, state_layers) = if s.parallel_attention {
+        (m.layers, m.layers)
+    } else {
+        (s.attention_layers, m.layers.saturating_sub(s.attention_layers + s.mlp_layers))
+    };
+    if attention_layers == 0 || state_layers == 0 {
+        return Err(refuse("SGLang's hybrid pools need both mixer and full-attention layers"));
+    }
+    let tp = cfg.tp.max(1);
+    // (intermediate, groups, heads, head_dim, state) as the shape calculator takes them.
+    let (mixer, inter, groups, heads, head_dim, state) = match (s.delta_net, s.mamba2) {
+        (Some(dn), _) => (Mixer::GatedDeltaNet, dn.value_heads * dn.value_dim, dn.key_heads, dn.value_heads, dn.value_dim, dn.key_dim),
+        (None, Some(m2)) => (Mixer::Mamba2, s.d_inner, m2.groups, m2.heads, m2.head_dim, s.d_state),
+        _ => return Err(refuse("a Mamba-1 mixer")),
+    };
+    // extra_groups_for_head_shards: groups not divisible by TP are replicated up to it.
+    let groups = if groups % tp != 0 { tp } else { groups };
+    let conv_dim = groups.checked_mul(2 * state).and_then(|g| g.checked_add(inter)).ok_or_else(|| overflow("conv channels"))?;
+    let divide = |x: u64, what: &str| -> Result<u64> {
+        if x % tp == 0 {
+            Ok(x / tp)
+        } else {
+            Err(invalid(
+                "--tp-size",
+                tp,
+                &format!("SGLang divides the {what} ({x}) of {} over the TP ranks and needs it divisible", m.name),
+            ))
+        }
+    };
+    let conv =
+        divide(conv_dim, "mixer conv channels")?.checked_mul(s.d_conv.saturating_sub(1) * 2).ok_or_else(|| overflow("conv state"))?;
+    // The SSM state: --mamba-ssm-dtype, else the config's `mamba_ssm_dtype` for the model
+    // classes that pass it (Qwen3-Next/Qwen3.5), else float32 (mamba_utils.py).
+    let ssm_dtype = cfg.mamba_ssm_dtype.or(if gdn { s.cache_state_dtype } else { None }).unwrap_or(DType::F32);
+    let ssm = divide(heads, "mixer heads")?
+        .checked_mul(head_dim)
+        .and_then(|x| x.checked_mul(state))
+        .and_then(|x| x.checked_mul(ssm_dtype.bytes()))
+        .ok_or_else(|| overflow("SSM state"))?;
+    Ok((mixer, attention_layers, state_layers, conv, ssm, ssm_dtype))
+}
+
+/// SGLang's default `mem_fraction_static` for a vision-language model: the text default times
+/// 0.95 · f, f = clamp(1 − 0.1 · (L·h² / (24·1024²) − 1), 0.8, 1.05) from the tower's layers L
+/// and width h (arg_groups/memory_hook.py `adjust_mem_fraction_for_vlm`). L is read as the
+/// vision config's `num_hidden_layers`, which SGLang's Qwen3-VL vision config (Qwen3.5's) does
+/// not have: 24.
+pub fn vlm_fraction_factor(tower_hidden: u64) -> f64 {
+    let h = tower_hidden as f64;
+    let ratio = 24.0 * h * h / (24.0 * 1024.0 * 1024.0);
+    0.95 * (1.0 - 0.1 * (ratio - 1.0)).clamp(0.8, 1.05)
 }
 
 /// The smallest `--mem-fraction-static` that leaves a KV budget, from the free memory before
@@ -274,7 +454,27 @@ pub fn min_mem_fraction(pre: u64, after: u64) -> f64 {
 
 /// Reproduce SGLang's start-up sizing of `model` under `cfg`.
 pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
-    crate::memory::require_decoder(m, "serving with SGLang")?;
+    // SGLang builds the checkpoint's architecture: a Qwen3.5 config read as its language model
+    // (for training) is served as Qwen3_5ForConditionalGeneration, tower included, unless
+    // --language-only (`Model::as_served`).
+    let served;
+    let m = if m.vision_unloaded.is_some() || (cfg.language_only && m.multimodal.is_some()) {
+        served = m.as_served(cfg.language_only);
+        &served
+    } else {
+        m
+    };
+    let vlm = m.multimodal.is_some();
+    // Vision-language models are modelled where SGLang's hybrid path and VLM defaults were read:
+    // Qwen3.5's (a Gated DeltaNet language model); the rest are refused by require_decoder.
+    let gdn_vlm = vlm && m.ssm.as_ref().is_some_and(|s| s.delta_net.is_some());
+    let hybrid = match &m.ssm {
+        Some(_) if !vlm || gdn_vlm => Some(hybrid_shape(m, cfg)?),
+        _ => {
+            crate::memory::require_decoder(m, "serving with SGLang")?;
+            None
+        }
+    };
     let tp = cfg.tp;
     if tp == 0 || tp > 1024 {
         return Err(invalid("--tp-size", tp, "between 1 and 1024"));
@@ -295,6 +495,29 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
     }
     if cfg.gpu_memory_smi_mib == 0 || cfg.gpu_memory == 0 {
         return Err(invalid("--gpu", 0, "a GPU with memory"));
+    }
+    if let Some(r) = cfg.mamba_full_memory_ratio {
+        if !(r > 0.0 && r.is_finite() && r <= 1000.0) {
+            return Err(invalid(
+                "--mamba-full-memory-ratio",
+                r,
+                "a positive ratio of the state pool to the token pool (SGLang's default 0.9)",
+            ));
+        }
+    }
+    if cfg.max_mamba_cache_size == Some(0) {
+        return Err(invalid("--max-mamba-cache-size", 0, "at least 1 state slot"));
+    }
+    if hybrid.is_none() {
+        let given = [
+            (cfg.max_mamba_cache_size.is_some(), "--max-mamba-cache-size"),
+            (cfg.mamba_ssm_dtype.is_some(), "--mamba-ssm-dtype"),
+            (cfg.mamba_full_memory_ratio.is_some(), "--mamba-full-memory-ratio"),
+            (cfg.mamba_strategy.is_some(), "--mamba-radix-cache-strategy"),
+        ];
+        if let Some((_, flag)) = given.iter().find(|(g, _)| *g) {
+            return Err(invalid(flag, "given", &format!("{} has no recurrent state: the flag applies to hybrid models only", m.name)));
+        }
     }
     let mut notes = Vec::new();
     let mla = m.attention.mla.is_some();
@@ -350,13 +573,22 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
             if f <= 0.0 {
                 return Err(invalid("--gpu", cfg.gpu_memory_smi_mib, "a GPU larger than SGLang's reserve; give --mem-fraction-static"));
             }
-            (f, r, true)
+            match &m.multimodal {
+                // Not re-rounded (memory_hook.py adjust_mem_fraction_for_vlm).
+                Some(mm) => (f * vlm_fraction_factor(mm.tower.hidden), r, true),
+                None => (f, r, true),
+            }
         }
     };
+    // kv_cache_configurator.py mm_runtime_reservation_gb: SGLANG_VLM_CACHE_SIZE_MB (100) for a
+    // multimodal model's embedding cache.
+    let mm_reserve: u64 = if vlm { 100 * MIB } else { 0 };
 
     // Weights on one rank.
     let (w, scales, wnotes) = tp_rank_weights(m, cfg.quantization, tp, dtype.bytes() as u128)?;
     notes.extend(wnotes);
+    // The vision tower and projector, in the model dtype (quantized checkpoints keep them so).
+    let w = w + m.multimodal.as_ref().map_or(0, |mm| crate::serve_mm::rank_weights(mm, m.hidden, tp, dtype.bytes() as u128));
     let weights = u64::try_from(w.checked_add(scales).ok_or_else(|| overflow("weights"))?).map_err(|_| overflow("weights"))?;
     let quant_scales = u64::try_from(scales).map_err(|_| overflow("scales"))?;
 
@@ -366,28 +598,97 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
     let after = pre.saturating_sub(weights);
     // kv_cache_configurator.py _profile_available_bytes: rest = after − pre × (1 − mfs).
     let slack = (pre as f64 * (1.0 - mfs)) as u64;
-    let rest = after.saturating_sub(slack);
-    let shortfall = if weights > pre { weights - pre + slack } else { slack.saturating_sub(after) };
+    let rest = after.saturating_sub(slack).saturating_sub(mm_reserve);
+    let shortfall = if weights > pre { weights - pre + slack } else { (slack + mm_reserve).saturating_sub(after) };
     let min_mfs = (min_mem_fraction(pre, after) * 1000.0).ceil() / 1000.0;
+
+    // A hybrid model's state pool comes out of rest first (_handle_max_mamba_cache).
+    let page = cfg.page_size;
+    let mut state = None;
+    let mut state_short = false;
+    let rest = match hybrid {
+        None => rest,
+        Some((mixer, attention_layers, state_layers, conv, ssm, ssm_dtype)) => {
+            let per_req = conv.checked_add(ssm).and_then(|x| x.checked_mul(state_layers)).ok_or_else(|| overflow("state per request"))?;
+            let ratio = cfg.mamba_full_memory_ratio.unwrap_or(0.9);
+            let (slots, memory_ratio) = match (cfg.max_mamba_cache_size, cfg.disable_radix_cache, cfg.max_running_requests) {
+                (Some(k), _, _) => (k, 0.0),
+                // Radix cache off and a request limit given: one slot per request.
+                (None, true, Some(n)) => (n.max(1), 0.0),
+                (None, _, _) => {
+                    let budget = rest as f64 * ratio / (1.0 + ratio);
+                    (((budget - per_req as f64) / per_req as f64).floor().max(0.0) as u64, ratio)
+                }
+            };
+            // MambaPool allocates slots + 1 rows (a padding slot).
+            let pool = slots.checked_add(1).and_then(|k| k.checked_mul(per_req)).ok_or_else(|| overflow("state pool"))?;
+            state_short = slots == 0 || pool > rest;
+            let strategy = if cfg.disable_radix_cache {
+                None
+            } else {
+                // overrides.py: auto resolves to extra_buffer when overlap scheduling is on or the
+                // page is larger than one token, else no_buffer (which turns overlap off).
+                Some(cfg.mamba_strategy.unwrap_or(if !cfg.disable_overlap_schedule || page > 1 {
+                    MambaStrategy::ExtraBuffer
+                } else {
+                    MambaStrategy::NoBuffer
+                }))
+            };
+            let slots_per_request = match strategy {
+                None => 1,
+                Some(MambaStrategy::NoBuffer) => 3,
+                Some(MambaStrategy::ExtraBufferLazy) => 4,
+                Some(MambaStrategy::ExtraBuffer) if cfg.disable_overlap_schedule => 4,
+                Some(MambaStrategy::ExtraBuffer) => 5,
+            };
+            state = Some(SglangStatePool {
+                mixer,
+                state_layers,
+                attention_layers,
+                conv_bytes: conv,
+                ssm_bytes: ssm,
+                ssm_dtype,
+                per_request_bytes: per_req,
+                max_mamba_cache_size: slots,
+                pool_bytes: pool,
+                memory_ratio,
+                strategy,
+                slots_per_request,
+                caps_requests: false,
+            });
+            rest.saturating_sub(pool)
+        }
+    };
 
     // Token pool (pool_configurator.py calculate_pool_sizes, kv_cache_configurator.py
     // _apply_token_constraints: --max-total-tokens caps it, then page-aligned again).
-    let cell = cell_bytes(m, tp, kv_b)?;
+    let cell = cell_bytes(m, tp, kv_b, state.as_ref().map_or(m.layers, |s| s.attention_layers))?;
     if cell == 0 {
         return Err(invalid("model", &m.name, "has no KV cache to size"));
     }
-    let page = cfg.page_size;
-    let mut tokens = rest / cell / page * page;
+    let mut tokens = if state_short { 0 } else { rest / cell / page * page };
     if let Some(cap) = cfg.max_total_tokens {
         if cap > tokens {
             notes.push(format!("--max-total-tokens {cap} is larger than the profiled {tokens}: SGLang uses the profiled value"));
         }
         tokens = tokens.min(cap) / page * page;
     }
-    let mrr = max_running_requests(tokens, context_len, cfg.max_running_requests);
+    let mut mrr = max_running_requests(tokens, context_len, cfg.max_running_requests);
     if let Some(r) = cfg.max_running_requests {
         if mrr < r {
             notes.push(format!("--max-running-requests {r} is reduced to {mrr}, half the token pool (resolve_max_num_reqs)"));
+        }
+    }
+    let mut capped_line = None;
+    if let Some(st) = state.as_mut() {
+        let cap = st.max_mamba_cache_size / st.slots_per_request;
+        if mrr > cap {
+            mrr = cap;
+            st.caps_requests = true;
+            capped_line = Some(format!(
+                "max_running_requests is capped to {cap} by the mamba state cache (max_mamba_cache_size={}, {} state slots per request). To raise it: increase --mamba-full-memory-ratio or --max-mamba-cache-size, or halve the state size with --mamba-ssm-dtype bfloat16.",
+                st.max_mamba_cache_size, st.slots_per_request
+            ));
         }
     }
     let kv_pool = tokens.checked_add(page).and_then(|t| t.checked_mul(cell)).ok_or_else(|| overflow("KV pool"))?;
@@ -398,7 +699,7 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
         .ok_or_else(|| overflow("req_to_token"))?;
     let headroom = slack.saturating_sub(req_to_token);
     let full_context_requests = (tokens / context_len).min(mrr);
-    let fits = shortfall == 0 && tokens > 0;
+    let fits = shortfall == 0 && tokens > 0 && mrr > 0;
 
     let g = |b: u64| b as f64 / GIB as f64;
     let mut log = vec![format!(
@@ -412,10 +713,24 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
         (Some(n), 1) => format!("torch.{n}"),
         _ => format!("torch.{}", dtype.torch_name()),
     };
+    if let Some(l) = capped_line.filter(|_| shortfall == 0 && !state_short) {
+        log.push(l);
+    }
+    if let (Some(st), 0, false) = (&state, shortfall, state_short) {
+        let rows = (st.max_mamba_cache_size + 1) as f64 * st.state_layers as f64;
+        log.push(format!(
+            "Mamba Cache is allocated. max_mamba_cache_size: {}, conv_state size: {:.2}GB, ssm_state size: {:.2}GB",
+            st.max_mamba_cache_size,
+            rows * st.conv_bytes as f64 / GIB as f64,
+            rows * st.ssm_bytes as f64 / GIB as f64
+        ));
+    }
     if shortfall > 0 {
         log.push(format!(
             "ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static={mfs}. Raise --mem-fraction-static above {min_mfs:.3}"
         ));
+    } else if state_short {
+        log.push("RuntimeError: Not enough GPU memory for the hybrid model's state cache: raise --mem-fraction-static or lower --max-mamba-cache-size".to_string());
     } else if mla {
         log.push(format!("KV Cache is allocated. dtype: {kv_torch}, #tokens: {tokens}, KV size: {:.2} GB", g(kv_pool)));
     } else {
@@ -425,7 +740,7 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
             g(kv_pool / 2)
         ));
     }
-    if shortfall == 0 {
+    if shortfall == 0 && !state_short {
         log.push(format!(
             "max_total_num_tokens={tokens}, chunked_prefill_size={cps}, max_prefill_tokens={MAX_PREFILL_TOKENS}, max_running_requests={mrr}, context_len={context_len}"
         ));
@@ -479,6 +794,8 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
         fits,
         cuda_context_bytes: cfg.cuda_context,
         distributed_bytes: cfg.distributed,
+        state,
+        mm_reserve_bytes: mm_reserve,
         log,
         notes,
     })

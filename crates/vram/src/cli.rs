@@ -515,6 +515,30 @@ pub struct ServeArgs {
     /// SGLang `--page-size` [default: 1].
     #[arg(long)]
     pub page_size: Option<u64>,
+    /// SGLang `--max-mamba-cache-size`: a hybrid model's state slots [default: from
+    /// --mamba-full-memory-ratio].
+    #[arg(long)]
+    pub max_mamba_cache_size: Option<u64>,
+    /// SGLang `--mamba-ssm-dtype`: float32, bfloat16 or float16 [default: the config's
+    /// `mamba_ssm_dtype` (Qwen3.5), else float32].
+    #[arg(long)]
+    pub mamba_ssm_dtype: Option<String>,
+    /// SGLang `--mamba-full-memory-ratio`: a hybrid model's state pool ÷ token pool [default: 0.9].
+    #[arg(long)]
+    pub mamba_full_memory_ratio: Option<f64>,
+    /// SGLang `--mamba-radix-cache-strategy`: auto, no_buffer, extra_buffer or extra_buffer_lazy
+    /// [default: auto].
+    #[arg(long)]
+    pub mamba_radix_cache_strategy: Option<String>,
+    /// SGLang `--disable-radix-cache` (a hybrid model's running requests then take one state slot).
+    #[arg(long)]
+    pub disable_radix_cache: bool,
+    /// SGLang `--disable-overlap-schedule`.
+    #[arg(long)]
+    pub disable_overlap_schedule: bool,
+    /// SGLang `--language-only`: a vision-language checkpoint's language model alone.
+    #[arg(long)]
+    pub language_only: bool,
     /// vLLM `--pipeline-parallel-size` / `-pp`: layers split over stages as vLLM splits them; the
     /// stage with the fewest KV blocks is reported.
     #[arg(long, alias = "pp", default_value_t = 1)]

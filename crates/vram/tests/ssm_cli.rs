@@ -166,3 +166,35 @@ fn serve_log_compares_the_hybrid_block_lines() {
     assert_eq!((row("attention block size")["estimate"].as_f64(), row("attention block size")["log"].as_f64()), (Some(288.0), Some(528.0)));
     assert_eq!(row("state page padding")["log"].as_f64(), Some(0.76));
 }
+
+/// SGLang serves hybrids with a state pool beside the token pool: a pasted launch with its
+/// hybrid flags is read unchanged; the flags are refused on a model without mixers and under
+/// vLLM; hybrids SGLang's pool is not modelled for are refused by name.
+#[test]
+fn sglang_hybrid_pool_from_a_pasted_launch() {
+    const NEXT: &str = "../../validation/configs/ssm/qwen3-next-80b-a3b.json";
+    let out = util::vram()
+        .args(["serve", "-g", "h100", "--json", "--", "python", "-m", "sglang.launch_server", "--model-path", NEXT, "--tp", "4"])
+        .args(["--max-mamba-cache-size", "256", "--disable-radix-cache", "--mamba-ssm-dtype", "bfloat16"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let g = &v["gpus"][0];
+    assert_eq!(g["state"]["max_mamba_cache_size"].as_u64(), Some(256), "{v}");
+    assert_eq!(g["state"]["slots_per_request"].as_u64(), Some(1), "{v}");
+    assert_eq!(g["state"]["ssm_dtype"], "bf16", "{v}");
+    assert_eq!(g["max_running_requests"].as_u64(), Some(256), "{v}");
+    assert!(g["log"].to_string().contains("Mamba Cache is allocated. max_mamba_cache_size: 256"), "{v}");
+    let out = util::vram().args(["serve", "-m", NEXT, "-g", "h100", "--engine", "sglang", "--tp", "4"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("state pool (36 layers, Gated DeltaNet)") && text.contains("a running request takes up to 5"), "{text}");
+    let e = fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--engine", "sglang", "--max-mamba-cache-size", "64"], 2);
+    assert!(e.contains("--max-mamba-cache-size") && e.contains("no recurrent state"), "{e}");
+    let e = fails(&["serve", "-m", NEXT, "-g", "h100", "--max-mamba-cache-size", "64"], 2);
+    assert!(e.contains("--max-mamba-cache-size") && e.contains("SGLang flag"), "{e}");
+    let e = fails(&["serve", "-m", "../../validation/configs/ssm/jamba-v0.1.json", "-g", "h100", "--engine", "sglang"], 2);
+    assert!(e.contains("Jamba has no SGLang model"), "{e}");
+    let e = fails(&["serve", "-m", NEXT, "-g", "h100", "--engine", "sglang", "--mamba-radix-cache-strategy", "all"], 2);
+    assert!(e.contains("no_buffer, extra_buffer"), "{e}");
+}

@@ -163,8 +163,12 @@ const SGLANG_VALUE: &[(&str, &str)] = &[
     ("--quantization", "--quantization"),
     ("--max-total-tokens", "--max-total-tokens"),
     ("--page-size", "--page-size"),
+    ("--max-mamba-cache-size", "--max-mamba-cache-size"),
+    ("--mamba-ssm-dtype", "--mamba-ssm-dtype"),
+    ("--mamba-full-memory-ratio", "--mamba-full-memory-ratio"),
+    ("--mamba-radix-cache-strategy", "--mamba-radix-cache-strategy"),
 ];
-const SGLANG_FLAG: &[&str] = &["--disable-cuda-graph"];
+const SGLANG_FLAG: &[&str] = &["--disable-cuda-graph", "--disable-radix-cache", "--disable-overlap-schedule", "--language-only"];
 /// SGLang flags that change no GPU memory vram accounts.
 const SGLANG_NO_MEMORY: &[&str] = &[
     "--host",
@@ -187,14 +191,8 @@ const SGLANG_NO_MEMORY: &[&str] = &[
     "--schedule-conservativeness",
     "--stream-interval",
 ];
-const SGLANG_NO_MEMORY_FLAG: &[&str] = &[
-    "--trust-remote-code",
-    "--enable-metrics",
-    "--disable-radix-cache",
-    "--log-requests",
-    "--skip-server-warmup",
-    "--enable-torch-compile",
-];
+const SGLANG_NO_MEMORY_FLAG: &[&str] =
+    &["--trust-remote-code", "--enable-metrics", "--log-requests", "--skip-server-warmup", "--enable-torch-compile"];
 /// SGLang flags that change memory in ways vram does not model yet: refused by name.
 const SGLANG_UNMODELLED: &[&str] = &[
     "--dp-size",

@@ -329,6 +329,13 @@ fn reject_other_engines_flags(a: &ServeArgs, engine: Engine) -> Result<()> {
             given(a.disable_cuda_graph, "--disable-cuda-graph"),
             given(a.max_total_tokens.is_some(), "--max-total-tokens"),
             given(a.page_size.is_some(), "--page-size"),
+            given(a.max_mamba_cache_size.is_some(), "--max-mamba-cache-size"),
+            given(a.mamba_ssm_dtype.is_some(), "--mamba-ssm-dtype"),
+            given(a.mamba_full_memory_ratio.is_some(), "--mamba-full-memory-ratio"),
+            given(a.mamba_radix_cache_strategy.is_some(), "--mamba-radix-cache-strategy"),
+            given(a.disable_radix_cache, "--disable-radix-cache"),
+            given(a.disable_overlap_schedule, "--disable-overlap-schedule"),
+            given(a.language_only, "--language-only"),
         ]
     };
     let llama_only = || {
@@ -720,6 +727,25 @@ pub fn sglang(a: &ServeArgs, model: Model) -> Result<SglangServe> {
         disable_cuda_graph: a.disable_cuda_graph,
         max_total_tokens: a.max_total_tokens,
         page_size: a.page_size.unwrap_or(1),
+        max_mamba_cache_size: a.max_mamba_cache_size,
+        mamba_ssm_dtype: match a.mamba_ssm_dtype.as_deref() {
+            None => None,
+            Some(d) => Some(
+                DType::from_torch_name(&d.to_ascii_lowercase())
+                    .filter(|d| matches!(d, DType::F32 | DType::BF16 | DType::F16))
+                    .ok_or_else(|| UsageError(format!("invalid --mamba-ssm-dtype `{d}`: use float32, bfloat16 or float16")))?,
+            ),
+        },
+        mamba_full_memory_ratio: a.mamba_full_memory_ratio,
+        mamba_strategy: match a.mamba_radix_cache_strategy.as_deref() {
+            None => None,
+            Some(v) => vram_core::sglang::MambaStrategy::parse(v).ok_or_else(|| {
+                UsageError(format!("invalid --mamba-radix-cache-strategy `{v}`: use auto, no_buffer, extra_buffer or extra_buffer_lazy"))
+            })?,
+        },
+        disable_radix_cache: a.disable_radix_cache,
+        disable_overlap_schedule: a.disable_overlap_schedule,
+        language_only: a.language_only,
         cuda_context,
         // NCCL and custom all-reduce buffers at TP ≥ 2: the TP share of vLLM's non-torch default
         // (serve.rs non_torch_default), the same libraries on the same GPUs; a stated assumption.

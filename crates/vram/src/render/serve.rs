@@ -203,8 +203,12 @@ pub fn sglang_text(s: &SglangServe) -> String {
     let _ = writeln!(
         out,
         "--mem-fraction-static {}{} · --chunked-prefill-size {} · --cuda-graph-max-bs {} · --page-size {}",
-        r.mem_fraction_static,
-        if r.mem_fraction_static_default { " (default)" } else { "" },
+        fraction(r.mem_fraction_static),
+        match (r.mem_fraction_static_default, r.mm_reserve_bytes > 0) {
+            (true, true) => " (default, × 0.95·f for the vision tower)",
+            (true, false) => " (default)",
+            _ => "",
+        },
         r.chunked_prefill_size,
         if r.cuda_graph_max_bs == 0 { "— (graphs disabled)".to_string() } else { r.cuda_graph_max_bs.to_string() },
         r.page_size
@@ -226,7 +230,23 @@ pub fn sglang_text(s: &SglangServe) -> String {
         wnote.push_str(&format!("; quantization scales {}", gib_cell(r.quant_scales_bytes)));
     }
     row(&mut out, "weights", r.weights_bytes, &wnote);
-    row(&mut out, &format!("left free (× (1 − {}))", r.mem_fraction_static), r.slack_bytes, "activations, CUDA graphs, req_to_token table");
+    row(
+        &mut out,
+        &format!("left free (× (1 − {}))", fraction(r.mem_fraction_static)),
+        r.slack_bytes,
+        "activations, CUDA graphs, req_to_token table",
+    );
+    if r.mm_reserve_bytes > 0 {
+        row(&mut out, "multimodal reservation", r.mm_reserve_bytes, "SGLANG_VLM_CACHE_SIZE_MB (100), taken from the budget");
+    }
+    if let Some(st) = r.state.as_ref().filter(|_| r.shortfall_bytes == 0) {
+        row(
+            &mut out,
+            &format!("state pool ({} layers, {})", st.state_layers, st.mixer.name()),
+            st.pool_bytes,
+            &format!("\"Mamba Cache is allocated\" ({} slots + 1)", thousands(st.max_mamba_cache_size)),
+        );
+    }
     row(&mut out, "KV-cache pool", r.kv_pool_bytes, "\"KV Cache is allocated\" (tokens + 1 page)");
     row(&mut out, "req_to_token table", r.req_to_token_bytes, &format!("({} requests + 1) × (context + 4) int32", r.max_running_requests));
     row(&mut out, "headroom after it", r.headroom_bytes, "for activations and CUDA graphs");
@@ -241,11 +261,40 @@ pub fn sglang_text(s: &SglangServe) -> String {
         let _ = writeln!(
             out,
             "does NOT fit: the weights leave no KV cache under --mem-fraction-static {} (short by {} GiB); SGLang would refuse: raise it above {:.3}, add GPUs (--tp-size) or quantize",
-            r.mem_fraction_static,
+            fraction(r.mem_fraction_static),
             gib_cell(r.shortfall_bytes),
             r.min_mem_fraction_static
         );
+    } else if !r.fits && r.state.is_some() {
+        let _ = writeln!(
+            out,
+            "does NOT fit: the budget left after the weights holds no state pool and token pool (SGLang would refuse: \"Not enough GPU memory\"); raise --mem-fraction-static, add GPUs (--tp-size) or quantize"
+        );
     } else {
+        if let Some(st) = &r.state {
+            let _ = writeln!(
+                out,
+                "recurrent state: {:.2} MiB per request on this GPU ({} {} layers: conv {} B bf16 + state {} B {} each) · {} slots · a running request takes {}{}",
+                st.per_request_bytes as f64 / (1u64 << 20) as f64,
+                st.state_layers,
+                st.mixer.name(),
+                thousands(st.conv_bytes),
+                thousands(st.ssm_bytes),
+                st.ssm_dtype.torch_name(),
+                thousands(st.max_mamba_cache_size),
+                match st.slots_per_request {
+                    1 => "1".to_string(),
+                    n => format!("up to {n}"),
+                },
+                match st.strategy {
+                    Some(s) => format!(" (radix cache, {})", s.name()),
+                    None => " (radix cache off)".to_string(),
+                }
+            );
+            if st.caps_requests {
+                let _ = writeln!(out, "  the state slots, not the token pool, cap max_running_requests at {}", r.max_running_requests);
+            }
+        }
         let _ = writeln!(
             out,
             "KV cache: {} bytes per token on this GPU · max_total_num_tokens {} · max_running_requests {}",
@@ -510,4 +559,10 @@ pub fn llama_cpp_json(s: &LlamaCppServe) -> Value {
         "offload_table": s.offload_table,
         "n_cpu_moe_table": s.moe_table,
     })
+}
+
+/// A fraction as SGLang prints it, without float noise (a VLM's adjusted default is not rounded).
+fn fraction(f: f64) -> String {
+    let s = format!("{f:.6}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
