@@ -113,6 +113,12 @@ pub struct SglangLog {
     pub max_running_requests: Option<u64>,
     /// "context_len=N".
     pub context_len: Option<u64>,
+    /// A hybrid model's "Mamba Cache is allocated. max_mamba_cache_size: N".
+    pub mamba_cache_size: Option<u64>,
+    /// "… conv_state size: X GB".
+    pub conv_state: Option<LogSize>,
+    /// "… ssm_state size: X GB".
+    pub ssm_state: Option<LogSize>,
 }
 
 /// One llama.cpp buffer device ("CUDA0", "CPU", "CUDA_Host", …) and its buffers.
@@ -154,7 +160,7 @@ pub enum StartupLog {
 /// What the error names when nothing is recognised.
 const EXPECTED: &str = "vLLM: \"Model loading took X GiB\", \"model weights take X GiB; non_torch_memory takes …\", \
 \"Available KV cache memory: X GiB\", \"GPU KV cache size: N tokens\", \"Maximum concurrency for N tokens per request: Xx\"; \
-SGLang: \"Load weight end. … mem usage=X GB\", \"KV Cache is allocated. … #tokens: N\", \"max_total_num_tokens=N\"; \
+SGLang: \"Load weight end. … mem usage=X GB\", \"Mamba Cache is allocated. …\", \"KV Cache is allocated. … #tokens: N\", \"max_total_num_tokens=N\"; \
 llama.cpp: \"load_tensors: CUDA0 model buffer size = X MiB\", \"llama_kv_cache…: CUDA0 KV buffer size = X MiB\", \
 \"llama_context: CUDA0 compute buffer size = X MiB\"";
 
@@ -393,7 +399,7 @@ fn parse_vllm(text: &str) -> (VllmLog, usize) {
 
 fn parse_sglang(text: &str) -> (SglangLog, usize) {
     let mut l = SglangLog::default();
-    let mut z = [false; 10];
+    let mut z = [false; 13];
     let mut found = 0;
     let mut ranks: Vec<Rank> = Vec::new();
     for line in text.lines() {
@@ -408,6 +414,11 @@ fn parse_sglang(text: &str) -> (SglangLog, usize) {
             let k = after(r, "K size:").or_else(|| after(r, "KV size:")).and_then(size);
             hit += put(&mut l.k_size, &mut z[3], &rank, k) as usize;
             hit += put(&mut l.v_size, &mut z[4], &rank, after(r, "V size:").and_then(size)) as usize;
+        }
+        if let Some(r) = after(line, "Mamba Cache is allocated.") {
+            hit += put(&mut l.mamba_cache_size, &mut z[10], &rank, after(r, "max_mamba_cache_size:").and_then(count)) as usize;
+            hit += put(&mut l.conv_state, &mut z[11], &rank, after(r, "conv_state size:").and_then(size)) as usize;
+            hit += put(&mut l.ssm_state, &mut z[12], &rank, after(r, "ssm_state size:").and_then(size)) as usize;
         }
         if let Some(r) = after(line, "max_total_num_tokens=") {
             hit += put(&mut l.max_total_num_tokens, &mut z[5], &rank, count(r)) as usize;
@@ -641,6 +652,18 @@ qwen3-1  | (VllmWorker rank=3 pid=108) INFO 04-29 01:07:41 [gpu_model_runner.py:
         // vllm-project/vllm#28228: a `Worker_TP1` prefix is rank 1.
         let (rank, _) = vllm_rank("(Worker_TP1 pid=26348) INFO 11-06 10:51:36 [backends.py:209] Directly load the compiled graph(s)");
         assert_eq!(rank, Rank::Other("1".into()));
+    }
+
+    /// kvcache-ai/ktransformers#1870 (SGLang 0.5.9, Qwen3.5-397B-A17B-FP8, TP 2): a hybrid's
+    /// state-pool line beside the token pool's.
+    #[test]
+    fn sglang_hybrid_lines() {
+        let log = "[2026-02-27 17:10:28 TP0] Mamba Cache is allocated. max_mamba_cache_size: 82, conv_state size: 0.13GB, ssm_state size: 7.29GB \n\
+[2026-02-27 17:10:28 TP0] KV Cache is allocated. #tokens: 580364, K size: 4.15 GB, V size: 4.15 GB";
+        let StartupLog::Sglang(l) = parse(log).unwrap() else { panic!("not read as SGLang") };
+        assert_eq!((l.mamba_cache_size, l.kv_tokens), (Some(82), Some(580_364)));
+        assert_eq!(l.conv_state.unwrap().gib, 0.13);
+        assert_eq!(l.ssm_state.unwrap().printed, "7.29 GB");
     }
 
     /// vllm-project/vllm#21348 and sgl-project/sglang#18263 (validation/sglang/logs.jsonl).

@@ -220,13 +220,24 @@ pub fn sglang(s: &SglangServe, l: &SglangLog) -> Comparison {
         contradictions.push(format!("the log's context_len is {c}; the estimate is for {}", r.context_len));
     }
     let tokens = l.max_total_num_tokens.or(l.kv_tokens);
-    let rows = vec![
+    let mut rows = vec![
         gib_row("weights per GPU", r.weights_bytes, &l.weights),
         gib_row("free after weights", r.after_weights_bytes, &l.avail_after_weights),
+    ];
+    if let Some(st) = &r.state {
+        // "Mamba Cache is allocated": (slots + 1) rows of every mixer layer's conv and SSM state.
+        let rows_of = |b: u64| (st.max_mamba_cache_size + 1).saturating_mul(st.state_layers).saturating_mul(b);
+        rows.push(count_row("state slots", "slots", st.max_mamba_cache_size as f64, l.mamba_cache_size.map(|v| v as f64)));
+        rows.push(gib_row("conv_state size", rows_of(st.conv_bytes), &l.conv_state));
+        rows.push(gib_row("ssm_state size", rows_of(st.ssm_bytes), &l.ssm_state));
+    } else if l.mamba_cache_size.is_some() {
+        contradictions.push("the log allocated a Mamba state cache; the estimate's model has no recurrent state".into());
+    }
+    rows.extend([
         gib_row("K size", r.kv_pool_bytes / 2, &l.k_size),
         count_row("KV cache tokens", "tokens", r.max_total_num_tokens as f64, tokens.map(|v| v as f64)),
         count_row("max running requests", "requests", r.max_running_requests as f64, l.max_running_requests.map(|v| v as f64)),
-    ];
+    ]);
     let g = |b: u64| format!("{:.2} GiB", b as f64 / GIB);
     let mut reasons: Vec<String> = largest(&rows)
         .into_iter()
@@ -238,6 +249,11 @@ pub fn sglang(s: &SglangServe, l: &SglangLog) -> Comparison {
             "free after weights" => format!(
                 "free after weights: vram takes the GPU's memory less the CUDA context and distributed buffers, then the weights ({}); the log measured {}",
                 g(r.after_weights_bytes), shown(&l.avail_after_weights)
+            ),
+            "state slots" | "conv_state size" | "ssm_state size" => format!(
+                "{}: the state pool takes --mamba-full-memory-ratio of what the weights leave ({} slots in vram); it follows the free memory after weights and mem_fraction_static, and the slot size the SSM dtype (--mamba-ssm-dtype)",
+                row.quantity,
+                r.state.as_ref().map_or(0, |s| s.max_mamba_cache_size)
             ),
             _ => format!(
                 "K size: follows the token pool ({} tokens in vram); the log allocated {} — it follows the weights and mem_fraction_static",
