@@ -61,6 +61,8 @@ pub enum ServeChange {
     KvFp8,
     /// llama.cpp `-ctk q8_0 -ctv q8_0`: a 8.5-bit KV cache.
     KvQ8,
+    /// SGLang `--mamba-ssm-dtype bfloat16`: a hybrid's recurrent state in half the bytes.
+    StateDtype,
     /// A higher `--gpu-memory-utilization` / `--mem-fraction-static`.
     MemoryFraction,
     /// More tensor parallelism.
@@ -357,9 +359,10 @@ fn from_sglang(change: ServeChange, flags: Vec<Flag>, description: String, r: &S
     }
 }
 
-/// Requests of `context_len` tokens the token pool holds at once.
+/// Requests of `context_len` tokens the token pool holds at once, at most the running requests
+/// SGLang admits (a hybrid's state slots can cap those below the pool).
 pub fn sglang_concurrency(r: &SglangReport) -> f64 {
-    r.max_total_num_tokens as f64 / r.context_len.max(1) as f64
+    (r.max_total_num_tokens as f64 / r.context_len.max(1) as f64).min(r.max_running_requests as f64)
 }
 
 /// NCCL and custom all-reduce buffers SGLang holds before the weights load at TP ≥ 2: the TP
@@ -391,6 +394,22 @@ pub fn sglang_alternatives(m: &Model, cfg: &SglangConfig, base: &SglangReport, f
             );
             a.caveats.extend(fp8_kv_caveat(fp8));
             alts.push(a);
+        }
+    }
+    // A hybrid's fp32 SSM state in bf16: SGLang's own hint when its slots cap the requests.
+    if let (Some(st), None) = (&base.state, cfg.mamba_ssm_dtype) {
+        if st.ssm_dtype == DType::F32 {
+            if let Some(r) = run(&SglangConfig { mamba_ssm_dtype: Some(DType::BF16), ..cfg.clone() }) {
+                let mut a = from_sglang(
+                    ServeChange::StateDtype,
+                    vec![Flag::new("--mamba-ssm-dtype", "bfloat16")],
+                    "bf16 recurrent state: about half the bytes per state slot, so about twice the slots".into(),
+                    &r,
+                );
+                a.caveats
+                    .push("the SSM state is kept in bf16 instead of float32 between steps: check output quality on long requests".into());
+                alts.push(a);
+            }
         }
     }
     if base.mem_fraction_static < MAX_MEMORY_FRACTION {

@@ -746,10 +746,33 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
         ));
     }
     if is_default {
+        let vlm_part = match &m.multimodal {
+            Some(mm) => format!(
+                ", times {:.6} for the vision tower (0.95 · f from its width {}; adjust_mem_fraction_for_vlm)",
+                vlm_fraction_factor(mm.tower.hidden),
+                mm.tower.hidden
+            ),
+            None => String::new(),
+        };
         notes.push(format!(
-            "--mem-fraction-static {mfs} is SGLang {SGLANG_VERSION}'s default for a {} MiB GPU: it reserves {reserved:.0} MiB for activations ({} prefill tokens × 1.5 MiB + 512), TP slack and CUDA graphs",
+            "--mem-fraction-static {} is SGLang {SGLANG_VERSION}'s default for a {} MiB GPU: it reserves {reserved:.0} MiB for activations ({} prefill tokens × 1.5 MiB + 512), TP slack and CUDA graphs{vlm_part}",
+            format!("{mfs:.6}").trim_end_matches('0').trim_end_matches('.'),
             cfg.gpu_memory_smi_mib,
             if cps > 0 { cps.max(2048) } else { MAX_PREFILL_TOKENS as i64 }
+        ));
+    }
+    if let Some(st) = &state {
+        notes.push(format!(
+            "{} {} layers keep a recurrent state per slot ({:.2} MiB a request); {} and only the {} full-attention layers cache tokens",
+            st.state_layers,
+            st.mixer.name(),
+            st.per_request_bytes as f64 / MIB as f64,
+            if st.memory_ratio > 0.0 {
+                format!("the state pool takes {}/(1 + {}) of the budget left after the weights", st.memory_ratio, st.memory_ratio)
+            } else {
+                "the state slots are as given".to_string()
+            },
+            st.attention_layers
         ));
     }
     if tokens > 0 && tokens < context_len {

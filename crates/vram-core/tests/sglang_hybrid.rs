@@ -149,3 +149,19 @@ fn unmodelled_hybrids_are_refused() {
     let e = sglang(&model("vlm", "llava-1.5-7b-hf").clone(), &h100(1)).unwrap_err().to_string();
     assert!(e.contains("vision-language"), "{e}");
 }
+
+/// When the state slots cap the running requests, the advice offers SGLang's own remedy, the
+/// bf16 SSM state, re-run through the sizing: about twice the slots, so about twice the requests.
+#[test]
+fn bf16_state_is_offered_when_slots_cap_requests() {
+    use vram_core::serve_advice::{sglang_alternatives, ServeChange};
+    let m = model("ssm", "qwen3.5-0.8b");
+    let cfg = SglangConfig { context_length: Some(4096), ..h100(1) };
+    let base = sglang(&m, &cfg).unwrap();
+    assert!(base.state.as_ref().unwrap().caps_requests);
+    let adv = sglang_alternatives(&m, &cfg, &base, None, false);
+    let a = adv.alternatives.iter().find(|a| a.change == ServeChange::StateDtype).expect("bf16 state offered");
+    assert_eq!(a.flags[0].name, "--mamba-ssm-dtype");
+    let ratio = a.max_concurrency / base.max_running_requests as f64;
+    assert!((1.7..2.0).contains(&ratio), "concurrency x{ratio}");
+}
