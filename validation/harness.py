@@ -271,7 +271,10 @@ def _fp32_under_autocast(fn, only_without_dtype=False):
 # Nemotron-H's training peak 192 MiB above the emulation without it, equal to the byte with it).
 for _name in ("pow", "square", "exp", "log", "rsqrt"):
     setattr(torch, _name, _fp32_under_autocast(getattr(torch, _name)))
-for _name in ("layer_norm", "group_norm"):
+# F.softplus is on that list too (autocast_mode.cpp): a half dt is cast to fp32, the fp32 copy is
+# saved and the output is fp32 (Mamba-1's and the first Zamba's dt_proj output: an H100 held
+# zamba-dev-8l's training 4 KiB per token and mixer layer above the emulation without it).
+for _name in ("layer_norm", "group_norm", "softplus"):
     setattr(F, _name, _fp32_under_autocast(getattr(F, _name)))
 for _name in ("softmax", "log_softmax"):
     setattr(F, _name, _fp32_under_autocast(getattr(F, _name), only_without_dtype=True))

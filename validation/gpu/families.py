@@ -367,6 +367,8 @@ def main():
     ap.add_argument("--skip-recorded", help="a family_recordings.jsonl whose measured points are not run again")
     ap.add_argument("--all-points", action="store_true",
                     help=f"every point of each model (that fits and is not QLoRA), not its first {PER_MODEL} distinct shapes")
+    ap.add_argument("--max-oracle-seconds", type=float, default=MAX_ORACLE_SECONDS,
+                    help=f"leave out points whose oracle took longer on the CPU (default {MAX_ORACLE_SECONDS:g})")
     ap.add_argument("--list", action="store_true", help="print the selection and exit")
     ap.add_argument("--json", action="store_true", help="with --list: one JSON item per line (what --child takes)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -383,7 +385,8 @@ def main():
     for module in MODULES:
         fx = fixture(module)
         records[module] = list(fx.values())
-    items = select(records, per_model=10**6 if a.all_points else PER_MODEL, distinct=not a.all_points)
+    items = select(records, per_model=10**6 if a.all_points else PER_MODEL, max_seconds=a.max_oracle_seconds,
+                   distinct=not a.all_points)
     if a.only:
         unknown = set(a.only.split(",")) - set(MODULES)
         if unknown:

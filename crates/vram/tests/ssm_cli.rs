@@ -195,6 +195,8 @@ fn sglang_hybrid_pool_from_a_pasted_launch() {
     assert!(e.contains("--max-mamba-cache-size") && e.contains("SGLang flag"), "{e}");
     let e = fails(&["serve", "-m", "../../validation/configs/ssm/jamba-v0.1.json", "-g", "h100", "--engine", "sglang"], 2);
     assert!(e.contains("Jamba has no SGLang model"), "{e}");
+    let e = fails(&["serve", "-m", NEXT, "-g", "h100", "--engine", "sglang", "--language-only"], 2);
+    assert!(e.contains("no vision tower"), "{e}");
     let e = fails(&["serve", "-m", NEXT, "-g", "h100", "--engine", "sglang", "--mamba-radix-cache-strategy", "all"], 2);
     assert!(e.contains("no_buffer, extra_buffer"), "{e}");
 }

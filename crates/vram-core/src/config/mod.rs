@@ -109,6 +109,17 @@ fn parse_object(mut obj: Map<String, Value>, name: &str, file: &str, opts: Parse
     m.use_cache = m.encoder.is_none() && c.bool("use_cache", true)?;
     m.stored_dtype = c.str("torch_dtype").or_else(|| c.str("dtype")).and_then(|s| DType::from_torch_name(&s));
     positions(&c, &mut m)?;
+    // These families' rotary ends in torch.cat([rotated, passed], -1) (the passed part empty
+    // when the rotary is full: Phi-3), whose output is contiguous [B, H, S, D]: q reaches SDPA
+    // head-major, flash allocates its output in that layout and transformers'
+    // transpose-contiguous after it is a copy (apply_rotary_pos_emb of modeling_qwen3_5.py,
+    // modeling_phi3.py, modeling_gpt_neox.py; PhiAttention.forward). An H100's allocator history
+    // showed the copy (validation/gpu/h100/qwen3.5-dev-4l-sdpa-train-snapshot.*); Phi-3-mini's
+    // recorded training held exactly one per layer over the oracle of before (recordings.jsonl).
+    if matches!(m.model_type.as_str(), "qwen3_next" | "qwen3_5_text" | "qwen3_5_moe_text" | "phi3" | "gpt_neox" | "phi") && m.rotary_dim > 0
+    {
+        m.attention.head_major_q = true;
+    }
     if let Some(q) = quantization.as_ref().filter(|q| q.method == "mxfp4") {
         warnings.push(format!(
             "the checkpoint is pre-quantized ({}); inference and serving use the stored quantization; training (full or LoRA) assumes the bf16 weights transformers dequantizes it to (Mxfp4Config(dequantize=True): MXFP4 is not trainable)",

@@ -367,7 +367,10 @@ fn mlp_saved_undropped(m: &Model, b: &Bytes, frozen: bool) -> u128 {
 /// - in_proj's output [2D] (conv input and gate z), the conv's half copy of its fp32-cast input
 ///   under autocast (2D), the conv output (silu's input) and the silu output, x_proj's output
 ///   (R + 2N), dt + bias (softplus's input) and softplus's output, the fp32 copies of the scan
-///   input and of B (4D + 4N, none in fp32);
+///   input and of B (4D + 4N, none in fp32). Under autocast softplus is on CUDA's fp32 list
+///   (autocast_mode.cpp): the saved input is the fp32 copy of dt + bias and the output is fp32
+///   (an H100 held zamba-dev-8l's training 4 bytes per channel, token and layer above the
+///   emulation without it: validation/gpu/h100/family_recordings.jsonl, run 7);
 /// - per state element (D·N): `exp(A·dt)` (discrete_A, fp32), `dt·B` (discrete_B, fp32), the
 ///   state after every step (fp32, saved by the next step's multiply) and its half copy for the
 ///   step's output matmul (none in fp32);
@@ -391,7 +394,8 @@ fn ssm_layer(m: &Model, job: &Job, s: crate::model::Ssm, i: u64) -> LayerCoef {
     let conv_cast = if b.amp { 2 * d } else { 0 };
     let fp32_copies = if half { 4 * d + 4 * n } else { 0 };
     // x_proj's output (dt, B, C): one per head in the first Zamba's multi-head mixer.
-    let per_d = e * (2 * d + d + d + d + d) + conv_cast + fp32_copies + e * s.mamba1_heads.max(1) as u128 * (r + 2 * n);
+    let dt = if b.amp { 4 } else { e };
+    let per_d = e * (2 * d + d + d) + 2 * dt * d + conv_cast + fp32_copies + e * s.mamba1_heads.max(1) as u128 * (r + 2 * n);
     let state = (if half { 14 } else { 12 }) * d * n;
     // The gate product in fp32 (saved), silu(z), and out_proj's half copy under autocast (in
     // fp32 out_proj saves the product itself).

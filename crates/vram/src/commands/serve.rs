@@ -692,6 +692,9 @@ pub struct SglangServe {
 
 /// Resolve SGLang's flags and compute its start-up sizing.
 pub fn sglang(a: &ServeArgs, model: Model) -> Result<SglangServe> {
+    if a.language_only && model.multimodal.is_none() && model.vision_unloaded.is_none() {
+        return Err(UsageError(format!("--language-only: {} has no vision tower to leave out", model.name)).into());
+    }
     let g = resolve::gpu(&a.gpu)?;
     let dtype = match a.dtype.to_ascii_lowercase().as_str() {
         "float" => Some(DType::F32),
