@@ -256,3 +256,36 @@ fn llama_cpp_alternatives_equal_a_replan_with_their_flag() {
     let text = stdout(&base);
     assert!(text.contains("re-run through llama.cpp's accounting"), "{text}");
 }
+
+/// Every vLLM flag the plan read goes into the emitted launch: the image flags of a VLM and the
+/// state flags of a hybrid were dropped before, so the launch would not have been the plan.
+#[test]
+fn emitted_vllm_launch_keeps_image_and_state_flags() {
+    const Q35: &str = "../../validation/configs/vlm/Qwen3.5-0.8B.json";
+    let cmd = stdout(&[
+        "serve",
+        "-m",
+        Q35,
+        "-g",
+        "h100",
+        "--limit-mm-per-prompt",
+        "image=2",
+        "--mm-processor-kwargs",
+        r#"{"max_pixels": 1003520}"#,
+        "--mamba-ssm-cache-dtype",
+        "bfloat16",
+        "--no-enable-prefix-caching",
+        "--emit",
+        "vllm",
+    ]);
+    for f in [
+        "--limit-mm-per-prompt image=2",
+        r#"--mm-processor-kwargs '{"max_pixels": 1003520}'"#,
+        "--mamba-ssm-cache-dtype bfloat16",
+        "--no-enable-prefix-caching",
+    ] {
+        assert!(cmd.contains(f), "{f} in {cmd}");
+    }
+    let lm = stdout(&["serve", "-m", Q35, "-g", "h100", "--language-model-only", "--emit", "vllm"]);
+    assert!(lm.contains("--language-model-only"), "{lm}");
+}

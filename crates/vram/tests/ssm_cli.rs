@@ -195,6 +195,14 @@ fn sglang_hybrid_pool_from_a_pasted_launch() {
     assert!(e.contains("--max-mamba-cache-size") && e.contains("SGLang flag"), "{e}");
     let e = fails(&["serve", "-m", "../../validation/configs/ssm/jamba-v0.1.json", "-g", "h100", "--engine", "sglang"], 2);
     assert!(e.contains("Jamba has no SGLang model"), "{e}");
+    // --emit writes the launch with the hybrid flags as given, and an alternative's flag in place.
+    let out = util::vram()
+        .args(["serve", "-m", NEXT, "-g", "h100", "--engine", "sglang", "--tp", "4", "--max-mamba-cache-size", "256"])
+        .args(["--disable-radix-cache", "--emit", "sglang"])
+        .output()
+        .unwrap();
+    let launch = String::from_utf8_lossy(&out.stdout);
+    assert!(launch.contains("--max-mamba-cache-size 256") && launch.contains("--disable-radix-cache"), "{launch}");
     let e = fails(&["serve", "-m", NEXT, "-g", "h100", "--engine", "sglang", "--language-only"], 2);
     assert!(e.contains("no vision tower"), "{e}");
     let e = fails(&["serve", "-m", NEXT, "-g", "h100", "--engine", "sglang", "--mamba-radix-cache-strategy", "all"], 2);

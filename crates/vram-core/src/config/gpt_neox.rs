@@ -18,6 +18,7 @@ pub(super) fn parse(c: &Cfg, name: &str, _model_type: &str) -> Result<Model> {
         mla: None,
         softcap: false,
         sinks: false,
+        // Set after the rotary width is read (config/mod.rs): its torch.cat makes q head-major.
         head_major_q: false,
         output_gate: false,
     };

@@ -135,6 +135,13 @@ pub fn vllm(a: &ServeArgs, model: &str) -> Launch {
     push(&mut f, a.max_loras.is_some(), "--max-loras", a.max_loras.unwrap_or(0));
     push(&mut f, a.max_lora_rank.is_some(), "--max-lora-rank", a.max_lora_rank.unwrap_or(0));
     push(&mut f, a.max_cpu_loras.is_some(), "--max-cpu-loras", a.max_cpu_loras.unwrap_or(0));
+    switch(&mut f, a.enable_prefix_caching, "--enable-prefix-caching");
+    switch(&mut f, a.no_enable_prefix_caching, "--no-enable-prefix-caching");
+    push(&mut f, a.mamba_cache_mode.is_some(), "--mamba-cache-mode", a.mamba_cache_mode.clone().unwrap_or_default());
+    push(&mut f, a.mamba_ssm_cache_dtype != "auto", "--mamba-ssm-cache-dtype", &a.mamba_ssm_cache_dtype);
+    push(&mut f, a.limit_mm_per_prompt.is_some(), "--limit-mm-per-prompt", a.limit_mm_per_prompt.clone().unwrap_or_default());
+    push(&mut f, a.mm_processor_kwargs.is_some(), "--mm-processor-kwargs", a.mm_processor_kwargs.clone().unwrap_or_default());
+    switch(&mut f, a.language_model_only, "--language-model-only");
     let version = a.vllm_version.as_deref().map(|v| v.trim().trim_start_matches('v'));
     // Only a full release (0.10.2) names an image tag; vram's rules are by major.minor.
     let image_tag = match version {
@@ -181,6 +188,19 @@ pub fn sglang(a: &ServeArgs, model: &str) -> Launch {
     push(&mut f, a.quantization.is_some(), "--quantization", a.quantization.clone().unwrap_or_default());
     push(&mut f, a.dtype != "auto", "--dtype", &a.dtype);
     push(&mut f, a.kv_cache_dtype != "auto", "--kv-cache-dtype", &a.kv_cache_dtype);
+    // A hybrid model's state-pool flags (refused by `vram serve` on a model without mixers).
+    push(&mut f, a.max_mamba_cache_size.is_some(), "--max-mamba-cache-size", a.max_mamba_cache_size.unwrap_or(0));
+    push(&mut f, a.mamba_ssm_dtype.is_some(), "--mamba-ssm-dtype", a.mamba_ssm_dtype.clone().unwrap_or_default());
+    push(&mut f, a.mamba_full_memory_ratio.is_some(), "--mamba-full-memory-ratio", a.mamba_full_memory_ratio.unwrap_or(0.0));
+    push(
+        &mut f,
+        a.mamba_radix_cache_strategy.is_some(),
+        "--mamba-radix-cache-strategy",
+        a.mamba_radix_cache_strategy.clone().unwrap_or_default(),
+    );
+    switch(&mut f, a.disable_radix_cache, "--disable-radix-cache");
+    switch(&mut f, a.disable_overlap_schedule, "--disable-overlap-schedule");
+    switch(&mut f, a.language_only, "--language-only");
     Launch {
         engine: LaunchEngine::Sglang,
         model: model_id(model),
