@@ -349,8 +349,24 @@ fn llama_server_launches_are_emitted_for_files_and_hub_quants() {
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     // The command, in llama.cpp's spelling, with the flags the estimate used.
-    let cmd = text(&["serve", "--model", local, "--gpu", "12GiB", "-c", "8192", "--ngl", "99", "--emit", "llama-server"]);
+    let cmd = text(&[
+        "serve",
+        "--model",
+        local,
+        "--gpu",
+        "12GiB",
+        "-c",
+        "8192",
+        "--ngl",
+        "99",
+        "-b",
+        "1024",
+        "--mlock",
+        "--emit",
+        "llama-server",
+    ]);
     assert!(cmd.contains(&format!("llama-server -m {local}")) && cmd.contains("-c 8192") && cmd.contains("-ngl 99"), "{cmd}");
+    assert!(cmd.contains("-b 1024") && cmd.contains("--mlock"), "the host-memory and batch flags the plan read: {cmd}");
     assert!(!cmd.contains("WARNING"), "{cmd}");
     // Docker: ggml-org's server image, the file's directory mounted read-only at /models.
     let compose = text(&["serve", "--model", local, "--gpu", "12GiB", "--emit", "docker"]);

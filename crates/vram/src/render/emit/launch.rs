@@ -221,7 +221,12 @@ pub fn llama_server(a: &ServeArgs, model: &str) -> Launch {
     push(&mut f, a.ctx_size.is_some(), "-c", a.ctx_size.unwrap_or(0));
     push(&mut f, a.parallel.is_some(), "-np", a.parallel.unwrap_or(0));
     switch(&mut f, a.kv_unified, "--kv-unified");
+    push(&mut f, a.batch_size.is_some(), "-b", a.batch_size.unwrap_or(0));
     push(&mut f, a.ubatch_size != 512, "-ub", a.ubatch_size);
+    switch(&mut f, a.no_mmap, "--no-mmap");
+    switch(&mut f, a.mlock, "--mlock");
+    push(&mut f, a.mmproj.is_some(), "--mmproj", a.mmproj.as_ref().map(|p| p.display().to_string()).unwrap_or_default());
+    switch(&mut f, a.no_mmproj_offload, "--no-mmproj-offload");
     push(&mut f, a.flash_attn.is_some(), "-fa", a.flash_attn.clone().unwrap_or_default());
     let kv = a.kv_cache_dtype.to_ascii_lowercase();
     push(&mut f, kv != "auto", "-ctk", &kv);
@@ -242,7 +247,11 @@ pub fn llama_server(a: &ServeArgs, model: &str) -> Launch {
         gpus,
         image_tag: "server-cuda".into(),
         modelled: "llama.cpp's buffers as load_tensors and llama_context size them".into(),
-        warning: None,
+        // The model file is mounted into a container; the projector is passed as given.
+        warning: a
+            .mmproj
+            .as_ref()
+            .map(|p| format!("--mmproj {} is written as given: in a container, mount its directory and use the mounted path", p.display())),
         env: Vec::new(),
     }
 }
