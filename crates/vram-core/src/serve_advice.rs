@@ -210,6 +210,20 @@ pub fn vllm(m: &Model, cfg: &ServeConfig, base: &ServeReport, fp8: Option<bool>)
             alts.push(a);
         }
     }
+    // A hybrid's float32 SSM state (Qwen3.5's config, Nemotron-H) in bf16: smaller state pages.
+    let f32_state = |r: &ServeReport| r.pool.state.is_some_and(|st| st.ssm_dtype == DType::F32);
+    if cfg.mamba_ssm_cache_dtype.is_none() && f32_state(base) {
+        if let Some(r) = run(&ServeConfig { mamba_ssm_cache_dtype: Some(DType::BF16), ..cfg.clone() }) {
+            let mut a = from_vllm(
+                ServeChange::StateDtype,
+                vec![Flag::new("--mamba-ssm-cache-dtype", "bfloat16")],
+                "bf16 recurrent state: about half the bytes of each mixer layer's state page".into(),
+                &r,
+            );
+            a.caveats.push("the SSM state is kept in bf16 instead of float32 between steps: check output quality on long requests".into());
+            alts.push(a);
+        }
+    }
     alts.extend(vllm_memory_fraction(m, cfg));
     alts.extend(vllm_tp(m, cfg));
     alts.extend(vllm_quantized(m, cfg, base, fp8));

@@ -218,3 +218,19 @@ fn gated_deltanet_projections_are_a_profile_phase() {
     assert!(per_token > 3 * 1024 + 3 * 3584);
     assert_eq!(r.activation_peak_bytes, 8192 * 2 * per_token as u64);
 }
+
+/// A hybrid whose SSM state is float32 (Qwen3.5's config) is offered vLLM's
+/// `--mamba-ssm-cache-dtype bfloat16`, re-run through the accounting: smaller state pages, more
+/// tokens in the same pool.
+#[test]
+fn bf16_state_is_offered_for_a_float32_state() {
+    use vram_core::serve_advice::{vllm, ServeChange};
+    let m = model("qwen3.5-27b");
+    let c = ServeConfig { max_model_len: Some(32_768), ..cfg(1, None) };
+    let base = serve(&m, &c).unwrap();
+    assert_eq!(base.pool.state.unwrap().ssm_dtype, DType::F32);
+    let adv = vllm(&m, &c, &base, None);
+    let a = adv.alternatives.iter().find(|a| a.change == ServeChange::StateDtype).expect("bf16 state offered");
+    assert_eq!(a.flags[0].name, "--mamba-ssm-cache-dtype");
+    assert!(a.kv_tokens > base.pool.kv_tokens, "{} vs {}", a.kv_tokens, base.pool.kv_tokens);
+}
