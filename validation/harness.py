@@ -12,7 +12,7 @@ CUDA behaviour emulated on the CPU (see README.md "Faithfulness"):
   the CUDA kernels allocate (output, logsumexp; in backward dq/dk/dv and flash's fp32 dq
   accumulator); math runs aten's own decomposition.
 - Autocast: CPU autocast already casts matmuls to half like CUDA; CUDA's fp32 op list (torch.pow,
-  square, exp, log, rsqrt, layer_norm, group_norm, softmax/log_softmax without an explicit dtype) is
+  square, exp, log, rsqrt, layer_norm, group_norm, softplus, softmax/log_softmax without an explicit dtype) is
   applied by patching those functions, above autograd, as the autocast dispatch key does;
   F.cross_entropy on half logits keeps a half log-softmax and casts it for nll_loss, as CUDA
   autocast does (an H100 showed it; see cuda_cross_entropy).
