@@ -45,6 +45,12 @@ const SGLANG_DEFAULT_CONTEXT: u64 = 2048;
 const GIB: u64 = 1 << 30;
 /// `--max-prefill-tokens` default (arg_groups/fields/schedule.py `max_prefill_tokens`).
 pub const MAX_PREFILL_TOKENS: u64 = 16_384;
+/// `--mamba-full-memory-ratio` default: the state pool over the token pool
+/// (arg_groups/fields/schedule.py, `mamba_full_memory_ratio` None → 0.9).
+pub const MAMBA_FULL_MEMORY_RATIO: f64 = 0.9;
+/// The multimodal embedding cache a vision-language model's budget gives up
+/// (environ.py `SGLANG_VLM_CACHE_SIZE_MB` = 100; kv_cache_configurator.py mm_runtime_reservation_gb).
+const VLM_CACHE_SIZE: u64 = 100 * MIB;
 /// req_to_token row headroom beyond the context length without speculative decoding
 /// (mem_cache/allocation_sizing.py `get_req_to_token_extra_context_len`: 4 + draft tokens).
 const REQ_TO_TOKEN_EXTRA: u64 = 4;
@@ -582,7 +588,7 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
     };
     // kv_cache_configurator.py mm_runtime_reservation_gb: SGLANG_VLM_CACHE_SIZE_MB (100) for a
     // multimodal model's embedding cache.
-    let mm_reserve: u64 = if vlm { 100 * MIB } else { 0 };
+    let mm_reserve: u64 = if vlm { VLM_CACHE_SIZE } else { 0 };
 
     // Weights on one rank.
     let (w, scales, wnotes) = tp_rank_weights(m, cfg.quantization, tp, dtype.bytes() as u128)?;
@@ -610,7 +616,7 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
         None => rest,
         Some((mixer, attention_layers, state_layers, conv, ssm, ssm_dtype)) => {
             let per_req = conv.checked_add(ssm).and_then(|x| x.checked_mul(state_layers)).ok_or_else(|| overflow("state per request"))?;
-            let ratio = cfg.mamba_full_memory_ratio.unwrap_or(0.9);
+            let ratio = cfg.mamba_full_memory_ratio.unwrap_or(MAMBA_FULL_MEMORY_RATIO);
             let (slots, memory_ratio) = match (cfg.max_mamba_cache_size, cfg.disable_radix_cache, cfg.max_running_requests) {
                 (Some(k), _, _) => (k, 0.0),
                 // Radix cache off and a request limit given: one slot per request.
@@ -756,7 +762,7 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
         };
         notes.push(format!(
             "--mem-fraction-static {} is SGLang {SGLANG_VERSION}'s default for a {} MiB GPU: it reserves {reserved:.0} MiB for activations ({} prefill tokens × 1.5 MiB + 512), TP slack and CUDA graphs{vlm_part}",
-            format!("{mfs:.6}").trim_end_matches('0').trim_end_matches('.'),
+            fraction_text(mfs),
             cfg.gpu_memory_smi_mib,
             if cps > 0 { cps.max(2048) } else { MAX_PREFILL_TOKENS as i64 }
         ));
@@ -822,6 +828,12 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
         log,
         notes,
     })
+}
+
+/// A fraction as SGLang prints it, without float noise (a VLM's adjusted default is not rounded).
+pub fn fraction_text(f: f64) -> String {
+    let s = format!("{f:.6}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
 #[cfg(test)]

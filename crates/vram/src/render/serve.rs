@@ -203,7 +203,7 @@ pub fn sglang_text(s: &SglangServe) -> String {
     let _ = writeln!(
         out,
         "--mem-fraction-static {}{} · --chunked-prefill-size {} · --cuda-graph-max-bs {} · --page-size {}",
-        fraction(r.mem_fraction_static),
+        vram_core::sglang::fraction_text(r.mem_fraction_static),
         match (r.mem_fraction_static_default, r.mm_reserve_bytes > 0) {
             (true, true) => " (default, × 0.95·f for the vision tower)",
             (true, false) => " (default)",
@@ -232,7 +232,7 @@ pub fn sglang_text(s: &SglangServe) -> String {
     row(&mut out, "weights", r.weights_bytes, &wnote);
     row(
         &mut out,
-        &format!("left free (× (1 − {}))", fraction(r.mem_fraction_static)),
+        &format!("left free (× (1 − {}))", vram_core::sglang::fraction_text(r.mem_fraction_static)),
         r.slack_bytes,
         "activations, CUDA graphs, req_to_token table",
     );
@@ -261,7 +261,7 @@ pub fn sglang_text(s: &SglangServe) -> String {
         let _ = writeln!(
             out,
             "does NOT fit: the weights leave no KV cache under --mem-fraction-static {} (short by {} GiB); SGLang would refuse: raise it above {:.3}, add GPUs (--tp-size) or quantize",
-            fraction(r.mem_fraction_static),
+            vram_core::sglang::fraction_text(r.mem_fraction_static),
             gib_cell(r.shortfall_bytes),
             r.min_mem_fraction_static
         );
@@ -559,10 +559,4 @@ pub fn llama_cpp_json(s: &LlamaCppServe) -> Value {
         "offload_table": s.offload_table,
         "n_cpu_moe_table": s.moe_table,
     })
-}
-
-/// A fraction as SGLang prints it, without float noise (a VLM's adjusted default is not rounded).
-fn fraction(f: f64) -> String {
-    let s = format!("{f:.6}");
-    s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
