@@ -878,6 +878,18 @@ pub fn kv_layers_bytes(hp: &HParams, c: &LlamaCppConfig, ctx: u64, from: u64, to
     (from..to).fold(0u64, |a, il| a.saturating_add(kv_layer_bytes(hp, c, ctx, il)))
 }
 
+/// One KQ mask, [cells, ubatch]: f16 under flash attention, f32 otherwise (llama-graph.cpp
+/// `build_attn_inp_kq_mask`); a graph input every device running attention copies per ubatch.
+pub(crate) fn kq_mask_bytes(cells: u64, ubatch: u64, flash_attn: bool) -> u64 {
+    cells.saturating_mul(ubatch).saturating_mul(if flash_attn { 2 } else { 4 })
+}
+
+/// One hidden state of a ubatch, [n_embd, ubatch] f32 (the layer input, llama-graph.cpp
+/// `build_inp_embd`).
+pub(crate) fn hidden_bytes(embd: u64, ubatch: u64) -> u64 {
+    embd.saturating_mul(ubatch).saturating_mul(4)
+}
+
 /// The compute buffer of one GPU at padded context `ctx`: ggml-alloc reserves the worst graph
 /// for one ubatch of `u` tokens and reuses a tensor's memory once its last consumer has run, so
 /// the buffer is the largest set of tensors alive at once, in one of three phases
@@ -894,8 +906,8 @@ pub fn kv_layers_bytes(hp: &HParams, c: &LlamaCppConfig, ctx: u64, from: u64, to
 /// from the graph. validation/logs/llama.cpp/SOURCES.md lists the logs.
 pub fn compute_buffer_bytes(hp: &HParams, c: &LlamaCppConfig, ctx: u64, with_output: bool) -> u64 {
     let u = c.ubatch.min(ctx) as f64;
-    let hidden = u * hp.embd as f64 * 4.0;
-    let mask = ctx as f64 * u * if c.flash_attn { 2.0 } else { 4.0 };
+    let hidden = hidden_bytes(hp.embd, c.ubatch.min(ctx)) as f64;
+    let mask = kq_mask_bytes(ctx, c.ubatch.min(ctx), c.flash_attn) as f64;
     let scores = if c.flash_attn { 0.0 } else { ctx as f64 * u * hp.heads as f64 * 4.0 };
     let has_attention = hp.recurrent.as_ref().is_none_or(|r| r.attention_layers > 0);
     let attn = if has_attention { scores + mask + 4.0 * hidden } else { 0.0 };
@@ -915,7 +927,6 @@ fn host_memory(hp: &HParams, c: &LlamaCppConfig, ctx: u64, w: &Placed, kv_state:
     };
     let output = hp.vocab.saturating_mul(c.parallel).saturating_mul(4);
     let u = c.ubatch.min(ctx);
-    let mask = if c.flash_attn { 2 } else { 4 };
     let streams = if c.unified { 1 } else { c.parallel.max(1) };
     // One mask per attention kind present (full; sliding window, llama-graph.cpp
     // `build_attn_inp_kv_iswa`), over a stream's cells: [n_kv, ubatch / streams, 1, streams]
@@ -924,8 +935,8 @@ fn host_memory(hp: &HParams, c: &LlamaCppConfig, ctx: u64, w: &Placed, kv_state:
     let masks = [cells_of(false), cells_of(true)]
         .into_iter()
         .flatten()
-        .fold(0u64, |a, il| a.saturating_add((kv_layer_cells(hp, c, ctx, il) / streams).saturating_mul(u).saturating_mul(mask)));
-    let compute = masks.saturating_add(hp.embd.saturating_mul(u).saturating_mul(4));
+        .fold(0u64, |a, il| a.saturating_add(kq_mask_bytes(kv_layer_cells(hp, c, ctx, il) / streams, u, c.flash_attn)));
+    let compute = masks.saturating_add(hidden_bytes(hp.embd, u));
     let locked = if c.mlock { weights } else { 0 };
     let total = [weights, kv_state, output, compute].iter().fold(0u64, |a, b| a.saturating_add(*b));
     HostMemory {

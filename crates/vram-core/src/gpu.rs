@@ -179,6 +179,82 @@ const CATALOGUE: &[Entry] = &[
     },
 ];
 
+/// What CUDA reports as one GPU's total memory (`cudaMemGetInfo`: PyTorch's "total capacity" and
+/// the total vLLM sizes its budget from), MiB: the lower median of the Linux hits in
+/// validation/gpu/cuda_totals.jsonl (PyTorch out-of-memory messages and vLLM start-up lines in
+/// public threads, printed in GiB to two decimals, so each is good to about ±5 MiB). The driver's
+/// reserve below nvidia-smi's total differs by GPU (256 MiB on a T4, 768 on an A100 80GB) and
+/// moves by up to ~190 MiB between driver releases; Windows (WDDM) and WSL report nearly the
+/// whole card, and a MIG slice its own size.
+const CUDA_TOTALS_MIB: &[(&str, u64)] = &[
+    ("h100-80gb", 81_091),
+    ("h100-pcie", 81_091),
+    ("h100-nvl", 95_324),
+    ("h200", 143_165),
+    ("h800", 81_009),
+    ("h20", 97_280),
+    ("b200", 182_630),
+    ("a100-80gb", 81_152),
+    ("a100-40gb", 40_438),
+    ("l40s", 45_455),
+    ("l40", 45_466),
+    ("l4", 22_487),
+    ("a10g", 22_508),
+    ("a10", 22_712),
+    ("a6000", 48_681),
+    ("rtx-4090", 24_207),
+    ("rtx-3090", 24_125),
+    ("t4", 15_094),
+    ("v100-32gb", 32_492),
+];
+
+/// The reserve assumed for a GPU without logged totals: the median of the 70 Linux hits'
+/// nvidia-smi total minus CUDA total (validation/gpu/cuda_totals.jsonl).
+pub const DEFAULT_DRIVER_RESERVE_MIB: u64 = 509;
+
+/// Where [`cuda_total`]'s figure comes from, for reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CudaTotalSource {
+    /// The median of public logs for this GPU.
+    Logged,
+    /// nvidia-smi's total less the median reserve (no log for this GPU).
+    Reserve,
+    /// The size as given (a typed size, or a nominal one).
+    AsGiven,
+}
+
+/// What CUDA reports as total memory for `gpu` (see [`CUDA_TOTALS_MIB`]), and where it comes
+/// from. Sizes the user typed are taken as CUDA totals.
+pub fn cuda_total(gpu: &Gpu) -> (u64, CudaTotalSource) {
+    if gpu.memory_source == MemorySource::User {
+        return (gpu.memory, CudaTotalSource::AsGiven);
+    }
+    if let Some((_, mib)) = CUDA_TOTALS_MIB.iter().find(|(n, _)| *n == gpu.name) {
+        return (mib * MIB, CudaTotalSource::Logged);
+    }
+    match gpu.memory_source {
+        MemorySource::NvidiaSmi => (gpu.memory.saturating_sub(DEFAULT_DRIVER_RESERVE_MIB * MIB), CudaTotalSource::Reserve),
+        _ => (gpu.memory, CudaTotalSource::AsGiven),
+    }
+}
+
+/// The catalogue's logged CUDA totals, MiB (for the test that re-derives them from the data).
+pub fn logged_cuda_totals_mib() -> &'static [(&'static str, u64)] {
+    CUDA_TOTALS_MIB
+}
+
+impl CudaTotalSource {
+    /// One phrase for a report.
+    pub fn describe(self) -> &'static str {
+        match self {
+            CudaTotalSource::Logged => "CUDA total as public logs print it for this GPU (drivers move it by up to 0.2 GiB)",
+            CudaTotalSource::Reserve => "CUDA total = nvidia-smi total − 509 MiB, the median driver reserve (no log for this GPU)",
+            CudaTotalSource::AsGiven => "CUDA total as given",
+        }
+    }
+}
+
 fn norm_name(s: &str) -> String {
     let mut n = s.trim().to_ascii_lowercase().replace([' ', '_'], "-");
     for prefix in ["nvidia-", "amd-", "geforce-", "tesla-"] {

@@ -287,8 +287,7 @@ fn finish(d: &mut DevicePlan, hp: &HParams, c: &LlamaCppConfig, ctx: u64, pipeli
 /// [n_embd, ubatch] f32.
 fn graph_inputs(hp: &HParams, c: &LlamaCppConfig, ctx: u64) -> u64 {
     let u = c.ubatch.min(ctx);
-    let mask = if c.flash_attn { 2 } else { 4 };
-    ctx.saturating_mul(u).saturating_mul(mask).saturating_add(u.saturating_mul(hp.embd).saturating_mul(4))
+    crate::gguf::kq_mask_bytes(ctx, u, c.flash_attn).saturating_add(crate::gguf::hidden_bytes(hp.embd, u))
 }
 
 /// Where one tensor goes: an override first (`CUDA0` is device 0), else its layer's device;

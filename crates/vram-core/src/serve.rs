@@ -177,9 +177,18 @@ impl VllmVersion {
     pub const ENCODER_EMBEDS: VllmVersion = VllmVersion { major: 0, minor: 13 };
 
     /// The first release whose Model Runner V2 start-up logs show a profile-run peak 1.2–2.0 GiB
-    /// above the one vram models, not yet located (Qwen3-14B on an L40S at 0.28 and 0.29,
-    /// Llama-3.1-8B on an A100 at 0.31; the 0.27.1 logs show none): the reports say so.
+    /// above the one vram models (Qwen3-14B on an L40S at 0.28 and 0.29, Llama-3.1-8B on an A100
+    /// at 0.31; the 0.27.1 logs show none). From 0.29 part of it is the CUDA-graph estimate
+    /// ([`Self::MRV2_CUDA_GRAPH_ESTIMATE`]); the rest is not located: the reports say so.
     pub const MRV2_UNPLACED_PEAK: VllmVersion = VllmVersion { major: 0, minor: 28 };
+
+    /// The first release whose Model Runner V2 estimates its CUDA graphs before sizing the KV
+    /// cache: `profile_cudagraph_memory` returns 0 in 0.27.1 and 0.28.0 (vllm/v1/worker/gpu/
+    /// model_runner.py, "It is TBD whether we keep this API") and from 0.29.0 calls
+    /// vllm/v1/worker/gpu/cudagraph_utils.py `profile_cudagraph_memory` (capture every piecewise
+    /// graph and two full ones, extrapolate the rest from the second), which gpu_worker.py adds to
+    /// the peak activation memory as for the V1 runner (read in the 0.29.0 and 0.31.0 sdists).
+    pub const MRV2_CUDA_GRAPH_ESTIMATE: VllmVersion = VllmVersion { major: 0, minor: 29 };
 
     /// vLLM's `--gpu-memory-utilization` default in this release.
     pub fn default_gpu_memory_utilization(self) -> f64 {
@@ -340,15 +349,10 @@ impl ServeConfig {
     }
 }
 
-/// What CUDA reports as total memory (`cudaMemGetInfo`, which vLLM uses) for a GPU whose
-/// nvidia-smi total is known: the driver keeps back ~434 MiB (nvidia-smi total minus vLLM's
-/// logged `total_gpu_memory`: 430 MiB on an RTX 3090, 438 MiB on an H100 80GB;
-/// validation/vllm/logs.jsonl). Sizes the user typed are taken as CUDA totals.
+/// What CUDA reports as total memory (`cudaMemGetInfo`, which vLLM uses): see
+/// [`crate::gpu::cuda_total`].
 pub fn cuda_total(gpu: &crate::gpu::Gpu) -> u64 {
-    match gpu.memory_source {
-        crate::gpu::MemorySource::NvidiaSmi => gpu.memory.saturating_sub(434 * MIB),
-        _ => gpu.memory,
-    }
+    crate::gpu::cuda_total(gpu).0
 }
 
 /// Whether a GPU of vram's table (gpu.rs names) is a Hopper/Blackwell SXM part on an NVSwitch:
@@ -843,14 +847,13 @@ fn vision_note(v: &crate::serve_mm::VisionServe) -> String {
 /// “took 0.45 GiB”, run-ai/runai-model-streamer#67). A stated assumption, not a measurement of
 /// your model.
 ///
-/// Model Runner V2 does not estimate: its `profile_cudagraph_memory` returns 0
-/// (vllm/v1/worker/gpu/model_runner.py, "It is TBD whether we keep this API"), and its logs
-/// size the pool as requested − consumed − peak activation with no graph term (validation/vllm/
-/// logs.jsonl, the v0.27 and v0.31 entries).
+/// Model Runner V2 estimates from 0.29 on ([`VllmVersion::MRV2_CUDA_GRAPH_ESTIMATE`]); before,
+/// its `profile_cudagraph_memory` returns 0 and its logs size the pool as requested − consumed −
+/// peak activation with no graph term (validation/vllm/logs.jsonl, the v0.27 entry).
 fn cuda_graph_estimate(m: &Model, cfg: &ServeConfig) -> u64 {
     let applies = cfg.vllm_version >= VllmVersion::CUDA_GRAPH_ESTIMATE
         && cfg.engine == VllmEngine::V1
-        && model_runner(m, cfg) == ModelRunner::V1
+        && (model_runner(m, cfg) == ModelRunner::V1 || cfg.vllm_version >= VllmVersion::MRV2_CUDA_GRAPH_ESTIMATE)
         && !cfg.enforce_eager
         && cfg.kv_cache_memory_bytes.is_none();
     if applies {
@@ -1319,12 +1322,17 @@ fn serve_notes(m: &Model, cfg: &ServeConfig, non_torch_bytes: u64, cuda_graph: u
     let runner = model_runner(m, cfg);
     if cfg.engine == VllmEngine::V1 && runner == ModelRunner::V2 {
         notes.push(format!(
-            "Model Runner V2{}: its profile run samples with the logits and one fp32 copy, and it adds no CUDA-graph estimate before sizing the KV cache (graphs are captured after the pool); --model-runner v1 (VLLM_USE_V2_MODEL_RUNNER=0) for the older runner",
-            if cfg.model_runner.is_some() { " as given" } else { ", vLLM ≥ 0.25's default for a dense model" }
+            "Model Runner V2{}: its profile run samples with the logits and one fp32 copy{}; --model-runner v1 (VLLM_USE_V2_MODEL_RUNNER=0) for the older runner",
+            if cfg.model_runner.is_some() { " as given" } else { ", vLLM ≥ 0.25's default for a dense model" },
+            if cfg.vllm_version >= VllmVersion::MRV2_CUDA_GRAPH_ESTIMATE {
+                ", and from 0.29 it adds its CUDA-graph estimate to the peak as the V1 runner does"
+            } else {
+                ", and before 0.29 it adds no CUDA-graph estimate before sizing the KV cache (graphs are captured after the pool)"
+            }
         ));
         if cfg.vllm_version >= VllmVersion::MRV2_UNPLACED_PEAK {
             notes.push(
-                "vLLM ≥ 0.28 with Model Runner V2: three start-up logs (Qwen3-14B on an L40S at 0.28 and 0.29, Llama-3.1-8B on an A100 at 0.31; validation/vllm/logs.jsonl) show a profile-run peak 1.2–2.0 GiB above the one modelled here, a term not yet located, so the KV pool shown may be that much too large (the logs' pools were 13%, 18% and 3% smaller); pass --kv-cache-memory-bytes with the figure your log prints to plan on it".into(),
+                "vLLM ≥ 0.28 with Model Runner V2: three start-up logs (Qwen3-14B on an L40S at 0.28 and 0.29, Llama-3.1-8B on an A100 at 0.31; validation/vllm/logs.jsonl) show a profile-run peak 1.2–2.0 GiB above vLLM's forward and sampler; from 0.29 the CUDA-graph estimate (counted here) is part of it, the rest is not located, so the KV pool shown may be up to ~1 GiB too large; pass --kv-cache-memory-bytes with the figure your log prints to plan on it".into(),
             );
         }
     } else if cfg.engine == VllmEngine::V1 && cfg.model_runner.is_none() && cfg.vllm_version >= VllmVersion::MRV2_DEFAULT {

@@ -374,12 +374,25 @@ pub fn cell_bytes(m: &Model, tp: u64, elem: u64, layers: u64) -> Result<u64> {
     per_layer.and_then(|x| x.checked_mul(layers)).and_then(|x| x.checked_mul(elem)).ok_or_else(|| overflow("KV cell size"))
 }
 
-/// The mixer, attention layers, state layers, one layer's conv and SSM state bytes for one
-/// request on one rank, and the SSM dtype, of a hybrid model SGLang serves with a state pool
+/// One rank's recurrent-state shape of a hybrid model SGLang serves with a state pool
 /// (configs/hybrid_arch.py `mambaish_config`; shapes from configs/mamba_utils.py
 /// `Mamba2StateShape.create`, which also serves Gated DeltaNet: intermediate = Hv·dv, groups =
 /// Hk, heads = Hv, head_dim = dv, state = dk).
-pub type HybridShape = (crate::serve_ssm::Mixer, u64, u64, u64, u64, DType);
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HybridShape {
+    /// The mixer kind.
+    pub mixer: crate::serve_ssm::Mixer,
+    /// Full-attention layers: the token pool's cell counts these only.
+    pub attention_layers: u64,
+    /// Layers holding a recurrent state.
+    pub state_layers: u64,
+    /// One layer's conv window for one request on one rank, bytes.
+    pub conv_bytes: u64,
+    /// One layer's SSM (or delta-rule) state for one request on one rank, bytes.
+    pub ssm_bytes: u64,
+    /// The SSM state's dtype.
+    pub ssm_dtype: DType,
+}
 
 /// See [`HybridShape`]; refuses the hybrids SGLang's pool is not modelled for.
 pub fn hybrid_shape(m: &Model, cfg: &SglangConfig) -> Result<HybridShape> {
@@ -432,7 +445,7 @@ pub fn hybrid_shape(m: &Model, cfg: &SglangConfig) -> Result<HybridShape> {
         .and_then(|x| x.checked_mul(state))
         .and_then(|x| x.checked_mul(ssm_dtype.bytes()))
         .ok_or_else(|| overflow("SSM state"))?;
-    Ok((mixer, attention_layers, state_layers, conv, ssm, ssm_dtype))
+    Ok(HybridShape { mixer, attention_layers, state_layers, conv_bytes: conv, ssm_bytes: ssm, ssm_dtype })
 }
 
 /// SGLang's default `mem_fraction_static` for a vision-language model: the text default times
@@ -614,7 +627,7 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
     let mut state_short = false;
     let rest = match hybrid {
         None => rest,
-        Some((mixer, attention_layers, state_layers, conv, ssm, ssm_dtype)) => {
+        Some(HybridShape { mixer, attention_layers, state_layers, conv_bytes: conv, ssm_bytes: ssm, ssm_dtype }) => {
             let per_req = conv.checked_add(ssm).and_then(|x| x.checked_mul(state_layers)).ok_or_else(|| overflow("state per request"))?;
             let ratio = cfg.mamba_full_memory_ratio.unwrap_or(MAMBA_FULL_MEMORY_RATIO);
             let (slots, memory_ratio) = match (cfg.max_mamba_cache_size, cfg.disable_radix_cache, cfg.max_running_requests) {

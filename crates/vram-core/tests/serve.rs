@@ -47,9 +47,11 @@ fn weights_and_profile_activation_match_vllm_logs() {
     for case in logs().iter().filter(full) {
         let m = model(case["model"].as_str().unwrap());
         let g = gpu::lookup(case["gpu"].as_str().unwrap()).unwrap();
+        // The catalogue's CUDA total is the median of public logs (validation/gpu/
+        // cuda_totals.jsonl); drivers move it by up to ~0.2 GiB, so each log runs on its own.
         let total = cuda_total(&g) as f64 / GIB;
         let logged_total = case["total_gib"].as_f64().unwrap();
-        assert!((total - logged_total).abs() < 0.006, "{}: CUDA total {total:.3} vs logged {logged_total}", case["id"]);
+        assert!((total - logged_total).abs() < 0.2, "{}: CUDA total {total:.3} vs logged {logged_total}", case["id"]);
         let cfg = ServeConfig {
             tp: u(case, "tp"),
             max_model_len: Some(u(case, "max_model_len")),
@@ -58,7 +60,7 @@ fn weights_and_profile_activation_match_vllm_logs() {
             gpu_memory_utilization: case["gpu_memory_utilization"].as_f64().unwrap(),
             non_torch_memory: Some((case["non_torch_gib"].as_f64().unwrap() * GIB) as u64),
             engine: if case["engine"] == "vllm-v0" { VllmEngine::V0 } else { VllmEngine::V1 },
-            ..ServeConfig::new(cuda_total(&g))
+            ..ServeConfig::new((logged_total * GIB) as u64)
         };
         let r = serve(&m, &cfg).unwrap();
         let w = r.weights_bytes as f64 / GIB;
@@ -104,8 +106,9 @@ fn block_pool_matches_vllm_logs() {
 }
 
 /// Model Runner V2 start-ups (vLLM ≥ 0.25's default for dense models), each on its own logged
-/// CUDA total and non-torch memory: the KV pool is requested − weights − non-torch − peak with no
-/// CUDA-graph term, and the profile peak is the sampler's logits plus one fp32 copy. The Llama
+/// CUDA total and non-torch memory: the KV pool is requested − weights − non-torch − peak, the
+/// peak including the CUDA-graph estimate from 0.29, and the profile's own peak is the sampler's
+/// logits plus one fp32 copy. The Llama
 /// log's peak is a known miss (`known_miss` in the data), held here so the README's claim about it
 /// stays true.
 #[test]
@@ -128,7 +131,9 @@ fn model_runner_v2_logs() {
         };
         let r = serve(&m, &cfg).unwrap();
         assert_eq!(r.model_runner, Some(ModelRunner::V2), "{id}: vLLM's default runner for a dense model");
-        assert_eq!(r.cuda_graph_estimate_bytes, 0, "{id}");
+        // Model Runner V2 estimates its graphs from 0.29 (cudagraph_utils.py), as the V1 runner does.
+        let estimates = cfg.vllm_version >= VllmVersion::MRV2_CUDA_GRAPH_ESTIMATE;
+        assert_eq!(r.cuda_graph_estimate_bytes > 0, estimates, "{id}");
         let gib = |b: u64| b as f64 / GIB;
         let requested = case["requested_gib"].as_f64().unwrap();
         assert!((gib(r.requested_bytes) - requested).abs() < 0.006, "{id}: requested {:.3} vs {requested}", gib(r.requested_bytes));
@@ -140,7 +145,7 @@ fn model_runner_v2_logs() {
         let pool = requested - case["consumed_gib"].as_f64().unwrap() - logged;
         assert!((pool - kv).abs() < 0.015, "{id}: {requested} − consumed − peak = {pool:.3}, logged KV {kv}");
         if case["known_miss"].is_string() {
-            assert!(logged - act > 1.0, "{id}: the documented miss closed ({act:.3} vs {logged}): update known_miss and the README");
+            assert!(logged - act > 0.4, "{id}: the documented miss closed ({act:.3} vs {logged}): update known_miss and the README");
         } else {
             assert!((act - logged).abs() / logged < 0.15, "{id}: activation {act:.3} GiB vs logged {logged}");
         }
@@ -536,4 +541,30 @@ fn encoders_are_answered_with_what_vllm_does_for_them() {
     }
     let e = serve(&enc("deberta-v3-base"), &ServeConfig::new(80 << 30)).unwrap_err().to_string();
     assert!(e.contains("modelled for decoder language models only"), "{e}");
+}
+
+/// The catalogue's CUDA totals are the lower median of the unflagged public hits for each GPU
+/// (validation/gpu/cuda_totals.jsonl), and every GPU with such hits has one.
+#[test]
+fn cuda_totals_are_the_logged_medians() {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../validation/gpu/cuda_totals.jsonl")).unwrap();
+    let mut by_gpu: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
+    for line in text.lines().skip(1) {
+        let v: Value = serde_json::from_str(line).unwrap();
+        if let Some(name) = v["vram_gpu"].as_str() {
+            assert_eq!(v["flags"], "", "{line}");
+            let mib = (v["cuda_total_gib"].as_f64().unwrap() * 1024.0).round() as u64;
+            by_gpu.entry(name.to_string()).or_default().push(mib);
+        }
+    }
+    let table = vram_core::gpu::logged_cuda_totals_mib();
+    assert_eq!(table.len(), by_gpu.len());
+    for (name, mut hits) in by_gpu {
+        hits.sort_unstable();
+        let median = hits[(hits.len() - 1) / 2];
+        let row = table.iter().find(|(n, _)| *n == name).unwrap_or_else(|| panic!("{name} has logged totals but no table row"));
+        assert_eq!(row.1, median, "{name}: {hits:?}");
+        let g = gpu::lookup(&name).unwrap();
+        assert_eq!(vram_core::gpu::cuda_total(&g), (median << 20, vram_core::gpu::CudaTotalSource::Logged));
+    }
 }

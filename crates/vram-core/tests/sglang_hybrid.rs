@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use vram_core::dtype::DType;
 use vram_core::serve_ssm::Mixer;
-use vram_core::sglang::{cell_bytes, hybrid_shape, sglang, SglangConfig};
+use vram_core::sglang::{cell_bytes, hybrid_shape, sglang, HybridShape, SglangConfig};
 use vram_core::{gpu, parse_config, Model};
 
 const GIB: f64 = (1u64 << 30) as f64;
@@ -47,7 +47,8 @@ const QWEN35_397B: &str = r#"{"model_type": "qwen3_5_moe_text", "architectures":
 #[test]
 fn qwen35_397b_tp2_state_and_cell_give_the_logged_sizes() {
     let m = inline(QWEN35_397B, "qwen3.5-397b-a17b");
-    let (mixer, attention, layers, conv, ssm, dtype) = hybrid_shape(&m, &h100(2)).unwrap();
+    let HybridShape { mixer, attention_layers: attention, state_layers: layers, conv_bytes: conv, ssm_bytes: ssm, ssm_dtype: dtype } =
+        hybrid_shape(&m, &h100(2)).unwrap();
     assert_eq!((mixer, attention, layers, dtype), (Mixer::GatedDeltaNet, 15, 45, DType::F32));
     assert_eq!((conv, ssm), (6144 * 3 * 2, 32 * 128 * 128 * 4));
     let rows = 83.0 * 45.0;
@@ -71,7 +72,8 @@ fn qwen35_9b_layer_state_is_the_logged_cell() {
             "max_position_embeddings": 262144, "mamba_ssm_dtype": "float32", "torch_dtype": "bfloat16"}"#,
         "qwen3.5-9b",
     );
-    let (_, attention, layers, conv, ssm, _) = hybrid_shape(&m, &h100(1)).unwrap();
+    let HybridShape { attention_layers: attention, state_layers: layers, conv_bytes: conv, ssm_bytes: ssm, .. } =
+        hybrid_shape(&m, &h100(1)).unwrap();
     assert_eq!((attention, layers), (8, 24));
     assert_eq!(conv + ssm, 2_146_304);
 }

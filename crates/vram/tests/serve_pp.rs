@@ -56,11 +56,14 @@ fn pipeline_splits_vram_does_not_model_are_refused_by_name() {
 
 #[test]
 fn vllm_version_selects_the_cuda_graph_rule() {
-    // Model Runner V2, vLLM's default for a dense model from 0.25, adds no estimate; the V1
-    // runner does from 0.21.
+    // Model Runner V2, vLLM's default for a dense model from 0.25, adds no estimate before 0.29
+    // and one from 0.29 on (cudagraph_utils.py); the V1 runner does from 0.21.
     let v2 = json(&["serve", "-m", "qwen2.5-7b", "-g", "h100", "--max-model-len", "8192"]);
     assert_eq!(v2["gpus"][0]["model_runner"], "v2");
-    assert_eq!(v2["gpus"][0]["cuda_graph_estimate_bytes"], 0);
+    assert!(v2["gpus"][0]["cuda_graph_estimate_bytes"].as_u64().unwrap() > 0);
+    let v028 = json(&["serve", "-m", "qwen2.5-7b", "-g", "h100", "--max-model-len", "8192", "--vllm-version", "0.28"]);
+    assert_eq!(v028["gpus"][0]["model_runner"], "v2");
+    assert_eq!(v028["gpus"][0]["cuda_graph_estimate_bytes"], 0);
     // vLLM's --gpu-memory-utilization default follows the version too (0.92 from 0.25, 0.9
     // before): given here, so that only the graph rule differs below.
     let v020 = json(&["serve", "-m", "qwen2.5-7b", "-g", "h100", "--max-model-len", "8192", "--vllm-version", "0.20"]);

@@ -163,10 +163,15 @@ pub fn vllm(s: &VllmServe, l: &VllmLog) -> Comparison {
                 g(r.activation_peak_bytes), r.max_num_batched_tokens, shown(&l.activation_peak)
             ),
             "CUDA graphs" => format!(
-                "CUDA graphs: vram assumes {} (vLLM {}); the log measured {}",
+                "CUDA graphs: vram assumes {} (vLLM {}); the log measured {}{}",
                 g(r.cuda_graph_estimate_bytes),
                 r.vllm_version,
-                shown(l.cuda_graph_figure())
+                shown(l.cuda_graph_figure()),
+                if l.cuda_graph_estimated.is_none() && r.cuda_graph_estimate_bytes > 0 {
+                    " — what the capture took after the pool; the estimate vLLM added to the peak is on its \"CUDA graph pool memory: … (estimated)\" line, not in this log"
+                } else {
+                    ""
+                }
             ),
             "weights + non-torch" => format!(
                 "weights + non-torch: vram counts {} of weights and assumes {} of non-torch memory; the log's consumed memory is {}",
