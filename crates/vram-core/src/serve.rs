@@ -143,6 +143,12 @@ impl VllmVersion {
     /// 0.25: "Model Runner V2 is now the default for all dense models", vllm-project/vllm#44443;
     /// vllm/config/vllm.py `_is_default_v2_model_runner_model`: `... or not model_config.is_moe`).
     pub const MRV2_DEFAULT: VllmVersion = VllmVersion { major: 0, minor: 25 };
+    /// The first release whose default runner is Model Runner V2 for every model, MoE, hybrid and
+    /// attention-free ones included: 0.29.0's vllm/config/vllm.py `use_v2_model_runner` no longer
+    /// calls `_is_default_v2_model_runner_model` (0.28.0's: `is_default_v2_architecture or not
+    /// model_config.is_moe`, hybrids and attention-free models excluded) and falls back to V1
+    /// only for features V2 lacks (`_get_v2_model_runner_unsupported_features`).
+    pub const MRV2_ALL_MODELS: VllmVersion = VllmVersion { major: 0, minor: 29 };
     /// The earliest release whose source vram read with `--gpu-memory-utilization` defaulting to
     /// 0.92 (vllm/config/cache.py of v0.25.0: `Field(default=0.92, gt=0, le=1)`; 0.9 for most of
     /// vLLM's history, and the v0.31 log in validation/vllm/logs.jsonl shows 0.92 with no flag).
@@ -1192,15 +1198,16 @@ fn checkpoint_rank_weights(m: &Model, tp: u64, e: u128) -> Result<(u128, u128, V
 }
 
 /// The runner vLLM uses for this model and release: `--model-runner` if given; otherwise Model
-/// Runner V2 from 0.25 on for a dense attention model (vllm/config/vllm.py use_v2_model_runner →
-/// `_is_default_v2_model_runner_model`: MoE, Mamba-hybrid and attention-free models stay on
-/// V1 unless their architecture is listed), and V1 before.
+/// Runner V2 for every model from 0.29 ([`VllmVersion::MRV2_ALL_MODELS`]), for a dense attention
+/// model from 0.25 (vllm/config/vllm.py use_v2_model_runner → `_is_default_v2_model_runner_model`:
+/// MoE, Mamba-hybrid and attention-free models stay on V1 unless their architecture is listed),
+/// and V1 before.
 pub fn model_runner(m: &Model, cfg: &ServeConfig) -> ModelRunner {
     if let Some(r) = cfg.model_runner {
         return r;
     }
     let dense = m.moe.is_none() && m.ssm.is_none();
-    if cfg.vllm_version >= VllmVersion::MRV2_DEFAULT && dense {
+    if cfg.vllm_version >= VllmVersion::MRV2_ALL_MODELS || (cfg.vllm_version >= VllmVersion::MRV2_DEFAULT && dense) {
         ModelRunner::V2
     } else {
         ModelRunner::V1
@@ -1323,7 +1330,13 @@ fn serve_notes(m: &Model, cfg: &ServeConfig, non_torch_bytes: u64, cuda_graph: u
     if cfg.engine == VllmEngine::V1 && runner == ModelRunner::V2 {
         notes.push(format!(
             "Model Runner V2{}: its profile run samples with the logits and one fp32 copy{}; --model-runner v1 (VLLM_USE_V2_MODEL_RUNNER=0) for the older runner",
-            if cfg.model_runner.is_some() { " as given" } else { ", vLLM ≥ 0.25's default for a dense model" },
+            if cfg.model_runner.is_some() {
+                " as given"
+            } else if cfg.vllm_version >= VllmVersion::MRV2_ALL_MODELS {
+                ", vLLM ≥ 0.29's default for every model"
+            } else {
+                ", vLLM ≥ 0.25's default for a dense model"
+            },
             if cfg.vllm_version >= VllmVersion::MRV2_CUDA_GRAPH_ESTIMATE {
                 ", and from 0.29 it adds its CUDA-graph estimate to the peak as the V1 runner does"
             } else {
