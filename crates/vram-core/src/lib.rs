@@ -41,6 +41,7 @@ pub mod report;
 pub mod safetensors;
 pub mod serve;
 pub mod serve_advice;
+pub mod serve_encdec;
 pub mod serve_mm;
 pub mod serve_ssm;
 pub mod sglang;

@@ -509,6 +509,7 @@ pub fn serve(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
             }
         }
         _ if m.ssm.is_some() && m.multimodal.is_none() => crate::serve_ssm::check(cfg)?,
+        _ if m.seq2seq.is_some() => crate::serve_encdec::check(m, m.seq2seq.as_deref().expect("seq2seq"), cfg)?,
         // vLLM's encoder-only attention has no KV cache spec (encoder_only_attention.py
         // `get_kv_cache_spec` returns None), so the engine neither profiles nor sizes a pool
         // (v1/engine/core.py `_initialize_kv_caches`: "Attention free models don't need memory
@@ -607,7 +608,7 @@ fn serve_at(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
     let dtype = model_dtype(m, cfg);
     let e = dtype.bytes() as u128;
     let kv_b = cfg.kv_cache_dtype.map_or(dtype.bytes(), DType::bytes);
-    let (batched, seqs) = scheduler_limits(cfg, max_len)?;
+    let (batched, seqs) = scheduler_limits(m, cfg, max_len)?;
     let non_torch_bytes = cfg.non_torch_memory.unwrap_or(non_torch_default(tp, cfg.gpu_nvswitch));
     let cuda_graph = cuda_graph_estimate(m, cfg);
     let parts = pp_layers(m.layers, cfg.pp);
@@ -701,13 +702,14 @@ struct Spec {
 
 fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<String>, s: Spec) -> Result<RankCalc> {
     let (tp, e) = (cfg.tp, s.e);
-    let (weights, scales) = match cfg.quantization {
-        Quantization::Checkpoint => {
+    let (weights, scales) = match (cfg.quantization, &m.seq2seq) {
+        (_, Some(s2s)) => (crate::serve_encdec::rank_elements(m, s2s, tp) * e, 0),
+        (Quantization::Checkpoint, None) => {
             let (w, sc, plan_notes) = checkpoint_rank_weights(m, tp, e)?;
             notes.extend(plan_notes);
             (w, sc)
         }
-        q => rank_weights(m, q, tp, e, stage),
+        (q, None) => rank_weights(m, q, tp, e, stage),
     };
     let (weights, scales) = cpu_offload(m, cfg, stage, s.e, weights, scales, notes)?;
     let rotary = rotary_cache_positions(m) * m.rotary_dim as u128 * e;
@@ -732,6 +734,17 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
     if let Some(v) = &vision {
         (act, act_at) = vision_peak(v, act, act_at);
         notes.push(vision_note(v));
+    }
+    // The encoder's outputs stay in the encoder cache through the decoder's dummy forward and
+    // sampler (profile_run resets it after).
+    let encoder = m.seq2seq.as_ref().map(|s2s| crate::serve_encdec::encoder_profile(m, s2s, s.batched, s.seqs, tp, e));
+    if let Some(enc) = &encoder {
+        if enc.encoder_peak > act + enc.outputs {
+            (act, act_at) = (enc.encoder_peak, format!("encoder over {} dummy clip(s) of {} positions", enc.items, enc.tokens_per_item));
+        } else {
+            act += enc.outputs;
+            act_at = format!("{act_at}, with {} clip(s) of encoder outputs held", enc.items);
+        }
     }
     act += lora_buffer;
     // vLLM ≥ 0.21 adds its CUDA-graph estimate to the peak activation memory before sizing the KV
@@ -776,6 +789,9 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
             ..PoolSpec::new(kv_cache, s.max_len, s.batched, cfg.block_size, s.kv_b, tp)
         },
     )?;
+    if let Some(enc) = &encoder {
+        notes.push(crate::serve_encdec::note(enc, &pool, s.max_len));
+    }
     Ok(RankCalc {
         weights,
         scales,
@@ -1043,7 +1059,7 @@ fn validate(m: &Model, cfg: &ServeConfig) -> Result<(u64, Vec<String>)> {
 
 /// `--max-num-batched-tokens` and `--max-num-seqs`: the user's, else vLLM's defaults for the
 /// engine generation and GPU. A new engine (another vLLM version, SGLang) adds its row here.
-fn scheduler_limits(cfg: &ServeConfig, max_len: u64) -> Result<(u64, u64)> {
+fn scheduler_limits(m: &Model, cfg: &ServeConfig, max_len: u64) -> Result<(u64, u64)> {
     // vllm/engine/arg_utils.py _set_default_args: `vllm serve` on GPUs with ≥ 70 GiB other than
     // the A100 gets 8192 batched tokens and 1024 sequences; smaller GPUs 2048 and 256.
     let big = cfg.gpu_memory >= 70 * GIB && !cfg.gpu_is_a100;
@@ -1053,12 +1069,31 @@ fn scheduler_limits(cfg: &ServeConfig, max_len: u64) -> Result<(u64, u64)> {
         // tokens; chunked prefill (on by default past 32K contexts) 2048; 256 sequences.
         VllmEngine::V0 => (if max_len > 32_768 { 2048 } else { max_len.max(2048) }, 256),
     };
-    let batched = cfg.max_num_batched_tokens.unwrap_or(batched);
     let seqs = cfg.max_num_seqs.unwrap_or(seqs);
+    let batched = match (cfg.max_num_batched_tokens, &m.seq2seq) {
+        (Some(b), _) => b,
+        // Encoder-decoders run without chunked prefill (config/scheduler.py): the default is
+        // raised to max_model_len and capped at max_num_seqs × max_model_len
+        // (engine/arg_utils.py, "Some models (e.g., Whisper) have embeddings tied to max length").
+        (None, Some(_)) => batched.max(max_len).min(seqs.saturating_mul(max_len)),
+        (None, None) => batched,
+    };
     if batched == 0 || batched > 1 << 22 || seqs == 0 || seqs > 1 << 20 {
         return Err(invalid("--max-num-batched-tokens / --max-num-seqs", format!("{batched} / {seqs}"), "positive and below 4M / 1M"));
     }
-    Ok((batched, seqs))
+    if let Some(s) = &m.seq2seq {
+        // compute_mm_encoder_budget refuses an encoder input longer than the batch when chunked
+        // multimodal input is off; verify_max_model_len needs the batch to hold max_model_len.
+        let need = s.source_tokens.max(max_len);
+        if batched < need {
+            return Err(invalid(
+                "--max-num-batched-tokens",
+                batched,
+                &format!("at least {need} for {}: vLLM runs one clip's {} encoder positions and a whole max-model-len prompt in one batch (no chunked prefill for encoder-decoders)", m.name, s.source_tokens),
+            ));
+        }
+    }
+    Ok((batched, seqs.min(batched)))
 }
 
 /// Weight and quantisation-scale bytes on one tensor-parallel rank of one pipeline stage. A stage
@@ -1271,6 +1306,11 @@ fn profile_peak(m: &Model, sampler_kind: Sampler, batched: u64, seqs: u64, tp: u
 /// that state their reach already (su, longrope, llama3) and for Gemma-3 (whose 128K is already
 /// scaled); YaRN multiplies `original_max_position_embeddings`. 0 when the config names none.
 fn derived_max_len(m: &Model) -> u64 {
+    // Whisper: `max_target_positions`, the decoder's position table (vLLM's
+    // model_arch_config_convertor.py lists it among the length keys, "# Whisper").
+    if m.seq2seq.is_some() {
+        return m.position_embeddings;
+    }
     match &m.rope_scaling {
         Some(r)
             if m.max_positions > 0 && !m.model_type.starts_with("gemma3") && !matches!(r.kind.as_str(), "su" | "longrope" | "llama3") =>
@@ -1549,7 +1589,7 @@ fn rank_numel(m: &Model, t: &TensorGroup, tp: u64) -> u128 {
 
 /// Peak live bytes of the profile forward over `tokens` tokens on one rank (inference mode,
 /// vLLM's fused kernels), and where it is.
-fn forward_peak(m: &Model, tokens: u64, tp: u64, e: u128) -> (u128, String) {
+pub(crate) fn forward_peak(m: &Model, tokens: u64, tp: u64, e: u128) -> (u128, String) {
     let (t, tp, h) = (tokens as u128, tp as u128, m.hidden as u128);
     let q = m.q_dim() as u128 / tp;
     let kv = match m.attention.mla {
@@ -1601,6 +1641,14 @@ fn forward_peak(m: &Model, tokens: u64, tp: u64, e: u128) -> (u128, String) {
 /// (`serve_ssm::group_split`), so every group has the same number of layers.
 fn kv_groups(m: &Model, max_len: u64, batched: u64, bs: u64) -> (Vec<KvGroup>, u64) {
     let full_blocks = max_len.div_ceil(bs);
+    // Cross-attention (Whisper): a group of its own, as many layers as the self-attention group,
+    // charged max_num_encoder_input_tokens = max_num_batched_tokens per request
+    // (kv_cache_interface.py CrossAttentionSpec.max_memory_usage_bytes, config/scheduler.py).
+    if m.cross_attention {
+        let f = KvGroup { kind: "full", layers: m.layers, window: None, blocks_per_request: full_blocks };
+        let c = KvGroup { kind: "cross", blocks_per_request: batched.div_ceil(bs), ..f.clone() };
+        return (vec![f, c], m.layers);
+    }
     // SlidingWindowSpec.max_memory_usage_bytes: min(window − 1 + max_num_batched_tokens,
     // max_model_len) tokens, plus one block for a window straddling a block boundary.
     let window = m.sliding_window.filter(|_| m.sliding_layers > 0);

@@ -60,7 +60,11 @@ fn what_is_not_modelled_is_refused() {
     let err = fails(&["estimate", "--model", T5, "--peft", "dora"], 2);
     assert!(err.contains("DoRA"), "{err}");
     let err = fails(&["serve", "--model", T5, "--gpu", "h100-80gb"], 2);
-    assert!(err.contains("serving"), "{err}");
+    assert!(err.contains("vLLM's V1 engine has no model"), "{err}");
+    let err = fails(&["serve", "--model", BART, "--gpu", "h100-80gb"], 2);
+    assert!(err.contains("plugin"), "{err}");
+    let err = fails(&["serve", "--engine", "sglang", "--model", T5, "--gpu", "h100-80gb"], 2);
+    assert!(err.contains("serving with SGLang"), "{err}");
 }
 
 #[test]
@@ -91,4 +95,23 @@ fn lora_adapts_self_and_cross_attention_with_peft_defaults() {
     assert!(text.status.success(), "{}", String::from_utf8_lossy(&text.stderr));
     let out = String::from_utf8_lossy(&text.stdout);
     assert!(out.contains("q_proj") && out.contains("v_proj"), "{out}");
+}
+
+/// `vram serve` on Whisper: vLLM's encoder-decoder defaults and the two KV groups, in the JSON
+/// and in the human report, and a pasted `vllm serve` command read the same way.
+#[test]
+fn whisper_serves_with_two_kv_groups() {
+    let r = json(&["serve", "--model", WHISPER, "--gpu", "l4"]);
+    let g = &r["gpus"][0];
+    assert_eq!(g["max_model_len"], 448);
+    assert_eq!(g["max_num_batched_tokens"], 2048);
+    let kinds: Vec<&str> = g["groups"].as_array().unwrap().iter().map(|x| x["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["full", "cross"]);
+    let out = vram().args(["serve", "--gpu", "l4", "--json", "--", "vllm", "serve", WHISPER, "--max-num-seqs", "64"]).output().unwrap();
+    let pasted: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(pasted["gpus"][0]["max_num_seqs"], 64);
+    let out = vram().args(["serve", "--model", WHISPER, "--gpu", "l4"]).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("2 groups of 12 layers") && text.contains("requests of 448 tokens fit at once"), "{text}");
 }
