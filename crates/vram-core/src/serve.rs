@@ -734,6 +734,11 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
     if let Some(v) = &vision {
         (act, act_at) = vision_peak(v, act, act_at);
         notes.push(vision_note(v));
+        if m.multimodal.as_ref().and_then(|mm| mm.anyres.as_ref()).is_some_and(|a| a.max_tiles.is_some()) {
+            notes.push(
+                "LLaVA-OneVision also takes video (16 frames of 196 pooled tokens: 3137 a video, 11,664 tower patches); vLLM profiles only the modality with the most tokens per item (multimodal/encoder_budget.py get_modality_with_max_tokens), the image, so a video's larger tower pass is not in its budget or here".into(),
+            );
+        }
     }
     // The encoder's outputs stay in the encoder cache through the decoder's dummy forward and
     // sampler (profile_run resets it after).
@@ -1093,7 +1098,7 @@ fn scheduler_limits(m: &Model, cfg: &ServeConfig, max_len: u64) -> Result<(u64, 
             ));
         }
     }
-    Ok((batched, seqs.min(batched)))
+    Ok((batched, if m.seq2seq.is_some() { seqs.min(batched) } else { seqs }))
 }
 
 /// Weight and quantisation-scale bytes on one tensor-parallel rank of one pipeline stage. A stage

@@ -57,7 +57,7 @@ pub(crate) fn check(m: &Model, mm: &Multimodal, cfg: &ServeConfig) -> Result<()>
         return Err(refuse(
             "model",
             &m.model_type,
-            format!("{name}: vLLM serving is modelled for LLaVA-1.5/LLaVA-interleave, LLaVA-NeXT, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5, Gemma-3, Idefics3/SmolVLM, PaliGemma and Llama 4 among vision-language models, not LLaVA-OneVision (vLLM's own model, with video); with --language-model-only any of them is served as its language model; `vram estimate` gives its training and inference"),
+            format!("{name}: vLLM serving is modelled for LLaVA-1.5/LLaVA-interleave, LLaVA-NeXT, LLaVA-OneVision, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5, Gemma-3, Idefics3/SmolVLM, PaliGemma and Llama 4 among vision-language models; with --language-model-only any of them is served as its language model; `vram estimate` gives its training and inference"),
         ));
     }
     if cfg.engine == VllmEngine::V0 {
@@ -134,11 +134,6 @@ pub(crate) fn check(m: &Model, mm: &Multimodal, cfg: &ServeConfig) -> Result<()>
 /// and Llama 4's vision model.
 fn supported(mm: &Multimodal) -> bool {
     let Some(vis) = mm.tower.encoder.and_then(|e| e.vision) else { return false };
-    // LLaVA-OneVision (`anyres_max_N`, untiled multi-image samples) is vLLM's llava_onevision.py,
-    // whose dummy inputs include video: not modelled.
-    if mm.anyres.as_ref().is_some_and(|a| a.max_tiles.is_some() || a.multi_image_base_only) {
-        return false;
-    }
     match mm.projector() {
         ProjectorKind::Merger(_) => vis.family.is_qwen(),
         ProjectorKind::Mlp => matches!(vis.family, VisionFamily::Clip | VisionFamily::Siglip),
@@ -181,7 +176,10 @@ pub(crate) fn rank_weights(mm: &Multimodal, text_hidden: u64, tp: u64, e: u128) 
             c if c == all && t.name.contains("{i}") => kept,
             c => c,
         };
-        if kept < all && (t.name == "layernorm.weight" || t.name == "layernorm.bias") {
+        // LLaVA, LLaVA-NeXT and LLaVA-OneVision build the tower with `require_post_norm=False`
+        // (llava.py, llava_next.py, llava_onevision.py); the others keep it when every layer is.
+        let no_post_norm = kept < all || (mm.projector() == ProjectorKind::Mlp && mm.merger.is_none());
+        if no_post_norm && (t.name == "layernorm.weight" || t.name == "layernorm.bias") {
             continue;
         }
         n += tower_rank_numel(&t, tp) * count as u128;
@@ -192,7 +190,11 @@ pub(crate) fn rank_weights(mm: &Multimodal, text_hidden: u64, tp: u64, e: u128) 
     // PaliGemma's `nn.Linear` and LLaVA-NeXT's `image_newline` (a plain parameter).
     let projector = mm.projector_parameters(text_hidden) as u128;
     let newline = if mm.anyres.is_some() { text_hidden as u128 } else { 0 };
+    // LLaVA-OneVision's projector is two plain nn.Linear (llava_onevision.py
+    // `LlavaOnevisionMultiModalProjector`): whole on every rank, as its `image_newline`.
+    let onevision = mm.anyres.as_ref().is_some_and(|a| a.max_tiles.is_some());
     n += match mm.projector() {
+        _ if onevision => projector,
         ProjectorKind::Pool(_) | ProjectorKind::Shuffle(_) | ProjectorKind::Linear => projector,
         _ => (projector - newline).div_ceil(tp as u128) + newline,
     };
@@ -232,7 +234,11 @@ fn item(mm: &Multimodal, cfg: &ServeConfig) -> Result<Item> {
     let native = vis.tokens(vis.native_image_size);
     let native_pixels = (vis.native_image_size as u128).pow(2);
     if let Some(a) = &mm.anyres {
-        return Ok(next_item(a, vis.native_image_size, vis.native_image_size / vis.patch.max(1), native));
+        let per = vis.native_image_size / vis.patch.max(1);
+        if a.max_tiles.is_some() {
+            return Ok(onevision_item(a, vis.native_image_size, per, native));
+        }
+        return Ok(next_item(a, vis.native_image_size, per, native));
     }
     Ok(match (mm.merger, mm.llama4, mm.projector()) {
         (Some(pm), _, _) => {
@@ -286,6 +292,47 @@ fn next_item(a: &AnyRes, crop: u64, per: u64, tower_tokens: u64) -> Item {
         }
     }
     best
+}
+
+/// The size of LLaVA-OneVision's dummy image (llava_onevision.py
+/// `get_image_size_with_most_features`: width 1153, height 944, "found via processor tests").
+const ONEVISION_DUMMY: (u64, u64) = (944, 1153);
+
+/// LLaVA-OneVision's dummy image as vLLM counts it (llava_onevision.py; llava_next.py
+/// `get_num_image_tokens`): the pinpoint `select_best_resolution` picks for the 944×1153 image,
+/// its grid's feature map unpadded to the image's aspect ratio (`_get_num_unpadded_features`),
+/// then, past a ratio of 1.1 over 9 tiles' worth, scaled down (the 9 hard-coded, whatever the
+/// config's `anyres_max_N`), a newline per row, and the base tile. The tower runs the grid's
+/// tiles plus the base.
+fn onevision_item(a: &AnyRes, crop: u64, per: u64, tower_tokens: u64) -> Item {
+    let (h, w) = ONEVISION_DUMMY;
+    let (hf, wf) = (h as f64, w as f64);
+    let (mut best, mut max_eff, mut min_waste) = (a.pinpoints.first().copied().unwrap_or((crop, crop)), 0u128, u128::MAX);
+    for &(ph, pw) in &a.pinpoints {
+        let scale = (pw as f64 / wf).min(ph as f64 / hf);
+        let eff = ((wf * scale) as u128 * (hf * scale) as u128).min(h as u128 * w as u128);
+        let waste = (ph as u128 * pw as u128).saturating_sub(eff);
+        if eff > max_eff || (eff == max_eff && waste < min_waste) {
+            (max_eff, min_waste, best) = (eff, waste, (ph, pw));
+        }
+    }
+    let crop = crop.max(1);
+    let (gh, gw) = (best.0 / crop, best.1 / crop);
+    let (mut ch, mut cw) = (per * gh, per * gw);
+    // Python's int(round(x, 7)).
+    let trunc7 = |x: f64| ((x * 1e7).round() / 1e7).floor() as u64;
+    if wf / hf > cw as f64 / ch.max(1) as f64 {
+        let nh = trunc7(hf * cw as f64 / wf);
+        ch -= 2 * (ch.saturating_sub(nh) / 2);
+    } else {
+        let nw = trunc7(wf * ch as f64 / hf);
+        cw -= 2 * (cw.saturating_sub(nw) / 2);
+    }
+    let ratio = ((ch * cw) as f64 / (9 * per * per).max(1) as f64).sqrt();
+    let (rows, cols) = if ratio > 1.1 { ((ch as f64 / ratio).floor() as u64, (cw as f64 / ratio).floor() as u64) } else { (ch, cw) };
+    let tokens = a.tile_tokens + rows * cols + rows;
+    let tiles = gh * gw + 1;
+    Item { patches: tiles * tower_tokens, tokens, embeds: tokens, pixels: tiles as u128 * (crop as u128).pow(2) }
 }
 
 /// Idefics3's and SmolVLM's dummy image (idefics3.py): a square the processor resizes to its

@@ -111,12 +111,41 @@ fn unmodelled_combinations_are_refused() {
         let e = serve(&m, &cfg).unwrap_err().to_string();
         assert!(e.contains(flag), "{flag}: {e}");
     }
-    // Families estimated for training and inference but not for vLLM serving are refused by
-    // name: LLaVA-OneVision is vLLM's own model (llava_onevision.py, video in its dummy inputs).
+}
+
+/// LLaVA-OneVision (llava_onevision.py, read in the 0.31.0 and 0.33.0 sdists): vLLM's dummy
+/// image is 1153×944, the 3×4-tile pinpoint (1152×1536) plus the base: 13 crops of 729 patches
+/// through the tower, and 729 + 81·98 + 81 = 8748 tokens after unpadding (no anyres_max_9
+/// downscale: the ratio is 1.0999). The image outranks a 16-frame video (3137 tokens), so one
+/// image is profiled, with a budget of max(8192, 8748). The projector is two plain nn.Linear,
+/// whole on every rank; the tower (26 layers, post-norm dropped) is split.
+#[test]
+fn llava_onevision_profiles_one_8748_token_image() {
     for file in ["llava-onevision-qwen2.5-0.5b-constructed", "llava-onevision-qwen2.5-1.5b-constructed"] {
         let m = config(&format!("validation/configs/vlm/{file}.json"));
-        let e = serve(&m, &h100()).unwrap_err().to_string();
-        assert!(e.contains("vLLM serving is modelled for"), "{file}: {e}");
+        let r = serve(&m, &h100()).unwrap();
+        let note = r.notes.iter().find(|n| n.starts_with("vision:")).expect("a vision note");
+        assert!(
+            note.contains("budget is 8748 tokens, profiled with 1 image(s) of the maximum size (8748 tokens, 9477 patches each)"),
+            "{file}: {note}"
+        );
+        assert!(r.notes.iter().any(|n| n.contains("also takes video")), "{file}");
+        // Tower split over TP 2, projector and image_newline whole: the vision part of a rank
+        // is half the tower plus the whole projector (within the tower's replicated norms and
+        // embeddings).
+        let mm = m.multimodal.as_ref().unwrap();
+        let projector = mm.projector_parameters(m.hidden) as i64 * 2;
+        let lm = |tp| serve(&m.language_model(), &ServeConfig { tp, ..h100() }).unwrap().weights_bytes as i64;
+        let vis = |tp| serve(&m, &ServeConfig { tp, ..h100() }).unwrap().weights_bytes as i64 - lm(tp);
+        let tower1 = vis(1) - projector;
+        let tower2 = vis(2) - projector;
+        // What TP does not halve: the patch embedding, position table and norms (~3.3 MB);
+        // a split projector would take its own size off this.
+        let whole = tower2 * 2 - tower1;
+        assert!(whole > 0 && whole < 4 << 20, "{file}: {whole} bytes not halved (tower {tower1} at TP 1, {tower2} at TP 2)");
+        // Images off: vLLM would profile two videos, not modelled.
+        let e = serve(&m, &ServeConfig { mm_limit_per_prompt: Some(0), ..h100() }).unwrap_err().to_string();
+        assert!(e.contains("--limit-mm-per-prompt"), "{e}");
     }
 }
 
