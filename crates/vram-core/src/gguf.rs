@@ -670,6 +670,12 @@ pub struct LlamaCppConfig {
     /// A multimodal projector's weights on the GPU (`--mmproj FILE`: llama-server loads the vision
     /// encoder there unless `--no-mmproj-offload`, tools/mtmd/clip.cpp); 0 without one.
     pub projector_bytes: u64,
+    /// The vision encoder's compute buffer on the GPU beside its weights (clip.cpp's warm-up
+    /// reserve, `crate::clip_buffer`); 0 without `--mmproj` or with `--no-mmproj-offload`.
+    pub projector_compute_bytes: u64,
+    /// Its buffer in host memory: the graph's inputs, or the whole graph under
+    /// `--no-mmproj-offload`.
+    pub projector_host_bytes: u64,
     /// Weights in RAM are mapped from the file (llama.cpp's default; `--no-mmap` reads them into
     /// allocated memory instead).
     pub mmap: bool,
@@ -690,6 +696,8 @@ impl LlamaCppConfig {
         kv_bytes: 2.0,
         cuda_overhead: 0,
         projector_bytes: 0,
+        projector_compute_bytes: 0,
+        projector_host_bytes: 0,
         mmap: true,
         mlock: false,
     };
@@ -818,7 +826,8 @@ pub fn llama_cpp_with(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides)
         .saturating_add(gpu_state)
         .saturating_add(compute)
         .saturating_add(c.cuda_overhead)
-        .saturating_add(c.projector_bytes);
+        .saturating_add(c.projector_bytes)
+        .saturating_add(c.projector_compute_bytes);
     // The CPU runs graph work of its own when a layer or an override's tensor stays there
     // (the token embeddings' lookup aside).
     let cpu_compute = first_gpu > 0 || w.to_cpu > 0 || !output_on_gpu;
@@ -938,7 +947,9 @@ fn host_memory(hp: &HParams, c: &LlamaCppConfig, ctx: u64, w: &Placed, kv_state:
         .fold(0u64, |a, il| a.saturating_add(kq_mask_bytes(kv_layer_cells(hp, c, ctx, il) / streams, u, c.flash_attn)));
     let compute = masks.saturating_add(hidden_bytes(hp.embd, u));
     let locked = if c.mlock { weights } else { 0 };
-    let total = [weights, kv_state, output, compute].iter().fold(0u64, |a, b| a.saturating_add(*b));
+    // The vision encoder's buffer in RAM (`--mmproj`: its graph inputs, or all of it under
+    // `--no-mmproj-offload`) is its own row.
+    let total = [weights, kv_state, output, compute, c.projector_host_bytes].iter().fold(0u64, |a, b| a.saturating_add(*b));
     HostMemory {
         weights_bytes: weights,
         weights_mapped: c.mmap,

@@ -18,6 +18,7 @@
 pub mod advice;
 pub mod allocator;
 pub mod arch_infer;
+pub mod clip_buffer;
 pub mod config;
 pub mod dtype;
 pub mod error;

@@ -248,7 +248,7 @@ pub fn plan(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides, m: &Multi
         && o.tensor.is_empty()
         && o.cpu_moe == crate::gguf::CpuMoe::None;
     if let Some(first) = out.first_mut() {
-        first.projector_bytes = c.projector_bytes;
+        first.projector_bytes = c.projector_bytes.saturating_add(c.projector_compute_bytes);
     }
     for d in out.iter_mut() {
         finish(d, hp, c, ctx, pipeline);

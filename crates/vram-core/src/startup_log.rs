@@ -141,6 +141,9 @@ pub struct LlamaCppDevice {
 pub struct LlamaCppLog {
     /// "n_ctx = N".
     pub n_ctx: Option<u64>,
+    /// The vision encoder's compute buffer on its first non-CPU device (`--mmproj`:
+    /// "alloc_compute_meta: CUDA0 compute buffer size = X MiB", tools/mtmd/clip.cpp).
+    pub vision_compute: Option<LogSize>,
     /// Devices in the order they first appear.
     pub devices: Vec<LlamaCppDevice>,
 }
@@ -444,6 +447,19 @@ fn parse_llama_cpp(text: &str) -> (LlamaCppLog, usize) {
     let mut l = LlamaCppLog::default();
     let mut found = 0;
     for line in text.lines() {
+        // clip.cpp's own buffer (the vision encoder of `--mmproj`), kept apart from the text
+        // model's.
+        if let Some(i) = line.find("alloc_compute_meta:") {
+            let body = &line[i + "alloc_compute_meta:".len()..];
+            if let Some(j) = body.find(" compute buffer size =") {
+                let device = body[..j].trim();
+                if !device.starts_with("CPU") && l.vision_compute.is_none() {
+                    l.vision_compute = size(&body[j + " compute buffer size =".len()..]);
+                    found += l.vision_compute.is_some() as usize;
+                }
+            }
+            continue;
+        }
         // The function name may follow a timestamp and level ("0.00.329.203 I load_tensors: …")
         // or colour codes: the first `name:` whose name ends in a known function counts.
         let Some((func, body)) = line.match_indices(':').find_map(|(i, _)| {

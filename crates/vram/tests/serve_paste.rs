@@ -238,6 +238,56 @@ fn a_multimodal_projector_adds_its_weights_to_the_gpu() {
     assert!(e.contains("--mmproj is llama-server's"), "{e}");
 }
 
+/// A Gemma 3 projector (`clip.projector_type` gemma3, the hyper-parameters of
+/// ggml-org/gemma-3-4b-it-GGUF's mmproj) adds its weights and the vision encoder's warm-up
+/// compute buffer to the GPU — 121.25 MiB under flash attention as llama.cpp PR #22790's log
+/// prints it, over 1 GiB without — and its 896² f32 image (9.19 MiB) to RAM; under
+/// `--no-mmproj-offload` the whole buffer is in RAM. The report names the buffer.
+#[test]
+fn a_gemma3_projector_adds_its_vision_compute_buffer() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = gguf_writer::write_tiny_llama(dir.path());
+    let mut mm = gguf_writer::Writer::default();
+    mm.str("general.architecture", "clip")
+        .str("clip.projector_type", "gemma3")
+        .u32("clip.vision.embedding_length", 1152)
+        .u32("clip.vision.feed_forward_length", 4304)
+        .u32("clip.vision.attention.head_count", 16)
+        .u32("clip.vision.block_count", 27)
+        .u32("clip.vision.image_size", 896)
+        .u32("clip.vision.patch_size", 14)
+        .tensor("v.patch_embd.weight", &[14, 14, 3, 1152], gguf_writer::F16);
+    let weights = 2 * 14 * 14 * 3 * 1152;
+    let mm_path = gguf_writer::write_padded(dir.path(), "mmproj-gemma3.gguf", &mm);
+    let gpu = |v: &serde_json::Value| v["plan"]["gpu_total_bytes"].as_u64().unwrap();
+    let ram = |v: &serde_json::Value| v["plan"]["host"]["total_bytes"].as_u64().unwrap();
+    let base = json(&["serve", "-m", &p, "-g", "24GiB"]);
+    let with = json(&["serve", "-m", &p, "-g", "24GiB", "--mmproj", &mm_path]);
+    let compute = (gpu(&with) - gpu(&base) - weights) as f64 / (1u64 << 20) as f64;
+    assert!((compute - 121.25).abs() < 0.05, "{compute:.2} MiB");
+    let inputs = (ram(&with) - ram(&base)) as f64 / (1u64 << 20) as f64;
+    assert!((inputs - 9.19).abs() < 0.01, "{inputs:.2} MiB");
+    let off = json(&["serve", "-m", &p, "-g", "24GiB", "--mmproj", &mm_path, "--flash-attn", "off"]);
+    assert!(gpu(&off) - gpu(&base) > 1 << 30);
+    let host = json(&["serve", "-m", &p, "-g", "24GiB", "--mmproj", &mm_path, "--no-mmproj-offload"]);
+    assert_eq!(gpu(&host), gpu(&base));
+    assert_eq!(ram(&host) - ram(&base), gpu(&with) - gpu(&base) - weights);
+    let notes = with["notes"].to_string();
+    assert!(notes.contains("warm-up image of 896 px") && notes.contains("gemma3"), "{notes}");
+    // `--log` reads clip.cpp's own line beside the text model's buffers.
+    let log = dir.path().join("load.log");
+    std::fs::write(
+        &log,
+        "clip_ctx: CLIP using CUDA0 backend\nalloc_compute_meta:      CUDA0 compute buffer size =   121.25 MiB\nalloc_compute_meta:        CPU compute buffer size =     9.19 MiB\n",
+    )
+    .unwrap();
+    let cmp = json(&["serve", "-m", &p, "-g", "24GiB", "--mmproj", &mm_path, "--log", log.to_str().unwrap()]);
+    let rows = cmp["comparison"]["rows"].as_array().unwrap();
+    let r = rows.iter().find(|r| r["quantity"] == "vision compute buffer (--mmproj)").expect("a vision row");
+    assert_eq!(r["log"].as_f64(), Some(121.25));
+    assert!((r["estimate"].as_f64().unwrap() - 121.25).abs() < 0.05, "{r}");
+}
+
 /// RAM as llama.cpp holds it: under mmap the file's span from the first to the last tensor left
 /// on the CPU (with `-ngl 4` of 4 layers the output stays on the CPU, so the span runs from the
 /// token embeddings at the start to the output at the end, the GPU's layers between them

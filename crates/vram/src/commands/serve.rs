@@ -892,6 +892,11 @@ pub fn llama_cpp_config(
     if a.batch_size == Some(0) {
         return Err(UsageError("--batch-size/-b 0: llama.cpp's logical batch is at least 1 token".into()).into());
     }
+    let flash = ollama.as_ref().map_or(flash_attn(a.flash_attn.as_deref())?, |o| o.flash_attn);
+    if a.mmproj.is_some() && ollama.is_some() {
+        return Err(UsageError("--mmproj is llama-server's: Ollama loads a model's projector itself (not modelled)".into()).into());
+    }
+    let projector = mmproj(a, flash)?;
     let config = LlamaCppConfig {
         n_gpu_layers: a.n_gpu_layers.unwrap_or(hparams.layers + 1),
         ctx,
@@ -900,21 +905,65 @@ pub fn llama_cpp_config(
         // unified only under --kv-unified. Ollama sizes one shared context.
         parallel: ollama.as_ref().map_or(a.parallel.unwrap_or(LLAMA_SERVER_AUTO_SLOTS), |o| o.parallel),
         unified: ollama.is_some() || a.parallel.is_none() || a.kv_unified,
-        flash_attn: ollama.as_ref().map_or(flash_attn(a.flash_attn.as_deref())?, |o| o.flash_attn),
+        flash_attn: flash,
         kv_bytes,
         cuda_overhead,
-        projector_bytes: match &a.mmproj {
-            Some(_) if ollama.is_some() => {
-                return Err(UsageError("--mmproj is llama-server's: Ollama loads a model's projector itself (not modelled)".into()).into())
-            }
-            Some(_) if a.no_mmproj_offload => 0,
-            Some(p) => crate::source::gguf::read_gguf(p).with_context(|| format!("--mmproj {}", p.display()))?.tensor_bytes(),
-            None => 0,
-        },
+        projector_bytes: projector.weights,
+        projector_compute_bytes: projector.device,
+        projector_host_bytes: projector.host,
         mmap: !a.no_mmap,
         mlock: a.mlock,
     };
     Ok((config, ollama))
+}
+
+/// What `--mmproj FILE` puts on the GPU and in RAM: its weights (on the GPU unless
+/// `--no-mmproj-offload`) and the vision encoder's warm-up compute buffer
+/// (`vram_core::clip_buffer`), with the line the report gives about it.
+struct Projector {
+    weights: u64,
+    device: u64,
+    host: u64,
+    note: Option<String>,
+}
+
+fn mmproj(a: &ServeArgs, flash: bool) -> Result<Projector> {
+    let Some(p) = &a.mmproj else { return Ok(Projector { weights: 0, device: 0, host: 0, note: None }) };
+    let g = crate::source::gguf::read_gguf(p).with_context(|| format!("--mmproj {}", p.display()))?;
+    let file = p.display().to_string();
+    let clip = vram_core::clip_buffer::clip_compute(&g, flash, &file)?;
+    let offload = !a.no_mmproj_offload;
+    let (device, host, note) = match &clip {
+        Some(c) => {
+            let (device, host) = if offload { (c.device_bytes, c.host_inputs_bytes) } else { (0, c.device_bytes) };
+            let note = format!(
+                "--mmproj: the vision encoder ({}) reserves {:.2} MiB of compute buffer {} at load for its warm-up image of {} px ({} patches, flash attention {}){}, plus {:.2} MiB of graph inputs in RAM (clip.cpp alloc_compute_meta, the lines llama-server logs); a larger image at run time can grow it{}",
+                c.projector,
+                c.device_bytes as f64 / (1u64 << 20) as f64,
+                if offload { "on the GPU" } else { "in RAM (--no-mmproj-offload)" },
+                c.warmup_side,
+                c.patches,
+                if c.flash_attn { "on" } else { "off: the attention scores dominate" },
+                if c.approximate { " — an approximation for this projector under flash attention (within 1% of the one log held)" } else { "" },
+                if offload { c.host_inputs_bytes as f64 / (1u64 << 20) as f64 } else { 0.0 },
+                if c.projector.contains("merger") || c.projector == "pixtral" { " (a dynamic-resolution encoder: its buffer scales with the image's patches)" } else { "" }
+            );
+            (device, host, Some(note))
+        }
+        None => (
+            0,
+            0,
+            Some(format!(
+                "--mmproj: the vision encoder's compute buffer is not modelled for projector type {} (modelled: {}); the report counts its weights only",
+                match g.metadata.get("clip.projector_type") {
+                    Some(vram_core::gguf::MetaValue::Str(t)) => t.clone(),
+                    _ => "(none named)".into(),
+                },
+                vram_core::clip_buffer::MODELLED.join(", ")
+            )),
+        ),
+    };
+    Ok(Projector { weights: if offload { g.tensor_bytes() } else { 0 }, device, host, note })
 }
 
 /// llama-server's slots when `-np` is not given ("setting n_parallel = 4 and kv_unified = true",
@@ -933,26 +982,17 @@ pub fn llama_cpp_gguf(a: &ServeArgs, file: String, gguf: vram_core::gguf::Gguf) 
     if let Some(o) = &ollama {
         plan.ctx_per_sequence = o.num_ctx;
     }
-    let notes = ollama.map(|o| o.notes).unwrap_or_default();
+    let mut notes = ollama.map(|o| o.notes).unwrap_or_default();
+    if a.mmproj.is_some() {
+        notes.extend(mmproj(a, config.flash_attn)?.note);
+    }
     if let Some(m) = multi_gpu(a)? {
         let split = vram_core::llama_split::plan(&gguf, &hparams, &config, &overrides, &m)?;
         let limit = if hparams.context_length > 0 { hparams.context_length } else { 1 << 20 };
         let fit = vram_core::llama_split::max_ctx(&gguf, &hparams, &config, &overrides, &m, g.memory, limit)?;
         let split = Some((split, fit));
         let (offload_table, moe_table) = (Vec::new(), Vec::new());
-        return Ok(LlamaCppServe {
-            file,
-            gguf,
-            hparams,
-            gpu: g,
-            config,
-            overrides,
-            plan,
-            offload_table,
-            moe_table,
-            notes: Vec::new(),
-            split,
-        });
+        return Ok(LlamaCppServe { file, gguf, hparams, gpu: g, config, overrides, plan, offload_table, moe_table, notes, split });
     }
     let offload_table = offload_table(&gguf, &hparams, &config, &overrides, g.memory)?;
     let moe_table = if overrides.tensor.is_empty() { moe_table(&gguf, &hparams, &config, g.memory)? } else { Vec::new() };

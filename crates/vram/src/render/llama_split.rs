@@ -93,9 +93,10 @@ pub fn text(s: &LlamaCppServe, p: &SplitPlan, fit: Option<u64>) -> String {
     if c.projector_bytes > 0 {
         let _ = writeln!(
             out,
-            "{} total includes the --mmproj projector's {} GiB of weights (its compute buffer is not modelled)",
+            "{} total includes the --mmproj projector's {} GiB of weights and {} GiB of vision compute buffer",
             p.devices.first().map_or("CUDA0", |d| d.name.as_str()),
-            gib(c.projector_bytes)
+            gib(c.projector_bytes),
+            gib(c.projector_compute_bytes)
         );
     }
     let util = p.max_device_total_bytes as f64 / s.gpu.memory as f64;

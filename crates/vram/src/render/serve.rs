@@ -409,8 +409,9 @@ pub fn llama_cpp_text(s: &LlamaCppServe) -> String {
     }
     row(&mut out, "compute buffer (RAM: graph inputs)", p.gpu_compute_bytes, p.host.compute_bytes);
     row(&mut out, "output buffer (logits, pinned RAM)", 0, p.host.output_bytes);
-    if c.projector_bytes > 0 {
-        row(&mut out, "projector (--mmproj; its compute buffer unmodelled)", c.projector_bytes, 0);
+    if c.projector_bytes > 0 || c.projector_host_bytes > 0 {
+        row(&mut out, "projector weights (--mmproj)", c.projector_bytes, 0);
+        row(&mut out, "projector compute buffer (vision warm-up)", c.projector_compute_bytes, c.projector_host_bytes);
     }
     row(&mut out, "CUDA context + cuBLAS (assumed)", p.cuda_overhead_bytes, 0);
     row(&mut out, "total", p.gpu_total_bytes, p.host.total_bytes);

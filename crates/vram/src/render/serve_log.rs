@@ -300,6 +300,9 @@ pub fn llama_cpp(s: &LlamaCppServe, l: &LlamaCppLog) -> Comparison {
     if p.gpu_state_bytes > 0 || dev.state.is_some() {
         rows.insert(2, mib("RS buffer (recurrent state)", p.gpu_state_bytes, &dev.state));
     }
+    if s.config.projector_compute_bytes > 0 || l.vision_compute.is_some() {
+        rows.push(mib("vision compute buffer (--mmproj)", s.config.projector_compute_bytes, &l.vision_compute));
+    }
     // The host side: the weights' buffers in RAM (CPU_Mapped under mmap, else CPU or a pinned
     // *_Host buffer) summed, and the pinned host compute buffer.
     let hosts: Vec<_> = l.devices.iter().filter(|d| host(&d.name)).collect();
@@ -357,6 +360,11 @@ pub fn llama_cpp(s: &LlamaCppServe, l: &LlamaCppLog) -> Comparison {
                 "RS buffer: vram sizes {} (one f32 state per sequence on each state layer: --parallel sets the sequences); the log allocated {}",
                 m(p.gpu_state_bytes),
                 shown(&dev.state)
+            ),
+            "vision compute buffer (--mmproj)" => format!(
+                "vision compute buffer: vram models {} for clip.cpp's warm-up image (0 when the projector type is not modelled or no --mmproj is given); the log's alloc_compute_meta reserved {}",
+                m(s.config.projector_compute_bytes),
+                shown(&l.vision_compute)
             ),
             _ => format!("compute buffer: vram models {}; the log allocated {}", m(p.gpu_compute_bytes), shown(&dev.compute)),
         })
