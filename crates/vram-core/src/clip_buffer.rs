@@ -38,6 +38,10 @@ pub struct ClipCompute {
     pub approximate: bool,
 }
 
+/// The projector types whose warm-up buffer a public load log has confirmed
+/// (validation/logs/llama.cpp/clip_logs.jsonl); the others follow the graph builders only.
+pub const LOG_CHECKED: &[&str] = &["gemma3", "qwen2.5vl_merger", "qwen3vl_merger", "pixtral"];
+
 /// The projector types modelled.
 pub const MODELLED: &[&str] = &["gemma3", "idefics3", "mlp", "qwen2vl_merger", "qwen2.5vl_merger", "qwen3vl_merger", "pixtral"];
 

@@ -246,11 +246,13 @@ pub fn logged_cuda_totals_mib() -> &'static [(&'static str, u64)] {
 
 impl CudaTotalSource {
     /// One phrase for a report.
-    pub fn describe(self) -> &'static str {
+    pub fn describe(self) -> String {
         match self {
-            CudaTotalSource::Logged => "CUDA total as public logs print it for this GPU (drivers move it by up to 0.2 GiB)",
-            CudaTotalSource::Reserve => "CUDA total = nvidia-smi total − 509 MiB, the median driver reserve (no log for this GPU)",
-            CudaTotalSource::AsGiven => "CUDA total as given",
+            CudaTotalSource::Logged => "CUDA total as public logs print it for this GPU (drivers move it by up to 0.2 GiB)".into(),
+            CudaTotalSource::Reserve => {
+                format!("CUDA total = nvidia-smi total − {DEFAULT_DRIVER_RESERVE_MIB} MiB, the median driver reserve (no log for this GPU)")
+            }
+            CudaTotalSource::AsGiven => "CUDA total as given".into(),
         }
     }
 }

@@ -944,7 +944,13 @@ fn mmproj(a: &ServeArgs, flash: bool) -> Result<Projector> {
                 c.warmup_side,
                 c.patches,
                 if c.flash_attn { "on" } else { "off: the attention scores dominate" },
-                if c.approximate { " — an approximation for this projector under flash attention (within 1% of the one log held)" } else { "" },
+                if c.approximate {
+                    " — an approximation for this projector under flash attention (within 1% of the one log held)"
+                } else if !vram_core::clip_buffer::LOG_CHECKED.contains(&c.projector.as_str()) {
+                    " — from llama.cpp's graph builders, not yet checked against a load log for this projector type"
+                } else {
+                    ""
+                },
                 if offload { c.host_inputs_bytes as f64 / (1u64 << 20) as f64 } else { 0.0 },
                 if c.projector.contains("merger") || c.projector == "pixtral" { " (a dynamic-resolution encoder: its buffer scales with the image's patches)" } else { "" }
             );

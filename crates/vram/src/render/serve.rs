@@ -93,7 +93,7 @@ fn vllm_budget(out: &mut String, s: &VllmServe) {
             out,
             &format!("requested ({} × CUDA total {:.2})", c.gpu_memory_utilization, gib(c.gpu_memory)),
             r.requested_bytes,
-            vram_core::gpu::cuda_total(&s.gpu).1.describe(),
+            &vram_core::gpu::cuda_total(&s.gpu).1.describe(),
         );
     }
     row(out, "KV-cache pool", r.kv_cache_bytes, "\"Available KV cache memory\"");
