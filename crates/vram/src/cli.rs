@@ -677,10 +677,15 @@ pub struct ServeArgs {
     #[arg(long, alias = "kvu")]
     pub kv_unified: bool,
     /// llama-server `--mmproj FILE` / `-mm`: a multimodal projector GGUF loaded beside the model
-    /// (its weights on the GPU, read exactly from its header; its own compute buffer is not
-    /// modelled).
+    /// (its weights on the GPU, read exactly from its header, and the vision encoder's warm-up
+    /// compute buffer for the projector types vram models). With a Hub repository of GGUF files,
+    /// the projector llama-server's `-hf` picks is counted unless --no-mmproj.
     #[arg(long, alias = "mm", value_name = "FILE")]
     pub mmproj: Option<std::path::PathBuf>,
+    /// llama-server `--no-mmproj`: load no projector, not even the one `-hf` picks from the
+    /// model's repository.
+    #[arg(long)]
+    pub no_mmproj: bool,
     /// llama-server `--no-mmproj-offload`: keep the projector in RAM.
     #[arg(long)]
     pub no_mmproj_offload: bool,

@@ -83,9 +83,19 @@ fn repo_files() -> Vec<(String, File)> {
         ("m-Q8_0.gguf".into(), file(&header(gguf_writer::Q8_0, 0..LAYERS, true, None))),
         ("F16/m-F16-00001-of-00002.gguf".into(), file(&header(gguf_writer::F16, 0..16, true, Some((0, 2))))),
         ("F16/m-F16-00002-of-00002.gguf".into(), file(&header(gguf_writer::F16, 16..LAYERS, false, Some((1, 2))))),
-        ("mmproj-m-F16.gguf".into(), file(&header(gguf_writer::F16, 0..1, true, None))),
+        ("mmproj-m-F16.gguf".into(), file(&projector())),
     ]
 }
+
+/// A Gemma 3 vision projector with a second tensor.
+fn projector() -> Writer {
+    let mut w = gguf_writer::gemma3_projector();
+    w.tensor("mm.input_projection.weight", &[1152, 2560], gguf_writer::F16);
+    w
+}
+
+/// The projector's weights, bytes.
+const PROJECTOR_WEIGHTS: u64 = 2 * (14 * 14 * 3 * 1152 + 1152 * 2560);
 
 /// Every request seen: (path, range header).
 type RequestLog = Arc<Mutex<Vec<(String, Option<String>)>>>;
@@ -206,17 +216,44 @@ fn every_quant_is_listed_with_its_plan_and_the_largest_that_fits_is_named() {
         let (a, b) = r.trim_start_matches("bytes=").split_once('-').unwrap();
         assert!(b.parse::<u64>().unwrap() - a.parse::<u64>().unwrap() < 16 << 20, "{p} {r}");
     }
-    assert!(!reqs.iter().any(|(p, _)| p.contains("mmproj")), "the projector's header is not read");
+    // The projector -hf loads beside every quant: its header read once, by range.
+    let mm: Vec<_> = reqs.iter().filter(|(p, _)| p.contains("mmproj")).collect();
+    assert_eq!(mm.len(), 1, "{mm:?}");
+    assert!(v["notes"].to_string().contains("find_best_mmproj"), "{}", v["notes"]);
 
-    // The table's row is the plan `serve` makes of the file itself.
+    // Without it (--no-mmproj), each row is lighter by its weights and the vision encoder's
+    // warm-up buffer, and is the plan `serve` makes of the file itself.
+    let bare = ok_json(&run(port, cache.path(), &["serve", "--model", REPO, "--gpu", "12GiB", "--json", "--no-mmproj"]));
+    assert!(bare["notes"].to_string().contains("--no-mmproj: the repository's multimodal projector"), "{}", bare["notes"]);
+    for (q, b) in quants.iter().zip(bare["quants"].as_array().unwrap()) {
+        let extra = q["gpu_total_bytes"].as_u64().unwrap() - b["gpu_total_bytes"].as_u64().unwrap() - PROJECTOR_WEIGHTS;
+        assert!((extra as f64 / (1u64 << 20) as f64 - 121.25).abs() < 0.05, "{} MiB", extra >> 20);
+    }
     let dir = tempfile::tempdir().unwrap();
     let local = dir.path().join("m-Q8_0.gguf");
     write_sparse(&local, &files[2].1);
     let whole = ok_json(&run(port, cache.path(), &["serve", "--model", local.to_str().unwrap(), "--gpu", "12GiB", "--json"]));
-    assert_eq!(whole["plan"]["gpu_total_bytes"], quants[2]["gpu_total_bytes"]);
+    assert_eq!(whole["plan"]["gpu_total_bytes"], bare["quants"][2]["gpu_total_bytes"]);
+    // One quant by name: the plan of the file with the projector beside it (`--mmproj FILE`).
+    let local_mm = dir.path().join("mmproj-m-F16.gguf");
+    write_sparse(&local_mm, &files[5].1);
+    let with_mm = ok_json(&run(
+        port,
+        cache.path(),
+        &["serve", "--model", local.to_str().unwrap(), "--gpu", "12GiB", "--json", "--mmproj", local_mm.to_str().unwrap()],
+    ));
     let one = ok_json(&run(port, cache.path(), &["serve", "--model", &format!("{REPO}:q8_0"), "--gpu", "12GiB", "--json"]));
-    assert_eq!(one["plan"], whole["plan"]);
+    assert_eq!(one["plan"], with_mm["plan"]);
+    assert_eq!(one["plan"]["gpu_total_bytes"], quants[2]["gpu_total_bytes"]);
     assert_eq!(one["file"], format!("{REPO}:Q8_0"));
+    assert!(one["notes"].to_string().contains("org/m-GGUF/mmproj-m-F16.gguf (the projector -hf loads"), "{}", one["notes"]);
+    // A pasted llama-server -hf … --no-mmproj loads none.
+    let pasted = ok_json(&run(
+        port,
+        cache.path(),
+        &["serve", "--gpu", "12GiB", "--json", "--", "llama-server", "-hf", &format!("{REPO}:Q8_0"), "--no-mmproj"],
+    ));
+    assert_eq!(pasted["plan"], whole["plan"]);
 
     // The text names the best and how to see its plan.
     let out = run(port, cache.path(), &["serve", "--model", REPO, "--gpu", "12GiB", "-c", "8192"]);

@@ -247,16 +247,7 @@ fn a_multimodal_projector_adds_its_weights_to_the_gpu() {
 fn a_gemma3_projector_adds_its_vision_compute_buffer() {
     let dir = tempfile::tempdir().unwrap();
     let p = gguf_writer::write_tiny_llama(dir.path());
-    let mut mm = gguf_writer::Writer::default();
-    mm.str("general.architecture", "clip")
-        .str("clip.projector_type", "gemma3")
-        .u32("clip.vision.embedding_length", 1152)
-        .u32("clip.vision.feed_forward_length", 4304)
-        .u32("clip.vision.attention.head_count", 16)
-        .u32("clip.vision.block_count", 27)
-        .u32("clip.vision.image_size", 896)
-        .u32("clip.vision.patch_size", 14)
-        .tensor("v.patch_embd.weight", &[14, 14, 3, 1152], gguf_writer::F16);
+    let mm = gguf_writer::gemma3_projector();
     let weights = 2 * 14 * 14 * 3 * 1152;
     let mm_path = gguf_writer::write_padded(dir.path(), "mmproj-gemma3.gguf", &mm);
     let gpu = |v: &serde_json::Value| v["plan"]["gpu_total_bytes"].as_u64().unwrap();

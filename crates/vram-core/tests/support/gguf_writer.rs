@@ -188,6 +188,23 @@ pub fn tiny_qwen35(layers: u32) -> Writer {
 
 /// [`tiny_llama`] written to `dir` as `tiny.gguf`, padded to 4 MiB so the tensor data its header
 /// promises is in the file (the CLI checks that); returns its path.
+/// A Gemma 3 vision projector with the hyper-parameters of ggml-org/gemma-3-4b-it-GGUF's mmproj
+/// (its warm-up compute buffer is 121.25 MiB under flash attention, llama.cpp PR #22790's log)
+/// and one tensor, the patch embedding.
+pub fn gemma3_projector() -> Writer {
+    let mut w = Writer::default();
+    w.str("general.architecture", "clip")
+        .str("clip.projector_type", "gemma3")
+        .u32("clip.vision.embedding_length", 1152)
+        .u32("clip.vision.feed_forward_length", 4304)
+        .u32("clip.vision.attention.head_count", 16)
+        .u32("clip.vision.block_count", 27)
+        .u32("clip.vision.image_size", 896)
+        .u32("clip.vision.patch_size", 14)
+        .tensor("v.patch_embd.weight", &[14, 14, 3, 1152], F16);
+    w
+}
+
 pub fn write_tiny_llama(dir: &std::path::Path) -> String {
     write_padded(dir, "tiny.gguf", &tiny_llama())
 }

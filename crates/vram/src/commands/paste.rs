@@ -128,6 +128,7 @@ const LLAMA_FLAG: &[(&str, &str)] = &[
     ("--kv-unified", "--kv-unified"),
     ("-kvu", "--kv-unified"),
     ("--no-mmproj-offload", "--no-mmproj-offload"),
+    ("--no-mmproj", "--no-mmproj"),
 ];
 const LLAMA_NO_MEMORY: &[&str] = &[
     "--host",
@@ -144,7 +145,7 @@ const LLAMA_NO_MEMORY: &[&str] = &[
     "-n",
     "--n-predict",
 ];
-const LLAMA_NO_MEMORY_FLAG: &[&str] = &["--no-mmproj", "--jinja", "--verbose", "-v", "--metrics", "--cont-batching", "--no-webui"];
+const LLAMA_NO_MEMORY_FLAG: &[&str] = &["--jinja", "--verbose", "-v", "--metrics", "--cont-batching", "--no-webui"];
 
 /// SGLang flags vram reads (`python -m sglang.launch_server`, `sglang serve`), as `vram serve`
 /// spells them (arg_groups/fields/*.py of SGLang 0.5.23).

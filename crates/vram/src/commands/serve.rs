@@ -71,8 +71,12 @@ fn run_with(a: &ServeArgs, pasted: &[String], log: Option<&(String, vram_core::s
         let format = emit_format(a, Engine::LlamaCpp)?;
         return match spec.quant.clone() {
             Some(q) => {
-                let one = super::serve_quants::one(&spec, &q)?;
-                let mut s = llama_cpp_gguf(a, one.name.clone(), one.gguf.clone())?;
+                let one = super::serve_quants::one(a, &spec, &q)?;
+                let mm = match local_mmproj(a)? {
+                    Some(m) => Some(m),
+                    None => one.mmproj.clone(),
+                };
+                let mut s = llama_cpp_gguf(a, one.name.clone(), one.gguf.clone(), mm.as_ref())?;
                 s.notes.extend(one.notes.iter().cloned());
                 let alt = if s.split.is_none() && s.plan.gpu_total_bytes > s.gpu.memory {
                     super::serve_quants::smaller_that_fits(a, &spec, &one, s.gpu.memory)?
@@ -352,6 +356,7 @@ fn reject_other_engines_flags(a: &ServeArgs, engine: Engine) -> Result<()> {
             given(a.parallel.is_some(), "--parallel/-np"),
             given(a.kv_unified, "--kv-unified"),
             given(a.mmproj.is_some(), "--mmproj"),
+            given(a.no_mmproj, "--no-mmproj"),
             given(a.no_mmproj_offload, "--no-mmproj-offload"),
             given(a.gpus.is_some(), "--gpus"),
             given(a.tensor_split.is_some(), "--tensor-split/-ts"),
@@ -849,7 +854,24 @@ pub struct OffloadRow {
 /// Plan a llama.cpp launch of a GGUF file.
 pub fn llama_cpp(a: &ServeArgs, path: &std::path::Path) -> Result<LlamaCppServe> {
     let gguf = crate::source::gguf::read_gguf(path)?;
-    llama_cpp_gguf(a, path.display().to_string(), gguf)
+    llama_cpp_gguf(a, path.display().to_string(), gguf, local_mmproj(a)?.as_ref())
+}
+
+/// A multimodal projector GGUF loaded beside the model: `--mmproj FILE`, or the one llama-server's
+/// `-hf` downloads from the model's repository.
+#[derive(Clone)]
+pub struct MmprojFile {
+    /// How the output names it: `--mmproj FILE`, or `-hf`'s `org/name/FILE`.
+    pub name: String,
+    /// Its header.
+    pub gguf: vram_core::gguf::Gguf,
+}
+
+/// `--mmproj FILE`, read.
+pub fn local_mmproj(a: &ServeArgs) -> Result<Option<MmprojFile>> {
+    let Some(p) = &a.mmproj else { return Ok(None) };
+    let gguf = crate::source::gguf::read_gguf(p).with_context(|| format!("--mmproj {}", p.display()))?;
+    Ok(Some(MmprojFile { name: format!("--mmproj {}", p.display()), gguf }))
 }
 
 /// The llama.cpp settings the flags give for a file with these hyper-parameters on a GPU of
@@ -858,6 +880,7 @@ pub fn llama_cpp_config(
     a: &ServeArgs,
     hparams: &vram_core::gguf::HParams,
     memory: u64,
+    mm: Option<&MmprojFile>,
 ) -> Result<(vram_core::gguf::LlamaCppConfig, Option<vram_core::ollama::OllamaLaunch>)> {
     use vram_core::gguf::LlamaCppConfig;
     let ollama = ollama_launch(a, hparams, memory)?;
@@ -896,7 +919,7 @@ pub fn llama_cpp_config(
     if a.mmproj.is_some() && ollama.is_some() {
         return Err(UsageError("--mmproj is llama-server's: Ollama loads a model's projector itself (not modelled)".into()).into());
     }
-    let projector = mmproj(a, flash)?;
+    let projector = mmproj(a, mm, flash)?;
     let config = LlamaCppConfig {
         n_gpu_layers: a.n_gpu_layers.unwrap_or(hparams.layers + 1),
         ctx,
@@ -917,9 +940,9 @@ pub fn llama_cpp_config(
     Ok((config, ollama))
 }
 
-/// What `--mmproj FILE` puts on the GPU and in RAM: its weights (on the GPU unless
-/// `--no-mmproj-offload`) and the vision encoder's warm-up compute buffer
-/// (`vram_core::clip_buffer`), with the line the report gives about it.
+/// What a projector (`--mmproj FILE`, or the one `-hf` picks) puts on the GPU and in RAM: its
+/// weights (on the GPU unless `--no-mmproj-offload`) and the vision encoder's warm-up compute
+/// buffer (`vram_core::clip_buffer`), with the line the report gives about it.
 struct Projector {
     weights: u64,
     device: u64,
@@ -927,17 +950,15 @@ struct Projector {
     note: Option<String>,
 }
 
-fn mmproj(a: &ServeArgs, flash: bool) -> Result<Projector> {
-    let Some(p) = &a.mmproj else { return Ok(Projector { weights: 0, device: 0, host: 0, note: None }) };
-    let g = crate::source::gguf::read_gguf(p).with_context(|| format!("--mmproj {}", p.display()))?;
-    let file = p.display().to_string();
-    let clip = vram_core::clip_buffer::clip_compute(&g, flash, &file)?;
+fn mmproj(a: &ServeArgs, mm: Option<&MmprojFile>, flash: bool) -> Result<Projector> {
+    let Some(MmprojFile { name, gguf: g }) = mm else { return Ok(Projector { weights: 0, device: 0, host: 0, note: None }) };
+    let clip = vram_core::clip_buffer::clip_compute(g, flash, name)?;
     let offload = !a.no_mmproj_offload;
     let (device, host, note) = match &clip {
         Some(c) => {
             let (device, host) = if offload { (c.device_bytes, c.host_inputs_bytes) } else { (0, c.device_bytes) };
             let note = format!(
-                "--mmproj: the vision encoder ({}) reserves {:.2} MiB of compute buffer {} at load for its warm-up image of {} px ({} patches, flash attention {}){}, plus {:.2} MiB of graph inputs in RAM (clip.cpp alloc_compute_meta, the lines llama-server logs); a larger image at run time can grow it{}",
+                "{name}: the vision encoder ({}) reserves {:.2} MiB of compute buffer {} at load for its warm-up image of {} px ({} patches, flash attention {}){}, plus {:.2} MiB of graph inputs in RAM (clip.cpp alloc_compute_meta, the lines llama-server logs); a larger image at run time can grow it{}",
                 c.projector,
                 c.device_bytes as f64 / (1u64 << 20) as f64,
                 if offload { "on the GPU" } else { "in RAM (--no-mmproj-offload)" },
@@ -960,7 +981,7 @@ fn mmproj(a: &ServeArgs, flash: bool) -> Result<Projector> {
             0,
             0,
             Some(format!(
-                "--mmproj: the vision encoder's compute buffer is not modelled for projector type {} (modelled: {}); the report counts its weights only",
+                "{name}: the vision encoder's compute buffer is not modelled for projector type {} (modelled: {}); the report counts its weights only",
                 match g.metadata.get("clip.projector_type") {
                     Some(vram_core::gguf::MetaValue::Str(t)) => t.clone(),
                     _ => "(none named)".into(),
@@ -977,11 +998,11 @@ fn mmproj(a: &ServeArgs, flash: bool) -> Result<Projector> {
 const LLAMA_SERVER_AUTO_SLOTS: u64 = 4;
 
 /// Plan a llama.cpp launch of a parsed GGUF header (`file` names it in the output).
-pub fn llama_cpp_gguf(a: &ServeArgs, file: String, gguf: vram_core::gguf::Gguf) -> Result<LlamaCppServe> {
+pub fn llama_cpp_gguf(a: &ServeArgs, file: String, gguf: vram_core::gguf::Gguf, mm: Option<&MmprojFile>) -> Result<LlamaCppServe> {
     use vram_core::gguf::llama_cpp_with;
     let hparams = gguf.hparams(&file)?;
     let g = resolve::gpu(&a.gpu)?;
-    let (config, ollama) = llama_cpp_config(a, &hparams, g.memory)?;
+    let (config, ollama) = llama_cpp_config(a, &hparams, g.memory, mm)?;
     let overrides = overrides(a)?;
     let mut plan = llama_cpp_with(&gguf, &hparams, &config, &overrides)?;
     // Ollama shares one KV cache among its parallel requests but holds each to num_ctx tokens.
@@ -989,9 +1010,7 @@ pub fn llama_cpp_gguf(a: &ServeArgs, file: String, gguf: vram_core::gguf::Gguf) 
         plan.ctx_per_sequence = o.num_ctx;
     }
     let mut notes = ollama.map(|o| o.notes).unwrap_or_default();
-    if a.mmproj.is_some() {
-        notes.extend(mmproj(a, config.flash_attn)?.note);
-    }
+    notes.extend(mmproj(a, mm, config.flash_attn)?.note);
     if let Some(m) = multi_gpu(a)? {
         let split = vram_core::llama_split::plan(&gguf, &hparams, &config, &overrides, &m)?;
         let limit = if hparams.context_length > 0 { hparams.context_length } else { 1 << 20 };

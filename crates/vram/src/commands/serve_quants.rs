@@ -2,12 +2,12 @@
 //! repository planned under llama.cpp at the chosen flags, and the largest that fits; with
 //! `org/name:QUANT` (llama-server's `-hf` spelling) the full plan of that one quant.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use serde::Serialize;
 use vram_core::gguf::{llama_cpp_with, max_ctx_with, CpuMoe, Gguf, LlamaCppConfig, Overrides};
 use vram_core::serve_advice::{Alternative, Flag, ServeChange};
 
-use super::serve::{llama_cpp_config, overrides};
+use super::serve::{llama_cpp_config, local_mmproj, overrides, MmprojFile};
 use super::show;
 use crate::cli::ServeArgs;
 use crate::errors::UsageError;
@@ -56,9 +56,15 @@ pub fn spec(a: &ServeArgs, model: &str) -> Result<Option<Spec>> {
     Ok(Some(Spec { repo, rev, quant, env: HubEnv::from_env() }))
 }
 
-/// The repository's quants and the multimodal projectors left out.
-fn quants(s: &Spec) -> Result<(Vec<QuantFile>, Vec<String>)> {
-    let files = hub_gguf::list(&s.env, &s.repo, &s.rev)?;
+/// A repository's listing ((path, bytes), in path order), its quants and its multimodal
+/// projectors' paths.
+type Listing = (Vec<(String, u64)>, Vec<QuantFile>, Vec<String>);
+
+/// The repository's listing, its quants and its multimodal projectors.
+fn quants(s: &Spec) -> Result<Listing> {
+    let mut files = hub_gguf::list(&s.env, &s.repo, &s.rev)?;
+    // The Hub lists paths in order; a cached snapshot is read in directory order.
+    files.sort();
     let (q, skipped) = hub_gguf::group(&files);
     if q.is_empty() {
         return Err(UsageError(format!(
@@ -67,17 +73,41 @@ fn quants(s: &Spec) -> Result<(Vec<QuantFile>, Vec<String>)> {
         ))
         .into());
     }
-    Ok((q, skipped))
+    Ok((files, q, skipped))
 }
 
-/// What a projector means for the plan.
-fn projector_note(skipped: &[String]) -> Option<String> {
-    (!skipped.is_empty()).then(|| {
-        format!(
-            "the repository has a multimodal projector ({}); llama-server -hf loads it too and its memory is not in this estimate (--no-mmproj leaves it out; with the file at hand, --mmproj FILE adds its weights)",
-            skipped.join(", ")
-        )
+/// Whether llama-server's `-hf` would load the repository's projector: unless `--no-mmproj`,
+/// `--mmproj FILE` or Ollama (common/arg.cpp: `download_mmproj = use_mmproj && !no_mmproj &&
+/// mmproj.path.empty() && mmproj.url.empty()`).
+fn wants_projector(a: &ServeArgs) -> bool {
+    !a.no_mmproj && a.mmproj.is_none() && !a.engine.eq_ignore_ascii_case("ollama")
+}
+
+/// What the repository's projectors mean for the plan, when none is counted.
+fn projector_note(a: &ServeArgs, skipped: &[String]) -> Option<String> {
+    if skipped.is_empty() || a.mmproj.is_some() {
+        return None;
+    }
+    let list = skipped.join(", ");
+    Some(if a.no_mmproj {
+        format!("--no-mmproj: the repository's multimodal projector ({list}) is not loaded")
+    } else if a.engine.eq_ignore_ascii_case("ollama") {
+        format!("the repository has a multimodal projector ({list}); Ollama's loading of it is not modelled and its memory is not in this estimate")
+    } else {
+        format!("the repository's multimodal projector ({list}) lies in a directory off the quant's path, where llama-server's -hf does not look for it: none is counted")
     })
+}
+
+/// The projector `-hf` loads beside `primary` (the quant's first file), its header read like a
+/// quant's, or `None` when it loads none.
+fn projector(a: &ServeArgs, s: &Spec, files: &[(String, u64)], primary: &str) -> Result<Option<MmprojFile>> {
+    if !wants_projector(a) {
+        return Ok(None);
+    }
+    let Some((path, size)) = hub_gguf::best_mmproj(files, primary) else { return Ok(None) };
+    let q = QuantFile { quant: "mmproj".into(), files: vec![path.clone()], sizes: vec![*size] };
+    let gguf = hub_gguf::header(&s.env, &s.repo, &s.rev, &q).with_context(|| format!("{}/{path}, the projector -hf loads", s.repo))?;
+    Ok(Some(MmprojFile { name: format!("{}/{path} (the projector -hf loads; --no-mmproj leaves it out)", s.repo), gguf }))
 }
 
 /// One quant of a repository, planned: its name, header and notes, and the repository's other
@@ -93,12 +123,16 @@ pub struct OneQuant {
     pub all: Vec<QuantFile>,
     /// Bytes of the chosen quant's files.
     pub bytes: u64,
+    /// The projector `-hf` loads beside it.
+    pub mmproj: Option<MmprojFile>,
+    /// The repository's listing.
+    files: Vec<(String, u64)>,
 }
 
 /// One quant, named by its label (case-insensitive, as llama.cpp's -hf matches it) or its file
 /// name.
-pub fn one(s: &Spec, quant: &str) -> Result<OneQuant> {
-    let (all, skipped) = quants(s)?;
+pub fn one(a: &ServeArgs, s: &Spec, quant: &str) -> Result<OneQuant> {
+    let (files, all, skipped) = quants(s)?;
     let want = quant.to_ascii_lowercase();
     let q = all
         .iter()
@@ -115,9 +149,12 @@ pub fn one(s: &Spec, quant: &str) -> Result<OneQuant> {
         q.files.join(" + "),
         vram_core::units::gib(q.bytes())
     )];
-    notes.extend(projector_note(&skipped));
+    let mmproj = projector(a, s, &files, &q.files[0])?;
+    if mmproj.is_none() {
+        notes.extend(projector_note(a, &skipped));
+    }
     let (name, bytes) = (format!("{}:{}", s.repo, q.quant), q.bytes());
-    Ok(OneQuant { name, gguf, notes, all, bytes })
+    Ok(OneQuant { name, gguf, notes, all, bytes, mmproj, files })
 }
 
 /// When the chosen quant does not fit: the largest smaller quant of the same repository that
@@ -126,10 +163,15 @@ pub fn smaller_that_fits(a: &ServeArgs, s: &Spec, q: &OneQuant, memory: u64) -> 
     let smaller: Vec<QuantFile> = q.all.iter().filter(|x| x.bytes() < q.bytes).cloned().collect();
     let ov = overrides(a)?;
     let headers = read_headers(s, &smaller);
+    let local = local_mmproj(a)?;
     for (x, h) in smaller.iter().zip(headers).rev() {
         let Ok(g) = h else { continue };
         let Ok(hp) = g.hparams(&x.quant) else { continue };
-        let (c, _) = llama_cpp_config(a, &hp, memory)?;
+        let mm = match &local {
+            Some(m) => Some(m.clone()),
+            None => projector(a, s, &q.files, &x.files[0])?,
+        };
+        let (c, _) = llama_cpp_config(a, &hp, memory, mm.as_ref())?;
         let p = llama_cpp_with(&g, &hp, &c, &ov)?;
         if p.gpu_total_bytes > memory {
             continue;
@@ -229,12 +271,34 @@ pub fn table(a: &ServeArgs, s: &Spec, pasted: &[String], has_log: bool) -> Resul
     }
     let gpu = resolve::gpu(&a.gpu)?;
     let ov = overrides(a)?;
-    let (all, skipped) = quants(s)?;
+    let (files, all, skipped) = quants(s)?;
     let headers = read_headers(s, &all);
+    let local = local_mmproj(a)?;
+    // Each quant's projector, each file's header read once: (path, header or its error).
+    let mut projectors: Vec<(String, std::result::Result<MmprojFile, String>)> = Vec::new();
+    let mut counted: Vec<(String, Vec<String>)> = Vec::new();
     let mut rows = Vec::new();
     let mut config = None;
     for (q, h) in all.iter().zip(headers) {
-        let outcome = match h.and_then(|g| plan_row(a, &q.quant, &g, &ov, gpu.memory)) {
+        let mm = match &local {
+            Some(m) => Ok(Some(m.clone())),
+            None if !wants_projector(a) => Ok(None),
+            None => match hub_gguf::best_mmproj(&files, &q.files[0]) {
+                None => Ok(None),
+                Some((path, _)) => {
+                    if !projectors.iter().any(|(p, _)| p == path) {
+                        let r = projector(a, s, &files, &q.files[0]).map_err(|e| format!("{e:#}"));
+                        projectors.push((path.clone(), r.map(|m| m.expect("a projector was found"))));
+                    }
+                    match counted.iter_mut().find(|(p, _)| p == path) {
+                        Some((_, qs)) => qs.push(q.quant.clone()),
+                        None => counted.push((path.clone(), vec![q.quant.clone()])),
+                    }
+                    projectors.iter().find(|(p, _)| p == path).map(|(_, r)| r.clone().map(Some)).expect("read above")
+                }
+            },
+        };
+        let outcome = match h.and_then(|g| plan_row(a, &q.quant, &g, &ov, gpu.memory, mm.map_err(anyhow::Error::msg)?.as_ref())) {
             Ok((c, o)) => {
                 config.get_or_insert(c);
                 o
@@ -254,7 +318,15 @@ pub fn table(a: &ServeArgs, s: &Spec, pasted: &[String], has_log: bool) -> Resul
         .max_by_key(|r| r.file_bytes)
         .map(|r| r.quant.clone());
     let mut notes = pasted.to_vec();
-    notes.extend(projector_note(&skipped));
+    if counted.is_empty() {
+        notes.extend(projector_note(a, &skipped));
+    } else {
+        let each: Vec<String> = counted.iter().map(|(p, qs)| format!("{p} for {}", qs.join(", "))).collect();
+        notes.push(format!(
+            "every row counts the multimodal projector llama-server's -hf loads beside the quant (llama.cpp common/download.cpp find_best_mmproj): {}; --no-mmproj leaves it out",
+            each.join("; ")
+        ));
+    }
     if !a.engine.eq_ignore_ascii_case("llama.cpp") && !a.engine.eq_ignore_ascii_case("ollama") {
         notes.push("a repository of GGUF files is planned under llama.cpp (vLLM's GGUF loading is not modelled)".into());
     }
@@ -277,9 +349,16 @@ fn read_headers(s: &Spec, all: &[QuantFile]) -> Vec<Result<Gguf>> {
 }
 
 /// One quant planned at the flags: the settings used and the row.
-fn plan_row(a: &ServeArgs, name: &str, g: &Gguf, ov: &vram_core::gguf::Overrides, memory: u64) -> Result<(LlamaCppConfig, RowOutcome)> {
+fn plan_row(
+    a: &ServeArgs,
+    name: &str,
+    g: &Gguf,
+    ov: &vram_core::gguf::Overrides,
+    memory: u64,
+    mm: Option<&MmprojFile>,
+) -> Result<(LlamaCppConfig, RowOutcome)> {
     let hp = g.hparams(name)?;
-    let (c, _) = llama_cpp_config(a, &hp, memory)?;
+    let (c, _) = llama_cpp_config(a, &hp, memory, mm)?;
     let p = llama_cpp_with(g, &hp, &c, ov)?;
     let limit = if hp.context_length > 0 { hp.context_length } else { 1 << 20 };
     let fits = p.gpu_total_bytes <= memory;

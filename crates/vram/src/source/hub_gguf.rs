@@ -76,8 +76,56 @@ fn split_part(stem: &str) -> Option<(&str, u32, u32)> {
     (part.len() == 5 && total.len() == 5 && p >= 1 && p <= t).then_some((name, p, t))
 }
 
-/// Group a repository's files into quants: `.gguf` files only, multimodal projectors
-/// (`mmproj-*`) left out, shards of one split file together and in order. Sorted by size.
+/// Whether a `.gguf` path is a model rather than a sidecar: llama.cpp's
+/// common/download.cpp `gguf_filename_is_model` (the file name, case-sensitively, names no
+/// `mmproj`, `imatrix`, `mtp-`, `eagle3-`, `dflash-` or `dspark-`).
+pub fn is_model_file(path: &str) -> bool {
+    let base = path.rsplit('/').next().unwrap_or(path);
+    base.ends_with(".gguf") && !["mmproj", "imatrix", "mtp-", "eagle3-", "dflash-", "dspark-"].iter().any(|k| base.contains(k))
+}
+
+/// The bits a GGUF file name's quant tag names: llama.cpp's common/download.cpp
+/// `extract_quant_bits` (the tag after the last `-`/`.` of the stem without its split suffix;
+/// its first run of digits: Q4_K_M → 4, BF16 → 16, MXFP4 → 4; 0 without digits).
+fn quant_bits(path: &str) -> i64 {
+    let Some(stem) = path.strip_suffix(".gguf") else { return 0 };
+    let stem = split_part(stem).map_or(stem, |(s, _, _)| s);
+    let tag = stem.rsplit(['-', '.']).next().filter(|t| t.len() < stem.len() && t.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+    let Some(tag) = tag else { return 0 };
+    let digits: String = tag.chars().skip_while(|c| !c.is_ascii_digit()).take_while(char::is_ascii_digit).collect();
+    digits.parse().unwrap_or(0)
+}
+
+/// The projector llama-server's `-hf` downloads beside `model` (a path in the listing):
+/// llama.cpp's common/download.cpp `find_best_sibling(files, model, "mmproj")` — among `.gguf`
+/// files whose path contains `mmproj` in a directory on the model's own path, the deepest, then
+/// the one whose quant bits are nearest the model's, the first listed on a tie.
+pub fn best_mmproj<'a>(files: &'a [(String, u64)], model: &str) -> Option<&'a (String, u64)> {
+    let model_dirs: Vec<&str> = model.split('/').collect();
+    let model_dirs = &model_dirs[..model_dirs.len() - 1];
+    let model_bits = quant_bits(model);
+    let mut best: Option<(&(String, u64), usize, i64)> = None;
+    for f in files {
+        if !f.0.ends_with(".gguf") || !f.0.contains("mmproj") {
+            continue;
+        }
+        let parts: Vec<&str> = f.0.split('/').collect();
+        let dirs = &parts[..parts.len() - 1];
+        // Its directories must all lie on the model's path.
+        if dirs.len() > model_dirs.len() || dirs.iter().zip(model_dirs).any(|(a, b)| a != b) {
+            continue;
+        }
+        let (depth, diff) = (dirs.len(), (quant_bits(&f.0) - model_bits).abs());
+        if best.is_none_or(|(_, d, x)| depth > d || (depth == d && diff < x)) {
+            best = Some((f, depth, diff));
+        }
+    }
+    best.map(|(f, _, _)| f)
+}
+
+/// Group a repository's files into quants: model `.gguf` files only (multimodal projectors and
+/// the other sidecars left out, [`is_model_file`]), shards of one split file together and in
+/// order. Sorted by size. The projectors are returned beside them.
 pub fn group(files: &[(String, u64)]) -> (Vec<QuantFile>, Vec<String>) {
     // (split key, its shards as (part number, path, size)).
     type Shards = Vec<(u32, String, u64)>;
@@ -88,8 +136,11 @@ pub fn group(files: &[(String, u64)]) -> (Vec<QuantFile>, Vec<String>) {
         if !base.to_ascii_lowercase().ends_with(".gguf") {
             continue;
         }
-        if base.to_ascii_lowercase().starts_with("mmproj") {
+        if base.contains("mmproj") {
             skipped.push(path.clone());
+            continue;
+        }
+        if !is_model_file(path) {
             continue;
         }
         let stem = base.trim_end_matches(".gguf");
@@ -208,6 +259,46 @@ mod tests {
         assert_eq!(parse_spec("hf.co/bartowski/gemma-GGUF"), Some(("bartowski/gemma-GGUF".into(), None)));
         assert_eq!(parse_spec("./model.gguf"), None);
         assert_eq!(parse_spec("llama-3.1-8b"), None);
+    }
+
+    fn listing(paths: &[&str]) -> Vec<(String, u64)> {
+        paths.iter().map(|p| (p.to_string(), 1)).collect()
+    }
+
+    /// The projector -hf picks, on the repository layouts of llama.cpp's own
+    /// tests/test-model-resolution.cpp: a flat repository (ggml-org/gemma-4-31B-it-GGUF's
+    /// style), quants in subdirectories with the projector at the root
+    /// (stepfun-ai/Step-3.7-Flash-GGUF's), and Unsloth's single BF16 projector.
+    #[test]
+    fn the_projector_is_the_one_llama_cpp_picks() {
+        let flat = listing(&[
+            "README.md",
+            "model-BF16.gguf",
+            "model-Q4_K_M.gguf",
+            "model-Q8_0.gguf",
+            "mmproj-model-BF16.gguf",
+            "mmproj-model-Q8_0.gguf",
+            "mtp-model-BF16.gguf",
+        ]);
+        let pick = |files: &[(String, u64)], m: &str| best_mmproj(files, m).map(|f| f.0.clone());
+        assert_eq!(pick(&flat, "model-Q8_0.gguf").as_deref(), Some("mmproj-model-Q8_0.gguf"));
+        assert_eq!(pick(&flat, "model-Q4_K_M.gguf").as_deref(), Some("mmproj-model-Q8_0.gguf"));
+        assert_eq!(pick(&flat, "model-BF16.gguf").as_deref(), Some("mmproj-model-BF16.gguf"));
+        // The pick does not depend on the listing's order where the bits differ.
+        let mut rev = flat.clone();
+        rev.reverse();
+        assert_eq!(pick(&rev, "model-Q8_0.gguf").as_deref(), Some("mmproj-model-Q8_0.gguf"));
+        let subdir = listing(&["mmproj-model-f16.gguf", "model-mtp-BF16.gguf", "Q3_K_M/model-Q3_K_M-00001-of-00003.gguf"]);
+        assert_eq!(pick(&subdir, "Q3_K_M/model-Q3_K_M-00001-of-00003.gguf").as_deref(), Some("mmproj-model-f16.gguf"));
+        // A projector in a subdirectory off the model's path is never picked.
+        let off = listing(&["vision/mmproj-F16.gguf", "model-Q4_K_M.gguf"]);
+        assert_eq!(pick(&off, "model-Q4_K_M.gguf"), None);
+        let unsloth = listing(&["model-UD-Q8_K_XL.gguf", "mmproj-BF16.gguf", "model-MTP-BF16.gguf"]);
+        assert_eq!(pick(&unsloth, "model-UD-Q8_K_XL.gguf").as_deref(), Some("mmproj-BF16.gguf"));
+        // The case-sensitive sidecar rule: a suffix -MTP file is a model, mtp- is not.
+        assert!(is_model_file("model-MTP-BF16.gguf") && !is_model_file("mtp-model-Q8_0.gguf"));
+        assert_eq!((quant_bits("model-UD-Q4_K_XL.gguf"), quant_bits("mmproj-F32.gguf"), quant_bits("m-MXFP4.gguf")), (4, 32, 4));
+        assert_eq!(quant_bits("Q8_0/m-Q8_0-00001-of-00002.gguf"), 8);
     }
 
     #[test]
