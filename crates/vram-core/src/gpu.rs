@@ -208,6 +208,58 @@ const CUDA_TOTALS_MIB: &[(&str, u64)] = &[
     ("v100-32gb", 32_492),
 ];
 
+/// What vLLM's kernels choose by: a GPU's CUDA compute capability (`None` on ROCm) and its
+/// streaming multiprocessors (compute units on AMD), from the vendors' datasheets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Arch {
+    /// CUDA compute capability (major, minor); `None` for an AMD GPU.
+    pub cuda_cc: Option<(u32, u32)>,
+    /// Streaming multiprocessors (CUDA) or compute units per device (ROCm).
+    pub multiprocessors: u32,
+}
+
+/// A CUDA compute capability (major, minor), `None` on ROCm.
+type CudaCc = Option<(u32, u32)>;
+
+/// [`Arch`] of each catalogued GPU (NVIDIA and AMD datasheets; an MI250X is two devices of 110
+/// compute units each).
+const ARCH: &[(&str, CudaCc, u32)] = &[
+    ("b200", Some((10, 0)), 148),
+    ("gb200", Some((10, 0)), 148),
+    ("h200", Some((9, 0)), 132),
+    ("h100-80gb", Some((9, 0)), 132),
+    ("h100-pcie", Some((9, 0)), 114),
+    ("h100-nvl", Some((9, 0)), 132),
+    ("h800", Some((9, 0)), 132),
+    ("h20", Some((9, 0)), 78),
+    ("a100-80gb", Some((8, 0)), 108),
+    ("a100-40gb", Some((8, 0)), 108),
+    ("a800", Some((8, 0)), 108),
+    ("l40s", Some((8, 9)), 142),
+    ("l40", Some((8, 9)), 142),
+    ("l4", Some((8, 9)), 58),
+    ("a10g", Some((8, 6)), 80),
+    ("a10", Some((8, 6)), 72),
+    ("a6000", Some((8, 6)), 84),
+    ("rtx-4090", Some((8, 9)), 128),
+    ("rtx-4080", Some((8, 9)), 76),
+    ("rtx-3090", Some((8, 6)), 82),
+    ("rtx-3080", Some((8, 6)), 68),
+    ("v100-32gb", Some((7, 0)), 80),
+    ("v100-16gb", Some((7, 0)), 80),
+    ("t4", Some((7, 5)), 40),
+    ("mi300x", None, 304),
+    ("mi250x", None, 110),
+];
+
+/// The architecture of a catalogued GPU; `None` for a size typed by the user.
+pub fn arch(gpu: &Gpu) -> Option<Arch> {
+    if gpu.memory_source == MemorySource::User {
+        return None;
+    }
+    ARCH.iter().find(|(n, _, _)| *n == gpu.name).map(|&(_, cuda_cc, multiprocessors)| Arch { cuda_cc, multiprocessors })
+}
+
 /// The reserve assumed for a GPU without logged totals: the median of the 70 Linux hits'
 /// nvidia-smi total minus CUDA total (validation/gpu/cuda_totals.jsonl).
 pub const DEFAULT_DRIVER_RESERVE_MIB: u64 = 509;
@@ -313,5 +365,15 @@ mod tests {
         assert_eq!(lookup("80GB").unwrap().memory, 80 * GB);
         assert!(lookup("h1000").is_err());
         assert!(CATALOGUE.len() >= 20);
+    }
+
+    #[test]
+    fn every_catalogued_gpu_has_its_architecture() {
+        for g in catalogue() {
+            assert!(arch(&g).is_some(), "{}", g.name);
+        }
+        assert_eq!(arch(&lookup("h100").unwrap()).unwrap().cuda_cc, Some((9, 0)));
+        assert_eq!(arch(&lookup("mi300x").unwrap()).unwrap().cuda_cc, None);
+        assert_eq!(arch(&lookup("24GiB").unwrap()), None);
     }
 }

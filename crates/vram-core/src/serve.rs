@@ -129,7 +129,7 @@ pub struct VllmVersion {
 
 impl VllmVersion {
     /// The newest release whose rules vram models (the default).
-    pub const NEWEST: VllmVersion = VllmVersion { major: 0, minor: 31 };
+    pub const NEWEST: VllmVersion = VllmVersion { major: 0, minor: 33 };
     /// The oldest release vram reads (V0 engine logs of 0.6.x are in the evidence set).
     pub const OLDEST: VllmVersion = VllmVersion { major: 0, minor: 6 };
     /// First release with the V1 engine on by default.
@@ -196,6 +196,23 @@ impl VllmVersion {
     /// the peak activation memory as for the V1 runner (read in the 0.29.0 and 0.31.0 sdists).
     pub const MRV2_CUDA_GRAPH_ESTIMATE: VllmVersion = VllmVersion { major: 0, minor: 29 };
 
+    /// The first release whose Model Runner V2 profile run samples a second time with the
+    /// warm-up's parameters (vllm/v1/worker/gpu/model_runner.py `_dummy_sampler_run` of 0.33.0:
+    /// `SamplingParams.for_sampler_warmup()`, temperature 0.9, top-k 50, top-p 0.9, penalties,
+    /// logprobs 5, "so the profiled peak must too"): the logits are copied to fp32, and where the
+    /// FlashInfer sampler runs, `top_k_top_p_sampling_from_logits` holds a masked fp32 copy and
+    /// its softmax beside it (flashinfer 0.7.2.post1 sampling.py: a per-row top-k tensor skips
+    /// the fast path); elsewhere Triton masks in place in a cached [min(next_pow2(min(SMs, R)),
+    /// SMs), V] fp32 buffer that stays (topk_topp_triton.py). 0.32's profile is 0.31's.
+    pub const MRV2_SAMPLER_WARMUP: VllmVersion = VllmVersion { major: 0, minor: 33 };
+
+    /// The first release that creates the cuBLAS and cuBLASLt handles before its start-up memory
+    /// snapshot (vllm/v1/worker/gpu_worker.py of 0.33.0, "so they count as baseline like the NCCL
+    /// buffers"): the handle's workspace, which torch takes from its caching allocator (32 MiB
+    /// on compute capability 9.0 and later, 8.125 MiB in a 20 MiB segment before), leaves the
+    /// memory the profile run consumes.
+    pub const CUBLAS_BASELINE: VllmVersion = VllmVersion { major: 0, minor: 33 };
+
     /// vLLM's `--gpu-memory-utilization` default in this release.
     pub fn default_gpu_memory_utilization(self) -> f64 {
         if self >= Self::GMU_092 {
@@ -237,6 +254,9 @@ pub struct ServeConfig {
     /// Whether the GPU is a Hopper/Blackwell SXM part on an NVSwitch (H100 SXM, H200, H800, H20,
     /// B200, GB200), where NCCL's NVLink-SHARP buffers make TP ≥ 2 non-torch memory large.
     pub gpu_nvswitch: bool,
+    /// The GPU's compute capability and multiprocessors, which pick vLLM's sampler kernels;
+    /// `None` for a GPU given by size (a CUDA GPU of compute capability 8.0–12.1 is assumed).
+    pub gpu_arch: Option<crate::gpu::Arch>,
     /// `--gpu-memory-utilization` (vLLM's default: 0.92 from 0.25, 0.9 before).
     pub gpu_memory_utilization: f64,
     /// `--tensor-parallel-size`.
@@ -323,6 +343,7 @@ impl ServeConfig {
             gpu_memory,
             gpu_is_a100: false,
             gpu_nvswitch: false,
+            gpu_arch: None,
             gpu_memory_utilization: VllmVersion::NEWEST.default_gpu_memory_utilization(),
             tp: 1,
             pp: 1,
@@ -609,7 +630,7 @@ fn serve_at(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
     let e = dtype.bytes() as u128;
     let kv_b = cfg.kv_cache_dtype.map_or(dtype.bytes(), DType::bytes);
     let (batched, seqs) = scheduler_limits(m, cfg, max_len)?;
-    let non_torch_bytes = cfg.non_torch_memory.unwrap_or(non_torch_default(tp, cfg.gpu_nvswitch));
+    let non_torch_bytes = cfg.non_torch_memory.unwrap_or(non_torch_default(tp, cfg.gpu_nvswitch).saturating_sub(cublas_baseline(cfg)));
     let cuda_graph = cuda_graph_estimate(m, cfg);
     let parts = pp_layers(m.layers, cfg.pp);
     let mut ranks = Vec::with_capacity(parts.len());
@@ -727,6 +748,7 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
         VllmEngine::V0 => Sampler::V0,
         VllmEngine::V1 => match model_runner(m, cfg) {
             ModelRunner::V1 => Sampler::V1,
+            ModelRunner::V2 if cfg.vllm_version >= VllmVersion::MRV2_SAMPLER_WARMUP => Sampler::Mrv2Warmup(flashinfer_sampler(cfg)),
             ModelRunner::V2 => Sampler::Mrv2,
         },
     };
@@ -760,9 +782,19 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
         act_at = format!("{act_at}, plus the CUDA-graph estimate {:.2} GiB", s.cuda_graph as f64 / GIB as f64);
     }
     let activation = to_u64(act, "profile-run activations")?;
+    // A sampler buffer the profile run leaves allocated: consumed memory beside the non-torch
+    // increase, unless that was given from a log (which holds it).
+    let kept = if stage.last && cfg.non_torch_memory.is_none() { sampler_persistent(m, cfg, s.batched, s.seqs) } else { 0 };
+    if kept > 0 {
+        notes.push(format!(
+            "vLLM ≥ 0.33 samples its warm-up pass with Triton's top-k/top-p on this GPU (no FlashInfer sampler): its cached fp32 buffer, {:.2} GiB, stays allocated and is counted with the non-torch memory",
+            kept as f64 / GIB as f64
+        ));
+    }
     let non_kv = weights_bytes
         .checked_add(activation)
         .and_then(|x| x.checked_add(s.non_torch_bytes))
+        .and_then(|x| x.checked_add(kept))
         .ok_or(Error::Overflow { what: "non-KV memory".into() })?;
     let (requested, kv_cache, shortfall) = match cfg.kv_cache_memory_bytes {
         // The pool is what was asked for; the process needs non-KV + pool of the whole GPU.
@@ -1260,6 +1292,47 @@ enum Sampler {
     V0,
     V1,
     Mrv2,
+    /// Model Runner V2 from 0.33, with its second, warm-up-parameter pass: whether FlashInfer's
+    /// sampler runs it.
+    Mrv2Warmup(bool),
+}
+
+/// Whether vLLM samples with FlashInfer on this GPU (vllm/v1/sample/ops/topk_topp_sampler.py
+/// `flashinfer_sampler_supported`: CUDA, compute capability 8.0 to 12.1, more than 16
+/// multiprocessors, VLLM_USE_FLASHINFER_SAMPLER on by default); assumed for a GPU given by size.
+fn flashinfer_sampler(cfg: &ServeConfig) -> bool {
+    cfg.gpu_arch.is_none_or(|a| a.cuda_cc.is_some_and(|cc| ((8, 0)..=(12, 1)).contains(&cc)) && a.multiprocessors > 16)
+}
+
+/// Bytes that stay allocated after the profile run's sampler, on the last stage: 0.33's Triton
+/// top-k/top-p buffer, [min(next_pow2(min(SMs, R)), SMs), V] fp32, cached for the process
+/// (vllm/v1/sample/ops/topk_topp_triton.py `apply_top_k_top_p_triton`), where FlashInfer does not
+/// sample.
+fn sampler_persistent(m: &Model, cfg: &ServeConfig, batched: u64, seqs: u64) -> u64 {
+    let mrv2 = cfg.engine == VllmEngine::V1 && model_runner(m, cfg) == ModelRunner::V2;
+    if !mrv2 || cfg.vllm_version < VllmVersion::MRV2_SAMPLER_WARMUP || flashinfer_sampler(cfg) {
+        return 0;
+    }
+    let sms = cfg.gpu_arch.map_or(1, |a| a.multiprocessors.max(1) as u64);
+    let rows = seqs.min(batched).min(sms).next_power_of_two().min(sms);
+    rows.saturating_mul(m.vocab).saturating_mul(4)
+}
+
+/// The cuBLAS workspace that 0.33 moves into the start-up baseline ([`VllmVersion::CUBLAS_BASELINE`]):
+/// torch's default, 4096 KiB × 8 on compute capability 9.0 and later, else 4096 KiB × 2 + 16 KiB
+/// × 8 (aten/src/ATen/cuda/CublasHandlePool.cpp `getChosenWorkspaceSize`), which the caching
+/// allocator holds in a 20 MiB segment.
+fn cublas_baseline(cfg: &ServeConfig) -> u64 {
+    if cfg.engine != VllmEngine::V1 || cfg.vllm_version < VllmVersion::CUBLAS_BASELINE {
+        return 0;
+    }
+    match cfg.gpu_arch.and_then(|a| a.cuda_cc) {
+        Some(cc) if cc >= (9, 0) => 32 * MIB,
+        Some(_) => 20 * MIB,
+        None if cfg.gpu_arch.is_some() => 0,
+        // A GPU given by size: the workspace of the GPUs vLLM most runs on (Hopper).
+        None => 32 * MIB,
+    }
 }
 
 /// The profile run's activation peak and where it occurs. Each engine's profiling pass is one
@@ -1282,7 +1355,10 @@ fn profile_peak(m: &Model, sampler_kind: Sampler, batched: u64, seqs: u64, tp: u
         // one new fp32 tensor and applies penalties, temperature and min-p in place; the Gumbel
         // draw is a Triton kernel with no vocabulary-wide temporaries. Measured: Qwen2.5-0.5B on
         // v0.27.1, 256 requests, 0.25 GiB logged against 0.22 here (validation/vllm/logs.jsonl).
-        Sampler::Mrv2 => 4,
+        Sampler::Mrv2 | Sampler::Mrv2Warmup(false) => 4,
+        // 0.33's warm-up pass under FlashInfer: the fp32 copy, FlashInfer's masked fp32 logits and
+        // their fp32 softmax, with the model-dtype logits ([`VllmVersion::MRV2_SAMPLER_WARMUP`]).
+        Sampler::Mrv2Warmup(true) => 12,
         // V1's dummy sampler (temperature 0.5, top-k/p skipped) converts to fp32, softmaxes and
         // draws an exponential of the same shape (v1/sample/sampler.py, topk_topp_sampler.py
         // random_sample): fp32 logits + probabilities + exponential.
@@ -1298,6 +1374,10 @@ fn profile_peak(m: &Model, sampler_kind: Sampler, batched: u64, seqs: u64, tp: u
         let how = match sampler_kind {
             Sampler::V1 => "fp32 logits, probabilities, exponential draw",
             Sampler::Mrv2 => "Model Runner V2: logits and one fp32 copy",
+            Sampler::Mrv2Warmup(true) => {
+                "Model Runner V2's warm-up sampling pass: logits, an fp32 copy, FlashInfer's masked copy and softmax"
+            }
+            Sampler::Mrv2Warmup(false) => "Model Runner V2's warm-up sampling pass: logits and an fp32 copy masked in place by Triton",
             Sampler::V0 => "top-k/top-p sort, masks and re-gather",
         };
         (sampler, format!("sampler over {reqs} requests × {} vocabulary ({how})", m.vocab))
@@ -1353,6 +1433,12 @@ fn serve_notes(m: &Model, cfg: &ServeConfig, non_torch_bytes: u64, cuda_graph: u
             )
         });
     }
+    if cfg.non_torch_memory.is_none() && cublas_baseline(cfg) > 0 {
+        notes.push(format!(
+            "vLLM ≥ 0.33 creates its cuBLAS handles before the start-up snapshot: their {} MiB workspace is baseline, taken off the non-torch increase above",
+            cublas_baseline(cfg) / MIB
+        ));
+    }
     if cuda_graph > 0 {
         notes.push(format!(
             "vLLM ≥ 0.21 adds its CUDA-graph estimate to the activation peak before sizing the KV cache; assumed {:.2} GiB{} (the estimate is measured on the GPU at start-up; pass --cuda-graph-memory with the value vLLM logs, or --vllm-version 0.20 for the older accounting)",
@@ -1374,13 +1460,21 @@ fn serve_notes(m: &Model, cfg: &ServeConfig, non_torch_bytes: u64, cuda_graph: u
     let runner = model_runner(m, cfg);
     if cfg.engine == VllmEngine::V1 && runner == ModelRunner::V2 {
         notes.push(format!(
-            "Model Runner V2{}: its profile run samples with the logits and one fp32 copy{}; --model-runner v1 (VLLM_USE_V2_MODEL_RUNNER=0) for the older runner",
+            "Model Runner V2{}: its profile run samples {}{}; --model-runner v1 (VLLM_USE_V2_MODEL_RUNNER=0) for the older runner",
             if cfg.model_runner.is_some() {
                 " as given"
             } else if cfg.vllm_version >= VllmVersion::MRV2_ALL_MODELS {
                 ", vLLM ≥ 0.29's default for every model"
             } else {
                 ", vLLM ≥ 0.25's default for a dense model"
+            },
+            match (cfg.vllm_version >= VllmVersion::MRV2_SAMPLER_WARMUP, flashinfer_sampler(cfg)) {
+                (true, true) => format!(
+                    "twice from 0.33, the second time with the warm-up's top-k/top-p and penalties: the logits, an fp32 copy, FlashInfer's masked fp32 copy and its softmax (14 bytes a logit){}",
+                    if cfg.gpu_arch.is_none() { ", FlashInfer's sampler assumed for a GPU given by size" } else { "" }
+                ),
+                (true, false) => "twice from 0.33, the second time with the warm-up's top-k/top-p and penalties: the logits and an fp32 copy that Triton masks in place (no FlashInfer sampler on this GPU)".into(),
+                _ => "with the logits and one fp32 copy".into(),
             },
             if cfg.vllm_version >= VllmVersion::MRV2_CUDA_GRAPH_ESTIMATE {
                 ", and from 0.29 it adds its CUDA-graph estimate to the peak as the V1 runner does"
@@ -1696,6 +1790,40 @@ mod tests {
         // 8 KV heads over 16 ranks: replicated, one head per rank.
         let sixteen = serve(&m, &ServeConfig { tp: 16, ..ServeConfig::new(80 * GIB) }).unwrap();
         assert_eq!(sixteen.pool.page_size_bytes, 2 * 16 * 128 * 2);
+    }
+
+    /// vLLM 0.33's Model Runner V2 profiles a second sampling pass with the warm-up's parameters:
+    /// under FlashInfer (an H100) 8 more bytes a logit than 0.32's fp32 copy (a masked fp32 copy
+    /// and its softmax) over min(max_num_seqs, max_num_batched_tokens) rows; under Triton (a T4,
+    /// compute capability 7.5) the copy is masked in place and a [min(next_pow2(min(SMs, R)),
+    /// SMs), V] fp32 buffer stays. Its cuBLAS workspace leaves the consumed memory: 32 MiB on
+    /// compute capability 9.0, a 20 MiB segment on 7.5.
+    #[test]
+    fn the_warm_up_sampling_pass_of_0_33_follows_the_gpu() {
+        let m = presets::load("llama-3.1-8b").unwrap();
+        let at = |gpu: &str, minor: u32| {
+            let g = crate::gpu::lookup(gpu).unwrap();
+            let cfg = ServeConfig {
+                gpu_arch: crate::gpu::arch(&g),
+                max_model_len: Some(8192),
+                max_num_seqs: Some(1024),
+                max_num_batched_tokens: Some(2048),
+                enforce_eager: true,
+                vllm_version: VllmVersion { major: 0, minor },
+                ..ServeConfig::new(crate::gpu::cuda_total(&g).0)
+            };
+            serve(&m, &cfg).unwrap()
+        };
+        let (old, new) = (at("h100", 32), at("h100", 33));
+        assert!(old.activation_peak_at.starts_with("sampler"), "{}", old.activation_peak_at);
+        assert_eq!(new.activation_peak_bytes - old.activation_peak_bytes, 8 * 1024 * 128_256);
+        assert_eq!(old.non_torch_bytes - new.non_torch_bytes, 32 * MIB);
+        assert_eq!(new.non_kv_bytes + 32 * MIB - old.non_kv_bytes, new.activation_peak_bytes - old.activation_peak_bytes);
+        let (old, new) = (at("t4", 32), at("t4", 33));
+        assert_eq!(new.activation_peak_bytes, old.activation_peak_bytes);
+        // 40 multiprocessors: min(next_pow2(min(40, 1024)), 40) = 40 rows kept.
+        assert_eq!(new.non_kv_bytes + 20 * MIB - old.non_kv_bytes, 40 * 128_256 * 4);
+        assert!(new.notes.iter().any(|n| n.contains("Triton")), "{:?}", new.notes);
     }
 
     #[test]

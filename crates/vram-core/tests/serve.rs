@@ -237,6 +237,7 @@ fn accuracy_against_logs() {
                 vllm_version: version,
                 gpu_is_a100: g.name.starts_with("a100"),
                 gpu_nvswitch: nvs,
+                gpu_arch: vram_core::gpu::arch(&g),
                 ..ServeConfig::new(cuda_total(&g))
             };
             let (a, b) = (serve(&m, &cfg).unwrap(), serve(&m, &before(&cfg)).unwrap());

@@ -145,6 +145,7 @@ pub fn serve_op(mut f: Fields) -> R<Value> {
     let mut config = ServeConfig {
         gpu_is_a100: gpu.name.starts_with("a100"),
         gpu_nvswitch: vram_core::serve::nvswitch_gpu(&gpu.name),
+        gpu_arch: vram_core::gpu::arch(&gpu),
         gpu_memory_utilization: f
             .f64("gpu_memory_utilization")?
             .unwrap_or(vram_core::serve::VllmVersion::NEWEST.default_gpu_memory_utilization()),

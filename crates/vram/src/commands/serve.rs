@@ -478,6 +478,7 @@ pub fn vllm(a: &ServeArgs, mut model: Model) -> Result<VllmServe> {
     let mut config = ServeConfig {
         gpu_is_a100: g.name.starts_with("a100"),
         gpu_nvswitch: vram_core::serve::nvswitch_gpu(&g.name),
+        gpu_arch: vram_core::gpu::arch(&g),
         gpu_memory_utilization: a.gpu_memory_utilization.unwrap_or(vllm_version.default_gpu_memory_utilization()),
         tp: a.tp,
         pp: a.pipeline_parallel_size,
