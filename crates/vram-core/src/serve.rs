@@ -213,6 +213,18 @@ impl VllmVersion {
     /// memory the profile run consumes.
     pub const CUBLAS_BASELINE: VllmVersion = VllmVersion { major: 0, minor: 33 };
 
+    /// The first release whose Gated DeltaNet layers (Qwen3-Next, Qwen3.5) export prefill
+    /// checkpoints where FlashInfer's GDN prefill runs (compute capability 9.0 with no condition;
+    /// Blackwell with a CUDA 13 runtime) and prefix caching is on (mamba-cache mode `align`):
+    /// the attention block is rounded to lcm(its kernel block, 64)
+    /// (FLASHINFER_GDN_CHECKPOINT_ALIGNMENT, platforms/interface.py), each state group holds one
+    /// more block per request (`num_prefill_checkpoint_blocks = 1`,
+    /// qwen_gdn_linear_attn.py `get_kv_cache_spec`), and the profile run sizes an fp32
+    /// checkpoint workspace of ⌈max_num_batched_tokens / block⌉ × value heads/TP × dv × dk
+    /// (`_checkpoint_buffer_spec`). The same release ignores `--mamba-cache-mode`: the mode
+    /// follows `--enable-prefix-caching` (engine/arg_utils.py, "It has no effect").
+    pub const GDN_PREFILL_CHECKPOINTS: VllmVersion = VllmVersion { major: 0, minor: 33 };
+
     /// vLLM's `--gpu-memory-utilization` default in this release.
     pub fn default_gpu_memory_utilization(self) -> f64 {
         if self >= Self::GMU_092 {
@@ -791,10 +803,37 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
             kept as f64 / GIB as f64
         ));
     }
+    let mut staged = m.clone();
+    staged.layers = stage.layers;
+    if m.ssm.as_ref().is_some_and(|s| s.shared.is_some()) {
+        // Zamba2's shared attention caches as many KV heads as query heads (vLLM's
+        // Zamba2Attention builds QKVParallelLinear without a KV-head count).
+        staged.kv_heads = m.heads;
+    }
+    if m.sliding_layers >= m.layers {
+        staged.sliding_layers = stage.layers;
+    }
+    let state = crate::serve_ssm::state_cache(m, cfg)?;
+    let checkpoints = crate::serve_ssm::prefill_checkpoints(m, cfg);
+    let pool_spec = |kv_cache: u64| PoolSpec {
+        state,
+        mamba_cache_mode: crate::serve_ssm::cache_mode(m, cfg),
+        prefill_checkpoints: checkpoints,
+        tokens_from_concurrency: cfg.vllm_version >= VllmVersion::TOKENS_FROM_CONCURRENCY,
+        ..PoolSpec::new(kv_cache, s.max_len, s.batched, cfg.block_size, s.kv_b, tp)
+    };
+    // 0.33's Gated DeltaNet prefill checkpoints: a workspace sized in the profile run and kept.
+    let checkpoint_workspace = if checkpoints {
+        let bs = kv_pool(&staged, &pool_spec(0))?.block_size;
+        crate::serve_ssm::checkpoint_workspace(m, tp, s.batched, bs)?
+    } else {
+        0
+    };
     let non_kv = weights_bytes
         .checked_add(activation)
         .and_then(|x| x.checked_add(s.non_torch_bytes))
         .and_then(|x| x.checked_add(kept))
+        .and_then(|x| x.checked_add(checkpoint_workspace))
         .ok_or(Error::Overflow { what: "non-KV memory".into() })?;
     let (requested, kv_cache, shortfall) = match cfg.kv_cache_memory_bytes {
         // The pool is what was asked for; the process needs non-KV + pool of the whole GPU.
@@ -807,25 +846,7 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
             (requested, requested.saturating_sub(non_kv), non_kv.saturating_sub(requested))
         }
     };
-    let mut staged = m.clone();
-    staged.layers = stage.layers;
-    if m.ssm.as_ref().is_some_and(|s| s.shared.is_some()) {
-        // Zamba2's shared attention caches as many KV heads as query heads (vLLM's
-        // Zamba2Attention builds QKVParallelLinear without a KV-head count).
-        staged.kv_heads = m.heads;
-    }
-    if m.sliding_layers >= m.layers {
-        staged.sliding_layers = stage.layers;
-    }
-    let pool = kv_pool(
-        &staged,
-        &PoolSpec {
-            state: crate::serve_ssm::state_cache(m, cfg)?,
-            mamba_cache_mode: crate::serve_ssm::cache_mode(m, cfg),
-            tokens_from_concurrency: cfg.vllm_version >= VllmVersion::TOKENS_FROM_CONCURRENCY,
-            ..PoolSpec::new(kv_cache, s.max_len, s.batched, cfg.block_size, s.kv_b, tp)
-        },
-    )?;
+    let pool = kv_pool(&staged, &pool_spec(kv_cache))?;
     if let Some(enc) = &encoder {
         notes.push(crate::serve_encdec::note(enc, &pool, s.max_len));
     }
@@ -1533,6 +1554,9 @@ pub struct PoolSpec {
     /// "GPU KV cache size" as max concurrency × max-model-len (newer vLLM, every model) rather
     /// than num_blocks // groups × the smallest block size.
     pub tokens_from_concurrency: bool,
+    /// Gated DeltaNet layers export prefill checkpoints (vLLM ≥ 0.33, FlashInfer's GDN prefill,
+    /// mamba-cache mode `align`): blocks on a 64-token grid, one more state block a request.
+    pub prefill_checkpoints: bool,
 }
 
 impl PoolSpec {
@@ -1554,6 +1578,7 @@ impl PoolSpec {
             tp,
             state: None,
             mamba_cache_mode: crate::serve_ssm::MambaCacheMode::None,
+            prefill_checkpoints: false,
             tokens_from_concurrency: false,
         }
     }

@@ -217,6 +217,10 @@ pub(crate) fn cache_mode(m: &Model, cfg: &ServeConfig) -> MambaCacheMode {
     if !cfg.prefix_caching.unwrap_or(newer) {
         return MambaCacheMode::None;
     }
+    if cfg.vllm_version >= VllmVersion::GDN_PREFILL_CHECKPOINTS {
+        // 0.33: `--mamba-cache-mode` has no effect; prefix caching means `align`.
+        return MambaCacheMode::Align;
+    }
     match cfg.mamba_cache_mode {
         Some(MambaCacheMode::None) | None if newer => MambaCacheMode::Align,
         Some(MambaCacheMode::None) | None if m.ssm.as_ref().is_some_and(|s| s.delta_net.is_some()) => MambaCacheMode::Align,
@@ -225,14 +229,50 @@ pub(crate) fn cache_mode(m: &Model, cfg: &ServeConfig) -> MambaCacheMode {
     }
 }
 
+/// Whether `m`'s states export prefill checkpoints ([`VllmVersion::GDN_PREFILL_CHECKPOINTS`]):
+/// Gated DeltaNet layers in mamba-cache mode `align` on a GPU where FlashInfer's GDN prefill
+/// runs — compute capability 9.0, or a GPU given by size (taken as one); Blackwell's needs a CUDA
+/// 13 runtime vram does not know of, so it is left out.
+pub(crate) fn prefill_checkpoints(m: &Model, cfg: &ServeConfig) -> bool {
+    cfg.vllm_version >= VllmVersion::GDN_PREFILL_CHECKPOINTS
+        && m.ssm.as_ref().is_some_and(|s| s.delta_net.is_some())
+        && cache_mode(m, cfg) == MambaCacheMode::Align
+        && cfg.gpu_arch.is_none_or(|a| a.cuda_cc == Some((9, 0)))
+}
+
+/// Tokens of the prefill-checkpoint grid (gdn_attn.py `FLASHINFER_GDN_CHECKPOINT_ALIGNMENT`).
+const CHECKPOINT_ALIGNMENT: u64 = 64;
+
+/// The fp32 workspace 0.33's Gated DeltaNet layers size in the profile run for their prefill
+/// checkpoints (qwen_gdn_linear_attn.py `_checkpoint_buffer_spec`: ⌈max_num_batched_tokens /
+/// grid⌉ × value heads / TP × dv × dk, the grid being the block size), one for all layers (the
+/// workspace manager's `get_simultaneous`).
+pub(crate) fn checkpoint_workspace(m: &Model, tp: u64, batched: u64, block_size: u64) -> Result<u64> {
+    let Some(dn) = m.ssm.as_ref().and_then(|s| s.delta_net) else { return Ok(0) };
+    let n =
+        batched.div_ceil(block_size.max(1)) as u128 * (dn.value_heads / tp.max(1)) as u128 * dn.value_dim as u128 * dn.key_dim as u128 * 4;
+    u64::try_from(n).map_err(|_| Error::Overflow { what: "prefill checkpoint workspace".into() })
+}
+
 /// The attention block size that makes an attention page hold a state page
 /// (`_align_hybrid_block_size`, mamba-cache modes `none` and `align`): `block_size` when it
 /// already does, else a·⌈state / (a · kv_per_token)⌉, a = max(16, block_size) (FlashAttention
-/// and FlashInfer take blocks in multiples of 16).
-pub fn aligned_block_size(block_size: u64, state_page: u64, kv_per_token: u64) -> u64 {
-    let a = block_size.max(16);
+/// and FlashInfer take blocks in multiples of 16), and with prefill checkpoints lcm(a, 64).
+pub fn aligned_block_size(block_size: u64, state_page: u64, kv_per_token: u64, checkpoints: bool) -> u64 {
+    let mut a = block_size.max(16);
+    if checkpoints {
+        a = a / gcd(a, CHECKPOINT_ALIGNMENT) * CHECKPOINT_ALIGNMENT;
+    }
     let need = a * state_page.div_ceil(a * kv_per_token.max(1));
     block_size.max(need)
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
 }
 
 /// KV-cache groups of a model with layers of two kinds (`_get_kv_cache_groups_uniform_page_size`):
@@ -258,14 +298,14 @@ pub(crate) fn pool(p: &PoolSpec, st: StateCache, kv_per_token: u64) -> Result<Kv
     }
     let overflow = || Error::Overflow { what: "KV-cache page size".into() };
     let attention = st.attention_layers > 0;
-    let bs = if attention { aligned_block_size(p.block_size, st.page_bytes(), kv_per_token) } else { p.block_size };
+    let bs = if attention { aligned_block_size(p.block_size, st.page_bytes(), kv_per_token, p.prefill_checkpoints) } else { p.block_size };
     let page_size_bytes = if attention { bs.checked_mul(kv_per_token).ok_or_else(overflow)? } else { st.page_bytes() };
     if page_size_bytes == 0 {
         return Err(invalid("model", "without state", "has neither a KV cache nor a recurrent state; nothing to cache"));
     }
     let (size, attn_groups, state_groups) =
         if attention { group_split(st.attention_layers, st.state_layers) } else { (st.state_layers.max(1), 0, 1) };
-    let per_state = p.mamba_cache_mode.blocks_per_request();
+    let per_state = p.mamba_cache_mode.blocks_per_request() + u64::from(p.prefill_checkpoints);
     let need = |len: u64| attn_groups * len.div_ceil(bs) + state_groups * per_state;
     let full = KvGroup { kind: "full", layers: size, window: None, blocks_per_request: p.max_model_len.div_ceil(bs) };
     let state = KvGroup { kind: "state", blocks_per_request: per_state, ..full };
@@ -319,10 +359,14 @@ pub(crate) fn note(m: &Model, pool: &KvPool, cfg: &ServeConfig) -> Option<String
             padded as f64 / st.page_bytes().max(1) as f64 * 100.0
         ));
     }
-    s.push_str(match cache_mode(m, cfg) {
-        MambaCacheMode::Align => "; prefix caching on (mamba-cache mode align): two state blocks per request in each state group",
+    s.push_str(match (cache_mode(m, cfg), prefill_checkpoints(m, cfg)) {
+        (MambaCacheMode::Align, true) => "; prefix caching on (mamba-cache mode align) with vLLM ≥ 0.33's FlashInfer GDN prefill checkpoints (compute capability 9.0): the block is a multiple of 64 tokens, three state blocks per request in each state group, and an fp32 checkpoint workspace is kept from the profile run",
+        (MambaCacheMode::Align, false) => "; prefix caching on (mamba-cache mode align): two state blocks per request in each state group",
         _ => "; prefix caching off for the states (mamba-cache mode none): one state block per request in each state group",
     });
+    if cfg.vllm_version >= VllmVersion::GDN_PREFILL_CHECKPOINTS && cfg.mamba_cache_mode.is_some() {
+        s.push_str("; --mamba-cache-mode has no effect from vLLM 0.33 (the mode follows --enable-prefix-caching)");
+    }
     s.push_str(match st.mixer {
         // vllm/model_executor/layers/mamba/gdn_linear_attn.py `_forward_core`: "V1 profile run —
         // warm up prefill kernels" on 16–64 dummy tokens and return; the chunked delta rule never
@@ -342,14 +386,14 @@ mod tests {
         // Qwen3.5-4B: a state of 49,152 + 2,097,152 B, 4,096 B of KV per token → 528 tokens,
         // padding 0.76% (both lines in vllm-project/vllm#37467 and #40696).
         let state = 49_152 + 2_097_152;
-        let bs = aligned_block_size(16, state, 4096);
+        let bs = aligned_block_size(16, state, 4096, false);
         assert_eq!(bs, 528);
         let pad = (bs * 4096 - state) as f64 / state as f64 * 100.0;
         assert!((pad - 0.76).abs() < 0.005, "{pad}");
         // A larger --block-size that already holds the state is kept.
-        assert_eq!(aligned_block_size(1024, state, 4096), 1024);
+        assert_eq!(aligned_block_size(1024, state, 4096, false), 1024);
         // A smaller one that does not is raised, in its own multiples.
-        assert_eq!(aligned_block_size(32, state, 4096), 544);
+        assert_eq!(aligned_block_size(32, state, 4096, false), 544);
     }
 
     #[test]

@@ -94,14 +94,31 @@ fn qwen3_5_is_estimated_as_its_language_model() {
     // Served on vLLM: the attention block grows until a page holds a Gated DeltaNet state.
     // This copy of the config names no mamba_ssm_dtype, so the state is in the model's bf16:
     // (16 heads, 128, 128) × 2 B + conv (3, 6144) × 2 B per layer, 2,048 B of KV per token → 288.
-    let s = json(&["serve", "--model", QWEN, "-g", "h100", "--max-model-len", "32768"]);
+    let v32 = ["serve", "--model", QWEN, "-g", "h100", "--max-model-len", "32768", "--vllm-version", "0.32"];
+    let s = json(&v32);
     let g = &s["gpus"][0];
     assert_eq!((g["block_size"].as_u64(), g["state"]["ssm_dtype"].as_str()), (Some(288), Some("bf16")), "{s}");
     // The released config's float32 (vllm-project/vllm-ascend#15408: a (16, 128, 128) fp32 state
     // of 1,048,576 B for Qwen3.5-0.8B), given as the flag: 16·⌈1,085,440 / (16 · 2,048)⌉ = 544.
-    let s = json(&["serve", "--model", QWEN, "-g", "h100", "--max-model-len", "32768", "--mamba-ssm-cache-dtype", "float32"]);
+    let s = json(&[&v32[..], &["--mamba-ssm-cache-dtype", "float32"]].concat());
     let g = &s["gpus"][0];
     assert_eq!((g["block_size"].as_u64(), g["state"]["ssm_bytes"].as_u64()), (Some(544), Some(1_048_576)), "{s}");
+    // vLLM 0.33 on an H100 (FlashInfer's GDN prefill, prefix caching on): blocks on a 64-token
+    // grid, 64·⌈561,152 / (64 · 2,048)⌉ = 320, three state blocks a request, and an fp32
+    // checkpoint workspace of ⌈8192 / 320⌉ × 16 × 128 × 128 × 4 B kept from the profile run.
+    let s = json(&["serve", "--model", QWEN, "-g", "h100", "--max-model-len", "32768", "--vllm-version", "0.33"]);
+    let g = &s["gpus"][0];
+    assert_eq!(g["block_size"].as_u64(), Some(320), "{s}");
+    let state = g["groups"].as_array().unwrap().iter().find(|k| k["kind"] == "state").unwrap().clone();
+    assert_eq!(state["blocks_per_request"], 3, "{state}");
+    let no_pc = json(&["serve", "--model", QWEN, "-g", "h100", "--max-model-len", "32768", "--no-enable-prefix-caching"]);
+    let ws = 26 * 16 * 128 * 128 * 4;
+    let (nk, nk0) = (g["non_kv_bytes"].as_u64().unwrap(), no_pc["gpus"][0]["non_kv_bytes"].as_u64().unwrap());
+    assert_eq!(nk - nk0, ws, "the checkpoint workspace");
+    assert_eq!(no_pc["gpus"][0]["block_size"].as_u64(), Some(288));
+    // Not on an A100 (no FlashInfer GDN prefill there).
+    let a100 = json(&["serve", "--model", QWEN, "-g", "a100-80gb", "--max-model-len", "32768"]);
+    assert_eq!(a100["gpus"][0]["block_size"].as_u64(), Some(288));
     // DDP replicates the measured single-GPU job; sharding engines are refused.
     let ddp = json(&["estimate", "--model", QWEN, "--gpus", "8", "--seq-len", "2048"]);
     let text = ddp.to_string();
@@ -157,6 +174,8 @@ fn serve_log_compares_the_hybrid_block_lines() {
         "h100",
         "--max-model-len",
         "32768",
+        "--vllm-version",
+        "0.32",
         "--log",
         log.to_str().unwrap(),
     ]);
