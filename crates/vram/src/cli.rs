@@ -648,10 +648,23 @@ pub struct ServeArgs {
     /// vLLM `--max-cpu-loras`: adapters cached in host memory [default: --max-loras].
     #[arg(long, alias = "max_cpu_loras")]
     pub max_cpu_loras: Option<u64>,
-    /// llama.cpp `--ctx-size` / `-c` for a .gguf model [default: --max-model-len, else 4096,
-    /// llama.cpp's own default (common/common.h n_ctx)].
+    /// llama.cpp `--ctx-size` / `-c` for a .gguf model [default: --max-model-len, else
+    /// llama.cpp's own default, 0: the model's training context, which --fit reduces until
+    /// --fit-target stays free, not below --fit-ctx; `-c 0` asks for the training context with no
+    /// reduction].
     #[arg(long, short = 'c')]
     pub ctx_size: Option<u64>,
+    /// llama.cpp `--fit` / `-fit on|off`: fit the context and layers left unset to the free GPU
+    /// memory (common/fit.cpp; on by default since ggml-org/llama.cpp#16653).
+    #[arg(long, value_name = "on|off")]
+    pub fit: Option<String>,
+    /// llama.cpp `--fit-target` / `-fitt`: memory --fit leaves free on the GPU, in MiB as
+    /// llama.cpp reads it (or with a unit, `2GiB`) [default: 1024 MiB].
+    #[arg(long)]
+    pub fit_target: Option<String>,
+    /// llama.cpp `--fit-ctx` / `-fitc`: the smallest context --fit reduces to [default: 4096].
+    #[arg(long)]
+    pub fit_ctx: Option<u64>,
     /// llama.cpp `--ubatch-size` / `-ub` (default 512).
     #[arg(long, default_value_t = 512)]
     pub ubatch_size: u64,

@@ -116,7 +116,10 @@ fn estimate_help_is_grouped() {
 fn llama_cpp_spellings_and_ctx_default() {
     let help = vram().args(["serve", "--help"]).output().unwrap();
     let help = String::from_utf8_lossy(&help.stdout);
-    assert!(help.contains("4096") && !help.contains("default: the model's context length"), "{help}");
+    assert!(
+        help.contains("training context") && help.contains("--fit-target") && !help.contains("default: the model's context length"),
+        "{help}"
+    );
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tiny.gguf");
     std::fs::write(&path, gguf_writer::tiny_llama().bytes()).unwrap();
@@ -129,7 +132,9 @@ fn llama_cpp_spellings_and_ctx_default() {
     assert_eq!(v["config"]["parallel"], 2);
     let v = json(&["serve", "-m", p, "-g", "24GiB", "--ngl", "2"]);
     assert_eq!(v["config"]["n_gpu_layers"], 2);
-    assert_eq!(json(&["serve", "-m", p, "-g", "24GiB"])["config"]["ctx"], 4096);
+    // Current llama.cpp's default: the training context (`n_ctx = 0`), which fits here.
+    let train = json(&["serve", "-m", p, "-g", "24GiB"]);
+    assert_eq!(train["config"]["ctx"], train["hparams"]["context_length"], "{train}");
 }
 
 /// A .gguf (or a text file) under estimate said "not valid JSON".

@@ -268,7 +268,13 @@ fn every_quant_is_listed_with_its_plan_and_the_largest_that_fits_is_named() {
 fn a_quant_that_does_not_fit_is_offered_the_largest_smaller_one_that_does() {
     let (port, _) = hub();
     let cache = tempfile::tempdir().unwrap();
-    let v = ok_json(&run(port, cache.path(), &["serve", "--model", &format!("{REPO}:F16"), "--gpu", "12GiB", "--json"]));
+    // By default llama-server's --fit moves layers to RAM until it fits (said so); with -ngl 99,
+    // as launch guides write it, it does not fit.
+    let fitted = ok_json(&run(port, cache.path(), &["serve", "--model", &format!("{REPO}:F16"), "--gpu", "12GiB", "--json"]));
+    assert_eq!(fitted["fits"], true);
+    assert!(fitted["plan"]["cpu_weights_bytes"].as_u64().unwrap() > 0);
+    assert!(fitted["notes"].to_string().contains("weights move to RAM"), "{}", fitted["notes"]);
+    let v = ok_json(&run(port, cache.path(), &["serve", "--model", &format!("{REPO}:F16"), "--gpu", "12GiB", "--json", "-ngl", "99"]));
     assert_eq!(v["fits"], false);
     let alts = v["advice"]["alternatives"].as_array().unwrap_or_else(|| panic!("{}", v["advice"]));
     let quant = alts.iter().find(|a| a["change"] == "quantized-weights").unwrap_or_else(|| panic!("{alts:?}"));
@@ -277,7 +283,7 @@ fn a_quant_that_does_not_fit_is_offered_the_largest_smaller_one_that_does() {
     assert_eq!(quant["fits"], true);
     // It ranks before the alternatives that shorten the context or offload layers.
     assert_eq!(alts[0]["change"], "quantized-weights", "{alts:?}");
-    let out = run(port, cache.path(), &["serve", "--model", &format!("{REPO}:F16"), "--gpu", "12GiB"]);
+    let out = run(port, cache.path(), &["serve", "--model", &format!("{REPO}:F16"), "--gpu", "12GiB", "-ngl", "99"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("-hf {REPO}:Q8_0")), "{}", String::from_utf8_lossy(&out.stdout));
     // A quant that fits gets no such advice.
     let v = ok_json(&run(port, cache.path(), &["serve", "--model", &format!("{REPO}:Q4_K_M"), "--gpu", "12GiB", "--json"]));
@@ -416,9 +422,21 @@ fn llama_server_launches_are_emitted_for_files_and_hub_quants() {
     let k8s = text(&["serve", "--model", &format!("{REPO}:Q4_K_M"), "--gpu", "12GiB", "--emit", "k8s"]);
     assert!(k8s.contains(&format!("\"-hf\", \"{REPO}:Q4_K_M\"")) && k8s.contains("nvidia.com/gpu: 1"), "{k8s}");
     // A quant that does not fit is written with a warning; the first alternative swaps the quant.
-    let f16 = text(&["serve", "--model", &format!("{REPO}:F16"), "--gpu", "12GiB", "--emit", "llama-server"]);
+    let f16 = text(&["serve", "--model", &format!("{REPO}:F16"), "--gpu", "12GiB", "-ngl", "99", "--emit", "llama-server"]);
     assert!(f16.contains("WARNING") && f16.contains(&format!("-hf {REPO}:F16")), "{f16}");
-    let alt = text(&["serve", "--model", &format!("{REPO}:F16"), "--gpu", "12GiB", "--emit", "llama-server", "--emit-alternative", "1"]);
+    let alt = text(&[
+        "serve",
+        "--model",
+        &format!("{REPO}:F16"),
+        "--gpu",
+        "12GiB",
+        "-ngl",
+        "99",
+        "--emit",
+        "llama-server",
+        "--emit-alternative",
+        "1",
+    ]);
     assert!(!alt.contains("WARNING") && alt.contains(&format!("-hf {REPO}:Q8_0")), "{alt}");
     // vLLM and SGLang launches are not written for GGUF; a table is not one launch.
     let e = err_text(&run(port, cache.path(), &["serve", "--model", local, "--gpu", "12GiB", "--emit", "vllm"]));

@@ -238,11 +238,12 @@ fn llama_cpp_alternatives_equal_a_replan_with_their_flag() {
     std::fs::write(&path, moe_gguf::tiny_moe().bytes()).unwrap();
     std::fs::File::options().write(true).open(&path).unwrap().set_len(16 << 20).unwrap();
     let p = path.to_str().unwrap();
-    let full = json(&["serve", "-m", p, "-g", "24GiB", "--cuda-context", "1B"]);
+    // --fit off: the plan as set, which the alternatives change one flag at a time.
+    let full = json(&["serve", "-m", p, "-g", "24GiB", "--cuda-context", "1B", "--fit", "off", "-c", "4096"]);
     assert_eq!(full["advice"]["needed"], false);
     let total = full["plan"]["gpu_total_bytes"].as_u64().unwrap();
     let gpu = format!("{}B", total - total / 10);
-    let base = ["serve", "-m", p, "-g", &gpu, "--cuda-context", "1B"];
+    let base = ["serve", "-m", p, "-g", &gpu, "--cuda-context", "1B", "--fit", "off", "-c", "4096"];
     let v = json(&base);
     assert_eq!(v["advice"]["needed"], true);
     let alts = v["advice"]["alternatives"].as_array().unwrap();

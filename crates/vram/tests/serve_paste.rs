@@ -325,3 +325,31 @@ fn host_memory_follows_mmap_and_mlock() {
     assert!(rows.iter().any(|r| r["quantity"] == "host compute (inputs only)"), "{rows:?}");
     assert!(fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--no-mmap"], 2).contains("--no-mmap"));
 }
+
+/// llama-server's `--fit` flags in a pasted command are read (`-fit`, `-fitt` in MiB, `-fitc`):
+/// with no `-c` the context is the training context, and a margin that leaves too little cuts it
+/// to a multiple of 256 no smaller than `-fitc`; `-fit off` keeps the training context.
+#[test]
+fn pasted_fit_flags_cut_an_unset_context() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = gguf_writer::write_tiny_llama(dir.path());
+    let train = pasted(&["serve", "-g", "24GiB", "--", "llama-server", "-m", &p]);
+    assert_eq!(train["config"]["ctx"], 8192);
+    assert!(train["notes"].to_string().contains("no change"), "{}", train["notes"]);
+    // A margin that leaves room for about half the training context's KV cache.
+    let at = |mib: u64, extra: &[&str]| {
+        let m = mib.to_string();
+        pasted(&[&["serve", "-g", "24GiB", "--cuda-context", "1B", "--", "llama-server", "-m", &p, "-fitt", &m][..], extra].concat())
+    };
+    let free_mib = 24 * 1024;
+    let used = train["plan"]["gpu_total_bytes"].as_u64().unwrap() - train["plan"]["cuda_overhead_bytes"].as_u64().unwrap();
+    let margin = free_mib - (used >> 20) + 2;
+    let cut = at(margin, &["-fitc", "1024"]);
+    let ctx = cut["config"]["ctx"].as_u64().unwrap();
+    assert!((1024..8192).contains(&ctx) && ctx % 256 == 0, "{ctx}");
+    assert!(cut["notes"].to_string().contains("reduced to"), "{}", cut["notes"]);
+    let off = at(margin, &["-fit", "off"]);
+    assert_eq!(off["config"]["ctx"], 8192);
+    let e = util::vram().args(["serve", "-m", &p, "-g", "24GiB", "--fit", "maybe"]).output().unwrap();
+    assert_eq!(e.status.code(), Some(2));
+}

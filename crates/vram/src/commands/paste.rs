@@ -119,6 +119,12 @@ const LLAMA_VALUE: &[(&str, &str)] = &[
     ("--main-gpu", "--main-gpu"),
     ("-mm", "--mmproj"),
     ("--mmproj", "--mmproj"),
+    ("-fit", "--fit"),
+    ("--fit", "--fit"),
+    ("-fitt", "--fit-target"),
+    ("--fit-target", "--fit-target"),
+    ("-fitc", "--fit-ctx"),
+    ("--fit-ctx", "--fit-ctx"),
 ];
 const LLAMA_FLAG: &[(&str, &str)] = &[
     ("--no-mmap", "--no-mmap"),

@@ -346,6 +346,9 @@ fn reject_other_engines_flags(a: &ServeArgs, engine: Engine) -> Result<()> {
         [
             given(a.n_gpu_layers.is_some(), "--n-gpu-layers/-ngl"),
             given(a.ctx_size.is_some(), "--ctx-size/-c"),
+            given(a.fit.is_some(), "--fit"),
+            given(a.fit_target.is_some(), "--fit-target"),
+            given(a.fit_ctx.is_some(), "--fit-ctx"),
             given(a.n_cpu_moe.is_some(), "--n-cpu-moe/-ncmoe"),
             given(a.cpu_moe, "--cpu-moe/-cmoe"),
             given(!a.override_tensor.is_empty(), "--override-tensor/-ot"),
@@ -885,9 +888,15 @@ pub fn llama_cpp_config(
 ) -> Result<(vram_core::gguf::LlamaCppConfig, Option<vram_core::ollama::OllamaLaunch>)> {
     use vram_core::gguf::LlamaCppConfig;
     let ollama = ollama_launch(a, hparams, memory)?;
-    // llama.cpp's default context (common/common.h `n_ctx = 4096`).
+    // llama.cpp's default context: 0, the training context (common/common.h `n_ctx = 0`), per
+    // stream when the KV cache is not unified (common/fit.cpp); `--fit` may reduce it afterwards.
+    let parallel = ollama.as_ref().map_or(a.parallel.unwrap_or(LLAMA_SERVER_AUTO_SLOTS), |o| o.parallel);
+    let unified = ollama.is_some() || a.parallel.is_none() || a.kv_unified;
+    let train = if hparams.context_length > 0 { hparams.context_length } else { vram_core::llama_fit::DEFAULT_MIN_CTX };
+    let train_ctx = train.saturating_mul(if unified { 1 } else { parallel }).min(u32::MAX as u64);
     let ctx = match (a.ctx_size, a.max_model_len) {
         _ if ollama.is_some() => ollama.as_ref().map_or(0, |o| o.ctx_size),
+        (Some(0), _) => train_ctx,
         (Some(c), _) => c,
         (None, Some(MaxModelLen::Tokens(n))) => n,
         (None, Some(MaxModelLen::Auto)) => {
@@ -896,7 +905,7 @@ pub fn llama_cpp_config(
             )
             .into())
         }
-        (None, None) => 4096,
+        (None, None) => train_ctx,
     };
     // --cache-type-k/v: ggml types, bytes per element from their block layouts.
     let kv_name = ollama.as_ref().map_or_else(|| a.kv_cache_dtype.to_ascii_lowercase(), |o| o.kv_cache_type.clone());
@@ -927,8 +936,8 @@ pub fn llama_cpp_config(
         ubatch: LlamaCppConfig::micro_batch(a.ubatch_size, a.batch_size),
         // llama-server without -np: 4 slots, one unified KV cache (llama.cpp PR #16736); with -np,
         // unified only under --kv-unified. Ollama sizes one shared context.
-        parallel: ollama.as_ref().map_or(a.parallel.unwrap_or(LLAMA_SERVER_AUTO_SLOTS), |o| o.parallel),
-        unified: ollama.is_some() || a.parallel.is_none() || a.kv_unified,
+        parallel,
+        unified,
         flash_attn: flash,
         kv_bytes,
         cuda_overhead,
@@ -994,6 +1003,100 @@ fn mmproj(a: &ServeArgs, mm: Option<&MmprojFile>, flash: bool) -> Result<Project
     Ok(Projector { weights: if offload { g.tensor_bytes() } else { 0 }, device, host, note })
 }
 
+/// llama.cpp's `--fit` settings from the flags: `None` under `--fit off`.
+fn fit_settings(a: &ServeArgs, overrides: &vram_core::gguf::Overrides) -> Result<Option<vram_core::llama_fit::FitSettings>> {
+    use vram_core::llama_fit::{FitSettings, DEFAULT_MARGIN, DEFAULT_MIN_CTX};
+    match a.fit.as_deref().map(str::to_ascii_lowercase).as_deref() {
+        None | Some("on") => {}
+        Some("off") => return Ok(None),
+        Some(other) => return Err(UsageError(format!("invalid --fit `{other}`: use on or off (llama.cpp's spelling)")).into()),
+    }
+    let margin = match &a.fit_target {
+        None => DEFAULT_MARGIN,
+        Some(t) if t.contains(',') => {
+            return Err(UsageError(format!(
+                "--fit-target {t}: one margin per GPU is llama.cpp's multi-GPU form; vram fits one GPU, give one value"
+            ))
+            .into())
+        }
+        // llama.cpp reads MiB; a size with a unit is taken as written.
+        Some(t) => match t.trim().parse::<u64>() {
+            Ok(mib) => mib.checked_mul(1 << 20).ok_or_else(|| UsageError(format!("--fit-target {t}: too large")))?,
+            Err(_) => resolve::size("--fit-target", t)?,
+        },
+    };
+    let ctx_given = a.ctx_size.is_some_and(|c| c > 0) || a.max_model_len.is_some();
+    Ok(Some(FitSettings {
+        margin,
+        min_ctx: if a.ctx_size == Some(0) { None } else { Some(a.fit_ctx.unwrap_or(DEFAULT_MIN_CTX).max(1)) },
+        ctx_auto: !ctx_given,
+        layers_auto: a.n_gpu_layers.is_none()
+            && overrides.tensor.is_empty()
+            && overrides.cpu_moe == vram_core::gguf::CpuMoe::None
+            && a.tensor_split.is_none(),
+    }))
+}
+
+/// llama-server's `--fit` applied to the settings (one GPU): the context and, where `layers`,
+/// the placement llama.cpp would load with, and the line the report gives about it.
+#[allow(clippy::too_many_arguments)]
+pub fn apply_fit(
+    a: &ServeArgs,
+    gguf: &vram_core::gguf::Gguf,
+    hp: &vram_core::gguf::HParams,
+    config: vram_core::gguf::LlamaCppConfig,
+    overrides: vram_core::gguf::Overrides,
+    gpu: &vram_core::gpu::Gpu,
+    multi: bool,
+    layers: bool,
+) -> Result<(vram_core::gguf::LlamaCppConfig, vram_core::gguf::Overrides, Option<String>)> {
+    use vram_core::llama_fit::FitAction;
+    let Some(mut s) = fit_settings(a, &overrides)? else { return Ok((config, overrides, None)) };
+    if multi {
+        let note = s.ctx_auto.then(|| format!(
+            "llama.cpp's --fit over several GPUs is not modelled: planned at the training context ({} tokens) with the split as given; pass -c to plan another",
+            config.ctx
+        ));
+        return Ok((config, overrides, note));
+    }
+    s.layers_auto &= layers;
+    let free = vram_core::gpu::cuda_total(gpu).0.saturating_sub(config.cuda_overhead);
+    let f = vram_core::llama_fit::fit(gguf, hp, &config, &overrides, free, &s)?;
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    let margin = format!("{:.0} MiB", s.margin as f64 / (1u64 << 20) as f64);
+    let head = format!(
+        "llama-server's --fit (common/fit.cpp, on by default): model, context and compute buffers project to {:.2} GiB against {:.2} GiB free (the CUDA total less the CUDA context)",
+        gib(f.projected_initial),
+        gib(f.free)
+    );
+    let note = match &f.action {
+        FitAction::NoChange if s.ctx_auto => Some(format!(
+            "{head} at the training context of {} tokens, leaving at least {margin}: no change",
+            f.config.ctx
+        )),
+        FitAction::NoChange => None,
+        FitAction::ContextReduced { from } => Some(format!(
+            "{head} at the training context of {from} tokens; the context is reduced to {} to leave {margin} free (interpolated between it and --fit-ctx, rounded down to 256 as llama.cpp does); -c N or --fit off to choose",
+            f.config.ctx
+        )),
+        FitAction::WeightsToRam => Some(format!(
+            "{head}; {}{}, so weights move to RAM: {}",
+            if s.ctx_auto { format!("the context goes to --fit-ctx, {}", f.config.ctx) } else { format!("the context {} is yours", f.config.ctx) },
+            format_args!(" and still {margin} is not left free"),
+            match f.overrides.cpu_moe {
+                vram_core::gguf::CpuMoe::FirstLayers(n) => format!("the experts of {n} layers (as --n-cpu-moe {n}; llama.cpp picks the layers and may split one)"),
+                vram_core::gguf::CpuMoe::All => format!("every layer's experts, and {} layers on the GPU", f.config.n_gpu_layers.min(hp.layers)),
+                vram_core::gguf::CpuMoe::None => format!("{} of {} layers stay on the GPU (as -ngl {})", f.config.n_gpu_layers.min(hp.layers), hp.layers, f.config.n_gpu_layers),
+            }
+        )),
+        FitAction::CannotFit { reason } => Some(format!(
+            "{head}; it cannot leave {margin} free{}: {reason}",
+            if s.ctx_auto { format!(" even at --fit-ctx ({} tokens)", f.config.ctx) } else { String::new() }
+        )),
+    };
+    Ok((f.config, f.overrides, note))
+}
+
 /// llama-server's slots when `-np` is not given ("setting n_parallel = 4 and kv_unified = true",
 /// llama.cpp PR #16736, b6800 on).
 const LLAMA_SERVER_AUTO_SLOTS: u64 = 4;
@@ -1005,12 +1108,16 @@ pub fn llama_cpp_gguf(a: &ServeArgs, file: String, gguf: vram_core::gguf::Gguf, 
     let g = resolve::gpu(&a.gpu)?;
     let (config, ollama) = llama_cpp_config(a, &hparams, g.memory, mm)?;
     let overrides = overrides(a)?;
+    let multi = multi_gpu(a)?.is_some();
+    let (config, overrides, fit_note) =
+        if ollama.is_some() { (config, overrides, None) } else { apply_fit(a, &gguf, &hparams, config, overrides, &g, multi, true)? };
     let mut plan = llama_cpp_with(&gguf, &hparams, &config, &overrides)?;
     // Ollama shares one KV cache among its parallel requests but holds each to num_ctx tokens.
     if let Some(o) = &ollama {
         plan.ctx_per_sequence = o.num_ctx;
     }
     let mut notes = ollama.map(|o| o.notes).unwrap_or_default();
+    notes.extend(fit_note);
     notes.extend(mmproj(a, mm, config.flash_attn)?.note);
     if let Some(m) = multi_gpu(a)? {
         let split = vram_core::llama_split::plan(&gguf, &hparams, &config, &overrides, &m)?;

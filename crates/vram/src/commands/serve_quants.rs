@@ -7,7 +7,7 @@ use serde::Serialize;
 use vram_core::gguf::{llama_cpp_with, max_ctx_with, CpuMoe, Gguf, LlamaCppConfig, Overrides};
 use vram_core::serve_advice::{Alternative, Flag, ServeChange};
 
-use super::serve::{llama_cpp_config, local_mmproj, overrides, MmprojFile};
+use super::serve::{apply_fit, llama_cpp_config, local_mmproj, overrides, MmprojFile};
 use super::show;
 use crate::cli::ServeArgs;
 use crate::errors::UsageError;
@@ -164,6 +164,7 @@ pub fn smaller_that_fits(a: &ServeArgs, s: &Spec, q: &OneQuant, memory: u64) -> 
     let ov = overrides(a)?;
     let headers = read_headers(s, &smaller);
     let local = local_mmproj(a)?;
+    let gpu = resolve::gpu(&a.gpu)?;
     for (x, h) in smaller.iter().zip(headers).rev() {
         let Ok(g) = h else { continue };
         let Ok(hp) = g.hparams(&x.quant) else { continue };
@@ -171,7 +172,8 @@ pub fn smaller_that_fits(a: &ServeArgs, s: &Spec, q: &OneQuant, memory: u64) -> 
             Some(m) => Some(m.clone()),
             None => projector(a, s, &q.files, &x.files[0])?,
         };
-        let (c, _) = llama_cpp_config(a, &hp, memory, mm.as_ref())?;
+        let (c, ollama) = llama_cpp_config(a, &hp, memory, mm.as_ref())?;
+        let (c, _, _) = if ollama.is_some() { (c, ov.clone(), None) } else { apply_fit(a, &g, &hp, c, ov.clone(), &gpu, false, false)? };
         let p = llama_cpp_with(&g, &hp, &c, &ov)?;
         if p.gpu_total_bytes > memory {
             continue;
@@ -298,7 +300,7 @@ pub fn table(a: &ServeArgs, s: &Spec, pasted: &[String], has_log: bool) -> Resul
                 }
             },
         };
-        let outcome = match h.and_then(|g| plan_row(a, &q.quant, &g, &ov, gpu.memory, mm.map_err(anyhow::Error::msg)?.as_ref())) {
+        let outcome = match h.and_then(|g| plan_row(a, &q.quant, &g, &ov, &gpu, mm.map_err(anyhow::Error::msg)?.as_ref())) {
             Ok((c, o)) => {
                 config.get_or_insert(c);
                 o
@@ -354,11 +356,15 @@ fn plan_row(
     name: &str,
     g: &Gguf,
     ov: &vram_core::gguf::Overrides,
-    memory: u64,
+    gpu: &Gpu,
     mm: Option<&MmprojFile>,
 ) -> Result<(LlamaCppConfig, RowOutcome)> {
+    let memory = gpu.memory;
     let hp = g.hparams(name)?;
-    let (c, _) = llama_cpp_config(a, &hp, memory, mm)?;
+    let (c, ollama) = llama_cpp_config(a, &hp, memory, mm)?;
+    // The context llama-server's --fit picks for this file (the table keeps every layer on the
+    // GPU: `max_n_gpu_layers` says what fits otherwise).
+    let (c, _, _) = if ollama.is_some() { (c, ov.clone(), None) } else { apply_fit(a, g, &hp, c, ov.clone(), gpu, false, false)? };
     let p = llama_cpp_with(g, &hp, &c, ov)?;
     let limit = if hp.context_length > 0 { hp.context_length } else { 1 << 20 };
     let fits = p.gpu_total_bytes <= memory;
@@ -367,20 +373,11 @@ fn plan_row(
     let max_n_gpu_layers = if fits {
         None
     } else {
-        let fit = |n: u64| -> Result<bool> {
+        let fit = |n: u64| -> vram_core::Result<bool> {
             Ok(llama_cpp_with(g, &hp, &LlamaCppConfig { n_gpu_layers: n, ..c }, ov)?.gpu_total_bytes <= memory)
         };
         if fit(0)? {
-            let (mut lo, mut hi) = (0u64, c.n_gpu_layers.min(hp.layers + 1));
-            while lo < hi {
-                let mid = lo + (hi - lo).div_ceil(2);
-                if fit(mid)? {
-                    lo = mid;
-                } else {
-                    hi = mid - 1;
-                }
-            }
-            Some(lo)
+            Some(vram_core::llama_fit::most_layers(c.n_gpu_layers.min(hp.layers + 1), fit)?)
         } else {
             None
         }
