@@ -199,6 +199,13 @@ fn every_quant_is_listed_with_its_plan_and_the_largest_that_fits_is_named() {
     let ngl = f16["max_n_gpu_layers"].as_u64().unwrap();
     assert!((10..LAYERS as u64).contains(&ngl), "{f16}");
     assert_eq!(v["best"], "Q8_0");
+    // No -c: each row at the context llama-server's --fit picks for the file (the 131,072-token
+    // training context cut to leave 1 GiB free), smaller for larger files.
+    assert_eq!(v["ctx_fitted"], true);
+    let fitted: Vec<u64> = quants[..3].iter().map(|q| q["ctx"].as_u64().unwrap()).collect();
+    assert!(fitted.iter().all(|c| c % 256 == 0 && *c >= 4096 && *c < 131_072), "{fitted:?}");
+    assert!(fitted.windows(2).all(|w| w[0] >= w[1]), "{fitted:?}");
+    assert!(v["notes"].to_string().contains("--fit picks"), "{}", v["notes"]);
     // Larger files take more of the GPU and leave shorter contexts.
     let gpu: Vec<u64> = quants.iter().map(|q| q["gpu_total_bytes"].as_u64().unwrap()).collect();
     assert!(gpu.windows(2).all(|w| w[0] < w[1]), "{gpu:?}");

@@ -220,6 +220,8 @@ pub struct QuantRow {
 pub enum RowOutcome {
     /// Planned.
     Planned {
+        /// The context it is planned at: the one given, else the one llama-server's --fit picks.
+        ctx: u64,
         /// Everything on the GPU at the requested flags.
         gpu_total_bytes: u64,
         /// Weights left in RAM at the requested flags.
@@ -257,6 +259,8 @@ pub struct QuantTable {
     pub best: Option<String>,
     /// How a pasted command was read, and what the table leaves out.
     pub notes: Vec<String>,
+    /// Each row's context is the one llama-server's --fit picks for its file (no -c given).
+    pub ctx_fitted: bool,
 }
 
 /// Every quant of the repository planned at the flags; printed.
@@ -332,7 +336,14 @@ pub fn table(a: &ServeArgs, s: &Spec, pasted: &[String], has_log: bool) -> Resul
     if !a.engine.eq_ignore_ascii_case("llama.cpp") && !a.engine.eq_ignore_ascii_case("ollama") {
         notes.push("a repository of GGUF files is planned under llama.cpp (vLLM's GGUF loading is not modelled)".into());
     }
-    let t = QuantTable { repo: s.repo.clone(), rev: s.rev.clone(), gpu, config, rows, best, notes };
+    let ctx_fitted =
+        a.ctx_size.is_none() && a.max_model_len.is_none() && !a.engine.eq_ignore_ascii_case("ollama") && a.fit.as_deref() != Some("off");
+    if ctx_fitted {
+        notes.push(
+            "no -c: each quant is planned at the context llama-server's --fit picks for it (the training context, cut to leave --fit-target of 1024 MiB free, not below --fit-ctx 4096), every layer on the GPU; give -c to compare the quants at one context".into(),
+        );
+    }
+    let t = QuantTable { repo: s.repo.clone(), rev: s.rev.clone(), gpu, config, rows, best, notes, ctx_fitted };
     show(a.json, || render::serve_quants::json(&t), || render::serve_quants::text(&t))
 }
 
@@ -397,6 +408,7 @@ fn plan_row(
         }
     };
     let row = RowOutcome::Planned {
+        ctx: p.ctx,
         gpu_total_bytes: p.gpu_total_bytes,
         cpu_weights_bytes: p.cpu_weights_bytes,
         fits,

@@ -21,7 +21,7 @@ pub fn text(t: &QuantTable) -> String {
             out,
             "--n-gpu-layers {} · --ctx-size {} · --ubatch-size {} · --parallel {} · flash attention{}",
             c.n_gpu_layers,
-            c.ctx,
+            if t.ctx_fitted { "per quant (--fit)".to_string() } else { c.ctx.to_string() },
             c.ubatch,
             c.parallel,
             if c.flash_attn { "" } else { " off" }
@@ -32,21 +32,22 @@ pub fn text(t: &QuantTable) -> String {
     let moe_head = if moe { format!(" {:>20}", "or: min --n-cpu-moe") } else { String::new() };
     let _ = writeln!(
         out,
-        "{:<16} {:>10} {:>10} {:>10} {:>5} {:>15} {:>16}{moe_head}",
-        "quant", "file GiB", "GPU GiB", "RAM GiB", "fits", "longest -c", "if not: max -ngl"
+        "{:<16} {:>10} {:>10} {:>10} {:>10} {:>5} {:>15} {:>16}{moe_head}",
+        "quant", "file GiB", "-c", "GPU GiB", "RAM GiB", "fits", "longest -c", "if not: max -ngl"
     );
     for r in &t.rows {
         match &r.outcome {
-            RowOutcome::Planned { gpu_total_bytes, cpu_weights_bytes, fits, max_ctx_size, max_n_gpu_layers, min_n_cpu_moe } => {
+            RowOutcome::Planned { ctx, gpu_total_bytes, cpu_weights_bytes, fits, max_ctx_size, max_n_gpu_layers, min_n_cpu_moe } => {
                 let moe_cell = match (moe, fits, min_n_cpu_moe) {
                     (false, _, _) | (true, true, _) => String::new(),
                     (true, false, n) => format!(" {:>20}", n.map_or("none".into(), |n| n.to_string())),
                 };
                 let _ = writeln!(
                     out,
-                    "{:<16} {:>10} {:>10} {:>10} {:>5} {:>15} {:>16}{moe_cell}",
+                    "{:<16} {:>10} {:>10} {:>10} {:>10} {:>5} {:>15} {:>16}{moe_cell}",
                     r.quant,
                     gib_cell(r.file_bytes),
+                    thousands(*ctx),
                     gib_cell(*gpu_total_bytes),
                     gib_cell(*cpu_weights_bytes),
                     if *fits { "yes" } else { "no" },
@@ -89,6 +90,7 @@ pub fn json(t: &QuantTable) -> Value {
         "revision": t.rev,
         "gpu": gpu_json(&t.gpu),
         "config": t.config,
+        "ctx_fitted": t.ctx_fitted,
         "quants": t.rows,
         "best": t.best,
     })

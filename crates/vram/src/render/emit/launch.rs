@@ -219,6 +219,14 @@ pub fn llama_server(a: &ServeArgs, model: &str) -> Launch {
     let mut f = Vec::new();
     push(&mut f, a.n_gpu_layers.is_some(), "-ngl", a.n_gpu_layers.unwrap_or(0));
     push(&mut f, a.ctx_size.is_some(), "-c", a.ctx_size.unwrap_or(0));
+    push(&mut f, a.fit.is_some(), "-fit", a.fit.clone().unwrap_or_default());
+    // llama.cpp reads MiB: a size given with a unit is written in MiB.
+    let fitt = a.fit_target.as_deref().map(|t| match t.trim().parse::<u64>() {
+        Ok(mib) => mib.to_string(),
+        Err(_) => crate::resolve::size("--fit-target", t).map_or_else(|_| t.to_string(), |b| (b >> 20).to_string()),
+    });
+    push(&mut f, fitt.is_some(), "-fitt", fitt.unwrap_or_default());
+    push(&mut f, a.fit_ctx.is_some(), "-fitc", a.fit_ctx.unwrap_or(0));
     push(&mut f, a.parallel.is_some(), "-np", a.parallel.unwrap_or(0));
     switch(&mut f, a.kv_unified, "--kv-unified");
     push(&mut f, a.batch_size.is_some(), "-b", a.batch_size.unwrap_or(0));
@@ -226,6 +234,7 @@ pub fn llama_server(a: &ServeArgs, model: &str) -> Launch {
     switch(&mut f, a.no_mmap, "--no-mmap");
     switch(&mut f, a.mlock, "--mlock");
     push(&mut f, a.mmproj.is_some(), "--mmproj", a.mmproj.as_ref().map(|p| p.display().to_string()).unwrap_or_default());
+    switch(&mut f, a.no_mmproj, "--no-mmproj");
     switch(&mut f, a.no_mmproj_offload, "--no-mmproj-offload");
     push(&mut f, a.flash_attn.is_some(), "-fa", a.flash_attn.clone().unwrap_or_default());
     let kv = a.kv_cache_dtype.to_ascii_lowercase();
