@@ -144,6 +144,9 @@ pub struct LlamaCppLog {
     /// The vision encoder's compute buffer on its first non-CPU device (`--mmproj`:
     /// "alloc_compute_meta: CUDA0 compute buffer size = X MiB", tools/mtmd/clip.cpp).
     pub vision_compute: Option<LogSize>,
+    /// llama.cpp's `--fit` at the initial settings (common/fit.cpp): "projected to use X MiB of
+    /// device memory vs. Y MiB of free device memory" — (X, Y) in MiB, the first such line.
+    pub fit_projection: Option<(u64, u64)>,
     /// Devices in the order they first appear.
     pub devices: Vec<LlamaCppDevice>,
 }
@@ -460,6 +463,19 @@ fn parse_llama_cpp(text: &str) -> (LlamaCppLog, usize) {
             }
             continue;
         }
+        // --fit's first projection (the initial settings), one GPU or several summed.
+        if let Some(i) = line.find("projected to use ") {
+            let rest = &line[i + "projected to use ".len()..];
+            let num = |s: &str| s.split_whitespace().next().and_then(|w| w.parse::<u64>().ok());
+            if let (Some(used), Some(j)) = (num(rest), rest.find(" MiB of device memory vs. ")) {
+                let free = num(&rest[j + " MiB of device memory vs. ".len()..]);
+                if let (Some(free), None) = (free.filter(|_| rest.contains("MiB of free device memory")), l.fit_projection) {
+                    l.fit_projection = Some((used, free));
+                    found += 1;
+                }
+            }
+            continue;
+        }
         // The function name may follow a timestamp and level ("0.00.329.203 I load_tensors: …")
         // or colour codes: the first `name:` whose name ends in a known function counts.
         let Some((func, body)) = line.match_indices(':').find_map(|(i, _)| {
@@ -719,6 +735,24 @@ llama_new_context_with_model:  CUDA_Host compute buffer size =   174.02 MiB",
         assert_eq!(names, ["CUDA14", "CUDA1", "CUDA_Host"]);
         assert_eq!(l.devices[0].model.as_ref().unwrap().printed, "12698.93 MiB");
         assert_eq!(l.devices[1].compute.as_ref().unwrap().gib, 5718.01 / 1024.0);
+    }
+
+    /// llama.cpp's `--fit` lines (a public build-8477 log of Qwen3.5-27B on one Vulkan GPU): the
+    /// first projection is the initial settings'; the later context lines do not replace it.
+    #[test]
+    fn llama_cpp_fit_projection() {
+        let StartupLog::LlamaCpp(l) = parse(
+            "llama_params_fit_impl: projected to use 35754 MiB of device memory vs. 30733 MiB of free device memory
+llama_params_fit_impl: cannot meet free memory target of 400 MiB, need to reduce device memory by 5420 MiB
+llama_params_fit_impl: context size reduced from 262144 to 177152 -> need 5421 MiB less memory in total
+llama_params_fit_impl: projected to use 30000 MiB of device memory vs. 30733 MiB of free device memory
+llama_context: n_ctx         = 177152",
+        )
+        .unwrap() else {
+            panic!("not llama.cpp")
+        };
+        assert_eq!(l.fit_projection, Some((35_754, 30_733)));
+        assert_eq!(l.n_ctx, Some(177_152));
     }
 
     /// The new spellings behind a timestamp: `load_tensors`, `llama_context`, `llama_kv_cache`,

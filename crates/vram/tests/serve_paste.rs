@@ -352,4 +352,13 @@ fn pasted_fit_flags_cut_an_unset_context() {
     assert_eq!(off["config"]["ctx"], 8192);
     let e = util::vram().args(["serve", "-m", &p, "-g", "24GiB", "--fit", "maybe"]).output().unwrap();
     assert_eq!(e.status.code(), Some(2));
+    // `--log` sets the fit's first projection beside vram's.
+    let log = dir.path().join("fit.log");
+    std::fs::write(&log, "common_params_fit_impl: projected to use 120 MiB of device memory vs. 24000 MiB of free device memory\nllama_context: n_ctx         = 8192\n").unwrap();
+    let cmp = pasted(&["serve", "-g", "24GiB", "--log", log.to_str().unwrap(), "--", "llama-server", "-m", &p]);
+    let rows = cmp["comparison"]["rows"].as_array().unwrap();
+    let r = rows.iter().find(|r| r["quantity"] == "--fit projection at the initial settings").expect("a fit row");
+    assert_eq!(r["log"].as_f64(), Some(120.0));
+    let free = rows.iter().find(|r| r["quantity"] == "free device memory --fit saw").expect("a free row");
+    assert_eq!(free["log"].as_f64(), Some(24000.0));
 }

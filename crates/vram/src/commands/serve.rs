@@ -829,6 +829,8 @@ pub struct LlamaCppServe {
     /// With several GPUs (`--gpus`, `--tensor-split`, `--split-mode`, `--main-gpu`): the plan per
     /// GPU and the longest context at which every GPU fits.
     pub split: Option<(vram_core::llama_split::SplitPlan, Option<u64>)>,
+    /// llama-server's `--fit` projection at the initial settings and the free memory, bytes.
+    pub fit_projection: Option<(u64, u64)>,
 }
 
 /// One row of the `--n-cpu-moe` table, at the given `--n-gpu-layers` and `--ctx-size`.
@@ -1037,8 +1039,21 @@ fn fit_settings(a: &ServeArgs, overrides: &vram_core::gguf::Overrides) -> Result
     }))
 }
 
+/// The settings after llama-server's `--fit`, what the report says of it, and its projection at
+/// the initial settings against the free memory (bytes), when it ran.
+pub struct FitApplied {
+    /// The settings llama.cpp loads with.
+    pub config: vram_core::gguf::LlamaCppConfig,
+    /// The tensor overrides it loads with.
+    pub overrides: vram_core::gguf::Overrides,
+    /// The line the report gives.
+    pub note: Option<String>,
+    /// (projected use at the initial settings, free device memory), bytes.
+    pub projection: Option<(u64, u64)>,
+}
+
 /// llama-server's `--fit` applied to the settings (one GPU): the context and, where `layers`,
-/// the placement llama.cpp would load with, and the line the report gives about it.
+/// the placement llama.cpp would load with.
 #[allow(clippy::too_many_arguments)]
 pub fn apply_fit(
     a: &ServeArgs,
@@ -1049,15 +1064,15 @@ pub fn apply_fit(
     gpu: &vram_core::gpu::Gpu,
     multi: bool,
     layers: bool,
-) -> Result<(vram_core::gguf::LlamaCppConfig, vram_core::gguf::Overrides, Option<String>)> {
+) -> Result<FitApplied> {
     use vram_core::llama_fit::FitAction;
-    let Some(mut s) = fit_settings(a, &overrides)? else { return Ok((config, overrides, None)) };
+    let Some(mut s) = fit_settings(a, &overrides)? else { return Ok(FitApplied { config, overrides, note: None, projection: None }) };
     if multi {
         let note = s.ctx_auto.then(|| format!(
             "llama.cpp's --fit over several GPUs is not modelled: planned at the training context ({} tokens) with the split as given; pass -c to plan another",
             config.ctx
         ));
-        return Ok((config, overrides, note));
+        return Ok(FitApplied { config, overrides, note, projection: None });
     }
     s.layers_auto &= layers;
     let free = vram_core::gpu::cuda_total(gpu).0.saturating_sub(config.cuda_overhead);
@@ -1094,7 +1109,7 @@ pub fn apply_fit(
             if s.ctx_auto { format!(" even at --fit-ctx ({} tokens)", f.config.ctx) } else { String::new() }
         )),
     };
-    Ok((f.config, f.overrides, note))
+    Ok(FitApplied { config: f.config, overrides: f.overrides, note, projection: Some((f.projected_initial, f.free)) })
 }
 
 /// llama-server's slots when `-np` is not given ("setting n_parallel = 4 and kv_unified = true",
@@ -1109,8 +1124,11 @@ pub fn llama_cpp_gguf(a: &ServeArgs, file: String, gguf: vram_core::gguf::Gguf, 
     let (config, ollama) = llama_cpp_config(a, &hparams, g.memory, mm)?;
     let overrides = overrides(a)?;
     let multi = multi_gpu(a)?.is_some();
-    let (config, overrides, fit_note) =
-        if ollama.is_some() { (config, overrides, None) } else { apply_fit(a, &gguf, &hparams, config, overrides, &g, multi, true)? };
+    let FitApplied { config, overrides, note: fit_note, projection: fit_projection } = if ollama.is_some() {
+        FitApplied { config, overrides, note: None, projection: None }
+    } else {
+        apply_fit(a, &gguf, &hparams, config, overrides, &g, multi, true)?
+    };
     let mut plan = llama_cpp_with(&gguf, &hparams, &config, &overrides)?;
     // Ollama shares one KV cache among its parallel requests but holds each to num_ctx tokens.
     if let Some(o) = &ollama {
@@ -1125,11 +1143,24 @@ pub fn llama_cpp_gguf(a: &ServeArgs, file: String, gguf: vram_core::gguf::Gguf, 
         let fit = vram_core::llama_split::max_ctx(&gguf, &hparams, &config, &overrides, &m, g.memory, limit)?;
         let split = Some((split, fit));
         let (offload_table, moe_table) = (Vec::new(), Vec::new());
-        return Ok(LlamaCppServe { file, gguf, hparams, gpu: g, config, overrides, plan, offload_table, moe_table, notes, split });
+        return Ok(LlamaCppServe {
+            file,
+            gguf,
+            hparams,
+            gpu: g,
+            config,
+            overrides,
+            plan,
+            offload_table,
+            moe_table,
+            notes,
+            split,
+            fit_projection,
+        });
     }
     let offload_table = offload_table(&gguf, &hparams, &config, &overrides, g.memory)?;
     let moe_table = if overrides.tensor.is_empty() { moe_table(&gguf, &hparams, &config, g.memory)? } else { Vec::new() };
-    Ok(LlamaCppServe { file, gguf, hparams, gpu: g, config, overrides, plan, offload_table, moe_table, notes, split: None })
+    Ok(LlamaCppServe { file, gguf, hparams, gpu: g, config, overrides, plan, offload_table, moe_table, notes, split: None, fit_projection })
 }
 
 /// `--flash-attn`: on, off or auto (llama.cpp's default, on where the GPU supports it: planned on).

@@ -300,6 +300,13 @@ pub fn llama_cpp(s: &LlamaCppServe, l: &LlamaCppLog) -> Comparison {
     if p.gpu_state_bytes > 0 || dev.state.is_some() {
         rows.insert(2, mib("RS buffer (recurrent state)", p.gpu_state_bytes, &dev.state));
     }
+    if let (Some((used, free)), Some((log_used, log_free))) = (s.fit_projection, l.fit_projection) {
+        let logged = |m: u64| (Some(m as f64), Some(format!("{m} MiB")));
+        let (v, p) = logged(log_used);
+        rows.push(row("--fit projection at the initial settings", "MiB", used as f64 / MIB, v, p));
+        let (v, p) = logged(log_free);
+        rows.push(row("free device memory --fit saw", "MiB", free as f64 / MIB, v, p));
+    }
     if s.config.projector_compute_bytes > 0 || l.vision_compute.is_some() {
         rows.push(mib("vision compute buffer (--mmproj)", s.config.projector_compute_bytes, &l.vision_compute));
     }
