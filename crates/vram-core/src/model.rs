@@ -445,13 +445,18 @@ impl AnyRes {
     /// square image of `side` px: the most effective pixels, then the least waste, first wins a
     /// tie (its float scale and `int()` truncation).
     pub fn best_resolution(&self, side: u64) -> (u64, u64) {
+        self.best_resolution_of((side, side))
+    }
+
+    /// [`Self::best_resolution`] of an (height, width) image: the pinpoint keeping the most of its
+    /// pixels after an aspect-preserving downscale, then the least padding.
+    pub fn best_resolution_of(&self, (height, width): (u64, u64)) -> (u64, u64) {
         let mut best = self.pinpoints.first().copied().unwrap_or_default();
         let (mut max_eff, mut min_waste) = (0u128, u128::MAX);
-        let s = side as f64;
+        let (hf, wf) = (height as f64, width as f64);
         for &(h, w) in &self.pinpoints {
-            let scale = (w as f64 / s).min(h as f64 / s);
-            let down = (s * scale) as u128;
-            let eff = (down * down).min(side as u128 * side as u128);
+            let scale = (w as f64 / wf).min(h as f64 / hf);
+            let eff = ((wf * scale) as u128 * (hf * scale) as u128).min(height as u128 * width as u128);
             let waste = (w as u128 * h as u128).saturating_sub(eff);
             if eff > max_eff || (eff == max_eff && waste < min_waste) {
                 (max_eff, min_waste, best) = (eff, waste, (h, w));

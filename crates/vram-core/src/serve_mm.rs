@@ -307,15 +307,7 @@ const ONEVISION_DUMMY: (u64, u64) = (944, 1153);
 fn onevision_item(a: &AnyRes, crop: u64, per: u64, tower_tokens: u64) -> Item {
     let (h, w) = ONEVISION_DUMMY;
     let (hf, wf) = (h as f64, w as f64);
-    let (mut best, mut max_eff, mut min_waste) = (a.pinpoints.first().copied().unwrap_or((crop, crop)), 0u128, u128::MAX);
-    for &(ph, pw) in &a.pinpoints {
-        let scale = (pw as f64 / wf).min(ph as f64 / hf);
-        let eff = ((wf * scale) as u128 * (hf * scale) as u128).min(h as u128 * w as u128);
-        let waste = (ph as u128 * pw as u128).saturating_sub(eff);
-        if eff > max_eff || (eff == max_eff && waste < min_waste) {
-            (max_eff, min_waste, best) = (eff, waste, (ph, pw));
-        }
-    }
+    let best = if a.pinpoints.is_empty() { (crop, crop) } else { a.best_resolution_of((h, w)) };
     let crop = crop.max(1);
     let (gh, gw) = (best.0 / crop, best.1 / crop);
     let (mut ch, mut cw) = (per * gh, per * gw);

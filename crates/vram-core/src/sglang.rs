@@ -721,13 +721,8 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
     let fits = shortfall == 0 && tokens > 0 && mrr > 0;
 
     let g = |b: u64| b as f64 / GIB as f64;
-    let mut log = vec![format!(
-        "Load weight end. type={}, dtype=torch.{}, avail mem={:.2} GB, mem usage={:.2} GB.",
-        m.name,
-        dtype.torch_name(),
-        g(after),
-        g(weights)
-    )];
+    // model_runner.py's wording: the elapsed time and the model class are not vram's to say.
+    let mut log = vec![format!("Load weight end. elapsed=… s, type=…, avail mem={:.2} GB, mem usage={:.2} GB.", g(after), g(weights))];
     let kv_torch = match (&cfg.kv_cache_dtype_name, kv_b) {
         (Some(n), 1) => format!("torch.{n}"),
         _ => format!("torch.{}", dtype.torch_name()),
