@@ -232,7 +232,8 @@ pub(crate) fn cache_mode(m: &Model, cfg: &ServeConfig) -> MambaCacheMode {
 /// Whether `m`'s states export prefill checkpoints ([`VllmVersion::GDN_PREFILL_CHECKPOINTS`]):
 /// Gated DeltaNet layers in mamba-cache mode `align` on a GPU where FlashInfer's GDN prefill
 /// runs — compute capability 9.0, or a GPU given by size (taken as one); Blackwell's needs a CUDA
-/// 13 runtime vram does not know of, so it is left out.
+/// 13 runtime, which vLLM's Docker image has and its PyPI wheels (CUDA 12.9, its installation
+/// guide) do not: vram plans the wheels and says so.
 pub(crate) fn prefill_checkpoints(m: &Model, cfg: &ServeConfig) -> bool {
     cfg.vllm_version >= VllmVersion::GDN_PREFILL_CHECKPOINTS
         && m.ssm.as_ref().is_some_and(|s| s.delta_net.is_some())
@@ -364,6 +365,14 @@ pub(crate) fn note(m: &Model, pool: &KvPool, cfg: &ServeConfig) -> Option<String
         (MambaCacheMode::Align, false) => "; prefix caching on (mamba-cache mode align): two state blocks per request in each state group",
         _ => "; prefix caching off for the states (mamba-cache mode none): one state block per request in each state group",
     });
+    let blackwell = cfg.gpu_arch.and_then(|a| a.cuda_cc).is_some_and(|(major, _)| major == 10 || major == 12);
+    if blackwell
+        && cfg.vllm_version >= VllmVersion::GDN_PREFILL_CHECKPOINTS
+        && st.mixer == Mixer::GatedDeltaNet
+        && cache_mode(m, cfg) == MambaCacheMode::Align
+    {
+        s.push_str("; on Blackwell vLLM ≥ 0.33 runs FlashInfer's GDN prefill, with its prefill checkpoints (64-token block grid, a third state block, an fp32 workspace), only under a CUDA 13 runtime: vLLM's Docker image has one, its PyPI wheels (CUDA 12.9) do not, and vram plans the PyPI build");
+    }
     if cfg.vllm_version >= VllmVersion::GDN_PREFILL_CHECKPOINTS && cfg.mamba_cache_mode.is_some() {
         s.push_str("; --mamba-cache-mode has no effect from vLLM 0.33 (the mode follows --enable-prefix-caching)");
     }

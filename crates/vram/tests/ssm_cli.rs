@@ -119,6 +119,11 @@ fn qwen3_5_is_estimated_as_its_language_model() {
     // Not on an A100 (no FlashInfer GDN prefill there).
     let a100 = json(&["serve", "--model", QWEN, "-g", "a100-80gb", "--max-model-len", "32768"]);
     assert_eq!(a100["gpus"][0]["block_size"].as_u64(), Some(288));
+    // On Blackwell only under a CUDA 13 runtime (vLLM's Docker image): the PyPI build is
+    // planned, and the report says which.
+    let b200 = json(&["serve", "--model", QWEN, "-g", "b200", "--max-model-len", "32768"]);
+    assert_eq!(b200["gpus"][0]["block_size"].as_u64(), Some(288));
+    assert!(b200["gpus"][0]["notes"].to_string().contains("CUDA 13 runtime"), "{}", b200["gpus"][0]["notes"]);
     // DDP replicates the measured single-GPU job; sharding engines are refused.
     let ddp = json(&["estimate", "--model", QWEN, "--gpus", "8", "--seq-len", "2048"]);
     let text = ddp.to_string();
