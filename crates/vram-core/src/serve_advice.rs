@@ -63,6 +63,8 @@ pub enum ServeChange {
     KvQ8,
     /// SGLang `--mamba-ssm-dtype bfloat16`: a hybrid's recurrent state in half the bytes.
     StateDtype,
+    /// vLLM `--max-num-seqs 256`: fewer rows in the profile run's sampler.
+    MaxNumSeqs,
     /// A higher `--gpu-memory-utilization` / `--mem-fraction-static`.
     MemoryFraction,
     /// More tensor parallelism.
@@ -224,6 +226,7 @@ pub fn vllm(m: &Model, cfg: &ServeConfig, base: &ServeReport, fp8: Option<bool>)
             alts.push(a);
         }
     }
+    alts.extend(vllm_fewer_seqs(m, cfg, base));
     alts.extend(vllm_memory_fraction(m, cfg));
     alts.extend(vllm_tp(m, cfg));
     alts.extend(vllm_quantized(m, cfg, base, fp8));
@@ -234,6 +237,36 @@ pub fn vllm(m: &Model, cfg: &ServeConfig, base: &ServeReport, fp8: Option<bool>)
         alts.extend(vllm_offload(m, cfg, base));
     }
     ServeAdvice { needed, max_concurrency: base.pool.max_concurrency, alternatives: select(alts, needed, base.pool.max_concurrency) }
+}
+
+/// Sequences vLLM keeps for a GPU under 70 GiB (engine/arg_utils.py's default tier), offered to
+/// the larger GPUs' 1024.
+const FEWER_SEQS: u64 = 256;
+
+/// `--max-num-seqs 256` where vLLM's default is larger (1024 on a GPU of 70 GiB or more): its
+/// profile run samples over min(max-num-seqs, max-num-batched-tokens) rows of the vocabulary
+/// (14 bytes a logit in 0.33's Model Runner V2 under FlashInfer), so fewer rows leave the KV pool
+/// more; offered only when the pool grows.
+fn vllm_fewer_seqs(m: &Model, cfg: &ServeConfig, base: &ServeReport) -> Option<Alternative> {
+    if base.max_num_seqs <= FEWER_SEQS {
+        return None;
+    }
+    let r = serve(m, &ServeConfig { max_num_seqs: Some(FEWER_SEQS), ..cfg.clone() }).ok()?;
+    if r.kv_cache_bytes <= base.kv_cache_bytes {
+        return None;
+    }
+    let mut a = from_vllm(
+        ServeChange::MaxNumSeqs,
+        vec![Flag::new("--max-num-seqs", FEWER_SEQS)],
+        format!(
+            "at most {FEWER_SEQS} requests at once instead of {}: the profile run's sampler covers fewer rows, and the KV pool grows by {:.2} GiB",
+            base.max_num_seqs,
+            (r.kv_cache_bytes - base.kv_cache_bytes) as f64 / GIB as f64
+        ),
+        &r,
+    );
+    a.caveats.push(format!("no more than {FEWER_SEQS} requests decode together: less throughput under heavy load"));
+    Some(a)
 }
 
 /// `--gpu-memory-utilization 0.95`, marked risky.

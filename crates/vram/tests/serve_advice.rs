@@ -290,3 +290,20 @@ fn emitted_vllm_launch_keeps_image_and_state_flags() {
     let lm = stdout(&["serve", "-m", Q35, "-g", "h100", "--language-model-only", "--emit", "vllm"]);
     assert!(lm.contains("--language-model-only"), "{lm}");
 }
+
+/// On a GPU of 70 GiB or more vLLM keeps 1024 sequences, and its profile run samples over that
+/// many rows (vLLM 0.33's warm-up pass: 14 bytes a logit): `--max-num-seqs 256` is offered when
+/// it grows the KV pool, with the numbers of a re-run; a 24 GiB GPU's default is 256 already.
+#[test]
+fn fewer_sequences_are_offered_where_the_sampler_rows_cost_pool() {
+    let base = ["serve", "-m", "llama-3.1-70b", "-g", "h100", "--tp", "2", "--max-model-len", "131072"];
+    let v = json(&base);
+    let alts = v["advice"]["alternatives"].as_array().unwrap();
+    let a = alts.iter().find(|a| a["change"] == "max-num-seqs").unwrap_or_else(|| panic!("{alts:?}"));
+    assert_eq!(a["flag"], "--max-num-seqs 256");
+    let r = rerun(&base, "--max-num-seqs 256");
+    assert_eq!(a["kv_tokens"], r["gpus"][0]["kv_tokens"]);
+    assert!(a["kv_tokens"].as_u64().unwrap() > v["gpus"][0]["kv_tokens"].as_u64().unwrap());
+    let small = json(&["serve", "-m", "llama-3.1-8b", "-g", "rtx-4090", "--max-model-len", "131072"]);
+    assert!(!small["advice"].to_string().contains("max-num-seqs"), "{}", small["advice"]);
+}
