@@ -89,13 +89,14 @@ done
 [[ -n $url ]] || fail "vram web printed no URL: $(cat "$work/server.log")"
 echo "web-test: $($browser --version 2>/dev/null) against $url"
 
-page() { # URL suffix → the DOM once the page is done (body data-ready), tried up to 3 times
+page() { # URL suffix → the DOM once the page is done (body data-ready), tried up to 5 times
+  # (a loaded CI machine has once left all of three tries without a page: CI run 103)
   local dom
-  for _ in 1 2 3; do
+  for _ in 1 2 3 4 5; do
     # A fresh profile each time: a profile still held by a closing browser would hand the URL
     # to that process and print nothing.
     dom=$("$browser" --headless=new --disable-gpu --no-sandbox --user-data-dir="$(mktemp -d -p "$work")" \
-      --virtual-time-budget=10000 --dump-dom "$url$1" 2>/dev/null || true)
+      --virtual-time-budget=30000 --dump-dom "$url$1" 2>/dev/null || true)
     [[ $dom == *'data-ready="'* ]] && break
   done
   printf '%s\n' "$dom"
