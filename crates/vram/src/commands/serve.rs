@@ -1084,6 +1084,13 @@ pub fn apply_fit(
         gib(f.projected_initial),
         gib(f.free)
     );
+    // A file that names no training context: llama.cpp's own n_ctx_train would be 0; vram plans
+    // --fit-ctx's default and says so rather than a number that looks read.
+    let head = if s.ctx_auto && hp.context_length == 0 {
+        format!("{head} (the file names no training context: {} tokens assumed, a guess)", vram_core::llama_fit::DEFAULT_MIN_CTX)
+    } else {
+        head
+    };
     let note = match &f.action {
         FitAction::NoChange if s.ctx_auto => Some(format!(
             "{head} at the training context of {} tokens, leaving at least {margin}: no change",
@@ -1095,9 +1102,8 @@ pub fn apply_fit(
             f.config.ctx
         )),
         FitAction::WeightsToRam => Some(format!(
-            "{head}; {}{}, so weights move to RAM: {}",
+            "{head}; {} and still {margin} is not left free, so weights move to RAM: {}",
             if s.ctx_auto { format!("the context goes to --fit-ctx, {}", f.config.ctx) } else { format!("the context {} is yours", f.config.ctx) },
-            format_args!(" and still {margin} is not left free"),
             match f.overrides.cpu_moe {
                 vram_core::gguf::CpuMoe::FirstLayers(n) => format!("the experts of {n} layers (as --n-cpu-moe {n}; llama.cpp picks the layers and may split one)"),
                 vram_core::gguf::CpuMoe::All => format!("every layer's experts, and {} layers on the GPU", f.config.n_gpu_layers.min(hp.layers)),

@@ -104,10 +104,14 @@ fn projector(a: &ServeArgs, s: &Spec, files: &[(String, u64)], primary: &str) ->
     if !wants_projector(a) {
         return Ok(None);
     }
-    let Some((path, size)) = hub_gguf::best_mmproj(files, primary) else { return Ok(None) };
-    let q = QuantFile { quant: "mmproj".into(), files: vec![path.clone()], sizes: vec![*size] };
+    hub_gguf::best_mmproj(files, primary).map(|(path, size)| read_projector(s, path, *size)).transpose()
+}
+
+/// A projector file of the repository, its header read like a quant's.
+fn read_projector(s: &Spec, path: &str, size: u64) -> Result<MmprojFile> {
+    let q = QuantFile { quant: "mmproj".into(), files: vec![path.to_string()], sizes: vec![size] };
     let gguf = hub_gguf::header(&s.env, &s.repo, &s.rev, &q).with_context(|| format!("{}/{path}, the projector -hf loads", s.repo))?;
-    Ok(Some(MmprojFile { name: format!("{}/{path} (the projector -hf loads; --no-mmproj leaves it out)", s.repo), gguf }))
+    Ok(MmprojFile { name: format!("{}/{path} (the projector -hf loads; --no-mmproj leaves it out)", s.repo), gguf })
 }
 
 /// One quant of a repository, planned: its name, header and notes, and the repository's other
@@ -280,9 +284,9 @@ pub fn table(a: &ServeArgs, s: &Spec, pasted: &[String], has_log: bool) -> Resul
     let (files, all, skipped) = quants(s)?;
     let headers = read_headers(s, &all);
     let local = local_mmproj(a)?;
-    // Each quant's projector, each file's header read once: (path, header or its error).
-    let mut projectors: Vec<(String, std::result::Result<MmprojFile, String>)> = Vec::new();
-    let mut counted: Vec<(String, Vec<String>)> = Vec::new();
+    // Each projector -hf picks, its header read once: (path, the quants it serves, header or error).
+    type Read = std::result::Result<MmprojFile, String>;
+    let mut counted: Vec<(String, Vec<String>, Read)> = Vec::new();
     let mut rows = Vec::new();
     let mut config = None;
     for (q, h) in all.iter().zip(headers) {
@@ -291,16 +295,16 @@ pub fn table(a: &ServeArgs, s: &Spec, pasted: &[String], has_log: bool) -> Resul
             None if !wants_projector(a) => Ok(None),
             None => match hub_gguf::best_mmproj(&files, &q.files[0]) {
                 None => Ok(None),
-                Some((path, _)) => {
-                    if !projectors.iter().any(|(p, _)| p == path) {
-                        let r = projector(a, s, &files, &q.files[0]).map_err(|e| format!("{e:#}"));
-                        projectors.push((path.clone(), r.map(|m| m.expect("a projector was found"))));
-                    }
-                    match counted.iter_mut().find(|(p, _)| p == path) {
-                        Some((_, qs)) => qs.push(q.quant.clone()),
-                        None => counted.push((path.clone(), vec![q.quant.clone()])),
-                    }
-                    projectors.iter().find(|(p, _)| p == path).map(|(_, r)| r.clone().map(Some)).expect("read above")
+                Some((path, size)) => {
+                    let i = match counted.iter().position(|(p, _, _)| p == path) {
+                        Some(i) => i,
+                        None => {
+                            counted.push((path.clone(), Vec::new(), read_projector(s, path, *size).map_err(|e| format!("{e:#}"))));
+                            counted.len() - 1
+                        }
+                    };
+                    counted[i].1.push(q.quant.clone());
+                    counted[i].2.clone().map(Some)
                 }
             },
         };
@@ -327,7 +331,7 @@ pub fn table(a: &ServeArgs, s: &Spec, pasted: &[String], has_log: bool) -> Resul
     if counted.is_empty() {
         notes.extend(projector_note(a, &skipped));
     } else {
-        let each: Vec<String> = counted.iter().map(|(p, qs)| format!("{p} for {}", qs.join(", "))).collect();
+        let each: Vec<String> = counted.iter().map(|(p, qs, _)| format!("{p} for {}", qs.join(", "))).collect();
         notes.push(format!(
             "every row counts the multimodal projector llama-server's -hf loads beside the quant (llama.cpp common/download.cpp find_best_mmproj): {}; --no-mmproj leaves it out",
             each.join("; ")
