@@ -985,6 +985,9 @@ fn place_weights(g: &Gguf, o: &Overrides, first_gpu: u64, output_on_gpu: bool) -
         };
         let on_gpu = match o.device_of(&t.name)? {
             Some(forced) => {
+                // Any GPU is the GPU here: the split plan places CUDAn, and the CLI refuses a
+                // CUDAn (n ≥ 1) with one GPU.
+                let forced = forced != Forced::Cpu;
                 p.overridden += 1;
                 match (by_layer, forced) {
                     (true, false) => p.to_cpu = p.to_cpu.saturating_add(t.bytes),
@@ -1071,15 +1074,24 @@ pub enum CpuMoe {
     All,
 }
 
+/// Where an override puts a tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forced {
+    /// RAM (`CPU`).
+    Cpu,
+    /// GPU n (`CUDAn`).
+    Gpu(u32),
+}
+
 /// One `-ot PATTERN=BUFTYPE` pair.
 #[derive(Debug, Clone, Serialize)]
 pub struct TensorOverride {
     /// The regular expression, searched (not anchored) in each tensor name.
     pub pattern: String,
-    /// The buffer type as given (`CPU`, `CUDA0`).
+    /// The buffer type as given (`CPU`, `CUDA0`, `CUDA1`, …).
     pub buffer_type: String,
-    /// Whether the buffer type is the GPU's.
-    pub on_gpu: bool,
+    /// The GPU it names (`CUDAn` is GPU n), or `None` for RAM.
+    pub device: Option<u32>,
     #[serde(skip)]
     regex: regex::Regex,
 }
@@ -1099,7 +1111,7 @@ fn bad_override(value: &str, hint: String) -> Error {
 
 /// Parse one `-ot` value: comma-separated `PATTERN=BUFTYPE` pairs, split as llama.cpp's
 /// common/arg.cpp `parse_tensor_buffer_overrides` splits them (on `,`, then the first `=`).
-/// Buffer types: `CPU` (RAM) or `CUDA0` (the one GPU planned). Patterns are Rust `regex`
+/// Buffer types: `CPU` (RAM) or `CUDAn` (GPU n; a plan of fewer GPUs refuses it). Patterns are Rust `regex`
 /// syntax, which agrees with llama.cpp's `std::regex` (ECMAScript) on what `-ot` users write
 /// (`.`, `\.`, `*`, `|`, `[0-9]`, groups); lookarounds and backreferences are refused as invalid.
 pub fn parse_override_tensor(value: &str) -> Result<Vec<TensorOverride>> {
@@ -1108,49 +1120,58 @@ pub fn parse_override_tensor(value: &str) -> Result<Vec<TensorOverride>> {
         let (pattern, buft) = pair
             .split_once('=')
             .ok_or_else(|| bad_override(pair, "write PATTERN=BUFTYPE, e.g. `exps=CPU` (llama.cpp: \"invalid value\")".into()))?;
-        let on_gpu = match buft {
-            "CPU" => false,
-            "CUDA0" => true,
-            b if b.strip_prefix("CUDA").is_some_and(|n| !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit())) => {
-                return Err(bad_override(
-                    pair,
-                    format!("vram plans one GPU, CUDA0; `{b}` is another device (multi-GPU splits are not modelled)"),
-                ))
+        let device = match buft {
+            "CPU" => None,
+            b if b.strip_prefix("CUDA").is_some_and(|n| !n.is_empty() && n.len() <= 2 && n.bytes().all(|c| c.is_ascii_digit())) => {
+                Some(b[4..].parse::<u32>().map_err(|_| bad_override(pair, format!("`{b}`: not a device number")))?)
             }
             b => {
-                return Err(bad_override(pair, format!("unknown buffer type `{b}`: use CPU or CUDA0 (llama.cpp's names, case-sensitive)")))
+                return Err(bad_override(pair, format!("unknown buffer type `{b}`: use CPU or CUDAn (llama.cpp's names, case-sensitive)")))
             }
         };
-        if pattern.is_empty() {
-            return Err(bad_override(pair, "the pattern before `=` is empty".into()));
-        }
-        let regex = regex::RegexBuilder::new(pattern)
-            .size_limit(1 << 20)
-            .build()
-            .map_err(|e| bad_override(pair, format!("the pattern is not a valid regular expression: {e}")))?;
-        out.push(TensorOverride { pattern: pattern.into(), buffer_type: buft.into(), on_gpu, regex });
+        out.push(TensorOverride::new(pattern, buft, device).map_err(|e| bad_override(pair, e))?);
     }
     Ok(out)
 }
 
+impl TensorOverride {
+    /// One override of tensors matching `pattern` to `device` (`None`: RAM), as `buffer_type`
+    /// names it; `Err` says what is wrong with the pattern.
+    pub fn new(pattern: &str, buffer_type: &str, device: Option<u32>) -> std::result::Result<TensorOverride, String> {
+        if pattern.is_empty() {
+            return Err("the pattern before `=` is empty".into());
+        }
+        let regex = regex::RegexBuilder::new(pattern)
+            .size_limit(1 << 20)
+            .build()
+            .map_err(|e| format!("the pattern is not a valid regular expression: {e}"))?;
+        Ok(TensorOverride { pattern: pattern.into(), buffer_type: buffer_type.into(), device, regex })
+    }
+}
+
 impl Overrides {
-    /// Where the overrides send tensor `name`: `Some(true)` GPU, `Some(false)` RAM, `None` no
-    /// override. llama.cpp takes the first pattern that matches, in command-line order
+    /// Where the overrides send tensor `name`, or `None` when no override matches. llama.cpp
+    /// takes the first pattern that matches, in command-line order
     /// (src/llama-model-loader.cpp `create_tensor`: `std::regex_search`, then `break`). vram
     /// does not keep the order between `-ot` and the MoE flags, so a tensor they send to
     /// different devices is refused rather than guessed.
-    pub fn device_of(&self, name: &str) -> Result<Option<bool>> {
-        let ot = self.tensor.iter().find(|o| o.regex.is_match(name)).map(|o| o.on_gpu);
-        let moe = self.moe_matches(name).then_some(false);
+    pub fn device_of(&self, name: &str) -> Result<Option<Forced>> {
+        let ot = self.tensor.iter().find(|o| o.regex.is_match(name)).map(|o| o.device.map_or(Forced::Cpu, Forced::Gpu));
+        let moe = self.moe_matches(name).then_some(Forced::Cpu);
         match (ot, moe) {
-            (Some(true), Some(false)) => Err(Error::InvalidValue {
+            (Some(Forced::Gpu(n)), Some(Forced::Cpu)) => Err(Error::InvalidValue {
                 what: "--override-tensor with --n-cpu-moe/--cpu-moe".into(),
                 value: name.into(),
-                hint: "-ot sends this expert tensor to CUDA0 and the MoE flag to CPU; llama.cpp takes whichever comes first on its command line. Narrow the -ot pattern or lower --n-cpu-moe".into(),
+                hint: format!("-ot sends this expert tensor to CUDA{n} and the MoE flag to CPU; llama.cpp takes whichever comes first on its command line. Narrow the -ot pattern or lower --n-cpu-moe"),
             }),
             (Some(d), _) | (None, Some(d)) => Ok(Some(d)),
             (None, None) => Ok(None),
         }
+    }
+
+    /// The highest GPU an `-ot` pair names (`CUDAn`), if any.
+    pub fn highest_gpu(&self) -> Option<u32> {
+        self.tensor.iter().filter_map(|o| o.device).max()
     }
 
     /// Whether `--cpu-moe` / `--n-cpu-moe` keep `name` on the CPU: `LLM_FFN_EXPS_REGEX` for

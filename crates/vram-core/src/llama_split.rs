@@ -209,7 +209,7 @@ pub fn plan(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides, m: &Multi
     let mut cpu_weights = 0u64;
     let shares = if m.mode == SplitMode::Row { m.row_shares() } else { Vec::new() };
     for t in &g.tensors {
-        match place(t, &devs, o, hp.layers)? {
+        match place(t, &devs, o, hp.layers, out.len())? {
             None => cpu_weights = cpu_weights.saturating_add(t.bytes),
             Some(_) if !shares.is_empty() && row_split(t) => {
                 // ggml-cuda rounds each device's row range to a block of rows: ± one block per tensor.
@@ -292,9 +292,18 @@ fn graph_inputs(hp: &HParams, c: &LlamaCppConfig, ctx: u64) -> u64 {
 
 /// Where one tensor goes: an override first (`CUDA0` is device 0), else its layer's device;
 /// token embeddings on the CPU; other non-layer tensors with the output layer.
-fn place(t: &TensorInfo, devs: &[Option<usize>], o: &Overrides, n_layer: u64) -> Result<Option<usize>> {
-    if let Some(forced) = o.device_of(&t.name)? {
-        return Ok(forced.then_some(0));
+fn place(t: &TensorInfo, devs: &[Option<usize>], o: &Overrides, n_layer: u64, devs_count: usize) -> Result<Option<usize>> {
+    match o.device_of(&t.name)? {
+        Some(crate::gguf::Forced::Cpu) => return Ok(None),
+        Some(crate::gguf::Forced::Gpu(n)) if (n as usize) < devs_count => return Ok(Some(n as usize)),
+        Some(crate::gguf::Forced::Gpu(n)) => {
+            return Err(Error::InvalidValue {
+                what: "--override-tensor".into(),
+                value: format!("{} → CUDA{n}", t.name),
+                hint: format!("CUDA{n} is GPU {n}, but {devs_count} GPU(s) are planned: raise --gpus or fix the -ot device"),
+            })
+        }
+        None => {}
     }
     Ok(match layer_of(&t.name) {
         Some(i) if i < n_layer => devs.get(i as usize).copied().flatten(),

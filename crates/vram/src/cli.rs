@@ -658,8 +658,9 @@ pub struct ServeArgs {
     /// memory (common/fit.cpp; on by default since ggml-org/llama.cpp#16653).
     #[arg(long, value_name = "on|off")]
     pub fit: Option<String>,
-    /// llama.cpp `--fit-target` / `-fitt`: memory --fit leaves free on the GPU, in MiB as
-    /// llama.cpp reads it (or with a unit, `2GiB`) [default: 1024 MiB].
+    /// llama.cpp `--fit-target` / `-fitt`: memory --fit leaves free on each GPU, in MiB as
+    /// llama.cpp reads it (or with a unit, `2GiB`): one value for every GPU, or one per GPU
+    /// (`1024,2048`) [default: 1024 MiB].
     #[arg(long)]
     pub fit_target: Option<String>,
     /// llama.cpp `--fit-ctx` / `-fitc`: the smallest context --fit reduces to [default: 4096].

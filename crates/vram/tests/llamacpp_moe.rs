@@ -72,7 +72,9 @@ fn bad_overrides_exit_2_with_the_fix() {
     let dir = tempfile::tempdir().unwrap();
     let p = moe_file(&dir);
     let serve = |extra: &[&str]| fails(&[&["serve", "-m", &p, "-g", "h100"][..], extra].concat(), 2);
-    assert!(serve(&["-ot", "exps=GPU"]).contains("unknown buffer type `GPU`: use CPU or CUDA0"));
+    assert!(serve(&["-ot", "exps=GPU"]).contains("unknown buffer type `GPU`: use CPU or CUDAn"));
+    assert!(serve(&["-ot", "exps=CUDA1"]).contains("names GPU 1, but 1 GPU is planned: give --gpus 2"));
+    assert!(serve(&["-ot", "exps=CUDA2", "--gpus", "2"]).contains("names GPU 2, but 2 GPUs are planned"));
     assert!(serve(&["-ot", "blk\\.(1=CPU"]).contains("not a valid regular expression"));
     assert!(serve(&["-ot", "exps"]).contains("PATTERN=BUFTYPE"));
     assert!(serve(&["-ot", "exps=CUDA0", "-cmoe"]).contains("command line"));

@@ -84,3 +84,31 @@ fn a_pasted_llama_server_reads_fa_and_the_cache_types() {
     let e = fails(&["serve", "-g", "rtx-3090", "--", "llama-server", "-m", &p, "-ctk", "q8_0"], 2);
     assert!(e.contains("K as q8_0 and V as f16"), "{e}");
 }
+
+/// llama-server's --fit over two GPUs (common/fit.cpp): when the even split leaves a GPU short
+/// of its --fit-target, the last GPU takes the most layers that keep the margin, then the
+/// first, and the front layers stay in RAM; the plan shown is the split it loads with. A split
+/// the user gave is left as given, and `--fit off` plans the launch as written.
+#[test]
+fn fit_over_two_gpus_places_the_layers_back_to_front() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = gguf_writer::write_padded(dir.path(), "tiny12.gguf", &gguf_writer::tiny_llama_layers(12));
+    let args = ["serve", "-m", &p, "-g", "1040MiB", "--gpus", "2", "--fit-target", "512"];
+    let v = json(&args);
+    let layers = devices(&v);
+    let (k0, k1) = (layers[0].1, layers[1].1);
+    assert!(k0 > 0 && k1 > k0 && k0 + k1 < 13, "{layers:?}");
+    let notes = v["notes"].to_string();
+    assert!(notes.contains(&format!("--tensor-split {k0},{k1}")) && notes.contains("the last GPU first"), "{notes}");
+    for d in v["split"]["plan"]["devices"].as_array().unwrap() {
+        assert!(d["total_bytes"].as_u64().unwrap() <= (1040 - 512) << 20, "{d}");
+    }
+    // One value per GPU is llama.cpp's list form.
+    let listed = json(&["serve", "-m", &p, "-g", "1040MiB", "--gpus", "2", "--fit-target", "512,512"]);
+    assert_eq!(devices(&listed), layers);
+    // The user's split is kept, and the fit says why it cannot help.
+    let given = json(&[&args[..], &["--tensor-split", "1,1"]].concat());
+    assert!(given["notes"].to_string().contains("already set by user"), "{}", given["notes"]);
+    let off = json(&[&args[..], &["--fit", "off"]].concat());
+    assert_eq!(devices(&off), [("CUDA0".to_string(), 7), ("CUDA1".to_string(), 5)]);
+}

@@ -141,14 +141,19 @@ pub const MXFP4: u32 = 39;
 
 /// A 4-layer llama-architecture Q4_K_M-style file: attention in Q4_K, FFN down in Q6_K, the rest mixed.
 pub fn tiny_llama() -> Writer {
+    tiny_llama_layers(4)
+}
+
+/// [`tiny_llama`] with `layers` layers.
+pub fn tiny_llama_layers(layers: u32) -> Writer {
     let mut w = Writer::default();
-    w.decoder("llama", [4, 8192, 256, 512, 8, 2])
+    w.decoder("llama", [layers, 8192, 256, 512, 8, 2])
         .str("general.name", "tiny")
         .u32("general.file_type", 15)
         .f32("llama.rope.freq_base", 500000.0)
         .tokens(1024);
     w.tensor("token_embd.weight", &[256, 1024], Q4_K);
-    for i in 0..4 {
+    for i in 0..layers {
         w.tensor(&format!("blk.{i}.attn_norm.weight"), &[256], F32)
             .tensor(&format!("blk.{i}.attn_q.weight"), &[256, 256], Q4_K)
             .tensor(&format!("blk.{i}.attn_k.weight"), &[256, 64], Q4_K)

@@ -1013,23 +1013,29 @@ fn fit_settings(a: &ServeArgs, overrides: &vram_core::gguf::Overrides) -> Result
         Some("off") => return Ok(None),
         Some(other) => return Err(UsageError(format!("invalid --fit `{other}`: use on or off (llama.cpp's spelling)")).into()),
     }
-    let margin = match &a.fit_target {
-        None => DEFAULT_MARGIN,
-        Some(t) if t.contains(',') => {
-            return Err(UsageError(format!(
-                "--fit-target {t}: one margin per GPU is llama.cpp's multi-GPU form; vram fits one GPU, give one value"
-            ))
-            .into())
-        }
-        // llama.cpp reads MiB; a size with a unit is taken as written.
-        Some(t) => match t.trim().parse::<u64>() {
-            Ok(mib) => mib.checked_mul(1 << 20).ok_or_else(|| UsageError(format!("--fit-target {t}: too large")))?,
-            Err(_) => resolve::size("--fit-target", t)?,
-        },
+    // llama.cpp reads MiB, one value for every GPU or a list split on `,` and `/`
+    // (common/arg.cpp `--fit-target`); a size with a unit is taken as written.
+    let margins = match &a.fit_target {
+        None => vec![DEFAULT_MARGIN],
+        Some(t) => t
+            .split([',', '/'])
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| match v.trim().parse::<u64>() {
+                Ok(mib) => mib.checked_mul(1 << 20).ok_or_else(|| UsageError(format!("--fit-target {t}: too large")).into()),
+                Err(_) => resolve::size("--fit-target", v.trim()),
+            })
+            .collect::<Result<Vec<u64>>>()?,
     };
+    if margins.is_empty() || margins.len() > 16 {
+        return Err(UsageError(format!(
+            "--fit-target `{}`: give MiB, one value or one per GPU (at most 16)",
+            a.fit_target.as_deref().unwrap_or("")
+        ))
+        .into());
+    }
     let ctx_given = a.ctx_size.is_some_and(|c| c > 0) || a.max_model_len.is_some();
     Ok(Some(FitSettings {
-        margin,
+        margins,
         min_ctx: if a.ctx_size == Some(0) { None } else { Some(a.fit_ctx.unwrap_or(DEFAULT_MIN_CTX).max(1)) },
         ctx_auto: !ctx_given,
         layers_auto: a.n_gpu_layers.is_none()
@@ -1046,14 +1052,16 @@ pub struct FitApplied {
     pub config: vram_core::gguf::LlamaCppConfig,
     /// The tensor overrides it loads with.
     pub overrides: vram_core::gguf::Overrides,
+    /// The GPUs and split it loads with (several GPUs).
+    pub multi: Option<vram_core::llama_split::MultiGpu>,
     /// The line the report gives.
     pub note: Option<String>,
-    /// (projected use at the initial settings, free device memory), bytes.
+    /// (projected use at the initial settings, free device memory), bytes, all GPUs together.
     pub projection: Option<(u64, u64)>,
 }
 
-/// llama-server's `--fit` applied to the settings (one GPU): the context and, where `layers`,
-/// the placement llama.cpp would load with.
+/// llama-server's `--fit` applied to the settings on one GPU or the GPUs of `multi`: the
+/// context and, where `layers`, the placement llama.cpp would load with.
 #[allow(clippy::too_many_arguments)]
 pub fn apply_fit(
     a: &ServeArgs,
@@ -1062,27 +1070,28 @@ pub fn apply_fit(
     config: vram_core::gguf::LlamaCppConfig,
     overrides: vram_core::gguf::Overrides,
     gpu: &vram_core::gpu::Gpu,
-    multi: bool,
+    multi: Option<&vram_core::llama_split::MultiGpu>,
     layers: bool,
 ) -> Result<FitApplied> {
     use vram_core::llama_fit::FitAction;
-    let Some(mut s) = fit_settings(a, &overrides)? else { return Ok(FitApplied { config, overrides, note: None, projection: None }) };
-    if multi {
-        let note = s.ctx_auto.then(|| format!(
-            "llama.cpp's --fit over several GPUs is not modelled: planned at the training context ({} tokens) with the split as given; pass -c to plan another",
-            config.ctx
-        ));
-        return Ok(FitApplied { config, overrides, note, projection: None });
-    }
+    let Some(mut s) = fit_settings(a, &overrides)? else {
+        return Ok(FitApplied { config, overrides, multi: multi.cloned(), note: None, projection: None });
+    };
     s.layers_auto &= layers;
     let free = vram_core::gpu::cuda_total(gpu).0.saturating_sub(config.cuda_overhead);
-    let f = vram_core::llama_fit::fit(gguf, hp, &config, &overrides, free, &s)?;
+    let f = vram_core::llama_fit::fit(gguf, hp, &config, &overrides, multi, free, &s)?;
     let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
-    let margin = format!("{:.0} MiB", s.margin as f64 / (1u64 << 20) as f64);
+    let nd = f.layers.as_ref().map_or(multi.map_or(1, |m| m.gpus), |l| l.len() as u64);
+    let margin = match s.margins.as_slice() {
+        [one] if nd > 1 => format!("{:.0} MiB on each GPU", *one as f64 / (1u64 << 20) as f64),
+        [one] => format!("{:.0} MiB", *one as f64 / (1u64 << 20) as f64),
+        _ => format!("the --fit-target margins ({})", a.fit_target.as_deref().unwrap_or("")),
+    };
     let head = format!(
-        "llama-server's --fit (common/fit.cpp, on by default): model, context and compute buffers project to {:.2} GiB against {:.2} GiB free (the CUDA total less the CUDA context)",
+        "llama-server's --fit (common/fit.cpp, on by default): model, context and compute buffers project to {:.2} GiB against {:.2} GiB free ({}the CUDA total less the CUDA context)",
         gib(f.projected_initial),
-        gib(f.free)
+        gib(f.free),
+        if nd > 1 { format!("{nd} GPUs together; each ") } else { String::new() }
     );
     // A file that names no training context: llama.cpp's own n_ctx_train would be 0; vram plans
     // --fit-ctx's default and says so rather than a number that looks read.
@@ -1091,6 +1100,45 @@ pub fn apply_fit(
     } else {
         head
     };
+    let placed = |f: &vram_core::llama_fit::Fitted| -> String {
+        let Some(layers) = &f.layers else { return String::new() };
+        let ngl = f.config.n_gpu_layers;
+        let in_ram = (hp.layers + 1).saturating_sub(ngl);
+        let parts: u64 = layers.iter().map(|d| d.n_part).sum();
+        let mut out = if layers.len() > 1 {
+            format!(
+                "layers per GPU {} (as -ngl {ngl} --tensor-split {})",
+                layers.iter().enumerate().map(|(i, d)| format!("CUDA{i} {}", d.n_layer)).collect::<Vec<_>>().join(", "),
+                layers.iter().map(|d| d.n_layer.to_string()).collect::<Vec<_>>().join(",")
+            )
+        } else {
+            format!("{} of {} layers and the output on the GPU (as -ngl {ngl})", ngl.min(hp.layers + 1).saturating_sub(1), hp.layers)
+        };
+        if in_ram > 0 {
+            out.push_str(&if in_ram == 1 { ", the first layer in RAM".to_string() } else { format!(", the first {in_ram} layers in RAM") });
+        }
+        if parts > 0 {
+            out.push_str(&format!(
+                ", and {parts} of the GPU layers with their experts in RAM (fit.cpp's per-layer -ot patterns, the back layers first{})",
+                layers
+                    .iter()
+                    .enumerate()
+                    .find(|(_, d)| d.n_part > 0 && d.overflow != vram_core::llama_fit::Fraction::Moe)
+                    .map(|(i, d)| format!(
+                        "; one layer on CUDA{i} keeps {} and sends the rest to {}",
+                        match d.overflow {
+                            vram_core::llama_fit::Fraction::Attn => "attention only",
+                            vram_core::llama_fit::Fraction::Up => "attention and the up projections",
+                            vram_core::llama_fit::Fraction::Gate => "attention, up and gate",
+                            vram_core::llama_fit::Fraction::Moe => "all but its experts",
+                        },
+                        if d.overflow_to_next { format!("CUDA{}", i + 1) } else { "RAM".into() }
+                    ))
+                    .unwrap_or_default()
+            ));
+        }
+        out
+    };
     let note = match &f.action {
         FitAction::NoChange if s.ctx_auto => Some(format!(
             "{head} at the training context of {} tokens, leaving at least {margin}: no change",
@@ -1098,24 +1146,23 @@ pub fn apply_fit(
         )),
         FitAction::NoChange => None,
         FitAction::ContextReduced { from } => Some(format!(
-            "{head} at the training context of {from} tokens; the context is reduced to {} to leave {margin} free (interpolated between it and --fit-ctx, rounded down to 256 as llama.cpp does); -c N or --fit off to choose",
-            f.config.ctx
+            "{head} at the training context of {from} tokens; the context is reduced to {} to leave {margin} free (interpolated between it and --fit-ctx, rounded down to 256 as llama.cpp does{}){}; -c N or --fit off to choose",
+            f.config.ctx,
+            if nd > 1 { ", after setting aside (GPUs + 1) × half a layer for whole-layer waste" } else { "" },
+            if f.layers.is_some() { format!("; then it places the layers again: {}", placed(&f)) } else { String::new() }
         )),
-        FitAction::WeightsToRam => Some(format!(
-            "{head}; {} and still {margin} is not left free, so weights move to RAM: {}",
+        FitAction::LayersPlaced => Some(format!(
+            "{head}; {} and still {margin} is not left free, so {}: {}",
             if s.ctx_auto { format!("the context goes to --fit-ctx, {}", f.config.ctx) } else { format!("the context {} is yours", f.config.ctx) },
-            match f.overrides.cpu_moe {
-                vram_core::gguf::CpuMoe::FirstLayers(n) => format!("the experts of {n} layers (as --n-cpu-moe {n}; llama.cpp picks the layers and may split one)"),
-                vram_core::gguf::CpuMoe::All => format!("every layer's experts, and {} layers on the GPU", f.config.n_gpu_layers.min(hp.layers)),
-                vram_core::gguf::CpuMoe::None => format!("{} of {} layers stay on the GPU (as -ngl {})", f.config.n_gpu_layers.min(hp.layers), hp.layers, f.config.n_gpu_layers),
-            }
+            if nd > 1 { "it places the layers again, the last GPU first" } else { "weights move to RAM" },
+            placed(&f)
         )),
         FitAction::CannotFit { reason } => Some(format!(
             "{head}; it cannot leave {margin} free{}: {reason}",
             if s.ctx_auto { format!(" even at --fit-ctx ({} tokens)", f.config.ctx) } else { String::new() }
         )),
     };
-    Ok(FitApplied { config: f.config, overrides: f.overrides, note, projection: Some((f.projected_initial, f.free)) })
+    Ok(FitApplied { config: f.config, overrides: f.overrides, multi: f.multi, note, projection: Some((f.projected_initial, f.free)) })
 }
 
 /// llama-server's slots when `-np` is not given ("setting n_parallel = 4 and kv_unified = true",
@@ -1129,11 +1176,11 @@ pub fn llama_cpp_gguf(a: &ServeArgs, file: String, gguf: vram_core::gguf::Gguf, 
     let g = resolve::gpu(&a.gpu)?;
     let (config, ollama) = llama_cpp_config(a, &hparams, g.memory, mm)?;
     let overrides = overrides(a)?;
-    let multi = multi_gpu(a)?.is_some();
-    let FitApplied { config, overrides, note: fit_note, projection: fit_projection } = if ollama.is_some() {
-        FitApplied { config, overrides, note: None, projection: None }
+    let multi = multi_gpu(a)?;
+    let FitApplied { config, overrides, multi, note: fit_note, projection: fit_projection } = if ollama.is_some() {
+        FitApplied { config, overrides, multi, note: None, projection: None }
     } else {
-        apply_fit(a, &gguf, &hparams, config, overrides, &g, multi, true)?
+        apply_fit(a, &gguf, &hparams, config, overrides, &g, multi.as_ref(), true)?
     };
     let mut plan = llama_cpp_with(&gguf, &hparams, &config, &overrides)?;
     // Ollama shares one KV cache among its parallel requests but holds each to num_ctx tokens.
@@ -1143,7 +1190,7 @@ pub fn llama_cpp_gguf(a: &ServeArgs, file: String, gguf: vram_core::gguf::Gguf, 
     let mut notes = ollama.map(|o| o.notes).unwrap_or_default();
     notes.extend(fit_note);
     notes.extend(mmproj(a, mm, config.flash_attn)?.note);
-    if let Some(m) = multi_gpu(a)? {
+    if let Some(m) = multi {
         let split = vram_core::llama_split::plan(&gguf, &hparams, &config, &overrides, &m)?;
         let limit = if hparams.context_length > 0 { hparams.context_length } else { 1 << 20 };
         let fit = vram_core::llama_split::max_ctx(&gguf, &hparams, &config, &overrides, &m, g.memory, limit)?;
@@ -1272,7 +1319,17 @@ pub(super) fn overrides(a: &ServeArgs) -> Result<vram_core::gguf::Overrides> {
         (false, Some(n)) if n > 0 => CpuMoe::FirstLayers(n),
         _ => CpuMoe::None,
     };
-    Ok(Overrides { tensor, cpu_moe })
+    let o = Overrides { tensor, cpu_moe };
+    let gpus = multi_gpu(a)?.map_or(1, |m| m.gpus);
+    if let Some(n) = o.highest_gpu().filter(|n| u64::from(*n) >= gpus) {
+        return Err(UsageError(format!(
+            "-ot …=CUDA{n} names GPU {n}, but {gpus} GPU{} planned: give --gpus {} (or a --tensor-split with a value per GPU)",
+            if gpus == 1 { " is" } else { "s are" },
+            n + 1
+        ))
+        .into());
+    }
+    Ok(o)
 }
 
 /// For each number of GPU layers (all + output, then down in eighths), the longest context that fits.

@@ -177,7 +177,7 @@ pub fn smaller_that_fits(a: &ServeArgs, s: &Spec, q: &OneQuant, memory: u64) -> 
             None => projector(a, s, &q.files, &x.files[0])?,
         };
         let (c, ollama) = llama_cpp_config(a, &hp, memory, mm.as_ref())?;
-        let c = if ollama.is_some() { c } else { apply_fit(a, &g, &hp, c, ov.clone(), &gpu, false, false)?.config };
+        let c = if ollama.is_some() { c } else { apply_fit(a, &g, &hp, c, ov.clone(), &gpu, None, false)?.config };
         let p = llama_cpp_with(&g, &hp, &c, &ov)?;
         if p.gpu_total_bytes > memory {
             continue;
@@ -379,7 +379,7 @@ fn plan_row(
     let (c, ollama) = llama_cpp_config(a, &hp, memory, mm)?;
     // The context llama-server's --fit picks for this file (the table keeps every layer on the
     // GPU: `max_n_gpu_layers` says what fits otherwise).
-    let c = if ollama.is_some() { c } else { apply_fit(a, g, &hp, c, ov.clone(), gpu, false, false)?.config };
+    let c = if ollama.is_some() { c } else { apply_fit(a, g, &hp, c, ov.clone(), gpu, None, false)?.config };
     let p = llama_cpp_with(g, &hp, &c, ov)?;
     let limit = if hp.context_length > 0 { hp.context_length } else { 1 << 20 };
     let fits = p.gpu_total_bytes <= memory;
