@@ -293,7 +293,7 @@ pub fn fit(
             if nd > 1 {
                 // Whole layers (dense) or whole tensors (MoE, ≤ a third of a layer) per GPU: half
                 // of one wasted on average, and a little more to be safe.
-                let per_layer = probe.model_bytes(&cfg, o)? as i128 / hp.layers.max(1) as i128;
+                let per_layer = probe.model_bytes(&cfg, o)? as i128 / c.n_gpu_layers.min(hp.layers).max(1) as i128;
                 sum_target -= (nd as i128 + 1) * per_layer / if moe { 6 } else { 2 };
             }
             let used_min: i128 = probe.used(&LlamaCppConfig { ctx: ctx_min, ..cfg }, o)?.iter().map(|b| *b as i128).sum();
