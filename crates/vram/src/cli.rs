@@ -27,7 +27,7 @@ pub enum Command {
     /// Find the best batch size in the fewest real runs: `-- python train.py --bs {batch}`.
     Tune(TuneArgs),
     /// Serving capacity as vLLM computes it (KV blocks, tokens, concurrency), or llama.cpp for a .gguf.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Explain a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot): peaks, what was live, fragmentation.
     Explain(crate::explain::ExplainArgs),
     /// List the built-in model presets with their parameter counts.
@@ -268,11 +268,11 @@ pub struct ParallelArgs {
     /// FSDP sharding: full_shard, shard_grad_op, hybrid_shard, no_shard (training).
     #[arg(long)]
     pub fsdp: Option<String>,
-    /// Tensor parallel size (Megatron).
-    #[arg(long, default_value_t = 1)]
+    /// Tensor parallel size (Megatron; `-tp` also reads).
+    #[arg(long, alias = "tensor-parallel-size", default_value_t = 1)]
     pub tp: u64,
-    /// Pipeline parallel size (Megatron).
-    #[arg(long, default_value_t = 1)]
+    /// Pipeline parallel size (Megatron; `-pp` also reads).
+    #[arg(long, alias = "pipeline-parallel-size", default_value_t = 1)]
     pub pp: u64,
     /// Megatron sequence parallelism (with --tp).
     #[arg(long)]
@@ -471,7 +471,7 @@ pub struct TuneArgs {
 }
 
 /// `vram serve`: flags keep vLLM's (and llama.cpp's) own spelling.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 #[command(after_help = crate::errors::EXIT_HELP)]
 pub struct ServeArgs {
     /// A preset, a config.json, a model directory, a Hub id (`org/name`) or a `.gguf` file
@@ -585,6 +585,13 @@ pub struct ServeArgs {
     /// vLLM `--kv-cache-dtype`: auto or fp8.
     #[arg(long, default_value = "auto")]
     pub kv_cache_dtype: String,
+    /// llama.cpp `--cache-type-k` / `-ctk` (f16, q8_0, q4_0, …): planned as the KV type, with
+    /// `-ctv` the same.
+    #[arg(long)]
+    pub cache_type_k: Option<String>,
+    /// llama.cpp `--cache-type-v` / `-ctv`.
+    #[arg(long)]
+    pub cache_type_v: Option<String>,
     /// vLLM `--block-size`.
     #[arg(long, default_value_t = 16)]
     pub block_size: u64,
@@ -794,8 +801,9 @@ fn global_batch(s: &str) -> Result<u64, String> {
     Ok(n)
 }
 
-/// llama.cpp spells some flags with a multi-letter single dash (`-ngl 99`, `-np 4`), which clap
-/// cannot parse as shorts: rewrite them to their long forms, before any `--` separator.
+/// llama.cpp and vLLM spell some flags with a multi-letter single dash (`-ngl 99`, `-np 4`,
+/// `-tp 2`), which clap cannot parse as shorts (`-mg 1` would even read as `-m g1`): rewrite them
+/// to their long forms, before any `--` separator.
 pub fn llama_cpp_spellings(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
     let mut after_separator = false;
     args.into_iter()
@@ -812,6 +820,19 @@ pub fn llama_cpp_spellings(args: impl IntoIterator<Item = std::ffi::OsString>) -
                 ("-ot", "--override-tensor"),
                 ("-pp", "--pipeline-parallel-size"),
                 ("-dp", "--data-parallel-size"),
+                ("-tp", "--tensor-parallel-size"),
+                ("-ts", "--tensor-split"),
+                ("-sm", "--split-mode"),
+                ("-mg", "--main-gpu"),
+                ("-fit", "--fit"),
+                ("-fitt", "--fit-target"),
+                ("-fitc", "--fit-ctx"),
+                ("-ub", "--ubatch-size"),
+                ("-fa", "--flash-attn"),
+                ("-mm", "--mmproj"),
+                ("-kvu", "--kv-unified"),
+                ("-ctk", "--cache-type-k"),
+                ("-ctv", "--cache-type-v"),
             ] {
                 if s == short {
                     return long.into();
@@ -837,6 +858,15 @@ mod tests {
     fn llama_cpp_short_spellings_become_long_flags_before_the_separator() {
         assert_eq!(rewrite(&["vram", "serve", "-ngl", "9", "-np=2"]), ["vram", "serve", "--n-gpu-layers", "9", "--parallel=2"]);
         assert_eq!(rewrite(&["vram", "run", "--", "llama-server", "-ngl", "99"]), ["vram", "run", "--", "llama-server", "-ngl", "99"]);
+    }
+
+    #[test]
+    fn multi_letter_spellings_never_split_into_shorts() {
+        // `-mg 1` would otherwise parse as `-m g1`, `-tp 2` as an unknown `-t`.
+        assert_eq!(
+            rewrite(&["vram", "serve", "-mg", "1", "-tp=2", "-ctk", "q8_0", "-mm", "p.gguf", "-m", "x"]),
+            ["vram", "serve", "--main-gpu", "1", "--tensor-parallel-size=2", "--cache-type-k", "q8_0", "--mmproj", "p.gguf", "-m", "x"]
+        );
     }
 
     #[test]

@@ -112,3 +112,46 @@ fn fit_over_two_gpus_places_the_layers_back_to_front() {
     let off = json(&[&args[..], &["--fit", "off"]].concat());
     assert_eq!(devices(&off), [("CUDA0".to_string(), 7), ("CUDA1".to_string(), 5)]);
 }
+
+/// The engines' multi-letter single-dash spellings typed to `vram serve` (not pasted) read as
+/// their long forms: `-mg 1` once parsed as `-m g1`, `-tp 2` as an unknown `-t`.
+#[test]
+fn typed_engine_spellings_read_as_the_long_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = tiny(&dir);
+    let short = json(&[
+        "serve", "-m", &p, "-g", "rtx-3090", "--gpus", "2", "-sm", "none", "-mg", "1", "-ub", "256", "-fa", "off", "-kvu", "-fit", "off",
+    ]);
+    let long = json(&[
+        "serve",
+        "-m",
+        &p,
+        "-g",
+        "rtx-3090",
+        "--gpus",
+        "2",
+        "--split-mode",
+        "none",
+        "--main-gpu",
+        "1",
+        "--ubatch-size",
+        "256",
+        "--flash-attn",
+        "off",
+        "--kv-unified",
+        "--fit",
+        "off",
+    ]);
+    assert_eq!(devices(&short), [("CUDA1".to_string(), 4)]);
+    assert_eq!(short["split"], long["split"]);
+    let kv = json(&["serve", "-m", &p, "-g", "rtx-3090", "-ctk", "q8_0", "-ctv", "q8_0", "-c", "4096"]);
+    let kv_long = json(&["serve", "-m", &p, "-g", "rtx-3090", "--kv-cache-dtype", "q8_0", "-c", "4096"]);
+    assert_eq!(kv["plan"], kv_long["plan"]);
+    assert!(fails(&["serve", "-m", &p, "-g", "rtx-3090", "-ctk", "q8_0", "-ctv", "f16"], 2).contains("K as q8_0 and V as f16"));
+    let ts = json(&["serve", "-m", &p, "-g", "rtx-3090", "-ts", "3,1", "-fitt", "256", "-fitc", "2048"]);
+    assert_eq!(devices(&ts)[0].1, 4);
+    let tp = json(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "-tp", "2"]);
+    let tp_long = json(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--tensor-parallel-size", "2"]);
+    assert_eq!(tp["plan"], tp_long["plan"]);
+    assert!(fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "-ctk", "q8_0", "-ctv", "q8_0"], 2).contains("llama.cpp flag"));
+}

@@ -447,14 +447,14 @@ fn kv_flag(flag: &str) -> Option<usize> {
 
 /// The one KV type vram plans from llama.cpp's `-ctk`/`-ctv` (each defaults to f16); different
 /// K and V types are refused rather than averaged.
-fn kv_type(kv: &[Option<String>; 2]) -> Result<Option<String>> {
+pub(super) fn kv_type(kv: &[Option<String>; 2]) -> Result<Option<String>> {
     if kv.iter().all(Option::is_none) {
         return Ok(None);
     }
     let (k, v) = (kv[0].as_deref().unwrap_or("f16"), kv[1].as_deref().unwrap_or("f16"));
     if k != v {
         return Err(UsageError(format!(
-            "the pasted command caches K as {k} and V as {v}; vram plans one KV type: give -ctk and -ctv the same type"
+            "the command caches K as {k} and V as {v}; vram plans one KV type: give -ctk and -ctv the same type"
         ))
         .into());
     }

@@ -31,6 +31,14 @@ pub fn run(a: &ServeArgs) -> Result<()> {
             (a.emit.clone(), a.emit_alternative, a.emit_file.clone(), a.force);
         return run_with(&p.args, &p.notes, log.as_ref());
     }
+    if a.cache_type_k.is_some() || a.cache_type_v.is_some() {
+        if a.kv_cache_dtype != "auto" {
+            return Err(usage("give the KV type once: --kv-cache-dtype, or llama.cpp's -ctk/-ctv".to_string()));
+        }
+        let kv = super::paste::kv_type(&[a.cache_type_k.clone(), a.cache_type_v.clone()])?;
+        let a = ServeArgs { kv_cache_dtype: kv.unwrap_or_else(|| "auto".into()), ..a.clone() };
+        return run_with(&a, &[], log.as_ref());
+    }
     run_with(a, &[], log.as_ref())
 }
 
@@ -366,6 +374,7 @@ fn reject_other_engines_flags(a: &ServeArgs, engine: Engine) -> Result<()> {
             given(a.split_mode.is_some(), "--split-mode/-sm"),
             given(a.main_gpu.is_some(), "--main-gpu/-mg"),
             given(a.flash_attn.is_some(), "--flash-attn/-fa"),
+            given(a.cache_type_k.is_some() || a.cache_type_v.is_some(), "--cache-type-k/-ctk, --cache-type-v/-ctv"),
             given(a.num_ctx.is_some(), "--num-ctx (Ollama)"),
         ]
     };
