@@ -249,21 +249,24 @@ fn step(delta: u64, target: i128, mem: i128, high: i128) -> u64 {
     s.max(1).min(delta - 1)
 }
 
-/// Apply llama.cpp's `--fit` to `c` on one GPU (`multi` `None`) or the GPUs of `multi`, each
-/// with `free` bytes free (see the module). `c.ctx` is ignored when `s.ctx_auto`.
+/// Apply llama.cpp's `--fit` to `c` on one GPU (`multi` `None`) or the GPUs of `multi`, GPU i
+/// with `free[i]` bytes free (the last figure for GPUs past the list; see the module). `c.ctx`
+/// is ignored when `s.ctx_auto`.
 pub fn fit(
     g: &Gguf,
     hp: &HParams,
     c: &LlamaCppConfig,
     o: &Overrides,
     multi: Option<&MultiGpu>,
-    free: u64,
+    free: &[u64],
     s: &FitSettings,
 ) -> Result<Fitted> {
-    let nd = match multi {
-        Some(m) if m.mode != SplitMode::None => m.gpus.max(1) as usize,
-        _ => 1,
+    let (nd, first) = match multi {
+        Some(m) if m.mode != SplitMode::None => (m.gpus.max(1) as usize, 0),
+        Some(m) => (1, m.main_gpu as usize),
+        None => (1, 0),
     };
+    let frees: Vec<u64> = (0..nd).map(|id| crate::llama_split::budget_of(free, first + id)).collect();
     let probe = Probe { g, hp, multi, nd };
     let streams = if c.unified { 1 } else { c.parallel.max(1) };
     let train = if hp.context_length > 0 { hp.context_length } else { DEFAULT_MIN_CTX };
@@ -271,9 +274,9 @@ pub fn fit(
     let mut cfg = LlamaCppConfig { ctx: ctx_max, ..*c };
     let initial = probe.used(&cfg, o)?;
     let projected_initial = initial.iter().fold(0u64, |a, b| a.saturating_add(*b));
-    let free_all = free.saturating_mul(nd as u64);
-    let margins: Vec<i128> = (0..nd).map(|id| s.margin(id) as i128).collect();
-    let targets: Vec<i128> = margins.iter().map(|m| free as i128 - m).collect();
+    let free_all = frees.iter().fold(0u64, |a, b| a.saturating_add(*b));
+    let margins: Vec<i128> = (0..nd).map(|id| s.margin(first + id) as i128).collect();
+    let targets: Vec<i128> = frees.iter().zip(&margins).map(|(f, m)| *f as i128 - m).collect();
     let done =
         |config: LlamaCppConfig, overrides: Overrides, multi: Option<MultiGpu>, layers: Option<Vec<DeviceLayers>>, action: FitAction| {
             Fitted { config, overrides, multi, layers, action, projected_initial, free: free_all }

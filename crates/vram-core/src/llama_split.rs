@@ -70,6 +70,11 @@ pub struct MultiGpu {
     pub mode: SplitMode,
     /// `--main-gpu`: the one GPU of `-sm none`.
     pub main_gpu: u64,
+    /// Each GPU's free memory, bytes, for mixed GPUs: with no `--tensor-split` llama.cpp splits
+    /// by it (llama-model.cpp `load_tensors`: `ggml_backend_dev_memory` free; ggml-cuda's row
+    /// split by total memory, which differs by the CUDA context, the same on each). Empty:
+    /// identical GPUs, equal shares.
+    pub free_memory: Vec<u64>,
 }
 
 /// Most GPUs llama.cpp addresses (llama.h `LLAMA_MAX_DEVICES` is 16 for CUDA builds).
@@ -93,6 +98,9 @@ impl MultiGpu {
         if self.tensor_split.iter().any(|v| !v.is_finite() || *v < 0.0 || *v > 1e9) {
             return Err(bad(format!("--tensor-split {:?}", self.tensor_split), "proportions are numbers ≥ 0, e.g. 3,1"));
         }
+        if !self.free_memory.is_empty() && self.free_memory.len() as u64 != self.gpus {
+            return Err(bad(format!("{} free-memory figures for {} GPUs", self.free_memory.len(), self.gpus), "one per GPU"));
+        }
         if self.main_gpu >= self.gpus {
             return Err(bad(
                 format!("--main-gpu {} with {} GPUs", self.main_gpu, self.gpus),
@@ -108,7 +116,10 @@ impl MultiGpu {
         let n = self.gpus as usize;
         let mut w: Vec<f32> = (0..n).map(|i| self.tensor_split.get(i).copied().unwrap_or(0.0) as f32).collect();
         if w.iter().all(|x| *x == 0.0) {
-            w = vec![1.0; n];
+            w = match self.free_memory.len() == n && self.free_memory.iter().any(|b| *b > 0) {
+                true => self.free_memory.iter().map(|b| *b as f32).collect(),
+                false => vec![1.0; n],
+            };
         }
         let mut sum = 0.0f32;
         for x in w.iter_mut() {
@@ -319,10 +330,41 @@ fn row_split(t: &TensorInfo) -> bool {
     t.n_dims >= 2 && t.name.ends_with(".weight") && !t.name.starts_with("token_embd") && !t.name.contains("_exps")
 }
 
-/// The longest context (a multiple of 256, up to `limit`) at which every GPU fits `budget`
-/// bytes, or `None` when 256 tokens do not fit.
-pub fn max_ctx(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides, m: &MultiGpu, budget: u64, limit: u64) -> Result<Option<u64>> {
-    crate::gguf::longest_ctx(limit, |ctx| Ok(plan(g, hp, &LlamaCppConfig { ctx, ..*c }, o, m)?.max_device_total_bytes <= budget))
+/// The longest context (a multiple of 256, up to `limit`) at which every GPU fits its budget
+/// (`budgets[i]` bytes for GPU i; the last budget for GPUs past the list), or `None` when 256
+/// tokens do not fit.
+pub fn max_ctx(
+    g: &Gguf,
+    hp: &HParams,
+    c: &LlamaCppConfig,
+    o: &Overrides,
+    m: &MultiGpu,
+    budgets: &[u64],
+    limit: u64,
+) -> Result<Option<u64>> {
+    crate::gguf::longest_ctx(limit, |ctx| Ok(plan(g, hp, &LlamaCppConfig { ctx, ..*c }, o, m)?.fits(budgets)))
+}
+
+impl SplitPlan {
+    /// Whether every GPU's total is within its budget (`budgets[i]` for GPU i, by its CUDA
+    /// number under `-sm none`; the last budget for GPUs past the list).
+    pub fn fits(&self, budgets: &[u64]) -> bool {
+        self.devices.iter().enumerate().all(|(i, d)| d.total_bytes <= budget_of(budgets, self.device_index(i)))
+    }
+
+    /// The CUDA number of the plan's i-th device (the main GPU under `-sm none`).
+    pub fn device_index(&self, i: usize) -> usize {
+        if self.multi.mode == SplitMode::None {
+            self.multi.main_gpu as usize
+        } else {
+            i
+        }
+    }
+}
+
+/// GPU i's budget from a list (the last for GPUs past it; 0 for an empty list).
+pub fn budget_of(budgets: &[u64], i: usize) -> u64 {
+    budgets.get(i).or(budgets.last()).copied().unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -330,7 +372,7 @@ mod tests {
     use super::*;
 
     fn multi(gpus: u64, ts: &[f64]) -> MultiGpu {
-        MultiGpu { gpus, tensor_split: ts.to_vec(), mode: SplitMode::Layer, main_gpu: 0 }
+        MultiGpu { gpus, tensor_split: ts.to_vec(), mode: SplitMode::Layer, main_gpu: 0, free_memory: Vec::new() }
     }
 
     #[test]

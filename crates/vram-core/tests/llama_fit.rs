@@ -35,13 +35,13 @@ fn an_unset_context_is_the_training_context_cut_to_leave_the_margin() {
     let hp = g.hparams("t").unwrap();
     let c = LlamaCppConfig::ONE_SEQUENCE;
     let none = Overrides::default();
-    let f = fit(&g, &hp, &c, &none, None, 64 << 30, &auto()).unwrap();
+    let f = fit(&g, &hp, &c, &none, None, &[64 << 30], &auto()).unwrap();
     assert_eq!((f.config.ctx, &f.action), (8192, &FitAction::NoChange));
     let full = used(&g, &LlamaCppConfig { ctx: 8192, ..c }, &none);
     let min = used(&g, &LlamaCppConfig { ctx: 4096, ..c }, &none);
     // Free memory a third of the way between the two: the margin on top of it.
     let target = min + (full - min) / 3;
-    let f = fit(&g, &hp, &c, &none, None, target + DEFAULT_MARGIN, &auto()).unwrap();
+    let f = fit(&g, &hp, &c, &none, None, &[target + DEFAULT_MARGIN], &auto()).unwrap();
     assert_eq!(f.action, FitAction::ContextReduced { from: 8192 });
     let expect = 4096 + (4096u128 * (target - min) as u128 / (full - min) as u128) as u64;
     assert_eq!(f.config.ctx, expect - expect % 256);
@@ -49,9 +49,9 @@ fn an_unset_context_is_the_training_context_cut_to_leave_the_margin() {
     assert_eq!(f.config.n_gpu_layers, c.n_gpu_layers, "layers untouched");
     // -c 0: the training context whatever it costs; a context the user gave is never cut.
     let full_ctx = FitSettings { min_ctx: None, ..auto() };
-    assert_eq!(fit(&g, &hp, &c, &none, None, target + DEFAULT_MARGIN, &full_ctx).unwrap().config.ctx, 8192);
+    assert_eq!(fit(&g, &hp, &c, &none, None, &[target + DEFAULT_MARGIN], &full_ctx).unwrap().config.ctx, 8192);
     let given = FitSettings { ctx_auto: false, ..auto() };
-    let f = fit(&g, &hp, &LlamaCppConfig { ctx: 8192, ..c }, &none, None, target + DEFAULT_MARGIN, &given).unwrap();
+    let f = fit(&g, &hp, &LlamaCppConfig { ctx: 8192, ..c }, &none, None, &[target + DEFAULT_MARGIN], &given).unwrap();
     assert_eq!(f.config.ctx, 8192);
     assert_eq!(f.action, FitAction::LayersPlaced);
     assert!(f.config.n_gpu_layers < hp.layers + 1);
@@ -67,13 +67,13 @@ fn past_the_minimum_context_layers_go_to_ram_unless_the_user_placed_them() {
     let none = Overrides::default();
     let at_min = LlamaCppConfig { ctx: 4096, ..c };
     let half = used(&g, &LlamaCppConfig { n_gpu_layers: 2, ..at_min }, &none);
-    let f = fit(&g, &hp, &c, &none, None, half + DEFAULT_MARGIN, &auto()).unwrap();
+    let f = fit(&g, &hp, &c, &none, None, &[half + DEFAULT_MARGIN], &auto()).unwrap();
     assert_eq!((f.action.clone(), f.config.ctx), (FitAction::LayersPlaced, 4096));
     assert!(f.config.n_gpu_layers >= 2, "{}", f.config.n_gpu_layers);
     assert!(used(&g, &f.config, &none) <= half);
     assert!(used(&g, &LlamaCppConfig { n_gpu_layers: f.config.n_gpu_layers + 1, ..at_min }, &none) > half);
     let placed = FitSettings { layers_auto: false, ..auto() };
-    let f = fit(&g, &hp, &c, &none, None, half + DEFAULT_MARGIN, &placed).unwrap();
+    let f = fit(&g, &hp, &c, &none, None, &[half + DEFAULT_MARGIN], &placed).unwrap();
     assert!(matches!(f.action, FitAction::CannotFit { .. }));
     assert_eq!((f.config.ctx, f.config.n_gpu_layers), (4096, c.n_gpu_layers));
 }
@@ -99,7 +99,7 @@ fn a_moe_model_moves_experts_before_layers() {
         cpu_moe: CpuMoe::None,
     };
     let budget = used(&g, &at_min, &back(7));
-    let f = fit(&g, &hp, &c, &none, None, budget + DEFAULT_MARGIN, &auto()).unwrap();
+    let f = fit(&g, &hp, &c, &none, None, &[budget + DEFAULT_MARGIN], &auto()).unwrap();
     assert_eq!(f.action, FitAction::LayersPlaced);
     assert_eq!(f.config.n_gpu_layers, hp.layers + 1);
     let layers = f.layers.clone().unwrap();
@@ -115,12 +115,12 @@ fn a_moe_model_moves_experts_before_layers() {
     assert!(matches!(layers[0].overflow, Fraction::Moe | Fraction::Up | Fraction::Gate | Fraction::Attn));
     // Enough for every expert: no change at all.
     let all = used(&g, &at_min, &none);
-    let f = fit(&g, &hp, &c, &none, None, all + DEFAULT_MARGIN, &FitSettings { ctx_auto: false, ..auto() }).unwrap();
+    let f = fit(&g, &hp, &c, &none, None, &[all + DEFAULT_MARGIN], &FitSettings { ctx_auto: false, ..auto() }).unwrap();
     assert!(f.action == FitAction::NoChange || f.config.ctx < 32768);
 }
 
 fn two_gpus() -> MultiGpu {
-    MultiGpu { gpus: 2, tensor_split: Vec::new(), mode: SplitMode::Layer, main_gpu: 0 }
+    MultiGpu { gpus: 2, tensor_split: Vec::new(), mode: SplitMode::Layer, main_gpu: 0, free_memory: Vec::new() }
 }
 
 fn device_used(g: &Gguf, c: &LlamaCppConfig, o: &Overrides, m: &MultiGpu) -> Vec<u64> {
@@ -146,7 +146,7 @@ fn over_two_gpus_the_last_fills_first() {
     // Each GPU a third of the model: about 8 of the 13 layers fit in all.
     let whole = device_used(&g, &c, &none, &m).iter().sum::<u64>();
     let free = whole / 3 + DEFAULT_MARGIN;
-    let f = fit(&g, &hp, &c, &none, Some(&m), free, &given).unwrap();
+    let f = fit(&g, &hp, &c, &none, Some(&m), &[free], &given).unwrap();
     assert_eq!(f.action, FitAction::LayersPlaced);
     let layers = f.layers.clone().unwrap();
     let (k0, k1) = (layers[0].n_layer, layers[1].n_layer);
@@ -165,13 +165,13 @@ fn over_two_gpus_the_last_fills_first() {
     assert!(at(k0 + 1, k1)[0] > target, "CUDA0 holds the most it can");
     // A split the user gave is theirs: the fit says so and leaves it.
     let ts = MultiGpu { tensor_split: vec![1.0, 1.0], ..two_gpus() };
-    let f = fit(&g, &hp, &c, &none, Some(&ts), free, &FitSettings { layers_auto: false, ..given.clone() }).unwrap();
+    let f = fit(&g, &hp, &c, &none, Some(&ts), &[free], &FitSettings { layers_auto: false, ..given.clone() }).unwrap();
     assert!(matches!(f.action, FitAction::CannotFit { .. }));
     assert_eq!(f.multi.unwrap().tensor_split, vec![1.0, 1.0]);
     // -sm row over two GPUs: fit.cpp does not move row-split weights.
     let row = MultiGpu { mode: SplitMode::Row, ..two_gpus() };
     let row_free = device_used(&g, &c, &none, &row).into_iter().max().unwrap() / 2 + DEFAULT_MARGIN;
-    let f = fit(&g, &hp, &c, &none, Some(&row), row_free, &given).unwrap();
+    let f = fit(&g, &hp, &c, &none, Some(&row), &[row_free], &given).unwrap();
     assert!(matches!(f.action, FitAction::CannotFit { .. }), "{:?} {:?}", f.action, device_used(&g, &c, &none, &row));
 }
 
@@ -199,7 +199,7 @@ fn over_two_gpus_the_context_cut_sets_aside_whole_layer_waste() {
         .find(|t| interpolate(t - set_aside) != interpolate(*t))
         .unwrap();
     let free = free_total / 2 + DEFAULT_MARGIN;
-    let f = fit(&g, &hp, &c, &none, Some(&m), free, &auto()).unwrap();
+    let f = fit(&g, &hp, &c, &none, Some(&m), &[free], &auto()).unwrap();
     assert_eq!(f.action, FitAction::ContextReduced { from: 8192 });
     assert_eq!(f.config.ctx, interpolate(free_total - set_aside));
     assert!(f.layers.is_some(), "the layers are placed again after the cut");
@@ -217,7 +217,7 @@ fn a_moe_model_over_two_gpus_keeps_every_margin() {
     let given = FitSettings { ctx_auto: false, ..auto() };
     let whole: u64 = device_used(&g, &c, &none, &m).iter().sum();
     let free = whole * 24 / 100 + DEFAULT_MARGIN;
-    let f = fit(&g, &hp, &c, &none, Some(&m), free, &given).unwrap();
+    let f = fit(&g, &hp, &c, &none, Some(&m), &[free], &given).unwrap();
     assert_eq!(f.action, FitAction::LayersPlaced);
     assert_eq!(f.config.n_gpu_layers, hp.layers + 1, "every layer's dense weights on a GPU");
     let layers = f.layers.clone().unwrap();

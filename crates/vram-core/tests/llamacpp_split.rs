@@ -50,7 +50,7 @@ fn command_r_on_two_gpus_kv_per_gpu_and_the_compute_buffer() {
     let hp = g.hparams("command-r.gguf").unwrap();
     let c = LlamaCppConfig { n_gpu_layers: 41, flash_attn: false, ..Default::default() };
     // The log's split is by free memory (not printed); 28:72 puts its 12 layers on CUDA0.
-    let m = MultiGpu { gpus: 2, tensor_split: vec![28.0, 72.0], mode: SplitMode::Layer, main_gpu: 0 };
+    let m = MultiGpu { gpus: 2, tensor_split: vec![28.0, 72.0], mode: SplitMode::Layer, main_gpu: 0, free_memory: Vec::new() };
     let p = plan(&g, &hp, &c, &Overrides::default(), &m).unwrap();
     assert!(p.pipeline_parallel, "the log says: pipeline parallelism enabled (n_copies=4)");
     assert_eq!((p.devices[0].layers, p.devices[1].layers), (12, 28));
@@ -77,7 +77,7 @@ fn command_r_on_two_gpus_kv_per_gpu_and_the_compute_buffer() {
 #[test]
 fn deepseek_r1_layers_over_sixteen_gpus() {
     let l = log("ik_llama.cpp-239-deepseek-r1-16gpu-kv.log");
-    let m = MultiGpu { gpus: 16, tensor_split: vec![24.0; 16], mode: SplitMode::Layer, main_gpu: 0 };
+    let m = MultiGpu { gpus: 16, tensor_split: vec![24.0; 16], mode: SplitMode::Layer, main_gpu: 0, free_memory: Vec::new() };
     let devs = layer_devices(61, 99, &m.split_points());
     for d in &l.devices {
         let i: usize = d.name.trim_start_matches("CUDA").parse().unwrap();
@@ -95,7 +95,7 @@ fn one_gpu_equals_the_single_plan() {
     let c = LlamaCppConfig { n_gpu_layers: 30, ctx: 8192, cuda_overhead: 1 << 29, ..Default::default() };
     let o = Overrides { tensor: Vec::new(), cpu_moe: CpuMoe::None };
     let single = gguf::llama_cpp_with(&g, &hp, &c, &o).unwrap();
-    let m = MultiGpu { gpus: 1, tensor_split: Vec::new(), mode: SplitMode::Layer, main_gpu: 0 };
+    let m = MultiGpu { gpus: 1, tensor_split: Vec::new(), mode: SplitMode::Layer, main_gpu: 0, free_memory: Vec::new() };
     let p = plan(&g, &hp, &c, &o, &m).unwrap();
     let d = &p.devices[0];
     assert_eq!(
@@ -115,16 +115,32 @@ fn split_modes_none_and_row() {
     let hp = g.hparams("tiny.gguf").unwrap();
     let c = LlamaCppConfig { n_gpu_layers: 99, ..Default::default() };
     let o = Overrides::default();
-    let none = plan(&g, &hp, &c, &o, &MultiGpu { gpus: 2, tensor_split: Vec::new(), mode: SplitMode::None, main_gpu: 1 }).unwrap();
+    let none =
+        plan(&g, &hp, &c, &o, &MultiGpu { gpus: 2, tensor_split: Vec::new(), mode: SplitMode::None, main_gpu: 1, free_memory: Vec::new() })
+            .unwrap();
     assert_eq!(none.devices.len(), 1);
     assert_eq!((none.devices[0].name.as_str(), none.devices[0].layers), ("CUDA1", 4));
     assert!(!none.pipeline_parallel);
-    let row = plan(&g, &hp, &c, &o, &MultiGpu { gpus: 2, tensor_split: vec![3.0, 1.0], mode: SplitMode::Row, main_gpu: 0 }).unwrap();
+    let row = plan(
+        &g,
+        &hp,
+        &c,
+        &o,
+        &MultiGpu { gpus: 2, tensor_split: vec![3.0, 1.0], mode: SplitMode::Row, main_gpu: 0, free_memory: Vec::new() },
+    )
+    .unwrap();
     let (a, b) = (row.devices[0].row_split_bytes, row.devices[1].row_split_bytes);
     assert!(a > 0 && (a as f64 / (a + b) as f64 - 0.75).abs() < 0.01, "{a} {b}");
     assert!(!row.pipeline_parallel);
     // Every byte is somewhere, once.
-    let layer = plan(&g, &hp, &c, &o, &MultiGpu { gpus: 2, tensor_split: Vec::new(), mode: SplitMode::Layer, main_gpu: 0 }).unwrap();
+    let layer = plan(
+        &g,
+        &hp,
+        &c,
+        &o,
+        &MultiGpu { gpus: 2, tensor_split: Vec::new(), mode: SplitMode::Layer, main_gpu: 0, free_memory: Vec::new() },
+    )
+    .unwrap();
     let sum = |p: &vram_core::llama_split::SplitPlan| {
         p.cpu_weights_bytes + p.devices.iter().map(|d| d.weights_bytes + d.row_split_bytes).sum::<u64>()
     };

@@ -327,6 +327,11 @@ pub fn size(flag: &str, s: &str) -> Result<u64> {
 
 /// `--gpu`: a catalogue name, or a size with its unit.
 pub fn gpu(s: &str) -> Result<Gpu> {
+    if s.contains(',') {
+        return Err(usage(format!(
+            "--gpu {s}: a list of GPUs plans llama.cpp over mixed GPUs (a .gguf file with llama.cpp's layer split); this plan takes one GPU type (--gpus N of it)"
+        )));
+    }
     if is_bare_number(s) {
         let n = s.trim();
         return Err(usage(format!(
@@ -334,6 +339,12 @@ pub fn gpu(s: &str) -> Result<Gpu> {
         )));
     }
     Ok(vram_core::gpu::lookup(s)?)
+}
+
+/// `--gpu a,b,…`: one GPU per entry, CUDA0 first (llama.cpp over mixed GPUs); a single name is
+/// a list of one.
+pub fn gpu_list(s: &str) -> Result<Vec<Gpu>> {
+    s.split(',').map(|g| gpu(g.trim())).collect()
 }
 
 /// Whether any layout flag asks for more than one plain GPU.

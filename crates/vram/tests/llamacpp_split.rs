@@ -155,3 +155,37 @@ fn typed_engine_spellings_read_as_the_long_flags() {
     assert_eq!(tp["plan"], tp_long["plan"]);
     assert!(fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "-ctk", "q8_0", "-ctv", "q8_0"], 2).contains("llama.cpp flag"));
 }
+
+/// Mixed GPUs, `--gpu rtx-4090,rtx-3080-12gb`: llama.cpp splits by each GPU's free memory when
+/// no --tensor-split is given, each GPU is judged against its own memory, and --fit uses each
+/// one's free memory; a list elsewhere (vLLM) is refused.
+#[test]
+fn mixed_gpus_split_by_free_memory_and_fit_each_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = gguf_writer::write_padded(dir.path(), "tiny12.gguf", &gguf_writer::tiny_llama_layers(12));
+    let v = json(&["serve", "-m", &p, "-g", "rtx-4090,rtx-3080", "--fit", "off"]);
+    let m = &v["split"]["plan"]["multi"];
+    assert_eq!(m["gpus"], 2);
+    let free: Vec<u64> = m["free_memory"].as_array().unwrap().iter().map(|b| b.as_u64().unwrap()).collect();
+    assert!(free[0] > free[1] * 3 / 2, "{free:?}");
+    // 13 layers by free memory ≈ 24:10: CUDA0 takes about two thirds.
+    let layers = devices(&v);
+    assert!(layers[0].1 >= 7 && layers[0].1 > layers[1].1, "{layers:?}");
+    assert_eq!(v["gpus"][1]["name"], "rtx-3080");
+    let text =
+        String::from_utf8_lossy(&vram().args(["serve", "-m", &p, "-g", "rtx-4090,rtx-3080", "--fit", "off"]).output().unwrap().stdout)
+            .to_string();
+    assert!(text.contains("CUDA0 rtx-4090 + CUDA1 rtx-3080") && text.contains("by free memory, as llama.cpp splits it"), "{text}");
+    // --fit leaves its margin on each GPU against that GPU's own free memory.
+    let f = json(&["serve", "-m", &p, "-g", "1040MiB,1100MiB", "--fit-target", "512"]);
+    let placed = devices(&f);
+    assert!(f["notes"].to_string().contains("places the layers again"), "{}", f["notes"]);
+    for (d, mib) in f["split"]["plan"]["devices"].as_array().unwrap().iter().zip([1040u64, 1100]) {
+        assert!(d["total_bytes"].as_u64().unwrap() <= (mib - 512) << 20, "{d}");
+    }
+    let even = json(&["serve", "-m", &p, "-g", "1040MiB", "--gpus", "2", "--fit-target", "512"]);
+    assert!(devices(&even)[1].1 < placed[1].1, "the larger CUDA1 takes more: {placed:?} vs {:?}", devices(&even));
+    // A --gpus count that disagrees with the list, and a list under vLLM: exit 2.
+    assert!(fails(&["serve", "-m", &p, "-g", "rtx-4090,rtx-3080", "--gpus", "3"], 2).contains("--gpu lists 2 GPUs"));
+    assert!(fails(&["serve", "-m", "llama-3.1-8b", "-g", "rtx-4090,rtx-3080"], 2).contains("mixed GPUs"));
+}

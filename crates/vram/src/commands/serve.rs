@@ -840,6 +840,8 @@ pub struct LlamaCppServe {
     pub split: Option<(vram_core::llama_split::SplitPlan, Option<u64>)>,
     /// llama-server's `--fit` projection at the initial settings and the free memory, bytes.
     pub fit_projection: Option<(u64, u64)>,
+    /// Mixed GPUs (`--gpu a,b`): each GPU, CUDA0 first; empty when they are all `gpu`.
+    pub device_gpus: Vec<Gpu>,
 }
 
 /// One row of the `--n-cpu-moe` table, at the given `--n-gpu-layers` and `--ctx-size`.
@@ -1088,7 +1090,12 @@ pub fn apply_fit(
     };
     s.layers_auto &= layers;
     let free = vram_core::gpu::cuda_total(gpu).0.saturating_sub(config.cuda_overhead);
-    let f = vram_core::llama_fit::fit(gguf, hp, &config, &overrides, multi, free, &s)?;
+    // Mixed GPUs carry each one's free memory; identical ones share the one figure.
+    let free = match multi {
+        Some(m) if !m.free_memory.is_empty() => m.free_memory.clone(),
+        _ => vec![free],
+    };
+    let f = vram_core::llama_fit::fit(gguf, hp, &config, &overrides, multi, &free, &s)?;
     let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
     let nd = f.layers.as_ref().map_or(multi.map_or(1, |m| m.gpus), |l| l.len() as u64);
     let margin = match s.margins.as_slice() {
@@ -1182,7 +1189,9 @@ const LLAMA_SERVER_AUTO_SLOTS: u64 = 4;
 pub fn llama_cpp_gguf(a: &ServeArgs, file: String, gguf: vram_core::gguf::Gguf, mm: Option<&MmprojFile>) -> Result<LlamaCppServe> {
     use vram_core::gguf::llama_cpp_with;
     let hparams = gguf.hparams(&file)?;
-    let g = resolve::gpu(&a.gpu)?;
+    let device_gpus = resolve::gpu_list(&a.gpu)?;
+    let g = device_gpus[0].clone();
+    let device_gpus = if device_gpus.len() > 1 { device_gpus } else { Vec::new() };
     let (config, ollama) = llama_cpp_config(a, &hparams, g.memory, mm)?;
     let overrides = overrides(a)?;
     let multi = multi_gpu(a)?;
@@ -1199,30 +1208,35 @@ pub fn llama_cpp_gguf(a: &ServeArgs, file: String, gguf: vram_core::gguf::Gguf, 
     let mut notes = ollama.map(|o| o.notes).unwrap_or_default();
     notes.extend(fit_note);
     notes.extend(mmproj(a, mm, config.flash_attn)?.note);
-    if let Some(m) = multi {
-        let split = vram_core::llama_split::plan(&gguf, &hparams, &config, &overrides, &m)?;
-        let limit = if hparams.context_length > 0 { hparams.context_length } else { 1 << 20 };
-        let fit = vram_core::llama_split::max_ctx(&gguf, &hparams, &config, &overrides, &m, g.memory, limit)?;
-        let split = Some((split, fit));
-        let (offload_table, moe_table) = (Vec::new(), Vec::new());
-        return Ok(LlamaCppServe {
-            file,
-            gguf,
-            hparams,
-            gpu: g,
-            config,
-            overrides,
-            plan,
-            offload_table,
-            moe_table,
-            notes,
-            split,
-            fit_projection,
-        });
-    }
-    let offload_table = offload_table(&gguf, &hparams, &config, &overrides, g.memory)?;
-    let moe_table = if overrides.tensor.is_empty() { moe_table(&gguf, &hparams, &config, g.memory)? } else { Vec::new() };
-    Ok(LlamaCppServe { file, gguf, hparams, gpu: g, config, overrides, plan, offload_table, moe_table, notes, split: None, fit_projection })
+    let (split, offload_table, moe_table, device_gpus) = match multi {
+        Some(m) => {
+            let split = vram_core::llama_split::plan(&gguf, &hparams, &config, &overrides, &m)?;
+            let limit = if hparams.context_length > 0 { hparams.context_length } else { 1 << 20 };
+            let budgets: Vec<u64> = if device_gpus.is_empty() { vec![g.memory] } else { device_gpus.iter().map(|d| d.memory).collect() };
+            let fit = vram_core::llama_split::max_ctx(&gguf, &hparams, &config, &overrides, &m, &budgets, limit)?;
+            (Some((split, fit)), Vec::new(), Vec::new(), device_gpus)
+        }
+        None => {
+            let offload_table = offload_table(&gguf, &hparams, &config, &overrides, g.memory)?;
+            let moe_table = if overrides.tensor.is_empty() { moe_table(&gguf, &hparams, &config, g.memory)? } else { Vec::new() };
+            (None, offload_table, moe_table, Vec::new())
+        }
+    };
+    Ok(LlamaCppServe {
+        file,
+        gguf,
+        hparams,
+        gpu: g,
+        config,
+        overrides,
+        plan,
+        offload_table,
+        moe_table,
+        notes,
+        split,
+        fit_projection,
+        device_gpus,
+    })
 }
 
 /// `--flash-attn`: on, off or auto (llama.cpp's default, on where the GPU supports it: planned on).
@@ -1294,7 +1308,8 @@ fn ollama_launch(a: &ServeArgs, hp: &vram_core::gguf::HParams, vram: u64) -> Res
 /// `--tensor-split` of N values means N GPUs unless `--gpus` says more.
 pub(super) fn multi_gpu(a: &ServeArgs) -> Result<Option<vram_core::llama_split::MultiGpu>> {
     use vram_core::llama_split::{MultiGpu, SplitMode};
-    if a.gpus.is_none() && a.tensor_split.is_none() && a.split_mode.is_none() && a.main_gpu.is_none() {
+    let listed = a.gpu.split(',').count() as u64;
+    if a.gpus.is_none() && a.tensor_split.is_none() && a.split_mode.is_none() && a.main_gpu.is_none() && listed == 1 {
         return Ok(None);
     }
     let tensor_split = match &a.tensor_split {
@@ -1309,9 +1324,25 @@ pub(super) fn multi_gpu(a: &ServeArgs) -> Result<Option<vram_core::llama_split::
             })
             .collect::<std::result::Result<Vec<_>, _>>()?,
     };
-    let gpus = a.gpus.unwrap_or((tensor_split.len() as u64).max(1));
+    if listed > 1 && a.gpus.is_some_and(|n| n != listed) {
+        return Err(
+            UsageError(format!("--gpu lists {listed} GPUs but --gpus says {}: give one or make them agree", a.gpus.unwrap_or(0))).into()
+        );
+    }
+    let gpus = a.gpus.unwrap_or(if listed > 1 { listed } else { (tensor_split.len() as u64).max(1) });
     let mode = a.split_mode.as_deref().map(SplitMode::parse).transpose()?.unwrap_or_default();
-    let m = MultiGpu { gpus, tensor_split, mode, main_gpu: a.main_gpu.unwrap_or(0) };
+    // Mixed GPUs: each one's free memory (the CUDA total less the CUDA context) sets the default
+    // split, as llama.cpp measures it at load.
+    let free_memory = if listed > 1 {
+        let cuda_context = match &a.cuda_context {
+            Some(c) => resolve::size("--cuda-context", c)?,
+            None => vram_core::serve::ENGINE_CUDA_CONTEXT,
+        };
+        resolve::gpu_list(&a.gpu)?.iter().map(|g| vram_core::gpu::cuda_total(g).0.saturating_sub(cuda_context)).collect()
+    } else {
+        Vec::new()
+    };
+    let m = MultiGpu { gpus, tensor_split, mode, main_gpu: a.main_gpu.unwrap_or(0), free_memory };
     m.validate()?;
     Ok(Some(m))
 }

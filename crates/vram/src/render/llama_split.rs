@@ -35,7 +35,12 @@ pub fn text(s: &LlamaCppServe, p: &SplitPlan, fit: Option<u64>) -> String {
         hp.vocab
     );
     let m = &p.multi;
-    let split = if m.tensor_split.is_empty() {
+    let split = if m.tensor_split.is_empty() && !m.free_memory.is_empty() {
+        format!(
+            "by free memory, as llama.cpp splits it: {} GiB",
+            m.free_memory.iter().map(|b| format!("{:.2}", *b as f64 / GIB as f64)).collect::<Vec<_>>().join(" : ")
+        )
+    } else if m.tensor_split.is_empty() {
         "even (llama.cpp splits by free memory: equal GPUs assumed)".to_string()
     } else {
         m.tensor_split.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(",")
@@ -47,8 +52,17 @@ pub fn text(s: &LlamaCppServe, p: &SplitPlan, fit: Option<u64>) -> String {
     };
     let _ = writeln!(
         out,
-        "llama.cpp on {} × {} · --split-mode {mode} · --tensor-split {split} · --n-gpu-layers {} · --ctx-size {} (padded {}) · --ubatch-size {} · --parallel {}",
-        m.gpus, s.gpu.name, c.n_gpu_layers, c.ctx, p.ctx, c.ubatch, c.parallel
+        "llama.cpp on {} · --split-mode {mode} · --tensor-split {split} · --n-gpu-layers {} · --ctx-size {} (padded {}) · --ubatch-size {} · --parallel {}",
+        if s.device_gpus.is_empty() {
+            format!("{} × {}", m.gpus, s.gpu.name)
+        } else {
+            s.device_gpus.iter().enumerate().map(|(i, g)| format!("CUDA{i} {}", g.name)).collect::<Vec<_>>().join(" + ")
+        },
+        c.n_gpu_layers,
+        c.ctx,
+        p.ctx,
+        c.ubatch,
+        c.parallel
     );
     if p.pipeline_parallel {
         let _ = writeln!(out, "pipeline parallelism: on (llama.cpp keeps 4 copies of the graph inputs per GPU, in the compute buffer)");
@@ -99,9 +113,9 @@ pub fn text(s: &LlamaCppServe, p: &SplitPlan, fit: Option<u64>) -> String {
             gib(c.projector_compute_bytes)
         );
     }
-    let util = p.max_device_total_bytes as f64 / s.gpu.memory as f64;
+    let (util, name) = fullest(s, p);
     let verdict = if util <= 1.0 { "fits" } else { "does NOT fit" };
-    let _ = writeln!(out, "fullest GPU: {:.1}% of {} — {verdict}", util * 100.0, s.gpu.name);
+    let _ = writeln!(out, "fullest GPU: {:.1}% of {name} — {verdict}", util * 100.0);
     let _ = writeln!(out, "compute buffers are modelled, not measured; the CUDA context size is assumed");
     match fit {
         Some(n) => {
@@ -114,11 +128,30 @@ pub fn text(s: &LlamaCppServe, p: &SplitPlan, fit: Option<u64>) -> String {
     out
 }
 
-/// The JSON: the one-GPU document with `split` added and `fits` judged on the fullest GPU.
+/// The fullest GPU against its own memory: (used / memory, "CUDAn gpu-name").
+fn fullest(s: &LlamaCppServe, p: &SplitPlan) -> (f64, String) {
+    p.devices
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let g = s.device_gpus.get(p.device_index(i)).unwrap_or(&s.gpu);
+            (
+                d.total_bytes as f64 / g.memory as f64,
+                if s.device_gpus.is_empty() { g.name.clone() } else { format!("{} {}", d.name, g.name) },
+            )
+        })
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .unwrap_or((0.0, s.gpu.name.clone()))
+}
+
+/// The JSON: the one-GPU document with `split` added and `fits` judged GPU by GPU.
 pub fn json(s: &LlamaCppServe, p: &SplitPlan, fit: Option<u64>) -> Value {
     let mut v = crate::render::serve::llama_cpp_json(s);
     v["split"] = json!({ "plan": p, "max_ctx_size": fit });
-    v["fits"] = json!(p.max_device_total_bytes <= s.gpu.memory);
+    v["fits"] = json!(fullest(s, p).0 <= 1.0);
+    if !s.device_gpus.is_empty() {
+        v["gpus"] = json!(s.device_gpus);
+    }
     v
 }
 
