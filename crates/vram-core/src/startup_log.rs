@@ -147,8 +147,37 @@ pub struct LlamaCppLog {
     /// llama.cpp's `--fit` at the initial settings (common/fit.cpp): "projected to use X MiB of
     /// device memory vs. Y MiB of free device memory" — (X, Y) in MiB, the first such line.
     pub fit_projection: Option<(u64, u64)>,
+    /// Where `--fit` placed the layers (common/fit.cpp's "- CUDA0 (…): N layers (K overflowing),
+    /// X MiB used, Y MiB free" lines; the last line per device, as the MoE pass prints twice).
+    pub fit_layers: Vec<FitLayers>,
     /// Devices in the order they first appear.
     pub devices: Vec<LlamaCppDevice>,
+}
+
+/// One device's layers as llama.cpp's `--fit` placed them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct FitLayers {
+    /// The device ("CUDA0").
+    pub name: String,
+    /// Layers on it (the output layer counts as one on the last device).
+    pub layers: u64,
+    /// Of these, layers with part of their weights elsewhere (MoE: "(K overflowing)").
+    pub overflowing: Option<u64>,
+    /// "X MiB used": the fit's projection for the device.
+    pub used_mib: Option<u64>,
+}
+
+/// A fit placement line's device and figures: "- CUDA0 (NVIDIA …): 33 layers (2 overflowing),
+/// 21000 MiB used, 2900 MiB free".
+fn fit_layers_line(line: &str) -> Option<FitLayers> {
+    let body = line.split_once("- ")?.1;
+    let (name, rest) = body.split_once(" (")?;
+    let rest = rest.rsplit_once("):")?.1.trim();
+    let (count, rest) = rest.split_once(" layers")?;
+    let layers = count.trim().parse::<u64>().ok()?;
+    let overflowing = rest.trim_start().strip_prefix('(').and_then(|r| r.split_whitespace().next()).and_then(|n| n.parse().ok());
+    let used_mib = rest.find(" MiB used").and_then(|i| rest[..i].rsplit([',', ' ']).next()).and_then(|n| n.trim().parse().ok());
+    (!name.contains(' ')).then(|| FitLayers { name: name.trim().to_string(), layers, overflowing, used_mib })
 }
 
 /// A parsed start-up log.
@@ -463,6 +492,15 @@ fn parse_llama_cpp(text: &str) -> (LlamaCppLog, usize) {
             }
             continue;
         }
+        // --fit's placement per device.
+        if (line.contains("params_fit_impl:") || line.contains("params_fit:")) && line.contains(" layers") && line.contains("MiB used") {
+            if let Some(f) = fit_layers_line(line) {
+                l.fit_layers.retain(|x| x.name != f.name);
+                l.fit_layers.push(f);
+                found += 1;
+            }
+            continue;
+        }
         // --fit's first projection (the initial settings), one GPU or several summed.
         if let Some(i) = line.find("projected to use ") {
             let rest = &line[i + "projected to use ".len()..];
@@ -753,6 +791,31 @@ llama_context: n_ctx         = 177152",
         };
         assert_eq!(l.fit_projection, Some((35_754, 30_733)));
         assert_eq!(l.n_ctx, Some(177_152));
+    }
+
+    /// The fit's per-device placement lines, in common/fit.cpp's LOG_TRC formats (the figures
+    /// are illustrative; the placement line's shape is the one ggml-org/llama.cpp#18181 prints,
+    /// "- CUDA4 (…): 35 layers (0 overflowing), 94327 MiB used, 2360 MiB free"): the last line
+    /// per device is kept, and the initial projection lines ("… total, … used, … free vs.
+    /// target") are not placements.
+    #[test]
+    fn llama_cpp_fit_layers() {
+        let StartupLog::LlamaCpp(l) = parse(
+            "llama_params_fit_impl:   - CUDA0 (NVIDIA GeForce RTX 3090): 24135 total, 30011 used, -6075 free vs. target of 1024
+llama_params_fit_impl: filling dense-only layers back-to-front:
+llama_params_fit_impl:   - CUDA1 (NVIDIA RTX PRO 6000 Blackwell Workstation Edition): 48 layers, 20000 MiB used, 77000 MiB free
+llama_params_fit_impl:   - CUDA0 (NVIDIA GeForce RTX 3090): 47 layers,  15000 MiB used,   9000 MiB free
+llama_params_fit_impl: converting dense-only layers to full layers and filling them front-to-back with overflow to next device/system memory:
+llama_params_fit_impl:   - CUDA0 (NVIDIA GeForce RTX 3090): 12 layers ( 1 overflowing),  22783 MiB used,   1352 MiB free
+llama_params_fit_impl:   - CUDA1 (NVIDIA RTX PRO 6000 Blackwell Workstation Edition): 83 layers (0 overflowing), 94327 MiB used, 2360 MiB free
+load_tensors:        CUDA0 model buffer size = 20000.00 MiB",
+        )
+        .unwrap() else {
+            panic!("not llama.cpp")
+        };
+        let got: Vec<(&str, u64, Option<u64>, Option<u64>)> =
+            l.fit_layers.iter().map(|f| (f.name.as_str(), f.layers, f.overflowing, f.used_mib)).collect();
+        assert_eq!(got, [("CUDA0", 12, Some(1), Some(22_783)), ("CUDA1", 83, Some(0), Some(94_327))]);
     }
 
     /// The new spellings behind a timestamp: `load_tensors`, `llama_context`, `llama_kv_cache`,

@@ -189,3 +189,39 @@ fn mixed_gpus_split_by_free_memory_and_fit_each_its_own() {
     assert!(fails(&["serve", "-m", &p, "-g", "rtx-4090,rtx-3080", "--gpus", "3"], 2).contains("--gpu lists 2 GPUs"));
     assert!(fails(&["serve", "-m", "llama-3.1-8b", "-g", "rtx-4090,rtx-3080"], 2).contains("mixed GPUs"));
 }
+
+/// `--log` with llama.cpp's --fit placement lines: each GPU's layers as the fit placed them in
+/// the log beside vram's placement (fit.cpp counts the output layer as one on the last GPU).
+/// The log text is in fit.cpp's line format with illustrative figures: this checks the reading
+/// and the report, not vram's accuracy.
+#[test]
+fn a_fit_log_is_compared_layer_by_layer() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = gguf_writer::write_padded(dir.path(), "tiny12.gguf", &gguf_writer::tiny_llama_layers(12));
+    let log = dir.path().join("fit.log");
+    std::fs::write(
+        &log,
+        "llama_params_fit_impl: filling dense layers back-to-front:
+llama_params_fit_impl:   - CUDA1 (NVIDIA GeForce RTX 3090):  7 layers,    520 MiB used,      8 MiB free
+llama_params_fit_impl:   - CUDA0 (NVIDIA GeForce RTX 3090):  4 layers,    515 MiB used,     13 MiB free
+load_tensors:        CUDA0 model buffer size =     2.00 MiB
+",
+    )
+    .unwrap();
+    let args = ["serve", "-m", &p, "-g", "1040MiB", "--gpus", "2", "--fit-target", "512", "--log", log.to_str().unwrap()];
+    let v = json(&args);
+    let fit = v["log"]["fit_layers"].as_array().unwrap();
+    let got: Vec<(String, u64, u64)> = fit
+        .iter()
+        .map(|f| (f["device"].as_str().unwrap().to_string(), f["estimate_layers"].as_u64().unwrap(), f["log_layers"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(got, [("CUDA1".to_string(), 7, 7), ("CUDA0".to_string(), 5, 4)]);
+    let text = String::from_utf8_lossy(&vram().args(args).output().unwrap().stdout).to_string();
+    assert!(text.contains("CUDA0      layers placed by --fit: vram 5, the log 4"), "{text}");
+    // One GPU: a row of the comparison.
+    let one = json(&["serve", "-m", &p, "-g", "1040MiB", "--fit-target", "512", "--log", log.to_str().unwrap()]);
+    let rows = one["comparison"]["rows"].as_array().unwrap();
+    let row = rows.iter().find(|r| r["quantity"] == "layers placed by --fit").unwrap_or_else(|| panic!("{rows:?}"));
+    assert_eq!(row["log"], 7.0, "the first placement line, CUDA1's here");
+    assert!(row["estimate"].as_f64().unwrap() >= 1.0);
+}

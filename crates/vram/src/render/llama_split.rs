@@ -203,7 +203,27 @@ pub fn compare_text(p: &SplitPlan, l: &LlamaCppLog, file: &str) -> String {
         };
         let _ = writeln!(out, "  {:<10} {:<8} {:>14.2} {:>14} {:>9}", r.device, r.buffer, est, log, diff);
     }
+    for (name, vram, log) in fit_layers(p, l) {
+        let _ = writeln!(
+            out,
+            "  {name:<10} layers placed by --fit: vram {vram}, the log {}{}",
+            log.layers,
+            if log.layers == vram { " (the same)" } else { " — a different placement moves whole layers between these buffers" }
+        );
+    }
     out
+}
+
+/// Each device --fit placed in the log: (device, vram's layers on it counting the output as
+/// one, as fit.cpp counts, the log's line).
+fn fit_layers<'a>(p: &SplitPlan, l: &'a LlamaCppLog) -> Vec<(String, u64, &'a vram_core::startup_log::FitLayers)> {
+    l.fit_layers
+        .iter()
+        .map(|f| {
+            let vram = p.devices.iter().find(|d| d.name == f.name).map_or(0, |d| d.layers + u64::from(d.output));
+            (f.name.clone(), vram, f)
+        })
+        .collect()
 }
 
 /// The per-GPU comparison, as JSON.
@@ -222,5 +242,9 @@ pub fn compare_json(p: &SplitPlan, l: &LlamaCppLog) -> Value {
             })
         })
         .collect();
-    json!({ "engine": "llama.cpp", "n_ctx": l.n_ctx, "rows": rows })
+    let fit: Vec<Value> = fit_layers(p, l)
+        .into_iter()
+        .map(|(name, vram, f)| json!({ "device": name, "estimate_layers": vram, "log_layers": f.layers, "log_overflowing": f.overflowing }))
+        .collect();
+    json!({ "engine": "llama.cpp", "n_ctx": l.n_ctx, "rows": rows, "fit_layers": fit })
 }

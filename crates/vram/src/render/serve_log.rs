@@ -307,6 +307,10 @@ pub fn llama_cpp(s: &LlamaCppServe, l: &LlamaCppLog) -> Comparison {
         let (v, p) = logged(log_free);
         rows.push(row("free device memory --fit saw", "MiB", free as f64 / MIB, v, p));
     }
+    // --fit's placement on the one GPU: fit.cpp counts the output layer as a layer.
+    if let Some(f) = l.fit_layers.first() {
+        rows.push(count_row("layers placed by --fit", "layers", (p.gpu_layers + u64::from(p.output_on_gpu)) as f64, Some(f.layers as f64)));
+    }
     if s.config.projector_compute_bytes > 0 || l.vision_compute.is_some() {
         rows.push(mib("vision compute buffer (--mmproj)", s.config.projector_compute_bytes, &l.vision_compute));
     }
