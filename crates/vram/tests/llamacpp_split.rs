@@ -225,3 +225,19 @@ load_tensors:        CUDA0 model buffer size =     2.00 MiB
     assert_eq!(row["log"], 7.0, "the first placement line, CUDA1's here");
     assert!(row["estimate"].as_f64().unwrap() >= 1.0);
 }
+
+/// `--emit` over several GPUs writes the launch as given: the split flags, and the GPU count in
+/// the container's device request.
+#[test]
+fn emit_over_several_gpus_writes_the_split() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = tiny(&dir);
+    let out = vram().args(["serve", "-m", &p, "-g", "rtx-3090", "-ts", "3,1", "--emit", "llama-server"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains("-ts 3,1"), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let docker = vram().args(["serve", "-m", &p, "-g", "rtx-4090,rtx-3080", "--emit", "docker"]).output().unwrap();
+    let text = String::from_utf8_lossy(&docker.stdout);
+    assert!(docker.status.success() && text.contains("count: 2"), "{text}{}", String::from_utf8_lossy(&docker.stderr));
+    assert!(fails(&["serve", "-m", &p, "-g", "rtx-3090", "--gpus", "2", "--emit", "llama-server", "--emit-alternative", "1"], 2)
+        .contains("one GPU"));
+}

@@ -170,10 +170,27 @@ fn show_llama_cpp(
     use vram_core::startup_log::StartupLog;
     s.notes.splice(0..0, pasted.iter().cloned());
     if let Some((p, fit)) = &s.split {
-        if format.is_some() {
-            return Err(usage(
-                "--emit with several GPUs (--gpus, -ts, -sm) is not written yet: emit the one-GPU launch, or write -ts/-sm by hand",
-            ));
+        if let Some(f) = format {
+            // The launch as given, over its GPUs: llama-server's own --fit places the layers
+            // again at start-up, so the flags are the user's, not vram's fitted ones.
+            if a.emit_alternative.is_some() {
+                return Err(usage(
+                    "--emit-alternative: the ranked alternatives are for one GPU; with several GPUs --emit writes the launch as given",
+                ));
+            }
+            let l = launch::llama_server(a, &s.file);
+            if f == Format::K8s && !l.is_hub_model() {
+                return Err(usage(format!(
+                    "--emit k8s needs a model the pod can download: give the GGUF repository (org/name:QUANT) instead of the local file {}; or use --emit docker or llama-server",
+                    s.file
+                )));
+            }
+            let budgets: Vec<u64> =
+                if s.device_gpus.is_empty() { vec![s.gpu.memory] } else { s.device_gpus.iter().map(|g| g.memory).collect() };
+            let none = ServeAdvice { needed: false, max_concurrency: 0.0, alternatives: Vec::new() };
+            if write_launch(a, f, l, &none, p.fits(&budgets))? {
+                return Ok(());
+            }
         }
         return split_output(a, &s, p, *fit, log);
     }
