@@ -137,6 +137,139 @@ const CATALOGUE: &[Entry] = &[
         src: NvidiaSmi,
         tflops: 60.0,
     },
+    // Consumer and workstation cards: nvidia-smi totals on Linux from public outputs, each seen
+    // in three or more (validation/gpu/consumer_gpus.md, with the quoted lines). Where no
+    // whitepaper figure was quoted, the dense FP16-tensor/FP32-accumulate TFLOP/s is 2× the FP32
+    // peak for GeForce (4× for RTX A/Ada workstation cards), the rule that reproduces the quoted
+    // 4090, 3090 and A6000 figures.
+    Entry {
+        name: "rtx-5090",
+        aliases: &["5090", "rtx5090", "rtx-5090-32gb"],
+        display: "NVIDIA GeForce RTX 5090 32GB",
+        mib: 32_607,
+        src: NvidiaSmi,
+        tflops: 209.5,
+    },
+    Entry {
+        name: "rtx-5080",
+        aliases: &["5080", "rtx5080", "rtx-5080-16gb"],
+        display: "NVIDIA GeForce RTX 5080 16GB",
+        mib: 16_303,
+        src: NvidiaSmi,
+        tflops: 112.6,
+    },
+    Entry {
+        name: "rtx-5070-ti",
+        aliases: &["5070-ti", "rtx5070ti", "rtx-5070-ti-16gb"],
+        display: "NVIDIA GeForce RTX 5070 Ti 16GB",
+        mib: 16_303,
+        src: NvidiaSmi,
+        tflops: 87.9,
+    },
+    Entry {
+        name: "rtx-4070-ti-super",
+        aliases: &["4070-ti-super", "rtx4070tisuper", "rtx-4070-ti-super-16gb"],
+        display: "NVIDIA GeForce RTX 4070 Ti SUPER 16GB",
+        mib: 16_376,
+        src: NvidiaSmi,
+        tflops: 88.2,
+    },
+    Entry {
+        name: "rtx-4070-ti",
+        aliases: &["4070-ti", "rtx4070ti", "rtx-4070-ti-12gb"],
+        display: "NVIDIA GeForce RTX 4070 Ti 12GB",
+        mib: 12_282,
+        src: NvidiaSmi,
+        tflops: 80.2,
+    },
+    Entry {
+        name: "rtx-4070",
+        aliases: &["4070", "rtx4070", "rtx-4070-12gb"],
+        display: "NVIDIA GeForce RTX 4070 12GB",
+        mib: 12_282,
+        src: NvidiaSmi,
+        tflops: 58.3,
+    },
+    Entry {
+        name: "rtx-4060-ti-16gb",
+        aliases: &["4060-ti-16gb", "rtx4060ti-16gb"],
+        display: "NVIDIA GeForce RTX 4060 Ti 16GB",
+        mib: 16_380,
+        src: NvidiaSmi,
+        tflops: 44.1,
+    },
+    Entry {
+        name: "rtx-4060-ti-8gb",
+        aliases: &["4060-ti-8gb", "rtx4060ti-8gb"],
+        display: "NVIDIA GeForce RTX 4060 Ti 8GB",
+        mib: 8_188,
+        src: NvidiaSmi,
+        tflops: 44.1,
+    },
+    Entry {
+        name: "rtx-4060",
+        aliases: &["4060", "rtx4060", "rtx-4060-8gb"],
+        display: "NVIDIA GeForce RTX 4060 8GB",
+        mib: 8_188,
+        src: NvidiaSmi,
+        tflops: 30.2,
+    },
+    Entry {
+        name: "rtx-3080-ti",
+        aliases: &["3080-ti", "rtx3080ti", "rtx-3080-ti-12gb"],
+        display: "NVIDIA GeForce RTX 3080 Ti 12GB",
+        mib: 12_288,
+        src: NvidiaSmi,
+        tflops: 68.2,
+    },
+    Entry {
+        name: "rtx-3070",
+        aliases: &["3070", "rtx3070", "rtx-3070-8gb"],
+        display: "NVIDIA GeForce RTX 3070 8GB",
+        mib: 8_192,
+        src: NvidiaSmi,
+        tflops: 40.6,
+    },
+    Entry {
+        name: "rtx-3060",
+        aliases: &["3060", "rtx3060", "rtx-3060-12gb"],
+        display: "NVIDIA GeForce RTX 3060 12GB",
+        mib: 12_288,
+        src: NvidiaSmi,
+        tflops: 25.5,
+    },
+    Entry {
+        name: "rtx-a5000",
+        aliases: &["a5000", "rtx-a5000-24gb"],
+        display: "NVIDIA RTX A5000 24GB (ECC off)",
+        mib: 24_564,
+        src: NvidiaSmi,
+        tflops: 111.1,
+    },
+    Entry {
+        name: "rtx-a4000",
+        aliases: &["a4000", "rtx-a4000-16gb"],
+        display: "NVIDIA RTX A4000 16GB (ECC off)",
+        mib: 16_376,
+        src: NvidiaSmi,
+        tflops: 76.7,
+    },
+    Entry {
+        name: "rtx-6000-ada",
+        aliases: &["6000-ada", "rtx-6000-ada-48gb"],
+        display: "NVIDIA RTX 6000 Ada 48GB (ECC off; 46068 MiB with ECC on)",
+        mib: 49_140,
+        src: NvidiaSmi,
+        tflops: 364.0,
+    },
+    Entry {
+        name: "rtx-pro-6000",
+        aliases: &["rtx-pro-6000-blackwell", "pro-6000", "rtx-pro-6000-96gb"],
+        display: "NVIDIA RTX PRO 6000 Blackwell 96GB",
+        mib: 97_887,
+        src: NvidiaSmi,
+        tflops: 0.0,
+    },
     Entry {
         name: "v100-32gb",
         aliases: &["v100-sxm2-32gb", "v100-32g"],
@@ -245,6 +378,22 @@ const ARCH: &[(&str, CudaCc, u32)] = &[
     ("rtx-4080", Some((8, 9)), 76),
     ("rtx-3090", Some((8, 6)), 82),
     ("rtx-3080", Some((8, 6)), 68),
+    ("rtx-5090", Some((12, 0)), 170),
+    ("rtx-5080", Some((12, 0)), 84),
+    ("rtx-5070-ti", Some((12, 0)), 70),
+    ("rtx-4070-ti-super", Some((8, 9)), 66),
+    ("rtx-4070-ti", Some((8, 9)), 60),
+    ("rtx-4070", Some((8, 9)), 46),
+    ("rtx-4060-ti-16gb", Some((8, 9)), 34),
+    ("rtx-4060-ti-8gb", Some((8, 9)), 34),
+    ("rtx-4060", Some((8, 9)), 24),
+    ("rtx-3080-ti", Some((8, 6)), 80),
+    ("rtx-3070", Some((8, 6)), 46),
+    ("rtx-3060", Some((8, 6)), 28),
+    ("rtx-a5000", Some((8, 6)), 64),
+    ("rtx-a4000", Some((8, 6)), 48),
+    ("rtx-6000-ada", Some((8, 9)), 142),
+    ("rtx-pro-6000", Some((12, 0)), 188),
     ("v100-32gb", Some((7, 0)), 80),
     ("v100-16gb", Some((7, 0)), 80),
     ("t4", Some((7, 5)), 40),
@@ -365,6 +514,12 @@ mod tests {
         assert_eq!(lookup("80GB").unwrap().memory, 80 * GB);
         assert!(lookup("h1000").is_err());
         assert!(CATALOGUE.len() >= 20);
+        // Consumer cards by their common spellings (validation/gpu/consumer_gpus.md).
+        assert_eq!(lookup("RTX 3060").unwrap().memory, 12_288 * MIB);
+        assert_eq!(lookup("5090").unwrap().memory, 32_607 * MIB);
+        assert_eq!(lookup("rtx-4060-ti-16gb").unwrap().memory, 16_380 * MIB);
+        assert_eq!(lookup("rtx-4060-8gb").unwrap().name, "rtx-4060");
+        assert!(lookup("rtx-4060-ti").is_err(), "two memory sizes: the name must say which");
     }
 
     #[test]
