@@ -636,9 +636,11 @@ pub struct ServeArgs {
     /// CUDA context per process, outside vLLM's budget, with a unit [default: 512MiB].
     #[arg(long)]
     pub cuda_context: Option<String>,
-    /// llama.cpp `--n-gpu-layers` / `-ngl` (also `--ngl`) for a .gguf model [default: all layers and the output].
-    #[arg(long, alias = "ngl")]
-    pub n_gpu_layers: Option<u64>,
+    /// llama.cpp `--n-gpu-layers` / `-ngl` (also `--ngl`) for a .gguf model: N, `auto` (-1,
+    /// llama.cpp's default: every layer, and --fit may move them) or `all` (-2: every layer, set
+    /// by you, so --fit leaves them) [default: auto].
+    #[arg(long, alias = "ngl", value_parser = gpu_layers, allow_negative_numbers = true)]
+    pub n_gpu_layers: Option<GpuLayers>,
     /// vLLM `--kv-cache-memory-bytes`: the KV-cache pool, in bytes (a unit also accepted);
     /// replaces --gpu-memory-utilization for sizing it.
     #[arg(long)]
@@ -789,6 +791,35 @@ fn max_model_len(s: &str) -> Result<MaxModelLen, String> {
     match s.trim().to_ascii_lowercase().as_str() {
         "auto" | "-1" => Ok(MaxModelLen::Auto),
         t => t.replace('_', "").parse().map(MaxModelLen::Tokens).map_err(|_| format!("`{s}` is not a number of tokens or `auto`")),
+    }
+}
+
+/// llama.cpp's `-ngl` value (common/arg.cpp: a number, `auto` = -1, `all` = -2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuLayers {
+    /// `auto` / -1: llama.cpp's default, every layer unless --fit moves some.
+    Auto,
+    /// `all` / -2: every layer and the output, set by the user.
+    All,
+    /// That many layers, the last ones (above the layer count the output too).
+    N(u64),
+}
+
+impl std::fmt::Display for GpuLayers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GpuLayers::Auto => f.write_str("auto"),
+            GpuLayers::All => f.write_str("all"),
+            GpuLayers::N(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+fn gpu_layers(s: &str) -> Result<GpuLayers, String> {
+    match s.trim() {
+        "auto" | "-1" => Ok(GpuLayers::Auto),
+        "all" | "-2" => Ok(GpuLayers::All),
+        n => n.parse::<u64>().map(GpuLayers::N).map_err(|_| format!("`{s}`: a number of layers, auto or all (llama.cpp's values)")),
     }
 }
 

@@ -241,3 +241,28 @@ fn emit_over_several_gpus_writes_the_split() {
     assert!(fails(&["serve", "-m", &p, "-g", "rtx-3090", "--gpus", "2", "--emit", "llama-server", "--emit-alternative", "1"], 2)
         .contains("one GPU"));
 }
+
+/// `-ngl auto` (-1, llama.cpp's default) leaves the layers to --fit; `-ngl all` (-2) is every
+/// layer, set by the user, which --fit leaves where it is; both read typed and pasted.
+#[test]
+fn ngl_auto_and_all_read_as_llama_cpp_reads_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = gguf_writer::write_padded(dir.path(), "tiny12.gguf", &gguf_writer::tiny_llama_layers(12));
+    let base = ["serve", "-m", &p, "-g", "1040MiB", "--fit-target", "512", "-c", "4096"];
+    let plain = json(&base);
+    let auto = json(&[&base[..], &["-ngl", "auto"]].concat());
+    let minus_one = json(&[&base[..], &["-ngl", "-1"]].concat());
+    assert_eq!(auto["plan"], plain["plan"]);
+    assert_eq!(minus_one["plan"], plain["plan"]);
+    assert!(plain["plan"]["gpu_layers"].as_u64().unwrap() < 12, "the fit moved layers: {}", plain["plan"]);
+    let all = json(&[&base[..], &["-ngl", "all"]].concat());
+    assert_eq!(all["plan"]["gpu_layers"], 12);
+    assert!(all["notes"].to_string().contains("already set by user"), "{}", all["notes"]);
+    let pasted = vram()
+        .args(["serve", "-g", "1040MiB", "--json", "--", "llama-server", "-m", &p, "-ngl", "all", "-fitt", "512", "-c", "4096"])
+        .output()
+        .unwrap();
+    assert!(pasted.status.success(), "{}", String::from_utf8_lossy(&pasted.stderr));
+    assert_eq!(serde_json::from_slice::<serde_json::Value>(&pasted.stdout).unwrap()["plan"]["gpu_layers"], 12);
+    assert!(fails(&[&base[..], &["-ngl", "most"]].concat(), 2).contains("auto or all"));
+}

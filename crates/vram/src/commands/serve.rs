@@ -961,7 +961,10 @@ pub fn llama_cpp_config(
     }
     let projector = mmproj(a, mm, flash)?;
     let config = LlamaCppConfig {
-        n_gpu_layers: a.n_gpu_layers.unwrap_or(hparams.layers + 1),
+        n_gpu_layers: match a.n_gpu_layers {
+            Some(crate::cli::GpuLayers::N(n)) => n,
+            _ => hparams.layers + 1,
+        },
         ctx,
         ubatch: LlamaCppConfig::micro_batch(a.ubatch_size, a.batch_size),
         // llama-server without -np: 4 slots, one unified KV cache (llama.cpp PR #16736); with -np,
@@ -1066,7 +1069,7 @@ fn fit_settings(a: &ServeArgs, overrides: &vram_core::gguf::Overrides) -> Result
         margins,
         min_ctx: if a.ctx_size == Some(0) { None } else { Some(a.fit_ctx.unwrap_or(DEFAULT_MIN_CTX).max(1)) },
         ctx_auto: !ctx_given,
-        layers_auto: a.n_gpu_layers.is_none()
+        layers_auto: matches!(a.n_gpu_layers, None | Some(crate::cli::GpuLayers::Auto))
             && overrides.tensor.is_empty()
             && overrides.cpu_moe == vram_core::gguf::CpuMoe::None
             && a.tensor_split.is_none(),

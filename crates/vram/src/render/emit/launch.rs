@@ -217,7 +217,7 @@ pub fn sglang(a: &ServeArgs, model: &str) -> Launch {
 /// (defaults left out, as llama-server has them): `model` is the GGUF file or `org/name:QUANT`.
 pub fn llama_server(a: &ServeArgs, model: &str) -> Launch {
     let mut f = Vec::new();
-    push(&mut f, a.n_gpu_layers.is_some(), "-ngl", a.n_gpu_layers.unwrap_or(0));
+    push(&mut f, a.n_gpu_layers.is_some(), "-ngl", a.n_gpu_layers.map(|n| n.to_string()).unwrap_or_default());
     push(&mut f, a.ctx_size.is_some(), "-c", a.ctx_size.unwrap_or(0));
     push(&mut f, a.fit.is_some(), "-fit", a.fit.clone().unwrap_or_default());
     // llama.cpp reads MiB: a size given with a unit is written in MiB.
