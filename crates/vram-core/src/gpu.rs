@@ -339,6 +339,9 @@ const CUDA_TOTALS_MIB: &[(&str, u64)] = &[
     ("rtx-3090", 24_125),
     ("t4", 15_094),
     ("v100-32gb", 32_492),
+    ("rtx-5090", 32_092),
+    ("rtx-a4000", 15_985),
+    ("rtx-pro-6000", 97_290),
 ];
 
 /// What vLLM's kernels choose by: a GPU's CUDA compute capability (`None` on ROCm) and its
