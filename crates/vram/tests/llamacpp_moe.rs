@@ -104,3 +104,30 @@ fn moe_files_get_an_n_cpu_moe_table() {
     let d = json(&["serve", "-m", dense.to_str().unwrap(), "-g", "24GiB"]);
     assert_eq!(d["n_cpu_moe_table"], serde_json::json!([]));
 }
+
+/// llama-server's --fit on one GPU for a MoE file: the note says what the plan holds — the
+/// layers -ngl puts on the GPU (the output only above the layer count), and the layers whose
+/// experts fit.cpp's per-layer patterns send to RAM (its pattern for the output's index matches
+/// no tensor and is not counted).
+#[test]
+fn the_fit_note_says_what_the_plan_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = moe_file(&dir);
+    for gpu in ["1030MiB", "1036MiB"] {
+        let v = json(&["serve", "-m", &p, "-g", gpu, "--fit-target", "500", "-c", "4096"]);
+        let note = v["notes"].to_string();
+        let (on, output) = (v["plan"]["gpu_layers"].as_u64().unwrap(), v["plan"]["output_on_gpu"].as_bool().unwrap());
+        assert!(note.contains(&format!("{on} of {LAYERS} layers{} on the GPU", if output { " and the output" } else { "" })), "{note}");
+        let blocks: std::collections::BTreeSet<u64> = v["overrides"]["tensor"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|o| {
+                o["pattern"].as_str().unwrap().strip_prefix("blk\\.").and_then(|r| r.split("\\.").next()).and_then(|i| i.parse().ok())
+            })
+            .filter(|il| *il < LAYERS)
+            .collect();
+        assert!(!blocks.is_empty(), "{}", v["overrides"]);
+        assert!(note.contains(&format!("{} of the GPU layers with their experts in RAM", blocks.len())), "{note}");
+    }
+}

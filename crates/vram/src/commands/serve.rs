@@ -1139,19 +1139,35 @@ pub fn apply_fit(
     let placed = |f: &vram_core::llama_fit::Fitted| -> String {
         let Some(layers) = &f.layers else { return String::new() };
         let ngl = f.config.n_gpu_layers;
-        let in_ram = (hp.layers + 1).saturating_sub(ngl);
-        let parts: u64 = layers.iter().map(|d| d.n_part).sum();
+        // llama.cpp offloads the last min(ngl, layers) layers, and the output above that
+        // (load_tensors); fit.cpp's counts take the output as one more layer.
+        let (on_gpu, output) = (ngl.min(hp.layers), ngl > hp.layers);
+        // fit.cpp's last partial slot on the last GPU is the output's index, which no tensor
+        // matches: count the layers whose patterns name a real block.
+        let parts = f
+            .overrides
+            .tensor
+            .iter()
+            .filter_map(|o| o.pattern.strip_prefix(r"blk\.").and_then(|r| r.split(r"\.").next()).and_then(|i| i.parse::<u64>().ok()))
+            .filter(|il| *il < hp.layers)
+            .count();
         let mut out = if layers.len() > 1 {
             format!(
                 "layers per GPU {} (as -ngl {ngl} --tensor-split {})",
                 layers.iter().enumerate().map(|(i, d)| format!("CUDA{i} {}", d.n_layer)).collect::<Vec<_>>().join(", "),
                 layers.iter().map(|d| d.n_layer.to_string()).collect::<Vec<_>>().join(",")
             )
+        } else if ngl == 0 {
+            "no layer on the GPU (as -ngl 0)".to_string()
         } else {
-            format!("{} of {} layers and the output on the GPU (as -ngl {ngl})", ngl.min(hp.layers + 1).saturating_sub(1), hp.layers)
+            format!("{on_gpu} of {} layers{} on the GPU (as -ngl {ngl})", hp.layers, if output { " and the output" } else { "" })
         };
-        if in_ram > 0 {
-            out.push_str(&if in_ram == 1 { ", the first layer in RAM".to_string() } else { format!(", the first {in_ram} layers in RAM") });
+        match (hp.layers - on_gpu, output) {
+            (0, true) => {}
+            (0, false) => out.push_str(", the output layer in RAM"),
+            (n, _) if n == hp.layers => out.push_str(&format!(", all {n} layers and the output in RAM")),
+            (1, o) => out.push_str(&format!(", the first layer{} in RAM", if o { "" } else { " and the output" })),
+            (n, o) => out.push_str(&format!(", the first {n} layers{} in RAM", if o { "" } else { " and the output" })),
         }
         if parts > 0 {
             out.push_str(&format!(
