@@ -226,10 +226,11 @@ impl Probe<'_> {
             }
             il0 += d.n_part;
         }
-        let multi = self
-            .multi
-            .filter(|_| self.nd > 1)
-            .map(|m| MultiGpu { tensor_split: layers.iter().map(|d| d.n_layer as f64).collect(), ..m.clone() });
+        // Over several GPUs the split is each GPU's count; `-sm none` keeps its one GPU as given.
+        let multi = self.multi.map(|m| match self.nd > 1 {
+            true => MultiGpu { tensor_split: layers.iter().map(|d| d.n_layer as f64).collect(), ..m.clone() },
+            false => m.clone(),
+        });
         Ok((LlamaCppConfig { n_gpu_layers: ngl, ..*c }, Overrides { tensor, cpu_moe: CpuMoe::None }, multi))
     }
 

@@ -266,3 +266,15 @@ fn ngl_auto_and_all_read_as_llama_cpp_reads_them() {
     assert_eq!(serde_json::from_slice::<serde_json::Value>(&pasted.stdout).unwrap()["plan"]["gpu_layers"], 12);
     assert!(fails(&[&base[..], &["-ngl", "most"]].concat(), 2).contains("auto or all"));
 }
+
+/// `-sm none -mg 1` is one GPU to the fit: the layers it places stay on CUDA1.
+#[test]
+fn the_fit_under_split_mode_none_keeps_the_main_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = gguf_writer::write_padded(dir.path(), "tiny12.gguf", &gguf_writer::tiny_llama_layers(12));
+    let v = json(&["serve", "-m", &p, "-g", "1030MiB", "--gpus", "2", "-sm", "none", "-mg", "1", "--fit-target", "500", "-c", "4096"]);
+    let d = devices(&v);
+    assert_eq!(d.len(), 1);
+    assert_eq!(d[0].0, "CUDA1");
+    assert!(d[0].1 < 12, "the fit moved layers to RAM: {d:?} {}", v["notes"]);
+}
