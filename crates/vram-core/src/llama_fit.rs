@@ -163,6 +163,33 @@ pub fn fit_used(p: &LlamaCppPlan) -> u64 {
     p.gpu_weights_bytes + p.gpu_kv_bytes + p.gpu_state_bytes + p.gpu_compute_bytes
 }
 
+/// fit.cpp's partial-layer slots of a placement (`set_ngl_tensor_split_tbo`): each GPU's slots
+/// follow its full ones, counted from index layers + 1 − ngl; a GPU's first slot overflows by its
+/// fraction (to the next GPU or RAM), the others send their experts to RAM. (index, what
+/// overflows, the GPU it goes to or `None` for RAM.) The last GPU's last slot is the output's
+/// index, which no `blk.N` tensor has.
+fn partial_slots(n_layer: u64, layers: &[DeviceLayers]) -> Vec<(u64, Fraction, Option<u32>)> {
+    let ngl: u64 = layers.iter().map(|d| d.n_layer).sum();
+    let mut il0 = (n_layer + 1).saturating_sub(ngl);
+    let mut out = Vec::new();
+    for (id, d) in layers.iter().enumerate() {
+        il0 += d.n_full();
+        for il in il0..il0 + d.n_part {
+            out.push(if il == il0 { (il, d.overflow, d.overflow_to_next.then_some(id as u32 + 1)) } else { (il, Fraction::Moe, None) });
+        }
+        il0 += d.n_part;
+    }
+    out
+}
+
+impl Fitted {
+    /// Layers the fit left partly off their GPU (their experts, or more of the first partial
+    /// layer's FFN, elsewhere), not counting fit.cpp's slot at the output's index.
+    pub fn partial_layers(&self, n_layer: u64) -> usize {
+        self.layers.as_deref().map_or(0, |l| partial_slots(n_layer, l).iter().filter(|(il, _, _)| *il < n_layer).count())
+    }
+}
+
 /// The fit's view of the model: it evaluates a placement on every GPU.
 struct Probe<'a> {
     g: &'a Gguf,
@@ -210,21 +237,14 @@ impl Probe<'_> {
     /// (after its full ones) overflow by pattern.
     fn apply(&self, c: &LlamaCppConfig, layers: &[DeviceLayers]) -> Result<(LlamaCppConfig, Overrides, Option<MultiGpu>)> {
         let ngl: u64 = layers.iter().map(|d| d.n_layer).sum();
-        let mut il0 = (self.hp.layers + 1).saturating_sub(ngl);
         let mut tensor = Vec::new();
-        for (id, d) in layers.iter().enumerate() {
-            il0 += d.n_full();
-            for il in il0..il0 + d.n_part {
-                let (fraction, device) =
-                    if il == il0 { (d.overflow, d.overflow_to_next.then_some(id as u32 + 1)) } else { (Fraction::Moe, None) };
-                let buft = device.map_or("CPU".to_string(), |n| format!("CUDA{n}"));
-                tensor.push(TensorOverride::new(&fraction.pattern(il), &buft, device).map_err(|e| Error::InvalidValue {
-                    what: "--fit".into(),
-                    value: fraction.pattern(il),
-                    hint: e,
-                })?);
-            }
-            il0 += d.n_part;
+        for (il, fraction, device) in partial_slots(self.hp.layers, layers) {
+            let buft = device.map_or("CPU".to_string(), |n| format!("CUDA{n}"));
+            tensor.push(TensorOverride::new(&fraction.pattern(il), &buft, device).map_err(|e| Error::InvalidValue {
+                what: "--fit".into(),
+                value: fraction.pattern(il),
+                hint: e,
+            })?);
         }
         // Over several GPUs the split is each GPU's count; `-sm none` keeps its one GPU as given.
         let multi = self.multi.map(|m| match self.nd > 1 {

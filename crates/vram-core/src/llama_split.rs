@@ -78,7 +78,7 @@ pub struct MultiGpu {
 }
 
 /// Most GPUs llama.cpp addresses (llama.h `LLAMA_MAX_DEVICES` is 16 for CUDA builds).
-const MAX_GPUS: u64 = 16;
+pub const MAX_GPUS: u64 = 16;
 /// `GGML_SCHED_MAX_COPIES` (ggml-backend.cpp): input copies per device under pipeline parallelism.
 pub const PIPELINE_COPIES: u64 = 4;
 

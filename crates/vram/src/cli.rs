@@ -794,6 +794,17 @@ fn max_model_len(s: &str) -> Result<MaxModelLen, String> {
     }
 }
 
+impl ServeArgs {
+    /// GPUs a llama.cpp launch uses: `--gpus`, else the `--gpu` list's length, else one per
+    /// `--tensor-split` value (split on `,` and `/`, as common/arg.cpp splits it), else one.
+    pub fn llama_gpu_count(&self) -> u64 {
+        let listed = self.gpu.split(',').count() as u64;
+        let split = self.tensor_split.as_deref().map_or(1, |t| t.split([',', '/']).count() as u64);
+        // `--gpus 0` stays 0, for the split's validation to refuse.
+        self.gpus.unwrap_or(if listed > 1 { listed } else { split })
+    }
+}
+
 /// llama.cpp's `-ngl` value (common/arg.cpp: a number, `auto` = -1, `all` = -2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GpuLayers {

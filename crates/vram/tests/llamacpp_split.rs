@@ -13,6 +13,11 @@ fn tiny(dir: &tempfile::TempDir) -> String {
     gguf_writer::write_tiny_llama(dir.path())
 }
 
+/// A 12-layer variant of the test file: enough layers for the fit to split them.
+fn tiny12(dir: &tempfile::TempDir) -> String {
+    gguf_writer::write_padded(dir.path(), "tiny12.gguf", &gguf_writer::tiny_llama_layers(12))
+}
+
 fn devices(v: &serde_json::Value) -> Vec<(String, u64)> {
     v["split"]["plan"]["devices"]
         .as_array()
@@ -58,6 +63,7 @@ fn bad_split_settings_exit_2_saying_why() {
     let p = tiny(&dir);
     let serve = |extra: &[&str]| fails(&[&["serve", "-m", &p, "-g", "rtx-3090"][..], extra].concat(), 2);
     assert!(serve(&["--gpus", "2", "--tensor-split", "1,1,1"]).contains("at most one proportion per GPU"));
+    assert!(serve(&["--gpus", "0"]).contains("1 to 16 GPUs"));
     assert!(serve(&["--tensor-split", "3,x"]).contains("is not a number"));
     assert!(serve(&["--split-mode", "tensor"]).contains("none, layer or row"));
     assert!(serve(&["--gpus", "2", "--main-gpu", "2"]).contains("main_gpu"));
@@ -92,7 +98,7 @@ fn a_pasted_llama_server_reads_fa_and_the_cache_types() {
 #[test]
 fn fit_over_two_gpus_places_the_layers_back_to_front() {
     let dir = tempfile::tempdir().unwrap();
-    let p = gguf_writer::write_padded(dir.path(), "tiny12.gguf", &gguf_writer::tiny_llama_layers(12));
+    let p = tiny12(&dir);
     let args = ["serve", "-m", &p, "-g", "1040MiB", "--gpus", "2", "--fit-target", "512"];
     let v = json(&args);
     let layers = devices(&v);
@@ -162,7 +168,7 @@ fn typed_engine_spellings_read_as_the_long_flags() {
 #[test]
 fn mixed_gpus_split_by_free_memory_and_fit_each_its_own() {
     let dir = tempfile::tempdir().unwrap();
-    let p = gguf_writer::write_padded(dir.path(), "tiny12.gguf", &gguf_writer::tiny_llama_layers(12));
+    let p = tiny12(&dir);
     let v = json(&["serve", "-m", &p, "-g", "rtx-4090,rtx-3080", "--fit", "off"]);
     let m = &v["split"]["plan"]["multi"];
     assert_eq!(m["gpus"], 2);
@@ -197,7 +203,7 @@ fn mixed_gpus_split_by_free_memory_and_fit_each_its_own() {
 #[test]
 fn a_fit_log_is_compared_layer_by_layer() {
     let dir = tempfile::tempdir().unwrap();
-    let p = gguf_writer::write_padded(dir.path(), "tiny12.gguf", &gguf_writer::tiny_llama_layers(12));
+    let p = tiny12(&dir);
     let log = dir.path().join("fit.log");
     std::fs::write(
         &log,
@@ -247,7 +253,7 @@ fn emit_over_several_gpus_writes_the_split() {
 #[test]
 fn ngl_auto_and_all_read_as_llama_cpp_reads_them() {
     let dir = tempfile::tempdir().unwrap();
-    let p = gguf_writer::write_padded(dir.path(), "tiny12.gguf", &gguf_writer::tiny_llama_layers(12));
+    let p = tiny12(&dir);
     let base = ["serve", "-m", &p, "-g", "1040MiB", "--fit-target", "512", "-c", "4096"];
     let plain = json(&base);
     let auto = json(&[&base[..], &["-ngl", "auto"]].concat());
@@ -271,7 +277,7 @@ fn ngl_auto_and_all_read_as_llama_cpp_reads_them() {
 #[test]
 fn the_fit_under_split_mode_none_keeps_the_main_gpu() {
     let dir = tempfile::tempdir().unwrap();
-    let p = gguf_writer::write_padded(dir.path(), "tiny12.gguf", &gguf_writer::tiny_llama_layers(12));
+    let p = tiny12(&dir);
     let v = json(&["serve", "-m", &p, "-g", "1030MiB", "--gpus", "2", "-sm", "none", "-mg", "1", "--fit-target", "500", "-c", "4096"]);
     let d = devices(&v);
     assert_eq!(d.len(), 1);

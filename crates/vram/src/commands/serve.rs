@@ -185,10 +185,8 @@ fn show_llama_cpp(
                     s.file
                 )));
             }
-            let budgets: Vec<u64> =
-                if s.device_gpus.is_empty() { vec![s.gpu.memory] } else { s.device_gpus.iter().map(|g| g.memory).collect() };
             let none = ServeAdvice { needed: false, max_concurrency: 0.0, alternatives: Vec::new() };
-            if write_launch(a, f, l, &none, p.fits(&budgets))? {
+            if write_launch(a, f, l, &none, p.fits(&memories(&s.gpu, &s.device_gpus)))? {
                 return Ok(());
             }
         }
@@ -861,6 +859,16 @@ pub struct LlamaCppServe {
     pub device_gpus: Vec<Gpu>,
 }
 
+/// Each GPU's memory, CUDA0 first: the mixed list's, else the one GPU's for every GPU (a list of
+/// one, which [`vram_core::llama_split::budget_of`] repeats).
+pub fn memories(gpu: &Gpu, device_gpus: &[Gpu]) -> Vec<u64> {
+    if device_gpus.is_empty() {
+        vec![gpu.memory]
+    } else {
+        device_gpus.iter().map(|g| g.memory).collect()
+    }
+}
+
 /// One row of the `--n-cpu-moe` table, at the given `--n-gpu-layers` and `--ctx-size`.
 #[derive(serde::Serialize)]
 pub struct MoeRow {
@@ -948,10 +956,7 @@ pub fn llama_cpp_config(
     };
     let (_, block, block_bytes) = vram_core::gguf::ggml_type(kv_type).expect("catalogued ggml type");
     let kv_bytes = block_bytes as f64 / block as f64;
-    let cuda_overhead = match &a.cuda_context {
-        Some(c) => resolve::size("--cuda-context", c)?,
-        None => vram_core::serve::ENGINE_CUDA_CONTEXT,
-    };
+    let cuda_overhead = llama_cuda_context(a)?;
     if a.batch_size == Some(0) {
         return Err(UsageError("--batch-size/-b 0: llama.cpp's logical batch is at least 1 token".into()).into());
     }
@@ -1057,7 +1062,7 @@ fn fit_settings(a: &ServeArgs, overrides: &vram_core::gguf::Overrides) -> Result
             })
             .collect::<Result<Vec<u64>>>()?,
     };
-    if margins.is_empty() || margins.len() > 16 {
+    if margins.is_empty() || margins.len() as u64 > vram_core::llama_split::MAX_GPUS {
         return Err(UsageError(format!(
             "--fit-target `{}`: give MiB, one value or one per GPU (at most 16)",
             a.fit_target.as_deref().unwrap_or("")
@@ -1136,61 +1141,6 @@ pub fn apply_fit(
     } else {
         head
     };
-    let placed = |f: &vram_core::llama_fit::Fitted| -> String {
-        let Some(layers) = &f.layers else { return String::new() };
-        let ngl = f.config.n_gpu_layers;
-        // llama.cpp offloads the last min(ngl, layers) layers, and the output above that
-        // (load_tensors); fit.cpp's counts take the output as one more layer.
-        let (on_gpu, output) = (ngl.min(hp.layers), ngl > hp.layers);
-        // fit.cpp's last partial slot on the last GPU is the output's index, which no tensor
-        // matches: count the layers whose patterns name a real block.
-        let parts = f
-            .overrides
-            .tensor
-            .iter()
-            .filter_map(|o| o.pattern.strip_prefix(r"blk\.").and_then(|r| r.split(r"\.").next()).and_then(|i| i.parse::<u64>().ok()))
-            .filter(|il| *il < hp.layers)
-            .count();
-        let mut out = if layers.len() > 1 {
-            format!(
-                "layers per GPU {} (as -ngl {ngl} --tensor-split {})",
-                layers.iter().enumerate().map(|(i, d)| format!("CUDA{i} {}", d.n_layer)).collect::<Vec<_>>().join(", "),
-                layers.iter().map(|d| d.n_layer.to_string()).collect::<Vec<_>>().join(",")
-            )
-        } else if ngl == 0 {
-            "no layer on the GPU (as -ngl 0)".to_string()
-        } else {
-            format!("{on_gpu} of {} layers{} on the GPU (as -ngl {ngl})", hp.layers, if output { " and the output" } else { "" })
-        };
-        match (hp.layers - on_gpu, output) {
-            (0, true) => {}
-            (0, false) => out.push_str(", the output layer in RAM"),
-            (n, _) if n == hp.layers => out.push_str(&format!(", all {n} layers and the output in RAM")),
-            (1, o) => out.push_str(&format!(", the first layer{} in RAM", if o { "" } else { " and the output" })),
-            (n, o) => out.push_str(&format!(", the first {n} layers{} in RAM", if o { "" } else { " and the output" })),
-        }
-        if parts > 0 {
-            out.push_str(&format!(
-                ", and {parts} of the GPU layers with their experts in RAM (fit.cpp's per-layer -ot patterns, the back layers first{})",
-                layers
-                    .iter()
-                    .enumerate()
-                    .find(|(_, d)| d.n_part > 0 && d.overflow != vram_core::llama_fit::Fraction::Moe)
-                    .map(|(i, d)| format!(
-                        "; one layer on CUDA{i} keeps {} and sends the rest to {}",
-                        match d.overflow {
-                            vram_core::llama_fit::Fraction::Attn => "attention only",
-                            vram_core::llama_fit::Fraction::Up => "attention and the up projections",
-                            vram_core::llama_fit::Fraction::Gate => "attention, up and gate",
-                            vram_core::llama_fit::Fraction::Moe => "all but its experts",
-                        },
-                        if d.overflow_to_next { format!("CUDA{}", i + 1) } else { "RAM".into() }
-                    ))
-                    .unwrap_or_default()
-            ));
-        }
-        out
-    };
     let note = match &f.action {
         FitAction::NoChange if s.ctx_auto => Some(format!(
             "{head} at the training context of {} tokens, leaving at least {margin}: no change",
@@ -1201,13 +1151,13 @@ pub fn apply_fit(
             "{head} at the training context of {from} tokens; the context is reduced to {} to leave {margin} free (interpolated between it and --fit-ctx, rounded down to 256 as llama.cpp does{}){}; -c N or --fit off to choose",
             f.config.ctx,
             if nd > 1 { ", after setting aside (GPUs + 1) × half a layer for whole-layer waste" } else { "" },
-            if f.layers.is_some() { format!("; then it places the layers again: {}", placed(&f)) } else { String::new() }
+            if f.layers.is_some() { format!("; then it places the layers again: {}", fit_placement(hp, &f)) } else { String::new() }
         )),
         FitAction::LayersPlaced => Some(format!(
             "{head}; {} and still {margin} is not left free, so {}: {}",
             if s.ctx_auto { format!("the context goes to --fit-ctx, {}", f.config.ctx) } else { format!("the context {} is yours", f.config.ctx) },
             if nd > 1 { "it places the layers again, the last GPU first" } else { "weights move to RAM" },
-            placed(&f)
+            fit_placement(hp, &f)
         )),
         FitAction::CannotFit { reason } => Some(format!(
             "{head}; it cannot leave {margin} free{}: {reason}",
@@ -1215,6 +1165,56 @@ pub fn apply_fit(
         )),
     };
     Ok(FitApplied { config: f.config, overrides: f.overrides, multi: f.multi, note, projection: Some((f.projected_initial, f.free)) })
+}
+
+/// Where llama-server's `--fit` put the layers, in words (empty when it did not place them).
+fn fit_placement(hp: &vram_core::gguf::HParams, f: &vram_core::llama_fit::Fitted) -> String {
+    use vram_core::llama_fit::Fraction;
+    let Some(layers) = &f.layers else { return String::new() };
+    let ngl = f.config.n_gpu_layers;
+    // llama.cpp offloads the last min(ngl, layers) layers, and the output above that
+    // (load_tensors); fit.cpp's counts take the output as one more layer.
+    let (on_gpu, output) = (ngl.min(hp.layers), ngl > hp.layers);
+    let parts = f.partial_layers(hp.layers);
+    let mut out = if layers.len() > 1 {
+        format!(
+            "layers per GPU {} (as -ngl {ngl} --tensor-split {})",
+            layers.iter().enumerate().map(|(i, d)| format!("CUDA{i} {}", d.n_layer)).collect::<Vec<_>>().join(", "),
+            layers.iter().map(|d| d.n_layer.to_string()).collect::<Vec<_>>().join(",")
+        )
+    } else if ngl == 0 {
+        "no layer on the GPU (as -ngl 0)".to_string()
+    } else {
+        format!("{on_gpu} of {} layers{} on the GPU (as -ngl {ngl})", hp.layers, if output { " and the output" } else { "" })
+    };
+    match (hp.layers - on_gpu, output) {
+        (0, true) => {}
+        (0, false) => out.push_str(", the output layer in RAM"),
+        (n, _) if n == hp.layers => out.push_str(&format!(", all {n} layers and the output in RAM")),
+        (1, o) => out.push_str(&format!(", the first layer{} in RAM", if o { "" } else { " and the output" })),
+        (n, o) => out.push_str(&format!(", the first {n} layers{} in RAM", if o { "" } else { " and the output" })),
+    }
+    if parts > 0 {
+        out.push_str(&format!(
+            ", and {parts} of the GPU layers with their experts in RAM (fit.cpp's per-layer -ot patterns, the back layers first{})",
+            layers
+                .iter()
+                .enumerate()
+                .find(|(_, d)| d.n_part > 0 && d.overflow != Fraction::Moe)
+                .map(|(i, d)| format!(
+                    "; one layer on CUDA{i} keeps {} and sends the rest to {}",
+                    match d.overflow {
+                        Fraction::Attn => "attention only",
+                        Fraction::Up => "attention and the up projections",
+                        Fraction::Gate => "attention, up and gate",
+                        Fraction::Moe => "all but its experts",
+                    },
+                    if d.overflow_to_next { format!("CUDA{}", i + 1) } else { "RAM".into() }
+                ))
+                .unwrap_or_default()
+        ));
+    }
+    out
 }
 
 /// llama-server's slots when `-np` is not given ("setting n_parallel = 4 and kv_unified = true",
@@ -1248,8 +1248,7 @@ pub fn llama_cpp_gguf(a: &ServeArgs, file: String, gguf: vram_core::gguf::Gguf, 
         Some(m) => {
             let split = vram_core::llama_split::plan(&gguf, &hparams, &config, &overrides, &m)?;
             let limit = if hparams.context_length > 0 { hparams.context_length } else { 1 << 20 };
-            let budgets: Vec<u64> = if device_gpus.is_empty() { vec![g.memory] } else { device_gpus.iter().map(|d| d.memory).collect() };
-            let fit = vram_core::llama_split::max_ctx(&gguf, &hparams, &config, &overrides, &m, &budgets, limit)?;
+            let fit = vram_core::llama_split::max_ctx(&gguf, &hparams, &config, &overrides, &m, &memories(&g, &device_gpus), limit)?;
             (Some((split, fit)), Vec::new(), Vec::new(), device_gpus)
         }
         None => {
@@ -1273,6 +1272,15 @@ pub fn llama_cpp_gguf(a: &ServeArgs, file: String, gguf: vram_core::gguf::Gguf, 
         fit_projection,
         device_gpus,
     })
+}
+
+/// The CUDA context and libraries llama.cpp's process holds on each GPU: `--cuda-context`, else
+/// vram's engine default.
+fn llama_cuda_context(a: &ServeArgs) -> Result<u64> {
+    match &a.cuda_context {
+        Some(c) => resolve::size("--cuda-context", c),
+        None => Ok(vram_core::serve::ENGINE_CUDA_CONTEXT),
+    }
 }
 
 /// `--flash-attn`: on, off or auto (llama.cpp's default, on where the GPU supports it: planned on).
@@ -1365,15 +1373,12 @@ pub(super) fn multi_gpu(a: &ServeArgs) -> Result<Option<vram_core::llama_split::
             UsageError(format!("--gpu lists {listed} GPUs but --gpus says {}: give one or make them agree", a.gpus.unwrap_or(0))).into()
         );
     }
-    let gpus = a.gpus.unwrap_or(if listed > 1 { listed } else { (tensor_split.len() as u64).max(1) });
+    let gpus = a.llama_gpu_count();
     let mode = a.split_mode.as_deref().map(SplitMode::parse).transpose()?.unwrap_or_default();
     // Mixed GPUs: each one's free memory (the CUDA total less the CUDA context) sets the default
     // split, as llama.cpp measures it at load.
     let free_memory = if listed > 1 {
-        let cuda_context = match &a.cuda_context {
-            Some(c) => resolve::size("--cuda-context", c)?,
-            None => vram_core::serve::ENGINE_CUDA_CONTEXT,
-        };
+        let cuda_context = llama_cuda_context(a)?;
         resolve::gpu_list(&a.gpu)?.iter().map(|g| vram_core::gpu::cuda_total(g).0.saturating_sub(cuda_context)).collect()
     } else {
         Vec::new()

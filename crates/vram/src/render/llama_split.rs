@@ -204,23 +204,26 @@ pub fn compare_text(p: &SplitPlan, l: &LlamaCppLog, file: &str) -> String {
         let _ = writeln!(out, "  {:<10} {:<8} {:>14.2} {:>14} {:>9}", r.device, r.buffer, est, log, diff);
     }
     for (name, vram, log) in fit_layers(p, l) {
-        let _ = writeln!(
-            out,
-            "  {name:<10} layers placed by --fit: vram {vram}, the log {}{}",
-            log.layers,
-            if log.layers == vram { " (the same)" } else { " — a different placement moves whole layers between these buffers" }
-        );
+        let _ = match vram {
+            Some(v) => writeln!(
+                out,
+                "  {name:<10} layers placed by --fit: vram {v}, the log {}{}",
+                log.layers,
+                if log.layers == v { " (the same)" } else { " — a different placement moves whole layers between these buffers" }
+            ),
+            None => writeln!(out, "  {name:<10} layers placed by --fit: the log {}; this GPU is not in the plan (--gpus)", log.layers),
+        };
     }
     out
 }
 
 /// Each device --fit placed in the log: (device, vram's layers on it counting the output as
-/// one, as fit.cpp counts, the log's line).
-fn fit_layers<'a>(p: &SplitPlan, l: &'a LlamaCppLog) -> Vec<(String, u64, &'a vram_core::startup_log::FitLayers)> {
+/// one, as fit.cpp counts, or `None` for a GPU the plan lacks, the log's line).
+fn fit_layers<'a>(p: &SplitPlan, l: &'a LlamaCppLog) -> Vec<(String, Option<u64>, &'a vram_core::startup_log::FitLayers)> {
     l.fit_layers
         .iter()
         .map(|f| {
-            let vram = p.devices.iter().find(|d| d.name == f.name).map_or(0, |d| d.layers + u64::from(d.output));
+            let vram = p.devices.iter().find(|d| d.name == f.name).map(|d| d.layers + u64::from(d.output));
             (f.name.clone(), vram, f)
         })
         .collect()

@@ -248,12 +248,7 @@ pub fn llama_server(a: &ServeArgs, model: &str) -> Launch {
     push(&mut f, a.tensor_split.is_some(), "-ts", a.tensor_split.clone().unwrap_or_default());
     push(&mut f, a.split_mode.is_some(), "-sm", a.split_mode.clone().unwrap_or_default());
     push(&mut f, a.main_gpu.is_some(), "-mg", a.main_gpu.unwrap_or(0));
-    // --gpus, else a mixed --gpu list, else one GPU per --tensor-split value.
-    let listed = a.gpu.split(',').count() as u64;
-    let gpus = a
-        .gpus
-        .unwrap_or_else(|| if listed > 1 { listed } else { a.tensor_split.as_deref().map_or(1, |t| t.split([',', '/']).count() as u64) })
-        .max(1);
+    let gpus = a.llama_gpu_count();
     Launch {
         engine: LaunchEngine::LlamaServer,
         model: model.to_string(),
