@@ -104,6 +104,49 @@ impl Writer {
         self.n_kv += 1;
         self
     }
+    /// A sentencepiece ("llama") vocabulary of `n` tokens as llama.cpp's loader needs it: `<unk>`,
+    /// `<s>`, `</s>`, the 256 byte tokens `<0x00>`..`<0xFF>` (llama-vocab.cpp's byte_to_token
+    /// looks them up), then unique fillers; scores, token types and the special ids.
+    pub fn spm_vocab(&mut self, n: usize) -> &mut Self {
+        let mut names: Vec<String> = vec!["<unk>".into(), "<s>".into(), "</s>".into()];
+        names.extend((0..256).map(|b| format!("<0x{b:02X}>")));
+        let fixed = names.len();
+        names.extend((fixed..n).map(|i| format!("t{i:x}")));
+        names.truncate(n);
+        s(&mut self.kv, "tokenizer.ggml.model");
+        self.kv.extend(8u32.to_le_bytes());
+        s(&mut self.kv, "llama");
+        s(&mut self.kv, "tokenizer.ggml.tokens");
+        self.kv.extend(9u32.to_le_bytes());
+        self.kv.extend(8u32.to_le_bytes());
+        self.kv.extend((names.len() as u64).to_le_bytes());
+        for name in &names {
+            s(&mut self.kv, name);
+        }
+        s(&mut self.kv, "tokenizer.ggml.scores");
+        self.kv.extend(9u32.to_le_bytes());
+        self.kv.extend(6u32.to_le_bytes());
+        self.kv.extend((names.len() as u64).to_le_bytes());
+        for i in 0..names.len() {
+            self.kv.extend((-(i as f32)).to_le_bytes());
+        }
+        // llama.h's llama_token_type: 1 normal, 2 unknown, 3 control, 6 byte.
+        s(&mut self.kv, "tokenizer.ggml.token_type");
+        self.kv.extend(9u32.to_le_bytes());
+        self.kv.extend(5u32.to_le_bytes());
+        self.kv.extend((names.len() as u64).to_le_bytes());
+        for i in 0..names.len() {
+            let t: i32 = match i {
+                0 => 2,
+                1 | 2 => 3,
+                i if i < fixed => 6,
+                _ => 1,
+            };
+            self.kv.extend(t.to_le_bytes());
+        }
+        self.n_kv += 4;
+        self.u32("tokenizer.ggml.unknown_token_id", 0).u32("tokenizer.ggml.bos_token_id", 1).u32("tokenizer.ggml.eos_token_id", 2)
+    }
     pub fn tensor(&mut self, name: &str, dims: &[u64], ggml_type: u32) -> &mut Self {
         s(&mut self.tensors, name);
         self.tensors.extend((dims.len() as u32).to_le_bytes());
@@ -127,6 +170,25 @@ impl Writer {
         // Tensor data would follow; a few bytes of it prove the parser stops at the header.
         out.extend([0xAB; 64]);
         out
+    }
+}
+
+impl Writer {
+    /// The whole file as llama.cpp reads it: the header, zero padding to the 32-byte alignment,
+    /// then every tensor's data (zeros, a sparse hole) at the offsets the header gives. Written
+    /// to `path`; returns the file's length.
+    pub fn write_file(&self, path: &std::path::Path) -> std::io::Result<u64> {
+        let mut out = b"GGUF".to_vec();
+        out.extend(3u32.to_le_bytes());
+        out.extend(self.n_tensors.to_le_bytes());
+        out.extend(self.n_kv.to_le_bytes());
+        out.extend(&self.kv);
+        out.extend(&self.tensors);
+        out.resize(out.len().div_ceil(32) * 32, 0);
+        let len = out.len() as u64 + self.next_offset;
+        std::fs::write(path, out)?;
+        std::fs::File::options().write(true).open(path)?.set_len(len)?;
+        Ok(len)
     }
 }
 
