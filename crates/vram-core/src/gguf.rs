@@ -596,6 +596,18 @@ impl Gguf {
                 (_, w) => w.filter(|&w| w > 0),
             },
             recurrent,
+            moe: match (self.arch_u64("expert_count"), self.arch_u64("expert_used_count")) {
+                (Some(experts), Some(used)) if experts > 0 && used > 0 && used <= experts && experts <= 1 << 16 => Some(Moe {
+                    experts,
+                    used,
+                    // src/models/qwen3moe.cpp: n_ff_exp, else n_ff / n_expert_used.
+                    ff: self
+                        .arch_u64("expert_feed_forward_length")
+                        .filter(|&f| f > 0 && f <= 1 << 24)
+                        .unwrap_or(self.arch_u64("feed_forward_length").unwrap_or(0) / used),
+                }),
+                _ => None,
+            },
         })
     }
 }
@@ -627,6 +639,20 @@ pub struct HParams {
     pub sliding_window: Option<u64>,
     /// The recurrent state of a state-space or hybrid model, and which layers have a KV cache.
     pub recurrent: Option<crate::llama_recurrent::Recurrent>,
+    /// The routed experts of a mixture-of-experts model.
+    pub moe: Option<Moe>,
+}
+
+/// A mixture-of-experts model's routed experts (`{arch}.expert_count`, `.expert_used_count`,
+/// `.expert_feed_forward_length`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Moe {
+    /// Experts per layer.
+    pub experts: u64,
+    /// Experts each token uses.
+    pub used: u64,
+    /// One expert's feed-forward width.
+    pub ff: u64,
 }
 
 /// Architectures whose sliding-window layers llama.cpp sizes by the window, and their pattern
@@ -805,11 +831,9 @@ pub fn llama_cpp_with(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides)
             hint: "ctx-size 1 to 16M, ubatch-size ≥ 1, parallel 1 to 4096".into(),
         });
     }
-    let gpu_layers = c.n_gpu_layers.min(hp.layers);
-    // llama.cpp offloads the last n layers; with n > n_layer the output layer too
-    // (src/llama-model.cpp load_tensors: i_gpu_start = n_layer − n_gpu_layers).
-    let first_gpu = hp.layers - gpu_layers;
-    let output_on_gpu = c.n_gpu_layers > hp.layers;
+    let first_gpu = first_gpu_layer(hp.layers, c.n_gpu_layers);
+    let gpu_layers = hp.layers - first_gpu;
+    let output_on_gpu = c.n_gpu_layers >= 1;
     let w = place_weights(g, o, first_gpu, output_on_gpu)?;
     // n_ctx is padded to 256 (llama-context.cpp: GGML_PAD(n_ctx, 256)).
     let ctx = c.ctx.div_ceil(256) * 256;
@@ -819,7 +843,7 @@ pub fn llama_cpp_with(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides)
     let cpu_kv = kv_layers_bytes(hp, c, ctx, 0, first_gpu);
     let state = |from: u64, to: u64| (from..to).fold(0u64, |a, il| a.saturating_add(state_layer_bytes(hp, c, il)));
     let (gpu_state, cpu_state) = (state(first_gpu, hp.layers), state(0, first_gpu));
-    let compute = if gpu_layers == 0 && !output_on_gpu { 0 } else { compute_buffer_bytes(hp, c, ctx, output_on_gpu) };
+    let compute = if gpu_layers == 0 && !output_on_gpu { 0 } else { compute_buffer_bytes(hp, c, ctx, output_on_gpu, w.cpu_down_exps) };
     let total = w
         .gpu
         .saturating_add(gpu_kv)
@@ -851,6 +875,37 @@ pub fn llama_cpp_with(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides)
         cuda_overhead_bytes: c.cuda_overhead,
         gpu_total_bytes: total,
     })
+}
+
+/// What a llama.cpp process holds on a GPU beyond its buffers (model, KV, compute): the CUDA
+/// context, cuBLAS and ggml-cuda's memory pool once a prompt has run. Measured on an H200
+/// (driver 580, CUDA 13.0; validation/llamacpp/h200/runs.jsonl, nvidia-smi per process less the
+/// log's CUDA0 buffers): 587–595 MiB after the warm-up in all 19 launches, 600–620 MiB after a
+/// 2,004-token prompt with a dense model, 697–704 MiB with routed experts (the pool grows for
+/// their matrix products), 750 MiB with flash attention off (one launch, not applied here).
+pub fn llama_cuda_overhead(hp: &HParams) -> u64 {
+    if hp.moe.is_some() {
+        704 << 20
+    } else {
+        LLAMA_CUDA_OVERHEAD
+    }
+}
+
+/// [`llama_cuda_overhead`] of a dense model.
+pub const LLAMA_CUDA_OVERHEAD: u64 = 600 << 20;
+
+/// What the process holds when llama.cpp measures the GPU's free memory before loading (for
+/// `--fit` and the default `--tensor-split`): the CUDA context alone. Measured: 526 MiB in all
+/// 19 H200 launches (the log's "CUDA0 (143155 MiB, 142629 MiB free)", validation/llamacpp/h200).
+pub const LLAMA_CUDA_CONTEXT_AT_LOAD: u64 = 526 << 20;
+
+/// The first repeating layer `-ngl n` puts on the GPU. llama.cpp counts the output layer as
+/// layer `n_layer` and offloads the last `n` of the `n_layer + 1` (src/llama-model.cpp
+/// load_tensors: `i_gpu_start = max(n_layer + 1 − n_gpu_layers, 0)`): `-ngl 20` of a 32-layer
+/// model is the output and 19 layers ("offloading 19 repeating layers", H200 log
+/// validation/llamacpp/h200/logs/llama-ngl20.log), and any `-ngl ≥ 1` offloads the output.
+pub fn first_gpu_layer(n_layer: u64, n_gpu_layers: u64) -> u64 {
+    (n_layer + 1).saturating_sub(n_gpu_layers).min(n_layer)
 }
 
 /// KV cache of layer `il` at padded context `ctx`: cells × (n_embd_k_gqa + n_embd_v_gqa) × type
@@ -901,30 +956,76 @@ pub(crate) fn hidden_bytes(embd: u64, ubatch: u64) -> u64 {
 
 /// The compute buffer of one GPU at padded context `ctx`: ggml-alloc reserves the worst graph
 /// for one ubatch of `u` tokens and reuses a tensor's memory once its last consumer has run, so
-/// the buffer is the largest set of tensors alive at once, in one of three phases
-/// (src/llama-graph.cpp):
+/// the buffer is the graph inputs (the KQ masks, alive throughout) plus the largest set of
+/// tensors alive at once, in one of these phases (src/llama-graph.cpp):
 /// - attention (`build_attn_mha`): without flash attention the f32 scores [ctx, u, n_head]
-///   (`ggml_soft_max_ext` runs in place), always the KQ mask [ctx, u] (f32, f16 under flash
-///   attention: `build_attn_inp_kq_mask`), and 4 hidden states [n_embd, u] f32;
-/// - feed-forward: gate, up and their product [n_ff, u] f32 and 2 hidden states;
-/// - output, on the GPU holding the output layer: the logits [n_vocab, u] f32 and the normed
-///   hidden state.
+///   (`ggml_soft_max_ext` runs in place) and 4 hidden states; under flash attention 4 states of
+///   the query's width, and, where the KV cache is not f16, ggml-cuda's f16 copies of the K and V
+///   of every cell, which the MMA/tile kernels that run a prompt need and
+///   `ggml_cuda_flash_attn_ext_get_alloc_size` (ggml-cuda/fattn.cu) adds to the op's own size;
+/// - feed-forward: gate, up and their product [n_ff, u] f32 and 3 hidden states; for routed
+///   experts one expert width per used expert and two hidden states per used expert (the
+///   experts' outputs and their weighted sum, src/llama-graph.cpp `build_moe_ffn`) and two
+///   hidden states; when a GPU layer's experts are in RAM (`-ot exps=CPU`, `--n-cpu-moe`),
+///   ggml-backend's op offload copies the down-projection experts of the layer to the GPU for a
+///   prompt (`cpu_expert_copy`: the largest such tensor), beside one used-expert hidden state;
+/// - output, on the GPU holding the output layer: the logits of `min(u, --parallel)` rows
+///   (llama-server reserves one output per slot, `n_outputs_max`, tools/server/server-context.cpp
+///   `server_output_limits`) and the normed hidden state.
 ///
-/// The "4 hidden states" are measured: they make Mistral-7B-v0.2's buffers at n_ctx 2048 and
-/// 32768 (164.00 and 2144.00 MiB, fedora-copr/logdetective#106) exact; the other phases are
-/// from the graph. validation/logs/llama.cpp/SOURCES.md lists the logs.
-pub fn compute_buffer_bytes(hp: &HParams, c: &LlamaCppConfig, ctx: u64, with_output: bool) -> u64 {
-    let u = c.ubatch.min(ctx) as f64;
-    let hidden = hidden_bytes(hp.embd, c.ubatch.min(ctx)) as f64;
-    let mask = kq_mask_bytes(ctx, c.ubatch.min(ctx), c.flash_attn) as f64;
-    let scores = if c.flash_attn { 0.0 } else { ctx as f64 * u * hp.heads as f64 * 4.0 };
+/// Checked against llama-server on an H200 (validation/llamacpp/h200, 19 launches of four
+/// models): the dense and routed-expert terms, the f16 K/V copies and the one-row-per-slot
+/// logits are the graph's tensors whose sizes make those buffers; the dense ones are exact to
+/// 0.5 MiB on Llama 3.1 8B and Gemma 3 12B, the routed ones exact on Qwen3-30B-A3B and 8 MiB
+/// (−4%) under gpt-oss-20b. The "4 hidden states" of attention without flash attention make
+/// Mistral-7B-v0.2's buffers at n_ctx 2048 and 32768 exact (fedora-copr/logdetective#106).
+pub fn compute_buffer_bytes(hp: &HParams, c: &LlamaCppConfig, ctx: u64, with_output: bool, cpu_expert_copy: u64) -> u64 {
+    let ub = c.ubatch.min(ctx);
+    let u = ub as f64;
+    let f = |x: u64| x as f64 * u * 4.0;
+    let hidden = hidden_bytes(hp.embd, ub) as f64;
     let has_attention = hp.recurrent.as_ref().is_none_or(|r| r.attention_layers > 0);
-    let attn = if has_attention { scores + mask + 4.0 * hidden } else { 0.0 };
-    let ffn = 3.0 * u * hp.ff as f64 * 4.0 + 2.0 * hidden;
-    let output = if with_output { u * hp.vocab as f64 * 4.0 + hidden } else { 0.0 };
+    let masks = if has_attention { kq_masks_bytes(hp, c, ctx, ub) as f64 } else { 0.0 };
+    let attn = if !has_attention {
+        0.0
+    } else if c.flash_attn {
+        // The f16 copies of one layer's K and V over its cells (the layer with the most).
+        let cells = (0..hp.layers).map(|il| kv_layer_cells(hp, c, ctx, il)).max().unwrap_or(0);
+        let kv16 = if c.kv_bytes == 2.0 { 0.0 } else { cells as f64 * (hp.kv_heads * (hp.head_k + hp.head_v)) as f64 * 2.0 };
+        kv16 + 4.0 * f(hp.embd.max(hp.heads.saturating_mul(hp.head_k)))
+    } else {
+        ctx as f64 * u * hp.heads as f64 * 4.0 + 4.0 * hidden
+    };
+    let dense = 3.0 * f(hp.ff) + 3.0 * hidden;
+    let ffn = match hp.moe {
+        Some(m) => {
+            let routed = f(m.used.saturating_mul(m.ff)) + 2.0 * f(m.used.saturating_mul(hp.embd)) + 2.0 * hidden;
+            let offloaded = if cpu_expert_copy > 0 {
+                cpu_expert_copy as f64 + f(m.used.saturating_mul(m.ff)) + f(m.used.saturating_mul(hp.embd)) + 2.0 * hidden
+            } else {
+                0.0
+            };
+            routed.max(offloaded).max(dense)
+        }
+        None => dense,
+    };
+    let rows = ub.min(c.parallel.max(1));
+    let output = if with_output { (rows * hp.vocab) as f64 * 4.0 + hidden } else { 0.0 };
     // A state-space or hybrid model's mixer layers (llama_recurrent.rs; modelled, not checked).
-    let mixer = hp.recurrent.as_ref().map_or(0.0, |r| r.mixer_phase_bytes(u as u64, c.parallel, hp.embd) as f64);
-    attn.max(ffn).max(output).max(mixer) as u64
+    let mixer = hp.recurrent.as_ref().map_or(0.0, |r| r.mixer_phase_bytes(ub, c.parallel, hp.embd) as f64);
+    (masks + attn.max(ffn).max(output).max(mixer)) as u64
+}
+
+/// The KQ masks of one ubatch: one per attention kind present (full; sliding window,
+/// llama-graph.cpp `build_attn_inp_kv_iswa`), each over a stream's cells,
+/// [n_kv, ubatch / streams, 1, streams] (`build_attn_inp_kq_mask`).
+fn kq_masks_bytes(hp: &HParams, c: &LlamaCppConfig, ctx: u64, u: u64) -> u64 {
+    let streams = if c.unified { 1 } else { c.parallel.max(1) };
+    let cells_of = |swa: bool| (0..hp.layers).find(|&il| hp.is_swa_layer(il) == swa && kv_layer_cells(hp, c, ctx, il) > 0);
+    [cells_of(false), cells_of(true)]
+        .into_iter()
+        .flatten()
+        .fold(0u64, |a, il| a.saturating_add(kq_mask_bytes(kv_layer_cells(hp, c, ctx, il) / streams, u, c.flash_attn)))
 }
 
 /// The host side of a plan (see [`HostMemory`]).
@@ -936,16 +1037,7 @@ fn host_memory(hp: &HParams, c: &LlamaCppConfig, ctx: u64, w: &Placed, kv_state:
     };
     let output = hp.vocab.saturating_mul(c.parallel).saturating_mul(4);
     let u = c.ubatch.min(ctx);
-    let streams = if c.unified { 1 } else { c.parallel.max(1) };
-    // One mask per attention kind present (full; sliding window, llama-graph.cpp
-    // `build_attn_inp_kv_iswa`), over a stream's cells: [n_kv, ubatch / streams, 1, streams]
-    // (`build_attn_inp_kq_mask`).
-    let cells_of = |swa: bool| (0..hp.layers).find(|&il| hp.is_swa_layer(il) == swa && kv_layer_cells(hp, c, ctx, il) > 0);
-    let masks = [cells_of(false), cells_of(true)]
-        .into_iter()
-        .flatten()
-        .fold(0u64, |a, il| a.saturating_add(kq_mask_bytes(kv_layer_cells(hp, c, ctx, il) / streams, u, c.flash_attn)));
-    let compute = masks.saturating_add(hidden_bytes(hp.embd, u));
+    let compute = kq_masks_bytes(hp, c, ctx, u).saturating_add(hidden_bytes(hp.embd, u));
     let locked = if c.mlock { weights } else { 0 };
     // The vision encoder's buffer in RAM (`--mmproj`: its graph inputs, or all of it under
     // `--no-mmproj-offload`) is its own row.
@@ -972,6 +1064,9 @@ struct Placed {
     overridden: u64,
     /// The file range the CPU tensors span: (first offset, last end), data-section relative.
     cpu_span: Option<(u64, u64)>,
+    /// The largest down-projection expert tensor left in RAM by an override while its layer is
+    /// on the GPU (see [`compute_buffer_bytes`]'s op offload copy).
+    cpu_down_exps: u64,
 }
 
 /// Place every tensor: an override decides when one matches, else the layer rule of -ngl.
@@ -1001,6 +1096,9 @@ fn place_weights(g: &Gguf, o: &Overrides, first_gpu: u64, output_on_gpu: bool) -
         if on_gpu {
             p.gpu = p.gpu.saturating_add(t.bytes);
         } else {
+            if by_layer && t.name.contains("ffn_down_exps") {
+                p.cpu_down_exps = p.cpu_down_exps.max(t.bytes);
+            }
             p.cpu = p.cpu.saturating_add(t.bytes);
             let end = t.offset.saturating_add(t.bytes);
             p.cpu_span = Some(p.cpu_span.map_or((t.offset, end), |(a, b)| (a.min(t.offset), b.max(end))));

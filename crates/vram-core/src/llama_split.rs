@@ -137,10 +137,11 @@ impl MultiGpu {
 }
 
 /// Device of each layer `0..=n_layer` (the last entry is the output layer): `None` is the CPU.
-/// load_tensors: i_gpu_start = max(n_layer − ngl, 0), act_gpu_layers = min(ngl, n_layer + 1),
-/// device = upper_bound(split points, (il − i_gpu_start) / act_gpu_layers).
+/// load_tensors: i_gpu_start = max(n_layer + 1 − ngl, 0) ([`crate::gguf::first_gpu_layer`]),
+/// act_gpu_layers = min(ngl, n_layer + 1), device = upper_bound(split points,
+/// (il − i_gpu_start) / act_gpu_layers).
 pub fn layer_devices(n_layer: u64, n_gpu_layers: u64, points: &[f32]) -> Vec<Option<usize>> {
-    let start = n_layer.saturating_sub(n_gpu_layers);
+    let start = (n_layer + 1).saturating_sub(n_gpu_layers);
     let act = n_gpu_layers.min(n_layer + 1);
     (0..=n_layer)
         .map(|il| {
@@ -282,7 +283,7 @@ pub fn plan(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides, m: &Multi
 /// compute buffer; the CUDA context is per process and GPU.
 fn finish(d: &mut DevicePlan, hp: &HParams, c: &LlamaCppConfig, ctx: u64, pipeline: bool) {
     let holds = d.layers > 0 || d.output || d.row_split_bytes > 0;
-    d.compute_bytes = if holds { compute_buffer_bytes(hp, c, ctx, d.output) } else { 0 };
+    d.compute_bytes = if holds { compute_buffer_bytes(hp, c, ctx, d.output, 0) } else { 0 };
     if pipeline && holds {
         d.compute_bytes = d.compute_bytes.saturating_add((PIPELINE_COPIES - 1).saturating_mul(graph_inputs(hp, c, ctx)));
     }
@@ -392,9 +393,11 @@ mod tests {
 
     #[test]
     fn partial_offload_keeps_the_first_layers_on_the_cpu() {
+        // -ngl 4 of 10 layers: the output (il = 10) and layers 7–9, the output counted as the
+        // last of the 4 (load_tensors: i_gpu_start = n_layer + 1 − ngl).
         let d = layer_devices(10, 4, &multi(2, &[]).split_points());
-        assert!(d[..6].iter().all(|x| x.is_none()));
-        assert_eq!(&d[6..], &[Some(0), Some(0), Some(1), Some(1), None]);
+        assert!(d[..7].iter().all(|x| x.is_none()));
+        assert_eq!(&d[7..], &[Some(0), Some(0), Some(1), Some(1)]);
     }
 
     #[test]

@@ -118,10 +118,12 @@ fn hybrid_gguf_keeps_kv_on_attention_layers_and_a_state_per_sequence() {
     assert_eq!(p.gpu_state_bytes, state);
     assert_eq!(llama_cpp(&g, &hp, &LlamaCppConfig { ctx: 65_536, ..cfg }).unwrap().gpu_state_bytes, state);
     assert_eq!(p.gpu_total_bytes, p.gpu_weights_bytes + p.gpu_kv_bytes + state + p.gpu_compute_bytes);
-    // -ngl 4: layers 4–7 on the GPU (3 state layers, 1 attention layer); the rest in RAM.
-    let half = llama_cpp(&g, &hp, &LlamaCppConfig { n_gpu_layers: 4, ..cfg }).unwrap();
+    // -ngl 5: the output and layers 4–7 on the GPU (3 state layers, 1 attention layer; llama.cpp
+    // counts the output as the last of the 5); the rest in RAM.
+    let half = llama_cpp(&g, &hp, &LlamaCppConfig { n_gpu_layers: 5, ..cfg }).unwrap();
     assert_eq!((half.gpu_state_bytes, half.cpu_state_bytes), (state / 2, state / 2));
     assert_eq!(half.gpu_kv_bytes * 2, p.gpu_kv_bytes);
+    assert!(half.output_on_gpu);
     // A multi-token-prediction layer at the end keeps no state (llama.cpp#23792's Qwen3.6-27B log
     // skips it).
     let mut w = tiny_qwen35(8);
@@ -260,9 +262,13 @@ fn layer_offload_moves_weights_and_kv_between_gpu_and_cpu() {
     let none = llama_cpp(&g, &hp, &LlamaCppConfig { n_gpu_layers: 0, ..cfg }).unwrap();
     assert_eq!(none.gpu_weights_bytes + none.gpu_kv_bytes + none.gpu_compute_bytes, 0);
     assert_eq!(none.cpu_weights_bytes, g.tensor_bytes());
-    let half = llama_cpp(&g, &hp, &LlamaCppConfig { n_gpu_layers: 2, ..cfg }).unwrap();
+    // -ngl 3: the output and the last 2 layers (src/llama-model.cpp load_tensors:
+    // i_gpu_start = n_layer + 1 − ngl); -ngl 1 the output alone.
+    let half = llama_cpp(&g, &hp, &LlamaCppConfig { n_gpu_layers: 3, ..cfg }).unwrap();
     assert_eq!(half.gpu_kv_bytes * 2, all.gpu_kv_bytes);
-    assert!(!half.output_on_gpu);
+    assert!(half.output_on_gpu);
+    let head = llama_cpp(&g, &hp, &LlamaCppConfig { n_gpu_layers: 1, ..cfg }).unwrap();
+    assert!(head.output_on_gpu && head.gpu_kv_bytes == 0 && head.gpu_weights_bytes > 0);
     // Context is padded to 256 and the longest context that fits grows as layers leave the GPU.
     assert_eq!(llama_cpp(&g, &hp, &LlamaCppConfig { ctx: 1000, ..cfg }).unwrap().ctx, 1024);
     // Parallel sequences share the context; the KV cache does not grow. Each gets a quarter of
@@ -274,7 +280,7 @@ fn layer_offload_moves_weights_and_kv_between_gpu_and_cpu() {
     assert_eq!((shared.ctx_per_sequence, shared.gpu_kv_bytes), (4096, all.gpu_kv_bytes));
     let budget = all.gpu_total_bytes;
     let c_all = max_ctx(&g, &hp, &cfg, budget, 1 << 20).unwrap().unwrap();
-    let c_half = max_ctx(&g, &hp, &LlamaCppConfig { n_gpu_layers: 2, ..cfg }, budget, 1 << 20).unwrap().unwrap();
+    let c_half = max_ctx(&g, &hp, &LlamaCppConfig { n_gpu_layers: 3, ..cfg }, budget, 1 << 20).unwrap().unwrap();
     assert_eq!(c_all, 4096);
     assert!(c_half > c_all);
     assert_eq!(max_ctx(&g, &hp, &cfg, 1000, 1 << 20).unwrap(), None);

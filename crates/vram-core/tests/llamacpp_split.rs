@@ -157,9 +157,12 @@ fn a_tied_output_layer_is_a_second_copy_of_the_embeddings_on_the_gpu() {
     let embd = g.tensors.iter().find(|t| t.name == "token_embd.weight").unwrap().bytes;
     let c = LlamaCppConfig { n_gpu_layers: 41, ..Default::default() };
     let all = gguf::llama_cpp(&g, &hp, &c).unwrap();
-    let layers_only = gguf::llama_cpp(&g, &hp, &LlamaCppConfig { n_gpu_layers: 40, ..c }).unwrap();
-    assert_eq!(all.gpu_weights_bytes - layers_only.gpu_weights_bytes, embd + output_norm_bytes(&g));
     assert_eq!(all.cpu_weights_bytes, embd);
+    // -ngl 1: the output layer alone (llama.cpp counts it as the last layer), the embeddings'
+    // second copy and output_norm.
+    let head = gguf::llama_cpp(&g, &hp, &LlamaCppConfig { n_gpu_layers: 1, ..c }).unwrap();
+    assert!(head.output_on_gpu);
+    assert_eq!(head.gpu_weights_bytes, embd + output_norm_bytes(&g));
 }
 
 fn output_norm_bytes(g: &Gguf) -> u64 {
@@ -282,9 +285,13 @@ fn gpt_oss_20b_with_every_expert_in_ram() {
     // The inputs it counts: a mask for each attention kind, the full layers' 131072 cells and
     // the sliding ones' 768 (f16 under -fa on), and the token rows [2880, 512] f32.
     assert_eq!(p.host.compute_bytes, (131_072 + 768) * 512 * 2 + 2880 * 512 * 4);
-    // The compute buffer is modelled: 398.38 MiB against the logged 456.98 (the log is 14.7%
-    // higher; with the experts on the CPU the graph is split 146 ways, which vram does not model).
+    // The compute buffer is modelled as current llama-server reserves it, which is not what
+    // b6699 did: vram's 319.47 MiB is 30% under the logged 456.98. That build reserved the
+    // logits of a whole ubatch (201,088 × 512 f32, 392.75 MiB) where current llama-server
+    // reserves one row per slot (`n_outputs_max`); on an H200 current llama.cpp's buffer for the
+    // same model with 12 layers' experts in RAM is within 8 MiB of vram's
+    // (validation/llamacpp/h200, tests/llamacpp_h200.rs).
     let est = p.gpu_compute_bytes as f64 / MIB;
     let logged = cuda0(|d| d.compute.as_ref().map(|s| s.gib));
-    assert!((logged - est) / est < 0.16 && est < logged, "compute: vram {est:.2} MiB, log {logged:.2} MiB");
+    assert!(est < logged && (logged - est) / logged < 0.31, "compute: vram {est:.2} MiB, log {logged:.2} MiB");
 }

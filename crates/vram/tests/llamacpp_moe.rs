@@ -114,7 +114,7 @@ fn the_fit_note_says_what_the_plan_holds() {
     let dir = tempfile::tempdir().unwrap();
     let p = moe_file(&dir);
     for gpu in ["1030MiB", "1036MiB"] {
-        let v = json(&["serve", "-m", &p, "-g", gpu, "--fit-target", "500", "-c", "4096"]);
+        let v = json(&["serve", "-m", &p, "-g", gpu, "--fit-target", "500", "-c", "4096", "--cuda-context", "512MiB"]);
         let note = v["notes"].to_string();
         let (on, output) = (v["plan"]["gpu_layers"].as_u64().unwrap(), v["plan"]["output_on_gpu"].as_bool().unwrap());
         assert!(note.contains(&format!("{on} of {LAYERS} layers{} on the GPU", if output { " and the output" } else { "" })), "{note}");

@@ -30,12 +30,14 @@ fn the_state_is_per_sequence_and_follows_the_layers() {
     // The context does not grow the state; llama-server's default 4 slots hold 4 states.
     assert_eq!(plan(&["-c", "65536", "-np", "1"])["gpu_state_bytes"], one["gpu_state_bytes"]);
     assert_eq!(plan(&[])["gpu_state_bytes"], four["gpu_state_bytes"]);
-    // -ngl 4: the last 4 layers (3 state, 1 attention) on the GPU.
+    // -ngl 4: the output layer and the last 3 layers (2 state, 1 attention) on the GPU
+    // (llama.cpp counts the output as layer n_layer: load_tensors' i_gpu_start = n_layer + 1 − ngl).
     let half = plan(&["-c", "8192", "-np", "1", "-ngl", "4"]);
     assert_eq!(
         (half["gpu_state_bytes"].as_u64(), half["cpu_state_bytes"].as_u64()),
-        (Some(3 * STATE_PER_LAYER_SEQ), Some(3 * STATE_PER_LAYER_SEQ))
+        (Some(2 * STATE_PER_LAYER_SEQ), Some(4 * STATE_PER_LAYER_SEQ))
     );
+    assert_eq!(half["output_on_gpu"], true);
     let text = vram().args(["serve", "-m", &p, "-g", "24GiB"]).output().unwrap();
     let out = String::from_utf8_lossy(&text.stdout);
     assert!(out.contains("recurrent state (f32, one per --parallel seq)"), "{out}");

@@ -956,7 +956,7 @@ pub fn llama_cpp_config(
     };
     let (_, block, block_bytes) = vram_core::gguf::ggml_type(kv_type).expect("catalogued ggml type");
     let kv_bytes = block_bytes as f64 / block as f64;
-    let cuda_overhead = llama_cuda_context(a)?;
+    let cuda_overhead = llama_cuda_context(a, Some(hparams))?;
     if a.batch_size == Some(0) {
         return Err(UsageError("--batch-size/-b 0: llama.cpp's logical batch is at least 1 token".into()).into());
     }
@@ -1114,7 +1114,7 @@ pub fn apply_fit(
         return Ok(FitApplied { config, overrides, multi: multi.cloned(), note: None, projection: None });
     };
     s.layers_auto &= layers;
-    let free = vram_core::gpu::cuda_total(gpu).0.saturating_sub(config.cuda_overhead);
+    let free = vram_core::gpu::cuda_total(gpu).0.saturating_sub(llama_context_at_load(a, config.cuda_overhead));
     // Mixed GPUs carry each one's free memory; identical ones share the one figure.
     let free = match multi {
         Some(m) if !m.free_memory.is_empty() => m.free_memory.clone(),
@@ -1172,9 +1172,9 @@ fn fit_placement(hp: &vram_core::gguf::HParams, f: &vram_core::llama_fit::Fitted
     use vram_core::llama_fit::Fraction;
     let Some(layers) = &f.layers else { return String::new() };
     let ngl = f.config.n_gpu_layers;
-    // llama.cpp offloads the last min(ngl, layers) layers, and the output above that
-    // (load_tensors); fit.cpp's counts take the output as one more layer.
-    let (on_gpu, output) = (ngl.min(hp.layers), ngl > hp.layers);
+    // llama.cpp counts the output as layer n_layer and offloads the last ngl of the n_layer + 1
+    // (load_tensors, vram_core::gguf::first_gpu_layer), as fit.cpp's counts do.
+    let (on_gpu, output) = (hp.layers - vram_core::gguf::first_gpu_layer(hp.layers, ngl), ngl >= 1);
     let parts = f.partial_layers(hp.layers);
     let mut out = if layers.len() > 1 {
         format!(
@@ -1276,10 +1276,21 @@ pub fn llama_cpp_gguf(a: &ServeArgs, file: String, gguf: vram_core::gguf::Gguf, 
 
 /// The CUDA context and libraries llama.cpp's process holds on each GPU: `--cuda-context`, else
 /// vram's engine default.
-fn llama_cuda_context(a: &ServeArgs) -> Result<u64> {
+/// The memory a GPU has in use when llama.cpp measures its free memory before loading:
+/// `--cuda-context` (`given`) when the user set it, else the measured CUDA context alone.
+fn llama_context_at_load(a: &ServeArgs, given: u64) -> u64 {
+    if a.cuda_context.is_some() {
+        given
+    } else {
+        vram_core::gguf::LLAMA_CUDA_CONTEXT_AT_LOAD
+    }
+}
+
+/// `--cuda-context`, else llama.cpp's measured overhead for the model (`None`: not yet known).
+fn llama_cuda_context(a: &ServeArgs, hp: Option<&vram_core::gguf::HParams>) -> Result<u64> {
     match &a.cuda_context {
         Some(c) => resolve::size("--cuda-context", c),
-        None => Ok(vram_core::serve::ENGINE_CUDA_CONTEXT),
+        None => Ok(hp.map_or(vram_core::gguf::LLAMA_CUDA_OVERHEAD, vram_core::gguf::llama_cuda_overhead)),
     }
 }
 
@@ -1378,7 +1389,7 @@ pub(super) fn multi_gpu(a: &ServeArgs) -> Result<Option<vram_core::llama_split::
     // Mixed GPUs: each one's free memory (the CUDA total less the CUDA context) sets the default
     // split, as llama.cpp measures it at load.
     let free_memory = if listed > 1 {
-        let cuda_context = llama_cuda_context(a)?;
+        let cuda_context = llama_context_at_load(a, llama_cuda_context(a, None)?);
         resolve::gpu_list(&a.gpu)?.iter().map(|g| vram_core::gpu::cuda_total(g).0.saturating_sub(cuda_context)).collect()
     } else {
         Vec::new()

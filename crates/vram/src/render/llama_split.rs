@@ -116,7 +116,7 @@ pub fn text(s: &LlamaCppServe, p: &SplitPlan, fit: Option<u64>) -> String {
     let (util, name) = fullest(s, p);
     let verdict = if util <= 1.0 { "fits" } else { "does NOT fit" };
     let _ = writeln!(out, "fullest GPU: {:.1}% of {name} — {verdict}", util * 100.0);
-    let _ = writeln!(out, "compute buffers are modelled, not measured; the CUDA context size is assumed");
+    let _ = writeln!(out, "compute buffers are modelled from llama.cpp's graph and the CUDA context, cuBLAS and pool measured on one H200 (validation/llamacpp); neither is measured over several GPUs");
     match fit {
         Some(n) => {
             let _ = writeln!(out, "longest --ctx-size at which every GPU fits: {n}");

@@ -413,7 +413,7 @@ pub fn llama_cpp_text(s: &LlamaCppServe) -> String {
         row(&mut out, "projector weights (--mmproj)", c.projector_bytes, 0);
         row(&mut out, "projector compute buffer (vision warm-up)", c.projector_compute_bytes, c.projector_host_bytes);
     }
-    row(&mut out, "CUDA context + cuBLAS (assumed)", p.cuda_overhead_bytes, 0);
+    row(&mut out, "CUDA context, cuBLAS, pool (measured)", p.cuda_overhead_bytes, 0);
     row(&mut out, "total", p.gpu_total_bytes, p.host.total_bytes);
     let util = p.gpu_total_bytes as f64 / s.gpu.memory as f64;
     let _ = writeln!(out, "{:.1}% of {} — {}", util * 100.0, s.gpu.name, verdict(util));
