@@ -207,6 +207,15 @@ pub fn parse(text: &str) -> Result<StartupLog> {
     let counts = [vllm.1, sglang.1, llama.1];
     let best = counts.iter().copied().max().unwrap_or(0);
     if best == 0 {
+        // Current llama-server prints llama.cpp's buffer lines only at verbosity 4: its default,
+        // 3, leaves a log of server lines (validation/llamacpp/run.sh records at -lv 4).
+        if text.contains("llama_server: ") || text.contains("adjust with the `-lv N` CLI arg") {
+            return Err(Error::NotAStartupLog {
+                expected: format!(
+                    "this is a llama-server log without llama.cpp's buffer lines: current llama-server prints them only at verbosity 4, so start it again with `-lv 4` (or `-v`) and pass that log. {EXPECTED}"
+                ),
+            });
+        }
         return Err(Error::NotAStartupLog { expected: EXPECTED.into() });
     }
     Ok(if counts[2] == best {
@@ -573,6 +582,23 @@ mod tests {
             StartupLog::Vllm(l) => l,
             other => panic!("not vLLM: {other:?}"),
         }
+    }
+
+    /// Current llama-server at its default verbosity (3) prints no buffer line: the error says
+    /// to start it with -lv 4, at which validation/llamacpp/h200's logs were recorded and parse.
+    #[test]
+    fn a_llama_server_log_without_buffer_lines_asks_for_lv_4() {
+        let quiet = "0.00.004.148 I cmn  common_param: common_params_print_info: verbosity = 3 (adjust with the `-lv N` CLI arg)
+0.02.078.465 I srv  llama_server: listening on http://127.0.0.1:18080";
+        let e = parse(quiet).unwrap_err().to_string();
+        assert!(e.contains("start it again with `-lv 4`"), "{e}");
+        let loud =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../validation/llamacpp/h200/logs/llama-c8k.log")).unwrap();
+        match parse(&loud).unwrap() {
+            StartupLog::LlamaCpp(_) => {}
+            other => panic!("not llama.cpp: {other:?}"),
+        }
+        assert!(!parse("nothing here").unwrap_err().to_string().contains("-lv 4"));
     }
 
     /// vllm-project/vllm#16570 (validation/vllm/logs.jsonl, qwen2.5-vl-72b-a100-40gb-tp4): V0, TP 4,

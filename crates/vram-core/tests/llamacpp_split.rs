@@ -285,12 +285,12 @@ fn gpt_oss_20b_with_every_expert_in_ram() {
     // The inputs it counts: a mask for each attention kind, the full layers' 131072 cells and
     // the sliding ones' 768 (f16 under -fa on), and the token rows [2880, 512] f32.
     assert_eq!(p.host.compute_bytes, (131_072 + 768) * 512 * 2 + 2880 * 512 * 4);
-    // The compute buffer is modelled as current llama-server reserves it, which is not what
-    // b6699 did: vram's 319.47 MiB is 30% under the logged 456.98. That build reserved the
-    // logits of a whole ubatch (201,088 × 512 f32, 392.75 MiB) where current llama-server
-    // reserves one row per slot (`n_outputs_max`); on an H200 current llama.cpp's buffer for the
-    // same model with 12 layers' experts in RAM is within 8 MiB of vram's
-    // (validation/llamacpp/h200, tests/llamacpp_h200.rs).
+    // The compute buffer is modelled as current llama-server reserves it: vram's 319.47 MiB is
+    // 30% under b6699's logged 456.98. Why that build's is larger is not established: it
+    // predates llama-server's one-logits-row-per-slot reserve (`n_outputs_max`), but a whole
+    // ubatch's logits (201,088 × 512 f32, 392.75 MiB) would make it larger still. On an H200,
+    // current llama.cpp's buffer for the same model with 12 layers' experts in RAM is within
+    // 8 MiB of vram's (validation/llamacpp/h200, tests/llamacpp_h200.rs).
     let est = p.gpu_compute_bytes as f64 / MIB;
     let logged = cuda0(|d| d.compute.as_ref().map(|s| s.gib));
     assert!(est < logged && (logged - est) / logged < 0.31, "compute: vram {est:.2} MiB, log {logged:.2} MiB");

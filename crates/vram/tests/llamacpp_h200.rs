@@ -103,3 +103,28 @@ fn every_h200_launch_matches_nvidia_smi() {
         assert!(err.abs() <= 0.02, "{}: vram {total:.0} MiB, nvidia-smi {:.0} MiB ({:+.1}%)", l.name, l.smi_after_prompt, err * 100.0);
     }
 }
+
+/// A log whose compute buffer exceeds vram's by about a whole ubatch of logits (what llama.cpp
+/// builds before llama-server's one-row-per-slot `n_outputs_max` reserved) gets that reason; the
+/// H200's own log does not.
+#[test]
+fn an_older_builds_logits_reserve_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = dir.path().join("llama-3.1-8b.gguf");
+    synthetic_models::by_name("llama-3.1-8b").unwrap().write_file(&gguf).unwrap();
+    let reasons = |log: &Path| {
+        let out = util::vram()
+            .args(["serve", "--gpu", "h200", "--json", "--log", log.to_str().unwrap(), "--", "llama-server", "-m", gguf.to_str().unwrap()])
+            .args(["-ngl", "99", "-c", "8192"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["comparison"]["reasons"].to_string()
+    };
+    // 116.01 MiB measured + 508 of 512 rows × 128,256 × 4 bytes = 364.51 MiB.
+    let older = dir.path().join("older.log");
+    std::fs::write(&older, "llama_context:      CUDA0 compute buffer size =   364.51 MiB\n").unwrap();
+    assert!(reasons(&older).contains("older llama.cpp builds"), "{}", reasons(&older));
+    assert!(!reasons(&recordings().join("logs/llama-c8k.log")).contains("older llama.cpp builds"));
+}

@@ -377,7 +377,21 @@ pub fn llama_cpp(s: &LlamaCppServe, l: &LlamaCppLog) -> Comparison {
                 m(s.config.projector_compute_bytes),
                 shown(&l.vision_compute)
             ),
-            _ => format!("compute buffer: vram models {}; the log allocated {}", m(p.gpu_compute_bytes), shown(&dev.compute)),
+            _ => {
+                let mut r = format!("compute buffer: vram models {}; the log allocated {}", m(p.gpu_compute_bytes), shown(&dev.compute));
+                // llama.cpp builds before llama-server's n_outputs_max (one logits row per slot)
+                // reserved the logits of a whole ubatch: say so when the gap is about that.
+                let u = s.config.ubatch.min(p.ctx);
+                let extra = u.saturating_sub(u.min(s.config.parallel.max(1))).saturating_mul(s.hparams.vocab).saturating_mul(4);
+                let gap = dev.compute.as_ref().map_or(0.0, |c| c.gib * (1u64 << 30) as f64 - p.gpu_compute_bytes as f64);
+                if p.output_on_gpu && extra > 0 && gap >= 0.7 * extra as f64 {
+                    r.push_str(&format!(
+                        "; older llama.cpp builds (before llama-server reserved one logits row per slot, `n_outputs_max`) held the logits of the whole ubatch, {} more here",
+                        m(extra)
+                    ));
+                }
+                r
+            }
         })
         .collect();
     if reasons.is_empty() && rows.iter().any(|r| r.log.is_some()) {
