@@ -20,9 +20,9 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::model::{Model, Role, TensorGroup};
 
-/// The CUDA context a serving engine's process holds before its weights load (vLLM, SGLang,
-/// llama.cpp). 512 MiB is what the engines' start-up logs were checked with (validation/vllm,
-/// validation/sglang); the H100 measurement of a PyTorch process (688 MiB after a generation's
+/// The CUDA context a serving engine's process holds before its weights load (vLLM, SGLang;
+/// llama.cpp's is measured: crate::gguf::llama_cuda_overhead). 512 MiB is what the engines'
+/// start-up logs were checked with (validation/vllm, validation/sglang); the H100 measurement of a PyTorch process (688 MiB after a generation's
 /// kernels, crate::job::INFER_CUDA_CONTEXT) is not applied here: the engines measure their own
 /// non-torch memory, which `serve` takes from the version's rules. `--cuda-context` changes it.
 pub const ENGINE_CUDA_CONTEXT: u64 = 512 << 20;
