@@ -63,6 +63,12 @@ while read -r name model args; do
     case "$name" in ''|'#'*) continue ;; esac
     if [ -n "$only" ] && ! echo ",$only," | grep -q ",$name,"; then continue; fi
     if [ "$SECONDS" -ge "$((deadline - 25))" ]; then echo "deadline: $name not run"; continue; fi
+    # `@LEAVE-N` in an argument: the GPU's free MiB less N, so a --fit margin leaves N MiB for
+    # the model whatever the card (the first recordings used fixed margins chosen for an H100).
+    free_now=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits 2>/dev/null | head -1)
+    while [[ "$args" =~ @LEAVE-([0-9]+) ]]; do
+        args=${args/"${BASH_REMATCH[0]}"/$(( ${free_now:-0} - ${BASH_REMATCH[1]} ))}
+    done
     f="$gg/$model.gguf"
     [ -f "$f" ] || .llama/synthetic_gguf "$model" "$f" > /dev/null || exit 1
     log="$out/logs/$name.log"
