@@ -121,3 +121,36 @@ fn a_gpu_override_that_contradicts_the_moe_flags_is_refused() {
     let e = llama_cpp_with(&g, &g.hparams("moe.gguf").unwrap(), &CFG, &o).unwrap_err().to_string();
     assert!(e.contains("blk.0.ffn_gate_exps.weight") && e.contains("command line"), "{e}");
 }
+
+/// The routed experts are read from the header (`expert_count`, `expert_used_count`,
+/// `expert_feed_forward_length`), and sending a GPU layer's experts to RAM grows the GPU's
+/// compute buffer by op offload's copy of the largest down-projection expert tensor held there
+/// (validation/llamacpp/h200: Qwen3-30B-A3B and gpt-oss-20b with `-ot exps=CPU`/`--n-cpu-moe`).
+#[test]
+fn routed_experts_are_read_and_ram_experts_add_the_offload_copy() {
+    let g = moe();
+    let hp = g.hparams("moe.gguf").unwrap();
+    let m = hp.moe.expect("a MoE header");
+    assert_eq!((m.experts, m.used, m.ff), (8, 2, 128));
+    let gpu = llama_cpp(&g, &hp, &CFG).unwrap();
+    let ram = llama_cpp_with(&g, &hp, &CFG, &Overrides { tensor: vec![], cpu_moe: CpuMoe::All }).unwrap();
+    // Here the copy (one layer's 278,528-byte down experts) is below the attention phase.
+    assert!(ram.gpu_compute_bytes >= gpu.gpu_compute_bytes);
+    // The copy's term: the copy, one expert width and one hidden state per used expert, and two
+    // hidden states, all f32 over the 512-token ubatch, beside the KQ mask (4096 × 512 f16).
+    let ctx = 4096;
+    let copy = 1u64 << 30;
+    let with = vram_core::gguf::compute_buffer_bytes(&hp, &CFG, ctx, true, copy);
+    let per_token = m.used * m.ff + m.used * hp.embd + 2 * hp.embd;
+    assert_eq!(with, 4096 * 512 * 2 + copy + 512 * 4 * per_token);
+    assert!(vram_core::gguf::compute_buffer_bytes(&hp, &CFG, ctx, true, 0) < copy);
+    // A dense header has none.
+    let dense = {
+        let b = gguf_writer::tiny_llama().bytes();
+        match vram_core::gguf::parse(&b, "tiny.gguf").unwrap() {
+            vram_core::gguf::Parsed::Complete(g) => *g,
+            vram_core::gguf::Parsed::NeedMore(n) => panic!("needs {n}"),
+        }
+    };
+    assert!(dense.hparams("tiny.gguf").unwrap().moe.is_none());
+}
