@@ -673,8 +673,8 @@ impl HParams {
 /// llama.cpp launch settings.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct LlamaCppConfig {
-    /// `--n-gpu-layers`: layers offloaded (the last ones); above the layer count the output
-    /// layer goes too.
+    /// `--n-gpu-layers`: the last N of the layers and the output, which llama.cpp counts as the
+    /// last layer ([`first_gpu_layer`]).
     pub n_gpu_layers: u64,
     /// `--ctx-size`.
     pub ctx: u64,

@@ -812,7 +812,8 @@ pub enum GpuLayers {
     Auto,
     /// `all` / -2: every layer and the output, set by the user.
     All,
-    /// That many layers, the last ones (above the layer count the output too).
+    /// That many of the layers and the output, the last ones (llama.cpp counts the output as the
+    /// last layer: any N ≥ 1 offloads it).
     N(u64),
 }
 

@@ -106,7 +106,7 @@ fn moe_files_get_an_n_cpu_moe_table() {
 }
 
 /// llama-server's --fit on one GPU for a MoE file: the note says what the plan holds — the
-/// layers -ngl puts on the GPU (the output only above the layer count), and the layers whose
+/// layers -ngl puts on the GPU (the output counted as the last layer), and the layers whose
 /// experts fit.cpp's per-layer patterns send to RAM (its pattern for the output's index matches
 /// no tensor and is not counted).
 #[test]
