@@ -220,9 +220,20 @@ pub fn plan(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides, m: &Multi
     let mut out: Vec<DevicePlan> = names.into_iter().map(|name| DevicePlan { name, ..Default::default() }).collect();
     let mut cpu_weights = 0u64;
     let shares = if m.mode == SplitMode::Row { m.row_shares() } else { Vec::new() };
+    // Op offload runs a RAM expert tensor's product on the first GPU (ggml-backend.cpp: the
+    // highest-priority backend that takes the op), whose compute buffer holds its copy: the
+    // largest down-projection expert tensor an override left in RAM while its layer is on a GPU
+    // (as crate::gguf::compute_buffer_bytes on one GPU).
+    let mut offload_copy = 0u64;
     for t in &g.tensors {
         match place(t, &devs, o, hp.layers, out.len())? {
-            None => cpu_weights = cpu_weights.saturating_add(t.bytes),
+            None => {
+                cpu_weights = cpu_weights.saturating_add(t.bytes);
+                let on_gpu_layer = layer_of(&t.name).is_some_and(|il| devs.get(il as usize).is_some_and(|d| d.is_some()));
+                if on_gpu_layer && t.name.contains("ffn_down_exps") {
+                    offload_copy = offload_copy.max(t.bytes);
+                }
+            }
             Some(_) if !shares.is_empty() && row_split(t) => {
                 // ggml-cuda rounds each device's row range to a block of rows: ± one block per tensor.
                 for (dev, share) in out.iter_mut().zip(&shares) {
@@ -262,8 +273,8 @@ pub fn plan(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides, m: &Multi
     if let Some(first) = out.first_mut() {
         first.projector_bytes = c.projector_bytes.saturating_add(c.projector_compute_bytes);
     }
-    for d in out.iter_mut() {
-        finish(d, hp, c, ctx, pipeline);
+    for (i, d) in out.iter_mut().enumerate() {
+        finish(d, hp, c, ctx, pipeline, if i == 0 { offload_copy } else { 0 });
     }
     let max = out.iter().map(|d| d.total_bytes).max().unwrap_or(0);
     Ok(SplitPlan {
@@ -280,10 +291,11 @@ pub fn plan(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides, m: &Multi
 }
 
 /// Compute buffer and totals of one device: every GPU holding a layer or the output has a
-/// compute buffer; the CUDA context is per process and GPU.
-fn finish(d: &mut DevicePlan, hp: &HParams, c: &LlamaCppConfig, ctx: u64, pipeline: bool) {
+/// compute buffer (the first GPU's with op offload's copy, `offload_copy`); the CUDA context is
+/// per process and GPU.
+fn finish(d: &mut DevicePlan, hp: &HParams, c: &LlamaCppConfig, ctx: u64, pipeline: bool, offload_copy: u64) {
     let holds = d.layers > 0 || d.output || d.row_split_bytes > 0;
-    d.compute_bytes = if holds { compute_buffer_bytes(hp, c, ctx, d.output, 0) } else { 0 };
+    d.compute_bytes = if holds { compute_buffer_bytes(hp, c, ctx, d.output, offload_copy) } else { 0 };
     if pipeline && holds {
         d.compute_bytes = d.compute_bytes.saturating_add((PIPELINE_COPIES - 1).saturating_mul(graph_inputs(hp, c, ctx)));
     }

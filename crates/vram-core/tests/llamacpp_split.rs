@@ -295,3 +295,22 @@ fn gpt_oss_20b_with_every_expert_in_ram() {
     let logged = cuda0(|d| d.compute.as_ref().map(|s| s.gib));
     assert!(est < logged && (logged - est) / logged < 0.31, "compute: vram {est:.2} MiB, log {logged:.2} MiB");
 }
+
+/// Over two GPUs, op offload runs the RAM experts' products on the first GPU (ggml-backend.cpp
+/// gives an offloaded op to the highest-priority backend), so CUDA0's compute buffer holds the
+/// copy of the largest down-projection expert tensor left in RAM, and CUDA1's does not.
+#[test]
+fn ram_experts_are_copied_to_the_first_gpu() {
+    let g = gpt_oss_20b();
+    let hp = g.hparams("gpt-oss-20b.gguf").unwrap();
+    let c = LlamaCppConfig { n_gpu_layers: 99, ctx: 8192, ..Default::default() };
+    let o = Overrides { tensor: Vec::new(), cpu_moe: CpuMoe::FirstLayers(99) };
+    let m = MultiGpu { gpus: 2, tensor_split: Vec::new(), mode: SplitMode::Layer, main_gpu: 0, free_memory: Vec::new() };
+    let p = plan(&g, &hp, &c, &o, &m).unwrap();
+    let copy = g.tensors.iter().filter(|t| t.name.contains("ffn_down_exps.weight")).map(|t| t.bytes).max().unwrap();
+    let ctx = p.ctx;
+    let (d0, d1) = (&p.devices[0], &p.devices[1]);
+    assert_eq!(d0.compute_bytes, gguf::compute_buffer_bytes(&hp, &c, ctx, d0.output, copy));
+    assert_eq!(d1.compute_bytes, gguf::compute_buffer_bytes(&hp, &c, ctx, d1.output, 0));
+    assert!(d0.compute_bytes > d1.compute_bytes + copy / 2, "{} {}", d0.compute_bytes, d1.compute_bytes);
+}
