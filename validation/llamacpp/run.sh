@@ -66,6 +66,10 @@ while read -r name model args; do
     # `@LEAVE-N` in an argument: the GPU's free MiB less N, so a --fit margin leaves N MiB for
     # the model whatever the card (the first recordings used fixed margins chosen for an H100).
     free_now=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits 2>/dev/null | head -1)
+    if [[ "$args" == *@LEAVE-* && ! "$free_now" =~ ^[0-9]+$ ]]; then
+        echo "$name: @LEAVE needs nvidia-smi's free memory; not run"
+        continue
+    fi
     while [[ "$args" =~ @LEAVE-([0-9]+) ]]; do
         args=${args/"${BASH_REMATCH[0]}"/$(( ${free_now:-0} - ${BASH_REMATCH[1]} ))}
     done

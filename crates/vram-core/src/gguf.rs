@@ -885,14 +885,40 @@ pub fn llama_cpp_with(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides)
 /// their matrix products), 750 MiB with flash attention off (one launch, not applied here).
 pub fn llama_cuda_overhead(hp: &HParams) -> u64 {
     if hp.moe.is_some() {
-        704 << 20
+        LLAMA_CUDA_OVERHEAD_MOE
     } else {
         LLAMA_CUDA_OVERHEAD
     }
 }
 
-/// [`llama_cuda_overhead`] of a dense model.
+/// [`llama_cuda_overhead`] of a dense model: the largest after-prompt figure of the dense
+/// launches, 600 MiB (Gemma 3's 610–620 included under the 2% the tests allow).
 pub const LLAMA_CUDA_OVERHEAD: u64 = 600 << 20;
+
+/// [`llama_cuda_overhead`] with routed experts: the largest after-prompt figure of the MoE
+/// launches (697–704 MiB).
+pub const LLAMA_CUDA_OVERHEAD_MOE: u64 = 704 << 20;
+
+/// Whether op offload copies this RAM tensor to the GPU for a prompt, as
+/// [`compute_buffer_bytes`] counts it: a down-projection expert tensor (the largest of a
+/// layer's three; ggml-backend.cpp copies each MoE weight in its own split).
+pub(crate) fn is_offloaded_expert(name: &str) -> bool {
+    name.contains("ffn_down_exps")
+}
+
+/// The logits of a whole ubatch beyond llama-server's one row per slot: what llama.cpp builds
+/// before `n_outputs_max` added to the compute buffer of the GPU holding the output (see
+/// [`compute_buffer_bytes`]'s output phase).
+pub fn whole_ubatch_logits_extra(hp: &HParams, c: &LlamaCppConfig, ctx: u64) -> u64 {
+    let u = c.ubatch.min(ctx);
+    u.saturating_sub(logits_rows(c, u)).saturating_mul(hp.vocab).saturating_mul(4)
+}
+
+/// The logits rows llama-server reserves for a ubatch of `u` tokens: one per slot
+/// (tools/server/server-context.cpp `server_output_limits`, without speculative decoding).
+fn logits_rows(c: &LlamaCppConfig, u: u64) -> u64 {
+    u.min(c.parallel.max(1))
+}
 
 /// What the process holds when llama.cpp measures the GPU's free memory before loading (for
 /// `--fit` and the default `--tensor-split`): the CUDA context alone. Measured: 526 MiB in all
@@ -991,6 +1017,7 @@ pub fn compute_buffer_bytes(hp: &HParams, c: &LlamaCppConfig, ctx: u64, with_out
     } else if c.flash_attn {
         // The f16 copies of one layer's K and V over its cells (the layer with the most).
         let cells = (0..hp.layers).map(|il| kv_layer_cells(hp, c, ctx, il)).max().unwrap_or(0);
+        // f16 is the one 2-byte KV type vram accepts (the others: f32, q8_0, q4_0).
         let kv16 = if c.kv_bytes == 2.0 { 0.0 } else { cells as f64 * (hp.kv_heads * (hp.head_k + hp.head_v)) as f64 * 2.0 };
         kv16 + 4.0 * f(hp.embd.max(hp.heads.saturating_mul(hp.head_k)))
     } else {
@@ -1009,7 +1036,7 @@ pub fn compute_buffer_bytes(hp: &HParams, c: &LlamaCppConfig, ctx: u64, with_out
         }
         None => dense,
     };
-    let rows = ub.min(c.parallel.max(1));
+    let rows = logits_rows(c, ub);
     let output = if with_output { (rows * hp.vocab) as f64 * 4.0 + hidden } else { 0.0 };
     // A state-space or hybrid model's mixer layers (llama_recurrent.rs; modelled, not checked).
     let mixer = hp.recurrent.as_ref().map_or(0.0, |r| r.mixer_phase_bytes(ub, c.parallel, hp.embd) as f64);
@@ -1096,7 +1123,7 @@ fn place_weights(g: &Gguf, o: &Overrides, first_gpu: u64, output_on_gpu: bool) -
         if on_gpu {
             p.gpu = p.gpu.saturating_add(t.bytes);
         } else {
-            if by_layer && t.name.contains("ffn_down_exps") {
+            if by_layer && is_offloaded_expert(&t.name) {
                 p.cpu_down_exps = p.cpu_down_exps.max(t.bytes);
             }
             p.cpu = p.cpu.saturating_add(t.bytes);

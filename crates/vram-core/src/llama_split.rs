@@ -230,7 +230,7 @@ pub fn plan(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides, m: &Multi
             None => {
                 cpu_weights = cpu_weights.saturating_add(t.bytes);
                 let on_gpu_layer = layer_of(&t.name).is_some_and(|il| devs.get(il as usize).is_some_and(|d| d.is_some()));
-                if on_gpu_layer && t.name.contains("ffn_down_exps") {
+                if on_gpu_layer && crate::gguf::is_offloaded_expert(&t.name) {
                     offload_copy = offload_copy.max(t.bytes);
                 }
             }

@@ -116,25 +116,16 @@ impl Writer {
         s(&mut self.kv, "tokenizer.ggml.model");
         self.kv.extend(8u32.to_le_bytes());
         s(&mut self.kv, "llama");
-        s(&mut self.kv, "tokenizer.ggml.tokens");
-        self.kv.extend(9u32.to_le_bytes());
-        self.kv.extend(8u32.to_le_bytes());
-        self.kv.extend((names.len() as u64).to_le_bytes());
+        self.array_head("tokenizer.ggml.tokens", 8, names.len());
         for name in &names {
             s(&mut self.kv, name);
         }
-        s(&mut self.kv, "tokenizer.ggml.scores");
-        self.kv.extend(9u32.to_le_bytes());
-        self.kv.extend(6u32.to_le_bytes());
-        self.kv.extend((names.len() as u64).to_le_bytes());
+        self.array_head("tokenizer.ggml.scores", 6, names.len());
         for i in 0..names.len() {
             self.kv.extend((-(i as f32)).to_le_bytes());
         }
         // llama.h's llama_token_type: 1 normal, 2 unknown, 3 control, 6 byte.
-        s(&mut self.kv, "tokenizer.ggml.token_type");
-        self.kv.extend(9u32.to_le_bytes());
-        self.kv.extend(5u32.to_le_bytes());
-        self.kv.extend((names.len() as u64).to_le_bytes());
+        self.array_head("tokenizer.ggml.token_type", 5, names.len());
         for i in 0..names.len() {
             let t: i32 = match i {
                 0 => 2,
@@ -146,6 +137,13 @@ impl Writer {
         }
         self.n_kv += 4;
         self.u32("tokenizer.ggml.unknown_token_id", 0).u32("tokenizer.ggml.bos_token_id", 1).u32("tokenizer.ggml.eos_token_id", 2)
+    }
+    /// An array's key, the array type (9), its element type and length; the elements follow.
+    fn array_head(&mut self, k: &str, elem_type: u32, len: usize) {
+        s(&mut self.kv, k);
+        self.kv.extend(9u32.to_le_bytes());
+        self.kv.extend(elem_type.to_le_bytes());
+        self.kv.extend((len as u64).to_le_bytes());
     }
     pub fn tensor(&mut self, name: &str, dims: &[u64], ggml_type: u32) -> &mut Self {
         s(&mut self.tensors, name);
@@ -160,13 +158,18 @@ impl Writer {
         self.n_tensors += 1;
         self
     }
-    pub fn bytes(&self) -> Vec<u8> {
+    /// The header: magic, version 3, counts, metadata and tensor infos.
+    fn header(&self) -> Vec<u8> {
         let mut out = b"GGUF".to_vec();
         out.extend(3u32.to_le_bytes());
         out.extend(self.n_tensors.to_le_bytes());
         out.extend(self.n_kv.to_le_bytes());
         out.extend(&self.kv);
         out.extend(&self.tensors);
+        out
+    }
+    pub fn bytes(&self) -> Vec<u8> {
+        let mut out = self.header();
         // Tensor data would follow; a few bytes of it prove the parser stops at the header.
         out.extend([0xAB; 64]);
         out
@@ -178,12 +181,7 @@ impl Writer {
     /// then every tensor's data (zeros, a sparse hole) at the offsets the header gives. Written
     /// to `path`; returns the file's length.
     pub fn write_file(&self, path: &std::path::Path) -> std::io::Result<u64> {
-        let mut out = b"GGUF".to_vec();
-        out.extend(3u32.to_le_bytes());
-        out.extend(self.n_tensors.to_le_bytes());
-        out.extend(self.n_kv.to_le_bytes());
-        out.extend(&self.kv);
-        out.extend(&self.tensors);
+        let mut out = self.header();
         out.resize(out.len().div_ceil(32) * 32, 0);
         let len = out.len() as u64 + self.next_offset;
         std::fs::write(path, out)?;

@@ -40,6 +40,29 @@ fn q4_k_m(i: u64, n: u64) -> u32 {
     }
 }
 
+/// Layer `i` of `n`'s attention in the Q4_K_M mix: its norm, q, k, v (Q6_K in the
+/// `use_more_bits` layers) and output, then the per-head q/k norms of width `qk_norm` if any.
+fn attention_q4_k_m(w: &mut Writer, i: u64, n: u64, [embd, q, kv]: [u64; 3], qk_norm: Option<u64>) {
+    w.tensor(&format!("blk.{i}.attn_norm.weight"), &[embd], F32)
+        .tensor(&format!("blk.{i}.attn_q.weight"), &[embd, q], Q4_K)
+        .tensor(&format!("blk.{i}.attn_k.weight"), &[embd, kv], Q4_K)
+        .tensor(&format!("blk.{i}.attn_v.weight"), &[embd, kv], q4_k_m(i, n))
+        .tensor(&format!("blk.{i}.attn_output.weight"), &[q, embd], Q4_K);
+    if let Some(hd) = qk_norm {
+        w.tensor(&format!("blk.{i}.attn_q_norm.weight"), &[hd], F32).tensor(&format!("blk.{i}.attn_k_norm.weight"), &[hd], F32);
+    }
+}
+
+/// Layer `i` of `n`'s dense feed-forward in the Q4_K_M mix: gate, up, down (Q6_K in the
+/// `use_more_bits` layers).
+fn ffn_q4_k_m(w: &mut Writer, i: u64, n: u64, embd: u64, ff: u64) {
+    w.tensor(&format!("blk.{i}.ffn_gate.weight"), &[embd, ff], Q4_K).tensor(&format!("blk.{i}.ffn_up.weight"), &[embd, ff], Q4_K).tensor(
+        &format!("blk.{i}.ffn_down.weight"),
+        &[ff, embd],
+        q4_k_m(i, n),
+    );
+}
+
 fn header(w: &mut Writer, arch: &str, name: &str, [layers, ctx, embd, ff, heads, kv]: [u32; 6], vocab: usize) {
     w.decoder(arch, [layers, ctx, embd, ff, heads, kv])
         .str("general.name", name)
@@ -59,15 +82,9 @@ pub fn llama_3_1_8b() -> Writer {
         .u32("llama.vocab_size", vocab as u32);
     w.tensor("token_embd.weight", &[embd, vocab as u64], Q4_K);
     for i in 0..n {
-        w.tensor(&format!("blk.{i}.attn_norm.weight"), &[embd], F32)
-            .tensor(&format!("blk.{i}.attn_q.weight"), &[embd, embd], Q4_K)
-            .tensor(&format!("blk.{i}.attn_k.weight"), &[embd, kv], Q4_K)
-            .tensor(&format!("blk.{i}.attn_v.weight"), &[embd, kv], q4_k_m(i, n))
-            .tensor(&format!("blk.{i}.attn_output.weight"), &[embd, embd], Q4_K)
-            .tensor(&format!("blk.{i}.ffn_norm.weight"), &[embd], F32)
-            .tensor(&format!("blk.{i}.ffn_gate.weight"), &[embd, ff], Q4_K)
-            .tensor(&format!("blk.{i}.ffn_up.weight"), &[embd, ff], Q4_K)
-            .tensor(&format!("blk.{i}.ffn_down.weight"), &[ff, embd], q4_k_m(i, n));
+        attention_q4_k_m(&mut w, i, n, [embd, embd, kv], None);
+        w.tensor(&format!("blk.{i}.ffn_norm.weight"), &[embd], F32);
+        ffn_q4_k_m(&mut w, i, n, embd, ff);
     }
     w.tensor("output_norm.weight", &[embd], F32).tensor("output.weight", &[embd, vocab as u64], Q6_K);
     w
@@ -88,14 +105,8 @@ pub fn qwen3_30b_a3b() -> Writer {
         .u32("qwen3moe.vocab_size", vocab as u32);
     w.tensor("token_embd.weight", &[embd, vocab as u64], Q4_K);
     for i in 0..n {
-        w.tensor(&format!("blk.{i}.attn_norm.weight"), &[embd], F32)
-            .tensor(&format!("blk.{i}.attn_q.weight"), &[embd, q], Q4_K)
-            .tensor(&format!("blk.{i}.attn_k.weight"), &[embd, kv], Q4_K)
-            .tensor(&format!("blk.{i}.attn_v.weight"), &[embd, kv], q4_k_m(i, n))
-            .tensor(&format!("blk.{i}.attn_output.weight"), &[q, embd], Q4_K)
-            .tensor(&format!("blk.{i}.attn_q_norm.weight"), &[hd], F32)
-            .tensor(&format!("blk.{i}.attn_k_norm.weight"), &[hd], F32)
-            .tensor(&format!("blk.{i}.ffn_norm.weight"), &[embd], F32)
+        attention_q4_k_m(&mut w, i, n, [embd, q, kv], Some(hd));
+        w.tensor(&format!("blk.{i}.ffn_norm.weight"), &[embd], F32)
             .tensor(&format!("blk.{i}.ffn_gate_inp.weight"), &[embd, experts], F32)
             .tensor(&format!("blk.{i}.ffn_gate_exps.weight"), &[embd, ff_exp, experts], Q4_K)
             .tensor(&format!("blk.{i}.ffn_up_exps.weight"), &[embd, ff_exp, experts], Q4_K)
@@ -164,19 +175,10 @@ pub fn gemma_3_12b() -> Writer {
         .u32("gemma3.vocab_size", vocab as u32);
     w.tensor("token_embd.weight", &[embd, vocab as u64], Q6_K);
     for i in 0..n {
-        w.tensor(&format!("blk.{i}.attn_norm.weight"), &[embd], F32)
-            .tensor(&format!("blk.{i}.attn_q.weight"), &[embd, q], Q4_K)
-            .tensor(&format!("blk.{i}.attn_k.weight"), &[embd, kv], Q4_K)
-            .tensor(&format!("blk.{i}.attn_v.weight"), &[embd, kv], q4_k_m(i, n))
-            .tensor(&format!("blk.{i}.attn_output.weight"), &[q, embd], Q4_K)
-            .tensor(&format!("blk.{i}.attn_q_norm.weight"), &[hd], F32)
-            .tensor(&format!("blk.{i}.attn_k_norm.weight"), &[hd], F32)
-            .tensor(&format!("blk.{i}.post_attention_norm.weight"), &[embd], F32)
-            .tensor(&format!("blk.{i}.ffn_norm.weight"), &[embd], F32)
-            .tensor(&format!("blk.{i}.ffn_gate.weight"), &[embd, ff], Q4_K)
-            .tensor(&format!("blk.{i}.ffn_up.weight"), &[embd, ff], Q4_K)
-            .tensor(&format!("blk.{i}.ffn_down.weight"), &[ff, embd], q4_k_m(i, n))
-            .tensor(&format!("blk.{i}.post_ffw_norm.weight"), &[embd], F32);
+        attention_q4_k_m(&mut w, i, n, [embd, q, kv], Some(hd));
+        w.tensor(&format!("blk.{i}.post_attention_norm.weight"), &[embd], F32).tensor(&format!("blk.{i}.ffn_norm.weight"), &[embd], F32);
+        ffn_q4_k_m(&mut w, i, n, embd, ff);
+        w.tensor(&format!("blk.{i}.post_ffw_norm.weight"), &[embd], F32);
     }
     w.tensor("output_norm.weight", &[embd], F32);
     w

@@ -381,8 +381,7 @@ pub fn llama_cpp(s: &LlamaCppServe, l: &LlamaCppLog) -> Comparison {
                 let mut r = format!("compute buffer: vram models {}; the log allocated {}", m(p.gpu_compute_bytes), shown(&dev.compute));
                 // llama.cpp builds before llama-server's n_outputs_max (one logits row per slot)
                 // reserved the logits of a whole ubatch: say so when the gap is about that.
-                let u = s.config.ubatch.min(p.ctx);
-                let extra = u.saturating_sub(u.min(s.config.parallel.max(1))).saturating_mul(s.hparams.vocab).saturating_mul(4);
+                let extra = vram_core::gguf::whole_ubatch_logits_extra(&s.hparams, &s.config, p.ctx);
                 let gap = dev.compute.as_ref().map_or(0.0, |c| c.gib * (1u64 << 30) as f64 - p.gpu_compute_bytes as f64);
                 if p.output_on_gpu && extra > 0 && gap >= 0.7 * extra as f64 {
                     r.push_str(&format!(
