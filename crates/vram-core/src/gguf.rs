@@ -707,6 +707,13 @@ pub struct LlamaCppConfig {
     pub mmap: bool,
     /// `--mlock`: the weights in RAM are locked there (never paged out).
     pub mlock: bool,
+    /// `--swa-full`: sliding-window layers cache the whole context, as full-attention layers do
+    /// (llama-kv-cache-iswa.cpp: "using full-size SWA cache", `size_swa = size_base`).
+    pub swa_full: bool,
+    /// Op offload (llama.cpp's default; `--no-op-offload` turns it off): a prompt's products
+    /// with weights left in RAM run on the GPU from a copy in its compute buffer
+    /// (common/common.cpp `cparams.op_offload`, ggml-backend.cpp).
+    pub op_offload: bool,
 }
 
 impl LlamaCppConfig {
@@ -726,6 +733,8 @@ impl LlamaCppConfig {
         projector_host_bytes: 0,
         mmap: true,
         mlock: false,
+        swa_full: false,
+        op_offload: true,
     };
 
     /// llama.cpp's default logical batch, `--batch-size/-b` (common/common.h `n_batch = 2048`).
@@ -949,7 +958,7 @@ fn kv_layer_cells(hp: &HParams, c: &LlamaCppConfig, ctx: u64, il: u64) -> u64 {
     if hp.recurrent.as_ref().is_some_and(|r| !r.has_kv(il)) {
         return 0;
     }
-    match hp.sliding_window.filter(|_| hp.is_swa_layer(il)) {
+    match hp.sliding_window.filter(|_| !c.swa_full && hp.is_swa_layer(il)) {
         Some(w) if c.unified => w.saturating_mul(c.parallel).saturating_add(c.ubatch).min(ctx).div_ceil(256).saturating_mul(256),
         // One stream per sequence, each of min(ctx / n_seq, window + ubatch) cells, padded.
         Some(w) => w.saturating_add(c.ubatch).min(ctx / c.parallel.max(1)).div_ceil(256).saturating_mul(256).saturating_mul(c.parallel),
@@ -1009,6 +1018,8 @@ pub fn compute_buffer_bytes(hp: &HParams, c: &LlamaCppConfig, ctx: u64, with_out
     let ub = c.ubatch.min(ctx);
     let u = ub as f64;
     let f = |x: u64| x as f64 * u * 4.0;
+    // `--no-op-offload`: the CPU multiplies by its own experts, and no copy comes to the GPU.
+    let cpu_expert_copy = if c.op_offload { cpu_expert_copy } else { 0 };
     let hidden = hidden_bytes(hp.embd, ub) as f64;
     let has_attention = hp.recurrent.as_ref().is_none_or(|r| r.attention_layers > 0);
     let masks = if has_attention { kq_masks_bytes(hp, c, ctx, ub) as f64 } else { 0.0 };

@@ -80,6 +80,39 @@ pub fn parse_bytes(text: &str) -> Result<u64> {
     parse_size(text)
 }
 
+/// vLLM's human-readable integer (vllm/utils/argparse_utils.py `human_readable_int`, taken by
+/// `--max-model-len`, `--max-num-batched-tokens` and `--kv-cache-memory-bytes`): a plain integer,
+/// or a number with one suffix, lowercase decimal (`32k` = 32,000, `25.6k` = 25,600, `20g` =
+/// 2·10^10) and uppercase binary (`32K` = 32,768, `20G` = 20·2^30; no fractions). `None` when
+/// the text is neither, or overflows.
+pub fn parse_vllm_int(text: &str) -> Option<u64> {
+    let s = text.trim();
+    let last = s.chars().last()?;
+    let (num, mult, decimal) = match last {
+        'k' => (&s[..s.len() - 1], 1_000u64, true),
+        'm' => (&s[..s.len() - 1], 1_000_000, true),
+        'g' => (&s[..s.len() - 1], 1_000_000_000, true),
+        't' => (&s[..s.len() - 1], 1_000_000_000_000, true),
+        'K' => (&s[..s.len() - 1], 1 << 10, false),
+        'M' => (&s[..s.len() - 1], 1 << 20, false),
+        'G' => (&s[..s.len() - 1], 1 << 30, false),
+        'T' => (&s[..s.len() - 1], 1 << 40, false),
+        _ => return s.parse().ok(),
+    };
+    // `\d+(\.\d+)?` exactly: no sign, no exponent, digits on both sides of one point.
+    let (int, frac) = num.split_once('.').unwrap_or((num, ""));
+    let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+    if !digits(int) || (num.contains('.') && (!decimal || !digits(frac))) {
+        return None;
+    }
+    if frac.is_empty() {
+        return int.parse::<u64>().ok()?.checked_mul(mult);
+    }
+    // vLLM: int(float(number) * mult), i.e. rounded down.
+    let v = num.parse::<f64>().ok()? * mult as f64;
+    (v.is_finite() && v < u64::MAX as f64).then_some(v as u64)
+}
+
 /// An integer with thousands separators (`8,030,261,248`), as every front end prints counts.
 pub fn thousands(n: u64) -> String {
     let s = n.to_string();
@@ -107,6 +140,20 @@ mod tests {
         assert_eq!(parse_bytes("1_000").unwrap(), 1000);
         assert_eq!(parse_bytes("2GiB").unwrap(), 2 * GIB);
         assert_eq!(parse_size(" 1.5GiB ").unwrap(), 3 * GIB / 2);
+    }
+
+    #[test]
+    fn reads_vllms_human_readable_integers() {
+        assert_eq!(parse_vllm_int("32768"), Some(32_768));
+        assert_eq!(parse_vllm_int("32k"), Some(32_000));
+        assert_eq!(parse_vllm_int("32K"), Some(32_768));
+        assert_eq!(parse_vllm_int("25.6k"), Some(25_600));
+        assert_eq!(parse_vllm_int("20g"), Some(20_000_000_000));
+        assert_eq!(parse_vllm_int("20G"), Some(20 << 30));
+        assert_eq!(parse_vllm_int("1M"), Some(1 << 20));
+        for bad in ["", "k", "1.5K", "-3k", "1e3", "3kb", "1.k", "99999999999999999999T", "auto"] {
+            assert_eq!(parse_vllm_int(bad), None, "{bad}");
+        }
     }
 
     #[test]

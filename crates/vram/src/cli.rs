@@ -561,8 +561,8 @@ pub struct ServeArgs {
     /// multiple of the tile); keys that change images in other ways are refused.
     #[arg(long, value_name = "JSON")]
     pub mm_processor_kwargs: Option<String>,
-    /// vLLM release whose start-up accounting to follow (e.g. 0.10, 0.17, 0.21) [default: 0.21,
-    /// the newest modelled].
+    /// vLLM release whose start-up accounting to follow (e.g. 0.10, 0.17, 0.21, 0.33) [default:
+    /// 0.33, the newest modelled].
     #[arg(long)]
     pub vllm_version: Option<String>,
     /// CUDA-graph memory vLLM ≥ 0.21 estimates and subtracts from the KV budget, with a unit
@@ -579,7 +579,8 @@ pub struct ServeArgs {
     /// vLLM `--dtype`: auto, bfloat16, float16, float32.
     #[arg(long, default_value = "auto")]
     pub dtype: String,
-    /// vLLM `--quantization`: awq, gptq, fp8, bnb-4bit.
+    /// vLLM `--quantization` (awq, gptq, fp8, bnb-4bit, …) [default: the checkpoint's own
+    /// `quantization_config`: fp8, compressed-tensors, gptq, awq, mxfp4, bitsandbytes].
     #[arg(long)]
     pub quantization: Option<String>,
     /// vLLM `--kv-cache-dtype`: auto or fp8.
@@ -595,8 +596,9 @@ pub struct ServeArgs {
     /// vLLM `--block-size`.
     #[arg(long, default_value_t = 16)]
     pub block_size: u64,
-    /// vLLM `--max-num-batched-tokens` (default: vLLM's for this GPU: 8192 on ≥70 GiB non-A100, else 2048).
-    #[arg(long)]
+    /// vLLM `--max-num-batched-tokens`, also as vLLM writes it (`8k` = 8,000, `8K` = 8,192)
+    /// (default: vLLM's for this GPU: 8192 on ≥70 GiB non-A100, else 2048).
+    #[arg(long, value_parser = vllm_int)]
     pub max_num_batched_tokens: Option<u64>,
     /// vLLM `--max-num-seqs` (default: 1024 on ≥70 GiB non-A100, else 256).
     #[arg(long)]
@@ -641,8 +643,9 @@ pub struct ServeArgs {
     /// by you, so --fit leaves them) [default: auto].
     #[arg(long, alias = "ngl", value_parser = gpu_layers, allow_negative_numbers = true)]
     pub n_gpu_layers: Option<GpuLayers>,
-    /// vLLM `--kv-cache-memory-bytes`: the KV-cache pool, in bytes (a unit also accepted);
-    /// replaces --gpu-memory-utilization for sizing it.
+    /// vLLM `--kv-cache-memory-bytes`: the KV-cache pool, in bytes, read as vLLM reads it
+    /// (`20g` = 20·10^9, `20G` = 20·2^30; `20GiB` and `20GB` also accepted); replaces
+    /// --gpu-memory-utilization for sizing it.
     #[arg(long)]
     pub kv_cache_memory_bytes: Option<String>,
     /// vLLM `--enable-lora`: reserve GPU slots for LoRA adapters.
@@ -685,6 +688,14 @@ pub struct ServeArgs {
     /// llama.cpp `--mlock`: lock the weights kept in RAM there.
     #[arg(long)]
     pub mlock: bool,
+    /// llama.cpp `--swa-full`: a sliding-window model (Gemma 2/3, gpt-oss, …) caches the whole
+    /// context in its sliding-window layers too.
+    #[arg(long)]
+    pub swa_full: bool,
+    /// llama.cpp `--no-op-offload`: weights kept in RAM are multiplied there, with no copy in the
+    /// GPU's compute buffer.
+    #[arg(long)]
+    pub no_op_offload: bool,
     /// llama.cpp `--batch-size` / `-b`, the logical batch [default: 2048]: llama.cpp runs
     /// min(--ctx-size, -b, -ub) tokens a micro-batch, which sizes the compute buffers.
     #[arg(long, short = 'b')]
@@ -697,8 +708,12 @@ pub struct ServeArgs {
     pub parallel: Option<u64>,
     /// llama.cpp `--kv-unified` / `-kvu`: one KV cache shared by the --parallel sequences (on by
     /// default when --parallel is not given, as llama-server does).
-    #[arg(long, alias = "kvu")]
+    #[arg(long, alias = "kvu", conflicts_with = "no_kv_unified")]
     pub kv_unified: bool,
+    /// llama.cpp `--no-kv-unified` / `-no-kvu`: one KV stream per sequence, each of
+    /// --ctx-size / --parallel cells, even with llama-server's automatic slots.
+    #[arg(long)]
+    pub no_kv_unified: bool,
     /// llama-server `--mmproj FILE` / `-mm`: a multimodal projector GGUF loaded beside the model
     /// (its weights on the GPU, read exactly from its header, and the vision encoder's warm-up
     /// compute buffer for the projector types vram models). With a Hub repository of GGUF files,
@@ -771,7 +786,9 @@ pub struct ServeArgs {
 
 /// Parses `vram serve` arguments on their own (a pasted command translated into them).
 #[derive(Debug, clap::Parser)]
-#[command(name = "vram serve")]
+// A flag given twice takes its last value, as the engines' own parsers do (argparse, llama.cpp's
+// common/arg.cpp); `-ot` still collects every occurrence.
+#[command(name = "vram serve", args_override_self = true)]
 pub struct ServeOnly {
     /// The arguments.
     #[command(flatten)]
@@ -790,8 +807,16 @@ pub enum MaxModelLen {
 fn max_model_len(s: &str) -> Result<MaxModelLen, String> {
     match s.trim().to_ascii_lowercase().as_str() {
         "auto" | "-1" => Ok(MaxModelLen::Auto),
-        t => t.replace('_', "").parse().map(MaxModelLen::Tokens).map_err(|_| format!("`{s}` is not a number of tokens or `auto`")),
+        _ => vram_core::units::parse_vllm_int(&s.replace('_', "")).map(MaxModelLen::Tokens).ok_or_else(|| {
+            format!("`{s}` is not a number of tokens (`32768`, or as vLLM writes it, `32k` = 32,000, `32K` = 32,768) or `auto`")
+        }),
     }
+}
+
+/// A count vLLM reads with its human-readable integers (`8k`, `8K`; [`vram_core::units::parse_vllm_int`]).
+fn vllm_int(s: &str) -> Result<u64, String> {
+    vram_core::units::parse_vllm_int(&s.replace('_', ""))
+        .ok_or_else(|| format!("`{s}` is not a count (`8192`, or as vLLM writes it, `8k` = 8,000, `8K` = 8,192)"))
 }
 
 impl ServeArgs {

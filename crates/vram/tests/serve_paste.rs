@@ -103,6 +103,8 @@ fn memory_changing_flags_vram_does_not_model_are_refused_by_name() {
 mod gguf_writer;
 #[path = "../../vram-core/tests/support/moe_gguf.rs"]
 mod moe_gguf;
+#[path = "../../vram-core/tests/support/synthetic_models.rs"]
+mod synthetic_models;
 
 #[test]
 fn a_pasted_llama_server_command_reads_its_short_flags() {
@@ -363,4 +365,173 @@ fn pasted_fit_flags_cut_an_unset_context() {
     assert_eq!(r["log"].as_f64(), Some(120.0));
     let free = rows.iter().find(|r| r["quantity"] == "free device memory --fit saw").expect("a free row");
     assert_eq!(free["log"].as_f64(), Some(24000.0));
+}
+
+/// vLLM reads `--max_model_len` as `--max-model-len` and takes human-readable integers
+/// (vllm/utils/argparse_utils.py): `32k` is 32,000 and `32K` 32,768; a flag given twice keeps
+/// its last value, as argparse does.
+#[test]
+fn a_pasted_vllm_command_is_read_with_vllms_own_spellings() {
+    let v = pasted(&[
+        "serve",
+        "-g",
+        "h100",
+        "--",
+        "vllm",
+        "serve",
+        "--model",
+        "llama-3.1-8b",
+        "--max_model_len",
+        "8192",
+        "--max_model_len",
+        "32k",
+        "--tensor_parallel_size=2",
+        "--max-num-batched-tokens",
+        "4K",
+    ]);
+    let d = json(&[
+        "serve",
+        "-m",
+        "llama-3.1-8b",
+        "-g",
+        "h100",
+        "--max-model-len",
+        "32000",
+        "--tensor-parallel-size",
+        "2",
+        "--max-num-batched-tokens",
+        "4096",
+    ]);
+    let (p, g) = (&v["gpus"][0], &d["gpus"][0]);
+    assert_eq!(p["max_model_len"].as_u64(), Some(32_000), "{p}");
+    for k in ["weights_bytes", "activation_peak_bytes", "kv_cache_bytes", "num_kv_blocks"] {
+        assert_eq!(p[k], g[k], "{k}");
+    }
+    assert!(!v.to_string().contains("NOT UNDERSTOOD"), "{v}");
+    // The same spellings given to vram directly.
+    let direct =
+        json(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--max-model-len", "32k", "--tp", "2", "--max-num-batched-tokens", "4K"]);
+    assert_eq!(direct["gpus"][0]["kv_cache_bytes"], g["kv_cache_bytes"]);
+    // --kv-cache-memory-bytes: `20g` is 20·10^9 bytes and `20G` 20 GiB, as vLLM reads them.
+    for (text, bytes) in [("20g", 20_000_000_000u64), ("20G", 20 << 30)] {
+        let k = pasted(&[
+            "serve",
+            "-g",
+            "h100",
+            "--",
+            "vllm",
+            "serve",
+            "llama-3.1-8b",
+            "--max-model-len",
+            "8192",
+            "--kv-cache-memory-bytes",
+            text,
+        ]);
+        assert_eq!(k["gpus"][0]["kv_cache_bytes"].as_u64(), Some(bytes), "{text}");
+        let direct = json(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--max-model-len", "8192", "--kv-cache-memory-bytes", text]);
+        assert_eq!(direct["gpus"][0]["kv_cache_bytes"].as_u64(), Some(bytes), "{text}");
+    }
+    assert!(fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--max-model-len", "1.5K"], 2).contains("32k"));
+}
+
+/// `-O0` and a compilation config with `cudagraph_mode` NONE capture no CUDA graphs
+/// (vllm/config/vllm.py OptimizationLevel): planned as `--enforce-eager`; `-O3` keeps them.
+#[test]
+fn pasted_optimization_levels_and_compilation_configs_decide_the_cuda_graphs() {
+    let base = ["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--max-model-len", "8192"];
+    let with = |extra: &[&str]| {
+        let mut a = base.to_vec();
+        a.extend(extra);
+        pasted(&a)
+    };
+    let eager = json(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--max-model-len", "8192", "--enforce-eager"]);
+    let graphs = with(&[]);
+    assert!(graphs["gpus"][0]["cuda_graph_estimate_bytes"].as_u64().unwrap() > 0, "{graphs}");
+    for extra in [
+        &["-O0"][..],
+        &["-O", "0"],
+        &["--optimization-level", "0"],
+        &["-cc.cudagraph_mode=NONE"],
+        &["--compilation-config.cudagraph_mode", "NONE"],
+        &["--compilation_config", r#"{"cudagraph_mode": "NONE"}"#],
+    ] {
+        let v = with(extra);
+        assert_eq!(v["gpus"][0]["kv_cache_bytes"], eager["gpus"][0]["kv_cache_bytes"], "{extra:?}");
+        assert!(v.to_string().contains("captures no CUDA graphs"), "{extra:?}: {v}");
+    }
+    for extra in [&["-O3"][..], &["-cc", r#"{"cudagraph_mode": "FULL_DECODE_ONLY"}"#]] {
+        let v = with(extra);
+        assert_eq!(v["gpus"][0]["kv_cache_bytes"], graphs["gpus"][0]["kv_cache_bytes"], "{extra:?}");
+        assert!(v.to_string().contains("CUDA graphs kept"), "{extra:?}: {v}");
+    }
+    let mut bad = base.to_vec();
+    bad.push("-O7");
+    assert!(fails(&bad, 2).contains("0–3"));
+}
+
+/// vLLM's `--kv-cache-dtype` values: a 2-byte float is the model's own size, fp8 one byte, and
+/// its packed layouts are refused by name.
+#[test]
+fn pasted_kv_cache_dtypes_follow_vllms_list() {
+    let kv = |t: &str| {
+        pasted(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--max-model-len", "8192", "--kv-cache-dtype", t])["gpus"][0]
+            ["num_kv_blocks"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(kv("bfloat16"), kv("auto"));
+    assert_eq!(kv("float16"), kv("auto"));
+    assert!(kv("fp8_e4m3") > kv("auto") * 19 / 10);
+    for packed in ["fp8_per_token_head", "nvfp4", "turboquant_k8v4", "fp8_ds_mla"] {
+        let e = fails(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--kv-cache-dtype", packed], 2);
+        assert!(e.contains(packed) && e.contains("packed"), "{e}");
+    }
+}
+
+/// llama.cpp's memory switches in a pasted llama-server command: `--swa-full` sizes the
+/// sliding-window layers at the whole context (llama-kv-cache-iswa.cpp), `--no-op-offload`
+/// drops op offload's copy of the RAM experts, `-dev` names the GPUs, `-no-kvu` keeps a stream
+/// per slot; sampling and server flags are listed as ignored, and flags that change memory in
+/// ways vram does not model are refused by name.
+#[test]
+fn pasted_llama_server_memory_switches_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = |name: &str| {
+        let path = dir.path().join(format!("{name}.gguf"));
+        synthetic_models::by_name(name).unwrap().write_file(&path).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let (gemma, moe) = (gguf("gemma-3-12b"), gguf("qwen3-30b-a3b"));
+    let run = |m: &str, extra: &[&str]| {
+        let mut a = vec!["serve", "-g", "h100", "--", "llama-server", "-m", m, "-ngl", "99", "-c", "32768"];
+        a.extend(extra);
+        pasted(&a)
+    };
+    // Gemma 3 12B: 48 layers of 8 KV heads × 256 × (K + V) × 2 bytes; the whole context in every layer.
+    let full = run(&gemma, &["--swa-full", "--temp", "0.6", "--top-k", "64", "--no-context-shift", "-t", "8"]);
+    assert_eq!(full["plan"]["gpu_kv_bytes"].as_u64(), Some(32_768 * 48 * 8 * 256 * 2 * 2));
+    let windowed = run(&gemma, &[]);
+    assert!(windowed["plan"]["gpu_kv_bytes"].as_u64().unwrap() < full["plan"]["gpu_kv_bytes"].as_u64().unwrap() / 3);
+    let notes = full["notes"].to_string();
+    assert!(notes.contains("ignored (no effect on GPU memory): --temp 0.6, --top-k 64, --no-context-shift, -t 8"), "{notes}");
+    assert!(!notes.contains("NOT UNDERSTOOD"), "{notes}");
+    // Op offload's copy of a layer's RAM experts is in the compute buffer unless turned off.
+    let offload = run(&moe, &["--n-cpu-moe", "10"]);
+    let no_offload = run(&moe, &["--n-cpu-moe", "10", "--no-op-offload"]);
+    let all_gpu = run(&moe, &[]);
+    let compute = |v: &serde_json::Value| v["plan"]["gpu_compute_bytes"].as_u64().unwrap();
+    assert!(compute(&offload) > compute(&no_offload), "{} vs {}", compute(&offload), compute(&no_offload));
+    assert_eq!(compute(&no_offload), compute(&all_gpu));
+    // -dev CUDA0,CUDA1: two GPUs, as --gpus 2.
+    let two = run(&moe, &["-dev", "CUDA0,CUDA1"]);
+    assert_eq!(two["split"]["plan"]["devices"].as_array().map(Vec::len), Some(2), "{two}");
+    // A repeated flag keeps its last value, as llama.cpp's parser does.
+    let again = run(&gemma, &["-fa", "on", "--flash-attn", "off"]);
+    assert_eq!(again["config"]["flash_attn"], false);
+    for (flag, value) in [("-nkvo", None), ("-md", Some("draft.gguf")), ("--lora", Some("a.gguf")), ("-dev", Some("none"))] {
+        let mut a = vec!["serve", "-g", "h100", "--", "llama-server", "-m", gemma.as_str(), flag];
+        a.extend(value);
+        let e = fails(&a, 2);
+        assert!(e.contains(flag), "{e}");
+    }
 }

@@ -75,8 +75,6 @@ const VLLM_NO_MEMORY: &[&str] = &[
     "--max-log-len",
     "--swap-space",
     "--max-seq-len-to-capture",
-    "--compilation-config",
-    "-O",
     "--hf-overrides",
     "--distributed-executor-backend",
 ];
@@ -133,25 +131,233 @@ const LLAMA_FLAG: &[(&str, &str)] = &[
     ("-cmoe", "--cpu-moe"),
     ("--kv-unified", "--kv-unified"),
     ("-kvu", "--kv-unified"),
+    ("--no-kv-unified", "--no-kv-unified"),
+    ("-no-kvu", "--no-kv-unified"),
     ("--no-mmproj-offload", "--no-mmproj-offload"),
     ("--no-mmproj", "--no-mmproj"),
+    ("--no-mmproj-auto", "--no-mmproj"),
+    ("--swa-full", "--swa-full"),
+    ("--no-op-offload", "--no-op-offload"),
 ];
+/// llama.cpp flags with a value that change no GPU memory: threads and CPU placement, sampling,
+/// prompts, RoPE scaling (the context stays -c), the server's network, templates, reasoning and
+/// logging, and host-RAM prompt caches (common/arg.cpp at 0c1e570).
 const LLAMA_NO_MEMORY: &[&str] = &[
     "--host",
     "--port",
+    "--path",
+    "--api-prefix",
+    "--cors-origins",
+    "--cors-methods",
+    "--cors-headers",
     "-t",
     "--threads",
+    "-tb",
+    "--threads-batch",
+    "-C",
+    "--cpu-mask",
+    "-Cr",
+    "--cpu-range",
+    "-Cb",
+    "--cpu-mask-batch",
+    "-Crb",
+    "--cpu-range-batch",
+    "--cpu-strict",
+    "--cpu-strict-batch",
+    "--prio",
+    "--prio-batch",
+    "--poll",
+    "--poll-batch",
+    "--numa",
+    "--threads-http",
     "-a",
     "--alias",
+    "--tags",
     "--api-key",
+    "--api-key-file",
+    "--ssl-key-file",
+    "--ssl-cert-file",
     "--chat-template",
+    "--chat-template-file",
+    "--chat-template-kwargs",
+    "--reasoning-format",
+    "-rea",
+    "--reasoning",
+    "--reasoning-effort",
+    "--reasoning-budget",
+    "--reasoning-budget-message",
     "-s",
     "--seed",
     "--temp",
+    "--temperature",
+    "--top-k",
+    "--top-p",
+    "--min-p",
+    "--top-nsigma",
+    "--top-n-sigma",
+    "--typical",
+    "--typical-p",
+    "--xtc-probability",
+    "--xtc-threshold",
+    "--repeat-last-n",
+    "--repeat-penalty",
+    "--presence-penalty",
+    "--frequency-penalty",
+    "--dry-multiplier",
+    "--dry-base",
+    "--dry-allowed-length",
+    "--dry-penalty-last-n",
+    "--dry-sequence-breaker",
+    "--dynatemp-range",
+    "--dynatemp-exp",
+    "--mirostat",
+    "--mirostat-lr",
+    "--mirostat-ent",
+    "--samplers",
+    "--sampler-seq",
+    "--sampling-seq",
+    "-l",
+    "--logit-bias",
+    "--grammar",
+    "--grammar-file",
+    "-j",
+    "--json-schema",
+    "-jf",
+    "--json-schema-file",
     "-n",
+    "--predict",
     "--n-predict",
+    "--keep",
+    "-p",
+    "--prompt",
+    "-f",
+    "--file",
+    "-r",
+    "--reverse-prompt",
+    "--rope-scaling",
+    "--rope-scale",
+    "--rope-freq-base",
+    "--rope-freq-scale",
+    "--yarn-orig-ctx",
+    "--yarn-ext-factor",
+    "--yarn-attn-factor",
+    "--yarn-beta-slow",
+    "--yarn-beta-fast",
+    "-dt",
+    "--defrag-thold",
+    "-to",
+    "--timeout",
+    "--sse-ping-interval",
+    "--cache-reuse",
+    "-sps",
+    "--slot-prompt-similarity",
+    "--slot-save-path",
+    "--sleep-idle-seconds",
+    "-cram",
+    "--cache-ram",
+    "-ctxcp",
+    "--ctx-checkpoints",
+    "--swa-checkpoints",
+    "-cms",
+    "--checkpoint-min-step",
+    "--log-file",
+    "--log-colors",
+    "-lv",
+    "--verbosity",
+    "--log-verbosity",
+    "-hft",
+    "--hf-token",
+    "--media-path",
 ];
-const LLAMA_NO_MEMORY_FLAG: &[&str] = &["--jinja", "--verbose", "-v", "--metrics", "--cont-batching", "--no-webui"];
+/// llama.cpp switches that change no GPU memory (or restate a default: `--mmap`,
+/// `--op-offload`, `--kv-offload`, `--mmproj-offload`).
+const LLAMA_NO_MEMORY_FLAG: &[&str] = &[
+    "--jinja",
+    "--no-jinja",
+    "-v",
+    "--verbose",
+    "--log-verbose",
+    "--log-disable",
+    "--log-jsonl",
+    "--log-prefix",
+    "--log-timestamps",
+    "--metrics",
+    "--props",
+    "--slots",
+    "--no-slots",
+    "-cb",
+    "--cont-batching",
+    "-nocb",
+    "--no-cont-batching",
+    "--webui",
+    "--no-webui",
+    "--ui",
+    "--no-ui",
+    "--warmup",
+    "--no-warmup",
+    "--context-shift",
+    "--no-context-shift",
+    "--cache-prompt",
+    "--no-cache-prompt",
+    "--cache-idle-slots",
+    "--no-cache-idle-slots",
+    "-e",
+    "--escape",
+    "--no-escape",
+    "-sp",
+    "--special",
+    "--perf",
+    "--no-perf",
+    "--ignore-eos",
+    "--check-tensors",
+    "--repack",
+    "--no-repack",
+    "--no-host",
+    "--offline",
+    "--reuse-port",
+    "--cors-credentials",
+    "--prefill-assistant",
+    "--no-prefill-assistant",
+    "--skip-chat-parsing",
+    "--reasoning-preserve",
+    "--mmap",
+    "--op-offload",
+    "-kvo",
+    "--kv-offload",
+    "--mmproj-offload",
+    "--mmproj-auto",
+];
+/// llama.cpp flags that change GPU memory in ways vram does not model yet: refused by name.
+const LLAMA_UNMODELLED: &[&str] = &[
+    "-nkvo",
+    "--no-kv-offload",
+    "-md",
+    "--model-draft",
+    "--spec-draft-model",
+    "-hfd",
+    "-hfrd",
+    "--hf-repo-draft",
+    "--spec-draft-hf",
+    "--lora",
+    "--lora-scaled",
+    "--control-vector",
+    "--control-vector-scaled",
+    "--rpc",
+    "-ncffn",
+    "--n-cpu-ffn",
+    "--override-kv",
+    "--image-min-tokens",
+    "--image-max-tokens",
+    "--embedding",
+    "--embeddings",
+    "--rerank",
+    "--reranking",
+    "--pooling",
+    "-mu",
+    "--model-url",
+    "-dr",
+    "--docker-repo",
+];
 
 /// SGLang flags vram reads (`python -m sglang.launch_server`, `sglang serve`), as `vram serve`
 /// spells them (arg_groups/fields/*.py of SGLang 0.5.23).
@@ -237,15 +443,32 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
     let mut out: Vec<String> = Vec::new();
     let (mut ignored, mut unknown) = (Vec::new(), Vec::new());
     let mut kv: [Option<String>; 2] = [None, None];
+    // vLLM settings that capture no CUDA graphs (`-O0`, `cudagraph_mode: NONE`), read as
+    // `--enforce-eager`.
+    let mut eager: Vec<String> = Vec::new();
+    // vLLM settings that keep CUDA graphs (their memory stays vram's stated estimate).
+    let mut graphs: Vec<String> = Vec::new();
     // llama.cpp's `-hf REPO[:QUANT]` and `-hff FILE` (common/arg.cpp).
     let (mut hf, mut hf_file) = (None::<String>, None::<String>);
+    // llama.cpp's `-dev CUDA0,CUDA1`: the GPUs it offloads to.
+    let mut devices = None::<String>;
     let mut i = 0;
     while i < rest.len() {
         let tok = rest[i].as_str();
         let (flag, inline) = match tok.split_once('=') {
-            Some((f, v)) if f.starts_with('-') => (f, Some(v.to_string())),
-            _ => (tok, None),
+            Some((f, v)) if f.starts_with('-') => (f.to_string(), Some(v.to_string())),
+            _ => (tok.to_string(), None),
         };
+        // vLLM reads `--max_model_len` as `--max-model-len`: underscores become dashes between
+        // the `--` and the first `.` (vllm/utils/argparse_utils.py `parse_args`).
+        let flag = match engine {
+            Engine::Vllm if flag.starts_with("--") => match flag.split_once('.') {
+                Some((head, tail)) => format!("{}.{tail}", head.replace('_', "-")),
+                None => flag.replace('_', "-"),
+            },
+            _ => flag,
+        };
+        let flag = flag.as_str();
         let next = |i: &mut usize| -> Result<String> {
             if let Some(v) = &inline {
                 return Ok(v.clone());
@@ -266,8 +489,36 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
             Engine::Vllm => {
                 if flag == "--model" {
                     model = Some(next(&mut i)?);
+                } else if let Some(level) = optimization_level(flag, inline.as_deref(), &rest, &mut i) {
+                    let level = level?;
+                    // An older vLLM's `-O '{json}'` is a compilation config.
+                    let mode = if level.starts_with('{') { cudagraph_mode_in(&level)? } else { None };
+                    if level == "0" || mode.as_deref().is_some_and(|m| m.eq_ignore_ascii_case("none")) {
+                        eager.push(format!("-O {level}"));
+                    } else {
+                        graphs.push(format!("-O {level}"));
+                    }
+                } else if let Some(key) = compilation_config_key(flag) {
+                    let v = next(&mut i)?;
+                    let mode = match key {
+                        "" => cudagraph_mode_in(&v)?,
+                        "cudagraph_mode" | "cudagraph-mode" => Some(v.clone()),
+                        _ => None,
+                    };
+                    match mode {
+                        Some(m) if m.eq_ignore_ascii_case("none") => eager.push(format!("{flag} {v}")),
+                        _ => graphs.push(format!("{flag} {v}")),
+                    }
                 } else if let Some((_, ours)) = VLLM_VALUE.iter().find(|(f, _)| *f == flag) {
-                    out.extend([ours.to_string(), next(&mut i)?]);
+                    let v = next(&mut i)?;
+                    // vLLM's human-readable integers (`32k` = 32,000, `32K` = 32,768).
+                    let v = match *ours {
+                        "--max-model-len" | "--max-num-batched-tokens" | "--kv-cache-memory-bytes" => {
+                            vram_core::units::parse_vllm_int(&v).map_or(v, |n| n.to_string())
+                        }
+                        _ => v,
+                    };
+                    out.extend([ours.to_string(), v]);
                 } else if VLLM_FLAG.contains(&flag) {
                     out.push(flag.to_string());
                 } else if VLLM_NO_MEMORY.contains(&flag) {
@@ -335,6 +586,13 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
                     ignored.push(format!("{flag} {}", next(&mut i)?));
                 } else if LLAMA_NO_MEMORY_FLAG.contains(&flag) {
                     ignored.push(flag.to_string());
+                } else if matches!(flag, "-dev" | "--device") {
+                    devices = Some(next(&mut i)?);
+                } else if LLAMA_UNMODELLED.contains(&flag) {
+                    return Err(UsageError(format!(
+                        "the pasted llama.cpp command sets {flag}, which changes memory in a way vram does not model yet; drop it to see the rest"
+                    ))
+                    .into());
                 } else {
                     unknown.push(with_value(flag, inline.as_deref(), &rest, &mut i));
                 }
@@ -344,6 +602,9 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
     }
     if let Some(t) = kv_type(&kv)? {
         out.extend(["--kv-cache-dtype".into(), t]);
+    }
+    if !eager.is_empty() && !out.iter().any(|f| f == "--enforce-eager") {
+        out.push("--enforce-eager".into());
     }
     let mut hf_note = None;
     if let Some(spec) = hf {
@@ -410,9 +671,18 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
             }
         });
     }
-    // How many GPUs the machine has is vram's own flag, not the engine's: keep it.
-    if let Some(n) = a.gpus {
-        argv.extend(["--gpus".into(), n.to_string()]);
+    // How many GPUs the machine has is vram's own flag, not the engine's: keep it, unless
+    // llama.cpp's `-dev` names the GPUs it uses.
+    match (devices.as_deref().map(device_count).transpose()?, a.gpus) {
+        (Some(d), Some(n)) if d != n => {
+            return Err(UsageError(format!(
+                "--gpus {n} but the pasted command's -dev {} names {d} GPU(s): llama.cpp uses the devices -dev lists; drop --gpus",
+                devices.unwrap_or_default()
+            ))
+            .into())
+        }
+        (Some(n), _) | (None, Some(n)) => argv.extend(["--gpus".into(), n.to_string()]),
+        (None, None) => {}
     }
     argv.extend(out);
     let args = ServeOnly::try_parse_from(&argv).map_err(|e| UsageError(format!("the pasted command does not translate: {e}")))?.args;
@@ -426,6 +696,18 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
         argv[1..].iter().filter(|s| *s != "--json").cloned().collect::<Vec<_>>().join(" ")
     )];
     notes.extend(hf_note);
+    if !eager.is_empty() {
+        notes.push(format!(
+            "{} captures no CUDA graphs (vllm/config/vllm.py: -O0 compiles nothing and sets cudagraph_mode NONE): planned as --enforce-eager",
+            eager.join(", ")
+        ));
+    }
+    if !graphs.is_empty() {
+        notes.push(format!(
+            "read, CUDA graphs kept (their memory is the estimate stated below, not derived from these settings): {}",
+            graphs.join(", ")
+        ));
+    }
     if !ignored.is_empty() {
         notes.push(format!("ignored (no effect on GPU memory): {}", ignored.join(", ")));
     }
@@ -434,6 +716,26 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
         notes.push(format!("NOT UNDERSTOOD, so not modelled (check they change no memory): {}", unknown.join(", ")));
     }
     Ok(Pasted { args, notes })
+}
+
+/// The GPUs llama.cpp's `-dev`/`--device` list names (common/arg.cpp `parse_device_list`:
+/// comma-separated backend devices; `none` offloads nothing).
+fn device_count(list: &str) -> Result<u64> {
+    if list.trim() == "none" {
+        return Err(UsageError(
+            "the pasted llama.cpp command has -dev none: it offloads nothing and uses no GPU memory; drop -dev none to plan the GPUs"
+                .into(),
+        )
+        .into());
+    }
+    let names: Vec<&str> = list.split(',').map(str::trim).collect();
+    if let Some(bad) = names.iter().find(|n| !n.starts_with("CUDA") && !n.starts_with("ROCm") && !n.starts_with("Vulkan")) {
+        return Err(UsageError(format!(
+            "-dev {list}: `{bad}` is not a GPU device vram plans (CUDA0, CUDA1, …, as `llama-server --list-devices` prints them)"
+        ))
+        .into());
+    }
+    Ok(names.len() as u64)
 }
 
 /// `-ctk`/`--cache-type-k` → 0, `-ctv`/`--cache-type-v` → 1.
@@ -570,6 +872,52 @@ fn ollama(a: &ServeArgs, env: &[String], rest: &[String]) -> Result<Pasted> {
         notes.push(format!("NOT UNDERSTOOD, so not modelled (check they change no memory): {}", unknown.join(", ")));
     }
     Ok(Pasted { args, notes })
+}
+
+/// vLLM's optimization level: `-O3`, `-O=3`, `-O 3` or `--optimization-level 3`
+/// (vllm/utils/argparse_utils.py turns the short forms into the long one). `None` when `flag` is
+/// none of them; an error for a level other than 0–3.
+fn optimization_level(flag: &str, inline: Option<&str>, rest: &[String], i: &mut usize) -> Option<Result<String>> {
+    let level = if flag == "--optimization-level" || flag == "-O" {
+        match inline {
+            Some(v) => v.to_string(),
+            None => {
+                *i += 1;
+                match rest.get(*i) {
+                    Some(v) => v.clone(),
+                    None => return Some(Err(UsageError(format!("{flag} in the pasted command has no value")).into())),
+                }
+            }
+        }
+    } else if let Some(v) = flag.strip_prefix("-O").filter(|v| !v.is_empty() && !flag.starts_with("--")) {
+        v.to_string()
+    } else {
+        return None;
+    };
+    Some(match level.as_str() {
+        "0" | "1" | "2" | "3" => Ok(level),
+        l if l.starts_with('{') => Ok(level),
+        other => Err(UsageError(format!(
+            "-O {other} in the pasted command: vLLM's optimization levels are 0–3, or an older vLLM's compilation config as JSON"
+        ))
+        .into()),
+    })
+}
+
+/// `--compilation-config` / `-cc` (`Some("")`, a JSON object follows) or one of its keys,
+/// `--compilation-config.KEY` / `-cc.KEY` (`Some("KEY")`).
+fn compilation_config_key(flag: &str) -> Option<&str> {
+    ["--compilation-config", "-cc"].iter().find_map(|p| match flag.strip_prefix(p)? {
+        "" => Some(""),
+        rest => rest.strip_prefix('.'),
+    })
+}
+
+/// The `cudagraph_mode` of a `--compilation-config` JSON object, if it sets one.
+fn cudagraph_mode_in(json: &str) -> Result<Option<String>> {
+    let v: serde_json::Value = serde_json::from_str(json)
+        .map_err(|e| UsageError(format!("--compilation-config in the pasted command is not a JSON object ({e}): {json}")))?;
+    Ok(v.get("cudagraph_mode").map(|m| m.as_str().map_or_else(|| m.to_string(), str::to_string)))
 }
 
 /// An unknown flag with the value that follows it, if one does (`--foo 3`, `--foo=3`).

@@ -379,8 +379,11 @@ fn reject_other_engines_flags(a: &ServeArgs, engine: Engine) -> Result<()> {
             given(a.batch_size.is_some(), "--batch-size/-b"),
             given(a.no_mmap, "--no-mmap"),
             given(a.mlock, "--mlock"),
+            given(a.swa_full, "--swa-full"),
+            given(a.no_op_offload, "--no-op-offload"),
             given(a.parallel.is_some(), "--parallel/-np"),
             given(a.kv_unified, "--kv-unified"),
+            given(a.no_kv_unified, "--no-kv-unified"),
             given(a.mmproj.is_some(), "--mmproj"),
             given(a.no_mmproj, "--no-mmproj"),
             given(a.no_mmproj_offload, "--no-mmproj-offload"),
@@ -527,7 +530,7 @@ pub fn vllm(a: &ServeArgs, mut model: Model) -> Result<VllmServe> {
         engine: vllm_engine(&a.vllm_engine)?,
         model_runner: a.model_runner.as_deref().map(vram_core::serve::ModelRunner::parse).transpose()?,
         lora: serve_lora(a)?,
-        kv_cache_memory_bytes: a.kv_cache_memory_bytes.as_deref().map(vram_core::units::parse_bytes).transpose()?,
+        kv_cache_memory_bytes: a.kv_cache_memory_bytes.as_deref().map(kv_cache_memory_bytes).transpose()?,
         cpu_offload_bytes: cpu_offload(a.cpu_offload_gb)?,
         mm_limit_per_prompt: a.limit_mm_per_prompt.as_deref().map(image_limit).transpose()?.flatten(),
         mm_max_pixels: kwargs.max_pixels,
@@ -791,6 +794,15 @@ pub fn sglang(a: &ServeArgs, model: Model) -> Result<SglangServe> {
     Ok(SglangServe { model, gpu: g, config, report })
 }
 
+/// vLLM `--kv-cache-memory-bytes`: vLLM's human-readable integer first (`20g` = 20·10^9, as
+/// vLLM reads it), else a size with a unit (`20GiB`).
+fn kv_cache_memory_bytes(s: &str) -> Result<u64> {
+    match vram_core::units::parse_vllm_int(s) {
+        Some(n) => Ok(n),
+        None => Ok(vram_core::units::parse_bytes(s)?),
+    }
+}
+
 /// vLLM `--dtype`.
 fn vllm_dtype(s: &str) -> Result<Option<DType>> {
     Ok(match s.to_ascii_lowercase().as_str() {
@@ -810,12 +822,26 @@ fn mamba_cache_mode(s: &str) -> Result<vram_core::serve_ssm::MambaCacheMode> {
         .ok_or_else(|| UsageError(format!("invalid --mamba-cache-mode `{s}`: use none, align or all")))?)
 }
 
-/// vLLM `--kv-cache-dtype`.
+/// vLLM `--kv-cache-dtype` (vllm/config/cache.py `CacheDType`): `auto` (the model's dtype), a
+/// 2-byte float, or a 1-byte fp8 (`fp8_inc` is Intel Gaudi's fp8). vLLM's packed layouts (per
+/// token-head scales, nvfp4, turboquant, the DeepSeek MLA records) are refused by name.
 fn vllm_kv_dtype(s: &str) -> Result<Option<DType>> {
     match s.to_ascii_lowercase().as_str() {
         "auto" => Ok(None),
-        "fp8" | "fp8_e4m3" | "fp8_e5m2" => Ok(Some(DType::F8)),
-        other => Err(UsageError(format!("invalid --kv-cache-dtype `{other}`: use auto or fp8 (vLLM's values)")).into()),
+        "float16" | "half" => Ok(Some(DType::F16)),
+        "bfloat16" => Ok(Some(DType::BF16)),
+        "fp8" | "fp8_e4m3" | "fp8_e5m2" | "fp8_inc" => Ok(Some(DType::F8)),
+        other
+            if ["nvfp4", "turboquant_", "octave_", "ultraquant_"].iter().any(|p| other.starts_with(p))
+                || other.ends_with("_ds_mla")
+                || other.ends_with("_per_token_head") =>
+        {
+            Err(UsageError(format!(
+                "--kv-cache-dtype {other} is one of vLLM's packed KV layouts, which vram does not model yet: plan with fp8 (1 byte an element) or auto, and compare with the \"GPU KV cache size\" your log prints"
+            ))
+            .into())
+        }
+        other => Err(UsageError(format!("invalid --kv-cache-dtype `{other}`: use auto, float16, bfloat16, fp8, fp8_e4m3 or fp8_e5m2 (vLLM's values)")).into()),
     }
 }
 
@@ -929,7 +955,7 @@ pub fn llama_cpp_config(
     // llama.cpp's default context: 0, the training context (common/common.h `n_ctx = 0`), per
     // stream when the KV cache is not unified (common/fit.cpp); `--fit` may reduce it afterwards.
     let parallel = ollama.as_ref().map_or(a.parallel.unwrap_or(LLAMA_SERVER_AUTO_SLOTS), |o| o.parallel);
-    let unified = ollama.is_some() || a.parallel.is_none() || a.kv_unified;
+    let unified = ollama.is_some() || (!a.no_kv_unified && (a.parallel.is_none() || a.kv_unified));
     let train = if hparams.context_length > 0 { hparams.context_length } else { vram_core::llama_fit::DEFAULT_MIN_CTX };
     let train_ctx = train.saturating_mul(if unified { 1 } else { parallel }).min(u32::MAX as u64);
     let ctx = match (a.ctx_size, a.max_model_len) {
@@ -984,6 +1010,8 @@ pub fn llama_cpp_config(
         projector_host_bytes: projector.host,
         mmap: !a.no_mmap,
         mlock: a.mlock,
+        swa_full: a.swa_full,
+        op_offload: !a.no_op_offload,
     };
     Ok((config, ollama))
 }
@@ -1337,6 +1365,9 @@ fn ollama_launch(a: &ServeArgs, hp: &vram_core::gguf::HParams, vram: u64) -> Res
         (a.no_mmap, "--no-mmap"),
         (a.mlock, "--mlock"),
         (a.kv_unified, "--kv-unified"),
+        (a.no_kv_unified, "--no-kv-unified"),
+        (a.swa_full, "--swa-full"),
+        (a.no_op_offload, "--no-op-offload"),
     ]
     .into_iter()
     .filter_map(|(present, flag)| present.then_some(flag))

@@ -377,7 +377,7 @@ pub fn llama_cpp_text(s: &LlamaCppServe) -> String {
     }
     let _ = writeln!(
         out,
-        "llama.cpp on {} · --n-gpu-layers {} · --ctx-size {} (padded {}) · --ubatch-size {} · --parallel {} ({} tokens each) · flash attention{}{}",
+        "llama.cpp on {} · --n-gpu-layers {} · --ctx-size {} (padded {}) · --ubatch-size {} · --parallel {} ({} tokens each) · flash attention{}{}{}{}",
         gpu_line(&s.gpu),
         c.n_gpu_layers,
         c.ctx,
@@ -386,6 +386,8 @@ pub fn llama_cpp_text(s: &LlamaCppServe) -> String {
         c.parallel,
         p.ctx_per_sequence,
         if c.flash_attn { "" } else { " off" },
+        if c.swa_full { " · --swa-full" } else { "" },
+        if c.op_offload { "" } else { " · --no-op-offload" },
         match override_flags(&s.overrides) {
             f if f.is_empty() => f,
             f => format!(" · {f}"),
