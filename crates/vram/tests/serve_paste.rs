@@ -432,6 +432,34 @@ fn a_pasted_vllm_command_is_read_with_vllms_own_spellings() {
         assert_eq!(direct["gpus"][0]["kv_cache_bytes"].as_u64(), Some(bytes), "{text}");
     }
     assert!(fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--max-model-len", "1.5K"], 2).contains("32k"));
+    // Flags of vLLM's front end and engine that change no memory, one taking several values.
+    let many = pasted(&[
+        "serve",
+        "-g",
+        "h100",
+        "--",
+        "vllm",
+        "serve",
+        "llama-3.1-8b",
+        "--served-model-name",
+        "llama",
+        "llama8b",
+        "--async-scheduling",
+        "--device-memory-utilization",
+        "0.85",
+        "--log-level",
+        "debug",
+    ]);
+    let notes = many.to_string();
+    assert!(
+        notes.contains("ignored (no effect on GPU memory): --served-model-name llama llama8b, --async-scheduling, --log-level debug"),
+        "{notes}"
+    );
+    assert!(!notes.contains("NOT UNDERSTOOD"), "{notes}");
+    let util = json(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--gpu-memory-utilization", "0.85"]);
+    assert_eq!(many["gpus"][0]["kv_cache_bytes"], util["gpus"][0]["kv_cache_bytes"]);
+    let e = fails(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--disable-sliding-window"], 2);
+    assert!(e.contains("--disable-sliding-window,") && e.contains("does not model"), "{e}");
 }
 
 /// `-O0` and a compilation config with `cudagraph_mode` NONE capture no CUDA graphs

@@ -25,6 +25,7 @@ const VLLM_VALUE: &[(&str, &str)] = &[
     ("-tp", "--tensor-parallel-size"),
     ("--max-model-len", "--max-model-len"),
     ("--gpu-memory-utilization", "--gpu-memory-utilization"),
+    ("--device-memory-utilization", "--gpu-memory-utilization"),
     ("--dtype", "--dtype"),
     ("--quantization", "--quantization"),
     ("-q", "--quantization"),
@@ -77,8 +78,83 @@ const VLLM_NO_MEMORY: &[&str] = &[
     "--max-seq-len-to-capture",
     "--hf-overrides",
     "--distributed-executor-backend",
+    // vLLM 0.33's engine and server arguments (vllm/engine/arg_utils.py,
+    // vllm/entrypoints/openai/cli_args.py): logging, scheduling order, loading, multi-node
+    // addresses, host-memory caches, the HTTP front end.
+    "--log-level",
+    "--max-logprobs",
+    "--logprobs-mode",
+    "--scheduling-policy",
+    "--stream-interval",
+    "--config-format",
+    "--hf-token",
+    "--ignore-patterns",
+    "--structured-outputs-config",
+    "--reasoning-config",
+    "--reasoning-parser-plugin",
+    "--tool-parser-plugin",
+    "--max-num-queued-reqs",
+    "--max-num-queued-tokens",
+    "--long-prefill-token-threshold",
+    "--otlp-traces-endpoint",
+    "--collect-detailed-traces",
+    "--master-addr",
+    "--master-port",
+    "--nnodes",
+    "--node-rank",
+    "--data-parallel-address",
+    "--data-parallel-rpc-port",
+    "--data-parallel-rank",
+    "--data-parallel-size-local",
+    "--data-parallel-start-rank",
+    "--data-parallel-backend",
+    "--distributed-timeout-seconds",
+    "--safetensors-load-strategy",
+    "--pt-load-map-location",
+    "--max-parallel-loading-workers",
+    "--model-loader-extra-config",
+    "--shutdown-timeout",
+    "--allowed-local-media-path",
+    "--allowed-media-domains",
+    "--media-io-kwargs",
+    "--mm-processor-cache-gb",
+    "--mm-processor-cache-type",
+    "--allowed-origins",
+    "--allowed-methods",
+    "--allowed-headers",
+    "--chat-template-content-format",
+    "--log-config-file",
+    "--api-server-count",
+    "--middleware",
+    "--override-generation-config",
+    "--kv-events-config",
+    "--prefix-caching-hash-algo",
 ];
 const VLLM_NO_MEMORY_FLAG: &[&str] = &[
+    "--async-scheduling",
+    "--no-async-scheduling",
+    "--enable-log-requests",
+    "--enable-log-outputs",
+    "--disable-uvicorn-access-log",
+    "--disable-cascade-attn",
+    "--use-tqdm-on-load",
+    "--kv-cache-metrics",
+    "--cudagraph-metrics",
+    "--enable-mfu-metrics",
+    "--interleave-mm-strings",
+    "--allow-credentials",
+    "--return-tokens-as-token-ids",
+    "--enable-request-id-headers",
+    "--disable-fastapi-docs",
+    "--enable-prompt-tokens-details",
+    "--enable-server-load-tracking",
+    "--enable-force-include-usage",
+    "--enable-tokenizer-info-endpoint",
+    "--headless",
+    "--data-parallel-hybrid-lb",
+    "--data-parallel-external-lb",
+    "--skip-tokenizer-init",
+    "--no-enable-chunked-prefill",
     "--trust-remote-code",
     "--disable-log-requests",
     "--disable-log-stats",
@@ -88,7 +164,31 @@ const VLLM_NO_MEMORY_FLAG: &[&str] = &[
     "--disable-custom-all-reduce",
 ];
 /// vLLM flags that change memory in ways vram does not model yet: refused by name.
-const VLLM_UNMODELLED: &[&str] = &["--speculative-config", "--enable-expert-parallel", "--max-model-len-auto"];
+const VLLM_UNMODELLED: &[&str] = &[
+    "--speculative-config",
+    "--spec-method",
+    "--spec-model",
+    "--spec-tokens",
+    "--enable-expert-parallel",
+    "--enable-eplb",
+    "--eplb-config",
+    "--max-model-len-auto",
+    "--disable-sliding-window",
+    "--disable-hybrid-kv-cache-manager",
+    "--num-gpu-blocks-override",
+    "--decode-context-parallel-size",
+    "--prefill-context-parallel-size",
+    "--offload-backend",
+    "--offload-group-size",
+    "--offload-num-in-group",
+    "--offload-params",
+    "--offload-prefetch-step",
+];
+/// vLLM settings that keep CUDA graphs but change how many are captured: read, with the graph
+/// memory left at vram's stated estimate.
+const VLLM_GRAPH_COUNT: &[&str] = &["--cudagraph-capture-sizes", "--max-cudagraph-capture-size", "--performance-mode"];
+/// vLLM flags that take one value or more (argparse `nargs="+"`).
+const VLLM_MANY_VALUES: &[&str] = &["--served-model-name", "--cudagraph-capture-sizes", "--lora-modules"];
 
 /// llama.cpp (`llama-server`, `llama-cli`) flags vram reads.
 const LLAMA_VALUE: &[(&str, &str)] = &[
@@ -398,14 +498,44 @@ const SGLANG_NO_MEMORY: &[&str] = &[
     "--tool-call-parser",
     "--reasoning-parser",
     "--log-level",
+    "--log-requests-level",
+    "--grammar-backend",
+    "--dist-init-addr",
+    "--nnodes",
+    "--node-rank",
+    "--sampling-backend",
+    "--mm-attention-backend",
+    "--prefill-attention-backend",
+    "--decode-attention-backend",
+    "--watchdog-timeout",
+    "--decode-log-interval",
+    "--tokenizer-worker-num",
+    "--crash-dump-folder",
     "--attention-backend",
     "--max-prefill-tokens",
     "--schedule-policy",
     "--schedule-conservativeness",
     "--stream-interval",
 ];
-const SGLANG_NO_MEMORY_FLAG: &[&str] =
-    &["--trust-remote-code", "--enable-metrics", "--log-requests", "--skip-server-warmup", "--enable-torch-compile"];
+const SGLANG_NO_MEMORY_FLAG: &[&str] = &[
+    "--trust-remote-code",
+    "--enable-metrics",
+    "--log-requests",
+    "--skip-server-warmup",
+    "--enable-torch-compile",
+    "--enable-mixed-chunk",
+    "--disable-cuda-graph-padding",
+    "--stream-output",
+    "--enable-cache-report",
+    "--skip-tokenizer-init",
+    "--show-time-cost",
+    "--enable-p2p-check",
+    "--disable-custom-all-reduce",
+    "--allow-auto-truncate",
+    "--enable-tokenizer-batch-encode",
+    "--disable-fast-image-processor",
+    "--enable-request-time-stats-logging",
+];
 /// SGLang flags that change memory in ways vram does not model yet: refused by name.
 const SGLANG_UNMODELLED: &[&str] = &[
     "--dp-size",
@@ -521,14 +651,29 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
                     out.extend([ours.to_string(), v]);
                 } else if VLLM_FLAG.contains(&flag) {
                     out.push(flag.to_string());
+                } else if VLLM_MANY_VALUES.contains(&flag) {
+                    let mut v = vec![next(&mut i)?];
+                    while inline.is_none() && rest.get(i + 1).is_some_and(|t| !t.starts_with('-')) {
+                        i += 1;
+                        v.push(rest[i].clone());
+                    }
+                    let read = format!("{flag} {}", v.join(" "));
+                    if VLLM_GRAPH_COUNT.contains(&flag) {
+                        graphs.push(read);
+                    } else {
+                        ignored.push(read);
+                    }
+                } else if VLLM_GRAPH_COUNT.contains(&flag) {
+                    graphs.push(format!("{flag} {}", next(&mut i)?));
                 } else if VLLM_NO_MEMORY.contains(&flag) {
                     ignored.push(format!("{flag} {}", next(&mut i)?));
                 } else if VLLM_NO_MEMORY_FLAG.contains(&flag) {
                     ignored.push(flag.to_string());
-                } else if let Some(f) = VLLM_UNMODELLED.iter().find(|f| **f == flag) {
-                    let v = next(&mut i)?;
+                } else if VLLM_UNMODELLED.contains(&flag) {
+                    // Some take a value, some are switches: name it with what follows, if anything.
+                    let set = with_value(flag, inline.as_deref(), &rest, &mut i);
                     return Err(UsageError(format!(
-                        "the pasted vLLM command sets {f} {v}, which changes memory in a way vram does not model yet; drop it to see the rest"
+                        "the pasted vLLM command sets {set}, which changes memory in a way vram does not model yet; drop it to see the rest"
                     ))
                     .into());
                 } else {
