@@ -563,3 +563,28 @@ fn pasted_llama_server_memory_switches_are_read() {
         assert!(e.contains(flag), "{e}");
     }
 }
+
+/// `vllm serve --config FILE.yaml`: the file's keys are flags placed before the command line's
+/// (vllm/utils/argparse_utils.py `_pull_args_from_config`), so the command line wins.
+#[test]
+fn a_vllm_config_file_is_read_as_vllm_reads_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("serve.yaml");
+    std::fs::write(
+        &path,
+        "# a served model\nmodel: llama-3.1-8b\ntensor-parallel-size: 2\nmax_model_len: 16k\nport: 8000\ncompilation-config:\n  cudagraph_mode: NONE\n",
+    )
+    .unwrap();
+    let p = path.to_str().unwrap();
+    let v = pasted(&["serve", "-g", "h100", "--", "vllm", "serve", "--config", p, "--max-model-len", "8192"]);
+    let d = json(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--tp", "2", "--max-model-len", "8192", "--enforce-eager"]);
+    for k in ["max_model_len", "weights_bytes", "kv_cache_bytes", "num_kv_blocks"] {
+        assert_eq!(v["gpus"][0][k], d["gpus"][0][k], "{k}");
+    }
+    assert!(v.to_string().contains(&format!("--config {p}")), "{v}");
+    std::fs::write(&path, "model: llama-3.1-8b\nlimits: &anchor 3\n").unwrap();
+    assert!(fails(&["serve", "-g", "h100", "--", "vllm", "serve", "--config", p], 2).contains("line 2"));
+    let json_file = dir.path().join("serve.json");
+    std::fs::write(&json_file, "{}").unwrap();
+    assert!(fails(&["serve", "-g", "h100", "--", "vllm", "serve", "--config", json_file.to_str().unwrap()], 2).contains(".yaml"));
+}

@@ -8,6 +8,7 @@ mod paste;
 pub mod plan;
 pub mod serve;
 pub mod serve_quants;
+mod vllm_config;
 pub mod web;
 
 use std::cell::RefCell;

@@ -570,6 +570,10 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
         return Err(UsageError("give the model either with --model or inside the pasted command, not both".into()).into());
     }
     let (engine, rest, mut model) = recognise(cmd)?;
+    let (rest, config_note) = match engine {
+        Engine::Vllm => with_config_file(rest)?,
+        _ => (rest, None),
+    };
     let mut out: Vec<String> = Vec::new();
     let (mut ignored, mut unknown) = (Vec::new(), Vec::new());
     let mut kv: [Option<String>; 2] = [None, None];
@@ -668,6 +672,12 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
                 } else if VLLM_NO_MEMORY.contains(&flag) {
                     ignored.push(format!("{flag} {}", next(&mut i)?));
                 } else if VLLM_NO_MEMORY_FLAG.contains(&flag) {
+                    ignored.push(flag.to_string());
+                } else if flag.strip_prefix("--no-").is_some_and(|f| {
+                    ["--enforce-eager", "--enable-lora", "--language-model-only", "--trust-remote-code"]
+                        .contains(&format!("--{f}").as_str())
+                }) {
+                    // The `--no-` form of a switch that is off by default (a config file's `false`).
                     ignored.push(flag.to_string());
                 } else if VLLM_UNMODELLED.contains(&flag) {
                     // Some take a value, some are switches: name it with what follows, if anything.
@@ -841,6 +851,7 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
         argv[1..].iter().filter(|s| *s != "--json").cloned().collect::<Vec<_>>().join(" ")
     )];
     notes.extend(hf_note);
+    notes.extend(config_note);
     if !eager.is_empty() {
         notes.push(format!(
             "{} captures no CUDA graphs (vllm/config/vllm.py: -O0 compiles nothing and sets cudagraph_mode NONE): planned as --enforce-eager",
@@ -1017,6 +1028,30 @@ fn ollama(a: &ServeArgs, env: &[String], rest: &[String]) -> Result<Pasted> {
         notes.push(format!("NOT UNDERSTOOD, so not modelled (check they change no memory): {}", unknown.join(", ")));
     }
     Ok(Pasted { args, notes })
+}
+
+/// vLLM's `--config FILE.yaml` spliced in as vLLM splices it (vllm/utils/argparse_utils.py
+/// `_pull_args_from_config`): after a positional model, before the other flags, so that a flag
+/// on the command line overrides the file's.
+fn with_config_file(rest: Vec<String>) -> Result<(Vec<String>, Option<String>)> {
+    let at = rest.iter().position(|t| t == "--config" || t.starts_with("--config="));
+    let Some(at) = at else { return Ok((rest, None)) };
+    let (path, len) = match rest[at].strip_prefix("--config=") {
+        Some(p) => (p.to_string(), 1),
+        None => (rest.get(at + 1).cloned().ok_or_else(|| UsageError("--config in the pasted command names no file".into()))?, 2),
+    };
+    if rest.iter().skip(at + len).any(|t| t == "--config" || t.starts_with("--config=")) {
+        return Err(UsageError("the pasted command gives --config twice; vLLM takes one config file".into()).into());
+    }
+    let text = std::fs::read_to_string(&path).map_err(|e| UsageError(format!("--config {path}: cannot read it ({e})")))?;
+    let file = super::vllm_config::args(&path, &text)?;
+    let note = format!("--config {path}: its settings read as flags before the command line's ({})", file.join(" "));
+    let positional = usize::from(rest.first().is_some_and(|t| !t.starts_with('-')));
+    let mut out: Vec<String> = rest[..positional].to_vec();
+    out.extend(file);
+    out.extend(rest[positional..at].iter().cloned());
+    out.extend(rest[at + len..].iter().cloned());
+    Ok((out, Some(note)))
 }
 
 /// vLLM's optimization level: `-O3`, `-O=3`, `-O 3` or `--optimization-level 3`
