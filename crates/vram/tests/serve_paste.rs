@@ -458,6 +458,25 @@ fn a_pasted_vllm_command_is_read_with_vllms_own_spellings() {
     assert!(!notes.contains("NOT UNDERSTOOD"), "{notes}");
     let util = json(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--gpu-memory-utilization", "0.85"]);
     assert_eq!(many["gpus"][0]["kv_cache_bytes"], util["gpus"][0]["kv_cache_bytes"]);
+    // Older releases' spellings and the launch environment.
+    let old = pasted(&[
+        "serve",
+        "-g",
+        "h100",
+        "--",
+        "CUDA_VISIBLE_DEVICES=2,3",
+        "NCCL_DEBUG=INFO",
+        "vllm",
+        "serve",
+        "llama-3.1-8b",
+        "--max_num_batched_tokens",
+        "32768",
+        "--enable-reasoning",
+        "--tensor-parallel-size",
+        "2",
+    ]);
+    assert!(!old.to_string().contains("NOT UNDERSTOOD"), "{old}");
+    assert!(old.to_string().contains("CUDA_VISIBLE_DEVICES=2,3"), "{old}");
     let e = fails(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--disable-sliding-window"], 2);
     assert!(e.contains("--disable-sliding-window,") && e.contains("does not model"), "{e}");
 }
@@ -553,6 +572,12 @@ fn pasted_llama_server_memory_switches_are_read() {
     // -dev CUDA0,CUDA1: two GPUs, as --gpus 2.
     let two = run(&moe, &["-dev", "CUDA0,CUDA1"]);
     assert_eq!(two["split"]["plan"]["devices"].as_array().map(Vec::len), Some(2), "{two}");
+    // CUDA_VISIBLE_DEVICES=0,1 shows llama.cpp two GPUs, as -dev does.
+    let mut visible =
+        vec!["serve", "-g", "h100", "--", "CUDA_VISIBLE_DEVICES=0,1", "llama-server", "-m", moe.as_str(), "-ngl", "99", "-c", "32768"];
+    assert_eq!(pasted(&visible)["split"], two["split"]);
+    visible.extend(["-dev", "CUDA0"]);
+    assert_eq!(pasted(&visible)["split"]["plan"]["devices"].as_array().map(Vec::len), Some(1));
     // A repeated flag keeps its last value, as llama.cpp's parser does.
     let again = run(&gemma, &["-fa", "on", "--flash-attn", "off"]);
     assert_eq!(again["config"]["flash_attn"], false);

@@ -129,6 +129,15 @@ const VLLM_NO_MEMORY: &[&str] = &[
     "--override-generation-config",
     "--kv-events-config",
     "--prefix-caching-hash-algo",
+    // Older releases' flags (0.5–0.10) that change no GPU memory.
+    "--guided-decoding-backend",
+    "--num-scheduler-steps",
+    "--preemption-mode",
+    "--scheduler-delay-factor",
+    "--max-context-len-to-capture",
+    "--quantization-param-path",
+    "--ssl-ca-certs",
+    "--ssl-cert-reqs",
 ];
 const VLLM_NO_MEMORY_FLAG: &[&str] = &[
     "--async-scheduling",
@@ -155,6 +164,10 @@ const VLLM_NO_MEMORY_FLAG: &[&str] = &[
     "--data-parallel-external-lb",
     "--skip-tokenizer-init",
     "--no-enable-chunked-prefill",
+    "--enable-reasoning",
+    "--use-v2-block-manager",
+    "--worker-use-ray",
+    "--disable-async-output-proc",
     "--trust-remote-code",
     "--disable-log-requests",
     "--disable-log-stats",
@@ -166,6 +179,8 @@ const VLLM_NO_MEMORY_FLAG: &[&str] = &[
 /// vLLM flags that change memory in ways vram does not model yet: refused by name.
 const VLLM_UNMODELLED: &[&str] = &[
     "--speculative-config",
+    "--speculative-model",
+    "--num-speculative-tokens",
     "--spec-method",
     "--spec-model",
     "--spec-tokens",
@@ -826,13 +841,36 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
             }
         });
     }
+    // Environment that changes no GPU memory: which GPUs (CUDA_VISIBLE_DEVICES; for llama.cpp
+    // also how many, as -dev), NCCL and Ray transport, Hub access, logging, CPU threads.
+    let mut visible = None::<u64>;
+    env.retain(|e| {
+        let (k, v) = e.split_once('=').expect("split_env keeps NAME=value only");
+        if k == "CUDA_VISIBLE_DEVICES" {
+            if matches!(engine, Engine::LlamaCpp) && !v.trim().is_empty() {
+                visible = Some(v.split(',').count() as u64);
+            } else {
+                ignored.push(e.clone());
+            }
+            return false;
+        }
+        let quiet = ["NCCL_", "RAY_", "HF_", "HUGGING_FACE_", "TRANSFORMERS_", "OMP_", "MKL_", "TOKENIZERS_", "VLLM_LOGGING_"]
+            .iter()
+            .any(|p| k.starts_with(p))
+            || ["CUDA_DEVICE_ORDER", "VLLM_WORKER_MULTIPROC_METHOD", "VLLM_HOST_IP", "VLLM_PORT", "VLLM_CONFIGURE_LOGGING"].contains(&k);
+        if quiet {
+            ignored.push(e.clone());
+        }
+        !quiet
+    });
     // How many GPUs the machine has is vram's own flag, not the engine's: keep it, unless
-    // llama.cpp's `-dev` names the GPUs it uses.
-    match (devices.as_deref().map(device_count).transpose()?, a.gpus) {
+    // llama.cpp's `-dev` (or CUDA_VISIBLE_DEVICES) names the GPUs it uses.
+    let from_env = || visible.filter(|_| devices.is_none()).map(Ok);
+    match (devices.as_deref().map(device_count).or_else(from_env).transpose()?, a.gpus) {
         (Some(d), Some(n)) if d != n => {
             return Err(UsageError(format!(
-                "--gpus {n} but the pasted command's -dev {} names {d} GPU(s): llama.cpp uses the devices -dev lists; drop --gpus",
-                devices.unwrap_or_default()
+                "--gpus {n} but the pasted command's {} names {d} GPU(s): llama.cpp uses the devices it lists; drop --gpus",
+                devices.map_or_else(|| "CUDA_VISIBLE_DEVICES".to_string(), |d| format!("-dev {d}"))
             ))
             .into())
         }
