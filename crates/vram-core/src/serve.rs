@@ -275,6 +275,14 @@ pub struct ServeConfig {
     pub tp: u64,
     /// `--pipeline-parallel-size`.
     pub pp: u64,
+    /// `--data-parallel-size`: replicas of the TP × PP group. Each keeps its own attention
+    /// weights and KV cache, but a MoE model's experts are spread over all TP × DP GPUs
+    /// (vllm/model_executor/layers/fused_moe/config.py `flatten_tp_across_dp_and_pcp`).
+    pub dp: u64,
+    /// `--enable-expert-parallel`: each of the TP × DP GPUs holds whole experts (a share of
+    /// them, the first ranks one more when they do not divide: fused_moe/expert_map_manager.py
+    /// `determine_expert_map`) instead of a slice of every expert.
+    pub expert_parallel: bool,
     /// `--vllm-version`: whose accounting rules to follow.
     pub vllm_version: VllmVersion,
     /// Override of the CUDA-graph memory estimate vLLM ≥ 0.21 subtracts from the KV budget.
@@ -359,6 +367,8 @@ impl ServeConfig {
             gpu_memory_utilization: VllmVersion::NEWEST.default_gpu_memory_utilization(),
             tp: 1,
             pp: 1,
+            dp: 1,
+            expert_parallel: false,
             vllm_version: VllmVersion::NEWEST,
             cuda_graph_memory: None,
             max_model_len: None,
@@ -642,7 +652,8 @@ fn serve_at(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
     let e = dtype.bytes() as u128;
     let kv_b = cfg.kv_cache_dtype.map_or(dtype.bytes(), DType::bytes);
     let (batched, seqs) = scheduler_limits(m, cfg, max_len)?;
-    let non_torch_bytes = cfg.non_torch_memory.unwrap_or(non_torch_default(tp, cfg.gpu_nvswitch).saturating_sub(cublas_baseline(cfg)));
+    let non_torch_bytes =
+        cfg.non_torch_memory.unwrap_or(non_torch_default(collective_ranks(m, cfg), cfg.gpu_nvswitch).saturating_sub(cublas_baseline(cfg)));
     let cuda_graph = cuda_graph_estimate(m, cfg);
     let parts = pp_layers(m.layers, cfg.pp);
     let mut ranks = Vec::with_capacity(parts.len());
@@ -735,14 +746,15 @@ struct Spec {
 
 fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<String>, s: Spec) -> Result<RankCalc> {
     let (tp, e) = (cfg.tp, s.e);
+    let split = Split::of(cfg);
     let (weights, scales) = match (cfg.quantization, &m.seq2seq) {
         (_, Some(s2s)) => (crate::serve_encdec::rank_elements(m, s2s, tp) * e, 0),
         (Quantization::Checkpoint, None) => {
-            let (w, sc, plan_notes) = checkpoint_rank_weights(m, tp, e)?;
+            let (w, sc, plan_notes) = checkpoint_rank_weights(m, split, e)?;
             notes.extend(plan_notes);
             (w, sc)
         }
-        (q, None) => rank_weights(m, q, tp, e, stage),
+        (q, None) => rank_weights(m, q, split, e, stage),
     };
     let (weights, scales) = cpu_offload(m, cfg, stage, s.e, weights, scales, notes)?;
     let rotary = rotary_cache_positions(m) * m.rotary_dim as u128 * e;
@@ -764,7 +776,7 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
             ModelRunner::V2 => Sampler::Mrv2,
         },
     };
-    let (mut act, mut act_at) = profile_peak(m, sampler, s.batched, s.seqs, tp, e, stage.last);
+    let (mut act, mut act_at) = profile_peak(m, sampler, s.batched, s.seqs, split, e, stage.last);
     if let Some(v) = &vision {
         (act, act_at) = vision_peak(v, act, act_at);
         notes.push(vision_note(v));
@@ -1018,6 +1030,17 @@ pub fn non_torch_default(tp: u64, nvswitch: bool) -> u64 {
     }
 }
 
+/// The GPUs one rank runs collectives with in the profile run: its TP group, and for a MoE model
+/// over data-parallel ranks every TP × DP GPU (each MoE layer gathers the replicas' tokens). An
+/// assumption: NCCL's buffers are taken to be those of a TP group of that size.
+fn collective_ranks(m: &Model, cfg: &ServeConfig) -> u64 {
+    if m.moe.as_ref().is_some_and(|moe| moe.experts > 0) {
+        cfg.tp.saturating_mul(cfg.dp.max(1))
+    } else {
+        cfg.tp
+    }
+}
+
 /// 3.58 − 1.79 GiB (see `non_torch_default`).
 const TP_NON_TORCH: u64 = 1833 * MIB;
 
@@ -1164,15 +1187,36 @@ fn scheduler_limits(m: &Model, cfg: &ServeConfig, max_len: u64) -> Result<(u64, 
 /// vocab_parallel_embedding.py keep vLLM's column/row split and the vocabulary padding of 64).
 pub(crate) fn tp_rank_weights(m: &Model, quantization: Quantization, tp: u64, e: u128) -> Result<(u128, u128, Vec<String>)> {
     match quantization {
-        Quantization::Checkpoint => checkpoint_rank_weights(m, tp, e),
+        Quantization::Checkpoint => checkpoint_rank_weights(m, Split::tp(tp), e),
         q => {
-            let (w, s) = rank_weights(m, q, tp, e, &Stage { rank: 0, layers: m.layers, first: true, last: true });
+            let (w, s) = rank_weights(m, q, Split::tp(tp), e, &Stage { rank: 0, layers: m.layers, first: true, last: true });
             Ok((w, s, Vec::new()))
         }
     }
 }
 
-fn rank_weights(m: &Model, quantization: Quantization, tp: u64, e: u128, stage: &Stage) -> (u128, u128) {
+/// How one GPU's share of the weights is cut: tensor parallelism for every layer, and for a MoE
+/// model's experts the GPUs they are spread over and whether each holds whole experts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Split {
+    tp: u64,
+    /// GPUs the experts are spread over: TP × DP (`flatten_tp_across_dp_and_pcp`).
+    expert_ranks: u64,
+    /// Expert parallelism: whole experts per GPU rather than a slice of each.
+    ep: bool,
+}
+
+impl Split {
+    pub(crate) fn tp(tp: u64) -> Split {
+        Split { tp, expert_ranks: tp, ep: false }
+    }
+
+    fn of(cfg: &ServeConfig) -> Split {
+        Split { tp: cfg.tp, expert_ranks: cfg.tp.saturating_mul(cfg.dp.max(1)), ep: cfg.expert_parallel }
+    }
+}
+
+fn rank_weights(m: &Model, quantization: Quantization, split: Split, e: u128, stage: &Stage) -> (u128, u128) {
     let (mut weights, mut scales) = (0u128, 0u128);
     // memory::inventory: an approximate model's unmodelled checkpoint parameters included.
     for t in crate::memory::inventory(m) {
@@ -1180,7 +1224,7 @@ fn rank_weights(m: &Model, quantization: Quantization, tp: u64, e: u128, stage: 
         if num == 0 {
             continue;
         }
-        let n = rank_numel(m, &t, tp) * t.count as u128 * num / den;
+        let n = rank_numel(m, &t, split) * t.count as u128 * num / den;
         let quantised = matches!(t.role, Role::Linear | Role::Experts);
         let (w, s) = match quantization {
             _ if !quantised => (n * e, 0),
@@ -1227,7 +1271,7 @@ fn cpu_offload(
             "offloading layers of a pre-quantized checkpoint is not modelled yet; drop --cpu-offload-gb to see the rest",
         ));
     }
-    let (outside_w, outside_s) = rank_weights(m, cfg.quantization, cfg.tp, e, &Stage { layers: 0, ..*stage });
+    let (outside_w, outside_s) = rank_weights(m, cfg.quantization, Split::of(cfg), e, &Stage { layers: 0, ..*stage });
     let in_layers = (weights + scales).saturating_sub(outside_w + outside_s);
     let per_layer = in_layers / stage.layers as u128;
     if per_layer == 0 {
@@ -1263,7 +1307,7 @@ fn stage_share(m: &Model, t: &TensorGroup, stage: &Stage) -> (u128, u128) {
 /// Weight and scale bytes on one TP rank of a pre-quantized checkpoint: each tensor's stored
 /// bytes (quant.rs) in the share of its elements the rank holds (vLLM shards qweight, scales
 /// and zeros along the same dimension as the weight).
-fn checkpoint_rank_weights(m: &Model, tp: u64, e: u128) -> Result<(u128, u128, Vec<String>)> {
+fn checkpoint_rank_weights(m: &Model, split: Split, e: u128) -> Result<(u128, u128, Vec<String>)> {
     let q = m.quantization.as_ref().ok_or_else(|| {
         invalid(
             "--quantization",
@@ -1275,7 +1319,7 @@ fn checkpoint_rank_weights(m: &Model, tp: u64, e: u128) -> Result<(u128, u128, V
     let (mut weights, mut scales) = (0u128, 0u128);
     for (t, layer) in crate::quant::layered_tensors(m) {
         let count = t.count as u128;
-        let rank = rank_numel(m, &t, tp) * count;
+        let rank = rank_numel(m, &t, split) * count;
         if plan.quantizes(&t, layer) && t.numel > 0 {
             let whole = plan.stored(&t, e);
             let n = t.numel as u128;
@@ -1358,11 +1402,12 @@ fn cublas_baseline(cfg: &ServeConfig) -> u64 {
 
 /// The profile run's activation peak and where it occurs. Each engine's profiling pass is one
 /// arm of the sampler match.
-fn profile_peak(m: &Model, sampler_kind: Sampler, batched: u64, seqs: u64, tp: u64, e: u128, last: bool) -> (u128, String) {
+fn profile_peak(m: &Model, sampler_kind: Sampler, batched: u64, seqs: u64, split: Split, e: u128, last: bool) -> (u128, String) {
+    let tp = split.tp;
     // Profile run (gpu_model_runner.py profile_run): a forward of max_num_batched_tokens tokens,
     // then the sampler over min(max_num_seqs, tokens) requests while the forward's hidden states
     // are still referenced — on the last pipeline stage only (`if get_pp_group().is_last_rank`).
-    let (fwd, fwd_at) = forward_peak(m, batched, tp, e);
+    let (fwd, fwd_at) = forward_peak_split(m, batched, split, e);
     if !last {
         return (fwd, fwd_at);
     }
@@ -1436,15 +1481,18 @@ const VLLM_DEFAULT_MAX_LEN: u64 = 2048;
 fn serve_notes(m: &Model, cfg: &ServeConfig, non_torch_bytes: u64, cuda_graph: u64, pool: &KvPool) -> Vec<String> {
     let mut notes = Vec::new();
     if cfg.non_torch_memory.is_none() {
-        notes.push(if cfg.tp > 1 && cfg.gpu_nvswitch {
+        let ranks = collective_ranks(m, cfg);
+        notes.push(if ranks > 1 && cfg.gpu_nvswitch {
             format!(
-                "non-torch increase assumed {} MiB at TP ≥ 2 on an NVSwitch GPU: 150 MiB of kernels plus 1.79 GiB of NCCL and custom all-reduce buffers, an empirical figure (Llama-3-8B on H100: 3.58 GiB at TP 2 vs 1.79 GiB at TP 1, vllm-project/vllm#10511); pass --non-torch-memory with the value vLLM logs",
-                non_torch_bytes / MIB
+                "non-torch increase assumed {} MiB at TP ≥ 2{} on an NVSwitch GPU: 150 MiB of kernels plus 1.79 GiB of NCCL and custom all-reduce buffers, an empirical figure (Llama-3-8B on H100: 3.58 GiB at TP 2 vs 1.79 GiB at TP 1, vllm-project/vllm#10511); pass --non-torch-memory with the value vLLM logs",
+                non_torch_bytes / MIB,
+                if cfg.tp == 1 { " (here a MoE model's data-parallel group, taken as a TP group of its size)" } else { "" }
             )
-        } else if cfg.tp > 1 {
+        } else if ranks > 1 {
             format!(
-                "non-torch increase assumed {} MiB at TP ≥ 2: 150 MiB of kernels plus 256 MiB of NCCL buffers, covering the multi-GPU logs without NVSwitch (0.20–0.43 GiB on A100-40GB, RTX 4090, RTX 3090); pass --non-torch-memory with the value vLLM logs",
-                non_torch_bytes / MIB
+                "non-torch increase assumed {} MiB at TP ≥ 2{}: 150 MiB of kernels plus 256 MiB of NCCL buffers, covering the multi-GPU logs without NVSwitch (0.20–0.43 GiB on A100-40GB, RTX 4090, RTX 3090); pass --non-torch-memory with the value vLLM logs",
+                non_torch_bytes / MIB,
+                if cfg.tp == 1 { " (here a MoE model's data-parallel group, taken as a TP group of its size)" } else { "" }
             )
         } else {
             format!(
@@ -1687,7 +1735,8 @@ fn to_u64(x: u128, what: &str) -> Result<u64> {
 }
 
 /// Elements of one tensor of `t` held by one TP rank (vLLM's column/row-parallel layers).
-fn rank_numel(m: &Model, t: &TensorGroup, tp: u64) -> u128 {
+fn rank_numel(m: &Model, t: &TensorGroup, split: Split) -> u128 {
+    let tp = split.tp;
     let tp128 = tp as u128;
     let kv_rank = (m.kv_heads / tp).max(1) as u128 * m.head_dim as u128;
     let name = t.name.as_str();
@@ -1707,6 +1756,13 @@ fn rank_numel(m: &Model, t: &TensorGroup, tp: u64) -> u128 {
         Role::Linear if name.contains("qkv_proj") => (m.q_dim() as u128 / tp128 + 2 * kv_rank) * t.cols as u128,
         // DeepSeek's low-rank down-projections are ReplicatedLinear.
         Role::Linear if name.contains("q_a_proj") || name.contains("kv_a_proj") => t.numel as u128,
+        // A stack of experts: whole experts per GPU under expert parallelism (the busiest GPU
+        // holds the rounded-up share), else every expert sliced over TP × DP.
+        Role::Experts if split.ep => match m.moe.as_ref().map(|moe| moe.experts as u128).filter(|&n| n > 0) {
+            Some(n) => t.numel as u128 / n * n.div_ceil(split.expert_ranks as u128),
+            None => (t.numel as u128).div_ceil(split.expert_ranks as u128),
+        },
+        Role::Experts => (t.numel as u128).div_ceil(split.expert_ranks as u128),
         _ => (t.numel as u128).div_ceil(tp128),
     }
 }
@@ -1714,7 +1770,12 @@ fn rank_numel(m: &Model, t: &TensorGroup, tp: u64) -> u128 {
 /// Peak live bytes of the profile forward over `tokens` tokens on one rank (inference mode,
 /// vLLM's fused kernels), and where it is.
 pub(crate) fn forward_peak(m: &Model, tokens: u64, tp: u64, e: u128) -> (u128, String) {
-    let (t, tp, h) = (tokens as u128, tp as u128, m.hidden as u128);
+    forward_peak_split(m, tokens, Split::tp(tp), e)
+}
+
+/// [`forward_peak`] with the experts spread as `split` spreads them.
+fn forward_peak_split(m: &Model, tokens: u64, split: Split, e: u128) -> (u128, String) {
+    let (t, tp, h) = (tokens as u128, split.tp as u128, m.hidden as u128);
     let q = m.q_dim() as u128 / tp;
     let kv = match m.attention.mla {
         // MLA in vLLM decompresses K and V per head for prefill (kv_b_proj output).
@@ -1733,10 +1794,16 @@ pub(crate) fn forward_peak(m: &Model, tokens: u64, tp: u64, e: u128) -> (u128, S
         Some(moe) if m.moe_layers() > 0 => {
             // fused_moe.py: per chunk of VLLM_FUSED_MOE_CHUNK_SIZE tokens, cache1 [M, k, 2I/tp]
             // (sharing a workspace with cache3 [M, k, h]) and cache2 [M·k, I/tp]; fp32 router logits.
-            let chunk = t.min(MOE_CHUNK as u128);
-            let ei = moe.expert_intermediate as u128 / tp;
+            // Over data-parallel ranks the MoE layer gathers every rank's tokens first (the
+            // allgather_reducescatter dispatch, vLLM's default all2all backend) and slices each
+            // expert over TP × DP, or keeps whole experts under expert parallelism.
+            let dp = (split.expert_ranks / split.tp.max(1)).max(1) as u128;
+            let gathered = t * dp;
+            let chunk = gathered.min(MOE_CHUNK as u128);
+            let ei = if split.ep { moe.expert_intermediate as u128 } else { moe.expert_intermediate as u128 / split.expert_ranks as u128 };
             let k = moe.top_k as u128;
-            let routed = chunk * k * e * ((2 * ei).max(h) + ei) + t * moe.experts as u128 * 4;
+            let routed =
+                chunk * k * e * ((2 * ei).max(h) + ei) + gathered * moe.experts as u128 * 4 + if dp > 1 { gathered * e * h } else { 0 };
             let shared = moe.shared_intermediate as u128 / tp;
             let shared_out = if shared > 0 { t * e * h } else { 0 };
             (t * e * 3 * h + routed + shared_out).max(t * e * (3 * h + 3 * shared))

@@ -613,3 +613,37 @@ fn a_vllm_config_file_is_read_as_vllm_reads_it() {
     std::fs::write(&json_file, "{}").unwrap();
     assert!(fails(&["serve", "-g", "h100", "--", "vllm", "serve", "--config", json_file.to_str().unwrap()], 2).contains(".yaml"));
 }
+
+/// vLLM spreads a MoE model's experts over every TP × DP GPU (fused_moe/config.py
+/// `flatten_tp_across_dp_and_pcp`): data parallelism halves the experts on each GPU while the
+/// attention weights stay whole; expert parallelism keeps whole experts, the busiest GPU the
+/// rounded-up share (expert_map_manager.py `determine_expert_map`).
+#[test]
+fn data_and_expert_parallelism_spread_a_moe_models_experts() {
+    let weights = |extra: &[&str]| {
+        let mut a = vec!["serve", "-m", "qwen3-30b-a3b", "-g", "h100", "--max-model-len", "8192"];
+        a.extend(extra);
+        json(&a)["gpus"][0]["weights_bytes"].as_u64().unwrap()
+    };
+    let (one, dp2, tp2) = (weights(&[]), weights(&["--data-parallel-size", "2"]), weights(&["--tp", "2"]));
+    // Qwen3-30B-A3B: 48 layers × 128 experts × (gate, up, down) of 768 × 2048, in bf16.
+    let experts: u64 = 48 * 128 * 3 * 768 * 2048 * 2;
+    assert_eq!(one - dp2, experts / 2);
+    assert!(dp2 > tp2, "attention and embeddings stay whole on each replica");
+    // 128 experts over 2 GPUs divide evenly; over 3 the busiest GPU holds 43 whole experts.
+    assert_eq!(weights(&["--data-parallel-size", "2", "--enable-expert-parallel"]), dp2);
+    let (ep3, dp3) = (weights(&["--data-parallel-size", "3", "--enable-expert-parallel"]), weights(&["--data-parallel-size", "3"]));
+    assert_eq!(ep3 - (one - experts), experts / 128 * 43);
+    assert!(ep3 > dp3);
+    // Pasted, vLLM's short spellings.
+    let p = pasted(&["serve", "-g", "h100", "--", "vllm", "serve", "qwen3-30b-a3b", "--max-model-len", "8192", "-dp", "3", "-ep"]);
+    assert_eq!(p["gpus"][0]["weights_bytes"].as_u64(), Some(ep3));
+    assert!(p.to_string().contains("43 of the 128"), "{p}");
+    // A dense model's weights do not change with data parallelism.
+    let dense = |extra: &[&str]| {
+        let mut a = vec!["serve", "-m", "llama-3.1-8b", "-g", "h100", "--max-model-len", "8192"];
+        a.extend(extra);
+        json(&a)["gpus"][0]["weights_bytes"].as_u64().unwrap()
+    };
+    assert_eq!(dense(&["--data-parallel-size", "4"]), dense(&[]));
+}

@@ -47,8 +47,14 @@ const VLLM_VALUE: &[(&str, &str)] = &[
     ("--mamba-cache-mode", "--mamba-cache-mode"),
     ("--mamba-ssm-cache-dtype", "--mamba-ssm-cache-dtype"),
 ];
-const VLLM_FLAG: &[&str] =
-    &["--enforce-eager", "--enable-lora", "--enable-prefix-caching", "--no-enable-prefix-caching", "--language-model-only"];
+const VLLM_FLAG: &[&str] = &[
+    "--enforce-eager",
+    "--enable-lora",
+    "--enable-prefix-caching",
+    "--no-enable-prefix-caching",
+    "--language-model-only",
+    "--enable-expert-parallel",
+];
 /// vLLM flags that change no GPU memory vram accounts (network, logging, tokenizer, templates,
 /// loading sources; CUDA graphs are outside vLLM's budget and said in every report).
 const VLLM_NO_MEMORY: &[&str] = &[
@@ -184,7 +190,6 @@ const VLLM_UNMODELLED: &[&str] = &[
     "--spec-method",
     "--spec-model",
     "--spec-tokens",
-    "--enable-expert-parallel",
     "--enable-eplb",
     "--eplb-config",
     "--max-model-len-auto",
@@ -670,6 +675,8 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
                     out.extend([ours.to_string(), v]);
                 } else if VLLM_FLAG.contains(&flag) {
                     out.push(flag.to_string());
+                } else if flag == "-ep" {
+                    out.push("--enable-expert-parallel".into());
                 } else if VLLM_MANY_VALUES.contains(&flag) {
                     let mut v = vec![next(&mut i)?];
                     while inline.is_none() && rest.get(i + 1).is_some_and(|t| !t.starts_with('-')) {

@@ -321,6 +321,7 @@ fn reject_other_engines_flags(a: &ServeArgs, engine: Engine) -> Result<()> {
         [
             given(a.pipeline_parallel_size != 1, "--pipeline-parallel-size"),
             given(a.data_parallel_size != 1, "--data-parallel-size"),
+            given(a.enable_expert_parallel, "--enable-expert-parallel"),
             given(a.cpu_offload_gb.is_some(), "--cpu-offload-gb"),
             given(a.vllm_version.is_some(), "--vllm-version"),
             given(a.cuda_graph_memory.is_some(), "--cuda-graph-memory"),
@@ -512,6 +513,8 @@ pub fn vllm(a: &ServeArgs, mut model: Model) -> Result<VllmServe> {
         gpu_memory_utilization: a.gpu_memory_utilization.unwrap_or(vllm_version.default_gpu_memory_utilization()),
         tp: a.tp,
         pp: a.pipeline_parallel_size,
+        dp: a.data_parallel_size,
+        expert_parallel: a.enable_expert_parallel,
         vllm_version,
         cuda_graph_memory: a.cuda_graph_memory.as_deref().map(|s| resolve::size("--cuda-graph-memory", s)).transpose()?,
         max_model_len: match a.max_model_len {
@@ -550,17 +553,37 @@ pub fn vllm(a: &ServeArgs, mut model: Model) -> Result<VllmServe> {
     if let Some(c) = &a.cuda_context {
         config.cuda_context = resolve::size("--cuda-context", c)?;
     }
-    let mut report = serve(&model, &config)?;
     let dp = a.data_parallel_size;
     if dp == 0 || dp > 4096 {
         return Err(UsageError(format!("--data-parallel-size {dp}: must be between 1 and 4096")).into());
     }
+    let mut report = serve(&model, &config)?;
+    let moe = model.moe.as_ref().map(|m| m.experts).filter(|&n| n > 0);
     if dp > 1 {
         report.notes.push(format!(
-            "--data-parallel-size {dp}: {dp} independent replicas of this {}-GPU group ({} GPUs in all); the figures are per GPU and per replica — requests spread over the replicas, so {dp}× the concurrency below",
+            "--data-parallel-size {dp}: {dp} replicas of this {}-GPU group ({} GPUs in all), each with its own attention weights and KV cache; the figures are per GPU — requests spread over the replicas, so {dp}× the concurrency below{}",
             config.tp * config.pp,
-            dp * config.tp * config.pp
+            dp * config.tp * config.pp,
+            if moe.is_some() {
+                format!(
+                    "; the experts are spread over all {} TP × DP GPUs, as vLLM spreads them (fused_moe/config.py flatten_tp_across_dp_and_pcp), and each MoE layer gathers the {dp} replicas' tokens in the profile run (modelled, not checked against a log)",
+                    config.tp * dp
+                )
+            } else {
+                String::new()
+            }
         ));
+    }
+    match (a.enable_expert_parallel, moe) {
+        (true, None) => report.notes.push("--enable-expert-parallel: the model has no routed experts, so it changes nothing".into()),
+        (true, Some(n)) => {
+            let ranks = config.tp * dp;
+            report.notes.push(format!(
+                "--enable-expert-parallel: each of the {ranks} TP × DP GPUs holds whole experts, {} of the {n} on the busiest (fused_moe/expert_map_manager.py determine_expert_map), with vLLM's default allgather_reducescatter dispatch; other --all2all-backend kernels (DeepEP, pplx) add communication buffers vram does not model",
+                n.div_ceil(ranks)
+            ));
+        }
+        _ => {}
     }
     Ok(VllmServe { model, gpu: g, config, report })
 }

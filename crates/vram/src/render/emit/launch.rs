@@ -115,6 +115,7 @@ pub fn vllm(a: &ServeArgs, model: &str) -> Launch {
     push(&mut f, a.tp != 1, "--tensor-parallel-size", a.tp);
     push(&mut f, a.pipeline_parallel_size != 1, "--pipeline-parallel-size", a.pipeline_parallel_size);
     push(&mut f, a.data_parallel_size != 1, "--data-parallel-size", a.data_parallel_size);
+    switch(&mut f, a.enable_expert_parallel, "--enable-expert-parallel");
     match a.max_model_len {
         Some(MaxModelLen::Tokens(n)) => f.push(Flag::new("--max-model-len", n)),
         Some(MaxModelLen::Auto) => f.push(Flag::new("--max-model-len", "auto")),
@@ -229,6 +230,9 @@ pub fn llama_server(a: &ServeArgs, model: &str) -> Launch {
     push(&mut f, a.fit_ctx.is_some(), "-fitc", a.fit_ctx.unwrap_or(0));
     push(&mut f, a.parallel.is_some(), "-np", a.parallel.unwrap_or(0));
     switch(&mut f, a.kv_unified, "--kv-unified");
+    switch(&mut f, a.no_kv_unified, "--no-kv-unified");
+    switch(&mut f, a.swa_full, "--swa-full");
+    switch(&mut f, a.no_op_offload, "--no-op-offload");
     push(&mut f, a.batch_size.is_some(), "-b", a.batch_size.unwrap_or(0));
     push(&mut f, a.ubatch_size != 512, "-ub", a.ubatch_size);
     switch(&mut f, a.no_mmap, "--no-mmap");
