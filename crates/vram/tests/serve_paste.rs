@@ -578,6 +578,24 @@ fn pasted_llama_server_memory_switches_are_read() {
     assert_eq!(pasted(&visible)["split"], two["split"]);
     visible.extend(["-dev", "CUDA0"]);
     assert_eq!(pasted(&visible)["split"]["plan"]["devices"].as_array().map(Vec::len), Some(1));
+    // LLAMA_ARG_* variables (llama.cpp's Docker images) are read as their flags, before the
+    // command line's.
+    let env = pasted(&[
+        "serve",
+        "-g",
+        "h100",
+        "--",
+        &format!("LLAMA_ARG_MODEL={gemma}"),
+        "LLAMA_ARG_CTX_SIZE=65536",
+        "LLAMA_ARG_N_GPU_LAYERS=99",
+        "LLAMA_ARG_SWA_FULL=1",
+        "LLAMA_ARG_PORT=8080",
+        "llama-server",
+        "-c",
+        "32768",
+    ]);
+    assert_eq!(env["plan"], full["plan"]);
+    assert!(!env.to_string().contains("NOT UNDERSTOOD"), "{env}");
     // A repeated flag keeps its last value, as llama.cpp's parser does.
     let again = run(&gemma, &["-fa", "on", "--flash-attn", "off"]);
     assert_eq!(again["config"]["flash_attn"], false);

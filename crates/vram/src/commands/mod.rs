@@ -3,6 +3,7 @@
 pub mod estimate;
 pub mod fit;
 pub mod lists;
+mod llama_env;
 pub mod measure;
 mod paste;
 pub mod plan;

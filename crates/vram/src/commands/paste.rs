@@ -594,6 +594,23 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
         Engine::Vllm => with_config_file(rest)?,
         _ => (rest, None),
     };
+    // llama.cpp reads its LLAMA_ARG_* variables first, so the command line's flags win.
+    let (env, rest) = match engine {
+        Engine::LlamaCpp => {
+            let mut from_env = Vec::new();
+            let mut kept = Vec::new();
+            for e in env {
+                let (k, v) = e.split_once('=').expect("split_env keeps NAME=value only");
+                match super::llama_env::flags(k, v) {
+                    Some(f) => from_env.extend(f),
+                    None => kept.push(e.clone()),
+                }
+            }
+            from_env.extend(rest);
+            (kept, from_env)
+        }
+        _ => (env.to_vec(), rest),
+    };
     let mut out: Vec<String> = Vec::new();
     let (mut ignored, mut unknown) = (Vec::new(), Vec::new());
     let mut kv: [Option<String>; 2] = [None, None];
@@ -829,7 +846,7 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
     }
     // vLLM's own environment switches that change its profile run: the model runner and, on
     // releases that still have it, the V0 engine (vllm/envs.py).
-    let mut env: Vec<String> = env.to_vec();
+    let mut env: Vec<String> = env;
     if matches!(engine, Engine::Vllm) {
         env.retain(|e| {
             let (k, v) = e.split_once('=').expect("split_env keeps NAME=value only");
