@@ -325,6 +325,20 @@ pub fn size(flag: &str, s: &str) -> Result<u64> {
     Ok(parse_size(s)?)
 }
 
+/// A size that may be nothing (`--cuda-graph-memory 0`): zero, bare or with a unit, is the same
+/// in every unit; anything else is [`size`].
+pub fn size_or_zero(flag: &str, s: &str) -> Result<u64> {
+    let t = s.trim();
+    let unit = t.trim_start_matches(['0', '.', '_']);
+    let zero = unit.len() < t.len()
+        && !unit.starts_with(|c: char| c.is_ascii_digit())
+        && (unit.is_empty() || parse_size(&format!("1{unit}")).is_ok());
+    if zero {
+        return Ok(0);
+    }
+    size(flag, s)
+}
+
 /// `--gpu`: a catalogue name, or a size with its unit.
 pub fn gpu(s: &str) -> Result<Gpu> {
     if s.contains(',') {

@@ -665,3 +665,37 @@ fn data_and_expert_parallelism_spread_a_moe_models_experts() {
     };
     assert_eq!(dense(&["--data-parallel-size", "4"]), dense(&[]));
 }
+
+/// `VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0` keeps the CUDA-graph estimate off the KV budget
+/// (vllm/v1/worker/gpu_worker.py), as `--cuda-graph-memory 0` does; zero needs no unit, a
+/// fraction of one does.
+#[test]
+fn the_cuda_graph_estimate_can_be_switched_off() {
+    let graph = |v: &serde_json::Value| v["gpus"][0]["cuda_graph_estimate_bytes"].as_u64();
+    let env = pasted(&[
+        "serve",
+        "-g",
+        "h100",
+        "--",
+        "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0",
+        "vllm",
+        "serve",
+        "llama-3.1-8b",
+        "--max-model-len",
+        "8192",
+    ]);
+    assert_eq!(graph(&env), Some(0));
+    assert!(!env.to_string().contains("NOT UNDERSTOOD"), "{env}");
+    for (text, bytes) in [("0", Some(0)), ("0GiB", Some(0)), ("0.5GiB", Some(1 << 29))] {
+        let v = json(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--max-model-len", "8192", "--cuda-graph-memory", text]);
+        assert_eq!(graph(&v), bytes, "{text}");
+    }
+    assert_eq!(
+        env["gpus"][0]["kv_cache_bytes"],
+        json(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--max-model-len", "8192", "--cuda-graph-memory", "0"])["gpus"][0]
+            ["kv_cache_bytes"]
+    );
+    for bad in ["0x", "5"] {
+        fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--cuda-graph-memory", bad], 2);
+    }
+}

@@ -861,6 +861,13 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
                     out.extend(["--vllm-engine".into(), if on { "v1" } else { "v0" }.into()]);
                     false
                 }
+                // gpu_worker.py: the CUDA-graph estimate is taken off the KV budget only while
+                // this is set (default 1).
+                "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS" if off => {
+                    out.extend(["--cuda-graph-memory".into(), "0".into()]);
+                    false
+                }
+                "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS" if on => false,
                 _ => true,
             }
         });

@@ -516,7 +516,7 @@ pub fn vllm(a: &ServeArgs, mut model: Model) -> Result<VllmServe> {
         dp: a.data_parallel_size,
         expert_parallel: a.enable_expert_parallel,
         vllm_version,
-        cuda_graph_memory: a.cuda_graph_memory.as_deref().map(|s| resolve::size("--cuda-graph-memory", s)).transpose()?,
+        cuda_graph_memory: a.cuda_graph_memory.as_deref().map(|s| resolve::size_or_zero("--cuda-graph-memory", s)).transpose()?,
         max_model_len: match a.max_model_len {
             Some(MaxModelLen::Tokens(n)) => Some(n),
             _ => None,
@@ -528,7 +528,7 @@ pub fn vllm(a: &ServeArgs, mut model: Model) -> Result<VllmServe> {
         block_size: a.block_size,
         max_num_batched_tokens: a.max_num_batched_tokens,
         max_num_seqs: a.max_num_seqs,
-        non_torch_memory: a.non_torch_memory.as_deref().map(|s| resolve::size("--non-torch-memory", s)).transpose()?,
+        non_torch_memory: a.non_torch_memory.as_deref().map(|s| resolve::size_or_zero("--non-torch-memory", s)).transpose()?,
         enforce_eager: a.enforce_eager,
         engine: vllm_engine(&a.vllm_engine)?,
         model_runner: a.model_runner.as_deref().map(vram_core::serve::ModelRunner::parse).transpose()?,
