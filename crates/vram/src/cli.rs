@@ -543,13 +543,13 @@ pub struct ServeArgs {
     /// stage with the fewest KV blocks is reported.
     #[arg(long, alias = "pp", default_value_t = 1)]
     pub pipeline_parallel_size: u64,
-    /// vLLM `--data-parallel-size` / `-dp`: replicas of the TP×PP group, each with its own
+    /// vLLM `--data-parallel-size` / `-dp` (typed here `--dp`): replicas of the TP×PP group, each with its own
     /// attention weights and KV cache; a MoE model's experts are spread over all TP×DP GPUs.
     /// GPUs and concurrency multiply.
     #[arg(long, alias = "dp", default_value_t = 1)]
     pub data_parallel_size: u64,
-    /// vLLM `--enable-expert-parallel` / `-ep`: each of the TP×DP GPUs holds whole experts of a
-    /// MoE model instead of a slice of every expert.
+    /// vLLM `--enable-expert-parallel` / `-ep` (typed here `--ep`): each of the TP×DP GPUs holds
+    /// whole experts of a MoE model instead of a slice of every expert.
     #[arg(long, alias = "ep")]
     pub enable_expert_parallel: bool,
     /// vLLM `--cpu-offload-gb`: GiB of weights per GPU moved to pinned host memory (whole
