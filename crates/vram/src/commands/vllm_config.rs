@@ -1,6 +1,7 @@
 //! vLLM's `--config FILE.yaml` (vllm/utils/argparse_utils.py `load_config_file`): each top-level
 //! key becomes a flag, in the order the file gives them. `true` is the bare switch, `false` its
-//! `--no-` form (or nothing), a list the flag followed by its items, a mapping one JSON argument
+//! `--no-` form (vLLM adds it only where its parser has one; vram always writes it, and the paste
+//! lists a `--no-` form it does not know as not understood), a list the flag followed by its items, a mapping one JSON argument
 //! (`compilation-config: {cudagraph_mode: NONE}` → `--compilation-config '{"cudagraph_mode":"NONE"}'`),
 //! anything else its text.
 //!
@@ -75,7 +76,8 @@ pub fn args(path: &str, text: &str) -> Result<Vec<String>> {
         let flag = format!("--{key}");
         match value {
             Value::Bool(true) => out.push(flag),
-            // vLLM adds `--no-KEY` where the parser has it; a false switch is otherwise its default.
+            // vLLM adds `--no-KEY` where its parser has it; the paste reads the ones vram knows and
+            // lists the rest as not understood, never dropped.
             Value::Bool(false) => out.push(format!("--no-{key}")),
             Value::Null => {}
             Value::List(items) if items.is_empty() => {}
