@@ -10,9 +10,19 @@ rustup target add wasm32-unknown-unknown >/dev/null 2>&1 || rustup target list -
   echo "error: cannot install the wasm32-unknown-unknown target (rustup target add wasm32-unknown-unknown)" >&2
   exit 1
 }
-export CARGO_PROFILE_RELEASE_OPT_LEVEL=s CARGO_PROFILE_RELEASE_LTO=true CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1 \
-  CARGO_PROFILE_RELEASE_STRIP=true CARGO_PROFILE_RELEASE_PANIC=abort
-cargo build --release --locked -p vram-wasm --target wasm32-unknown-unknown
 target_dir="${CARGO_TARGET_DIR:-$root/target}"
-cp "$target_dir/wasm32-unknown-unknown/release/vram_wasm.wasm" web/vram.wasm
+# Clippy runs on the host build (.ci/run sets it as the workspace's rustc wrapper); the wasm32
+# build is compiled by plain rustc, as `cargo clippy` never looked at that target.
+unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
+# VRAM_WEB_PROFILE=dev: an unoptimised .wasm of the same code (CI's browser test: minutes less
+# to compile; larger and slower, never shipped). The default is the small release build.
+if [[ ${VRAM_WEB_PROFILE:-release} == dev ]]; then
+  cargo build --locked -p vram-wasm --target wasm32-unknown-unknown
+  cp "$target_dir/wasm32-unknown-unknown/debug/vram_wasm.wasm" web/vram.wasm
+else
+  export CARGO_PROFILE_RELEASE_OPT_LEVEL=s CARGO_PROFILE_RELEASE_LTO=true CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1 \
+    CARGO_PROFILE_RELEASE_STRIP=true CARGO_PROFILE_RELEASE_PANIC=abort
+  cargo build --release --locked -p vram-wasm --target wasm32-unknown-unknown
+  cp "$target_dir/wasm32-unknown-unknown/release/vram_wasm.wasm" web/vram.wasm
+fi
 echo "web/vram.wasm: $(wc -c < web/vram.wasm) bytes"

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 # The family tests are the ones that hold a point through support/gpu_points.rs.
 tests=$(grep -l -E 'gpu_points::hold|family_table::(error_of|lora_error)' crates/vram-core/tests/*.rs | xargs -n1 basename | sed 's/\.rs$//')
 for t in $tests; do
-    cargo test -q -p vram-core --test "$t" -- --nocapture 2>/dev/null | awk -v t="$t" '{ for (i = 1; i < NF; i++) if ($i == "H100") { v = $(i + 1); sub("%", "", v); print t, v; break } }'
+    cargo test -q -p vram-core --test all "$t::" -- --nocapture 2>/dev/null | awk -v t="$t" '{ for (i = 1; i < NF; i++) if ($i == "H100") { v = $(i + 1); sub("%", "", v); print t, v; break } }'
 done | python3 -c '
 import collections, statistics, sys
 rows = [line.split() for line in sys.stdin]

@@ -8,6 +8,7 @@
 # Environment: PYTHON (interpreter for the venvs, default python3), VRAM_PY_WORK (scratch
 # directory, default a new /tmp/vram-py.XXXXXX), VRAM_TORCH_PYTHON (an interpreter that has
 # torch + transformers: the Trainer-callback tests run with it; without it they skip, loudly),
+# VRAM_WHEEL_PROFILE (cargo profile of the wheel: release, the default, or dev),
 # CARGO_TARGET_DIR as for cargo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,9 +30,12 @@ step "the vram binary the tests compare with (cargo build -p vram)"
 cargo build --quiet -p vram --locked
 export VRAM_BIN="${CARGO_TARGET_DIR:-$repo/target}/debug/vram"
 
-step "the wheel (maturin build --release)"
+# VRAM_WHEEL_PROFILE=dev builds the wheel unoptimised (CI: the same code, a fraction of the compile
+# time, and the dev artifacts of `cargo test` are reused); the default is the release wheel.
+profile=${VRAM_WHEEL_PROFILE:-release}
+step "the wheel (maturin build --profile $profile)"
 rm -rf "$work/wheels"
-"$work/build/bin/maturin" build --quiet --release --locked -o "$work/wheels"
+"$work/build/bin/maturin" build --quiet --profile "$profile" --locked -o "$work/wheels"
 wheel=$(ls "$work"/wheels/vram-*-abi3-*.whl)
 echo "  $(basename "$wheel")"
 

@@ -10,7 +10,7 @@
 //! held to the same bar. No per-model factors.
 //!
 //! The README's LoRA accuracy table is generated from the same data;
-//! `VRAM_UPDATE_README=1 cargo test -p vram-core --test lora_validation` rewrites it.
+//! `VRAM_UPDATE_README=1 cargo test -p vram-core --test all lora_validation::` rewrites it.
 
 #[path = "support/readme.rs"]
 mod readme;

@@ -1,6 +1,6 @@
 //! The README's "full fine-tune vs LoRA vs QLoRA" table for Llama-3.1-8B on one RTX 4090,
 //! generated from the estimator (never typed by hand). `VRAM_UPDATE_README=1 cargo test -p
-//! vram-core --test peft_table` rewrites it.
+//! vram-core --test all peft_table::` rewrites it.
 
 #[path = "support/readme.rs"]
 mod readme;

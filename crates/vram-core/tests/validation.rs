@@ -7,7 +7,7 @@
 //! stay within: median |error| ≤ 3%, 95th percentile ≤ 8%, worst ≤ 15%. No per-model factors.
 //!
 //! The README's accuracy tables are generated from the same data; when they drift this test
-//! fails and prints the new tables. `VRAM_UPDATE_README=1 cargo test -p vram-core --test validation`
+//! fails and prints the new tables. `VRAM_UPDATE_README=1 cargo test -p vram-core --test all validation::`
 //! rewrites them.
 
 #[path = "support/readme.rs"]

@@ -330,7 +330,8 @@ pub fn size(flag: &str, s: &str) -> Result<u64> {
 pub fn size_or_zero(flag: &str, s: &str) -> Result<u64> {
     let t = s.trim();
     let unit = t.trim_start_matches(['0', '.', '_']);
-    let zero = unit.len() < t.len()
+    // The stripped prefix must hold a 0: "." or "_" alone is not a number.
+    let zero = t[..t.len() - unit.len()].contains('0')
         && !unit.starts_with(|c: char| c.is_ascii_digit())
         && (unit.is_empty() || parse_size(&format!("1{unit}")).is_ok());
     if zero {

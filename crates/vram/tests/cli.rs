@@ -430,13 +430,22 @@ fn run_forwards_signals_and_still_reports() {
     use std::process::{Command, Stdio};
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("r.json");
+    let ready = dir.path().join("ready");
+    // The command says when its trap is set (a file); a fixed sleep was too short on a loaded machine.
+    let script = format!("trap 'exit 42' TERM; touch '{}'; sleep 30 & wait $!", ready.display());
     let mut child = Command::new(assert_cmd::cargo::cargo_bin("vram"))
-        .args(["run", "--interval", "20ms", "--out", out.to_str().unwrap(), "--", "sh", "-c", "trap 'exit 42' TERM; sleep 5 & wait $!"])
+        .args(["run", "--interval", "20ms", "--out", out.to_str().unwrap(), "--", "sh", "-c", &script])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(400));
+    let waited = std::time::Instant::now();
+    while !ready.exists() {
+        assert!(waited.elapsed() < std::time::Duration::from_secs(60), "the command never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // vram installs its forwarding right after the spawn; give it a moment past the child's start.
+    std::thread::sleep(std::time::Duration::from_millis(300));
     let killed = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
     assert!(killed.success());
     let status = child.wait().unwrap();
@@ -542,7 +551,7 @@ fn tune_kills_a_trial_past_its_timeout_and_checks_its_command() {
             "-c",
             "sleep 30 # {batch}",
         ])
-        .timeout(std::time::Duration::from_secs(20))
+        .timeout(std::time::Duration::from_secs(120)) // a guard against a hang; the trial's own time is checked below
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "no batch chosen: {}", String::from_utf8_lossy(&out.stderr));

@@ -55,13 +55,39 @@ fn idle_and_slow_clients_do_not_hold_up_a_scrape() {
 
 #[test]
 fn connections_beyond_the_bound_are_turned_away_at_once() {
-    let (mut child, addr) = serving(4);
-    let idle: Vec<TcpStream> = (0..40).map(|_| TcpStream::connect(&addr).unwrap()).collect();
-    std::thread::sleep(Duration::from_millis(200));
+    let (mut child, addr) = serving(60);
+    let mut idle: Vec<TcpStream> = (0..40).map(|_| TcpStream::connect(&addr).unwrap()).collect();
+    // The served ones get a byte every 300 ms (never a whole request), so none reaches the 2 s read
+    // timeout and frees its place however slowly this machine accepts the forty (a fixed 200 ms
+    // wait was not enough on a loaded CI machine: the first had timed out before the scrape came).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Only to the ones served (accepted in order, the first BOUND): the rest are answered 503 at
+    // once and closed, and bytes sent after that would only reset them.
+    const BOUND: usize = 32; // vram's metrics::MAX_CONNECTIONS
+    let mut drip: Vec<TcpStream> = idle[..BOUND].iter().map(|s| s.try_clone().unwrap()).collect();
+    let dripping = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                for s in &mut drip {
+                    let _ = s.write_all(b"x");
+                }
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        })
+    };
+    // The last of the forty is beyond the bound: its 503 says the accept loop has reached it.
+    let last = idle.last_mut().unwrap();
+    last.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut turned_away = String::new();
+    let _ = last.read_to_string(&mut turned_away);
+    assert!(turned_away.starts_with("HTTP/1.1 503"), "{turned_away}");
     let t = Instant::now();
     let resp = scrape(&addr);
     assert!(resp.starts_with("HTTP/1.1 503"), "{resp}");
     assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    dripping.join().unwrap();
     drop(idle);
     let _ = child.kill();
     let _ = child.wait();

@@ -1,6 +1,6 @@
 //! Every README example is real output: a fenced block whose first line is `$ vram …` must be
 //! exactly what that command prints today. Numbers move when the model improves, so
-//! `VRAM_UPDATE_README=1 cargo test -p vram --test readme` rewrites the blocks from the binary;
+//! `VRAM_UPDATE_README=1 cargo test -p vram --test all readme::` rewrites the blocks from the binary;
 //! review the diff like code.
 
 mod util;
@@ -80,7 +80,7 @@ fn readme_examples_are_real_output() {
     }
     assert!(
         stale.is_empty(),
-        "README examples differ from the binary's output (run `VRAM_UPDATE_README=1 cargo test -p vram --test readme` and review the diff):\n{}",
+        "README examples differ from the binary's output (run `VRAM_UPDATE_README=1 cargo test -p vram --test all readme::` and review the diff):\n{}",
         stale.join("\n")
     );
 }

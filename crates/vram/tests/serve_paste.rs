@@ -695,7 +695,7 @@ fn the_cuda_graph_estimate_can_be_switched_off() {
         json(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--max-model-len", "8192", "--cuda-graph-memory", "0"])["gpus"][0]
             ["kv_cache_bytes"]
     );
-    for bad in ["0x", "5"] {
+    for bad in ["0x", "5", ".", "_", "._GiB"] {
         fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--cuda-graph-memory", bad], 2);
     }
 }

@@ -11,9 +11,36 @@ pub fn sync_section(begin: &str, end: &str, generated: &str, what: &str) {
     let (Some(a), Some(b)) = (readme.find(begin), readme.find(end)) else { panic!("README.md lacks the {what} markers {begin} … {end}") };
     if readme[a + begin.len()..b] != *generated {
         if std::env::var_os("VRAM_UPDATE_README").is_some() {
+            // The tests share one binary and run in parallel: take a lock file so that two
+            // sections' read-modify-write cannot lose one another's update; re-read under it.
+            let _lock = ReadmeLock::take();
+            let readme = std::fs::read_to_string(&path).unwrap();
+            let (a, b) = (readme.find(begin).unwrap(), readme.find(end).unwrap());
             std::fs::write(&path, format!("{}{begin}{generated}{}", &readme[..a], &readme[b..])).unwrap();
         } else {
             panic!("README {what} is stale; rerun with VRAM_UPDATE_README=1. Generated:\n{generated}");
         }
+    }
+}
+
+/// A lock file in cargo's per-test scratch directory, held while the README is rewritten.
+struct ReadmeLock(std::path::PathBuf);
+
+impl ReadmeLock {
+    fn take() -> Self {
+        let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("readme.lock");
+        for _ in 0..6000 {
+            if std::fs::OpenOptions::new().write(true).create_new(true).open(&path).is_ok() {
+                return ReadmeLock(path);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("{} held for a minute: remove it if no test is running", path.display());
+    }
+}
+
+impl Drop for ReadmeLock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
     }
 }

@@ -17,8 +17,11 @@ pub const GRACE: Duration = Duration::from_millis(500);
 /// How long SIGTERM gets before SIGKILL.
 pub const TERM_WAIT: Duration = Duration::from_secs(1);
 /// How long vram waits for a pipe's last bytes once the command's group is gone; a process that
-/// escaped the group (setsid) may hold it open for ever.
-pub const PIPE_WAIT: Duration = Duration::from_millis(500);
+/// escaped the group (setsid) may hold it open for ever. The pipe normally closes at once; the
+/// wait only bounds that escaped case. 500 ms can lose a trial's last lines (its peak report) when a
+/// loaded machine does not schedule the reader in time: the likely cause of a loaded CI run's
+/// `vram tune` choosing batch 29 of about 62 (cli::tune_finds_the_batch_with_a_real_child).
+pub const PIPE_WAIT: Duration = Duration::from_secs(5);
 
 /// Start `cmd` as the leader of a new process group (so a terminal's Ctrl-C reaches vram only,
 /// and the whole job can be signalled at once).
