@@ -187,6 +187,9 @@ fn start_metrics(addr: Option<&str>) -> Result<Option<crate::metrics::Latest>> {
 
 /// The running command's process group, for the signal thread (0: none).
 static CHILD: AtomicI32 = AtomicI32::new(0);
+/// A signal that came before the command's group existed (0: none); whichever of the signal
+/// thread and `Job::start` swaps it out first delivers it, so it is delivered exactly once.
+static PENDING: AtomicI32 = AtomicI32::new(0);
 /// After forwarding a terminating signal, how long the command gets before its group is killed.
 const KILL_AFTER: Duration = Duration::from_secs(10);
 
@@ -201,10 +204,23 @@ struct Job {
 
 impl Job {
     fn start(command: &[String], env: &[(String, String)]) -> Result<Job> {
-        let mut child = child::spawn_env(command, env, Stdio::inherit(), Stdio::inherit(), Stdio::piped())?;
+        // Forwarding first: a signal in the window before the command exists is held (PENDING)
+        // and delivered once its group does, rather than ending vram and orphaning the command.
+        let signals = forward_signals()?;
+        let spawned = child::spawn_env(command, env, Stdio::inherit(), Stdio::inherit(), Stdio::piped());
+        let mut child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                signals.close();
+                return Err(e);
+            }
+        };
         let pgid = child.id() as i32;
         CHILD.store(pgid, Ordering::SeqCst);
-        let signals = forward_signals()?;
+        let held = PENDING.swap(0, Ordering::SeqCst);
+        if held != 0 {
+            child::signal_group(pgid, held);
+        }
         // Tee the child's stderr byte for byte as it comes (a `\r` progress bar shows live) and
         // watch it for an out-of-memory message.
         let oom: Arc<Mutex<oom::Scanner>> = Arc::default();
@@ -242,21 +258,31 @@ fn forward_signals() -> Result<signal_hook::iterator::Handle> {
     std::thread::spawn(move || {
         let mut asked = false;
         for s in sig.forever() {
+            let name = child::signal_name(s).unwrap_or("a signal");
+            let send = if terminating.contains(&s) && asked { libc::SIGKILL } else { s };
+            // Held for the command if it is not started yet (see PENDING), else sent now.
+            PENDING.store(send, Ordering::SeqCst);
             let group = CHILD.load(Ordering::SeqCst);
+            if group != 0 && PENDING.swap(0, Ordering::SeqCst) != 0 {
+                child::signal_group(group, send);
+            }
             if !terminating.contains(&s) {
-                child::signal_group(group, s);
                 continue;
             }
-            child::signal_group(group, if asked { libc::SIGKILL } else { s });
-            if !asked {
-                asked = true;
-                std::thread::spawn(move || {
-                    std::thread::sleep(KILL_AFTER);
-                    if CHILD.load(Ordering::SeqCst) == group {
-                        child::signal_group(group, libc::SIGKILL);
-                    }
-                });
+            if asked {
+                eprintln!("vram: a second {name}: killing the command's process group (SIGKILL)");
+                continue;
             }
+            asked = true;
+            eprintln!("vram: {name} passed on to the command; a second one, or {} s without an exit, kills it", KILL_AFTER.as_secs());
+            std::thread::spawn(move || {
+                std::thread::sleep(KILL_AFTER);
+                let group = CHILD.load(Ordering::SeqCst);
+                if group != 0 {
+                    eprintln!("vram: the command did not end {} s after {name}: killing its process group (SIGKILL)", KILL_AFTER.as_secs());
+                    child::signal_group(group, libc::SIGKILL);
+                }
+            });
         }
     });
     Ok(handle)

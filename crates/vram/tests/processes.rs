@@ -135,29 +135,22 @@ fn tune_names_the_signal_a_trial_died_of() {
 
 #[test]
 fn tune_ends_on_sigterm_with_128_plus_the_signal() {
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("pid");
+    // The trial writes its background process's pid once it runs: the signal goes after that
+    // event, not after a fixed sleep that a loaded machine may not have reached the trial by.
+    let script = format!("sleep 600 & echo $! > {}; sleep 600 # {{batch}}", pidfile.display());
     let mut child = Command::new(assert_cmd::cargo::cargo_bin("vram"))
-        .args([
-            "tune",
-            "-m",
-            "gpt2",
-            "-s",
-            "256",
-            "-g",
-            "24GiB",
-            "--measure",
-            "child-report",
-            "--",
-            "sh",
-            "-c",
-            "sleep 600 & sleep 600 # {batch}",
-        ])
+        .args(["tune", "-m", "gpt2", "-s", "256", "-g", "24GiB", "--measure", "child-report", "--", "sh", "-c", &script])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    let background = pid_in(&pidfile);
     signal(&child, "TERM");
-    assert_eq!(wait_bounded(&mut child, Duration::from_secs(10)), Some(128 + 15));
+    // A hang guard, not a speed test: without the stop the trial would run for 600 s.
+    assert_eq!(wait_bounded(&mut child, LIMIT), Some(128 + 15));
+    assert!(!running(background), "the trial's whole group was ended");
 }
 
 fn signal(child: &Child, sig: &str) {
@@ -186,27 +179,70 @@ fn run_returns_when_the_command_exits_and_ends_what_it_left_behind() {
     let t = Instant::now();
     let script = format!("sleep 600 & echo $! > {}; exit 0", pidfile.display());
     let out = bounded(&["run", "--interval", "20ms", "--", "sh", "-c", &script], &[]);
-    assert!(t.elapsed() < Duration::from_secs(10), "took {:?}", t.elapsed());
+    let took = t.elapsed();
+    assert!(took < Duration::from_secs(20), "vram waited on what the command left behind: {took:?}");
     assert_eq!(out.code, Some(0));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("exited with code 0 after 0."), "the command's own duration: {err}");
+    // The command's own duration, not the leftovers' clean-up (GRACE, then SIGTERM) after it.
+    let secs: f64 = err
+        .split("exited with code 0 after ")
+        .nth(1)
+        .and_then(|r| r.split(|c: char| !(c.is_ascii_digit() || c == '.')).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no duration: {err}"));
+    assert!(secs < took.as_secs_f64() - 0.4, "{secs} s reported of {took:?}: {err}");
     assert!(err.contains("left processes running in its group"), "{err}");
     assert!(!running(pid_in(&pidfile)));
 }
 
 #[test]
 fn run_ends_on_a_second_sigterm_when_the_command_ignores_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("ready");
+    let script = format!("trap '' TERM; echo $$ > {}; sleep 600", ready.display());
     let mut child = Command::new(assert_cmd::cargo::cargo_bin("vram"))
-        .args(["run", "--interval", "20ms", "--", "sh", "-c", "trap '' TERM; sleep 600"])
+        .args(["run", "--interval", "20ms", "--", "sh", "-c", &script])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    let lines = stderr_lines(&mut child);
+    pid_in(&ready);
     signal(&child, "TERM");
-    std::thread::sleep(Duration::from_millis(300));
+    // The second signal goes once vram says it passed the first on (two signals sent together
+    // could merge into one pending signal).
+    let first = wait_for_line(&lines, "SIGTERM passed on to the command");
     signal(&child, "TERM");
-    assert_eq!(wait_bounded(&mut child, Duration::from_secs(10)), Some(128 + 9), "killed, and vram says so");
+    let code = wait_bounded(&mut child, LIMIT);
+    let second = wait_for_line(&lines, "a second SIGTERM: killing");
+    assert_eq!(code, Some(128 + 9), "killed, and vram says so: {first} / {second}");
+}
+
+/// The lines vram writes to stderr, as they come.
+fn stderr_lines(child: &mut Child) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in err.lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// The first line containing `what`, waiting at most LIMIT for it.
+fn wait_for_line(lines: &std::sync::mpsc::Receiver<String>, what: &str) -> String {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        match lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(l) if l.contains(what) => return l,
+            Ok(_) => {}
+            Err(e) => panic!("vram did not say `{what}` within {LIMIT:?}: {e}"),
+        }
+    }
 }
 
 #[test]
