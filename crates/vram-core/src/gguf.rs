@@ -356,6 +356,7 @@ pub fn parse_with(bytes: &[u8], file: &str, file_len: Option<u64>) -> Result<Par
 /// model and token count. Everything else (merges, scores, unknown keys) is skipped unread.
 fn keep_key(key: &[u8], arch: Option<&[u8]>) -> bool {
     key.starts_with(b"general.")
+        || key.starts_with(b"adapter.")
         || key == b"tokenizer.ggml.tokens"
         || key == b"tokenizer.ggml.model"
         || arch.is_some_and(|a| key.len() > a.len() && key.starts_with(a) && key[a.len()] == b'.')
@@ -788,6 +789,12 @@ pub struct LlamaCppPlan {
     pub cpu_state_bytes: u64,
     /// Compute buffer in VRAM ("CUDA0 compute buffer size"), modelled.
     pub gpu_compute_bytes: u64,
+    /// `--lora` adapters' matrices in VRAM ("CUDA0 LoRA buffer size"): those of the tensors on
+    /// the GPU.
+    pub gpu_lora_bytes: u64,
+    /// What the adapters' products may add to the compute buffer: a bound, not measured
+    /// ([`crate::llama_lora::product_bound`]); 0 without adapters.
+    pub gpu_lora_compute_bytes: u64,
     /// CUDA context and libraries.
     pub cuda_overhead_bytes: u64,
     /// Everything on the GPU.
@@ -821,6 +828,9 @@ pub struct HostMemory {
     /// Whether `compute_bytes` is the whole host compute buffer: false when layers or experts
     /// run on the CPU, whose own graph buffers are not modelled (it is then a lower bound).
     pub compute_exact: bool,
+    /// `--lora` adapters' matrices of the tensors kept in RAM, read into allocated memory (the
+    /// adapter file is not mapped).
+    pub lora_bytes: u64,
     /// Everything above.
     pub total_bytes: u64,
 }
@@ -853,8 +863,16 @@ pub fn llama_cpp_with(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides)
     let state = |from: u64, to: u64| (from..to).fold(0u64, |a, il| a.saturating_add(state_layer_bytes(hp, c, il)));
     let (gpu_state, cpu_state) = (state(first_gpu, hp.layers), state(0, first_gpu));
     let compute = if gpu_layers == 0 && !output_on_gpu { 0 } else { compute_buffer_bytes(hp, c, ctx, output_on_gpu, w.cpu_down_exps) };
+    let ub = c.ubatch.min(ctx);
+    let lora = crate::llama_lora::place(&o.lora, 1, hp, ub, logits_rows(c, ub), g, |name| {
+        let (by_layer, forced) = placement(name, o, first_gpu, output_on_gpu)?;
+        Ok(forced.unwrap_or(by_layer).then_some(0))
+    })?;
+    let (gpu_lora, gpu_lora_compute) = (lora.gpu_bytes[0], lora.gpu_compute_bytes[0]);
     let total = w
         .gpu
+        .saturating_add(gpu_lora)
+        .saturating_add(gpu_lora_compute)
         .saturating_add(gpu_kv)
         .saturating_add(gpu_state)
         .saturating_add(compute)
@@ -864,7 +882,7 @@ pub fn llama_cpp_with(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides)
     // The CPU runs graph work of its own when a layer or an override's tensor stays there
     // (the token embeddings' lookup aside).
     let cpu_compute = first_gpu > 0 || w.to_cpu > 0 || !output_on_gpu;
-    let host = host_memory(hp, c, ctx, &w, cpu_kv.saturating_add(cpu_state), cpu_compute);
+    let host = host_memory(hp, c, ctx, &w, cpu_kv.saturating_add(cpu_state), cpu_compute, lora.cpu_bytes);
     Ok(LlamaCppPlan {
         host,
         gpu_layers,
@@ -881,6 +899,8 @@ pub fn llama_cpp_with(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides)
         gpu_state_bytes: gpu_state,
         cpu_state_bytes: cpu_state,
         gpu_compute_bytes: compute,
+        gpu_lora_bytes: gpu_lora,
+        gpu_lora_compute_bytes: gpu_lora_compute,
         cuda_overhead_bytes: c.cuda_overhead,
         gpu_total_bytes: total,
     })
@@ -925,7 +945,7 @@ pub fn whole_ubatch_logits_extra(hp: &HParams, c: &LlamaCppConfig, ctx: u64) -> 
 
 /// The logits rows llama-server reserves for a ubatch of `u` tokens: one per slot
 /// (tools/server/server-context.cpp `server_output_limits`, without speculative decoding).
-fn logits_rows(c: &LlamaCppConfig, u: u64) -> u64 {
+pub(crate) fn logits_rows(c: &LlamaCppConfig, u: u64) -> u64 {
     u.min(c.parallel.max(1))
 }
 
@@ -1067,7 +1087,7 @@ fn kq_masks_bytes(hp: &HParams, c: &LlamaCppConfig, ctx: u64, u: u64) -> u64 {
 }
 
 /// The host side of a plan (see [`HostMemory`]).
-fn host_memory(hp: &HParams, c: &LlamaCppConfig, ctx: u64, w: &Placed, kv_state: u64, cpu_compute: bool) -> HostMemory {
+fn host_memory(hp: &HParams, c: &LlamaCppConfig, ctx: u64, w: &Placed, kv_state: u64, cpu_compute: bool, lora: u64) -> HostMemory {
     let weights = match (c.mmap, w.cpu_span) {
         (true, Some((first, end))) => end - first,
         (true, None) => 0,
@@ -1079,7 +1099,7 @@ fn host_memory(hp: &HParams, c: &LlamaCppConfig, ctx: u64, w: &Placed, kv_state:
     let locked = if c.mlock { weights } else { 0 };
     // The vision encoder's buffer in RAM (`--mmproj`: its graph inputs, or all of it under
     // `--no-mmproj-offload`) is its own row.
-    let total = [weights, kv_state, output, compute, c.projector_host_bytes].iter().fold(0u64, |a, b| a.saturating_add(*b));
+    let total = [weights, kv_state, output, compute, c.projector_host_bytes, lora].iter().fold(0u64, |a, b| a.saturating_add(*b));
     HostMemory {
         weights_bytes: weights,
         weights_mapped: c.mmap,
@@ -1088,6 +1108,7 @@ fn host_memory(hp: &HParams, c: &LlamaCppConfig, ctx: u64, w: &Placed, kv_state:
         output_bytes: output,
         compute_bytes: compute,
         compute_exact: !cpu_compute,
+        lora_bytes: lora,
         total_bytes: total,
     }
 }
@@ -1111,16 +1132,9 @@ struct Placed {
 fn place_weights(g: &Gguf, o: &Overrides, first_gpu: u64, output_on_gpu: bool) -> Result<Placed> {
     let mut p = Placed::default();
     for t in &g.tensors {
-        let by_layer = match layer_of(&t.name) {
-            Some(i) => i >= first_gpu,
-            // Token embeddings stay on the CPU (get_rows runs there); output and output_norm follow -ngl.
-            None => output_on_gpu && !t.name.starts_with("token_embd"),
-        };
-        let on_gpu = match o.device_of(&t.name)? {
+        let (by_layer, forced) = placement(&t.name, o, first_gpu, output_on_gpu)?;
+        let on_gpu = match forced {
             Some(forced) => {
-                // Any GPU is the GPU here: the split plan places CUDAn, and the CLI refuses a
-                // CUDAn (n ≥ 1) with one GPU.
-                let forced = forced != Forced::Cpu;
                 p.overridden += 1;
                 match (by_layer, forced) {
                     (true, false) => p.to_cpu = p.to_cpu.saturating_add(t.bytes),
@@ -1146,6 +1160,19 @@ fn place_weights(g: &Gguf, o: &Overrides, first_gpu: u64, output_on_gpu: bool) -
         p.gpu = p.gpu.saturating_add(tied_output_bytes(g));
     }
     Ok(p)
+}
+
+/// Where one-GPU placement puts a tensor named `name`: (on the GPU by -ngl's layer rule, on the
+/// GPU by an override if one matches).
+fn placement(name: &str, o: &Overrides, first_gpu: u64, output_on_gpu: bool) -> Result<(bool, Option<bool>)> {
+    let by_layer = match layer_of(name) {
+        Some(i) => i >= first_gpu,
+        // Token embeddings stay on the CPU (get_rows runs there); output and output_norm follow -ngl.
+        None => output_on_gpu && !name.starts_with("token_embd"),
+    };
+    // Any GPU is the GPU here: the split plan places CUDAn, and the CLI refuses a CUDAn (n ≥ 1)
+    // with one GPU.
+    Ok((by_layer, o.device_of(name)?.map(|f| f != Forced::Cpu)))
 }
 
 /// A file without `output.weight` ties the LM head to the token embeddings: llama.cpp then
@@ -1232,13 +1259,16 @@ pub struct TensorOverride {
     regex: regex::Regex,
 }
 
-/// llama.cpp's tensor buffer-type overrides: `-ot` pairs in command-line order, and the MoE flags.
+/// llama.cpp's tensor buffer-type overrides: `-ot` pairs in command-line order, and the MoE
+/// flags; and the LoRA adapters, which follow the placement of the tensors they adapt.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Overrides {
     /// `-ot` / `--override-tensor` pairs, in order.
     pub tensor: Vec<TensorOverride>,
     /// `--n-cpu-moe` / `--cpu-moe`.
     pub cpu_moe: CpuMoe,
+    /// `--lora` adapters: loaded beside the tensors they adapt, wherever those are placed.
+    pub lora: Vec<crate::llama_lora::LoraAdapter>,
 }
 
 fn bad_override(value: &str, hint: String) -> Error {

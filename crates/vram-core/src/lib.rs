@@ -27,6 +27,7 @@ pub mod gguf;
 pub mod gpu;
 pub mod job;
 pub mod llama_fit;
+pub mod llama_lora;
 pub mod llama_recurrent;
 pub mod llama_split;
 pub mod measurement;

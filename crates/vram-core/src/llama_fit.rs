@@ -198,6 +198,10 @@ struct Probe<'a> {
     multi: Option<&'a MultiGpu>,
     /// GPUs the model is spread over (1 under `-sm none`).
     nd: usize,
+    /// The user's `--lora` adapters: carried into every placement, never counted by the fit
+    /// (llama.cpp loads them after `--fit` has placed the model: common/common.cpp
+    /// `common_init_from_params`), as [`fit_used`] and `used_on` leave them out.
+    lora: &'a [crate::llama_lora::LoraAdapter],
 }
 
 impl Probe<'_> {
@@ -251,7 +255,7 @@ impl Probe<'_> {
             true => MultiGpu { tensor_split: layers.iter().map(|d| d.n_layer as f64).collect(), ..m.clone() },
             false => m.clone(),
         });
-        Ok((LlamaCppConfig { n_gpu_layers: ngl, ..*c }, Overrides { tensor, cpu_moe: CpuMoe::None }, multi))
+        Ok((LlamaCppConfig { n_gpu_layers: ngl, ..*c }, Overrides { tensor, cpu_moe: CpuMoe::None, lora: self.lora.to_vec() }, multi))
     }
 
     /// Bytes per GPU of a placement (fit.cpp `get_memory_for_layers`).
@@ -288,7 +292,7 @@ pub fn fit(
         None => (1, 0),
     };
     let frees: Vec<u64> = (0..nd).map(|id| crate::llama_split::budget_of(free, first + id)).collect();
-    let probe = Probe { g, hp, multi, nd };
+    let probe = Probe { g, hp, multi, nd, lora: &o.lora };
     let streams = if c.unified { 1 } else { c.parallel.max(1) };
     let train = if hp.context_length > 0 { hp.context_length } else { DEFAULT_MIN_CTX };
     let ctx_max = if s.ctx_auto { train.saturating_mul(streams).min(u32::MAX as u64) } else { c.ctx };
@@ -306,7 +310,8 @@ pub fn fit(
     if initial.iter().zip(&targets).all(|(u, t)| (*u as i128) <= *t) {
         return Ok(done(cfg, o.clone(), user_multi, None, FitAction::NoChange));
     }
-    let moe = llama_cpp_with(g, hp, &cfg, &Overrides { tensor: Vec::new(), cpu_moe: CpuMoe::All })?.overridden_tensors > 0;
+    let all_moe = Overrides { tensor: Vec::new(), cpu_moe: CpuMoe::All, lora: o.lora.clone() };
+    let moe = llama_cpp_with(g, hp, &cfg, &all_moe)?.overridden_tensors > 0;
     // Step 2: reduce a context the user left unset, when all GPUs together are short.
     let surplus = free_all as i128 - projected_initial as i128 - margins.iter().sum::<i128>();
     let mut reduced = false;
@@ -349,7 +354,7 @@ pub fn fit(
     let ngl_max = hp.layers + 1;
     // With every expert in RAM, is there room for more (fit.cpp `global_surplus_cpu_moe`)?
     let surplus_cpu_moe = if moe {
-        let used = probe.used(&cfg, &Overrides { tensor: Vec::new(), cpu_moe: CpuMoe::All })?;
+        let used = probe.used(&cfg, &all_moe)?;
         used.iter().zip(&targets).map(|(u, t)| t - *u as i128).sum::<i128>()
     } else {
         0

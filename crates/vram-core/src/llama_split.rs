@@ -177,6 +177,10 @@ pub struct DevicePlan {
     pub projector_bytes: u64,
     /// "CUDAn compute buffer size", modelled.
     pub compute_bytes: u64,
+    /// "CUDAn LoRA buffer size": `--lora` adapters' matrices of the tensors on this device.
+    pub lora_bytes: u64,
+    /// What the adapters' products may add to its compute buffer (a bound, not measured).
+    pub lora_compute_bytes: u64,
     /// CUDA context and libraries.
     pub cuda_overhead_bytes: u64,
     /// Everything on this device.
@@ -226,7 +230,7 @@ pub fn plan(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides, m: &Multi
     // (as crate::gguf::compute_buffer_bytes on one GPU).
     let mut offload_copy = 0u64;
     for t in &g.tensors {
-        match place(t, &devs, o, hp.layers, out.len())? {
+        match place(&t.name, &devs, o, hp.layers, out.len())? {
             None => {
                 cpu_weights = cpu_weights.saturating_add(t.bytes);
                 let on_gpu_layer = layer_of(&t.name).is_some_and(|il| devs.get(il as usize).is_some_and(|d| d.is_some()));
@@ -245,6 +249,21 @@ pub fn plan(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides, m: &Multi
     }
     if let Some(Some(d)) = devs.last() {
         out[*d].weights_bytes = out[*d].weights_bytes.saturating_add(tied_output_bytes(g));
+    }
+    if !o.lora.is_empty() && m.mode == SplitMode::Row {
+        return Err(Error::InvalidValue {
+            what: "--lora with --split-mode".into(),
+            value: "row".into(),
+            hint: "llama.cpp would put the adapter's matrices in the row-split buffer beside their base tensors, which vram does not model; use -sm layer".into(),
+        });
+    }
+    let ub = c.ubatch.min(ctx);
+    let lora = crate::llama_lora::place(&o.lora, out.len(), hp, ub, crate::gguf::logits_rows(c, ub), g, |name| {
+        place(name, &devs, o, hp.layers, out.len())
+    })?;
+    for (i, d) in out.iter_mut().enumerate() {
+        d.lora_bytes = lora.gpu_bytes[i];
+        d.lora_compute_bytes = lora.gpu_compute_bytes[i];
     }
     let (mut cpu_kv, mut cpu_state) = (0u64, 0u64);
     for (il, d) in devs.iter().enumerate().take(hp.layers as usize) {
@@ -300,10 +319,19 @@ fn finish(d: &mut DevicePlan, hp: &HParams, c: &LlamaCppConfig, ctx: u64, pipeli
         d.compute_bytes = d.compute_bytes.saturating_add((PIPELINE_COPIES - 1).saturating_mul(graph_inputs(hp, c, ctx)));
     }
     d.cuda_overhead_bytes = c.cuda_overhead;
-    d.total_bytes =
-        [d.weights_bytes, d.row_split_bytes, d.kv_bytes, d.state_bytes, d.compute_bytes, d.cuda_overhead_bytes, d.projector_bytes]
-            .iter()
-            .fold(0u64, |a, b| a.saturating_add(*b));
+    d.total_bytes = [
+        d.weights_bytes,
+        d.row_split_bytes,
+        d.kv_bytes,
+        d.state_bytes,
+        d.compute_bytes,
+        d.cuda_overhead_bytes,
+        d.projector_bytes,
+        d.lora_bytes,
+        d.lora_compute_bytes,
+    ]
+    .iter()
+    .fold(0u64, |a, b| a.saturating_add(*b));
 }
 
 /// The graph inputs one device copies per ubatch: the KQ mask [ctx, ubatch] (f16 under flash
@@ -316,23 +344,23 @@ fn graph_inputs(hp: &HParams, c: &LlamaCppConfig, ctx: u64) -> u64 {
 
 /// Where one tensor goes: an override first (`CUDA0` is device 0), else its layer's device;
 /// token embeddings on the CPU; other non-layer tensors with the output layer.
-fn place(t: &TensorInfo, devs: &[Option<usize>], o: &Overrides, n_layer: u64, devs_count: usize) -> Result<Option<usize>> {
-    match o.device_of(&t.name)? {
+fn place(name: &str, devs: &[Option<usize>], o: &Overrides, n_layer: u64, devs_count: usize) -> Result<Option<usize>> {
+    match o.device_of(name)? {
         Some(crate::gguf::Forced::Cpu) => return Ok(None),
         Some(crate::gguf::Forced::Gpu(n)) if (n as usize) < devs_count => return Ok(Some(n as usize)),
         Some(crate::gguf::Forced::Gpu(n)) => {
             return Err(Error::InvalidValue {
                 what: "--override-tensor".into(),
-                value: format!("{} → CUDA{n}", t.name),
+                value: format!("{name} → CUDA{n}"),
                 hint: format!("CUDA{n} is GPU {n}, but {devs_count} GPU(s) are planned: raise --gpus or fix the -ot device"),
             })
         }
         None => {}
     }
-    Ok(match layer_of(&t.name) {
+    Ok(match layer_of(name) {
         Some(i) if i < n_layer => devs.get(i as usize).copied().flatten(),
         Some(_) => None,
-        None if t.name.starts_with("token_embd") => None,
+        None if name.starts_with("token_embd") => None,
         None => devs.last().copied().flatten(),
     })
 }

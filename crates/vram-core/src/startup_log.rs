@@ -134,6 +134,9 @@ pub struct LlamaCppDevice {
     pub state: Option<LogSize>,
     /// "sched_reserve: / llama_context: / llama_new_context_with_model: CUDA0 compute buffer size".
     pub compute: Option<LogSize>,
+    /// "llama_adapter_lora_init_impl: CUDA0 LoRA buffer size" (`--lora`; every adapter's lines
+    /// on the device added up).
+    pub lora: Option<LogSize>,
 }
 
 /// The llama.cpp figures of one start-up.
@@ -531,7 +534,11 @@ fn parse_llama_cpp(text: &str) -> (LlamaCppLog, usize) {
                 .iter()
                 .any(|k| name.ends_with(k))
                 || name.contains("llama_kv_cache")
-                || name.ends_with("llama_memory_recurrent");
+                || name.ends_with("llama_memory_recurrent")
+                // `--lora`: llama-adapter.cpp's loader, named so since 2025 (before: the
+                // "llama_lora_adapter_init_internal" of 2024 builds).
+                || name.ends_with("llama_adapter_lora_init_impl")
+                || name.ends_with("llama_lora_adapter_init_internal");
             known.then(|| (name, &line[i + 1..]))
         }) else {
             continue;
@@ -545,7 +552,7 @@ fn parse_llama_cpp(text: &str) -> (LlamaCppLog, usize) {
         let Some(i) = body.find(" buffer size =") else { continue };
         let words: Vec<&str> = body[..i].split_whitespace().collect();
         let (kind, device) = match words.as_slice() {
-            [.., dev, k] if ["model", "KV", "RS", "compute"].contains(k) => (*k, *dev),
+            [.., dev, k] if ["model", "KV", "RS", "compute", "LoRA"].contains(k) => (*k, *dev),
             [dev] if func.ends_with("load_tensors") => ("model", *dev),
             _ => continue,
         };
@@ -561,6 +568,7 @@ fn parse_llama_cpp(text: &str) -> (LlamaCppLog, usize) {
             "model" => &mut d.model,
             "KV" => &mut d.kv,
             "RS" => &mut d.state,
+            "LoRA" => &mut d.lora,
             _ => &mut d.compute,
         };
         // A device may print several buffers of one kind (e.g. per KV-cache type): add them.

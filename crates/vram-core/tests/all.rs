@@ -44,6 +44,8 @@ pub mod invariants;
 pub mod llama4;
 #[path = "llama_fit.rs"]
 pub mod llama_fit;
+#[path = "llamacpp_lora.rs"]
+pub mod llamacpp_lora;
 #[path = "llamacpp_moe.rs"]
 pub mod llamacpp_moe;
 #[path = "llamacpp_split.rs"]

@@ -97,6 +97,7 @@ fn a_moe_model_moves_experts_before_layers() {
         ))
         .unwrap(),
         cpu_moe: CpuMoe::None,
+        ..Default::default()
     };
     let budget = used(&g, &at_min, &back(7));
     let f = fit(&g, &hp, &c, &none, None, &[budget + DEFAULT_MARGIN], &auto()).unwrap();

@@ -21,7 +21,7 @@ fn plan(o: Overrides) -> vram_core::gguf::LlamaCppPlan {
 }
 
 fn ot(v: &str) -> Overrides {
-    Overrides { tensor: parse_override_tensor(v).unwrap(), cpu_moe: CpuMoe::None }
+    Overrides { tensor: parse_override_tensor(v).unwrap(), cpu_moe: CpuMoe::None, ..Default::default() }
 }
 
 /// The expert bytes per layer are what the header says: sum the file's own tensor infos.
@@ -36,7 +36,7 @@ fn the_fixture_expert_bytes_match_the_header() {
 fn cpu_moe_moves_every_layers_experts_to_ram_and_nothing_else() {
     let g = moe();
     let base = llama_cpp(&g, &g.hparams("moe.gguf").unwrap(), &CFG).unwrap();
-    let p = plan(Overrides { tensor: vec![], cpu_moe: CpuMoe::All });
+    let p = plan(Overrides { tensor: vec![], cpu_moe: CpuMoe::All, ..Default::default() });
     assert_eq!(p.overridden_to_cpu_bytes, LAYERS * EXPERT_BYTES_PER_LAYER);
     assert_eq!(p.overridden_tensors, 3 * LAYERS);
     assert_eq!(p.gpu_weights_bytes, base.gpu_weights_bytes - LAYERS * EXPERT_BYTES_PER_LAYER);
@@ -50,11 +50,11 @@ fn cpu_moe_moves_every_layers_experts_to_ram_and_nothing_else() {
 /// caught by a prefix match on `blk.1`.
 #[test]
 fn n_cpu_moe_takes_exactly_the_first_n_layers() {
-    let p = plan(Overrides { tensor: vec![], cpu_moe: CpuMoe::FirstLayers(2) });
+    let p = plan(Overrides { tensor: vec![], cpu_moe: CpuMoe::FirstLayers(2), ..Default::default() });
     assert_eq!(p.overridden_to_cpu_bytes, 2 * EXPERT_BYTES_PER_LAYER);
     assert_eq!(p.overridden_tensors, 6);
     // More than the layer count is every layer, as in llama.cpp.
-    let all = plan(Overrides { tensor: vec![], cpu_moe: CpuMoe::FirstLayers(1000) });
+    let all = plan(Overrides { tensor: vec![], cpu_moe: CpuMoe::FirstLayers(1000), ..Default::default() });
     assert_eq!(all.overridden_to_cpu_bytes, LAYERS * EXPERT_BYTES_PER_LAYER);
 }
 
@@ -78,7 +78,7 @@ fn experts_of_layers_already_in_ram_are_not_counted_as_moved() {
     let g = moe();
     let hp = g.hparams("moe.gguf").unwrap();
     let c = LlamaCppConfig { n_gpu_layers: 6, ..CFG };
-    let p = llama_cpp_with(&g, &hp, &c, &Overrides { tensor: vec![], cpu_moe: CpuMoe::All }).unwrap();
+    let p = llama_cpp_with(&g, &hp, &c, &Overrides { tensor: vec![], cpu_moe: CpuMoe::All, ..Default::default() }).unwrap();
     assert_eq!(p.overridden_to_cpu_bytes, 5 * EXPERT_BYTES_PER_LAYER);
     let base = llama_cpp(&g, &hp, &c).unwrap();
     assert_eq!(p.cpu_weights_bytes, base.cpu_weights_bytes + 5 * EXPERT_BYTES_PER_LAYER);
@@ -88,7 +88,7 @@ fn experts_of_layers_already_in_ram_are_not_counted_as_moved() {
 fn max_ctx_uses_the_same_placement() {
     let g = moe();
     let hp = g.hparams("moe.gguf").unwrap();
-    let all = Overrides { tensor: vec![], cpu_moe: CpuMoe::All };
+    let all = Overrides { tensor: vec![], cpu_moe: CpuMoe::All, ..Default::default() };
     // A budget 256 tokens of everything-on-GPU cannot meet, but the same plan without the experts can.
     let with = llama_cpp_with(&g, &hp, &LlamaCppConfig { ctx: 256, ..CFG }, &all).unwrap().gpu_total_bytes;
     assert_eq!(max_ctx_with(&g, &hp, &CFG, &Overrides::default(), with, 1 << 20).unwrap(), None);
@@ -117,7 +117,7 @@ fn bad_override_values_are_clear_errors() {
 #[test]
 fn a_gpu_override_that_contradicts_the_moe_flags_is_refused() {
     let g = moe();
-    let o = Overrides { tensor: parse_override_tensor("exps=CUDA0").unwrap(), cpu_moe: CpuMoe::FirstLayers(1) };
+    let o = Overrides { tensor: parse_override_tensor("exps=CUDA0").unwrap(), cpu_moe: CpuMoe::FirstLayers(1), ..Default::default() };
     let e = llama_cpp_with(&g, &g.hparams("moe.gguf").unwrap(), &CFG, &o).unwrap_err().to_string();
     assert!(e.contains("blk.0.ffn_gate_exps.weight") && e.contains("command line"), "{e}");
 }
@@ -133,7 +133,7 @@ fn routed_experts_are_read_and_ram_experts_add_the_offload_copy() {
     let m = hp.moe.expect("a MoE header");
     assert_eq!((m.experts, m.used, m.ff), (8, 2, 128));
     let gpu = llama_cpp(&g, &hp, &CFG).unwrap();
-    let ram = llama_cpp_with(&g, &hp, &CFG, &Overrides { tensor: vec![], cpu_moe: CpuMoe::All }).unwrap();
+    let ram = llama_cpp_with(&g, &hp, &CFG, &Overrides { tensor: vec![], cpu_moe: CpuMoe::All, ..Default::default() }).unwrap();
     // Here the copy (one layer's 278,528-byte down experts) is below the attention phase.
     assert!(ram.gpu_compute_bytes >= gpu.gpu_compute_bytes);
     // The copy's term: the copy, one expert width and one hidden state per used expert, and two

@@ -93,7 +93,7 @@ fn one_gpu_equals_the_single_plan() {
     let g = command_r();
     let hp = g.hparams("command-r.gguf").unwrap();
     let c = LlamaCppConfig { n_gpu_layers: 30, ctx: 8192, cuda_overhead: 1 << 29, ..Default::default() };
-    let o = Overrides { tensor: Vec::new(), cpu_moe: CpuMoe::None };
+    let o = Overrides { tensor: Vec::new(), cpu_moe: CpuMoe::None, ..Default::default() };
     let single = gguf::llama_cpp_with(&g, &hp, &c, &o).unwrap();
     let m = MultiGpu { gpus: 1, tensor_split: Vec::new(), mode: SplitMode::Layer, main_gpu: 0, free_memory: Vec::new() };
     let p = plan(&g, &hp, &c, &o, &m).unwrap();
@@ -258,7 +258,7 @@ fn gpt_oss_20b_with_every_expert_in_ram() {
     assert_eq!(g.tensors.len(), 459);
     let hp = g.hparams("gpt-oss-20b.gguf").unwrap();
     let c = LlamaCppConfig { n_gpu_layers: 99, ctx: 131072, ..Default::default() };
-    let o = Overrides { tensor: Vec::new(), cpu_moe: CpuMoe::FirstLayers(99) };
+    let o = Overrides { tensor: Vec::new(), cpu_moe: CpuMoe::FirstLayers(99), ..Default::default() };
     let p = gguf::llama_cpp_with(&g, &hp, &c, &o).unwrap();
     let cuda0 = |f: fn(&startup_log::LlamaCppDevice) -> Option<f64>| log_mib(&l, "CUDA0", f);
     let (w, lw) = (p.gpu_weights_bytes as f64 / MIB, cuda0(|d| d.model.as_ref().map(|s| s.gib)));
@@ -304,7 +304,7 @@ fn ram_experts_are_copied_to_the_first_gpu() {
     let g = gpt_oss_20b();
     let hp = g.hparams("gpt-oss-20b.gguf").unwrap();
     let c = LlamaCppConfig { n_gpu_layers: 99, ctx: 8192, ..Default::default() };
-    let o = Overrides { tensor: Vec::new(), cpu_moe: CpuMoe::FirstLayers(99) };
+    let o = Overrides { tensor: Vec::new(), cpu_moe: CpuMoe::FirstLayers(99), ..Default::default() };
     let m = MultiGpu { gpus: 2, tensor_split: Vec::new(), mode: SplitMode::Layer, main_gpu: 0, free_memory: Vec::new() };
     let p = plan(&g, &hp, &c, &o, &m).unwrap();
     let copy = g.tensors.iter().filter(|t| t.name.contains("ffn_down_exps.weight")).map(|t| t.bytes).max().unwrap();

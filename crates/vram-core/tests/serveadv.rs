@@ -27,7 +27,7 @@ fn llama_cpp_alternatives_are_replans_and_offload_is_tight() {
     let moe = adv.alternatives.iter().find(|a| a.flags[0].name == "--n-cpu-moe").expect("an --n-cpu-moe alternative");
     let n: u64 = moe.flags[0].value.as_ref().unwrap().parse().unwrap();
     let at = |n: u64| {
-        let o = Overrides { tensor: vec![], cpu_moe: CpuMoe::FirstLayers(n) };
+        let o = Overrides { tensor: vec![], cpu_moe: CpuMoe::FirstLayers(n), ..Default::default() };
         llama_cpp_with(&g, &hp, &CFG, &o).unwrap().gpu_total_bytes <= budget
     };
     assert!(at(n) && (n == 1 || !at(n - 1)), "{n}");

@@ -732,6 +732,11 @@ pub struct ServeArgs {
     /// llama-server `--no-mmproj-offload`: keep the projector in RAM.
     #[arg(long)]
     pub no_mmproj_offload: bool,
+    /// llama.cpp `--lora FILE` (repeatable; a pasted `--lora-scaled FILE SCALE` too): a LoRA
+    /// adapter GGUF loaded beside the model, each matrix pair on the device of the tensor it
+    /// adapts (read exactly from its header, and checked as llama.cpp checks it).
+    #[arg(long, value_name = "FILE")]
+    pub lora: Vec<std::path::PathBuf>,
     /// llama.cpp `--n-cpu-moe` / `-ncmoe`: keep the MoE expert weights of the first N layers in RAM.
     #[arg(long)]
     pub n_cpu_moe: Option<u64>,

@@ -388,6 +388,7 @@ fn reject_other_engines_flags(a: &ServeArgs, engine: Engine) -> Result<()> {
             given(a.mmproj.is_some(), "--mmproj"),
             given(a.no_mmproj, "--no-mmproj"),
             given(a.no_mmproj_offload, "--no-mmproj-offload"),
+            given(!a.lora.is_empty(), "--lora"),
             given(a.gpus.is_some(), "--gpus"),
             given(a.tensor_split.is_some(), "--tensor-split/-ts"),
             given(a.split_mode.is_some(), "--split-mode/-sm"),
@@ -958,6 +959,17 @@ pub struct MmprojFile {
     pub gguf: vram_core::gguf::Gguf,
 }
 
+/// `--lora FILE`s, read and checked against the model as llama.cpp checks them.
+fn lora_adapters(a: &ServeArgs, model: &vram_core::gguf::Gguf) -> Result<Vec<vram_core::llama_lora::LoraAdapter>> {
+    a.lora
+        .iter()
+        .map(|p| {
+            let g = crate::source::gguf::read_gguf(p).with_context(|| format!("--lora {}", p.display()))?;
+            Ok(vram_core::llama_lora::adapter(&g, &p.display().to_string(), model)?)
+        })
+        .collect()
+}
+
 /// `--mmproj FILE`, read.
 pub fn local_mmproj(a: &ServeArgs) -> Result<Option<MmprojFile>> {
     let Some(p) = &a.mmproj else { return Ok(None) };
@@ -1280,7 +1292,8 @@ pub fn llama_cpp_gguf(a: &ServeArgs, file: String, gguf: vram_core::gguf::Gguf, 
     let g = device_gpus[0].clone();
     let device_gpus = if device_gpus.len() > 1 { device_gpus } else { Vec::new() };
     let (config, ollama) = llama_cpp_config(a, &hparams, g.memory, mm)?;
-    let overrides = overrides(a)?;
+    let mut overrides = overrides(a)?;
+    overrides.lora = lora_adapters(a, &gguf)?;
     let multi = multi_gpu(a)?;
     let FitApplied { config, overrides, multi, note: fit_note, projection: fit_projection } = if ollama.is_some() {
         FitApplied { config, overrides, multi, note: None, projection: None }
@@ -1304,7 +1317,8 @@ pub fn llama_cpp_gguf(a: &ServeArgs, file: String, gguf: vram_core::gguf::Gguf, 
         }
         None => {
             let offload_table = offload_table(&gguf, &hparams, &config, &overrides, g.memory)?;
-            let moe_table = if overrides.tensor.is_empty() { moe_table(&gguf, &hparams, &config, g.memory)? } else { Vec::new() };
+            let moe_table =
+                if overrides.tensor.is_empty() { moe_table(&gguf, &hparams, &config, g.memory, &overrides.lora)? } else { Vec::new() };
             (None, offload_table, moe_table, Vec::new())
         }
     };
@@ -1465,7 +1479,7 @@ pub(super) fn overrides(a: &ServeArgs) -> Result<vram_core::gguf::Overrides> {
         (false, Some(n)) if n > 0 => CpuMoe::FirstLayers(n),
         _ => CpuMoe::None,
     };
-    let o = Overrides { tensor, cpu_moe };
+    let o = Overrides { tensor, cpu_moe, lora: Vec::new() };
     let gpus = multi_gpu(a)?.map_or(1, |m| m.gpus);
     if let Some(n) = o.highest_gpu().filter(|n| u64::from(*n) >= gpus) {
         return Err(UsageError(format!(
@@ -1513,10 +1527,11 @@ fn moe_table(
     hparams: &vram_core::gguf::HParams,
     config: &vram_core::gguf::LlamaCppConfig,
     memory: u64,
+    lora: &[vram_core::llama_lora::LoraAdapter],
 ) -> Result<Vec<MoeRow>> {
     use vram_core::gguf::{llama_cpp_with, max_ctx_with, CpuMoe, Overrides};
     let limit = if hparams.context_length > 0 { hparams.context_length } else { 1 << 20 };
-    let all = Overrides { tensor: Vec::new(), cpu_moe: CpuMoe::All };
+    let all = Overrides { tensor: Vec::new(), cpu_moe: CpuMoe::All, lora: lora.to_vec() };
     if llama_cpp_with(gguf, hparams, config, &all)?.overridden_tensors == 0 {
         return Ok(Vec::new());
     }
@@ -1524,7 +1539,7 @@ fn moe_table(
     let mut rows = Vec::new();
     let mut n = 0;
     while n <= hparams.layers {
-        let o = Overrides { tensor: Vec::new(), cpu_moe: if n == 0 { CpuMoe::None } else { CpuMoe::FirstLayers(n) } };
+        let o = Overrides { tensor: Vec::new(), cpu_moe: if n == 0 { CpuMoe::None } else { CpuMoe::FirstLayers(n) }, lora: lora.to_vec() };
         let p = llama_cpp_with(gguf, hparams, config, &o)?;
         let max_ctx_size = max_ctx_with(gguf, hparams, config, &o, memory, limit)?;
         rows.push(MoeRow {

@@ -402,9 +402,11 @@ fn plan_row(
     let min_n_cpu_moe = if fits || !ov.tensor.is_empty() || ov.cpu_moe != CpuMoe::None {
         None
     } else {
-        let moe = |n: u64| Overrides { tensor: Vec::new(), cpu_moe: CpuMoe::FirstLayers(n) };
+        let moe = |n: u64| Overrides { tensor: Vec::new(), cpu_moe: CpuMoe::FirstLayers(n), lora: ov.lora.clone() };
         let fit = |n: u64| Ok(llama_cpp_with(g, &hp, &c, &moe(n))?.gpu_total_bytes <= memory);
-        let has_experts = llama_cpp_with(g, &hp, &c, &Overrides { tensor: Vec::new(), cpu_moe: CpuMoe::All })?.overridden_tensors > 0;
+        let has_experts = llama_cpp_with(g, &hp, &c, &Overrides { tensor: Vec::new(), cpu_moe: CpuMoe::All, lora: ov.lora.clone() })?
+            .overridden_tensors
+            > 0;
         if has_experts {
             vram_core::serve_advice::smallest(1, hp.layers, &fit)?
         } else {

@@ -104,6 +104,15 @@ pub fn text(s: &LlamaCppServe, p: &SplitPlan, fit: Option<u64>) -> String {
         let per: Vec<String> = p.devices.iter().map(|d| format!("{} {}", d.name, gib(d.state_bytes))).collect();
         let _ = writeln!(out, "KV GiB includes the recurrent state (llama.cpp's RS buffer, GiB): {}", per.join(" · "));
     }
+    if !s.overrides.lora.is_empty() {
+        let per: Vec<String> = p
+            .devices
+            .iter()
+            .map(|d| format!("{} {} + {} (products, bound)", d.name, gib(d.lora_bytes), gib(d.lora_compute_bytes)))
+            .collect();
+        let _ = writeln!(out, "total GiB includes the LoRA adapters (GiB): {}; RAM {}", per.join(" · "), gib(p.host.lora_bytes));
+        super::serve::lora_text(&mut out, &s.overrides.lora);
+    }
     if c.projector_bytes > 0 {
         let _ = writeln!(
             out,

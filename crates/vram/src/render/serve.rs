@@ -410,6 +410,10 @@ pub fn llama_cpp_text(s: &LlamaCppServe) -> String {
         row(&mut out, "recurrent state (f32, one per --parallel seq)", p.gpu_state_bytes, p.cpu_state_bytes);
     }
     row(&mut out, "compute buffer (RAM: graph inputs)", p.gpu_compute_bytes, p.host.compute_bytes);
+    if !s.overrides.lora.is_empty() {
+        row(&mut out, "LoRA adapters (--lora, beside their tensors)", p.gpu_lora_bytes, p.host.lora_bytes);
+        row(&mut out, "LoRA products in the compute buffer (bound)", p.gpu_lora_compute_bytes, 0);
+    }
     row(&mut out, "output buffer (logits, pinned RAM)", 0, p.host.output_bytes);
     if c.projector_bytes > 0 || c.projector_host_bytes > 0 {
         row(&mut out, "projector weights (--mmproj)", c.projector_bytes, 0);
@@ -420,10 +424,36 @@ pub fn llama_cpp_text(s: &LlamaCppServe) -> String {
     let util = p.gpu_total_bytes as f64 / s.gpu.memory as f64;
     let _ = writeln!(out, "{:.1}% of {} — {}", util * 100.0, s.gpu.name, verdict(util));
     host_text(&mut out, &p.host, p.cpu_weights_bytes);
+    lora_text(&mut out, &s.overrides.lora);
     let _ = writeln!(out);
     offload_text(&mut out, s);
     moe_text(&mut out, s);
     out
+}
+
+/// The `--lora` adapters: what each holds, and what the compute row's bound is.
+pub(crate) fn lora_text(out: &mut String, adapters: &[vram_core::llama_lora::LoraAdapter]) {
+    for a in adapters {
+        let _ = writeln!(
+            out,
+            "--lora {}: {} adapted matrices, rank {}, {:.2} MiB (A and B beside each base tensor, on its device: llama-adapter.cpp){}",
+            a.file,
+            a.pairs.len(),
+            a.max_rank(),
+            a.bytes() as f64 / (1u64 << 20) as f64,
+            if a.skipped_norms > 0 {
+                format!("; {} norm vectors skipped, as llama.cpp skips them", a.skipped_norms)
+            } else {
+                String::new()
+            }
+        );
+    }
+    if !adapters.is_empty() {
+        let _ = writeln!(
+            out,
+            "note: the LoRA products' row is a bound (the widest adapted matrix's [rank] and two [rows] f32 results per token of a micro-batch), not measured: no public log gives a compute buffer with and without an adapter"
+        );
+    }
 }
 
 /// What the RAM column means: mapped or allocated weights, what --mlock pins, and whether the
