@@ -20,53 +20,17 @@ fn parse(w: &Writer, name: &str) -> Gguf {
     }
 }
 
-/// Llama-3-8B's projections as (name, input width, output width).
-const PROJ: [(&str, u64, u64); 7] = [
-    ("attn_q", 4096, 4096),
-    ("attn_k", 4096, 1024),
-    ("attn_v", 4096, 1024),
-    ("attn_output", 4096, 4096),
-    ("ffn_gate", 4096, 14336),
-    ("ffn_up", 4096, 14336),
-    ("ffn_down", 14336, 4096),
-];
-
-/// Meta-Llama-3-8B-Instruct in f16: every tensor with its real shape.
 fn llama3_8b() -> Gguf {
-    let mut w = Writer::default();
-    w.decoder("llama", [32, 8192, 4096, 14336, 32, 8]).tokens(128_256);
-    w.tensor("token_embd.weight", &[4096, 128_256], F16);
-    for i in 0..32 {
-        w.tensor(&format!("blk.{i}.attn_norm.weight"), &[4096], F32);
-        w.tensor(&format!("blk.{i}.ffn_norm.weight"), &[4096], F32);
-        for (p, i_w, o_w) in PROJ {
-            w.tensor(&format!("blk.{i}.{p}.weight"), &[i_w, o_w], F16);
-        }
-    }
-    w.tensor("output_norm.weight", &[4096], F32);
-    w.tensor("output.weight", &[4096, 128_256], F16);
-    parse(&w, "llama3-8b-f16.gguf")
+    parse(&gguf_writer::llama3_8b_f16(), "llama3-8b-f16.gguf")
 }
 
-/// An adapter header: `general.type` adapter, `adapter.type` lora, then the pairs.
 fn adapter_writer(arch: &str, kind: &str) -> Writer {
-    let mut w = Writer::default();
-    w.str("general.architecture", arch).str("general.type", kind).str("adapter.type", "lora").f32("adapter.lora.alpha", 16.0);
-    w
+    gguf_writer::lora_header(arch, kind)
 }
 
 /// The log's adapter: rank 32, f16, the seven projections of every layer and the output layer.
 fn log_adapter(model: &Gguf) -> LoraAdapter {
-    let mut w = adapter_writer("llama", "adapter");
-    for i in 0..32 {
-        for (p, i_w, o_w) in PROJ {
-            w.tensor(&format!("blk.{i}.{p}.weight.lora_a"), &[i_w, 32], F16);
-            w.tensor(&format!("blk.{i}.{p}.weight.lora_b"), &[32, o_w], F16);
-        }
-    }
-    w.tensor("output.weight.lora_a", &[4096, 32], F16);
-    w.tensor("output.weight.lora_b", &[32, 128_256], F16);
-    let a = parse(&w, "ggml-lora-f16.gguf");
+    let a = parse(&gguf_writer::llama3_8b_lora_r32(), "ggml-lora-f16.gguf");
     assert_eq!(a.tensors.len(), 450, "the log: loaded 450 tensors from lora file");
     llama_lora::adapter(&a, "ggml-lora-f16.gguf", model).unwrap()
 }

@@ -26,6 +26,8 @@ pub mod hub;
 pub mod hub_gguf;
 #[path = "llamacpp_h200.rs"]
 pub mod llamacpp_h200;
+#[path = "llamacpp_lora.rs"]
+pub mod llamacpp_lora;
 #[path = "llamacpp_moe.rs"]
 pub mod llamacpp_moe;
 #[path = "llamacpp_recurrent.rs"]

@@ -284,3 +284,53 @@ pub fn write_padded(dir: &std::path::Path, name: &str, w: &Writer) -> String {
     std::fs::File::options().write(true).open(&path).unwrap().set_len(len).unwrap();
     path.display().to_string()
 }
+
+/// Llama-3-8B's projections as (name, input width, output width).
+pub const LLAMA3_8B_PROJ: [(&str, u64, u64); 7] = [
+    ("attn_q", 4096, 4096),
+    ("attn_k", 4096, 1024),
+    ("attn_v", 4096, 1024),
+    ("attn_output", 4096, 4096),
+    ("ffn_gate", 4096, 14336),
+    ("ffn_up", 4096, 14336),
+    ("ffn_down", 14336, 4096),
+];
+
+/// Meta-Llama-3-8B-Instruct in f16: every tensor with its real shape.
+pub fn llama3_8b_f16() -> Writer {
+    let mut w = Writer::default();
+    w.decoder("llama", [32, 8192, 4096, 14336, 32, 8]).tokens(128_256);
+    w.tensor("token_embd.weight", &[4096, 128_256], F16);
+    for i in 0..32 {
+        w.tensor(&format!("blk.{i}.attn_norm.weight"), &[4096], F32);
+        w.tensor(&format!("blk.{i}.ffn_norm.weight"), &[4096], F32);
+        for (p, i_w, o_w) in LLAMA3_8B_PROJ {
+            w.tensor(&format!("blk.{i}.{p}.weight"), &[i_w, o_w], F16);
+        }
+    }
+    w.tensor("output_norm.weight", &[4096], F32);
+    w.tensor("output.weight", &[4096, 128_256], F16);
+    w
+}
+
+/// A LoRA adapter header for `arch`: `general.type` = `kind` (adapter), `adapter.type` lora.
+pub fn lora_header(arch: &str, kind: &str) -> Writer {
+    let mut w = Writer::default();
+    w.str("general.architecture", arch).str("general.type", kind).str("adapter.type", "lora").f32("adapter.lora.alpha", 16.0);
+    w
+}
+
+/// The adapter of ngxson/llama.cpp#9's log: rank 32, f16, Llama-3-8B's seven projections of
+/// every layer and its output layer (450 tensors).
+pub fn llama3_8b_lora_r32() -> Writer {
+    let mut w = lora_header("llama", "adapter");
+    for i in 0..32 {
+        for (p, i_w, o_w) in LLAMA3_8B_PROJ {
+            w.tensor(&format!("blk.{i}.{p}.weight.lora_a"), &[i_w, 32], F16);
+            w.tensor(&format!("blk.{i}.{p}.weight.lora_b"), &[32, o_w], F16);
+        }
+    }
+    w.tensor("output.weight.lora_a", &[4096, 32], F16);
+    w.tensor("output.weight.lora_b", &[32, 128_256], F16);
+    w
+}

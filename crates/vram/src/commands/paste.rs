@@ -393,6 +393,8 @@ const LLAMA_NO_MEMORY: &[&str] = &[
 /// `--op-offload`, `--kv-offload`, `--mmproj-offload`).
 const LLAMA_NO_MEMORY_FLAG: &[&str] = &[
     "--jinja",
+    // Loads the adapters (counted) but leaves their scale at 0 until a request sets it.
+    "--lora-init-without-apply",
     "--no-jinja",
     "-v",
     "--verbose",
@@ -458,8 +460,6 @@ const LLAMA_UNMODELLED: &[&str] = &[
     "-hfrd",
     "--hf-repo-draft",
     "--spec-draft-hf",
-    "--lora",
-    "--lora-scaled",
     "--control-vector",
     "--control-vector-scaled",
     "--rpc",
@@ -780,6 +780,32 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
                     ignored.push(format!("{flag} {}", next(&mut i)?));
                 } else if LLAMA_NO_MEMORY_FLAG.contains(&flag) {
                     ignored.push(flag.to_string());
+                } else if flag == "--lora" {
+                    // Comma-separated files (common/arg.cpp), each loaded.
+                    for f in next(&mut i)?.split(',').filter(|f| !f.is_empty()) {
+                        out.extend(["--lora".into(), f.to_string()]);
+                    }
+                } else if flag == "--lora-scaled" {
+                    // FNAME:SCALE[,…] (common/arg.cpp); 2024 builds took FNAME SCALE as two
+                    // arguments. The scale changes no memory.
+                    let v = next(&mut i)?;
+                    let old_form = !v.contains(':') && rest.get(i + 1).is_some_and(|s| s.parse::<f32>().is_ok());
+                    if old_form {
+                        i += 1;
+                        out.extend(["--lora".into(), v]);
+                    } else {
+                        for item in v.split(',') {
+                            match item.rsplit_once(':') {
+                                Some((f, s)) if !f.is_empty() && s.parse::<f32>().is_ok() => out.extend(["--lora".into(), f.to_string()]),
+                                _ => {
+                                    return Err(UsageError(format!(
+                                        "the pasted llama.cpp command gives --lora-scaled `{item}`: llama.cpp takes FNAME:SCALE (comma-separated for several)"
+                                    ))
+                                    .into())
+                                }
+                            }
+                        }
+                    }
                 } else if matches!(flag, "-dev" | "--device") {
                     devices = Some(next(&mut i)?);
                 } else if LLAMA_UNMODELLED.contains(&flag) {

@@ -964,8 +964,9 @@ fn lora_adapters(a: &ServeArgs, model: &vram_core::gguf::Gguf) -> Result<Vec<vra
     a.lora
         .iter()
         .map(|p| {
-            let g = crate::source::gguf::read_gguf(p).with_context(|| format!("--lora {}", p.display()))?;
-            Ok(vram_core::llama_lora::adapter(&g, &p.display().to_string(), model)?)
+            let what = || format!("--lora {}", p.display());
+            let g = crate::source::gguf::read_gguf(p).with_context(what)?;
+            vram_core::llama_lora::adapter(&g, &p.display().to_string(), model).with_context(what)
         })
         .collect()
 }
@@ -1225,6 +1226,17 @@ pub fn apply_fit(
         FitAction::CannotFit { reason } => Some(format!(
             "{head}; it cannot leave {margin} free{}: {reason}",
             if s.ctx_auto { format!(" even at --fit-ctx ({} tokens)", f.config.ctx) } else { String::new() }
+        )),
+    };
+    // llama.cpp's fit runs before the adapters load (common/common.cpp `common_init_from_params`):
+    // they are not in its projection, and can take the margin it left.
+    let adapters = f.overrides.lora.iter().fold(0u64, |t, l| t.saturating_add(l.bytes()));
+    let note = match note {
+        _ if adapters == 0 => note,
+        Some(n) => Some(format!("{n}; the fit does not count the --lora adapters ({:.2} GiB, loaded after it)", gib(adapters))),
+        None => Some(format!(
+            "llama-server's --fit (common/fit.cpp, on by default) does not count the --lora adapters ({:.2} GiB, loaded after it)",
+            gib(adapters)
         )),
     };
     Ok(FitApplied { config: f.config, overrides: f.overrides, multi: f.multi, note, projection: Some((f.projected_initial, f.free)) })

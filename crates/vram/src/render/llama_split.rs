@@ -185,6 +185,10 @@ fn rows(p: &SplitPlan, l: &LlamaCppLog) -> Vec<Cmp> {
             out.push(Cmp { device: d.name.clone(), buffer: "RS", estimate: d.state_bytes, log: rs });
         }
         out.push(Cmp { device: d.name.clone(), buffer: "compute", estimate: d.compute_bytes, log: get(|x| &x.compute) });
+        let lora = get(|x| &x.lora);
+        if d.lora_bytes > 0 || lora.is_some() {
+            out.push(Cmp { device: d.name.clone(), buffer: "LoRA", estimate: d.lora_bytes, log: lora });
+        }
     }
     if p.multi.mode == SplitMode::Row {
         let split: u64 = p.devices.iter().map(|d| d.row_split_bytes).sum();

@@ -300,6 +300,9 @@ pub fn llama_cpp(s: &LlamaCppServe, l: &LlamaCppLog) -> Comparison {
     if p.gpu_state_bytes > 0 || dev.state.is_some() {
         rows.insert(2, mib("RS buffer (recurrent state)", p.gpu_state_bytes, &dev.state));
     }
+    if p.gpu_lora_bytes > 0 || dev.lora.is_some() {
+        rows.push(mib("LoRA buffer (--lora)", p.gpu_lora_bytes, &dev.lora));
+    }
     if let (Some((used, free)), Some((log_used, log_free))) = (s.fit_projection, l.fit_projection) {
         let logged = |m: u64| (Some(m as f64), Some(format!("{m} MiB")));
         let (v, p) = logged(log_used);
@@ -324,7 +327,10 @@ pub fn llama_cpp(s: &LlamaCppServe, l: &LlamaCppLog) -> Comparison {
             printed: sizes.iter().map(|s| s.printed.clone()).collect::<Vec<_>>().join(" + "),
         })
     };
-    let (host_model, host_compute) = (sum(|d| &d.model), sum(|d| &d.compute));
+    let (host_model, host_compute, host_lora) = (sum(|d| &d.model), sum(|d| &d.compute), sum(|d| &d.lora));
+    if p.host.lora_bytes > 0 || host_lora.is_some() {
+        rows.push(mib("LoRA buffer in RAM", p.host.lora_bytes, &host_lora));
+    }
     if p.host.weights_bytes > 0 || host_model.is_some() {
         rows.push(mib("model buffer in RAM", p.host.weights_bytes, &host_model));
     }
