@@ -178,7 +178,8 @@ fn fifos_are_refused_not_read() {
     assert!(e.contains("not a regular file"), "{e}");
     let e = fails(&["serve", "-m", gguf.to_str().unwrap(), "-g", "h100"], 2);
     assert!(e.contains("not a regular file"), "{e}");
-    assert!(t.elapsed() < Duration::from_secs(20));
+    // Opening a FIFO for reading blocks until a writer comes, which never happens here.
+    assert!(t.elapsed() < Duration::from_secs(60));
 }
 
 /// A crafted refs/main pointing outside the cache was followed.

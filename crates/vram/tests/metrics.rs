@@ -46,8 +46,9 @@ fn idle_and_slow_clients_do_not_hold_up_a_scrape() {
     let resp = scrape(&addr);
     assert!(resp.starts_with("HTTP/1.1 200 OK"), "{resp}");
     // Served one at a time, the scrape waits out each idle client's 2 s I/O timeout (≥ 12 s; 9.8 s
-    // measured before the fix); concurrently it answers at once. 4 s leaves room for a busy CI.
-    assert!(t.elapsed() < Duration::from_secs(4), "a scrape behind 6 idle clients took {:?}", t.elapsed());
+    // measured before the fix); concurrently it answers at once. 8 s leaves room for a CI machine
+    // many times slower than usual and still tells the two apart.
+    assert!(t.elapsed() < Duration::from_secs(8), "a scrape behind 6 idle clients took {:?}", t.elapsed());
     drop((idle, slow));
     let _ = child.kill();
     let _ = child.wait();
@@ -85,7 +86,9 @@ fn connections_beyond_the_bound_are_turned_away_at_once() {
     let t = Instant::now();
     let resp = scrape(&addr);
     assert!(resp.starts_with("HTTP/1.1 503"), "{resp}");
-    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    // Waiting for a place would take the scrape's whole 15 s read timeout (the served clients
+    // never let go); turned away, it is answered at once.
+    assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     dripping.join().unwrap();
     drop(idle);

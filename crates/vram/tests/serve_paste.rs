@@ -3,7 +3,7 @@
 
 mod util;
 
-use util::{fails, json};
+use util::{fails, json, vram};
 
 /// `json` for a pasted command: `--json` goes before the `--` (after it, it would be the engine's).
 fn pasted(args: &[&str]) -> serde_json::Value {
@@ -92,8 +92,45 @@ fn memory_changing_flags_vram_does_not_model_are_refused_by_name() {
     let none = pasted(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--max-model-len", "8192", "--cpu-offload-gb", "0"]);
     let plain = json(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--max-model-len", "8192"]);
     assert_eq!(none["gpus"][0]["weights_bytes"], plain["gpus"][0]["weights_bytes"]);
-    assert!(fails(&["serve", "-g", "h100", "--", "python", "-m", "sglang.launch_server", "--model-path", "x", "--dp", "2"], 2)
-        .contains("SGLang"));
+    // Attention data parallelism is not modelled (plain --dp-size is: replicas).
+    let e = fails(
+        &["serve", "-g", "h100", "--", "python", "-m", "sglang.launch_server", "--model-path", "x", "--dp", "2", "--enable-dp-attention"],
+        2,
+    );
+    assert!(e.contains("SGLang") && e.contains("--enable-dp-attention"), "{e}");
+    // SGLang's --dp-size: replicas of the TP group, each the same per GPU (0.5.23 dp_size).
+    let one = pasted(&["serve", "-g", "h100", "--", "python", "-m", "sglang.launch_server", "--model-path", "llama-3.1-8b", "--tp", "2"]);
+    let dp = pasted(&[
+        "serve",
+        "-g",
+        "h100",
+        "--",
+        "python",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "llama-3.1-8b",
+        "--tp",
+        "2",
+        "--dp-size",
+        "4",
+    ]);
+    for k in ["weights_bytes", "kv_pool_bytes", "max_total_num_tokens", "max_running_requests", "headroom_bytes"] {
+        assert_eq!(dp["gpus"][1][k], one["gpus"][1][k], "{k}: per GPU, a replica is the model alone");
+    }
+    assert_eq!((dp["dp_size"].as_u64(), dp["gpus_in_all"].as_u64()), (Some(4), Some(8)));
+    let typed = json(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--engine", "sglang", "--tp-size", "2", "--dp-size", "4"]);
+    assert_eq!(typed["gpus"][0]["kv_pool_bytes"], dp["gpus"][0]["kv_pool_bytes"]);
+    let out = vram().args(["serve", "-m", "llama-3.1-8b", "-g", "h100", "--engine", "sglang", "--dp-size", "3"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("--dp-size 3: 3 replicas") && text.contains("3 GPUs in all"), "{text}");
+    assert!(fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--engine", "sglang", "--dp-size", "0"], 2).contains("--dp-size"));
+    let out = vram()
+        .args(["serve", "-m", "llama-3.1-8b", "-g", "h100", "--engine", "sglang", "--dp-size", "2", "--emit", "docker"])
+        .output()
+        .unwrap();
+    let compose = String::from_utf8_lossy(&out.stdout);
+    assert!(compose.contains("\"--dp-size\", \"2\"") && compose.contains("count: 2"), "{compose}");
     assert!(fails(&["serve", "-g", "h100", "--", "docker", "run", "x"], 2).contains("vllm serve MODEL"));
     assert!(fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b"], 2).contains("not both"));
     assert!(fails(&["serve", "-g", "h100", "--", "vllm", "serve", "--port", "8000"], 2).contains("names no model"));

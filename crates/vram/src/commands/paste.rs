@@ -484,6 +484,9 @@ const LLAMA_UNMODELLED: &[&str] = &[
 const SGLANG_VALUE: &[(&str, &str)] = &[
     ("--tp-size", "--tp-size"),
     ("--tp", "--tp-size"),
+    // Replicas of the TP group (0.5.23 `dp_size`); with --enable-dp-attention the command is refused.
+    ("--dp-size", "--dp-size"),
+    ("--dp", "--dp-size"),
     ("--tensor-parallel-size", "--tp-size"),
     ("--mem-fraction-static", "--mem-fraction-static"),
     ("--context-length", "--context-length"),
@@ -558,8 +561,10 @@ const SGLANG_NO_MEMORY_FLAG: &[&str] = &[
 ];
 /// SGLang flags that change memory in ways vram does not model yet: refused by name.
 const SGLANG_UNMODELLED: &[&str] = &[
-    "--dp-size",
-    "--dp",
+    // Attention data parallelism: `--dp-size N --enable-dp-attention` (0.5.23's deprecated
+    // spelling) or `--attn-dp-size N`, and MoE data parallelism (`--dp-size` alone is replicas, read).
+    "--attn-dp-size",
+    "--moe-dp-size",
     "--pp-size",
     "--pipeline-parallel-size",
     "--ep-size",

@@ -429,7 +429,8 @@ fn reject_other_engines_flags(a: &ServeArgs, engine: Engine) -> Result<()> {
             ),
         ],
         Engine::Sglang => {
-            let mut v: Vec<&str> = vllm_only().into_iter().flatten().collect();
+            // --dp-size is SGLang's too (replicas).
+            let mut v: Vec<&str> = vllm_only().into_iter().flatten().filter(|f| *f != "--data-parallel-size").collect();
             v.extend(given(a.max_model_len.is_some(), "--max-model-len"));
             vec![
                 (llama_only().into_iter().flatten().collect(), "llama.cpp", "this model is planned under SGLang: use --context-length and --mem-fraction-static"),
@@ -748,6 +749,9 @@ pub struct SglangServe {
     pub config: SglangConfig,
     /// SGLang's sizing.
     pub report: SglangReport,
+    /// `--dp-size`: replicas of the TP group, each sized as `report` (SGLang 0.5.23
+    /// `arg_groups/parallel_hook.py`: `dp_size` counts replicas; attention DP is `attn_dp_size`).
+    pub dp: u64,
 }
 
 /// Resolve SGLang's flags and compute its start-up sizing.
@@ -814,8 +818,12 @@ pub fn sglang(a: &ServeArgs, model: Model) -> Result<SglangServe> {
         // (serve.rs non_torch_default), the same libraries on the same GPUs; a stated assumption.
         distributed: vram_core::serve_advice::sglang_distributed(a.tp, vram_core::serve::nvswitch_gpu(&g.name)),
     };
+    let dp = a.data_parallel_size;
+    if !(1..=4096).contains(&dp) {
+        return Err(UsageError(format!("--dp-size {dp}: must be between 1 and 4096")).into());
+    }
     let report = vram_core::sglang::sglang(&model, &config)?;
-    Ok(SglangServe { model, gpu: g, config, report })
+    Ok(SglangServe { model, gpu: g, config, report, dp })
 }
 
 /// vLLM `--kv-cache-memory-bytes`: vLLM's human-readable integer first (`20g` = 20·10^9, as

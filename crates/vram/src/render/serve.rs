@@ -213,6 +213,17 @@ pub fn sglang_text(s: &SglangServe) -> String {
         if r.cuda_graph_max_bs == 0 { "— (graphs disabled)".to_string() } else { r.cuda_graph_max_bs.to_string() },
         r.page_size
     );
+    if s.dp > 1 {
+        let _ = writeln!(
+            out,
+            "--dp-size {}: {} replicas of this {}-GPU group ({} GPUs in all), each a whole model with its own KV cache and scheduler (SGLang 0.5.23: dp_size counts replicas); the figures are per GPU of one replica, and its max_running_requests is per replica — {}× the requests in all",
+            s.dp,
+            s.dp,
+            r.tp,
+            r.tp.saturating_mul(s.dp),
+            s.dp
+        );
+    }
     let _ = writeln!(out);
     let who = if r.tp == 1 { "per GPU".to_string() } else { format!("per GPU (each of the {} TP ranks)", r.tp) };
     let _ = writeln!(out, "{who:<44} {:>8}", "GiB");
@@ -339,6 +350,8 @@ pub fn sglang_json(s: &SglangServe) -> Value {
         "model": model_json(&s.model),
         "gpu": gpu_json(&s.gpu),
         "config": s.config,
+        "dp_size": s.dp,
+        "gpus_in_all": r.tp.saturating_mul(s.dp),
         "gpus": gpus,
     })
 }

@@ -80,7 +80,7 @@ impl Launch {
         }
         if let Some(f) = alt.flags.iter().find(|f| f.name == "--tensor-parallel-size" || f.name == "--tp-size") {
             let tp: u64 = f.value.as_deref().and_then(|v| v.parse().ok()).unwrap_or(1);
-            let rest = self.flag_u64("--pipeline-parallel-size") * self.flag_u64("--data-parallel-size");
+            let rest = self.flag_u64("--pipeline-parallel-size") * self.flag_u64("--data-parallel-size") * self.flag_u64("--dp-size");
             self.gpus = tp.saturating_mul(rest);
         }
         Ok(())
@@ -178,6 +178,7 @@ fn vllm_env(a: &ServeArgs) -> Vec<(String, String)> {
 pub fn sglang(a: &ServeArgs, model: &str) -> Launch {
     let mut f = Vec::new();
     push(&mut f, a.tp != 1, "--tp-size", a.tp);
+    push(&mut f, a.data_parallel_size != 1, "--dp-size", a.data_parallel_size);
     push(&mut f, a.context_length.is_some(), "--context-length", a.context_length.unwrap_or(0));
     push(&mut f, a.mem_fraction_static.is_some(), "--mem-fraction-static", a.mem_fraction_static.unwrap_or(0.0));
     push(&mut f, a.max_running_requests.is_some(), "--max-running-requests", a.max_running_requests.unwrap_or(0));
@@ -206,7 +207,7 @@ pub fn sglang(a: &ServeArgs, model: &str) -> Launch {
         engine: LaunchEngine::Sglang,
         model: model_id(model),
         flags: f,
-        gpus: a.tp,
+        gpus: a.tp.saturating_mul(a.data_parallel_size),
         image_tag: "latest".into(),
         modelled: format!("SGLang {} rules", vram_core::sglang::SGLANG_VERSION),
         warning: None,
@@ -240,6 +241,9 @@ pub fn llama_server(a: &ServeArgs, model: &str) -> Launch {
     push(&mut f, a.mmproj.is_some(), "--mmproj", a.mmproj.as_ref().map(|p| p.display().to_string()).unwrap_or_default());
     switch(&mut f, a.no_mmproj, "--no-mmproj");
     switch(&mut f, a.no_mmproj_offload, "--no-mmproj-offload");
+    for l in &a.lora {
+        f.push(Flag::new("--lora", l.display()));
+    }
     push(&mut f, a.flash_attn.is_some(), "-fa", a.flash_attn.clone().unwrap_or_default());
     let kv = a.kv_cache_dtype.to_ascii_lowercase();
     push(&mut f, kv != "auto", "-ctk", &kv);
@@ -261,10 +265,17 @@ pub fn llama_server(a: &ServeArgs, model: &str) -> Launch {
         image_tag: "server-cuda".into(),
         modelled: "llama.cpp's buffers as load_tensors and llama_context size them".into(),
         // The model file is mounted into a container; the projector is passed as given.
-        warning: a
-            .mmproj
-            .as_ref()
-            .map(|p| format!("--mmproj {} is written as given: in a container, mount its directory and use the mounted path", p.display())),
+        warning: {
+            let files: Vec<String> = a
+                .mmproj
+                .iter()
+                .map(|p| format!("--mmproj {}", p.display()))
+                .chain(a.lora.iter().map(|p| format!("--lora {}", p.display())))
+                .collect();
+            (!files.is_empty()).then(|| {
+                format!("{} written as given: in a container, mount their directories and use the mounted paths", files.join(", "))
+            })
+        },
         env: Vec::new(),
     }
 }
