@@ -107,6 +107,116 @@ pub struct SglangConfig {
     pub disable_overlap_schedule: bool,
     /// `--language-only`: a vision-language checkpoint's language model alone.
     pub language_only: bool,
+    /// `--enable-lora` (or `--lora-paths`): the adapter memory pool; `None` without LoRA.
+    pub lora: Option<SglangLora>,
+}
+
+/// SGLang's LoRA memory pool (`lora/mem_pool.py` `LoRAMemoryPool.init_buffers`): for each
+/// target module and layer, an A and a B buffer of `--max-loras-per-batch` slots at
+/// `--max-lora-rank`, in the model's dtype, allocated after the weights load and before the KV
+/// cache is sized (`model_runner.py` `initialize` → `maybe_init_lora_manager`), so it comes out
+/// of the token pool's budget.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SglangLora {
+    /// `--max-loras-per-batch` (0.5.23 default 8).
+    pub max_loras_per_batch: u64,
+    /// `--max-lora-rank`, or the largest `r` of the `--lora-paths` adapters.
+    pub max_lora_rank: u64,
+    /// SGLang's normalised target modules (`qkv_proj`, `o_proj`, `gate_up_proj`, `down_proj`).
+    pub target_modules: Vec<String>,
+}
+
+/// `--max-loras-per-batch`'s default (arg_groups/fields/lora.py).
+pub const MAX_LORAS_PER_BATCH: u64 = 8;
+/// The modules SGLang's pool allocates for a dense decoder, in its names: what `all` (on the
+/// command line, or `all-linear` in an adapter's config) resolves to — lora/utils.py
+/// `auto_detect_lora_target_modules` finds the linear layers, the LM head and the embeddings.
+pub const LORA_ALL_MODULES: [&str; 6] = ["qkv_proj", "o_proj", "gate_up_proj", "down_proj", "embed_tokens", "lm_head"];
+
+/// SGLang's names for PEFT target modules (lora/utils.py `get_normalized_target_modules`):
+/// `q_proj`/`k_proj`/`v_proj` → `qkv_proj`, `gate_proj`/`up_proj` → `gate_up_proj`, a prefixed
+/// name by its last part, `all`/`all-linear` → [`LORA_ALL_MODULES`]; modules a dense decoder
+/// lacks are refused.
+pub fn normalize_lora_targets(names: &[String]) -> Result<Vec<String>> {
+    let mut out: Vec<String> = Vec::new();
+    for raw in names {
+        let leaf = raw.rsplit('.').next().unwrap_or(raw);
+        let mapped: &[&str] = match leaf {
+            "all" | "all-linear" => &LORA_ALL_MODULES,
+            "q_proj" | "k_proj" | "v_proj" | "qkv_proj" => &["qkv_proj"],
+            "gate_proj" | "up_proj" | "gate_up_proj" => &["gate_up_proj"],
+            "o_proj" => &["o_proj"],
+            "down_proj" => &["down_proj"],
+            "embed_tokens" | "vocab_emb" | "embeddings" | "word_embeddings" => &["embed_tokens"],
+            "lm_head" | "output" | "unembed_tokens" => &["lm_head"],
+            _ => {
+                return Err(invalid(
+                    "--lora-target-modules",
+                    raw,
+                    "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, embed_tokens, lm_head (or all)",
+                ))
+            }
+        };
+        for m in mapped {
+            if !out.iter().any(|o| o == m) {
+                out.push(m.to_string());
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err(invalid("--lora-target-modules", "(none)", "at least one module"));
+    }
+    Ok(out)
+}
+
+/// Bytes of SGLang's LoRA pool on one TP rank (`LoRAMemoryPool.get_lora_A_shape` /
+/// `get_lora_B_shape` with lora/utils.py `get_default_hidden_dim` and `get_stacked_multiply`):
+/// per layer and slot, A is [rank × stacked, input] and B [output, rank], the input of the
+/// row-parallel `o_proj`/`down_proj` and the output of the others split over TP (`qkv_proj`
+/// keeping a whole head of K and V per rank when TP exceeds the KV heads). The embeddings' pair
+/// is one buffer each, unsharded ([rank, vocab] and [hidden, rank]); the LM head's B holds this
+/// rank's share of the vocabulary (`get_lm_head_lora_b_shard_size`: the base layer's
+/// `num_org_elements`, the first rank's here). Tokens an adapter adds to the vocabulary are not
+/// counted.
+pub fn lora_pool_bytes(m: &Model, l: &SglangLora, tp: u64, dtype_bytes: u64) -> Result<u64> {
+    let (h, r, tp) = (m.hidden as u128, l.max_lora_rank as u128, tp.max(1) as u128);
+    let hd = m.head_dim as u128;
+    let q = m.heads as u128 * hd;
+    let kv = m.kv_heads as u128 * hd;
+    let inter = m.intermediate as u128;
+    let per_layer: u128 = l
+        .target_modules
+        .iter()
+        .map(|t| match t.as_str() {
+            "qkv_proj" => {
+                let out = if (m.kv_heads as u128) >= tp { (q + 2 * kv) / tp } else { q / tp + 2 * hd };
+                3 * r * h + out * r
+            }
+            "o_proj" => r * (q / tp) + h * r,
+            "gate_up_proj" => 2 * r * h + (2 * inter / tp) * r,
+            "down_proj" => r * (inter / tp) + h * r,
+            _ => 0,
+        })
+        .sum();
+    let vocab = m.vocab as u128;
+    // VocabParallelEmbedding pads the vocabulary to 64 and gives each rank an equal part.
+    let shard = (m.vocab.div_ceil(64) * 64) as u128 / tp;
+    let once: u128 = l
+        .target_modules
+        .iter()
+        .map(|t| match t.as_str() {
+            "embed_tokens" => r * vocab + h * r,
+            "lm_head" => r * h + shard.min(vocab) * r,
+            _ => 0,
+        })
+        .sum();
+    let total = per_layer
+        .checked_mul(m.layers as u128)
+        .and_then(|x| x.checked_add(once))
+        .and_then(|x| x.checked_mul(l.max_loras_per_batch as u128))
+        .and_then(|x| x.checked_mul(dtype_bytes as u128))
+        .ok_or_else(|| overflow("LoRA pool"))?;
+    u64::try_from(total).map_err(|_| overflow("LoRA pool"))
 }
 
 /// SGLang's `--mamba-radix-cache-strategy`: how a hybrid model's states are kept for the radix
@@ -204,6 +314,7 @@ impl SglangConfig {
             disable_radix_cache: false,
             disable_overlap_schedule: false,
             language_only: false,
+            lora: None,
         }
     }
 }
@@ -278,6 +389,8 @@ pub struct SglangReport {
     /// A vision-language model: the multimodal reservation taken from the budget
     /// (`SGLANG_VLM_CACHE_SIZE_MB`, 100 MB), bytes.
     pub mm_reserve_bytes: u64,
+    /// The LoRA adapters' memory pool (`--enable-lora`), taken from the budget; 0 without.
+    pub lora_pool_bytes: u64,
     /// The lines SGLang prints about this, reproduced.
     pub log: Vec<String>,
     /// Stated assumptions and warnings.
@@ -602,6 +715,25 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
     // kv_cache_configurator.py mm_runtime_reservation_gb: SGLANG_VLM_CACHE_SIZE_MB (100) for a
     // multimodal model's embedding cache.
     let mm_reserve: u64 = if vlm { VLM_CACHE_SIZE } else { 0 };
+    // The LoRA pool, allocated after the weights and before the KV cache is sized.
+    let lora_pool = match &cfg.lora {
+        None => 0,
+        Some(_) if m.moe.is_some() || mla || hybrid.is_some() || vlm => {
+            return Err(invalid(
+                "--enable-lora",
+                &m.name,
+                "SGLang's LoRA pool is modelled for dense decoders (MoE expert buffers, MLA's fused projections, hybrid mixers and vision towers are not); drop the LoRA flags to see the rest",
+            ))
+        }
+        Some(l) if l.max_lora_rank == 0 || l.max_lora_rank > 1024 || l.max_loras_per_batch == 0 || l.max_loras_per_batch > 1024 => {
+            return Err(invalid(
+                "--max-lora-rank / --max-loras-per-batch",
+                format!("{} / {}", l.max_lora_rank, l.max_loras_per_batch),
+                "each between 1 and 1024",
+            ))
+        }
+        Some(l) => lora_pool_bytes(m, l, tp, dtype.bytes())?,
+    };
 
     // Weights on one rank.
     let (w, scales, wnotes) = tp_rank_weights(m, cfg.quantization, tp, dtype.bytes() as u128)?;
@@ -617,9 +749,9 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
     let after = pre.saturating_sub(weights);
     // kv_cache_configurator.py _profile_available_bytes: rest = after − pre × (1 − mfs).
     let slack = (pre as f64 * (1.0 - mfs)) as u64;
-    let rest = after.saturating_sub(slack).saturating_sub(mm_reserve);
-    let shortfall = if weights > pre { weights - pre + slack } else { (slack + mm_reserve).saturating_sub(after) };
-    let min_mfs = (min_mem_fraction(pre, after) * 1000.0).ceil() / 1000.0;
+    let rest = after.saturating_sub(slack).saturating_sub(mm_reserve).saturating_sub(lora_pool);
+    let shortfall = if weights > pre { weights - pre + slack } else { (slack + mm_reserve + lora_pool).saturating_sub(after) };
+    let min_mfs = (min_mem_fraction(pre, after.saturating_sub(lora_pool)) * 1000.0).ceil() / 1000.0;
 
     // A hybrid model's state pool comes out of rest first (_handle_max_mamba_cache).
     let page = cfg.page_size;
@@ -794,6 +926,16 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
             "the pool ({tokens} tokens) is shorter than the context length {context_len}: SGLang starts, but caps a request at the pool size"
         ));
     }
+    if let Some(l) = &cfg.lora {
+        notes.push(format!(
+            "--enable-lora: a pool of {} adapter slots at rank {} for {} ({:.2} GiB on this GPU, in {}) is allocated after the weights and before the KV cache is sized (lora/mem_pool.py), so it comes out of the token pool; the adapters themselves wait in host memory",
+            l.max_loras_per_batch,
+            l.max_lora_rank,
+            l.target_modules.join(", "),
+            lora_pool as f64 / GIB as f64,
+            dtype.torch_name()
+        ));
+    }
     notes.push(format!(
         "before the weights load vram assumes the CUDA context ({} MiB){}; SGLang measures this free memory on the GPU",
         cfg.cuda_context / MIB,
@@ -833,6 +975,7 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
         distributed_bytes: cfg.distributed,
         state,
         mm_reserve_bytes: mm_reserve,
+        lora_pool_bytes: lora_pool,
         log,
         notes,
     })

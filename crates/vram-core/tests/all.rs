@@ -86,6 +86,8 @@ pub mod serve_whisper;
 pub mod serveadv;
 #[path = "sglang_hybrid.rs"]
 pub mod sglang_hybrid;
+#[path = "sglang_lora.rs"]
+pub mod sglang_lora;
 #[path = "ssm.rs"]
 pub mod ssm;
 #[path = "technique.rs"]

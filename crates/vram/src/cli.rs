@@ -654,13 +654,24 @@ pub struct ServeArgs {
     /// --gpu-memory-utilization for sizing it.
     #[arg(long)]
     pub kv_cache_memory_bytes: Option<String>,
-    /// vLLM `--enable-lora`: reserve GPU slots for LoRA adapters.
+    /// vLLM / SGLang `--enable-lora`: reserve GPU slots for LoRA adapters.
     #[arg(long, alias = "enable_lora")]
     pub enable_lora: bool,
+    /// SGLang `--lora-paths NAME=PATH …` (or PATH …): adapters to serve; a local directory's
+    /// adapter_config.json gives the rank and target modules (turns on --enable-lora).
+    #[arg(long, alias = "lora_paths", num_args = 1..)]
+    pub lora_paths: Vec<String>,
+    /// SGLang `--max-loras-per-batch`: adapter slots in the GPU pool [default: 8].
+    #[arg(long, alias = "max_loras_per_batch")]
+    pub max_loras_per_batch: Option<u64>,
+    /// SGLang `--lora-target-modules`: q_proj k_proj … or all [default: the adapters'].
+    #[arg(long, alias = "lora_target_modules", num_args = 1..)]
+    pub lora_target_modules: Option<Vec<String>>,
     /// vLLM `--max-loras`: adapters on the GPU at once [default: 1].
     #[arg(long, alias = "max_loras")]
     pub max_loras: Option<u64>,
-    /// vLLM `--max-lora-rank`: the rank every slot is allocated at [default: 16].
+    /// vLLM / SGLang `--max-lora-rank`: the rank every slot is allocated at [default: vLLM 16;
+    /// SGLang the largest of the --lora-paths adapters].
     #[arg(long, alias = "max_lora_rank")]
     pub max_lora_rank: Option<u64>,
     /// vLLM `--max-cpu-loras`: adapters cached in host memory [default: --max-loras].

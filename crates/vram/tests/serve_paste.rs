@@ -736,3 +736,95 @@ fn the_cuda_graph_estimate_can_be_switched_off() {
         fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--cuda-graph-memory", bad], 2);
     }
 }
+
+/// SGLang's LoRA flags: `--lora-paths` adapters read from their adapter_config.json (the largest
+/// rank, their modules together), or `--enable-lora` with `--max-lora-rank` and
+/// `--lora-target-modules`; the pool comes out of the token pool.
+#[test]
+fn sglang_lora_flags_size_the_adapter_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let adapter = |name: &str, body: &str| {
+        let d = dir.path().join(name);
+        std::fs::create_dir(&d).unwrap();
+        std::fs::write(d.join("adapter_config.json"), body).unwrap();
+        d.display().to_string()
+    };
+    let a = adapter("a", r#"{"r": 16, "target_modules": ["q_proj", "v_proj"], "peft_type": "LORA"}"#);
+    let b = adapter("b", r#"{"r": 32, "target_modules": ["o_proj"]}"#);
+    let (pa, pb) = (format!("first={a}"), format!("second={b}"));
+    let v = pasted(&[
+        "serve",
+        "-g",
+        "h100",
+        "--",
+        "python",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "llama-3.1-8b",
+        "--lora-paths",
+        &pa,
+        &pb,
+        "--max-loaded-loras",
+        "8",
+    ]);
+    assert_eq!(v["config"]["lora"]["max_lora_rank"], 32);
+    assert_eq!(v["config"]["lora"]["target_modules"], serde_json::json!(["qkv_proj", "o_proj"]));
+    // Rank 32: qkv 3·32·4096 + 6144·32, o 32·4096 + 4096·32 per layer; × 32 layers × 8 slots × 2 bytes.
+    let pool = (3 * 32 * 4096 + 6144 * 32 + 2 * 32 * 4096) * 32 * 8 * 2;
+    assert_eq!(v["gpus"][0]["lora_pool_bytes"], pool);
+    let typed = json(&[
+        "serve",
+        "-m",
+        "llama-3.1-8b",
+        "-g",
+        "h100",
+        "--engine",
+        "sglang",
+        "--enable-lora",
+        "--max-lora-rank",
+        "32",
+        "--lora-target-modules",
+        "q_proj",
+        "o_proj",
+    ]);
+    assert_eq!(typed["gpus"][0]["lora_pool_bytes"], pool);
+    let bare = json(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--engine", "sglang"]);
+    assert!(typed["gpus"][0]["max_total_num_tokens"].as_u64() < bare["gpus"][0]["max_total_num_tokens"].as_u64());
+    // What SGLang refuses, vram refuses.
+    let e = fails(
+        &[
+            "serve",
+            "-g",
+            "h100",
+            "--",
+            "python",
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            "llama-3.1-8b",
+            "--lora-paths",
+            "org/adapter",
+        ],
+        2,
+    );
+    assert!(e.contains("adapter_config.json") && e.contains("--max-lora-rank"), "{e}");
+    let e = fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--engine", "sglang", "--max-lora-rank", "8"], 2);
+    assert!(e.contains("needs --enable-lora"), "{e}");
+    let e = fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--engine", "sglang", "--lora-paths", &b, "--max-lora-rank", "16"], 2);
+    assert!(e.contains("above --max-lora-rank 16"), "{e}");
+    let e = fails(
+        &["serve", "-m", "llama-3.1-8b", "-g", "h100", "--engine", "sglang", "--lora-paths", &a, "--lora-target-modules", "o_proj"],
+        2,
+    );
+    assert!(e.contains("leaves out"), "{e}");
+    let e = fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--lora-paths", &a], 2);
+    assert!(e.contains("--lora-paths") && e.contains("SGLang"), "{e}");
+    // --emit writes them back in SGLang's spelling, the paths as one flag.
+    let out = vram()
+        .args(["serve", "-m", "llama-3.1-8b", "-g", "h100", "--engine", "sglang", "--lora-paths", &pa, &pb, "--emit", "docker"])
+        .output()
+        .unwrap();
+    let compose = String::from_utf8_lossy(&out.stdout);
+    assert!(compose.contains(&format!("\"--lora-paths\", \"{pa}\", \"{pb}\"")), "{compose}");
+}

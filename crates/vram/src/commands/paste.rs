@@ -503,10 +503,21 @@ const SGLANG_VALUE: &[(&str, &str)] = &[
     ("--mamba-ssm-dtype", "--mamba-ssm-dtype"),
     ("--mamba-full-memory-ratio", "--mamba-full-memory-ratio"),
     ("--mamba-radix-cache-strategy", "--mamba-radix-cache-strategy"),
+    ("--max-lora-rank", "--max-lora-rank"),
+    ("--max-loras-per-batch", "--max-loras-per-batch"),
 ];
-const SGLANG_FLAG: &[&str] = &["--disable-cuda-graph", "--disable-radix-cache", "--disable-overlap-schedule", "--language-only"];
+const SGLANG_FLAG: &[&str] =
+    &["--disable-cuda-graph", "--disable-radix-cache", "--disable-overlap-schedule", "--language-only", "--enable-lora"];
+/// SGLang flags that take one value or more (argparse `nargs="*"`/`"+"`), read.
+const SGLANG_MANY_VALUES: &[&str] = &["--lora-paths", "--lora-target-modules"];
 /// SGLang flags that change no GPU memory vram accounts.
 const SGLANG_NO_MEMORY: &[&str] = &[
+    // LoRA settings that size no GPU buffer: adapters cached in host memory, the kernel
+    // backend and its chunk, the eviction order (the workspace is activation memory).
+    "--max-loaded-loras",
+    "--lora-backend",
+    "--max-lora-chunk-size",
+    "--lora-eviction-policy",
     "--host",
     "--port",
     "--served-model-name",
@@ -574,8 +585,6 @@ const SGLANG_UNMODELLED: &[&str] = &[
     "--speculative-draft-model-path",
     "--cpu-offload-gb",
     "--enable-hierarchical-cache",
-    "--lora-paths",
-    "--enable-lora",
     "--disaggregation-mode",
 ];
 
@@ -741,6 +750,14 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
                     out.extend([ours.to_string(), next(&mut i)?]);
                 } else if SGLANG_FLAG.contains(&flag) {
                     out.push(flag.to_string());
+                } else if SGLANG_MANY_VALUES.contains(&flag) {
+                    let mut v = vec![next(&mut i)?];
+                    while inline.is_none() && rest.get(i + 1).is_some_and(|t| !t.starts_with('-')) {
+                        i += 1;
+                        v.push(rest[i].clone());
+                    }
+                    out.push(flag.to_string());
+                    out.extend(v);
                 } else if SGLANG_NO_MEMORY.contains(&flag) {
                     ignored.push(format!("{flag} {}", next(&mut i)?));
                 } else if SGLANG_NO_MEMORY_FLAG.contains(&flag) {

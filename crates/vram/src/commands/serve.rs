@@ -364,6 +364,9 @@ fn reject_other_engines_flags(a: &ServeArgs, engine: Engine) -> Result<()> {
             given(a.disable_radix_cache, "--disable-radix-cache"),
             given(a.disable_overlap_schedule, "--disable-overlap-schedule"),
             given(a.language_only, "--language-only"),
+            given(!a.lora_paths.is_empty(), "--lora-paths"),
+            given(a.max_loras_per_batch.is_some(), "--max-loras-per-batch"),
+            given(a.lora_target_modules.is_some(), "--lora-target-modules"),
         ]
     };
     let llama_only = || {
@@ -429,8 +432,9 @@ fn reject_other_engines_flags(a: &ServeArgs, engine: Engine) -> Result<()> {
             ),
         ],
         Engine::Sglang => {
-            // --dp-size is SGLang's too (replicas).
-            let mut v: Vec<&str> = vllm_only().into_iter().flatten().filter(|f| *f != "--data-parallel-size").collect();
+            // --dp-size, --enable-lora and --max-lora-rank are SGLang's too.
+            let shared = ["--data-parallel-size", "--enable-lora", "--max-lora-rank"];
+            let mut v: Vec<&str> = vllm_only().into_iter().flatten().filter(|f| !shared.contains(f)).collect();
             v.extend(given(a.max_model_len.is_some(), "--max-model-len"));
             vec![
                 (llama_only().into_iter().flatten().collect(), "llama.cpp", "this model is planned under SGLang: use --context-length and --mem-fraction-static"),
@@ -778,7 +782,7 @@ pub fn sglang(a: &ServeArgs, model: Model) -> Result<SglangServe> {
         Some(c) => resolve::size("--cuda-context", c)?,
         None => vram_core::serve::ENGINE_CUDA_CONTEXT,
     };
-    let config = SglangConfig {
+    let mut config = SglangConfig {
         gpu_memory: cuda_total(&g),
         gpu_memory_smi_mib: g.memory >> 20,
         tp: a.tp,
@@ -813,17 +817,100 @@ pub fn sglang(a: &ServeArgs, model: Model) -> Result<SglangServe> {
         disable_radix_cache: a.disable_radix_cache,
         disable_overlap_schedule: a.disable_overlap_schedule,
         language_only: a.language_only,
+        lora: None,
         cuda_context,
         // NCCL and custom all-reduce buffers at TP ≥ 2: the TP share of vLLM's non-torch default
         // (serve.rs non_torch_default), the same libraries on the same GPUs; a stated assumption.
         distributed: vram_core::serve_advice::sglang_distributed(a.tp, vram_core::serve::nvswitch_gpu(&g.name)),
     };
+    config.lora = sglang_lora(a)?;
     let dp = a.data_parallel_size;
     if !(1..=4096).contains(&dp) {
         return Err(UsageError(format!("--dp-size {dp}: must be between 1 and 4096")).into());
     }
     let report = vram_core::sglang::sglang(&model, &config)?;
     Ok(SglangServe { model, gpu: g, config, report, dp })
+}
+
+/// SGLang's LoRA pool from `--enable-lora`, `--lora-paths`, `--max-lora-rank`,
+/// `--max-loras-per-batch` and `--lora-target-modules`, as SGLang 0.5.23 resolves them
+/// (arg_groups/lora_hook.py, lora/lora_manager.py `init_lora_shapes`): the rank and modules
+/// given, else the adapters' largest `r` and their modules together, read from each local
+/// adapter directory's adapter_config.json.
+fn sglang_lora(a: &ServeArgs) -> Result<Option<vram_core::sglang::SglangLora>> {
+    use vram_core::sglang::{normalize_lora_targets, SglangLora, MAX_LORAS_PER_BATCH};
+    if !a.enable_lora && a.lora_paths.is_empty() {
+        let stray = [
+            (a.max_lora_rank.is_some(), "--max-lora-rank"),
+            (a.max_loras_per_batch.is_some(), "--max-loras-per-batch"),
+            (a.lora_target_modules.is_some(), "--lora-target-modules"),
+        ];
+        if let Some((_, f)) = stray.iter().find(|(given, _)| *given) {
+            return Err(UsageError(format!("{f} needs --enable-lora (or --lora-paths): SGLang allocates no LoRA pool without it")).into());
+        }
+        return Ok(None);
+    }
+    let given_targets = a.lora_target_modules.as_deref().map(normalize_lora_targets).transpose()?;
+    let (mut rank, mut targets): (Option<u64>, Vec<String>) = (None, Vec::new());
+    for spec in &a.lora_paths {
+        let path = spec.split_once('=').map_or(spec.as_str(), |(_, p)| p);
+        let file = std::path::Path::new(path).join("adapter_config.json");
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            if a.max_lora_rank.is_some() && given_targets.is_some() {
+                continue;
+            }
+            return Err(UsageError(format!(
+                "--lora-paths {spec}: no {} to read the rank and target modules from (vram reads local adapter directories); give --max-lora-rank and --lora-target-modules, as SGLang allows",
+                file.display()
+            ))
+            .into());
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| UsageError(format!("{} is not valid JSON: {e}", file.display())))?;
+        let r = v["r"]
+            .as_u64()
+            .filter(|r| (1..=1024).contains(r))
+            .ok_or_else(|| UsageError(format!("{}: `r` is not a rank from 1 to 1024", file.display())))?;
+        let modules: Vec<String> = match &v["target_modules"] {
+            serde_json::Value::String(s) => vec![s.clone()],
+            serde_json::Value::Array(xs) => xs.iter().filter_map(|x| x.as_str().map(String::from)).collect(),
+            _ => return Err(UsageError(format!("{}: no `target_modules` list; give --lora-target-modules", file.display())).into()),
+        };
+        let modules = normalize_lora_targets(&modules).with_context(|| format!("--lora-paths {spec}"))?;
+        if let Some(max) = a.max_lora_rank.filter(|m| r > *m) {
+            return Err(UsageError(format!(
+                "--lora-paths {spec} has rank {r}, above --max-lora-rank {max}: SGLang cannot load it into the pool"
+            ))
+            .into());
+        }
+        if let Some(t) = &given_targets {
+            if let Some(extra) = modules.iter().find(|m| !t.contains(m)) {
+                return Err(UsageError(format!(
+                    "--lora-paths {spec} targets {extra}, which --lora-target-modules leaves out: SGLang refuses it (add it, or use all)"
+                ))
+                .into());
+            }
+        }
+        rank = Some(rank.map_or(r, |x: u64| x.max(r)));
+        for m in modules {
+            if !targets.contains(&m) {
+                targets.push(m);
+            }
+        }
+    }
+    let rank = a.max_lora_rank.or(rank);
+    let targets = given_targets.unwrap_or(targets);
+    let (Some(rank), false) = (rank, targets.is_empty()) else {
+        return Err(UsageError(
+            "--enable-lora without --lora-paths needs both --max-lora-rank and --lora-target-modules (SGLang asserts the same)".into(),
+        )
+        .into());
+    };
+    Ok(Some(SglangLora {
+        max_loras_per_batch: a.max_loras_per_batch.unwrap_or(MAX_LORAS_PER_BATCH),
+        max_lora_rank: rank,
+        target_modules: targets,
+    }))
 }
 
 /// vLLM `--kv-cache-memory-bytes`: vLLM's human-readable integer first (`20g` = 20·10^9, as

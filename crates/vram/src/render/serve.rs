@@ -250,6 +250,20 @@ pub fn sglang_text(s: &SglangServe) -> String {
     if r.mm_reserve_bytes > 0 {
         row(&mut out, "multimodal reservation", r.mm_reserve_bytes, "SGLANG_VLM_CACHE_SIZE_MB (100), taken from the budget");
     }
+    if let Some(l) = &c.lora {
+        row(
+            &mut out,
+            "LoRA pool (--enable-lora)",
+            r.lora_pool_bytes,
+            &format!(
+                "{} slots × rank {} × {} layers ({})",
+                l.max_loras_per_batch,
+                l.max_lora_rank,
+                s.model.layers,
+                l.target_modules.join(", ")
+            ),
+        );
+    }
     if let Some(st) = r.state.as_ref().filter(|_| r.shortfall_bytes == 0) {
         row(
             &mut out,

@@ -203,6 +203,13 @@ pub fn sglang(a: &ServeArgs, model: &str) -> Launch {
     switch(&mut f, a.disable_radix_cache, "--disable-radix-cache");
     switch(&mut f, a.disable_overlap_schedule, "--disable-overlap-schedule");
     switch(&mut f, a.language_only, "--language-only");
+    switch(&mut f, a.enable_lora && a.lora_paths.is_empty(), "--enable-lora");
+    push(&mut f, a.max_lora_rank.is_some(), "--max-lora-rank", a.max_lora_rank.unwrap_or(0));
+    push(&mut f, a.max_loras_per_batch.is_some(), "--max-loras-per-batch", a.max_loras_per_batch.unwrap_or(0));
+    if let Some(t) = &a.lora_target_modules {
+        push(&mut f, true, "--lora-target-modules", t.join(" "));
+    }
+    push(&mut f, !a.lora_paths.is_empty(), "--lora-paths", a.lora_paths.join(" "));
     Launch {
         engine: LaunchEngine::Sglang,
         model: model_id(model),
@@ -295,10 +302,18 @@ pub fn argv(l: &Launch, with_model_flag: bool) -> Vec<String> {
     v.push(l.model.clone());
     for f in &l.flags {
         v.push(f.name.clone());
-        v.extend(f.value.clone());
+        match &f.value {
+            // argparse `nargs` flags: one flag, its values as separate words (a repeated flag
+            // would keep only its last value).
+            Some(value) if MANY_VALUED.contains(&f.name.as_str()) => v.extend(value.split(' ').map(String::from)),
+            value => v.extend(value.clone()),
+        }
     }
     v
 }
+
+/// SGLang flags written once with several values (joined by spaces in their [`Flag`]).
+const MANY_VALUED: [&str; 2] = ["--lora-paths", "--lora-target-modules"];
 
 /// The comment lines every format starts with (`#` comments in shell and YAML alike).
 pub fn header(l: &Launch) -> String {
