@@ -792,22 +792,31 @@ fn sglang_lora_flags_size_the_adapter_pool() {
     let bare = json(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--engine", "sglang"]);
     assert!(typed["gpus"][0]["max_total_num_tokens"].as_u64() < bare["gpus"][0]["max_total_num_tokens"].as_u64());
     // What SGLang refuses, vram refuses.
-    let e = fails(
-        &[
-            "serve",
-            "-g",
-            "h100",
-            "--",
-            "python",
-            "-m",
-            "sglang.launch_server",
-            "--model-path",
-            "llama-3.1-8b",
-            "--lora-paths",
-            "org/adapter",
-        ],
-        2,
-    );
+    // A Hub adapter: its adapter_config.json from the cache (offline here), else refused.
+    let home = tempfile::tempdir().unwrap();
+    let root = home.path().join("hub/models--org--adapter");
+    let snap = root.join("snapshots/0123456789abcdef0123456789abcdef01234567");
+    std::fs::create_dir_all(&snap).unwrap();
+    std::fs::create_dir_all(root.join("refs")).unwrap();
+    std::fs::write(root.join("refs/main"), "0123456789abcdef0123456789abcdef01234567").unwrap();
+    std::fs::write(snap.join("adapter_config.json"), r#"{"r": 32, "target_modules": ["q_proj", "o_proj"]}"#).unwrap();
+    let hub = |id: &str| {
+        vram()
+            .args(["serve", "-m", "llama-3.1-8b", "-g", "h100", "--engine", "sglang", "--json", "--lora-paths", id])
+            .env("HF_HOME", home.path())
+            .env("HF_HUB_OFFLINE", "1")
+            .output()
+            .unwrap()
+    };
+    let out = hub("org/adapter");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["gpus"][0]["lora_pool_bytes"], pool);
+    let out = hub("org/missing");
+    assert_eq!(out.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("HF_HUB_OFFLINE") && e.contains("org/missing"), "{e}");
+    let e = fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--engine", "sglang", "--lora-paths", "/nonexistent/adapter"], 2);
     assert!(e.contains("adapter_config.json") && e.contains("--max-lora-rank"), "{e}");
     let e = fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--engine", "sglang", "--max-lora-rank", "8"], 2);
     assert!(e.contains("needs --enable-lora"), "{e}");

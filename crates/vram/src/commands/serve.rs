@@ -854,27 +854,31 @@ fn sglang_lora(a: &ServeArgs) -> Result<Option<vram_core::sglang::SglangLora>> {
     let (mut rank, mut targets): (Option<u64>, Vec<String>) = (None, Vec::new());
     for spec in &a.lora_paths {
         let path = spec.split_once('=').map_or(spec.as_str(), |(_, p)| p);
-        let file = std::path::Path::new(path).join("adapter_config.json");
-        let Ok(text) = std::fs::read_to_string(&file) else {
+        let local = std::path::Path::new(path).join("adapter_config.json");
+        let (file, bytes) = if crate::source::hub::is_hub_id(path) {
+            let read = crate::source::hub::small_file(path, "adapter_config.json").with_context(|| format!("--lora-paths {spec}"))?;
+            (format!("{path}/adapter_config.json"), read)
+        } else {
+            (local.display().to_string(), std::fs::read(&local).ok())
+        };
+        let Some(bytes) = bytes else {
             if a.max_lora_rank.is_some() && given_targets.is_some() {
                 continue;
             }
             return Err(UsageError(format!(
-                "--lora-paths {spec}: no {} to read the rank and target modules from (vram reads local adapter directories); give --max-lora-rank and --lora-target-modules, as SGLang allows",
-                file.display()
+                "--lora-paths {spec}: no {file} to read the rank and target modules from; give --max-lora-rank and --lora-target-modules, as SGLang allows"
             ))
             .into());
         };
-        let v: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| UsageError(format!("{} is not valid JSON: {e}", file.display())))?;
+        let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| UsageError(format!("{file} is not valid JSON: {e}")))?;
         let r = v["r"]
             .as_u64()
             .filter(|r| (1..=1024).contains(r))
-            .ok_or_else(|| UsageError(format!("{}: `r` is not a rank from 1 to 1024", file.display())))?;
+            .ok_or_else(|| UsageError(format!("{file}: `r` is not a rank from 1 to 1024")))?;
         let modules: Vec<String> = match &v["target_modules"] {
             serde_json::Value::String(s) => vec![s.clone()],
             serde_json::Value::Array(xs) => xs.iter().filter_map(|x| x.as_str().map(String::from)).collect(),
-            _ => return Err(UsageError(format!("{}: no `target_modules` list; give --lora-target-modules", file.display())).into()),
+            _ => return Err(UsageError(format!("{file}: no `target_modules` list; give --lora-target-modules")).into()),
         };
         let modules = normalize_lora_targets(&modules).with_context(|| format!("--lora-paths {spec}"))?;
         if let Some(max) = a.max_lora_rank.filter(|m| r > *m) {

@@ -119,6 +119,32 @@ pub fn load(spec: &str, opts: ParseOptions) -> Result<Model> {
     fetch(&env, repo, rev, opts)
 }
 
+/// One small file (`adapter_config.json`, …) of `org/name[@revision]`: from the cache when its
+/// snapshot has it, else from the Hub (`None` when the repository has no such file).
+pub fn small_file(spec: &str, file: &str) -> Result<Option<Vec<u8>>> {
+    let env = HubEnv::from_env();
+    let (repo, rev) = match spec.split_once('@') {
+        Some((r, v)) if !v.is_empty() => (r, v),
+        _ => (spec, "main"),
+    };
+    if !is_snapshot_name(rev) {
+        return Err(UsageError(format!("invalid revision `{rev}`: a branch, tag or commit hash")).into());
+    }
+    if let Some(dir) = cached_dir(&env.cache, repo, rev)? {
+        if let Ok(bytes) = std::fs::read(dir.join(file)) {
+            return Ok(Some(bytes));
+        }
+    }
+    if env.offline {
+        return Err(UsageError(format!(
+            "HF_HUB_OFFLINE is set and {repo}/{file} (revision {rev}) is not in the cache at {}: download it once online, or unset HF_HUB_OFFLINE",
+            env.cache.display()
+        ))
+        .into());
+    }
+    Client::new(&env, repo, rev)?.get(file, None)
+}
+
 /// `models--org--name/snapshots/<commit>` holding a config.json, resolving `refs/<rev>`, with the
 /// commit it names. A ref that is not a plain snapshot name (a crafted `../../etc`) is refused.
 fn cached_snapshot(cache: &Path, repo: &str, rev: &str) -> Result<Option<(PathBuf, String)>> {
