@@ -519,3 +519,31 @@ fn a_moe_quant_that_does_not_fit_gets_the_fewest_expert_layers_to_keep_in_ram() 
     let out = run(port, cache.path(), &["serve", "--model", "org/moe-GGUF", "--gpu", "4GiB"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("min --n-cpu-moe"), "{}", String::from_utf8_lossy(&out.stdout));
 }
+
+/// `--lora` with the quant table: every quant carries the adapter (checked against its own
+/// header), so each row's GPU total grows by the adapter's pairs and their products' bound.
+#[test]
+fn the_quant_table_carries_the_lora_adapters() {
+    let (port, _) = hub();
+    let cache = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // Rank 16 f16 on every layer's attn_q: 16 × (4096 + 4096) × 2 bytes a layer.
+    let mut w = gguf_writer::lora_header("llama", "adapter");
+    for i in 0..LAYERS {
+        w.tensor(&format!("blk.{i}.attn_q.weight.lora_a"), &[4096, 16], gguf_writer::F16);
+        w.tensor(&format!("blk.{i}.attn_q.weight.lora_b"), &[16, 4096], gguf_writer::F16);
+    }
+    let adapter = gguf_writer::write_padded(dir.path(), "a.gguf", &w);
+    let table = |extra: &[&str]| {
+        let mut args = vec!["serve", "--model", REPO, "--gpu", "80GiB", "-c", "8192", "--json"];
+        args.extend(extra);
+        ok_json(&run(port, cache.path(), &args))
+    };
+    let (bare, with) = (table(&[]), table(&["--lora", &adapter]));
+    let pairs = u64::from(LAYERS) * 16 * 8192 * 2;
+    for (b, l) in bare["quants"].as_array().unwrap().iter().zip(with["quants"].as_array().unwrap()) {
+        let grew = l["gpu_total_bytes"].as_u64().unwrap() - b["gpu_total_bytes"].as_u64().unwrap();
+        // The products' bound: (2 × 4096 + 16) rows × 512 tokens × 4 bytes.
+        assert_eq!(grew, pairs + (2 * 4096 + 16) * 512 * 4, "{}", l["quant"]);
+    }
+}

@@ -1059,7 +1059,7 @@ pub struct MmprojFile {
 }
 
 /// `--lora FILE`s, read and checked against the model as llama.cpp checks them.
-fn lora_adapters(a: &ServeArgs, model: &vram_core::gguf::Gguf) -> Result<Vec<vram_core::llama_lora::LoraAdapter>> {
+pub(super) fn lora_adapters(a: &ServeArgs, model: &vram_core::gguf::Gguf) -> Result<Vec<vram_core::llama_lora::LoraAdapter>> {
     a.lora
         .iter()
         .map(|p| {

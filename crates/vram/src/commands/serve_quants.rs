@@ -176,6 +176,7 @@ pub fn smaller_that_fits(a: &ServeArgs, s: &Spec, q: &OneQuant, memory: u64) -> 
             Some(m) => Some(m.clone()),
             None => projector(a, s, &q.files, &x.files[0])?,
         };
+        let ov = vram_core::gguf::Overrides { lora: super::serve::lora_adapters(a, &g)?, ..ov.clone() };
         let (c, ollama) = llama_cpp_config(a, &hp, memory, mm.as_ref())?;
         let c = if ollama.is_some() { c } else { apply_fit(a, &g, &hp, c, ov.clone(), &gpu, None, false)?.config };
         let p = llama_cpp_with(&g, &hp, &c, &ov)?;
@@ -376,6 +377,8 @@ fn plan_row(
 ) -> Result<(LlamaCppConfig, RowOutcome)> {
     let memory = gpu.memory;
     let hp = g.hparams(name)?;
+    // The --lora adapters, checked against this quant's header (its tensors' names and shapes).
+    let ov = &vram_core::gguf::Overrides { lora: super::serve::lora_adapters(a, g)?, ..ov.clone() };
     let (c, ollama) = llama_cpp_config(a, &hp, memory, mm)?;
     // The context llama-server's --fit picks for this file (the table keeps every layer on the
     // GPU: `max_n_gpu_layers` says what fits otherwise).
