@@ -657,8 +657,9 @@ pub struct ServeArgs {
     /// vLLM / SGLang `--enable-lora`: reserve GPU slots for LoRA adapters.
     #[arg(long, alias = "enable_lora")]
     pub enable_lora: bool,
-    /// SGLang `--lora-paths NAME=PATH …` (or PATH …): adapters to serve; a local directory's
-    /// adapter_config.json gives the rank and target modules (turns on --enable-lora).
+    /// SGLang `--lora-paths NAME=PATH …` (or PATH …): adapters to serve; each one's
+    /// adapter_config.json (a local directory's, or a Hub id's) gives the rank and target modules
+    /// (turns on --enable-lora).
     #[arg(long, alias = "lora_paths", num_args = 1..)]
     pub lora_paths: Vec<String>,
     /// SGLang `--max-loras-per-batch`: adapter slots in the GPU pool [default: 8].
@@ -744,7 +745,7 @@ pub struct ServeArgs {
     /// llama-server `--no-mmproj-offload`: keep the projector in RAM.
     #[arg(long)]
     pub no_mmproj_offload: bool,
-    /// llama.cpp `--lora FILE` (repeatable; a pasted `--lora-scaled FILE SCALE` too): a LoRA
+    /// llama.cpp `--lora FILE` (repeatable; a pasted `--lora a,b` or `--lora-scaled FILE:SCALE` too): a LoRA
     /// adapter GGUF loaded beside the model, each matrix pair on the device of the tensor it
     /// adapts (read exactly from its header, and checked as llama.cpp checks it).
     #[arg(long, value_name = "FILE")]
