@@ -282,6 +282,7 @@ function renderServe(s) {
     ['weights', r.weights_bytes],
     ['profile-run activation peak', r.activation_peak_bytes],
     ['non-torch increase', r.non_torch_bytes],
+    ...(r.runner_buffers_bytes > 0 ? [['runner buffers kept from start-up', r.runner_buffers_bytes]] : []),
     ['= non-KV memory', r.non_kv_bytes],
     [`requested (--gpu-memory-utilization ${s.config.gpu_memory_utilization})`, r.requested_bytes],
     ['KV-cache pool', r.kv_cache_bytes],

@@ -196,6 +196,13 @@ impl VllmVersion {
     /// the peak activation memory as for the V1 runner (read in the 0.29.0 and 0.31.0 sdists).
     pub const MRV2_CUDA_GRAPH_ESTIMATE: VllmVersion = VllmVersion { major: 0, minor: 29 };
 
+    /// The first release read whose Model Runner V2 allocates per-request sampling and input state
+    /// on the GPU when it builds its sampler (`load_model`), after the start-up snapshot and
+    /// before the profile run, so it is part of the memory the log calls "consumed (weights +
+    /// non-torch)" ([`mrv2_state_buffers`]; read in the 0.28.0, 0.29.0 and 0.31.0 wheels, taken
+    /// to hold for later releases).
+    pub const MRV2_STATE_BUFFERS: VllmVersion = VllmVersion { major: 0, minor: 28 };
+
     /// The first release whose Model Runner V2 profile run samples a second time with the
     /// warm-up's parameters (vllm/v1/worker/gpu/model_runner.py `_dummy_sampler_run` of 0.33.0:
     /// `SamplingParams.for_sampler_warmup()`, temperature 0.9, top-k 50, top-p 0.9, penalties,
@@ -480,7 +487,12 @@ pub struct ServeReport {
     pub activation_peak_at: String,
     /// Non-torch memory added by the profile run (kernels loaded, NCCL buffers at TP ≥ 2).
     pub non_torch_bytes: u64,
-    /// weights + activation peak + non-torch ("Total non KV cache memory").
+    /// Buffers the runner keeps from start-up that neither the weights nor the profile run's
+    /// peak count: Model Runner V2's per-request state ([`mrv2_state_buffers`]) and 0.33's
+    /// cached Triton sampler buffer; 0 when `--non-torch-memory` is given (a logged figure holds
+    /// them).
+    pub runner_buffers_bytes: u64,
+    /// weights + activation peak + non-torch + runner buffers ("Total non KV cache memory").
     pub non_kv_bytes: u64,
     /// total × gpu_memory_utilization.
     pub requested_bytes: u64,
@@ -638,6 +650,7 @@ struct RankCalc {
     activation: u64,
     activation_at: String,
     cuda_graph: u64,
+    kept: u64,
     non_kv: u64,
     requested: u64,
     kv_cache: u64,
@@ -721,6 +734,7 @@ fn serve_at(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
         activation_peak_bytes: c.activation,
         activation_peak_at: c.activation_at,
         non_torch_bytes,
+        runner_buffers_bytes: c.kept,
         non_kv_bytes: c.non_kv,
         requested_bytes: c.requested,
         kv_cache_bytes: c.kv_cache,
@@ -809,12 +823,28 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
     // A sampler buffer the profile run leaves allocated: consumed memory beside the non-torch
     // increase, unless that was given from a log (which holds it).
     let kept = if stage.last && cfg.non_torch_memory.is_none() { sampler_persistent(m, cfg, s.batched, s.seqs) } else { 0 };
+    // Model Runner V2's request state, also consumed memory (and in a logged non-torch figure).
+    let mrv2 = cfg.engine == VllmEngine::V1 && model_runner(m, cfg) == ModelRunner::V2;
+    let state_buffers = if stage.last && mrv2 && cfg.non_torch_memory.is_none() && cfg.vllm_version >= VllmVersion::MRV2_STATE_BUFFERS {
+        mrv2_state_buffers(m.vocab, s.seqs, s.batched)
+    } else {
+        0
+    };
+    if state_buffers > 0 {
+        notes.push(format!(
+            "Model Runner V2 keeps its per-request sampling state on the GPU from start-up ({:.2} GiB here: penalty bin counts, {} requests × {} vocabulary int32, and smaller tables; vllm/v1/worker/gpu/sample/penalties.py, built with the sampler after the start-up snapshot): the \"runner buffers\" row, which vLLM's log counts in its \"consumed memory (weights + non-torch)\"",
+            state_buffers as f64 / GIB as f64,
+            s.seqs,
+            m.vocab
+        ));
+    }
     if kept > 0 {
         notes.push(format!(
             "vLLM ≥ 0.33 samples its warm-up pass with Triton's top-k/top-p on this GPU (no FlashInfer sampler): its cached fp32 buffer, {:.2} GiB, stays allocated and is counted with the non-torch memory",
             kept as f64 / GIB as f64
         ));
     }
+    let kept = kept.saturating_add(state_buffers);
     let mut staged = m.clone();
     staged.layers = stage.layers;
     if m.ssm.as_ref().is_some_and(|s| s.shared.is_some()) {
@@ -868,6 +898,7 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
         rotary,
         lora_slots,
         activation,
+        kept,
         activation_at: act_at,
         cuda_graph: s.cuda_graph,
         non_kv,
@@ -1381,6 +1412,29 @@ fn sampler_persistent(m: &Model, cfg: &ServeConfig, batched: u64, seqs: u64) -> 
     let sms = cfg.gpu_arch.map_or(1, |a| a.multiprocessors.max(1) as u64);
     let rows = seqs.min(batched).min(sms).next_power_of_two().min(sms);
     rows.saturating_mul(m.vocab).saturating_mul(4)
+}
+
+/// Model Runner V2's per-request state on the GPU, built in `load_model` with its sampler
+/// ([`VllmVersion::MRV2_STATE_BUFFERS`]), for R = `--max-num-seqs`, V = the vocabulary, T =
+/// `--max-num-batched-tokens` (int32 unless named):
+/// - penalties (vllm/v1/worker/gpu/sample/penalties.py `PenaltiesState`): `output_bin_counts`
+///   [R, V] and `prompt_bin_mask` [R, ⌈V/32⌉] — the bulk: 594 MiB at R = 1024, V = 152,064;
+/// - the structured-output bitmask [R, ⌈V/32⌉] and its indices [R] (gpu/structured_outputs.py);
+/// - logit bias (sample/logit_bias.py): allowed ids, biased ids and biases [R, 1024] each (the
+///   biases fp32), stop ids [R, 128]; bad words (sample/bad_words.py) [R, 1024] and offsets
+///   [R, 129]; logprob token ids (sample/logprob.py) [R, 128];
+/// - request state (gpu/states.py): lengths and computed tokens [R] each, the last sampled tokens
+///   [R] int64, the next prefill tokens [R]; input buffers (gpu/input_batch.py): ids [T], positions
+///   [T] int64, padding flags [T] bool, query starts [R + 1], sequence lengths [R] twice.
+///
+/// The token ids of every request ([R, max-model-len]) live in pinned host memory, not here.
+/// The runner's own figure is this (checked: 144,166,916 bytes at R = 256, V = 128,256, T = 2048).
+pub fn mrv2_state_buffers(vocab: u64, seqs: u64, batched: u64) -> u64 {
+    let (r, v, t) = (seqs as u128, vocab as u128, batched as u128);
+    let words = v.div_ceil(32);
+    let int32 = r * v + 2 * r * words + r + 3 * r * 1024 + r * 128 + r * 1024 + r * 129 + r * 128 + 2 * r + r + (r + 1) + 2 * r + t;
+    let bytes = int32 * 4 + r * 8 + t * 8 + t;
+    u64::try_from(bytes).unwrap_or(u64::MAX)
 }
 
 /// The cuBLAS workspace that 0.33 moves into the start-up baseline ([`VllmVersion::CUBLAS_BASELINE`]):

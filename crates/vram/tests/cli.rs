@@ -573,7 +573,12 @@ fn serve_reports_vllm_accounting_per_gpu() {
     for k in ["weights_bytes", "activation_peak_bytes", "non_torch_bytes", "non_kv_bytes", "kv_cache_bytes", "num_kv_blocks", "kv_tokens"] {
         assert!(g[k].as_u64().unwrap() > 0, "{k}");
     }
-    let sum = g["weights_bytes"].as_u64().unwrap() + g["activation_peak_bytes"].as_u64().unwrap() + g["non_torch_bytes"].as_u64().unwrap();
+    let sum = ["weights_bytes", "activation_peak_bytes", "non_torch_bytes", "runner_buffers_bytes"]
+        .iter()
+        .map(|k| g[k].as_u64().unwrap())
+        .sum::<u64>();
+    // Model Runner V2's request state (the newest vLLM's runner for a dense model).
+    assert!(g["runner_buffers_bytes"].as_u64().unwrap() > 500 << 20);
     assert_eq!(g["non_kv_bytes"].as_u64().unwrap(), sum);
     assert_eq!(g["kv_cache_bytes"].as_u64().unwrap(), g["requested_bytes"].as_u64().unwrap() - g["non_kv_bytes"].as_u64().unwrap());
     assert!(g["max_concurrency"].as_f64().unwrap() > 1.0);

@@ -80,6 +80,14 @@ fn vllm_budget(out: &mut String, s: &VllmServe) {
     row(out, "weights", r.weights_bytes, &wnote);
     row(out, "profile-run activation peak", r.activation_peak_bytes, &r.activation_peak_at);
     row(out, "non-torch increase", r.non_torch_bytes, "kernels, library handles, NCCL at TP ≥ 2");
+    if r.runner_buffers_bytes > 0 {
+        row(
+            out,
+            "runner buffers kept from start-up",
+            r.runner_buffers_bytes,
+            "Model Runner V2's per-request sampling state; vLLM counts it as consumed memory",
+        );
+    }
     row(out, "= non-KV memory", r.non_kv_bytes, "vLLM logs it as \"Total non KV cache memory\"");
     if c.kv_cache_memory_bytes.is_some() {
         row(
