@@ -199,8 +199,9 @@ impl VllmVersion {
     /// The first release read whose Model Runner V2 allocates per-request sampling and input state
     /// on the GPU when it builds its sampler (`load_model`), after the start-up snapshot and
     /// before the profile run, so it is part of the memory the log calls "consumed (weights +
-    /// non-torch)" ([`mrv2_state_buffers`]; read in the 0.28.0, 0.29.0 and 0.31.0 wheels, taken
-    /// to hold for later releases).
+    /// non-torch)" ([`mrv2_state_buffers`]; read in the 0.28.0, 0.29.0 and 0.31.0 wheels; the
+    /// 0.33.0 sdist still builds the penalty tables, [R, V] and [R, ⌈V/32⌉] int32, in its
+    /// `PenaltiesState`, and the smaller tables are taken to be unchanged).
     pub const MRV2_STATE_BUFFERS: VllmVersion = VllmVersion { major: 0, minor: 28 };
 
     /// The first release whose Model Runner V2 profile run samples a second time with the
