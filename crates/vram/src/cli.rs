@@ -668,6 +668,11 @@ pub struct ServeArgs {
     /// SGLang `--lora-target-modules`: q_proj k_proj … or all [default: the adapters'].
     #[arg(long, alias = "lora_target_modules", num_args = 1..)]
     pub lora_target_modules: Option<Vec<String>>,
+    /// vLLM `--lora-modules name=path …` (or JSON objects with "name" and "path"): adapters vLLM
+    /// loads at start-up; each adapter_config.json (a local directory's or a Hub id's) is checked
+    /// as vLLM checks it (rank within --max-lora-rank, no bias), since vLLM will not start otherwise.
+    #[arg(long, alias = "lora_modules", num_args = 1..)]
+    pub lora_modules: Vec<String>,
     /// vLLM `--max-loras`: adapters on the GPU at once [default: 1].
     #[arg(long, alias = "max_loras")]
     pub max_loras: Option<u64>,

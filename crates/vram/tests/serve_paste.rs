@@ -743,12 +743,7 @@ fn the_cuda_graph_estimate_can_be_switched_off() {
 #[test]
 fn sglang_lora_flags_size_the_adapter_pool() {
     let dir = tempfile::tempdir().unwrap();
-    let adapter = |name: &str, body: &str| {
-        let d = dir.path().join(name);
-        std::fs::create_dir(&d).unwrap();
-        std::fs::write(d.join("adapter_config.json"), body).unwrap();
-        d.display().to_string()
-    };
+    let adapter = |name: &str, body: &str| adapter_dir(&dir, name, body);
     let a = adapter("a", r#"{"r": 16, "target_modules": ["q_proj", "v_proj"], "peft_type": "LORA"}"#);
     let b = adapter("b", r#"{"r": 32, "target_modules": ["o_proj"]}"#);
     let (pa, pb) = (format!("first={a}"), format!("second={b}"));
@@ -836,4 +831,53 @@ fn sglang_lora_flags_size_the_adapter_pool() {
         .unwrap();
     let compose = String::from_utf8_lossy(&out.stdout);
     assert!(compose.contains(&format!("\"--lora-paths\", \"{pa}\", \"{pb}\"")), "{compose}");
+}
+
+/// vLLM's `--lora-modules`: vLLM loads them at start-up and will not start when one cannot load;
+/// vram reads each adapter_config.json and says why first.
+#[test]
+fn vllm_lora_modules_are_checked_as_vllm_loads_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let adapter = |name: &str, body: &str| adapter_dir(&dir, name, body);
+    let r16 = adapter("r16", r#"{"r": 16, "target_modules": ["q_proj"], "bias": "none"}"#);
+    let r64 = adapter("r64", r#"{"r": 8, "rank_pattern": {"q_proj": 64}, "target_modules": ["q_proj"]}"#);
+    let biased = adapter("biased", r#"{"r": 8, "target_modules": ["q_proj"], "bias": "all"}"#);
+    let base = ["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--max-model-len", "8192", "--enable-lora"];
+    let paste = |extra: &[&str]| {
+        let mut args: Vec<&str> = base.to_vec();
+        args.extend(extra);
+        args.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+    };
+    let (m16, m64, mb) = (format!("a={r16}"), format!("b={r64}"), format!("c={biased}"));
+    let ok = pasted(&paste(&["--lora-modules", &m16]).iter().map(String::as_str).collect::<Vec<_>>());
+    let plain = pasted(&paste(&[]).iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(ok["gpus"][0]["kv_tokens"], plain["gpus"][0]["kv_tokens"], "the slots, not the adapters, take memory");
+    // The JSON form, a rank_pattern above --max-lora-rank's default 16, and a biased adapter.
+    let json_form = format!(r#"{{"name": "a", "path": "{r16}"}}"#);
+    pasted(&paste(&["--lora-modules", &json_form]).iter().map(String::as_str).collect::<Vec<_>>());
+    let e = fails(&paste(&["--lora-modules", &m16, &m64]).iter().map(String::as_str).collect::<Vec<_>>(), 2);
+    assert!(e.contains("LoRA rank 64 is greater than max_lora_rank 16") && e.contains("--max-lora-rank 64"), "{e}");
+    pasted(&paste(&["--max-lora-rank", "64", "--lora-modules", &m64]).iter().map(String::as_str).collect::<Vec<_>>());
+    let e = fails(&paste(&["--lora-modules", &mb]).iter().map(String::as_str).collect::<Vec<_>>(), 2);
+    assert!(e.contains("bias"), "{e}");
+    let e = fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--lora-modules", &m16], 2);
+    assert!(e.contains("needs --enable-lora"), "{e}");
+    let e = fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--enable-lora", "--lora-modules", "a=/nonexistent/adapter"], 2);
+    assert!(e.contains("would not start"), "{e}");
+    // --emit writes them back, one flag with its values.
+    let out = vram()
+        .args(["serve", "-m", "llama-3.1-8b", "-g", "h100", "--enable-lora", "--lora-modules", &m16, &json_form, "--emit", "docker"])
+        .output()
+        .unwrap();
+    let compose = String::from_utf8_lossy(&out.stdout);
+    assert!(compose.contains(&format!("\"--lora-modules\", \"{m16}\", ")), "{compose}");
+}
+
+/// A PEFT adapter directory holding only its adapter_config.json (all that the engines' start-up
+/// checks and vram read); its path.
+fn adapter_dir(dir: &tempfile::TempDir, name: &str, config: &str) -> String {
+    let d = dir.path().join(name);
+    std::fs::create_dir(&d).unwrap();
+    std::fs::write(d.join("adapter_config.json"), config).unwrap();
+    d.display().to_string()
 }

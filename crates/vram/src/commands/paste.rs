@@ -209,6 +209,8 @@ const VLLM_UNMODELLED: &[&str] = &[
 const VLLM_GRAPH_COUNT: &[&str] = &["--cudagraph-capture-sizes", "--max-cudagraph-capture-size", "--performance-mode"];
 /// vLLM flags that take one value or more (argparse `nargs="+"`).
 const VLLM_MANY_VALUES: &[&str] = &["--served-model-name", "--cudagraph-capture-sizes", "--lora-modules"];
+/// Of those, the ones vram reads (the others change no memory or only the graph count).
+const VLLM_MANY_VALUES_READ: &[&str] = &["--lora-modules"];
 
 /// llama.cpp (`llama-server`, `llama-cli`) flags vram reads.
 const LLAMA_VALUE: &[(&str, &str)] = &[
@@ -715,7 +717,10 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
                         v.push(rest[i].clone());
                     }
                     let read = format!("{flag} {}", v.join(" "));
-                    if VLLM_GRAPH_COUNT.contains(&flag) {
+                    if VLLM_MANY_VALUES_READ.contains(&flag) {
+                        out.push(flag.to_string());
+                        out.extend(v);
+                    } else if VLLM_GRAPH_COUNT.contains(&flag) {
                         graphs.push(read);
                     } else {
                         ignored.push(read);

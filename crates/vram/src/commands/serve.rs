@@ -338,6 +338,7 @@ fn reject_other_engines_flags(a: &ServeArgs, engine: Engine) -> Result<()> {
             given(a.vllm_engine != "v1", "--vllm-engine"),
             given(a.model_runner.is_some(), "--model-runner"),
             given(a.enable_lora, "--enable-lora"),
+            given(!a.lora_modules.is_empty(), "--lora-modules"),
             given(a.kv_cache_memory_bytes.is_some(), "--kv-cache-memory-bytes"),
             given(a.max_loras.is_some(), "--max-loras"),
             given(a.max_lora_rank.is_some(), "--max-lora-rank"),
@@ -512,6 +513,8 @@ pub fn vllm(a: &ServeArgs, mut model: Model) -> Result<VllmServe> {
     let quantization = quantization(a.quantization.as_deref(), &model)?;
     let vllm_version = a.vllm_version.as_deref().map(VllmVersion::parse).transpose()?.unwrap_or(VllmVersion::NEWEST);
     let kwargs = a.mm_processor_kwargs.as_deref().map(processor_kwargs).transpose()?.unwrap_or_default();
+    let lora = serve_lora(a)?;
+    check_vllm_lora_modules(a, lora.as_ref())?;
     let mut config = ServeConfig {
         gpu_is_a100: g.name.starts_with("a100"),
         gpu_nvswitch: vram_core::serve::nvswitch_gpu(&g.name),
@@ -538,7 +541,7 @@ pub fn vllm(a: &ServeArgs, mut model: Model) -> Result<VllmServe> {
         enforce_eager: a.enforce_eager,
         engine: vllm_engine(&a.vllm_engine)?,
         model_runner: a.model_runner.as_deref().map(vram_core::serve::ModelRunner::parse).transpose()?,
-        lora: serve_lora(a)?,
+        lora,
         kv_cache_memory_bytes: a.kv_cache_memory_bytes.as_deref().map(kv_cache_memory_bytes).transpose()?,
         cpu_offload_bytes: cpu_offload(a.cpu_offload_gb)?,
         mm_limit_per_prompt: a.limit_mm_per_prompt.as_deref().map(image_limit).transpose()?.flatten(),
@@ -832,6 +835,86 @@ pub fn sglang(a: &ServeArgs, model: Model) -> Result<SglangServe> {
     Ok(SglangServe { model, gpu: g, config, report, dp })
 }
 
+/// A PEFT adapter's adapter_config.json, as the engines read it: a local directory's, or a Hub
+/// id's (`org/name[@revision]`, from the Hugging Face cache or the Hub). (the file as named, its
+/// JSON; `None` when there is no such file.)
+fn adapter_config(flag: &str, path: &str) -> Result<(String, Option<serde_json::Value>)> {
+    let local = std::path::Path::new(path).join("adapter_config.json");
+    let (file, bytes) = if crate::source::hub::is_hub_id(path) {
+        let read = crate::source::hub::small_file(path, "adapter_config.json").with_context(|| flag.to_string())?;
+        (format!("{path}/adapter_config.json"), read)
+    } else {
+        (local.display().to_string(), std::fs::read(&local).ok())
+    };
+    let json = match bytes {
+        Some(b) => Some(serde_json::from_slice(&b).map_err(|e| UsageError(format!("{flag}: {file} is not valid JSON: {e}")))?),
+        None => None,
+    };
+    Ok((file, json))
+}
+
+/// An adapter's largest rank: `r` and any `rank_pattern` value (peft's per-module ranks; vLLM's
+/// lora/peft_helper.py `validate_legal` takes their maximum).
+fn adapter_rank(file: &str, v: &serde_json::Value) -> Result<u64> {
+    let r = v["r"]
+        .as_u64()
+        .filter(|r| (1..=1024).contains(r))
+        .ok_or_else(|| UsageError(format!("{file}: `r` is not a rank from 1 to 1024")))?;
+    let pattern = v["rank_pattern"].as_object().map_or(0, |p| p.values().filter_map(serde_json::Value::as_u64).max().unwrap_or(0));
+    Ok(r.max(pattern.min(1024)))
+}
+
+/// vLLM's `--lora-modules` (`name=path` or a JSON object with `name` and `path`): vLLM loads each
+/// at start-up and refuses to start when one cannot load (entrypoints/openai/models/serving.py
+/// `init_static_loras`): LoRA off ("LoRA is not enabled. Use --enable-lora"), a rank above
+/// `--max-lora-rank`, or a bias (lora/peft_helper.py `validate_legal`). The slots are sized by
+/// `--max-lora-rank`, so the adapters change no memory; they are checked here.
+fn check_vllm_lora_modules(a: &ServeArgs, lora: Option<&ServeLora>) -> Result<()> {
+    if a.lora_modules.is_empty() {
+        return Ok(());
+    }
+    let Some(lora) = lora else {
+        return Err(UsageError(
+            "--lora-modules needs --enable-lora: vLLM loads them at start-up and fails (\"LoRA is not enabled. Use --enable-lora to enable LoRA.\")".into(),
+        )
+        .into());
+    };
+    for item in &a.lora_modules {
+        let (name, path) = match item.split_once('=') {
+            Some((n, p)) if !item.contains(',') => (n.to_string(), p.to_string()),
+            _ => {
+                let v: serde_json::Value = serde_json::from_str(item)
+                    .map_err(|e| UsageError(format!("--lora-modules `{item}`: neither name=path nor JSON ({e})")))?;
+                match (v["name"].as_str(), v["path"].as_str()) {
+                    (Some(n), Some(p)) => (n.to_string(), p.to_string()),
+                    _ => return Err(UsageError(format!("--lora-modules `{item}`: the JSON form needs \"name\" and \"path\"")).into()),
+                }
+            }
+        };
+        let flag = format!("--lora-modules {name}");
+        let (file, config) = adapter_config(&flag, &path)?;
+        let Some(v) = config else {
+            return Err(UsageError(format!("{flag}: no {file}: vLLM cannot load the adapter and would not start")).into());
+        };
+        let rank = adapter_rank(&file, &v)?;
+        if rank > lora.max_lora_rank {
+            return Err(UsageError(format!(
+                "{flag}: LoRA rank {rank} is greater than max_lora_rank {}: vLLM would not start (lora/peft_helper.py); pass --max-lora-rank {rank}, which also sizes every slot",
+                lora.max_lora_rank
+            ))
+            .into());
+        }
+        if v["bias"].as_str().is_some_and(|b| b != "none") {
+            return Err(UsageError(format!(
+                "{flag}: the adapter trains biases (bias = {}): vLLM does not support it and would not start",
+                v["bias"]
+            ))
+            .into());
+        }
+    }
+    Ok(())
+}
+
 /// SGLang's LoRA pool from `--enable-lora`, `--lora-paths`, `--max-lora-rank`,
 /// `--max-loras-per-batch` and `--lora-target-modules`, as SGLang 0.5.23 resolves them
 /// (arg_groups/lora_hook.py, lora/lora_manager.py `init_lora_shapes`): the rank and modules
@@ -854,14 +937,8 @@ fn sglang_lora(a: &ServeArgs) -> Result<Option<vram_core::sglang::SglangLora>> {
     let (mut rank, mut targets): (Option<u64>, Vec<String>) = (None, Vec::new());
     for spec in &a.lora_paths {
         let path = spec.split_once('=').map_or(spec.as_str(), |(_, p)| p);
-        let local = std::path::Path::new(path).join("adapter_config.json");
-        let (file, bytes) = if crate::source::hub::is_hub_id(path) {
-            let read = crate::source::hub::small_file(path, "adapter_config.json").with_context(|| format!("--lora-paths {spec}"))?;
-            (format!("{path}/adapter_config.json"), read)
-        } else {
-            (local.display().to_string(), std::fs::read(&local).ok())
-        };
-        let Some(bytes) = bytes else {
+        let (file, config) = adapter_config(&format!("--lora-paths {spec}"), path)?;
+        let Some(v) = config else {
             if a.max_lora_rank.is_some() && given_targets.is_some() {
                 continue;
             }
@@ -870,11 +947,7 @@ fn sglang_lora(a: &ServeArgs) -> Result<Option<vram_core::sglang::SglangLora>> {
             ))
             .into());
         };
-        let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| UsageError(format!("{file} is not valid JSON: {e}")))?;
-        let r = v["r"]
-            .as_u64()
-            .filter(|r| (1..=1024).contains(r))
-            .ok_or_else(|| UsageError(format!("{file}: `r` is not a rank from 1 to 1024")))?;
+        let r = adapter_rank(&file, &v)?;
         let modules: Vec<String> = match &v["target_modules"] {
             serde_json::Value::String(s) => vec![s.clone()],
             serde_json::Value::Array(xs) => xs.iter().filter_map(|x| x.as_str().map(String::from)).collect(),

@@ -135,6 +135,7 @@ pub fn vllm(a: &ServeArgs, model: &str) -> Launch {
     switch(&mut f, a.enable_lora, "--enable-lora");
     push(&mut f, a.max_loras.is_some(), "--max-loras", a.max_loras.unwrap_or(0));
     push(&mut f, a.max_lora_rank.is_some(), "--max-lora-rank", a.max_lora_rank.unwrap_or(0));
+    push(&mut f, !a.lora_modules.is_empty(), "--lora-modules", a.lora_modules.join(MANY_SEP));
     push(&mut f, a.max_cpu_loras.is_some(), "--max-cpu-loras", a.max_cpu_loras.unwrap_or(0));
     switch(&mut f, a.enable_prefix_caching, "--enable-prefix-caching");
     switch(&mut f, a.no_enable_prefix_caching, "--no-enable-prefix-caching");
@@ -207,9 +208,9 @@ pub fn sglang(a: &ServeArgs, model: &str) -> Launch {
     push(&mut f, a.max_lora_rank.is_some(), "--max-lora-rank", a.max_lora_rank.unwrap_or(0));
     push(&mut f, a.max_loras_per_batch.is_some(), "--max-loras-per-batch", a.max_loras_per_batch.unwrap_or(0));
     if let Some(t) = &a.lora_target_modules {
-        push(&mut f, true, "--lora-target-modules", t.join(" "));
+        push(&mut f, true, "--lora-target-modules", t.join(MANY_SEP));
     }
-    push(&mut f, !a.lora_paths.is_empty(), "--lora-paths", a.lora_paths.join(" "));
+    push(&mut f, !a.lora_paths.is_empty(), "--lora-paths", a.lora_paths.join(MANY_SEP));
     Launch {
         engine: LaunchEngine::Sglang,
         model: model_id(model),
@@ -305,15 +306,18 @@ pub fn argv(l: &Launch, with_model_flag: bool) -> Vec<String> {
         match &f.value {
             // argparse `nargs` flags: one flag, its values as separate words (a repeated flag
             // would keep only its last value).
-            Some(value) if MANY_VALUED.contains(&f.name.as_str()) => v.extend(value.split(' ').map(String::from)),
+            Some(value) if MANY_VALUED.contains(&f.name.as_str()) => v.extend(value.split(MANY_SEP).map(String::from)),
             value => v.extend(value.clone()),
         }
     }
     v
 }
 
-/// SGLang flags written once with several values (joined by spaces in their [`Flag`]).
-const MANY_VALUED: [&str; 2] = ["--lora-paths", "--lora-target-modules"];
+/// Flags written once with several values (joined by [`MANY_SEP`] in their [`Flag`]): SGLang's
+/// and vLLM's `nargs` flags.
+const MANY_VALUED: [&str; 3] = ["--lora-paths", "--lora-target-modules", "--lora-modules"];
+/// What joins those values: the ASCII unit separator, which no path or JSON value holds.
+const MANY_SEP: &str = "\u{1f}";
 
 /// The comment lines every format starts with (`#` comments in shell and YAML alike).
 pub fn header(l: &Launch) -> String {
