@@ -166,8 +166,7 @@ fn padded(p: &LoraPair, alignment: u64) -> u64 {
     pad(p.a_bytes).saturating_add(pad(p.b_bytes))
 }
 
-/// What the adapters put where, given each base tensor's device (`device_of`: `None` for RAM,
-/// `Some(i)` for GPU i; `Err` for a tensor it does not know).
+/// What the adapters put where: their pairs' bytes per GPU and in RAM, and the products' bound.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct LoraPlacement {
     /// Bytes per GPU (index = device).
@@ -179,8 +178,8 @@ pub struct LoraPlacement {
 }
 
 /// Place every adapter's pairs with their base tensors over `devices` GPUs: `device_of` says
-/// where the model tensor of that name is (`None`: RAM); `tokens` is the micro-batch and
-/// `output_rows` the rows the LM head computes.
+/// where the model tensor of that name is (`Some(i)`: GPU i, `None`: RAM, `Err`: the placement
+/// rules refuse it); `tokens` is the micro-batch and `output_rows` the rows the LM head computes.
 pub fn place(
     adapters: &[LoraAdapter],
     devices: usize,
