@@ -1259,6 +1259,45 @@ pub struct TensorOverride {
     regex: regex::Regex,
 }
 
+/// llama.cpp's `--override-kv KEY=TYPE:VALUE[,…]` (common/common.cpp
+/// `string_parse_kv_override`): TYPE int, float, bool (true/false) or str, the key under 128
+/// bytes and a string value under 128; the loader reads an overridden key's value instead of the
+/// file's (llama-model-loader.cpp `get_key`), so every hyper-parameter read after it follows.
+pub fn parse_kv_overrides(value: &str) -> Result<Vec<(String, MetaValue)>> {
+    let bad = |item: &str, hint: &str| Error::InvalidValue { what: "--override-kv".into(), value: item.into(), hint: hint.into() };
+    let mut out = Vec::new();
+    for item in value.split(',').filter(|i| !i.is_empty()) {
+        let (key, typed) = item.split_once('=').ok_or_else(|| bad(item, "write KEY=TYPE:VALUE, e.g. llama.context_length=int:8192"))?;
+        if key.is_empty() || key.len() >= 128 {
+            return Err(bad(item, "a key of 1 to 127 bytes"));
+        }
+        let (ty, v) = typed.split_once(':').ok_or_else(|| bad(item, "TYPE:VALUE with TYPE int, float, bool or str"))?;
+        let value = match ty {
+            "int" => MetaValue::Int(v.parse::<i64>().map_err(|_| bad(item, "an int value: a whole number"))?.into()),
+            "float" => MetaValue::Float(v.parse::<f64>().ok().filter(|f| f.is_finite()).ok_or_else(|| bad(item, "a float value"))?),
+            "bool" => match v {
+                "true" => MetaValue::Bool(true),
+                "false" => MetaValue::Bool(false),
+                _ => return Err(bad(item, "a bool value: true or false")),
+            },
+            "str" if v.len() < 128 => MetaValue::Str(v.to_string()),
+            "str" => return Err(bad(item, "a str value under 128 bytes")),
+            _ => return Err(bad(item, "TYPE int, float, bool or str")),
+        };
+        out.push((key.to_string(), value));
+    }
+    Ok(out)
+}
+
+impl Gguf {
+    /// Apply `--override-kv` pairs: each key reads as the given value from now on.
+    pub fn override_kv(&mut self, overrides: &[(String, MetaValue)]) {
+        for (k, v) in overrides {
+            self.metadata.insert(k.clone(), v.clone());
+        }
+    }
+}
+
 /// llama.cpp's tensor buffer-type overrides: `-ot` pairs in command-line order, and the MoE
 /// flags; and the LoRA adapters, which follow the placement of the tensors they adapt.
 #[derive(Debug, Clone, Default, Serialize)]

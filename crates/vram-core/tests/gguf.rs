@@ -321,3 +321,24 @@ fn llama4_chunked_layers_are_cached_as_windows() {
     assert_eq!(gguf::kv_layer_bytes(&hp, &c, 65_536, 3), 65_536 * per_cell);
     assert_eq!(build(Some(0)).sliding_window, None);
 }
+
+/// `--override-kv`: parsed as llama.cpp's `string_parse_kv_override` parses it, and read by the
+/// hyper-parameters after it.
+#[test]
+fn kv_overrides_replace_what_the_header_says() {
+    use vram_core::gguf::parse_kv_overrides;
+    let o = parse_kv_overrides("llama.context_length=int:4096,general.name=str:x,a=float:0.5,b=bool:true").unwrap();
+    assert_eq!(o[0], ("llama.context_length".to_string(), MetaValue::Int(4096)));
+    assert_eq!(o[2].1, MetaValue::Float(0.5));
+    assert_eq!(o[3].1, MetaValue::Bool(true));
+    for bad in ["x", "x=int", "x=int:1.5", "x=float:nan", "x=bool:1", "x=i32:1", &format!("{}=int:1", "k".repeat(128))] {
+        assert!(parse_kv_overrides(bad).is_err(), "{bad}");
+    }
+    let mut g = match vram_core::gguf::parse(&gguf_writer::tiny_llama().bytes(), "tiny.gguf").unwrap() {
+        vram_core::gguf::Parsed::Complete(g) => *g,
+        vram_core::gguf::Parsed::NeedMore(n) => panic!("needs {n}"),
+    };
+    assert_eq!(g.hparams("tiny.gguf").unwrap().context_length, 8192);
+    g.override_kv(&parse_kv_overrides("llama.context_length=int:4096").unwrap());
+    assert_eq!(g.hparams("tiny.gguf").unwrap().context_length, 4096);
+}

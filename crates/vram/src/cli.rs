@@ -761,6 +761,11 @@ pub struct ServeArgs {
     /// llama.cpp `--cpu-moe` / `-cmoe`: keep every layer's MoE expert weights in RAM.
     #[arg(long)]
     pub cpu_moe: bool,
+    /// llama.cpp `--override-kv KEY=TYPE:VALUE[,…]` (repeatable): model metadata overrides, read
+    /// as llama.cpp's loader reads them (e.g. `qwen3moe.expert_used_count=int:4` sizes the
+    /// compute buffer for 4 experts, `llama.context_length=int:8192` the context --fit starts from).
+    #[arg(long)]
+    pub override_kv: Vec<String>,
     /// llama.cpp `--override-tensor` / `-ot PATTERN=BUFTYPE[,…]` (repeatable): tensors whose name
     /// matches the regex go to CPU (RAM) or CUDA0 (the GPU); the first match wins.
     #[arg(long)]

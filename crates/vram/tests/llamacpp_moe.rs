@@ -131,3 +131,34 @@ fn the_fit_note_says_what_the_plan_holds() {
         assert!(note.contains(&format!("{} of the GPU layers with their experts in RAM", blocks.len())), "{note}");
     }
 }
+
+/// `--override-kv`: the model's metadata as llama.cpp's loader reads it after the override —
+/// all 8 experts per token instead of 2, a larger routed-expert compute buffer; typed or pasted
+/// alike.
+#[test]
+fn override_kv_changes_what_the_loader_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = moe_file(&dir);
+    let compute = |v: &serde_json::Value| v["plan"]["gpu_compute_bytes"].as_u64().unwrap();
+    let base = json(&["serve", "-m", &p, "-g", "24GiB", "-c", "4096", "-ub", "512"]);
+    let eight = json(&["serve", "-m", &p, "-g", "24GiB", "-c", "4096", "-ub", "512", "--override-kv", "qwen3moe.expert_used_count=int:8"]);
+    assert!(compute(&eight) > compute(&base), "{} vs {}", compute(&eight), compute(&base));
+    // The same override pasted in llama.cpp's spelling, with a second, memory-free one.
+    let out = vram()
+        .args(["serve", "-g", "24GiB", "--json", "--", "llama-server", "-m", &p, "-c", "4096", "-ub", "512"])
+        .args(["--override-kv", "qwen3moe.expert_used_count=int:8,tokenizer.ggml.add_bos_token=bool:false"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let pasted: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(compute(&pasted), compute(&eight));
+    for (bad, why) in [
+        ("qwen3moe.expert_used_count", "KEY=TYPE:VALUE"),
+        ("a=int:two", "whole number"),
+        ("a=bool:yes", "true or false"),
+        ("a=list:1", "TYPE int"),
+    ] {
+        let e = fails(&["serve", "-m", &p, "-g", "24GiB", "--override-kv", bad], 2);
+        assert!(e.contains(why), "{bad}: {e}");
+    }
+}

@@ -380,6 +380,7 @@ fn reject_other_engines_flags(a: &ServeArgs, engine: Engine) -> Result<()> {
             given(a.n_cpu_moe.is_some(), "--n-cpu-moe/-ncmoe"),
             given(a.cpu_moe, "--cpu-moe/-cmoe"),
             given(!a.override_tensor.is_empty(), "--override-tensor/-ot"),
+            given(!a.override_kv.is_empty(), "--override-kv"),
             given(a.ubatch_size != 512, "--ubatch-size"),
             given(a.batch_size.is_some(), "--batch-size/-b"),
             given(a.no_mmap, "--no-mmap"),
@@ -1131,6 +1132,14 @@ pub struct MmprojFile {
     pub gguf: vram_core::gguf::Gguf,
 }
 
+/// `--override-kv`s, applied to a model's header as llama.cpp's loader applies them.
+pub(super) fn override_kv(a: &ServeArgs, gguf: &mut vram_core::gguf::Gguf) -> Result<()> {
+    for v in &a.override_kv {
+        gguf.override_kv(&vram_core::gguf::parse_kv_overrides(v)?);
+    }
+    Ok(())
+}
+
 /// `--lora FILE`s, read and checked against the model as llama.cpp checks them.
 pub(super) fn lora_adapters(a: &ServeArgs, model: &vram_core::gguf::Gguf) -> Result<Vec<vram_core::llama_lora::LoraAdapter>> {
     a.lora
@@ -1469,8 +1478,9 @@ fn fit_placement(hp: &vram_core::gguf::HParams, f: &vram_core::llama_fit::Fitted
 const LLAMA_SERVER_AUTO_SLOTS: u64 = 4;
 
 /// Plan a llama.cpp launch of a parsed GGUF header (`file` names it in the output).
-pub fn llama_cpp_gguf(a: &ServeArgs, file: String, gguf: vram_core::gguf::Gguf, mm: Option<&MmprojFile>) -> Result<LlamaCppServe> {
+pub fn llama_cpp_gguf(a: &ServeArgs, file: String, mut gguf: vram_core::gguf::Gguf, mm: Option<&MmprojFile>) -> Result<LlamaCppServe> {
     use vram_core::gguf::llama_cpp_with;
+    override_kv(a, &mut gguf)?;
     let hparams = gguf.hparams(&file)?;
     let device_gpus = resolve::gpu_list(&a.gpu)?;
     let g = device_gpus[0].clone();

@@ -170,7 +170,8 @@ pub fn smaller_that_fits(a: &ServeArgs, s: &Spec, q: &OneQuant, memory: u64) -> 
     let local = local_mmproj(a)?;
     let gpu = resolve::gpu(&a.gpu)?;
     for (x, h) in smaller.iter().zip(headers).rev() {
-        let Ok(g) = h else { continue };
+        let Ok(mut g) = h else { continue };
+        super::serve::override_kv(a, &mut g)?;
         let Ok(hp) = g.hparams(&x.quant) else { continue };
         let mm = match &local {
             Some(m) => Some(m.clone()),
@@ -376,6 +377,9 @@ fn plan_row(
     mm: Option<&MmprojFile>,
 ) -> Result<(LlamaCppConfig, RowOutcome)> {
     let memory = gpu.memory;
+    let mut overridden = g.clone();
+    super::serve::override_kv(a, &mut overridden)?;
+    let g = &overridden;
     let hp = g.hparams(name)?;
     // The --lora adapters, checked against this quant's header (its tensors' names and shapes).
     let ov = &vram_core::gguf::Overrides { lora: super::serve::lora_adapters(a, g)?, ..ov.clone() };

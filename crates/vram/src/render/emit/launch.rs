@@ -249,6 +249,9 @@ pub fn llama_server(a: &ServeArgs, model: &str) -> Launch {
     push(&mut f, a.mmproj.is_some(), "--mmproj", a.mmproj.as_ref().map(|p| p.display().to_string()).unwrap_or_default());
     switch(&mut f, a.no_mmproj, "--no-mmproj");
     switch(&mut f, a.no_mmproj_offload, "--no-mmproj-offload");
+    for kv in &a.override_kv {
+        f.push(Flag::new("--override-kv", kv));
+    }
     for l in &a.lora {
         f.push(Flag::new("--lora", l.display()));
     }
