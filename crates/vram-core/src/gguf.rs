@@ -1290,11 +1290,29 @@ pub fn parse_kv_overrides(value: &str) -> Result<Vec<(String, MetaValue)>> {
 }
 
 impl Gguf {
-    /// Apply `--override-kv` pairs: each key reads as the given value from now on.
-    pub fn override_kv(&mut self, overrides: &[(String, MetaValue)]) {
+    /// Apply `--override-kv` pairs: each key reads as the given value from now on. A key the
+    /// header holds as another type is refused, as llama.cpp refuses it when it reads the key
+    /// (llama-model-loader.cpp `validate_override`: "tried to override … with wrong type").
+    pub fn override_kv(&mut self, overrides: &[(String, MetaValue)]) -> Result<()> {
         for (k, v) in overrides {
+            let same = |a: &MetaValue| std::mem::discriminant(a) == std::mem::discriminant(v);
+            if let Some(old) = self.metadata.get(k).filter(|old| !same(old)) {
+                let kind = |m: &MetaValue| match m {
+                    MetaValue::Int(_) => "int",
+                    MetaValue::Float(_) => "float",
+                    MetaValue::Bool(_) => "bool",
+                    MetaValue::Str(_) => "str",
+                    MetaValue::Array { .. } => "an array",
+                };
+                return Err(Error::InvalidValue {
+                    what: "--override-kv".into(),
+                    value: k.clone(),
+                    hint: format!("the file holds it as {}, the override gives {}: llama.cpp refuses a wrong type", kind(old), kind(v)),
+                });
+            }
             self.metadata.insert(k.clone(), v.clone());
         }
+        Ok(())
     }
 }
 

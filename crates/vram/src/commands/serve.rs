@@ -1135,7 +1135,7 @@ pub struct MmprojFile {
 /// `--override-kv`s, applied to a model's header as llama.cpp's loader applies them.
 pub(super) fn override_kv(a: &ServeArgs, gguf: &mut vram_core::gguf::Gguf) -> Result<()> {
     for v in &a.override_kv {
-        gguf.override_kv(&vram_core::gguf::parse_kv_overrides(v)?);
+        gguf.override_kv(&vram_core::gguf::parse_kv_overrides(v)?)?;
     }
     Ok(())
 }
