@@ -665,6 +665,10 @@ pub struct ServeArgs {
     /// SGLang `--max-loras-per-batch`: adapter slots in the GPU pool [default: 8].
     #[arg(long, alias = "max_loras_per_batch")]
     pub max_loras_per_batch: Option<u64>,
+    /// SGLang `--max-loaded-loras`: adapters kept in host memory (no GPU memory); checked as
+    /// SGLang checks it at start-up (at least --max-loras-per-batch, at least the --lora-paths).
+    #[arg(long, alias = "max_loaded_loras")]
+    pub max_loaded_loras: Option<u64>,
     /// SGLang `--lora-target-modules`: q_proj k_proj … or all [default: the adapters'].
     #[arg(long, alias = "lora_target_modules", num_args = 1..)]
     pub lora_target_modules: Option<Vec<String>>,

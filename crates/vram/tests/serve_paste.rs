@@ -815,6 +815,29 @@ fn sglang_lora_flags_size_the_adapter_pool() {
     assert!(e.contains("adapter_config.json") && e.contains("--max-lora-rank"), "{e}");
     let e = fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--engine", "sglang", "--max-lora-rank", "8"], 2);
     assert!(e.contains("needs --enable-lora"), "{e}");
+    let e =
+        fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--engine", "sglang", "--lora-paths", &pa, &pb, "--max-loaded-loras", "4"], 2);
+    assert!(e.contains("below --max-loras-per-batch 8"), "{e}");
+    let e = fails(
+        &[
+            "serve",
+            "-m",
+            "llama-3.1-8b",
+            "-g",
+            "h100",
+            "--engine",
+            "sglang",
+            "--lora-paths",
+            &pa,
+            &pb,
+            "--max-loras-per-batch",
+            "1",
+            "--max-loaded-loras",
+            "1",
+        ],
+        2,
+    );
+    assert!(e.contains("2 --lora-paths exceed --max-loaded-loras 1"), "{e}");
     let e = fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--engine", "sglang", "--lora-paths", &b, "--max-lora-rank", "16"], 2);
     assert!(e.contains("above --max-lora-rank 16"), "{e}");
     let e = fails(

@@ -507,6 +507,7 @@ const SGLANG_VALUE: &[(&str, &str)] = &[
     ("--mamba-radix-cache-strategy", "--mamba-radix-cache-strategy"),
     ("--max-lora-rank", "--max-lora-rank"),
     ("--max-loras-per-batch", "--max-loras-per-batch"),
+    ("--max-loaded-loras", "--max-loaded-loras"),
 ];
 const SGLANG_FLAG: &[&str] =
     &["--disable-cuda-graph", "--disable-radix-cache", "--disable-overlap-schedule", "--language-only", "--enable-lora"];
@@ -514,9 +515,8 @@ const SGLANG_FLAG: &[&str] =
 const SGLANG_MANY_VALUES: &[&str] = &["--lora-paths", "--lora-target-modules"];
 /// SGLang flags that change no GPU memory vram accounts.
 const SGLANG_NO_MEMORY: &[&str] = &[
-    // LoRA settings that size no GPU buffer: adapters cached in host memory, the kernel
-    // backend and its chunk, the eviction order (the workspace is activation memory).
-    "--max-loaded-loras",
+    // LoRA settings that size no GPU buffer: the kernel backend and its chunk, the eviction
+    // order (the workspace is activation memory).
     "--lora-backend",
     "--max-lora-chunk-size",
     "--lora-eviction-policy",

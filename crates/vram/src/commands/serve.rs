@@ -367,6 +367,7 @@ fn reject_other_engines_flags(a: &ServeArgs, engine: Engine) -> Result<()> {
             given(a.language_only, "--language-only"),
             given(!a.lora_paths.is_empty(), "--lora-paths"),
             given(a.max_loras_per_batch.is_some(), "--max-loras-per-batch"),
+            given(a.max_loaded_loras.is_some(), "--max-loaded-loras"),
             given(a.lora_target_modules.is_some(), "--lora-target-modules"),
         ]
     };
@@ -927,12 +928,30 @@ fn sglang_lora(a: &ServeArgs) -> Result<Option<vram_core::sglang::SglangLora>> {
         let stray = [
             (a.max_lora_rank.is_some(), "--max-lora-rank"),
             (a.max_loras_per_batch.is_some(), "--max-loras-per-batch"),
+            (a.max_loaded_loras.is_some(), "--max-loaded-loras"),
             (a.lora_target_modules.is_some(), "--lora-target-modules"),
         ];
         if let Some((_, f)) = stray.iter().find(|(given, _)| *given) {
             return Err(UsageError(format!("{f} needs --enable-lora (or --lora-paths): SGLang allocates no LoRA pool without it")).into());
         }
         return Ok(None);
+    }
+    let per_batch = a.max_loras_per_batch.unwrap_or(MAX_LORAS_PER_BATCH);
+    // arg_groups/lora_hook.py `check_lora_server_args`: SGLang asserts both before it starts.
+    if let Some(loaded) = a.max_loaded_loras {
+        if loaded < per_batch {
+            return Err(UsageError(format!(
+                "--max-loaded-loras {loaded} is below --max-loras-per-batch {per_batch}: SGLang refuses it at start-up"
+            ))
+            .into());
+        }
+        if (a.lora_paths.len() as u64) > loaded {
+            return Err(UsageError(format!(
+                "{} --lora-paths exceed --max-loaded-loras {loaded}: SGLang refuses it at start-up",
+                a.lora_paths.len()
+            ))
+            .into());
+        }
     }
     let given_targets = a.lora_target_modules.as_deref().map(normalize_lora_targets).transpose()?;
     let (mut rank, mut targets): (Option<u64>, Vec<String>) = (None, Vec::new());
@@ -984,11 +1003,7 @@ fn sglang_lora(a: &ServeArgs) -> Result<Option<vram_core::sglang::SglangLora>> {
         )
         .into());
     };
-    Ok(Some(SglangLora {
-        max_loras_per_batch: a.max_loras_per_batch.unwrap_or(MAX_LORAS_PER_BATCH),
-        max_lora_rank: rank,
-        target_modules: targets,
-    }))
+    Ok(Some(SglangLora { max_loras_per_batch: per_batch, max_lora_rank: rank, target_modules: targets }))
 }
 
 /// vLLM `--kv-cache-memory-bytes`: vLLM's human-readable integer first (`20g` = 20·10^9, as

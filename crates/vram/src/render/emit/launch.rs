@@ -207,6 +207,7 @@ pub fn sglang(a: &ServeArgs, model: &str) -> Launch {
     switch(&mut f, a.enable_lora && a.lora_paths.is_empty(), "--enable-lora");
     push(&mut f, a.max_lora_rank.is_some(), "--max-lora-rank", a.max_lora_rank.unwrap_or(0));
     push(&mut f, a.max_loras_per_batch.is_some(), "--max-loras-per-batch", a.max_loras_per_batch.unwrap_or(0));
+    push(&mut f, a.max_loaded_loras.is_some(), "--max-loaded-loras", a.max_loaded_loras.unwrap_or(0));
     if let Some(t) = &a.lora_target_modules {
         push(&mut f, true, "--lora-target-modules", t.join(MANY_SEP));
     }
