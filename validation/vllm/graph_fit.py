@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Fit a CUDA-graph constant for vram (crates/vram-core/src/serve_graphs.rs of commit 02d528b) to public vLLM logs.
+"""Fit a CUDA-graph constant to public vLLM logs (for a per-layer-graph model of vLLM's CUDA-graph
+estimate; the model itself, serve_graphs.rs of an earlier session's commit 02d528b, did not land).
 
 Each entry of graph_memory.jsonl is one start-up log: the graphs vLLM captured (piecewise sizes,
 full decode sizes, layers) and the memory it estimated ("Estimated CUDA graph memory") or, where

@@ -864,7 +864,7 @@ pub fn llama_cpp_with(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides)
     let (gpu_state, cpu_state) = (state(first_gpu, hp.layers), state(0, first_gpu));
     let compute = if gpu_layers == 0 && !output_on_gpu { 0 } else { compute_buffer_bytes(hp, c, ctx, output_on_gpu, w.cpu_down_exps) };
     let ub = c.ubatch.min(ctx);
-    let lora = crate::llama_lora::place(&o.lora, 1, hp, ub, logits_rows(c, ub), g, |name| {
+    let lora = crate::llama_lora::place(&o.lora, 1, hp, ub, logits_rows(c, ub), |name| {
         let (by_layer, forced) = placement(name, o, first_gpu, output_on_gpu)?;
         Ok(forced.unwrap_or(by_layer).then_some(0))
     })?;
@@ -1373,6 +1373,12 @@ impl TensorOverride {
 }
 
 impl Overrides {
+    /// The same launch with only MoE flags `cpu_moe` for tensor placement (no `-ot`): what the
+    /// expert-offload searches try. The `--lora` adapters stay, as they would on the launch.
+    pub fn moe_only(&self, cpu_moe: CpuMoe) -> Overrides {
+        Overrides { tensor: Vec::new(), cpu_moe, lora: self.lora.clone() }
+    }
+
     /// Where the overrides send tensor `name`, or `None` when no override matches. llama.cpp
     /// takes the first pattern that matches, in command-line order
     /// (src/llama-model-loader.cpp `create_tensor`: `std::regex_search`, then `break`). vram

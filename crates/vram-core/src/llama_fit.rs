@@ -310,7 +310,7 @@ pub fn fit(
     if initial.iter().zip(&targets).all(|(u, t)| (*u as i128) <= *t) {
         return Ok(done(cfg, o.clone(), user_multi, None, FitAction::NoChange));
     }
-    let all_moe = Overrides { tensor: Vec::new(), cpu_moe: CpuMoe::All, lora: o.lora.clone() };
+    let all_moe = o.moe_only(CpuMoe::All);
     let moe = llama_cpp_with(g, hp, &cfg, &all_moe)?.overridden_tensors > 0;
     // Step 2: reduce a context the user left unset, when all GPUs together are short.
     let surplus = free_all as i128 - projected_initial as i128 - margins.iter().sum::<i128>();

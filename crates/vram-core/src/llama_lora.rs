@@ -13,6 +13,8 @@
 //! gives "CUDA0 LoRA buffer size = 110.00 MiB", "CUDA1 … = 40.00 MiB" and 18.08 MiB in RAM
 //! (crates/vram-core/tests/llamacpp_lora.rs).
 
+use std::collections::{BTreeMap, HashMap};
+
 use serde::Serialize;
 
 use crate::error::{Error, Result};
@@ -29,6 +31,10 @@ pub struct LoraPair {
     pub b_bytes: u64,
     /// Its rank (`lora_a`'s second dimension).
     pub rank: u64,
+    /// The base tensor's output rows (its second dimension), for [`product_bound`].
+    pub out_rows: u64,
+    /// Whether the base is a stack of routed experts (3-D: `build_lora_mm_id`).
+    pub routed: bool,
 }
 
 /// A LoRA adapter as llama.cpp would load it.
@@ -36,7 +42,7 @@ pub struct LoraPair {
 pub struct LoraAdapter {
     /// The file, as named.
     pub file: String,
-    /// Its pairs, in file order of their `lora_a`.
+    /// Its pairs, by base tensor name (llama.cpp keeps them in a `std::map` by that name).
     pub pairs: Vec<LoraPair>,
     /// Norm vectors in the file, which llama.cpp skips ("TODO: add support for norm vector").
     pub skipped_norms: u64,
@@ -88,7 +94,8 @@ pub fn adapter(a: &Gguf, file: &str, model: &Gguf) -> Result<LoraAdapter> {
             format!("an adapter for `{arch}` on a `{model_arch}` model: llama.cpp refuses it (\"model arch and LoRA arch mismatch\")"),
         ));
     }
-    let mut halves: Vec<(&str, Option<&TensorInfo>, Option<&TensorInfo>)> = Vec::new();
+    // Each base's lora_a and lora_b (llama-adapter.cpp `ab_map`).
+    let mut halves: BTreeMap<&str, (Option<&TensorInfo>, Option<&TensorInfo>)> = BTreeMap::new();
     let mut skipped_norms = 0u64;
     for t in &a.tensors {
         let (base, is_a) = if let Some(b) = t.name.strip_suffix(".lora_a") {
@@ -104,31 +111,26 @@ pub fn adapter(a: &Gguf, file: &str, model: &Gguf) -> Result<LoraAdapter> {
                 format!("tensor `{}` is neither a .lora_a nor a .lora_b (llama.cpp: \"has unexpected suffix\")", t.name),
             ));
         };
-        let i = match halves.iter().position(|h| h.0 == base) {
-            Some(i) => i,
-            None => {
-                halves.push((base, None, None));
-                halves.len() - 1
-            }
-        };
+        let half = halves.entry(base).or_default();
         if is_a {
-            halves[i].1 = Some(t);
+            half.0 = Some(t);
         } else {
-            halves[i].2 = Some(t);
+            half.1 = Some(t);
         }
     }
     if halves.is_empty() {
         return Err(bad(file, "no .lora_a/.lora_b tensors: an empty adapter".into()));
     }
     let tied = crate::gguf::tied_output_bytes(model) > 0;
+    let tensors: HashMap<&str, &TensorInfo> = model.tensors.iter().map(|t| (t.name.as_str(), t)).collect();
     let mut pairs = Vec::with_capacity(halves.len());
-    for (base, la, lb) in halves {
+    for (base, (la, lb)) in halves {
         let (Some(la), Some(lb)) = (la, lb) else {
             return Err(bad(file, format!("`{base}` has only one of lora_a and lora_b (llama.cpp: \"missing one component\")")));
         };
         // A tied LM head is the embeddings' second copy, which llama.cpp names output.weight.
         let lookup = if base == "output.weight" && tied { "token_embd.weight" } else { base };
-        let Some(m) = model.tensors.iter().find(|t| t.name == lookup) else {
+        let Some(&m) = tensors.get(lookup) else {
             return Err(bad(
                 file,
                 format!(
@@ -154,7 +156,14 @@ pub fn adapter(a: &Gguf, file: &str, model: &Gguf) -> Result<LoraAdapter> {
                 ),
             ));
         }
-        pairs.push(LoraPair { base: base.to_string(), a_bytes: la.bytes, b_bytes: lb.bytes, rank: dim(la, 1) });
+        pairs.push(LoraPair {
+            base: base.to_string(),
+            a_bytes: la.bytes,
+            b_bytes: lb.bytes,
+            rank: dim(la, 1),
+            out_rows: dim(m, 1),
+            routed: m.n_dims >= 3,
+        });
     }
     Ok(LoraAdapter { file: file.into(), pairs, skipped_norms })
 }
@@ -186,7 +195,6 @@ pub fn place(
     hp: &HParams,
     tokens: u64,
     output_rows: u64,
-    model: &Gguf,
     mut device_of: impl FnMut(&str) -> Result<Option<usize>>,
 ) -> Result<LoraPlacement> {
     let mut out = LoraPlacement { gpu_bytes: vec![0; devices], gpu_compute_bytes: vec![0; devices], cpu_bytes: 0 };
@@ -195,7 +203,7 @@ pub fn place(
             match device_of(&p.base)? {
                 Some(d) if d < devices => {
                     out.gpu_bytes[d] = out.gpu_bytes[d].saturating_add(padded(p, GPU_ALIGNMENT));
-                    let bound = product_bound(p, model, hp, tokens, output_rows);
+                    let bound = product_bound(p, hp, tokens, output_rows);
                     out.gpu_compute_bytes[d] = out.gpu_compute_bytes[d].max(bound);
                 }
                 _ => out.cpu_bytes = out.cpu_bytes.saturating_add(padded(p, CPU_ALIGNMENT)),
@@ -210,18 +218,15 @@ pub fn place(
 /// most the [rank, tokens] middle and two [rows, tokens] f32 results are alive at once; routed
 /// experts multiply the tokens by the experts each uses (`build_lora_mm_id`). Not checked
 /// against a log: no public log gives a compute buffer with and without an adapter.
-pub fn product_bound(p: &LoraPair, model: &Gguf, hp: &HParams, tokens: u64, output_rows: u64) -> u64 {
-    let lookup = if p.base == "output.weight" && crate::gguf::tied_output_bytes(model) > 0 { "token_embd.weight" } else { &p.base };
-    let Some(m) = model.tensors.iter().find(|t| t.name == lookup) else { return 0 };
-    let rows = m.dims().get(1).copied().unwrap_or(1);
+pub fn product_bound(p: &LoraPair, hp: &HParams, tokens: u64, output_rows: u64) -> u64 {
     let n = if p.base == "output.weight" {
         output_rows
-    } else if m.n_dims >= 3 {
+    } else if p.routed {
         tokens.saturating_mul(hp.moe.map_or(1, |moe| moe.used))
     } else {
         tokens
     };
-    rows.saturating_mul(2).saturating_add(p.rank).saturating_mul(n).saturating_mul(4)
+    p.out_rows.saturating_mul(2).saturating_add(p.rank).saturating_mul(n).saturating_mul(4)
 }
 
 #[cfg(test)]
@@ -230,9 +235,9 @@ mod tests {
 
     #[test]
     fn padding_rounds_each_half_up() {
-        let p = LoraPair { base: "x".into(), a_bytes: 128, b_bytes: 256, rank: 8 };
+        let p = LoraPair { base: "x".into(), a_bytes: 128, b_bytes: 256, rank: 8, out_rows: 256, routed: false };
         assert_eq!(padded(&p, 128), 384);
-        let q = LoraPair { base: "x".into(), a_bytes: 100, b_bytes: 100, rank: 8 };
+        let q = LoraPair { base: "x".into(), a_bytes: 100, b_bytes: 100, rank: 8, out_rows: 12, routed: false };
         assert_eq!(padded(&q, 128), 256);
         assert_eq!(padded(&q, 32), 256);
     }

@@ -258,7 +258,7 @@ pub fn plan(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides, m: &Multi
         });
     }
     let ub = c.ubatch.min(ctx);
-    let lora = crate::llama_lora::place(&o.lora, out.len(), hp, ub, crate::gguf::logits_rows(c, ub), g, |name| {
+    let lora = crate::llama_lora::place(&o.lora, out.len(), hp, ub, crate::gguf::logits_rows(c, ub), |name| {
         place(name, &devs, o, hp.layers, out.len())
     })?;
     for (i, d) in out.iter_mut().enumerate() {

@@ -422,7 +422,7 @@ const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 /// vLLM pads the vocabulary to a multiple of 64 before splitting it over TP ranks
 /// (vllm/model_executor/layers/vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE).
-const VOCAB_PAD: u64 = 64;
+pub(crate) const VOCAB_PAD: u64 = 64;
 /// Tokens per fused-MoE chunk (vllm/envs.py VLLM_FUSED_MOE_CHUNK_SIZE default 32768).
 const MOE_CHUNK: u64 = 32_768;
 /// AWQ/GPTQ group size (the published checkpoints' `group_size`).
@@ -1429,6 +1429,7 @@ fn sampler_persistent(m: &Model, cfg: &ServeConfig, batched: u64, seqs: u64) -> 
 ///   [T] int64, padding flags [T] bool, query starts [R + 1], sequence lengths [R] twice.
 ///
 /// The token ids of every request ([R, max-model-len]) live in pinned host memory, not here.
+/// Counted on the last pipeline stage, which builds the sampler.
 /// The runner's own figure is this (checked: 144,166,916 bytes at R = 256, V = 128,256, T = 2048).
 pub fn mrv2_state_buffers(vocab: u64, seqs: u64, batched: u64) -> u64 {
     let (r, v, t) = (seqs as u128, vocab as u128, batched as u128);

@@ -579,9 +579,9 @@ pub fn llama_cpp(g: &Gguf, hp: &HParams, c: &LlamaCppConfig, o: &Overrides, budg
         let desc = format!("a context of {ctx} tokens instead of {}", c.ctx);
         alts.push(from_llama(ServeChange::MaxModelLen, vec![Flag::new("-c", ctx)], desc, &p, &cc, p.gpu_total_bytes <= budget));
     }
-    let all = Overrides { tensor: Vec::new(), cpu_moe: CpuMoe::All, lora: o.lora.clone() };
+    let all = o.moe_only(CpuMoe::All);
     if o.tensor.is_empty() && o.cpu_moe == CpuMoe::None && plan(c, &all)?.overridden_tensors > 0 {
-        let moe = |n: u64| Overrides { tensor: Vec::new(), cpu_moe: CpuMoe::FirstLayers(n), lora: o.lora.clone() };
+        let moe = |n: u64| o.moe_only(CpuMoe::FirstLayers(n));
         if let Some(n) = smallest(1, hp.layers, &|n| Ok(plan(c, &moe(n))?.gpu_total_bytes <= budget))? {
             let p = plan(c, &moe(n))?;
             let desc = format!("keep the MoE expert weights of the first {n} layers in RAM");

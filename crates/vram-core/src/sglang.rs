@@ -184,32 +184,26 @@ pub fn lora_pool_bytes(m: &Model, l: &SglangLora, tp: u64, dtype_bytes: u64) -> 
     let q = m.heads as u128 * hd;
     let kv = m.kv_heads as u128 * hd;
     let inter = m.intermediate as u128;
-    let per_layer: u128 = l
-        .target_modules
-        .iter()
-        .map(|t| match t.as_str() {
+    let vocab = m.vocab as u128;
+    // VocabParallelEmbedding pads the vocabulary and gives each rank an equal part.
+    let pad = crate::serve::VOCAB_PAD;
+    let shard = (m.vocab.div_ceil(pad) * pad) as u128 / tp;
+    // (elements in every layer, elements once) of each module's A and B.
+    let (mut per_layer, mut once) = (0u128, 0u128);
+    for t in &l.target_modules {
+        match t.as_str() {
             "qkv_proj" => {
                 let out = if (m.kv_heads as u128) >= tp { (q + 2 * kv) / tp } else { q / tp + 2 * hd };
-                3 * r * h + out * r
+                per_layer += 3 * r * h + out * r;
             }
-            "o_proj" => r * (q / tp) + h * r,
-            "gate_up_proj" => 2 * r * h + (2 * inter / tp) * r,
-            "down_proj" => r * (inter / tp) + h * r,
-            _ => 0,
-        })
-        .sum();
-    let vocab = m.vocab as u128;
-    // VocabParallelEmbedding pads the vocabulary to 64 and gives each rank an equal part.
-    let shard = (m.vocab.div_ceil(64) * 64) as u128 / tp;
-    let once: u128 = l
-        .target_modules
-        .iter()
-        .map(|t| match t.as_str() {
-            "embed_tokens" => r * vocab + h * r,
-            "lm_head" => r * h + shard.min(vocab) * r,
-            _ => 0,
-        })
-        .sum();
+            "o_proj" => per_layer += r * (q / tp) + h * r,
+            "gate_up_proj" => per_layer += 2 * r * h + (2 * inter / tp) * r,
+            "down_proj" => per_layer += r * (inter / tp) + h * r,
+            "embed_tokens" => once += r * vocab + h * r,
+            "lm_head" => once += r * h + shard.min(vocab) * r,
+            other => return Err(invalid("--lora-target-modules", other, "one of SGLang's normalised modules (normalize_lora_targets)")),
+        }
+    }
     let total = per_layer
         .checked_mul(m.layers as u128)
         .and_then(|x| x.checked_add(once))

@@ -127,24 +127,23 @@ fn adapters_llama_cpp_would_refuse_are_refused() {
         w.tensor(&format!("{base}.lora_a"), &[i, r], F16);
         w.tensor(&format!("{base}.lora_b"), &[r, o], F16);
     };
-    let mut w = adapter_writer("llama", "model");
-    pair(&mut w, "blk.0.attn_q.weight", 4096, 8, 4096);
-    check(&w, "not a LoRA adapter");
-    let mut w = adapter_writer("qwen2", "adapter");
-    pair(&mut w, "blk.0.attn_q.weight", 4096, 8, 4096);
-    check(&w, "mismatch");
-    let mut w = adapter_writer("llama", "adapter");
-    pair(&mut w, "blk.40.attn_q.weight", 4096, 8, 4096);
-    check(&w, "does not exist in base model");
-    let mut w = adapter_writer("llama", "adapter");
-    pair(&mut w, "blk.0.attn_k.weight", 4096, 8, 4096);
-    check(&w, "incorrect shape");
-    let mut w = adapter_writer("llama", "adapter");
-    w.tensor("blk.0.attn_q.weight.lora_a", &[4096, 8], F16);
-    check(&w, "missing one component");
-    let mut w = adapter_writer("llama", "adapter");
-    w.tensor("blk.0.attn_q.weight", &[4096, 8], F16);
-    check(&w, "unexpected suffix");
+    // (architecture, general.type, the base of a [4096 → 4096] pair, what is refused)
+    for (arch, kind, base, want) in [
+        ("llama", "model", "blk.0.attn_q.weight", "not a LoRA adapter"),
+        ("qwen2", "adapter", "blk.0.attn_q.weight", "mismatch"),
+        ("llama", "adapter", "blk.40.attn_q.weight", "does not exist in base model"),
+        ("llama", "adapter", "blk.0.attn_k.weight", "incorrect shape"),
+    ] {
+        let mut w = adapter_writer(arch, kind);
+        pair(&mut w, base, 4096, 8, 4096);
+        check(&w, want);
+    }
+    // One tensor alone: half a pair, or a name with no .lora_a/.lora_b suffix.
+    for (name, want) in [("blk.0.attn_q.weight.lora_a", "missing one component"), ("blk.0.attn_q.weight", "unexpected suffix")] {
+        let mut w = adapter_writer("llama", "adapter");
+        w.tensor(name, &[4096, 8], F16);
+        check(&w, want);
+    }
     check(&adapter_writer("llama", "adapter"), "empty adapter");
     // Norm vectors are skipped, as llama.cpp skips them.
     let mut w = adapter_writer("llama", "adapter");

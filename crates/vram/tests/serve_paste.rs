@@ -99,22 +99,8 @@ fn memory_changing_flags_vram_does_not_model_are_refused_by_name() {
     );
     assert!(e.contains("SGLang") && e.contains("--enable-dp-attention"), "{e}");
     // SGLang's --dp-size: replicas of the TP group, each the same per GPU (0.5.23 dp_size).
-    let one = pasted(&["serve", "-g", "h100", "--", "python", "-m", "sglang.launch_server", "--model-path", "llama-3.1-8b", "--tp", "2"]);
-    let dp = pasted(&[
-        "serve",
-        "-g",
-        "h100",
-        "--",
-        "python",
-        "-m",
-        "sglang.launch_server",
-        "--model-path",
-        "llama-3.1-8b",
-        "--tp",
-        "2",
-        "--dp-size",
-        "4",
-    ]);
+    let one = sglang_pasted(&["--tp", "2"]);
+    let dp = sglang_pasted(&["--tp", "2", "--dp-size", "4"]);
     for k in ["weights_bytes", "kv_pool_bytes", "max_total_num_tokens", "max_running_requests", "headroom_bytes"] {
         assert_eq!(dp["gpus"][1][k], one["gpus"][1][k], "{k}: per GPU, a replica is the model alone");
     }
@@ -747,22 +733,7 @@ fn sglang_lora_flags_size_the_adapter_pool() {
     let a = adapter("a", r#"{"r": 16, "target_modules": ["q_proj", "v_proj"], "peft_type": "LORA"}"#);
     let b = adapter("b", r#"{"r": 32, "target_modules": ["o_proj"]}"#);
     let (pa, pb) = (format!("first={a}"), format!("second={b}"));
-    let v = pasted(&[
-        "serve",
-        "-g",
-        "h100",
-        "--",
-        "python",
-        "-m",
-        "sglang.launch_server",
-        "--model-path",
-        "llama-3.1-8b",
-        "--lora-paths",
-        &pa,
-        &pb,
-        "--max-loaded-loras",
-        "8",
-    ]);
+    let v = sglang_pasted(&["--lora-paths", &pa, &pb, "--max-loaded-loras", "8"]);
     assert_eq!(v["config"]["lora"]["max_lora_rank"], 32);
     assert_eq!(v["config"]["lora"]["target_modules"], serde_json::json!(["qkv_proj", "o_proj"]));
     // Rank 32: qkv 3·32·4096 + 6144·32, o 32·4096 + 4096·32 per layer; × 32 layers × 8 slots × 2 bytes.
@@ -894,6 +865,13 @@ fn vllm_lora_modules_are_checked_as_vllm_loads_them() {
         .unwrap();
     let compose = String::from_utf8_lossy(&out.stdout);
     assert!(compose.contains(&format!("\"--lora-modules\", \"{m16}\", ")), "{compose}");
+}
+
+/// `python -m sglang.launch_server --model-path llama-3.1-8b EXTRA…` pasted on an H100: its JSON.
+fn sglang_pasted(extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["serve", "-g", "h100", "--", "python", "-m", "sglang.launch_server", "--model-path", "llama-3.1-8b"];
+    args.extend(extra);
+    pasted(&args)
 }
 
 /// A PEFT adapter directory holding only its adapter_config.json (all that the engines' start-up

@@ -663,6 +663,16 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
             *i += 1;
             rest.get(*i).cloned().ok_or_else(|| UsageError(format!("{flag} in the pasted command has no value")).into())
         };
+        // An argparse `nargs="+"` flag: its first value, then every following word that is not
+        // a flag.
+        let many = |i: &mut usize| -> Result<Vec<String>> {
+            let mut v = vec![next(i)?];
+            while inline.is_none() && rest.get(*i + 1).is_some_and(|t| !t.starts_with('-')) {
+                *i += 1;
+                v.push(rest[*i].clone());
+            }
+            Ok(v)
+        };
         if !flag.starts_with('-') {
             if model.is_none() && matches!(engine, Engine::Vllm | Engine::Sglang) {
                 model = Some(flag.to_string());
@@ -711,11 +721,7 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
                 } else if flag == "-ep" {
                     out.push("--enable-expert-parallel".into());
                 } else if VLLM_MANY_VALUES.contains(&flag) {
-                    let mut v = vec![next(&mut i)?];
-                    while inline.is_none() && rest.get(i + 1).is_some_and(|t| !t.starts_with('-')) {
-                        i += 1;
-                        v.push(rest[i].clone());
-                    }
+                    let v = many(&mut i)?;
                     let read = format!("{flag} {}", v.join(" "));
                     if VLLM_MANY_VALUES_READ.contains(&flag) {
                         out.push(flag.to_string());
@@ -756,11 +762,7 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
                 } else if SGLANG_FLAG.contains(&flag) {
                     out.push(flag.to_string());
                 } else if SGLANG_MANY_VALUES.contains(&flag) {
-                    let mut v = vec![next(&mut i)?];
-                    while inline.is_none() && rest.get(i + 1).is_some_and(|t| !t.starts_with('-')) {
-                        i += 1;
-                        v.push(rest[i].clone());
-                    }
+                    let v = many(&mut i)?;
                     out.push(flag.to_string());
                     out.extend(v);
                 } else if SGLANG_NO_MEMORY.contains(&flag) {

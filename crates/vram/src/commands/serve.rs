@@ -920,8 +920,8 @@ fn check_vllm_lora_modules(a: &ServeArgs, lora: Option<&ServeLora>) -> Result<()
 /// SGLang's LoRA pool from `--enable-lora`, `--lora-paths`, `--max-lora-rank`,
 /// `--max-loras-per-batch` and `--lora-target-modules`, as SGLang 0.5.23 resolves them
 /// (arg_groups/lora_hook.py, lora/lora_manager.py `init_lora_shapes`): the rank and modules
-/// given, else the adapters' largest `r` and their modules together, read from each local
-/// adapter directory's adapter_config.json.
+/// given, else the adapters' largest `r` and their modules together, read from each adapter's
+/// adapter_config.json ([`adapter_config`]: a local directory's or a Hub id's).
 fn sglang_lora(a: &ServeArgs) -> Result<Option<vram_core::sglang::SglangLora>> {
     use vram_core::sglang::{normalize_lora_targets, SglangLora, MAX_LORAS_PER_BATCH};
     if !a.enable_lora && a.lora_paths.is_empty() {
@@ -1527,7 +1527,7 @@ pub fn llama_cpp_gguf(a: &ServeArgs, file: String, mut gguf: vram_core::gguf::Gg
         None => {
             let offload_table = offload_table(&gguf, &hparams, &config, &overrides, g.memory)?;
             let moe_table =
-                if overrides.tensor.is_empty() { moe_table(&gguf, &hparams, &config, g.memory, &overrides.lora)? } else { Vec::new() };
+                if overrides.tensor.is_empty() { moe_table(&gguf, &hparams, &config, g.memory, &overrides)? } else { Vec::new() };
             (None, offload_table, moe_table, Vec::new())
         }
     };
@@ -1736,11 +1736,11 @@ fn moe_table(
     hparams: &vram_core::gguf::HParams,
     config: &vram_core::gguf::LlamaCppConfig,
     memory: u64,
-    lora: &[vram_core::llama_lora::LoraAdapter],
+    user: &vram_core::gguf::Overrides,
 ) -> Result<Vec<MoeRow>> {
-    use vram_core::gguf::{llama_cpp_with, max_ctx_with, CpuMoe, Overrides};
+    use vram_core::gguf::{llama_cpp_with, max_ctx_with, CpuMoe};
     let limit = if hparams.context_length > 0 { hparams.context_length } else { 1 << 20 };
-    let all = Overrides { tensor: Vec::new(), cpu_moe: CpuMoe::All, lora: lora.to_vec() };
+    let all = user.moe_only(CpuMoe::All);
     if llama_cpp_with(gguf, hparams, config, &all)?.overridden_tensors == 0 {
         return Ok(Vec::new());
     }
@@ -1748,7 +1748,7 @@ fn moe_table(
     let mut rows = Vec::new();
     let mut n = 0;
     while n <= hparams.layers {
-        let o = Overrides { tensor: Vec::new(), cpu_moe: if n == 0 { CpuMoe::None } else { CpuMoe::FirstLayers(n) }, lora: lora.to_vec() };
+        let o = user.moe_only(if n == 0 { CpuMoe::None } else { CpuMoe::FirstLayers(n) });
         let p = llama_cpp_with(gguf, hparams, config, &o)?;
         let max_ctx_size = max_ctx_with(gguf, hparams, config, &o, memory, limit)?;
         rows.push(MoeRow {

@@ -177,7 +177,7 @@ pub fn smaller_that_fits(a: &ServeArgs, s: &Spec, q: &OneQuant, memory: u64) -> 
             Some(m) => Some(m.clone()),
             None => projector(a, s, &q.files, &x.files[0])?,
         };
-        let ov = vram_core::gguf::Overrides { lora: super::serve::lora_adapters(a, &g)?, ..ov.clone() };
+        let ov = Overrides { lora: super::serve::lora_adapters(a, &g)?, ..ov.clone() };
         let (c, ollama) = llama_cpp_config(a, &hp, memory, mm.as_ref())?;
         let c = if ollama.is_some() { c } else { apply_fit(a, &g, &hp, c, ov.clone(), &gpu, None, false)?.config };
         let p = llama_cpp_with(&g, &hp, &c, &ov)?;
@@ -382,7 +382,7 @@ fn plan_row(
     let g = &overridden;
     let hp = g.hparams(name)?;
     // The --lora adapters, checked against this quant's header (its tensors' names and shapes).
-    let ov = &vram_core::gguf::Overrides { lora: super::serve::lora_adapters(a, g)?, ..ov.clone() };
+    let ov = &Overrides { lora: super::serve::lora_adapters(a, g)?, ..ov.clone() };
     let (c, ollama) = llama_cpp_config(a, &hp, memory, mm)?;
     // The context llama-server's --fit picks for this file (the table keeps every layer on the
     // GPU: `max_n_gpu_layers` says what fits otherwise).
@@ -409,11 +409,9 @@ fn plan_row(
     let min_n_cpu_moe = if fits || !ov.tensor.is_empty() || ov.cpu_moe != CpuMoe::None {
         None
     } else {
-        let moe = |n: u64| Overrides { tensor: Vec::new(), cpu_moe: CpuMoe::FirstLayers(n), lora: ov.lora.clone() };
+        let moe = |n: u64| ov.moe_only(CpuMoe::FirstLayers(n));
         let fit = |n: u64| Ok(llama_cpp_with(g, &hp, &c, &moe(n))?.gpu_total_bytes <= memory);
-        let has_experts = llama_cpp_with(g, &hp, &c, &Overrides { tensor: Vec::new(), cpu_moe: CpuMoe::All, lora: ov.lora.clone() })?
-            .overridden_tensors
-            > 0;
+        let has_experts = llama_cpp_with(g, &hp, &c, &ov.moe_only(CpuMoe::All))?.overridden_tensors > 0;
         if has_experts {
             vram_core::serve_advice::smallest(1, hp.layers, &fit)?
         } else {

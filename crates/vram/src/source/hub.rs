@@ -93,9 +93,9 @@ impl HubEnv {
     }
 }
 
-/// Load `org/name[@revision]`: from the cache when it has the config, else from the Hub.
-pub fn load(spec: &str, opts: ParseOptions) -> Result<Model> {
-    let env = HubEnv::from_env();
+/// `org/name[@revision]` → (repository, revision; `main` when none is given). A revision is a
+/// branch, tag or commit: letters, digits, `- _ . /`, never `..` or a leading `/`.
+fn repo_rev(spec: &str) -> Result<(&str, &str)> {
     let (repo, rev) = match spec.split_once('@') {
         Some((r, v)) if !v.is_empty() => (r, v),
         _ => (spec, "main"),
@@ -103,6 +103,13 @@ pub fn load(spec: &str, opts: ParseOptions) -> Result<Model> {
     if rev.contains("..") || rev.starts_with('/') || !rev.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/')) {
         return Err(UsageError(format!("invalid revision `{rev}`: a branch, tag or commit hash (letters, digits, - _ . /)")).into());
     }
+    Ok((repo, rev))
+}
+
+/// Load `org/name[@revision]`: from the cache when it has the config, else from the Hub.
+pub fn load(spec: &str, opts: ParseOptions) -> Result<Model> {
+    let env = HubEnv::from_env();
+    let (repo, rev) = repo_rev(spec)?;
     if let Some((dir, commit)) = cached_snapshot(&env.cache, repo, rev)? {
         let mut model = load_dir(&dir, opts)?;
         // Name it as the user knows it, with the short commit, not by the snapshot hash.
@@ -123,13 +130,7 @@ pub fn load(spec: &str, opts: ParseOptions) -> Result<Model> {
 /// snapshot has it, else from the Hub (`None` when the repository has no such file).
 pub fn small_file(spec: &str, file: &str) -> Result<Option<Vec<u8>>> {
     let env = HubEnv::from_env();
-    let (repo, rev) = match spec.split_once('@') {
-        Some((r, v)) if !v.is_empty() => (r, v),
-        _ => (spec, "main"),
-    };
-    if !is_snapshot_name(rev) {
-        return Err(UsageError(format!("invalid revision `{rev}`: a branch, tag or commit hash")).into());
-    }
+    let (repo, rev) = repo_rev(spec)?;
     if let Some(dir) = cached_dir(&env.cache, repo, rev)? {
         if let Ok(bytes) = std::fs::read(dir.join(file)) {
             return Ok(Some(bytes));
