@@ -1293,7 +1293,9 @@ impl Gguf {
     /// Apply `--override-kv` pairs: each key reads as the given value from now on. A key the
     /// header holds as another type is refused, as llama.cpp refuses it when it reads the key
     /// (llama-model-loader.cpp `validate_override`: "tried to override … with wrong type").
-    pub fn override_kv(&mut self, overrides: &[(String, MetaValue)]) -> Result<()> {
+    /// Returns the keys the header did not hold (llama.cpp reads those only if the model asks).
+    pub fn override_kv(&mut self, overrides: &[(String, MetaValue)]) -> Result<Vec<String>> {
+        let mut added = Vec::new();
         for (k, v) in overrides {
             let same = |a: &MetaValue| std::mem::discriminant(a) == std::mem::discriminant(v);
             if let Some(old) = self.metadata.get(k).filter(|old| !same(old)) {
@@ -1310,9 +1312,11 @@ impl Gguf {
                     hint: format!("the file holds it as {}, the override gives {}: llama.cpp refuses a wrong type", kind(old), kind(v)),
                 });
             }
-            self.metadata.insert(k.clone(), v.clone());
+            if self.metadata.insert(k.clone(), v.clone()).is_none() {
+                added.push(k.clone());
+            }
         }
-        Ok(())
+        Ok(added)
     }
 }
 

@@ -339,9 +339,11 @@ fn kv_overrides_replace_what_the_header_says() {
         vram_core::gguf::Parsed::NeedMore(n) => panic!("needs {n}"),
     };
     assert_eq!(g.hparams("tiny.gguf").unwrap().context_length, 8192);
-    g.override_kv(&parse_kv_overrides("llama.context_length=int:4096").unwrap()).unwrap();
+    assert!(g.override_kv(&parse_kv_overrides("llama.context_length=int:4096").unwrap()).unwrap().is_empty());
     assert_eq!(g.hparams("tiny.gguf").unwrap().context_length, 4096);
     // Another type than the file's is refused, as llama.cpp refuses it.
     let e = g.override_kv(&parse_kv_overrides("llama.context_length=float:4096").unwrap()).unwrap_err().to_string();
     assert!(e.contains("wrong type"), "{e}");
+    // A key the header does not hold is added, and said so.
+    assert_eq!(g.override_kv(&parse_kv_overrides("llama.context_lenght=int:1").unwrap()).unwrap(), ["llama.context_lenght"]);
 }

@@ -152,6 +152,10 @@ fn override_kv_changes_what_the_loader_reads() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let pasted: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(compute(&pasted), compute(&eight));
+    // A key of the model's architecture that the file does not hold: said so, not silently kept.
+    let out = vram().args(["serve", "-m", &p, "-g", "24GiB", "--override-kv", "qwen3moe.expert_used_cuont=int:8"]).output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("qwen3moe.expert_used_cuont: the file has no such key"));
     for (bad, why) in [
         ("qwen3moe.expert_used_count", "KEY=TYPE:VALUE"),
         ("a=int:two", "whole number"),

@@ -784,6 +784,35 @@ fn sglang_lora_flags_size_the_adapter_pool() {
     assert!(e.contains("HF_HUB_OFFLINE") && e.contains("org/missing"), "{e}");
     let e = fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--engine", "sglang", "--lora-paths", "/nonexistent/adapter"], 2);
     assert!(e.contains("adapter_config.json") && e.contains("--max-lora-rank"), "{e}");
+    // SGLang loads each --lora-paths adapter at start-up, so a missing one stops it even when the
+    // pool's rank and modules are given.
+    let e = fails(
+        &[
+            "serve",
+            "-m",
+            "llama-3.1-8b",
+            "-g",
+            "h100",
+            "--engine",
+            "sglang",
+            "--lora-paths",
+            "/nonexistent/adapter",
+            "--max-lora-rank",
+            "8",
+            "--lora-target-modules",
+            "q_proj",
+        ],
+        2,
+    );
+    assert!(e.contains("would not start"), "{e}");
+    for (name, body, want) in [
+        ("huge", r#"{"r": 8, "rank_pattern": {"q_proj": 2048}, "target_modules": ["q_proj"]}"#, "rank_pattern"),
+        ("odd", r#"{"r": 8, "target_modules": ["q_proj", 7]}"#, "not a module name"),
+    ] {
+        let bad = adapter(name, body);
+        let e = fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--engine", "sglang", "--lora-paths", &bad], 2);
+        assert!(e.contains(want), "{name}: {e}");
+    }
     let e = fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--engine", "sglang", "--max-lora-rank", "8"], 2);
     assert!(e.contains("needs --enable-lora"), "{e}");
     let e =

@@ -862,8 +862,15 @@ fn adapter_rank(file: &str, v: &serde_json::Value) -> Result<u64> {
         .as_u64()
         .filter(|r| (1..=1024).contains(r))
         .ok_or_else(|| UsageError(format!("{file}: `r` is not a rank from 1 to 1024")))?;
-    let pattern = v["rank_pattern"].as_object().map_or(0, |p| p.values().filter_map(serde_json::Value::as_u64).max().unwrap_or(0));
-    Ok(r.max(pattern.min(1024)))
+    let mut rank = r;
+    for (module, value) in v["rank_pattern"].as_object().into_iter().flatten() {
+        let pr = value
+            .as_u64()
+            .filter(|r| (1..=1024).contains(r))
+            .ok_or_else(|| UsageError(format!("{file}: rank_pattern `{module}` = {value} is not a rank from 1 to 1024")))?;
+        rank = rank.max(pr);
+    }
+    Ok(rank)
 }
 
 /// vLLM's `--lora-modules` (`name=path` or a JSON object with `name` and `path`): vLLM loads each
@@ -958,19 +965,23 @@ fn sglang_lora(a: &ServeArgs) -> Result<Option<vram_core::sglang::SglangLora>> {
     for spec in &a.lora_paths {
         let path = spec.split_once('=').map_or(spec.as_str(), |(_, p)| p);
         let (file, config) = adapter_config(&format!("--lora-paths {spec}"), path)?;
+        // SGLang loads every --lora-paths adapter at start-up (lora_manager.py
+        // `init_lora_adapters`, raising on a failure), whatever --max-lora-rank says.
         let Some(v) = config else {
-            if a.max_lora_rank.is_some() && given_targets.is_some() {
-                continue;
-            }
             return Err(UsageError(format!(
-                "--lora-paths {spec}: no {file} to read the rank and target modules from; give --max-lora-rank and --lora-target-modules, as SGLang allows"
+                "--lora-paths {spec}: no {file}: SGLang loads each adapter at start-up and would not start (without --lora-paths, --max-lora-rank and --lora-target-modules size the pool)"
             ))
             .into());
         };
         let r = adapter_rank(&file, &v)?;
         let modules: Vec<String> = match &v["target_modules"] {
             serde_json::Value::String(s) => vec![s.clone()],
-            serde_json::Value::Array(xs) => xs.iter().filter_map(|x| x.as_str().map(String::from)).collect(),
+            serde_json::Value::Array(xs) => xs
+                .iter()
+                .map(|x| {
+                    x.as_str().map(String::from).ok_or_else(|| UsageError(format!("{file}: target_modules entry {x} is not a module name")))
+                })
+                .collect::<std::result::Result<_, _>>()?,
             _ => return Err(UsageError(format!("{file}: no `target_modules` list; give --lora-target-modules")).into()),
         };
         let modules = normalize_lora_targets(&modules).with_context(|| format!("--lora-paths {spec}"))?;
@@ -1147,12 +1158,21 @@ pub struct MmprojFile {
     pub gguf: vram_core::gguf::Gguf,
 }
 
-/// `--override-kv`s, applied to a model's header as llama.cpp's loader applies them.
-pub(super) fn override_kv(a: &ServeArgs, gguf: &mut vram_core::gguf::Gguf) -> Result<()> {
+/// `--override-kv`s, applied to a model's header as llama.cpp's loader applies them; a note
+/// for each key of the model's architecture that the header does not hold (a misspelt key
+/// changes nothing, in llama.cpp as here).
+pub(super) fn override_kv(a: &ServeArgs, gguf: &mut vram_core::gguf::Gguf) -> Result<Vec<String>> {
+    let mut notes = Vec::new();
     for v in &a.override_kv {
-        gguf.override_kv(&vram_core::gguf::parse_kv_overrides(v)?)?;
+        let added = gguf.override_kv(&vram_core::gguf::parse_kv_overrides(v)?)?;
+        let prefix = gguf.architecture().map(|arch| format!("{arch}."));
+        for k in added.iter().filter(|k| prefix.as_ref().is_some_and(|p| k.starts_with(p.as_str()))) {
+            notes.push(format!(
+                "--override-kv {k}: the file has no such key, so the override changes nothing unless llama.cpp reads that key for this model; check its spelling"
+            ));
+        }
     }
-    Ok(())
+    Ok(notes)
 }
 
 /// `--lora FILE`s, read and checked against the model as llama.cpp checks them.
@@ -1495,7 +1515,7 @@ const LLAMA_SERVER_AUTO_SLOTS: u64 = 4;
 /// Plan a llama.cpp launch of a parsed GGUF header (`file` names it in the output).
 pub fn llama_cpp_gguf(a: &ServeArgs, file: String, mut gguf: vram_core::gguf::Gguf, mm: Option<&MmprojFile>) -> Result<LlamaCppServe> {
     use vram_core::gguf::llama_cpp_with;
-    override_kv(a, &mut gguf)?;
+    let kv_notes = override_kv(a, &mut gguf)?;
     let hparams = gguf.hparams(&file)?;
     let device_gpus = resolve::gpu_list(&a.gpu)?;
     let g = device_gpus[0].clone();
@@ -1515,6 +1535,7 @@ pub fn llama_cpp_gguf(a: &ServeArgs, file: String, mut gguf: vram_core::gguf::Gg
         plan.ctx_per_sequence = o.num_ctx;
     }
     let mut notes = ollama.map(|o| o.notes).unwrap_or_default();
+    notes.extend(kv_notes);
     notes.extend(fit_note);
     notes.extend(mmproj(a, mm, config.flash_attn)?.note);
     let (split, offload_table, moe_table, device_gpus) = match multi {

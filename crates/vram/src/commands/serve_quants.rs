@@ -171,6 +171,7 @@ pub fn smaller_that_fits(a: &ServeArgs, s: &Spec, q: &OneQuant, memory: u64) -> 
     let gpu = resolve::gpu(&a.gpu)?;
     for (x, h) in smaller.iter().zip(headers).rev() {
         let Ok(mut g) = h else { continue };
+        // A misspelt key is noted in the plan of one quant, not in the table.
         super::serve::override_kv(a, &mut g)?;
         let Ok(hp) = g.hparams(&x.quant) else { continue };
         let mm = match &local {
@@ -378,6 +379,7 @@ fn plan_row(
 ) -> Result<(LlamaCppConfig, RowOutcome)> {
     let memory = gpu.memory;
     let mut overridden = g.clone();
+    // A misspelt key is noted in the plan of one quant, not in the table.
     super::serve::override_kv(a, &mut overridden)?;
     let g = &overridden;
     let hp = g.hparams(name)?;
