@@ -84,6 +84,9 @@ fn the_openai_entrypoint_and_llama_server_are_read_too() {
 fn memory_changing_flags_vram_does_not_model_are_refused_by_name() {
     let e = fails(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--speculative-config", "{}"], 2);
     assert!(e.contains("--speculative-config {}"), "{e}");
+    // Chunked prefill off sizes the profile run by max-model-len: refused, not ignored.
+    let e = fails(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--no-enable-chunked-prefill"], 2);
+    assert!(e.contains("--no-enable-chunked-prefill"), "{e}");
     // Pipeline parallelism is read like the flag given to vram.
     let pp = pasted(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--max-model-len", "8192", "-pp", "2"]);
     let direct = json(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--max-model-len", "8192", "--pipeline-parallel-size", "2"]);

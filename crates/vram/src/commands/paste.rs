@@ -169,7 +169,6 @@ const VLLM_NO_MEMORY_FLAG: &[&str] = &[
     "--data-parallel-hybrid-lb",
     "--data-parallel-external-lb",
     "--skip-tokenizer-init",
-    "--no-enable-chunked-prefill",
     "--enable-reasoning",
     "--use-v2-block-manager",
     "--worker-use-ray",
@@ -178,12 +177,17 @@ const VLLM_NO_MEMORY_FLAG: &[&str] = &[
     "--disable-log-requests",
     "--disable-log-stats",
     "--enable-auto-tool-choice",
+    // On by default in V1: restating it changes nothing (turning it off does, see VLLM_UNMODELLED).
     "--enable-chunked-prefill",
     "--disable-frontend-multiprocessing",
     "--disable-custom-all-reduce",
 ];
 /// vLLM flags that change memory in ways vram does not model yet: refused by name.
 const VLLM_UNMODELLED: &[&str] = &[
+    // Without chunked prefill vLLM raises the default batch to max-model-len
+    // (engine/arg_utils.py `_set_default_max_num_seqs_and_batched_tokens_args`), and refuses a
+    // given batch below it (config/scheduler.py `verify_max_model_len`): not modelled yet.
+    "--no-enable-chunked-prefill",
     "--speculative-config",
     "--speculative-model",
     "--num-speculative-tokens",
