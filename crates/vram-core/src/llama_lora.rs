@@ -201,12 +201,20 @@ pub fn place(
     for a in adapters {
         for p in &a.pairs {
             match device_of(&p.base)? {
+                None => out.cpu_bytes = out.cpu_bytes.saturating_add(padded(p, CPU_ALIGNMENT)),
                 Some(d) if d < devices => {
                     out.gpu_bytes[d] = out.gpu_bytes[d].saturating_add(padded(p, GPU_ALIGNMENT));
                     let bound = product_bound(p, hp, tokens, output_rows);
                     out.gpu_compute_bytes[d] = out.gpu_compute_bytes[d].max(bound);
                 }
-                _ => out.cpu_bytes = out.cpu_bytes.saturating_add(padded(p, CPU_ALIGNMENT)),
+                // The placement rules refuse such a device first; never count it as RAM.
+                Some(d) => {
+                    return Err(Error::InvalidValue {
+                        what: "--lora".into(),
+                        value: format!("{} → GPU {d}", p.base),
+                        hint: format!("{devices} GPU(s) are planned"),
+                    })
+                }
             }
         }
     }

@@ -1430,7 +1430,8 @@ fn sampler_persistent(m: &Model, cfg: &ServeConfig, batched: u64, seqs: u64) -> 
 ///
 /// The token ids of every request ([R, max-model-len]) live in pinned host memory, not here.
 /// Counted on the last pipeline stage, which builds the sampler.
-/// The runner's own figure is this (checked: 144,166,916 bytes at R = 256, V = 128,256, T = 2048).
+/// Read from the wheels' source, not measured on a GPU: 144,166,916 bytes at R = 256, V = 128,256,
+/// T = 2048, summed table by table in crates/vram-core/tests/serve.rs.
 pub fn mrv2_state_buffers(vocab: u64, seqs: u64, batched: u64) -> u64 {
     let (r, v, t) = (seqs as u128, vocab as u128, batched as u128);
     let words = v.div_ceil(32);

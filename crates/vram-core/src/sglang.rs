@@ -186,8 +186,8 @@ pub fn lora_pool_bytes(m: &Model, l: &SglangLora, tp: u64, dtype_bytes: u64) -> 
     let inter = m.intermediate as u128;
     let vocab = m.vocab as u128;
     // VocabParallelEmbedding pads the vocabulary and gives each rank an equal part.
-    let pad = crate::serve::VOCAB_PAD;
-    let shard = (m.vocab.div_ceil(pad) * pad) as u128 / tp;
+    let pad = crate::serve::VOCAB_PAD as u128;
+    let shard = vocab.div_ceil(pad) * pad / tp;
     // (elements in every layer, elements once) of each module's A and B.
     let (mut per_layer, mut once) = (0u128, 0u128);
     for t in &l.target_modules {

@@ -24,10 +24,6 @@ fn llama3_8b() -> Gguf {
     parse(&gguf_writer::llama3_8b_f16(), "llama3-8b-f16.gguf")
 }
 
-fn adapter_writer(arch: &str, kind: &str) -> Writer {
-    gguf_writer::lora_header(arch, kind)
-}
-
 /// The log's adapter: rank 32, f16, the seven projections of every layer and the output layer.
 fn log_adapter(model: &Gguf) -> LoraAdapter {
     let a = parse(&gguf_writer::llama3_8b_lora_r32(), "ggml-lora-f16.gguf");
@@ -104,6 +100,19 @@ fn an_override_to_the_cpu_takes_the_pair_along() {
     assert_eq!(wide.gpu_lora_compute_bytes, (2 * 128_256 + 32) * 256 * 4, "256 logits rows: the output's products are the widest");
 }
 
+/// `place` counts RAM for `None` only: a device beyond the plan's is an error.
+#[test]
+fn a_device_outside_the_plan_is_an_error_not_ram() {
+    let g = llama3_8b();
+    let hp = g.hparams("llama3-8b-f16.gguf").unwrap();
+    let a = log_adapter(&g);
+    let on = |d: Option<usize>| llama_lora::place(std::slice::from_ref(&a), 2, &hp, 512, 1, |_| Ok(d));
+    // Every half of this adapter is a multiple of 128 bytes: no padding either way.
+    assert_eq!(on(None).unwrap().cpu_bytes, a.bytes());
+    assert_eq!(on(Some(1)).unwrap().gpu_bytes, [0, a.bytes()]);
+    assert!(on(Some(2)).unwrap_err().to_string().contains("2 GPU(s)"));
+}
+
 #[test]
 fn row_split_with_an_adapter_is_refused() {
     let g = llama3_8b();
@@ -134,19 +143,19 @@ fn adapters_llama_cpp_would_refuse_are_refused() {
         ("llama", "adapter", "blk.40.attn_q.weight", "does not exist in base model"),
         ("llama", "adapter", "blk.0.attn_k.weight", "incorrect shape"),
     ] {
-        let mut w = adapter_writer(arch, kind);
+        let mut w = gguf_writer::lora_header(arch, kind);
         pair(&mut w, base, 4096, 8, 4096);
         check(&w, want);
     }
     // One tensor alone: half a pair, or a name with no .lora_a/.lora_b suffix.
     for (name, want) in [("blk.0.attn_q.weight.lora_a", "missing one component"), ("blk.0.attn_q.weight", "unexpected suffix")] {
-        let mut w = adapter_writer("llama", "adapter");
+        let mut w = gguf_writer::lora_header("llama", "adapter");
         w.tensor(name, &[4096, 8], F16);
         check(&w, want);
     }
-    check(&adapter_writer("llama", "adapter"), "empty adapter");
+    check(&gguf_writer::lora_header("llama", "adapter"), "empty adapter");
     // Norm vectors are skipped, as llama.cpp skips them.
-    let mut w = adapter_writer("llama", "adapter");
+    let mut w = gguf_writer::lora_header("llama", "adapter");
     pair(&mut w, "blk.0.attn_q.weight", 4096, 8, 4096);
     w.tensor("blk.0.attn_norm.weight", &[4096], F32);
     let a = llama_lora::adapter(&parse(&w, "a.gguf"), "a.gguf", &g).unwrap();

@@ -587,12 +587,28 @@ fn cuda_totals_are_the_logged_medians() {
     }
 }
 
-/// Model Runner V2's per-request state, as the 0.28–0.31 wheels allocate it in `load_model`:
-/// at 256 requests, Llama 3's 128,256-token vocabulary and 2,048 batched tokens, 144,166,916
-/// bytes, 131,334,144 of them the penalties' bin counts [256, 128256] int32.
+/// Model Runner V2's per-request state, as the 0.28–0.31 wheels allocate it in `load_model`
+/// (read from source): at 256 requests, Llama 3's 128,256-token vocabulary and 2,048 batched
+/// tokens, table by table, 131,334,144 bytes of them the penalties' bin counts.
 #[test]
 fn model_runner_v2_keeps_its_request_state_from_start_up() {
-    assert_eq!(vram_core::serve::mrv2_state_buffers(128_256, 256, 2048), 144_166_916);
+    let (r, v, t) = (256u64, 128_256u64, 2048u64);
+    let words = v.div_ceil(32);
+    let tables = [
+        r * v * 4,                  // penalties.py output_bin_counts [R, V] int32
+        r * words * 4,              // penalties.py prompt_bin_mask [R, ⌈V/32⌉] int32
+        r * words * 4 + r * 4,      // structured_outputs.py bitmask [R, ⌈V/32⌉] and indices [R]
+        3 * r * 1024 * 4,           // logit_bias.py allowed ids, biased ids, biases [R, 1024]
+        r * 128 * 4,                // logit_bias.py stop ids [R, 128]
+        r * 1024 * 4 + r * 129 * 4, // bad_words.py ids [R, 1024] and offsets [R, 129]
+        r * 128 * 4,                // logprob.py token ids [R, 128]
+        2 * r * 4 + r * 8 + r * 4,  // states.py lengths, computed tokens; last sampled (int64); next prefill
+        t * 4 + t * 8 + t,          // input_batch.py ids [T], positions [T] int64, padding flags [T] bool
+        (r + 1) * 4 + 2 * r * 4,    // input_batch.py query starts [R + 1], sequence lengths [R] twice
+    ];
+    assert_eq!(tables[0], 131_334_144);
+    assert_eq!(vram_core::serve::mrv2_state_buffers(v, r, t), tables.iter().sum::<u64>());
+    assert_eq!(tables.iter().sum::<u64>(), 144_166_916);
     let m = presets::load("llama-3.1-8b").unwrap();
     let g = gpu::lookup("a100-80gb").unwrap();
     let at = |minor: u32, runner: Option<ModelRunner>, non_torch: Option<u64>| {

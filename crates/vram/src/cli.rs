@@ -657,9 +657,9 @@ pub struct ServeArgs {
     /// vLLM / SGLang `--enable-lora`: reserve GPU slots for LoRA adapters.
     #[arg(long, alias = "enable_lora")]
     pub enable_lora: bool,
-    /// SGLang `--lora-paths NAME=PATH …` (or PATH …): adapters to serve; each one's
-    /// adapter_config.json (a local directory's, or a Hub id's) gives the rank and target modules
-    /// (turns on --enable-lora).
+    /// SGLang `--lora-paths NAME=PATH …` (or PATH, or JSON with lora_name, lora_path, pinned):
+    /// adapters to serve; each one's adapter_config.json (a local directory's, or a Hub id's)
+    /// gives the rank and target modules (turns on --enable-lora).
     #[arg(long, alias = "lora_paths", num_args = 1..)]
     pub lora_paths: Vec<String>,
     /// SGLang `--max-loras-per-batch`: adapter slots in the GPU pool [default: 8].

@@ -6,14 +6,13 @@ mod util;
 #[path = "../../vram-core/tests/support/gguf_writer.rs"]
 mod gguf_writer;
 
-use gguf_writer::{Writer, F16};
+use gguf_writer::F16;
 use util::{fails, json, vram};
 
 /// A rank-8 f16 adapter of the test file's attn_q ([256, 256]) and attn_v ([256, 64]) in each of
 /// its 4 layers, for `arch`: per layer 8 × (256 + 256) × 2 + 8 × (256 + 64) × 2 = 13,312 bytes.
 fn adapter(dir: &tempfile::TempDir, name: &str, arch: &str) -> String {
-    let mut w = Writer::default();
-    w.str("general.architecture", arch).str("general.type", "adapter").str("adapter.type", "lora");
+    let mut w = gguf_writer::lora_header(arch, "adapter");
     for i in 0..4 {
         for (t, out) in [("attn_q", 256), ("attn_v", 64)] {
             w.tensor(&format!("blk.{i}.{t}.weight.lora_a"), &[256, 8], F16);
@@ -115,11 +114,6 @@ fn the_logged_lora_buffers_are_compared_per_device() {
     let out = vram().args(args).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
-    if std::env::var_os("SHOW").is_some() {
-        println!("{text}");
-        let o2 = vram().args(&args[..args.len() - 2]).output().unwrap();
-        println!("{}", String::from_utf8_lossy(&o2.stdout));
-    }
     let lora_lines: Vec<&str> = text.lines().filter(|l| l.contains("LoRA") && l.contains("110.00")).collect();
     assert!(!lora_lines.is_empty(), "{text}");
     assert!(text.lines().any(|l| l.contains("CUDA1") && l.contains("LoRA") && l.matches("40.00").count() == 2), "{text}");

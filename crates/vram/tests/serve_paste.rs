@@ -899,6 +899,51 @@ fn vllm_lora_modules_are_checked_as_vllm_loads_them() {
     assert!(compose.contains(&format!("\"--lora-modules\", \"{m16}\", ")), "{compose}");
 }
 
+/// SGLang's JSON form of `--lora-paths` (`{"lora_name", "lora_path", "pinned"}`, arg_groups/
+/// argparse_actions.py) reads as NAME=PATH does; pinning every slot is refused, as SGLang
+/// refuses it (lora_manager.py `validate_new_adapter`).
+#[test]
+fn sglang_lora_paths_json_form_and_pinned_adapters() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = adapter_dir(&dir, "a", r#"{"r": 16, "target_modules": ["q_proj", "v_proj"]}"#);
+    let by_name = sglang_pasted(&["--lora-paths", &format!("x={a}")]);
+    let pinned = |name: &str| format!(r#"{{"lora_name": "{name}", "lora_path": "{a}", "pinned": true}}"#);
+    let (one, two) = (pinned("x"), pinned("y"));
+    let by_json = sglang_pasted(&["--lora-paths", &one]);
+    assert_eq!(by_json["gpus"][0]["lora_pool_bytes"], by_name["gpus"][0]["lora_pool_bytes"]);
+    assert_eq!(by_json["config"]["lora"], by_name["config"]["lora"]);
+    // Two pinned adapters leave no free slot of two.
+    let e = fails(
+        &["serve", "-m", "llama-3.1-8b", "-g", "h100", "--engine", "sglang", "--lora-paths", &one, &two, "--max-loras-per-batch", "2"],
+        2,
+    );
+    assert!(e.contains("2 pinned") && e.contains("at most 1"), "{e}");
+    sglang_pasted(&["--lora-paths", &one, &two, "--max-loras-per-batch", "3"]);
+    let e = fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--engine", "sglang", "--lora-paths", r#"{"lora_path": "/x"}"#], 2);
+    assert!(e.contains("\"lora_name\""), "{e}");
+}
+
+/// An adapter_config.json that is a FIFO, or far too large, is refused without reading it (a
+/// FIFO would block for ever).
+#[test]
+fn hostile_adapter_configs_are_refused_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    std::fs::create_dir(&fifo).unwrap();
+    let c = std::ffi::CString::new(fifo.join("adapter_config.json").display().to_string()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let huge = dir.path().join("huge");
+    std::fs::create_dir(&huge).unwrap();
+    std::fs::File::create(huge.join("adapter_config.json")).unwrap().set_len(64 << 20).unwrap();
+    for (d, want) in [(&fifo, "not a regular file"), (&huge, "limit")] {
+        let p = d.display().to_string();
+        let e = fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--engine", "sglang", "--lora-paths", &p], 2);
+        assert!(e.contains(want) && e.contains("--lora-paths"), "{e}");
+        let e = fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--enable-lora", "--lora-modules", &format!("a={p}")], 2);
+        assert!(e.contains(want) && e.contains("--lora-modules a"), "{e}");
+    }
+}
+
 /// `python -m sglang.launch_server --model-path llama-3.1-8b EXTRA…` pasted on an H100: its JSON.
 fn sglang_pasted(extra: &[&str]) -> serde_json::Value {
     let mut args = vec!["serve", "-g", "h100", "--", "python", "-m", "sglang.launch_server", "--model-path", "llama-3.1-8b"];

@@ -564,10 +564,7 @@ pub fn vllm(a: &ServeArgs, mut model: Model) -> Result<VllmServe> {
     if let Some(c) = &a.cuda_context {
         config.cuda_context = resolve::size("--cuda-context", c)?;
     }
-    let dp = a.data_parallel_size;
-    if dp == 0 || dp > 4096 {
-        return Err(UsageError(format!("--data-parallel-size {dp}: must be between 1 and 4096")).into());
-    }
+    let dp = replicas("--data-parallel-size", a.data_parallel_size)?;
     let mut report = serve(&model, &config)?;
     let moe = model.moe.as_ref().map(|m| m.experts).filter(|&n| n > 0);
     if dp > 1 {
@@ -829,12 +826,18 @@ pub fn sglang(a: &ServeArgs, model: Model) -> Result<SglangServe> {
         distributed: vram_core::serve_advice::sglang_distributed(a.tp, vram_core::serve::nvswitch_gpu(&g.name)),
     };
     config.lora = sglang_lora(a)?;
-    let dp = a.data_parallel_size;
-    if !(1..=4096).contains(&dp) {
-        return Err(UsageError(format!("--dp-size {dp}: must be between 1 and 4096")).into());
-    }
+    let dp = replicas("--dp-size", a.data_parallel_size)?;
     let report = vram_core::sglang::sglang(&model, &config)?;
     Ok(SglangServe { model, gpu: g, config, report, dp })
+}
+
+/// Data-parallel replicas (vLLM `--data-parallel-size`, SGLang `--dp-size`, spelt as `flag`):
+/// 1 to 4096, a bound on absurd input rather than an engine limit.
+fn replicas(flag: &str, dp: u64) -> Result<u64> {
+    if !(1..=4096).contains(&dp) {
+        return Err(UsageError(format!("{flag} {dp}: must be between 1 and 4096")).into());
+    }
+    Ok(dp)
 }
 
 /// A PEFT adapter's adapter_config.json, as the engines read it: a local directory's, or a Hub
@@ -846,13 +849,26 @@ fn adapter_config(flag: &str, path: &str) -> Result<(String, Option<serde_json::
         let read = crate::source::hub::small_file(path, "adapter_config.json").with_context(|| flag.to_string())?;
         (format!("{path}/adapter_config.json"), read)
     } else {
-        (local.display().to_string(), std::fs::read(&local).ok())
+        // A FIFO or a huge file there is refused, not read (source::local::read_limited).
+        let read = local.exists().then(|| crate::source::local::read_limited(&local, crate::source::local::MAX_CONFIG)).transpose();
+        (local.display().to_string(), read.with_context(|| flag.to_string())?)
     };
     let json = match bytes {
         Some(b) => Some(serde_json::from_slice(&b).map_err(|e| UsageError(format!("{flag}: {file} is not valid JSON: {e}")))?),
         None => None,
     };
     Ok((file, json))
+}
+
+/// An adapter given as a JSON object (vLLM's `--lora-modules {"name", "path", …}`, SGLang's
+/// `--lora-paths {"lora_name", "lora_path", "pinned"}`): (its name, its path, the object).
+fn adapter_json(flag: &str, item: &str, name_key: &str, path_key: &str) -> Result<(String, String, serde_json::Value)> {
+    let v: serde_json::Value =
+        serde_json::from_str(item).map_err(|e| UsageError(format!("{flag} `{item}`: neither NAME=PATH nor a JSON object ({e})")))?;
+    match (v[name_key].as_str(), v[path_key].as_str()) {
+        (Some(n), Some(p)) => Ok((n.to_string(), p.to_string(), v.clone())),
+        _ => Err(UsageError(format!("{flag} `{item}`: the JSON form needs \"{name_key}\" and \"{path_key}\" strings")).into()),
+    }
 }
 
 /// An adapter's largest rank: `r` and any `rank_pattern` value (peft's per-module ranks; vLLM's
@@ -889,15 +905,13 @@ fn check_vllm_lora_modules(a: &ServeArgs, lora: Option<&ServeLora>) -> Result<()
         .into());
     };
     for item in &a.lora_modules {
+        // vLLM's rule (entrypoints/openai/cli_args.py `LoRAParserAction`): name=path when the
+        // item has a `=` and no `,`, else JSON.
         let (name, path) = match item.split_once('=') {
             Some((n, p)) if !item.contains(',') => (n.to_string(), p.to_string()),
             _ => {
-                let v: serde_json::Value = serde_json::from_str(item)
-                    .map_err(|e| UsageError(format!("--lora-modules `{item}`: neither name=path nor JSON ({e})")))?;
-                match (v["name"].as_str(), v["path"].as_str()) {
-                    (Some(n), Some(p)) => (n.to_string(), p.to_string()),
-                    _ => return Err(UsageError(format!("--lora-modules `{item}`: the JSON form needs \"name\" and \"path\"")).into()),
-                }
+                let (n, p, _) = adapter_json("--lora-modules", item, "name", "path")?;
+                (n, p)
             }
         };
         let flag = format!("--lora-modules {name}");
@@ -961,9 +975,19 @@ fn sglang_lora(a: &ServeArgs) -> Result<Option<vram_core::sglang::SglangLora>> {
         }
     }
     let given_targets = a.lora_target_modules.as_deref().map(normalize_lora_targets).transpose()?;
-    let (mut rank, mut targets): (Option<u64>, Vec<String>) = (None, Vec::new());
+    let (mut rank, mut targets, mut pinned): (Option<u64>, Vec<String>, u64) = (None, Vec::new(), 0);
     for spec in &a.lora_paths {
-        let path = spec.split_once('=').map_or(spec.as_str(), |(_, p)| p);
+        // SGLang's forms (0.5.23 arg_groups/argparse_actions.py `LoRAPathAction`, lora_hook.py):
+        // a JSON object ({…} once stripped), NAME=PATH, or PATH alone.
+        let trimmed = spec.trim();
+        let path = if trimmed.starts_with('{') && trimmed.ends_with('}') {
+            let (_, p, v) = adapter_json("--lora-paths", trimmed, "lora_name", "lora_path")?;
+            pinned += u64::from(v["pinned"].as_bool().unwrap_or(false));
+            p
+        } else {
+            trimmed.split_once('=').map_or(trimmed, |(_, p)| p).to_string()
+        };
+        let path = path.as_str();
         let (file, config) = adapter_config(&format!("--lora-paths {spec}"), path)?;
         // SGLang loads every --lora-paths adapter at start-up (lora_manager.py
         // `init_lora_adapters`, raising on a failure), whatever --max-lora-rank says.
@@ -1005,6 +1029,15 @@ fn sglang_lora(a: &ServeArgs) -> Result<Option<vram_core::sglang::SglangLora>> {
                 targets.push(m);
             }
         }
+    }
+    // lora_manager.py `validate_new_adapter`: pinning every slot would starve the rest, so the
+    // pinned adapters (all loaded at start-up) must leave one free.
+    if pinned >= per_batch {
+        return Err(UsageError(format!(
+            "{pinned} pinned --lora-paths adapters with --max-loras-per-batch {per_batch}: SGLang pins at most {} (one slot stays free) and would not start",
+            per_batch.saturating_sub(1)
+        ))
+        .into());
     }
     let rank = a.max_lora_rank.or(rank);
     let targets = given_targets.unwrap_or(targets);

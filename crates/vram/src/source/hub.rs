@@ -132,8 +132,10 @@ pub fn small_file(spec: &str, file: &str) -> Result<Option<Vec<u8>>> {
     let env = HubEnv::from_env();
     let (repo, rev) = repo_rev(spec)?;
     if let Some(dir) = cached_dir(&env.cache, repo, rev)? {
-        if let Ok(bytes) = std::fs::read(dir.join(file)) {
-            return Ok(Some(bytes));
+        let cached = dir.join(file);
+        // A regular file of at most MAX_JSON bytes, as the Hub's answer is bounded below.
+        if cached.exists() {
+            return super::local::read_limited(&cached, MAX_JSON).map(Some);
         }
     }
     if env.offline {

@@ -13,8 +13,8 @@ use vram_core::{parse_config_with, sniff, FileKind, Model, ParseOptions};
 use super::approx;
 use crate::errors::usage;
 
-/// Largest config.json accepted (real ones are a few KB).
-const MAX_CONFIG: u64 = 16 << 20;
+/// Largest config.json (or adapter_config.json) accepted (real ones are a few KB).
+pub(crate) const MAX_CONFIG: u64 = 16 << 20;
 /// Largest model.safetensors.index.json accepted.
 const MAX_INDEX: u64 = 64 << 20;
 
