@@ -404,6 +404,55 @@ const ARCH: &[(&str, CudaCc, u32)] = &[
     ("mi250x", None, 110),
 ];
 
+/// How the GPUs of one tensor-parallel group reach each other, which decides whether vLLM's
+/// custom all-reduce runs or NCCL's all-reduce is captured into the CUDA graphs
+/// (vllm/distributed/device_communicators/custom_all_reduce.py: off above two GPUs that are not
+/// fully NVLink-connected, and off without GPU peer-to-peer access).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Interconnect {
+    /// SXM parts on NVLink/NVSwitch: every GPU of the group reaches every other.
+    NvLink,
+    /// NVLink bridges between pairs (H100 NVL): full connectivity at two GPUs only.
+    NvLinkPairs,
+    /// PCIe with peer-to-peer access (data-centre and workstation cards).
+    Pcie,
+    /// GeForce cards: the driver allows no peer-to-peer access, so custom all-reduce is off.
+    PcieNoP2p,
+}
+
+impl Interconnect {
+    /// Whether vLLM's all-reduce at `tp` GPUs is NCCL's (captured into the CUDA graphs).
+    pub fn nccl_all_reduce(self, tp: u64) -> bool {
+        tp > 1
+            && match self {
+                Interconnect::NvLink => false,
+                Interconnect::NvLinkPairs | Interconnect::Pcie => tp > 2,
+                Interconnect::PcieNoP2p => true,
+            }
+    }
+}
+
+/// The [`Interconnect`] of a catalogued NVIDIA GPU as usually deployed (SXM parts on NVLink);
+/// `None` for AMD GPUs and sizes typed by the user.
+pub fn interconnect(gpu: &Gpu) -> Option<Interconnect> {
+    if gpu.memory_source == MemorySource::User {
+        return None;
+    }
+    let n = gpu.name.as_str();
+    Some(match n {
+        "b200" | "gb200" | "h200" | "h100-80gb" | "h800" | "h20" | "a100-80gb" | "a100-40gb" | "a800" | "v100-32gb" | "v100-16gb" => {
+            Interconnect::NvLink
+        }
+        "h100-nvl" => Interconnect::NvLinkPairs,
+        "mi300x" | "mi250x" => return None,
+        _ if n.starts_with("rtx-") && !n.starts_with("rtx-a") && !n.starts_with("rtx-pro") && n != "rtx-6000-ada" => {
+            Interconnect::PcieNoP2p
+        }
+        _ => Interconnect::Pcie,
+    })
+}
+
 /// The architecture of a catalogued GPU; `None` for a size typed by the user.
 pub fn arch(gpu: &Gpu) -> Option<Arch> {
     if gpu.memory_source == MemorySource::User {

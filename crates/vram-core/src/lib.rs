@@ -45,6 +45,7 @@ pub mod safetensors;
 pub mod serve;
 pub mod serve_advice;
 pub mod serve_encdec;
+pub mod serve_graphs;
 pub mod serve_mm;
 pub mod serve_ssm;
 pub mod sglang;

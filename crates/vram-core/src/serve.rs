@@ -277,6 +277,9 @@ pub struct ServeConfig {
     /// The GPU's compute capability and multiprocessors, which pick vLLM's sampler kernels;
     /// `None` for a GPU given by size (a CUDA GPU of compute capability 8.0–12.1 is assumed).
     pub gpu_arch: Option<crate::gpu::Arch>,
+    /// How the GPUs of a TP group are linked, which decides whether NCCL's all-reduce is
+    /// captured into the CUDA graphs; `None` for a GPU given by size (custom all-reduce assumed).
+    pub gpu_interconnect: Option<crate::gpu::Interconnect>,
     /// `--gpu-memory-utilization` (vLLM's default: 0.92 from 0.25, 0.9 before).
     pub gpu_memory_utilization: f64,
     /// `--tensor-parallel-size`.
@@ -350,6 +353,20 @@ pub struct ServeConfig {
     pub mamba_ssm_cache_dtype: Option<DType>,
 }
 
+impl ServeConfig {
+    /// What vLLM decides by the GPU's kind rather than its size: the A100's scheduler defaults,
+    /// NVSwitch buffers, sampler kernels and the all-reduce in the CUDA graphs.
+    pub fn with_gpu_traits(self, g: &crate::gpu::Gpu) -> Self {
+        ServeConfig {
+            gpu_is_a100: g.name.starts_with("a100"),
+            gpu_nvswitch: nvswitch_gpu(&g.name),
+            gpu_arch: crate::gpu::arch(g),
+            gpu_interconnect: crate::gpu::interconnect(g),
+            ..self
+        }
+    }
+}
+
 /// vLLM's multi-LoRA settings (vllm/config/lora.py `LoRAConfig`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct ServeLora {
@@ -372,6 +389,7 @@ impl ServeConfig {
             gpu_is_a100: false,
             gpu_nvswitch: false,
             gpu_arch: None,
+            gpu_interconnect: None,
             gpu_memory_utilization: VllmVersion::NEWEST.default_gpu_memory_utilization(),
             tp: 1,
             pp: 1,
@@ -464,6 +482,8 @@ pub struct ServeReport {
     /// Of the activation peak: the CUDA-graph memory estimate vLLM ≥ 0.21 adds to it before sizing
     /// the KV cache (0 when not applied).
     pub cuda_graph_estimate_bytes: u64,
+    /// How that estimate was reached (`None` when not applied).
+    pub cuda_graphs: Option<crate::serve_graphs::CudaGraphs>,
     /// Max model length.
     pub max_model_len: u64,
     /// Tokens of the profile run's forward.
@@ -650,7 +670,7 @@ struct RankCalc {
     lora_slots: u128,
     activation: u64,
     activation_at: String,
-    cuda_graph: u64,
+    cuda_graph: Option<crate::serve_graphs::CudaGraphs>,
     kept: u64,
     non_kv: u64,
     requested: u64,
@@ -668,12 +688,11 @@ fn serve_at(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
     let (batched, seqs) = scheduler_limits(m, cfg, max_len)?;
     let non_torch_bytes =
         cfg.non_torch_memory.unwrap_or(non_torch_default(collective_ranks(m, cfg), cfg.gpu_nvswitch).saturating_sub(cublas_baseline(cfg)));
-    let cuda_graph = cuda_graph_estimate(m, cfg);
     let parts = pp_layers(m.layers, cfg.pp);
     let mut ranks = Vec::with_capacity(parts.len());
     for (r, &layers) in parts.iter().enumerate() {
         let stage = Stage { rank: r as u64, layers, first: r == 0, last: r + 1 == parts.len() };
-        ranks.push(rank_accounting(m, cfg, &stage, &mut notes, Spec { e, kv_b, batched, seqs, max_len, non_torch_bytes, cuda_graph })?);
+        ranks.push(rank_accounting(m, cfg, &stage, &mut notes, Spec { e, kv_b, batched, seqs, max_len, non_torch_bytes })?);
     }
     // Every stage gets the same number of blocks, the smallest any stage can hold
     // (vllm/v1/core/kv_cache_utils.py unify_kv_cache_configs): report that stage.
@@ -708,7 +727,7 @@ fn serve_at(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
         ));
     }
     let fits = c.shortfall == 0 && c.pool.num_kv_blocks >= c.pool.blocks_per_request();
-    notes.extend(serve_notes(m, cfg, non_torch_bytes, c.cuda_graph, &c.pool));
+    notes.extend(serve_notes(m, cfg, non_torch_bytes, c.cuda_graph.as_ref(), &c.pool));
     notes.extend(crate::serve_ssm::note(m, &c.pool, cfg));
     Ok(ServeReport {
         dtype,
@@ -719,7 +738,8 @@ fn serve_at(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
         pp_ranks,
         vllm_version: cfg.vllm_version.to_string(),
         model_runner: (cfg.engine == VllmEngine::V1).then(|| model_runner(m, cfg)),
-        cuda_graph_estimate_bytes: c.cuda_graph,
+        cuda_graph_estimate_bytes: c.cuda_graph.map_or(0, |g| g.bytes),
+        cuda_graphs: c.cuda_graph,
         max_model_len: max_len,
         max_num_batched_tokens: batched,
         max_num_seqs: seqs,
@@ -756,7 +776,6 @@ struct Spec {
     seqs: u64,
     max_len: u64,
     non_torch_bytes: u64,
-    cuda_graph: u64,
 }
 
 fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<String>, s: Spec) -> Result<RankCalc> {
@@ -816,9 +835,11 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
     // vLLM ≥ 0.21 adds its CUDA-graph estimate to the peak activation memory before sizing the KV
     // cache (vllm/v1/worker/gpu_worker.py determine_available_memory:
     // `peak_activation_memory = torch_peak_increase + cudagraph_memory_estimate_applied`).
-    act += s.cuda_graph as u128;
-    if s.cuda_graph > 0 {
-        act_at = format!("{act_at}, plus the CUDA-graph estimate {:.2} GiB", s.cuda_graph as f64 / GIB as f64);
+    let cuda_graph = cuda_graph_estimate(m, cfg, stage.layers, s.seqs, s.batched);
+    let graph_bytes = cuda_graph.map_or(0, |g| g.bytes);
+    act += graph_bytes as u128;
+    if graph_bytes > 0 {
+        act_at = format!("{act_at}, plus the CUDA-graph estimate {:.2} GiB", graph_bytes as f64 / GIB as f64);
     }
     let activation = to_u64(act, "profile-run activations")?;
     // A sampler buffer the profile run leaves allocated: consumed memory beside the non-torch
@@ -901,7 +922,7 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
         activation,
         kept,
         activation_at: act_at,
-        cuda_graph: s.cuda_graph,
+        cuda_graph,
         non_kv,
         requested,
         kv_cache,
@@ -963,32 +984,20 @@ fn vision_note(v: &crate::serve_mm::VisionServe) -> String {
 
 /// The CUDA-graph memory vLLM subtracts from the KV budget: from v0.21 on, unless
 /// `--enforce-eager` (no graphs) or `--kv-cache-memory-bytes` (no profiling of the budget), on
-/// the V1 engine. The estimate is measured on the GPU by capturing two graphs per mode and
-/// extrapolating (vllm/v1/worker/gpu_model_runner.py profile_cudagraph_memory, quoted in
-/// vllm-project/vllm#45178); vram cannot derive it from the model, so without
-/// `--cuda-graph-memory` it assumes 0.71 GiB, the larger of the two graph captures logged in
-/// public issues (“Graph capturing finished in 3 secs, took 0.71 GiB”, vllm-project/vllm#29137;
-/// “took 0.45 GiB”, run-ai/runai-model-streamer#67). A stated assumption, not a measurement of
-/// your model.
+/// the V1 engine; `None` where it does not apply. The size is modelled per layer-graph
+/// ([`crate::serve_graphs`]) unless `--cuda-graph-memory` gives it.
 ///
 /// Model Runner V2 estimates from 0.29 on ([`VllmVersion::MRV2_CUDA_GRAPH_ESTIMATE`]); before,
 /// its `profile_cudagraph_memory` returns 0 and its logs size the pool as requested − consumed −
 /// peak activation with no graph term (validation/vllm/logs.jsonl, the v0.27 entry).
-fn cuda_graph_estimate(m: &Model, cfg: &ServeConfig) -> u64 {
+fn cuda_graph_estimate(m: &Model, cfg: &ServeConfig, layers: u64, seqs: u64, batched: u64) -> Option<crate::serve_graphs::CudaGraphs> {
     let applies = cfg.vllm_version >= VllmVersion::CUDA_GRAPH_ESTIMATE
         && cfg.engine == VllmEngine::V1
         && (model_runner(m, cfg) == ModelRunner::V1 || cfg.vllm_version >= VllmVersion::MRV2_CUDA_GRAPH_ESTIMATE)
         && !cfg.enforce_eager
         && cfg.kv_cache_memory_bytes.is_none();
-    if applies {
-        cfg.cuda_graph_memory.unwrap_or(ASSUMED_CUDA_GRAPH)
-    } else {
-        0
-    }
+    applies.then(|| crate::serve_graphs::estimate(cfg, layers, seqs, batched))
 }
-
-/// 0.71 GiB (see `cuda_graph_estimate`).
-const ASSUMED_CUDA_GRAPH: u64 = 727 * MIB;
 
 /// vllm/config/model.py _resolve_auto_dtype: the checkpoint's dtype; float32 served in bf16.
 fn model_dtype(m: &Model, cfg: &ServeConfig) -> DType {
@@ -1535,7 +1544,13 @@ fn derived_max_len(m: &Model) -> u64 {
 const VLLM_DEFAULT_MAX_LEN: u64 = 2048;
 
 /// The assumptions the report rests on, said once.
-fn serve_notes(m: &Model, cfg: &ServeConfig, non_torch_bytes: u64, cuda_graph: u64, pool: &KvPool) -> Vec<String> {
+fn serve_notes(
+    m: &Model,
+    cfg: &ServeConfig,
+    non_torch_bytes: u64,
+    cuda_graph: Option<&crate::serve_graphs::CudaGraphs>,
+    pool: &KvPool,
+) -> Vec<String> {
     let mut notes = Vec::new();
     if cfg.non_torch_memory.is_none() {
         let ranks = collective_ranks(m, cfg);
@@ -1565,12 +1580,8 @@ fn serve_notes(m: &Model, cfg: &ServeConfig, non_torch_bytes: u64, cuda_graph: u
             cublas_baseline(cfg) / MIB
         ));
     }
-    if cuda_graph > 0 {
-        notes.push(format!(
-            "vLLM ≥ 0.21 adds its CUDA-graph estimate to the activation peak before sizing the KV cache; assumed {:.2} GiB{} (the estimate is measured on the GPU at start-up; pass --cuda-graph-memory with the value vLLM logs, or --vllm-version 0.20 for the older accounting)",
-            cuda_graph as f64 / GIB as f64,
-            if cfg.cuda_graph_memory.is_some() { " as given" } else { ", the larger of two graph captures logged in public issues" }
-        ));
+    if let Some(g) = cuda_graph {
+        notes.push(crate::serve_graphs::note(g));
     } else if !cfg.enforce_eager {
         notes.push(
             "CUDA graphs are captured after the KV pool is allocated and are not in vLLM's budget (vLLM logs their size at start-up; --enforce-eager skips them)".into(),

@@ -634,3 +634,40 @@ fn model_runner_v2_keeps_its_request_state_from_start_up() {
     assert_eq!(at(27, Some(ModelRunner::V2), None).runner_buffers_bytes, 0);
     assert_eq!(at(31, None, Some(300 << 20)).runner_buffers_bytes, 0);
 }
+
+/// vLLM's CUDA-graph estimate against the curated logs (validation/vllm/graph_memory.jsonl):
+/// the constants are the medians graph_fit.py prints over the development logs, the capture
+/// counts vram derives are the ones vLLM logged where the log gives the scheduler limits and
+/// vLLM's default sizes, and the held-out logs stay within the error the README states.
+#[test]
+fn cuda_graph_estimate_against_logs() {
+    use vram_core::serve_graphs::{capture_sizes, PER_LAYER_GRAPH, PER_LAYER_GRAPH_NCCL};
+    let text = std::fs::read_to_string(root().join("validation/vllm/graph_memory.jsonl")).unwrap();
+    let entries: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let layer_graphs = |e: &Value| u(e, "piecewise_sizes") * (u(e, "layers") + 1) + u(e, "full_sizes") * u(e, "layers");
+    let logged = |e: &Value| e["estimated_gib"].as_f64().or(e["actual_gib"].as_f64()).unwrap();
+    for (set, constant) in [("dev", PER_LAYER_GRAPH), ("dev-nccl", PER_LAYER_GRAPH_NCCL)] {
+        let per: Vec<f64> = entries.iter().filter(|e| e["set"] == set).map(|e| logged(e) * GIB / layer_graphs(e) as f64 / 1024.0).collect();
+        assert_eq!(median(per).round() as u64, constant / 1024, "{set}: graph_fit.py's median KiB per layer-graph");
+    }
+    let (mut counted, mut errors) = (0, vec![]);
+    for e in &entries {
+        let version = e["vllm_version"].as_str().and_then(|v| VllmVersion::parse(v.split(' ').next().unwrap()).ok());
+        if let (Some(v), Some(seqs)) = (version, e["max_num_seqs"].as_u64()) {
+            let sizes = capture_sizes(v, seqs, e["max_num_batched_tokens"].as_u64().unwrap_or(8192), false);
+            let full = sizes.iter().filter(|&&s| s <= seqs).count() as u64;
+            assert_eq!((sizes.len() as u64, full), (u(e, "piecewise_sizes"), u(e, "full_sizes")), "{}", e["id"]);
+            counted += 1;
+        }
+        let per = if e["nccl_in_graphs"] == true { PER_LAYER_GRAPH_NCCL } else { PER_LAYER_GRAPH };
+        let err = (layer_graphs(e) * per) as f64 / GIB / logged(e) - 1.0;
+        if e["set"] == "heldout" {
+            errors.push(err.abs());
+        }
+    }
+    assert!(counted >= 6, "{counted}");
+    // README: held-out median 7% (the flat 0.71 GiB before: 62%); the worst, +81%, a 0.18 log of
+    // a 2B model whose 51 full graphs are not vLLM's default.
+    assert_eq!(errors.len(), 5);
+    assert!(median(errors.clone()) < 0.08, "{errors:?}");
+}

@@ -143,9 +143,6 @@ pub fn serve_op(mut f: Fields) -> R<Value> {
         ),
     };
     let mut config = ServeConfig {
-        gpu_is_a100: gpu.name.starts_with("a100"),
-        gpu_nvswitch: vram_core::serve::nvswitch_gpu(&gpu.name),
-        gpu_arch: vram_core::gpu::arch(&gpu),
         gpu_memory_utilization: f
             .f64("gpu_memory_utilization")?
             .unwrap_or(vram_core::serve::VllmVersion::NEWEST.default_gpu_memory_utilization()),
@@ -161,7 +158,7 @@ pub fn serve_op(mut f: Fields) -> R<Value> {
         enforce_eager: f.bool("enforce_eager")?.unwrap_or(false),
         language_model_only: f.bool("language_model_only")?.unwrap_or(false),
         engine: VllmEngine::V1,
-        ..ServeConfig::new(cuda_total(&gpu))
+        ..ServeConfig::new(cuda_total(&gpu)).with_gpu_traits(&gpu)
     };
     if let Some(c) = f.str("cuda_context")? {
         config.cuda_context = resolve::size("cuda_context", &c)?;

@@ -518,9 +518,6 @@ pub fn vllm(a: &ServeArgs, mut model: Model) -> Result<VllmServe> {
     let lora = serve_lora(a)?;
     check_vllm_lora_modules(a, lora.as_ref())?;
     let mut config = ServeConfig {
-        gpu_is_a100: g.name.starts_with("a100"),
-        gpu_nvswitch: vram_core::serve::nvswitch_gpu(&g.name),
-        gpu_arch: vram_core::gpu::arch(&g),
         gpu_memory_utilization: a.gpu_memory_utilization.unwrap_or(vllm_version.default_gpu_memory_utilization()),
         tp: a.tp,
         pp: a.pipeline_parallel_size,
@@ -559,7 +556,7 @@ pub fn vllm(a: &ServeArgs, mut model: Model) -> Result<VllmServe> {
         mamba_ssm_cache_dtype: vllm_dtype(&a.mamba_ssm_cache_dtype).map_err(|_| {
             UsageError(format!("invalid --mamba-ssm-cache-dtype `{}`: use auto, float32, bfloat16 or float16", a.mamba_ssm_cache_dtype))
         })?,
-        ..ServeConfig::new(cuda_total(&g))
+        ..ServeConfig::new(cuda_total(&g)).with_gpu_traits(&g)
     };
     if let Some(c) = &a.cuda_context {
         config.cuda_context = resolve::size("--cuda-context", c)?;

@@ -1,0 +1,151 @@
+//! vLLM's CUDA-graph memory estimate, the term vLLM ≥ 0.21 adds to the profile-run peak before
+//! it sizes the KV cache.
+//!
+//! vLLM measures it on the GPU (vllm/v1/worker/gpu_model_runner.py `profile_cudagraph_memory`;
+//! Model Runner V2's vllm/v1/worker/gpu/cudagraph_utils.py): it captures the largest graphs of
+//! each mode into a throwaway pool and extrapolates the rest, the first capture plus (n − 1) ×
+//! the second, at least 1 MiB a graph. What a capture costs is the CUDA driver's memory for the
+//! graph's nodes, which grows with the kernels in it, so vram counts *layer-graphs*:
+//! - a piecewise graph of one batch size is split at every attention (or Mamba, or linear
+//!   attention) layer (vllm/config/compilation.py `_attention_ops`): layers + 1 pieces;
+//! - a full graph of one decode batch size holds every layer once;
+//!
+//! and prices each at a constant fitted to public start-up logs (validation/vllm/graph_fit.py
+//! over graph_memory.jsonl: 251 KiB, or 413 KiB where NCCL's all-reduce is captured into the
+//! graphs; held-out median error 7% against 62% for the flat 0.71 GiB vram assumed before). The
+//! batch sizes are vLLM's own (vllm/config/vllm.py `_set_cudagraph_sizes`, read in 0.19.1,
+//! 0.25.0, 0.28.0, 0.29.0, 0.31.0 and 0.33.0).
+
+use serde::Serialize;
+
+use crate::serve::{ServeConfig, VllmVersion};
+
+const KIB: u64 = 1 << 10;
+/// Driver memory per layer-graph, custom all-reduce or one GPU: the median over the five
+/// development logs of validation/vllm/graph_memory.jsonl (graph_fit.py prints 251 KiB).
+pub const PER_LAYER_GRAPH: u64 = 251 * KIB;
+/// The same where NCCL's all-reduce is captured (TP over PCIe above two GPUs, or GeForce cards
+/// without peer-to-peer access): one development log, Qwen2.5-72B on four L40S (413 KiB).
+pub const PER_LAYER_GRAPH_NCCL: u64 = 413 * KIB;
+
+/// vLLM's estimate for one GPU, and how it was reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct CudaGraphs {
+    /// The estimate, bytes.
+    pub bytes: u64,
+    /// Piecewise graphs (one per capture size, per LoRA case).
+    pub piecewise: u64,
+    /// Full decode graphs (one per capture size up to `--max-num-seqs`, per LoRA case).
+    pub full: u64,
+    /// Layer-graphs priced: piecewise × (layers + 1) + full × layers.
+    pub layer_graphs: u64,
+    /// Whether NCCL's all-reduce is in the graphs (the larger constant).
+    pub nccl: bool,
+    /// `--cuda-graph-memory` was given: `bytes` is that, not the model.
+    pub given: bool,
+}
+
+/// The batch sizes vLLM captures by default (`_set_cudagraph_sizes`): 1, 2, 4, then every 8 below
+/// 256 and every 16 from 256, up to min(2 × max_num_seqs, 512 — 1024 on data-centre Blackwell
+/// from 0.28) and at most max_num_batched_tokens; from 0.25 max_num_batched_tokens itself when
+/// it falls under that ceiling, and from 0.31 max_num_seqs (the widest uniform decode).
+pub fn capture_sizes(v: VllmVersion, seqs: u64, batched: u64, blackwell_dc: bool) -> Vec<u64> {
+    let ceiling = if blackwell_dc && v >= (VllmVersion { major: 0, minor: 28 }) { 1024 } else { 512 };
+    let cap = seqs.saturating_mul(2).min(ceiling);
+    let uniform = (v >= (VllmVersion { major: 0, minor: 31 }) && seqs <= cap).then_some(seqs);
+    let cap = cap.min(batched);
+    let mut sizes: Vec<u64> = [1, 2, 4].into_iter().filter(|&s| s <= cap).collect();
+    if cap >= 8 {
+        sizes.extend((8..(cap + 1).min(256)).step_by(8));
+    }
+    if cap >= 256 {
+        sizes.extend((256..=cap).step_by(16));
+    }
+    if v >= (VllmVersion { major: 0, minor: 25 }) && batched <= cap {
+        sizes.push(batched);
+    }
+    sizes.extend(uniform.filter(|&u| u <= batched));
+    sizes.sort_unstable();
+    sizes.dedup();
+    sizes
+}
+
+/// The estimate for a stage of `layers` decoder layers at `seqs` sequences and `batched`
+/// tokens, under FULL_AND_PIECEWISE (vLLM's default mode from 0.11): piecewise graphs at every
+/// capture size, full graphs at the sizes a decode batch of at most `seqs` requests takes
+/// (vllm/v1/cudagraph_dispatcher.py `initialize_cudagraph_keys`). With LoRA every size is
+/// captured twice, without adapters and with `max_loras + 1` active (`_get_lora_cases`,
+/// `cudagraph_specialize_lora` on by default).
+pub fn estimate(cfg: &ServeConfig, layers: u64, seqs: u64, batched: u64) -> CudaGraphs {
+    let nccl = cfg.gpu_interconnect.is_some_and(|i| i.nccl_all_reduce(cfg.tp));
+    let blackwell_dc = cfg.gpu_arch.and_then(|a| a.cuda_cc).is_some_and(|(major, _)| major == 10);
+    let sizes = capture_sizes(cfg.vllm_version, seqs, batched, blackwell_dc);
+    let cases = if cfg.lora.is_some() { 2 } else { 1 };
+    let piecewise = sizes.len() as u64 * cases;
+    let full = sizes.iter().filter(|&&s| s <= seqs).count() as u64 * cases;
+    let layer_graphs = piecewise * (layers + 1) + full * layers;
+    let per = if nccl { PER_LAYER_GRAPH_NCCL } else { PER_LAYER_GRAPH };
+    let modelled = layer_graphs.saturating_mul(per);
+    match cfg.cuda_graph_memory {
+        Some(b) => CudaGraphs { bytes: b, piecewise, full, layer_graphs, nccl, given: true },
+        None => CudaGraphs { bytes: modelled, piecewise, full, layer_graphs, nccl, given: false },
+    }
+}
+
+/// The report's line on the estimate.
+pub fn note(g: &CudaGraphs) -> String {
+    let gib = g.bytes as f64 / (1u64 << 30) as f64;
+    if g.given {
+        return format!(
+            "vLLM ≥ 0.21 adds its CUDA-graph estimate to the activation peak before sizing the KV cache: {gib:.2} GiB as given (--cuda-graph-memory); vram's model would count {} piecewise and {} full graphs",
+            g.piecewise, g.full
+        );
+    }
+    format!(
+        "vLLM ≥ 0.21 adds its CUDA-graph estimate to the activation peak before sizing the KV cache: {gib:.2} GiB modelled — {} piecewise graphs (one per capture size, split at every layer) and {} full decode graphs, {} layer-graphs at {} KiB{} (a constant fitted to public start-up logs, validation/vllm/graph_fit.py: held-out median error 7%); vLLM measures it on the GPU and logs \"Estimated CUDA graph memory\" — pass --cuda-graph-memory with that value, or --vllm-version 0.20 for the older accounting",
+        g.piecewise,
+        g.full,
+        g.layer_graphs,
+        if g.nccl { PER_LAYER_GRAPH_NCCL } else { PER_LAYER_GRAPH } / KIB,
+        if g.nccl { ", NCCL's all-reduce captured into them (no custom all-reduce over this interconnect)" } else { "" }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The counts vLLM logged ("Profiling CUDA graph memory: PIECEWISE=51 (largest=512),
+    /// FULL=35 (largest=256)" at 256 sequences; "PIECEWISE=35 (largest=256), FULL=19
+    /// (largest=128)" at 128 sequences and 2048 tokens: validation/vllm/graph_memory.jsonl).
+    #[test]
+    fn capture_sizes_match_logged_counts() {
+        let v = VllmVersion { major: 0, minor: 22 };
+        let s = capture_sizes(v, 256, 8192, false);
+        assert_eq!((s.len(), s.last(), s.iter().filter(|&&x| x <= 256).count()), (51, Some(&512), 35));
+        let s = capture_sizes(v, 128, 2048, false);
+        assert_eq!((s.len(), s.last(), s.iter().filter(|&&x| x <= 128).count()), (35, Some(&256), 19));
+        // 0.25 adds max_num_batched_tokens under the ceiling; 0.31 max_num_seqs.
+        assert!(!capture_sizes(VllmVersion { major: 0, minor: 22 }, 256, 100, false).contains(&100));
+        assert_eq!(capture_sizes(VllmVersion { major: 0, minor: 25 }, 256, 100, false).last(), Some(&100));
+        assert!(!capture_sizes(VllmVersion { major: 0, minor: 29 }, 100, 8192, false).contains(&100));
+        assert!(capture_sizes(VllmVersion { major: 0, minor: 31 }, 100, 8192, false).contains(&100));
+        // Data-centre Blackwell captures to 1024 from 0.28.
+        assert_eq!(capture_sizes(VllmVersion { major: 0, minor: 28 }, 1024, 8192, true).last(), Some(&1024));
+        assert_eq!(capture_sizes(VllmVersion { major: 0, minor: 25 }, 1024, 8192, true).last(), Some(&512));
+    }
+
+    #[test]
+    fn layer_graphs_and_lora_cases() {
+        let cfg = ServeConfig { tp: 1, vllm_version: VllmVersion { major: 0, minor: 22 }, ..ServeConfig::new(80 << 30) };
+        let g = estimate(&cfg, 28, 128, 2048);
+        // Qwen2.5-7B, 128 sequences: 35 × 29 + 19 × 28 = 1547 layer-graphs × 251 KiB = 0.37 GiB,
+        // the estimate its log printed (graph_memory.jsonl qwen2.5-7b-v0.22).
+        assert_eq!((g.piecewise, g.full, g.layer_graphs), (35, 19, 1547));
+        assert_eq!(g.bytes, 1547 * 251 * 1024);
+        let lora = ServeConfig { lora: Some(crate::serve::ServeLora { max_loras: 1, max_lora_rank: 16, max_cpu_loras: 1 }), ..cfg.clone() };
+        assert_eq!(estimate(&lora, 28, 128, 2048).layer_graphs, 2 * 1547);
+        let given = ServeConfig { cuda_graph_memory: Some(1 << 30), ..cfg };
+        assert!(estimate(&given, 28, 128, 2048).given);
+    }
+}
