@@ -298,6 +298,12 @@ pub struct ServeConfig {
     pub vllm_version: VllmVersion,
     /// Override of the CUDA-graph memory estimate vLLM ≥ 0.21 subtracts from the KV budget.
     pub cuda_graph_memory: Option<u64>,
+    /// `compilation_config.cudagraph_mode`; `None` = FULL_AND_PIECEWISE, vLLM's default.
+    pub cudagraph_mode: Option<crate::serve_graphs::CudagraphMode>,
+    /// `--cudagraph-capture-sizes`: the batch sizes captured instead of vLLM's default list.
+    pub cudagraph_capture_sizes: Option<Vec<u64>>,
+    /// `--max-cudagraph-capture-size`: the ceiling of vLLM's default list.
+    pub max_cudagraph_capture_size: Option<u64>,
     /// `--max-model-len`; `None` = the model's `max_position_embeddings`.
     pub max_model_len: Option<u64>,
     /// `--max-model-len auto` (or -1): the longest length whose blocks fit the pool, at most the
@@ -397,6 +403,9 @@ impl ServeConfig {
             expert_parallel: false,
             vllm_version: VllmVersion::NEWEST,
             cuda_graph_memory: None,
+            cudagraph_mode: None,
+            cudagraph_capture_sizes: None,
+            max_cudagraph_capture_size: None,
             max_model_len: None,
             max_model_len_auto: false,
             dtype: None,
@@ -686,6 +695,7 @@ fn serve_at(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
     let e = dtype.bytes() as u128;
     let kv_b = cfg.kv_cache_dtype.map_or(dtype.bytes(), DType::bytes);
     let (batched, seqs) = scheduler_limits(m, cfg, max_len)?;
+    crate::serve_graphs::check(cfg, batched)?;
     let non_torch_bytes =
         cfg.non_torch_memory.unwrap_or(non_torch_default(collective_ranks(m, cfg), cfg.gpu_nvswitch).saturating_sub(cublas_baseline(cfg)));
     let parts = pp_layers(m.layers, cfg.pp);
@@ -995,6 +1005,7 @@ fn cuda_graph_estimate(m: &Model, cfg: &ServeConfig, layers: u64, seqs: u64, bat
         && cfg.engine == VllmEngine::V1
         && (model_runner(m, cfg) == ModelRunner::V1 || cfg.vllm_version >= VllmVersion::MRV2_CUDA_GRAPH_ESTIMATE)
         && !cfg.enforce_eager
+        && cfg.cudagraph_mode != Some(crate::serve_graphs::CudagraphMode::None)
         && cfg.kv_cache_memory_bytes.is_none();
     applies.then(|| crate::serve_graphs::estimate(cfg, layers, seqs, batched))
 }

@@ -18,7 +18,44 @@
 
 use serde::Serialize;
 
+use crate::error::Result;
 use crate::serve::{ServeConfig, VllmVersion};
+
+/// vLLM's `compilation_config.cudagraph_mode` (vllm/config/compilation.py `CUDAGraphMode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum CudagraphMode {
+    /// No graphs (as `--enforce-eager`).
+    None,
+    /// Piecewise graphs only, split at the attention layers.
+    Piecewise,
+    /// One full graph per capture size, mixed batches included.
+    Full,
+    /// Full graphs for decode batches only.
+    FullDecodeOnly,
+    /// vLLM's default: piecewise graphs for mixed batches, full ones for decode.
+    FullAndPiecewise,
+}
+
+impl CudagraphMode {
+    /// vLLM's spelling, any case (`PIECEWISE`, `full_decode_only`).
+    pub fn parse(s: &str) -> Result<Self> {
+        Ok(match s.trim().to_ascii_uppercase().as_str() {
+            "NONE" => CudagraphMode::None,
+            "PIECEWISE" => CudagraphMode::Piecewise,
+            "FULL" => CudagraphMode::Full,
+            "FULL_DECODE_ONLY" => CudagraphMode::FullDecodeOnly,
+            "FULL_AND_PIECEWISE" => CudagraphMode::FullAndPiecewise,
+            _ => {
+                return Err(crate::serve::invalid(
+                    "cudagraph_mode",
+                    s,
+                    "one of NONE, PIECEWISE, FULL, FULL_DECODE_ONLY, FULL_AND_PIECEWISE (vLLM's CUDAGraphMode)",
+                ))
+            }
+        })
+    }
+}
 
 const KIB: u64 = 1 << 10;
 /// Driver memory per layer-graph, custom all-reduce or one GPU: the median over the five
@@ -45,14 +82,22 @@ pub struct CudaGraphs {
     pub given: bool,
 }
 
-/// The batch sizes vLLM captures by default (`_set_cudagraph_sizes`): 1, 2, 4, then every 8 below
-/// 256 and every 16 from 256, up to min(2 × max_num_seqs, 512 — 1024 on data-centre Blackwell
-/// from 0.28) and at most max_num_batched_tokens; from 0.25 max_num_batched_tokens itself when
-/// it falls under that ceiling, and from 0.31 max_num_seqs (the widest uniform decode).
-pub fn capture_sizes(v: VllmVersion, seqs: u64, batched: u64, blackwell_dc: bool) -> Vec<u64> {
+/// The batch sizes vLLM captures (`_set_cudagraph_sizes`). Given sizes (`--cudagraph-capture-
+/// sizes`) are kept up to max_num_batched_tokens. By default: 1, 2, 4, then every 8 below 256 and
+/// every 16 from 256, up to `max` (`--max-cudagraph-capture-size`) or else min(2 × max_num_seqs,
+/// 512 — 1024 on data-centre Blackwell from 0.28), and at most max_num_batched_tokens; from 0.25
+/// max_num_batched_tokens itself when it falls under that ceiling, and from 0.31, when no `max`
+/// is given, max_num_seqs (the widest uniform decode).
+pub fn capture_sizes(v: VllmVersion, seqs: u64, batched: u64, blackwell_dc: bool, max: Option<u64>, given: Option<&[u64]>) -> Vec<u64> {
+    if let Some(given) = given {
+        let mut sizes: Vec<u64> = given.iter().copied().filter(|&s| s <= batched).collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        return sizes;
+    }
     let ceiling = if blackwell_dc && v >= (VllmVersion { major: 0, minor: 28 }) { 1024 } else { 512 };
-    let cap = seqs.saturating_mul(2).min(ceiling);
-    let uniform = (v >= (VllmVersion { major: 0, minor: 31 }) && seqs <= cap).then_some(seqs);
+    let cap = max.unwrap_or(seqs.saturating_mul(2).min(ceiling));
+    let uniform = (max.is_none() && v >= (VllmVersion { major: 0, minor: 31 }) && seqs <= cap).then_some(seqs);
     let cap = cap.min(batched);
     let mut sizes: Vec<u64> = [1, 2, 4].into_iter().filter(|&s| s <= cap).collect();
     if cap >= 8 {
@@ -70,19 +115,54 @@ pub fn capture_sizes(v: VllmVersion, seqs: u64, batched: u64, blackwell_dc: bool
     sizes
 }
 
+/// vLLM's own checks of the capture settings (vllm/config/vllm.py `_set_cudagraph_sizes`): a
+/// given list holds at least one size, every size is at least 1, and a given ceiling beside a
+/// given list must be the list's largest size under max_num_batched_tokens.
+pub fn check(cfg: &ServeConfig, batched: u64) -> Result<()> {
+    let bad = |what: &str, v: String, hint: &str| Err(crate::serve::invalid(what, v, hint));
+    if let Some(sizes) = &cfg.cudagraph_capture_sizes {
+        if sizes.is_empty() || sizes.iter().any(|&s| s == 0 || s > 1 << 20) {
+            return bad("--cudagraph-capture-sizes", format!("{sizes:?}"), "one batch size or more, each from 1 to 1048576");
+        }
+    }
+    match (cfg.max_cudagraph_capture_size, &cfg.cudagraph_capture_sizes) {
+        (Some(0), _) => bad("--max-cudagraph-capture-size", "0".into(), "at least 1 (or --enforce-eager for no graphs)"),
+        (Some(m), Some(sizes)) if Some(m) != sizes.iter().copied().filter(|&s| s <= batched).max() => bad(
+            "--max-cudagraph-capture-size",
+            m.to_string(),
+            "the largest of --cudagraph-capture-sizes (up to max-num-batched-tokens): vLLM refuses a ceiling that differs from the given list",
+        ),
+        _ => Ok(()),
+    }
+}
+
 /// The estimate for a stage of `layers` decoder layers at `seqs` sequences and `batched`
-/// tokens, under FULL_AND_PIECEWISE (vLLM's default mode from 0.11): piecewise graphs at every
-/// capture size, full graphs at the sizes a decode batch of at most `seqs` requests takes
-/// (vllm/v1/cudagraph_dispatcher.py `initialize_cudagraph_keys`). With LoRA every size is
-/// captured twice, without adapters and with `max_loras + 1` active (`_get_lora_cases`,
-/// `cudagraph_specialize_lora` on by default).
+/// tokens (vllm/v1/cudagraph_dispatcher.py `initialize_cudagraph_keys`). Under
+/// FULL_AND_PIECEWISE, vLLM's default from 0.11: piecewise graphs at every capture size, full
+/// graphs at the sizes a decode batch of at most `seqs` requests takes; PIECEWISE keeps the
+/// first, FULL_DECODE_ONLY the second, FULL captures every size as one full graph. With LoRA
+/// every size is captured twice, without adapters and with `max_loras + 1` active
+/// (`_get_lora_cases`, `cudagraph_specialize_lora` on by default).
 pub fn estimate(cfg: &ServeConfig, layers: u64, seqs: u64, batched: u64) -> CudaGraphs {
     let nccl = cfg.gpu_interconnect.is_some_and(|i| i.nccl_all_reduce(cfg.tp));
     let blackwell_dc = cfg.gpu_arch.and_then(|a| a.cuda_cc).is_some_and(|(major, _)| major == 10);
-    let sizes = capture_sizes(cfg.vllm_version, seqs, batched, blackwell_dc);
+    let sizes = capture_sizes(
+        cfg.vllm_version,
+        seqs,
+        batched,
+        blackwell_dc,
+        cfg.max_cudagraph_capture_size,
+        cfg.cudagraph_capture_sizes.as_deref(),
+    );
     let cases = if cfg.lora.is_some() { 2 } else { 1 };
-    let piecewise = sizes.len() as u64 * cases;
-    let full = sizes.iter().filter(|&&s| s <= seqs).count() as u64 * cases;
+    let (all, decode) = (sizes.len() as u64 * cases, sizes.iter().filter(|&&s| s <= seqs).count() as u64 * cases);
+    let (piecewise, full) = match cfg.cudagraph_mode.unwrap_or(CudagraphMode::FullAndPiecewise) {
+        CudagraphMode::None => (0, 0),
+        CudagraphMode::Piecewise => (all, 0),
+        CudagraphMode::Full => (0, all),
+        CudagraphMode::FullDecodeOnly => (0, decode),
+        CudagraphMode::FullAndPiecewise => (all, decode),
+    };
     let layer_graphs = piecewise * (layers + 1) + full * layers;
     let per = if nccl { PER_LAYER_GRAPH_NCCL } else { PER_LAYER_GRAPH };
     let modelled = layer_graphs.saturating_mul(per);
@@ -121,18 +201,18 @@ mod tests {
     #[test]
     fn capture_sizes_match_logged_counts() {
         let v = VllmVersion { major: 0, minor: 22 };
-        let s = capture_sizes(v, 256, 8192, false);
+        let s = capture_sizes(v, 256, 8192, false, None, None);
         assert_eq!((s.len(), s.last(), s.iter().filter(|&&x| x <= 256).count()), (51, Some(&512), 35));
-        let s = capture_sizes(v, 128, 2048, false);
+        let s = capture_sizes(v, 128, 2048, false, None, None);
         assert_eq!((s.len(), s.last(), s.iter().filter(|&&x| x <= 128).count()), (35, Some(&256), 19));
         // 0.25 adds max_num_batched_tokens under the ceiling; 0.31 max_num_seqs.
-        assert!(!capture_sizes(VllmVersion { major: 0, minor: 22 }, 256, 100, false).contains(&100));
-        assert_eq!(capture_sizes(VllmVersion { major: 0, minor: 25 }, 256, 100, false).last(), Some(&100));
-        assert!(!capture_sizes(VllmVersion { major: 0, minor: 29 }, 100, 8192, false).contains(&100));
-        assert!(capture_sizes(VllmVersion { major: 0, minor: 31 }, 100, 8192, false).contains(&100));
+        assert!(!capture_sizes(VllmVersion { major: 0, minor: 22 }, 256, 100, false, None, None).contains(&100));
+        assert_eq!(capture_sizes(VllmVersion { major: 0, minor: 25 }, 256, 100, false, None, None).last(), Some(&100));
+        assert!(!capture_sizes(VllmVersion { major: 0, minor: 29 }, 100, 8192, false, None, None).contains(&100));
+        assert!(capture_sizes(VllmVersion { major: 0, minor: 31 }, 100, 8192, false, None, None).contains(&100));
         // Data-centre Blackwell captures to 1024 from 0.28.
-        assert_eq!(capture_sizes(VllmVersion { major: 0, minor: 28 }, 1024, 8192, true).last(), Some(&1024));
-        assert_eq!(capture_sizes(VllmVersion { major: 0, minor: 25 }, 1024, 8192, true).last(), Some(&512));
+        assert_eq!(capture_sizes(VllmVersion { major: 0, minor: 28 }, 1024, 8192, true, None, None).last(), Some(&1024));
+        assert_eq!(capture_sizes(VllmVersion { major: 0, minor: 25 }, 1024, 8192, true, None, None).last(), Some(&512));
     }
 
     #[test]
@@ -145,7 +225,23 @@ mod tests {
         assert_eq!(g.bytes, 1547 * 251 * 1024);
         let lora = ServeConfig { lora: Some(crate::serve::ServeLora { max_loras: 1, max_lora_rank: 16, max_cpu_loras: 1 }), ..cfg.clone() };
         assert_eq!(estimate(&lora, 28, 128, 2048).layer_graphs, 2 * 1547);
-        let given = ServeConfig { cuda_graph_memory: Some(1 << 30), ..cfg };
+        let given = ServeConfig { cuda_graph_memory: Some(1 << 30), ..cfg.clone() };
         assert!(estimate(&given, 28, 128, 2048).given);
+        // The modes keep one kind of graph or the other; FULL captures every size in full.
+        let mode = |m: CudagraphMode| {
+            let g = estimate(&ServeConfig { cudagraph_mode: Some(m), ..cfg.clone() }, 28, 128, 2048);
+            (g.piecewise, g.full)
+        };
+        assert_eq!(mode(CudagraphMode::Piecewise), (35, 0));
+        assert_eq!(mode(CudagraphMode::FullDecodeOnly), (0, 19));
+        assert_eq!(mode(CudagraphMode::Full), (0, 35));
+        assert_eq!(mode(CudagraphMode::None), (0, 0));
+        // Given sizes replace the list (kept up to max_num_batched_tokens); a given ceiling
+        // replaces 2 × max_num_seqs.
+        let sizes = ServeConfig { cudagraph_capture_sizes: Some(vec![1, 8, 8, 4096]), ..cfg.clone() };
+        assert_eq!(estimate(&sizes, 28, 128, 2048).piecewise, 2);
+        let capped = ServeConfig { max_cudagraph_capture_size: Some(64), ..cfg };
+        assert_eq!(estimate(&capped, 28, 128, 2048).piecewise, 3 + 8);
+        assert!(CudagraphMode::parse("full_decode_only").is_ok() && CudagraphMode::parse("partial").is_err());
     }
 }

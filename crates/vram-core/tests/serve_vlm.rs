@@ -269,10 +269,10 @@ fn llama4_profiles_three_16_tile_images() {
         note.contains("budget is 8192 tokens, profiled with 3 image(s) of the maximum size (2448 tokens, 9809 patches each)"),
         "{note}"
     );
-    let old = serve(&m, &ServeConfig { vllm_version: VllmVersion { major: 0, minor: 12 }, ..cfg }).unwrap();
+    let old = serve(&m, &ServeConfig { vllm_version: VllmVersion { major: 0, minor: 12 }, ..cfg.clone() }).unwrap();
     let note = old.notes.iter().find(|n| n.starts_with("vision:")).expect("a vision note");
     assert!(note.contains("profiled with 3 image(s) of the maximum size (2467 tokens, 9809 patches each)"), "{note}");
-    let lm = serve(&m.language_model(), &ServeConfig { tp: 1, ..cfg }).unwrap();
+    let lm = serve(&m.language_model(), &ServeConfig { tp: 1, ..cfg.clone() }).unwrap();
     let vlm = serve(&m, &ServeConfig { tp: 1, ..cfg }).unwrap();
     assert_eq!(vlm.weights_bytes - lm.weights_bytes, 2 * (m.parameters() - m.language_model().parameters()));
 }

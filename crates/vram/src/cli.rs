@@ -575,6 +575,18 @@ pub struct ServeArgs {
     /// (e.g. 1.2GiB) [default: an assumption, stated].
     #[arg(long)]
     pub cuda_graph_memory: Option<String>,
+    /// vLLM `--max-cudagraph-capture-size`: the largest batch captured as a CUDA graph [default:
+    /// vLLM's, min(2 × max-num-seqs, 512)].
+    #[arg(long)]
+    pub max_cudagraph_capture_size: Option<u64>,
+    /// vLLM `--cudagraph-capture-sizes`: the batch sizes captured as CUDA graphs, instead of
+    /// vLLM's list (space- or comma-separated).
+    #[arg(long, num_args = 1.., value_delimiter = ',')]
+    pub cudagraph_capture_sizes: Vec<u64>,
+    /// vLLM's `compilation_config.cudagraph_mode` (`-cc.cudagraph_mode`): NONE, PIECEWISE, FULL,
+    /// FULL_DECODE_ONLY or FULL_AND_PIECEWISE [default: FULL_AND_PIECEWISE, vLLM's].
+    #[arg(long)]
+    pub cudagraph_mode: Option<String>,
     /// vLLM `--max-model-len`: tokens, or `auto` (also -1): the longest that fits, as vLLM picks it
     /// (default: the model's max_position_embeddings).
     #[arg(long, value_parser = max_model_len, allow_negative_numbers = true)]

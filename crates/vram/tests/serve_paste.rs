@@ -532,11 +532,41 @@ fn pasted_optimization_levels_and_compilation_configs_decide_the_cuda_graphs() {
         assert_eq!(v["gpus"][0]["kv_cache_bytes"], eager["gpus"][0]["kv_cache_bytes"], "{extra:?}");
         assert!(v.to_string().contains("captures no CUDA graphs"), "{extra:?}: {v}");
     }
-    for extra in [&["-O3"][..], &["-cc", r#"{"cudagraph_mode": "FULL_DECODE_ONLY"}"#]] {
-        let v = with(extra);
-        assert_eq!(v["gpus"][0]["kv_cache_bytes"], graphs["gpus"][0]["kv_cache_bytes"], "{extra:?}");
-        assert!(v.to_string().contains("CUDA graphs kept"), "{extra:?}: {v}");
+    // -O2/-O3 keep vLLM's default graphs; a compilation key vram does not model is said.
+    assert_eq!(with(&["-O3"])["gpus"][0]["kv_cache_bytes"], graphs["gpus"][0]["kv_cache_bytes"]);
+    let level = with(&["-cc", r#"{"level": 3}"#]);
+    assert_eq!(level["gpus"][0]["kv_cache_bytes"], graphs["gpus"][0]["kv_cache_bytes"]);
+    assert!(level.to_string().contains("CUDA graphs kept") && level.to_string().contains("(level)"), "{level}");
+    // The graph settings vram models, pasted, plan as the typed flags do, and each captures
+    // fewer graphs than vLLM's default.
+    let est = |v: &serde_json::Value| v["gpus"][0]["cuda_graph_estimate_bytes"].as_u64().unwrap();
+    let typed = |extra: &[&str]| {
+        let mut a = vec!["serve", "-m", "llama-3.1-8b", "-g", "h100", "--max-model-len", "8192"];
+        a.extend(extra);
+        json(&a)
+    };
+    for (pasted_form, typed_form) in [
+        (&["-cc", r#"{"cudagraph_mode": "FULL_DECODE_ONLY"}"#][..], &["--cudagraph-mode", "FULL_DECODE_ONLY"][..]),
+        (&["-O1"], &["--cudagraph-mode", "piecewise"]),
+        (&["-cc.cudagraph_mode", "PIECEWISE"], &["--cudagraph-mode", "PIECEWISE"]),
+        (&["--cudagraph-capture-sizes", "1", "2", "4", "8"], &["--cudagraph-capture-sizes", "1,2,4,8"]),
+        (
+            &["-cc", r#"{"cudagraph_capture_sizes": [1, 2, 4, 8], "max_cudagraph_capture_size": 8}"#],
+            &["--cudagraph-capture-sizes", "1", "2", "4", "8"],
+        ),
+        (&["-cc.max_cudagraph_capture_size", "8"], &["--max-cudagraph-capture-size", "8"]),
+        (&["--max-cudagraph-capture-size", "8"], &["--cudagraph-capture-sizes", "1,2,4,8"]),
+    ] {
+        let (p, t) = (with(pasted_form), typed(typed_form));
+        assert_eq!(est(&p), est(&t), "{pasted_form:?} vs {typed_form:?}");
+        assert!(est(&p) > 0 && est(&p) < est(&graphs), "{pasted_form:?}: {} vs {}", est(&p), est(&graphs));
+        assert!(!p.to_string().contains("CUDA graphs kept"), "{pasted_form:?}: {p}");
     }
+    // vLLM refuses a ceiling that is not the given list's largest size; so does vram.
+    let e =
+        fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--cudagraph-capture-sizes", "1,2,4", "--max-cudagraph-capture-size", "8"], 2);
+    assert!(e.contains("--max-cudagraph-capture-size"), "{e}");
+    assert!(fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--cudagraph-mode", "partial"], 2).contains("FULL_DECODE_ONLY"));
     let mut bad = base.to_vec();
     bad.push("-O7");
     assert!(fails(&bad, 2).contains("0–3"));

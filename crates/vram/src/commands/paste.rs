@@ -25,6 +25,7 @@ const VLLM_VALUE: &[(&str, &str)] = &[
     ("-tp", "--tensor-parallel-size"),
     ("--max-model-len", "--max-model-len"),
     ("--gpu-memory-utilization", "--gpu-memory-utilization"),
+    ("--max-cudagraph-capture-size", "--max-cudagraph-capture-size"),
     ("--device-memory-utilization", "--gpu-memory-utilization"),
     ("--dtype", "--dtype"),
     ("--quantization", "--quantization"),
@@ -208,13 +209,13 @@ const VLLM_UNMODELLED: &[&str] = &[
     "--offload-params",
     "--offload-prefetch-step",
 ];
-/// vLLM settings that keep CUDA graphs but change how many are captured: read, with the graph
-/// memory left at vram's stated estimate.
-const VLLM_GRAPH_COUNT: &[&str] = &["--cudagraph-capture-sizes", "--max-cudagraph-capture-size", "--performance-mode"];
+/// vLLM settings that keep CUDA graphs but change how many are captured in ways vram does not
+/// model: read, with the graph memory left at vram's estimate.
+const VLLM_GRAPH_COUNT: &[&str] = &["--performance-mode"];
 /// vLLM flags that take one value or more (argparse `nargs="+"`).
 const VLLM_MANY_VALUES: &[&str] = &["--served-model-name", "--cudagraph-capture-sizes", "--lora-modules"];
-/// Of those, the ones vram reads (the others change no memory or only the graph count).
-const VLLM_MANY_VALUES_READ: &[&str] = &["--lora-modules"];
+/// Of those, the ones vram reads (the others change no memory).
+const VLLM_MANY_VALUES_READ: &[&str] = &["--lora-modules", "--cudagraph-capture-sizes"];
 
 /// llama.cpp (`llama-server`, `llama-cli`) flags vram reads.
 const LLAMA_VALUE: &[(&str, &str)] = &[
@@ -639,6 +640,8 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
     let mut eager: Vec<String> = Vec::new();
     // vLLM settings that keep CUDA graphs (their memory stays vram's stated estimate).
     let mut graphs: Vec<String> = Vec::new();
+    // What `--compilation-config` and `-O` set of the CUDA graphs.
+    let mut compilation = Compilation::default();
     // llama.cpp's `-hf REPO[:QUANT]` and `-hff FILE` (common/arg.cpp).
     let (mut hf, mut hf_file) = (None::<String>, None::<String>);
     // llama.cpp's `-dev CUDA0,CUDA1`: the GPUs it offloads to.
@@ -692,23 +695,20 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
                     model = Some(next(&mut i)?);
                 } else if let Some(level) = optimization_level(flag, inline.as_deref(), &rest, &mut i) {
                     let level = level?;
-                    // An older vLLM's `-O '{json}'` is a compilation config.
-                    let mode = if level.starts_with('{') { cudagraph_mode_in(&level)? } else { None };
-                    if level == "0" || mode.as_deref().is_some_and(|m| m.eq_ignore_ascii_case("none")) {
+                    if level.starts_with('{') {
+                        // An older vLLM's `-O '{json}'` is a compilation config.
+                        compilation.read(&format!("-O {level}"), &level)?;
+                    } else if level == "0" {
                         eager.push(format!("-O {level}"));
-                    } else {
-                        graphs.push(format!("-O {level}"));
+                    } else if level == "1" {
+                        // OPTIMIZATION_LEVEL_01 (vllm/config/vllm.py): piecewise graphs only.
+                        compilation.level_mode = Some("PIECEWISE".into());
                     }
                 } else if let Some(key) = compilation_config_key(flag) {
                     let v = next(&mut i)?;
-                    let mode = match key {
-                        "" => cudagraph_mode_in(&v)?,
-                        "cudagraph_mode" | "cudagraph-mode" => Some(v.clone()),
-                        _ => None,
-                    };
-                    match mode {
-                        Some(m) if m.eq_ignore_ascii_case("none") => eager.push(format!("{flag} {v}")),
-                        _ => graphs.push(format!("{flag} {v}")),
+                    match key {
+                        "" => compilation.read(&format!("{flag} {v}"), &v)?,
+                        key => compilation.key(&format!("{flag} {v}"), key, &serde_json::Value::String(v.clone()))?,
                     }
                 } else if let Some((_, ours)) = VLLM_VALUE.iter().find(|(f, _)| *f == flag) {
                     let v = next(&mut i)?;
@@ -855,6 +855,12 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
     }
     if let Some(t) = kv_type(&kv)? {
         out.extend(["--kv-cache-dtype".into(), t]);
+    }
+    let (graph_args, none, other) = compilation.finish();
+    eager.extend(none);
+    graphs.extend(other);
+    if eager.is_empty() {
+        out.extend(graph_args);
     }
     if !eager.is_empty() && !out.iter().any(|f| f == "--enforce-eager") {
         out.push("--enforce-eager".into());
@@ -1221,11 +1227,78 @@ fn compilation_config_key(flag: &str) -> Option<&str> {
     })
 }
 
-/// The `cudagraph_mode` of a `--compilation-config` JSON object, if it sets one.
-fn cudagraph_mode_in(json: &str) -> Result<Option<String>> {
-    let v: serde_json::Value = serde_json::from_str(json)
-        .map_err(|e| UsageError(format!("--compilation-config in the pasted command is not a JSON object ({e}): {json}")))?;
-    Ok(v.get("cudagraph_mode").map(|m| m.as_str().map_or_else(|| m.to_string(), str::to_string)))
+/// What a pasted command's `--compilation-config` (a JSON object, or its dotted keys) and `-O`
+/// set of the CUDA graphs: vram's flags for the keys it models, the settings that turn graphs
+/// off, and the keys it does not read.
+#[derive(Default)]
+struct Compilation {
+    mode: Option<String>,
+    /// `-O1`'s mode, which a given `cudagraph_mode` overrides.
+    level_mode: Option<String>,
+    sizes: Option<Vec<u64>>,
+    max: Option<u64>,
+    /// The settings that set `cudagraph_mode` NONE, as written.
+    none: Vec<String>,
+    /// Keys vram does not model, as written.
+    other: Vec<String>,
+}
+
+impl Compilation {
+    /// A JSON object: each key in turn.
+    fn read(&mut self, written: &str, json: &str) -> Result<()> {
+        let v: serde_json::Value = serde_json::from_str(json)
+            .map_err(|e| UsageError(format!("--compilation-config in the pasted command is not a JSON object ({e}): {json}")))?;
+        let Some(obj) = v.as_object() else {
+            return Err(UsageError(format!("--compilation-config in the pasted command is not a JSON object: {json}")).into());
+        };
+        for (k, v) in obj {
+            self.key(written, k, v)?;
+        }
+        Ok(())
+    }
+
+    /// One key (`cudagraph_mode`, or `-cc.cudagraph_mode`'s dotted form).
+    fn key(&mut self, written: &str, key: &str, v: &serde_json::Value) -> Result<()> {
+        let text = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+        let bad = |what: &str| UsageError(format!("{written}: {key} must be {what}, as vLLM reads it"));
+        match key.replace('-', "_").as_str() {
+            "cudagraph_mode" => {
+                if text.eq_ignore_ascii_case("none") {
+                    self.none.push(written.to_string());
+                }
+                self.mode = Some(text);
+            }
+            "max_cudagraph_capture_size" => self.max = Some(text.trim().parse().map_err(|_| bad("a number of tokens"))?),
+            "cudagraph_capture_sizes" => {
+                let list: serde_json::Value = match v {
+                    serde_json::Value::String(s) => serde_json::from_str(s).map_err(|_| bad("a list of numbers"))?,
+                    other => other.clone(),
+                };
+                let sizes = list.as_array().and_then(|a| a.iter().map(serde_json::Value::as_u64).collect::<Option<Vec<u64>>>());
+                self.sizes = Some(sizes.ok_or_else(|| bad("a list of numbers"))?);
+            }
+            _ => self.other.push(format!("{written} ({key})")),
+        }
+        Ok(())
+    }
+
+    /// vram's flags, the settings that turn graphs off, and the keys not read.
+    fn finish(self) -> (Vec<String>, Vec<String>, Vec<String>) {
+        let mut args = Vec::new();
+        if let Some(m) = self.mode.or(self.level_mode) {
+            args.extend(["--cudagraph-mode".to_string(), m]);
+        }
+        if let Some(m) = self.max {
+            args.extend(["--max-cudagraph-capture-size".to_string(), m.to_string()]);
+        }
+        if let Some(s) = self.sizes {
+            args.push("--cudagraph-capture-sizes".into());
+            args.extend(s.iter().map(u64::to_string));
+        }
+        let mut other = self.other;
+        other.dedup();
+        (args, self.none, other)
+    }
 }
 
 /// An unknown flag with the value that follows it, if one does (`--foo 3`, `--foo=3`).

@@ -132,6 +132,10 @@ pub fn vllm(a: &ServeArgs, model: &str) -> Launch {
     push(&mut f, a.max_num_seqs.is_some(), "--max-num-seqs", a.max_num_seqs.unwrap_or(0));
     push(&mut f, a.cpu_offload_gb.is_some(), "--cpu-offload-gb", a.cpu_offload_gb.unwrap_or(0.0));
     switch(&mut f, a.enforce_eager, "--enforce-eager");
+    push(&mut f, a.max_cudagraph_capture_size.is_some(), "--max-cudagraph-capture-size", a.max_cudagraph_capture_size.unwrap_or(0));
+    let sizes: Vec<String> = a.cudagraph_capture_sizes.iter().map(u64::to_string).collect();
+    push(&mut f, !sizes.is_empty(), "--cudagraph-capture-sizes", sizes.join(MANY_SEP));
+    push(&mut f, a.cudagraph_mode.is_some(), "--compilation-config.cudagraph_mode", a.cudagraph_mode.clone().unwrap_or_default());
     switch(&mut f, a.enable_lora, "--enable-lora");
     push(&mut f, a.max_loras.is_some(), "--max-loras", a.max_loras.unwrap_or(0));
     push(&mut f, a.max_lora_rank.is_some(), "--max-lora-rank", a.max_lora_rank.unwrap_or(0));
@@ -319,7 +323,7 @@ pub fn argv(l: &Launch, with_model_flag: bool) -> Vec<String> {
 
 /// Flags written once with several values (joined by [`MANY_SEP`] in their [`Flag`]): SGLang's
 /// and vLLM's `nargs` flags.
-const MANY_VALUED: [&str; 3] = ["--lora-paths", "--lora-target-modules", "--lora-modules"];
+const MANY_VALUED: [&str; 4] = ["--lora-paths", "--lora-target-modules", "--lora-modules", "--cudagraph-capture-sizes"];
 /// What joins those values: the ASCII unit separator, which no path or JSON value holds.
 const MANY_SEP: &str = "\u{1f}";
 
