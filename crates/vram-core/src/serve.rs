@@ -135,10 +135,11 @@ impl VllmVersion {
     /// First release with the V1 engine on by default.
     pub const V1_DEFAULT: VllmVersion = VllmVersion { major: 0, minor: 8 };
     /// First release that subtracts its CUDA-graph estimate from the KV budget by default
-    /// (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, added opt-in by vllm-project/vllm#30515,
-    /// default-on since v0.21 as vLLM's own start-up note says, quoted in
+    /// (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, added opt-in by vllm-project/vllm#30515; its
+    /// default is "1" in vllm/envs.py of the 0.20.0 sdist and "0" in 0.19.1's, read on
+    /// 2026-12-05 — vLLM's own later start-up note says "since v0.21", quoted in
     /// eugr/spark-vllm-docker#396; the default is debated in vllm-project/vllm#45178).
-    pub const CUDA_GRAPH_ESTIMATE: VllmVersion = VllmVersion { major: 0, minor: 21 };
+    pub const CUDA_GRAPH_ESTIMATE: VllmVersion = VllmVersion { major: 0, minor: 20 };
     /// First release whose default runner for dense models is Model Runner V2 (release notes of
     /// 0.25: "Model Runner V2 is now the default for all dense models", vllm-project/vllm#44443;
     /// vllm/config/vllm.py `_is_default_v2_model_runner_model`: `... or not model_config.is_moe`).
@@ -296,7 +297,7 @@ pub struct ServeConfig {
     pub expert_parallel: bool,
     /// `--vllm-version`: whose accounting rules to follow.
     pub vllm_version: VllmVersion,
-    /// Override of the CUDA-graph memory estimate vLLM ≥ 0.21 subtracts from the KV budget.
+    /// Override of the CUDA-graph memory estimate vLLM ≥ 0.20 subtracts from the KV budget.
     pub cuda_graph_memory: Option<u64>,
     /// `compilation_config.cudagraph_mode`; `None` = FULL_AND_PIECEWISE, vLLM's default.
     pub cudagraph_mode: Option<crate::serve_graphs::CudagraphMode>,
@@ -488,7 +489,7 @@ pub struct ServeReport {
     pub vllm_version: String,
     /// The GPU model runner whose profile run was reproduced (`None` on the V0 engine).
     pub model_runner: Option<ModelRunner>,
-    /// Of the activation peak: the CUDA-graph memory estimate vLLM ≥ 0.21 adds to it before sizing
+    /// Of the activation peak: the CUDA-graph memory estimate vLLM ≥ 0.20 adds to it before sizing
     /// the KV cache (0 when not applied).
     pub cuda_graph_estimate_bytes: u64,
     /// How that estimate was reached (`None` when not applied).
@@ -842,7 +843,7 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
         }
     }
     act += lora_buffer;
-    // vLLM ≥ 0.21 adds its CUDA-graph estimate to the peak activation memory before sizing the KV
+    // vLLM ≥ 0.20 adds its CUDA-graph estimate to the peak activation memory before sizing the KV
     // cache (vllm/v1/worker/gpu_worker.py determine_available_memory:
     // `peak_activation_memory = torch_peak_increase + cudagraph_memory_estimate_applied`).
     let cuda_graph = cuda_graph_estimate(m, cfg, stage.layers, s.seqs, s.batched);
@@ -992,7 +993,7 @@ fn vision_note(v: &crate::serve_mm::VisionServe) -> String {
     )
 }
 
-/// The CUDA-graph memory vLLM subtracts from the KV budget: from v0.21 on, unless
+/// The CUDA-graph memory vLLM subtracts from the KV budget: from v0.20 on, unless
 /// `--enforce-eager` (no graphs) or `--kv-cache-memory-bytes` (no profiling of the budget), on
 /// the V1 engine; `None` where it does not apply. The size is modelled per layer-graph
 /// ([`crate::serve_graphs`]) unless `--cuda-graph-memory` gives it.

@@ -1,4 +1,4 @@
-//! vLLM's CUDA-graph memory estimate, the term vLLM ≥ 0.21 adds to the profile-run peak before
+//! vLLM's CUDA-graph memory estimate, the term vLLM ≥ 0.20 adds to the profile-run peak before
 //! it sizes the KV cache.
 //!
 //! vLLM measures it on the GPU (vllm/v1/worker/gpu_model_runner.py `profile_cudagraph_memory`;
@@ -177,12 +177,12 @@ pub fn note(g: &CudaGraphs) -> String {
     let gib = g.bytes as f64 / (1u64 << 30) as f64;
     if g.given {
         return format!(
-            "vLLM ≥ 0.21 adds its CUDA-graph estimate to the activation peak before sizing the KV cache: {gib:.2} GiB as given (--cuda-graph-memory); vram's model would count {} piecewise and {} full graphs",
+            "vLLM ≥ 0.20 adds its CUDA-graph estimate to the activation peak before sizing the KV cache: {gib:.2} GiB as given (--cuda-graph-memory); vram's model would count {} piecewise and {} full graphs",
             g.piecewise, g.full
         );
     }
     format!(
-        "vLLM ≥ 0.21 adds its CUDA-graph estimate to the activation peak before sizing the KV cache: {gib:.2} GiB modelled — {} piecewise graphs (one per capture size, split at every layer) and {} full decode graphs, {} layer-graphs at {} KiB{} (a constant fitted to public start-up logs, validation/vllm/graph_fit.py: held-out median error 7%); vLLM measures it on the GPU and logs \"Estimated CUDA graph memory\" — pass --cuda-graph-memory with that value, or --vllm-version 0.20 for the older accounting",
+        "vLLM ≥ 0.20 adds its CUDA-graph estimate to the activation peak before sizing the KV cache: {gib:.2} GiB modelled — {} piecewise graphs (one per capture size, split at every layer) and {} full decode graphs, {} layer-graphs at {} KiB{} (a constant fitted to public start-up logs, validation/vllm/graph_fit.py: held-out median error 7%); vLLM measures it on the GPU and logs \"Estimated CUDA graph memory\" — pass --cuda-graph-memory with that value, or --vllm-version 0.19 for the older accounting",
         g.piecewise,
         g.full,
         g.layer_graphs,

@@ -176,10 +176,10 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// The accounting before this change: TP ≥ 2 non-torch 150 + 256 MiB on every GPU, no CUDA-graph
-/// estimate (vLLM < 0.21 rules).
+/// estimate (vLLM < 0.20 rules).
 fn before(cfg: &ServeConfig) -> ServeConfig {
     let old = if cfg.tp > 1 { (150 + 256) << 20 } else { 150 << 20 };
-    ServeConfig { non_torch_memory: Some(old), vllm_version: VllmVersion { major: 0, minor: 20 }, ..cfg.clone() }
+    ServeConfig { non_torch_memory: Some(old), vllm_version: VllmVersion { major: 0, minor: 19 }, ..cfg.clone() }
 }
 
 /// Every log in validation/vllm/logs.jsonl, dev and held-out, against vram's defaults, before and

@@ -571,7 +571,7 @@ pub struct ServeArgs {
     /// 0.33, the newest modelled].
     #[arg(long)]
     pub vllm_version: Option<String>,
-    /// CUDA-graph memory vLLM ≥ 0.21 estimates and subtracts from the KV budget, with a unit
+    /// CUDA-graph memory vLLM ≥ 0.20 estimates and subtracts from the KV budget, with a unit
     /// (e.g. 1.2GiB) [default: an assumption, stated].
     #[arg(long)]
     pub cuda_graph_memory: Option<String>,

@@ -57,7 +57,7 @@ fn pipeline_splits_vram_does_not_model_are_refused_by_name() {
 #[test]
 fn vllm_version_selects_the_cuda_graph_rule() {
     // Model Runner V2, vLLM's default for a dense model from 0.25, adds no estimate before 0.29
-    // and one from 0.29 on (cudagraph_utils.py); the V1 runner does from 0.21.
+    // and one from 0.29 on (cudagraph_utils.py); the V1 runner does from 0.20.
     let v2 = json(&["serve", "-m", "qwen2.5-7b", "-g", "h100", "--max-model-len", "8192"]);
     assert_eq!(v2["gpus"][0]["model_runner"], "v2");
     assert!(v2["gpus"][0]["cuda_graph_estimate_bytes"].as_u64().unwrap() > 0);
@@ -66,7 +66,7 @@ fn vllm_version_selects_the_cuda_graph_rule() {
     assert_eq!(v028["gpus"][0]["cuda_graph_estimate_bytes"], 0);
     // vLLM's --gpu-memory-utilization default follows the version too (0.92 from 0.25, 0.9
     // before): given here, so that only the graph rule differs below.
-    let v020 = json(&["serve", "-m", "qwen2.5-7b", "-g", "h100", "--max-model-len", "8192", "--vllm-version", "0.20"]);
+    let v020 = json(&["serve", "-m", "qwen2.5-7b", "-g", "h100", "--max-model-len", "8192", "--vllm-version", "0.19"]);
     let requested = |v: &serde_json::Value| v["gpus"][0]["requested_bytes"].as_u64().unwrap() as f64;
     assert!((requested(&v2) / requested(&v020) - 0.92 / 0.9).abs() < 1e-6);
     // The non-torch memory is given, so that 0.33's cuBLAS baseline does not differ either.
@@ -87,7 +87,9 @@ fn vllm_version_selects_the_cuda_graph_rule() {
     ];
     let new = json(&args);
     let with = |extra: &[&str]| json(&[&args[..], extra].concat());
-    let old = with(&["--vllm-version", "0.20"]);
+    let old = with(&["--vllm-version", "0.19"]);
+    // 0.20 applies the estimate (envs.py default "1" in the 0.20.0 sdist, "0" in 0.19.1).
+    assert!(with(&["--vllm-version", "0.20"])["gpus"][0]["cuda_graph_estimate_bytes"].as_u64().unwrap() > 0);
     let est = new["gpus"][0]["cuda_graph_estimate_bytes"].as_u64().unwrap();
     assert!(est > 0);
     assert_eq!(old["gpus"][0]["cuda_graph_estimate_bytes"], 0);

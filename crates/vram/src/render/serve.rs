@@ -109,7 +109,7 @@ fn vllm_budget(out: &mut String, s: &VllmServe) {
         *out,
         "  beyond vLLM's budget: CUDA context {} GiB{}; the process shows at least {} GiB ({:.2} GB) in nvidia-smi",
         gib_cell(r.cuda_context_bytes),
-        // From 0.21 the graphs' estimate is inside the budget (counted above), before it outside.
+        // From 0.20 the graphs' estimate is inside the budget (counted above), before it outside.
         if c.enforce_eager || r.cuda_graph_estimate_bytes > 0 { "" } else { " plus CUDA graphs" },
         gib_cell(r.process_bytes()),
         gb(r.process_bytes())
