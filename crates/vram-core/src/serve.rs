@@ -654,9 +654,18 @@ pub fn serve(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Stage {
     rank: u64,
+    /// The index of the stage's first decoder layer.
+    start: u64,
     layers: u64,
     first: bool,
     last: bool,
+}
+
+impl Stage {
+    /// The whole model as one stage (no pipeline parallelism).
+    fn whole(m: &Model) -> Stage {
+        Stage { rank: 0, start: 0, layers: m.layers, first: true, last: true }
+    }
 }
 
 /// Layers per pipeline stage, as vllm/distributed/utils.py `get_pp_indices` splits them:
@@ -702,7 +711,7 @@ fn serve_at(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
     let parts = pp_layers(m.layers, cfg.pp);
     let mut ranks = Vec::with_capacity(parts.len());
     for (r, &layers) in parts.iter().enumerate() {
-        let stage = Stage { rank: r as u64, layers, first: r == 0, last: r + 1 == parts.len() };
+        let stage = Stage { rank: r as u64, start: parts[..r].iter().sum(), layers, first: r == 0, last: r + 1 == parts.len() };
         ranks.push(rank_accounting(m, cfg, &stage, &mut notes, Spec { e, kv_b, batched, seqs, max_len, non_torch_bytes })?);
     }
     // Every stage gets the same number of blocks, the smallest any stage can hold
@@ -795,7 +804,7 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
     let (weights, scales) = match (cfg.quantization, &m.seq2seq) {
         (_, Some(s2s)) => (crate::serve_encdec::rank_elements(m, s2s, tp) * e, 0),
         (Quantization::Checkpoint, None) => {
-            let (w, sc, plan_notes) = checkpoint_rank_weights(m, split, e)?;
+            let (w, sc, plan_notes) = checkpoint_rank_weights(m, split, e, stage)?;
             notes.extend(plan_notes);
             (w, sc)
         }
@@ -1154,9 +1163,6 @@ fn validate(m: &Model, cfg: &ServeConfig) -> Result<(u64, Vec<String>)> {
         if cfg.lora.is_some() {
             return refuse("with --enable-lora");
         }
-        if cfg.quantization == Quantization::Checkpoint {
-            return refuse("with a pre-quantized checkpoint read tensor by tensor");
-        }
         if m.tensors().iter().any(|t| t.name.starts_with("layers.") && t.count % m.layers.max(1) != 0) {
             return refuse("the model's layers are not all alike");
         }
@@ -1240,9 +1246,9 @@ fn scheduler_limits(m: &Model, cfg: &ServeConfig, max_len: u64) -> Result<(u64, 
 /// vocab_parallel_embedding.py keep vLLM's column/row split and the vocabulary padding of 64).
 pub(crate) fn tp_rank_weights(m: &Model, quantization: Quantization, tp: u64, e: u128) -> Result<(u128, u128, Vec<String>)> {
     match quantization {
-        Quantization::Checkpoint => checkpoint_rank_weights(m, Split::tp(tp), e),
+        Quantization::Checkpoint => checkpoint_rank_weights(m, Split::tp(tp), e, &Stage::whole(m)),
         q => {
-            let (w, s) = rank_weights(m, q, Split::tp(tp), e, &Stage { rank: 0, layers: m.layers, first: true, last: true });
+            let (w, s) = rank_weights(m, q, Split::tp(tp), e, &Stage::whole(m));
             Ok((w, s, Vec::new()))
         }
     }
@@ -1357,10 +1363,11 @@ fn stage_share(m: &Model, t: &TensorGroup, stage: &Stage) -> (u128, u128) {
     (held as u128, 1)
 }
 
-/// Weight and scale bytes on one TP rank of a pre-quantized checkpoint: each tensor's stored
-/// bytes (quant.rs) in the share of its elements the rank holds (vLLM shards qweight, scales
-/// and zeros along the same dimension as the weight).
-fn checkpoint_rank_weights(m: &Model, split: Split, e: u128) -> Result<(u128, u128, Vec<String>)> {
+/// Weight and scale bytes on one TP rank of one pipeline stage of a pre-quantized checkpoint:
+/// each tensor's stored bytes (quant.rs) in the share of its elements the rank holds (vLLM
+/// shards qweight, scales and zeros along the same dimension as the weight), of the stage's own
+/// decoder layers and the embedding or head it holds (`stage_share`).
+fn checkpoint_rank_weights(m: &Model, split: Split, e: u128, stage: &Stage) -> Result<(u128, u128, Vec<String>)> {
     let q = m.quantization.as_ref().ok_or_else(|| {
         invalid(
             "--quantization",
@@ -1371,6 +1378,13 @@ fn checkpoint_rank_weights(m: &Model, split: Split, e: u128) -> Result<(u128, u1
     let plan = crate::quant::Plan::new(q)?;
     let (mut weights, mut scales) = (0u128, 0u128);
     for (t, layer) in crate::quant::layered_tensors(m) {
+        let held = match layer {
+            Some(i) => (stage.start..stage.start + stage.layers).contains(&i),
+            None => stage_share(m, &t, stage).0 > 0,
+        };
+        if !held {
+            continue;
+        }
         let count = t.count as u128;
         let rank = rank_numel(m, &t, split) * count;
         if plan.quantizes(&t, layer) && t.numel > 0 {
