@@ -804,7 +804,7 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
     let (weights, scales) = match (cfg.quantization, &m.seq2seq) {
         (_, Some(s2s)) => (crate::serve_encdec::rank_elements(m, s2s, tp) * e, 0),
         (Quantization::Checkpoint, None) => {
-            let (w, sc, plan_notes) = checkpoint_rank_weights(m, split, e, stage)?;
+            let (w, sc, plan_notes) = checkpoint_rank_weights(m, split, e, stage, Some(mxfp4_alignment(cfg)))?;
             notes.extend(plan_notes);
             (w, sc)
         }
@@ -1246,7 +1246,8 @@ fn scheduler_limits(m: &Model, cfg: &ServeConfig, max_len: u64) -> Result<(u64, 
 /// vocab_parallel_embedding.py keep vLLM's column/row split and the vocabulary padding of 64).
 pub(crate) fn tp_rank_weights(m: &Model, quantization: Quantization, tp: u64, e: u128) -> Result<(u128, u128, Vec<String>)> {
     match quantization {
-        Quantization::Checkpoint => checkpoint_rank_weights(m, Split::tp(tp), e, &Stage::whole(m)),
+        // SGLang's MXFP4 paths pad by their own rules, not modelled.
+        Quantization::Checkpoint => checkpoint_rank_weights(m, Split::tp(tp), e, &Stage::whole(m), None),
         q => {
             let (w, s) = rank_weights(m, q, Split::tp(tp), e, &Stage::whole(m));
             Ok((w, s, Vec::new()))
@@ -1367,7 +1368,15 @@ fn stage_share(m: &Model, t: &TensorGroup, stage: &Stage) -> (u128, u128) {
 /// each tensor's stored bytes (quant.rs) in the share of its elements the rank holds (vLLM
 /// shards qweight, scales and zeros along the same dimension as the weight), of the stage's own
 /// decoder layers and the embedding or head it holds (`stage_share`).
-fn checkpoint_rank_weights(m: &Model, split: Split, e: u128, stage: &Stage) -> Result<(u128, u128, Vec<String>)> {
+///
+/// `mxfp4_align` pads MXFP4 experts as vLLM's MoE kernel does ([`mxfp4_alignment`]).
+fn checkpoint_rank_weights(
+    m: &Model,
+    split: Split,
+    e: u128,
+    stage: &Stage,
+    mxfp4_align: Option<(u64, u64)>,
+) -> Result<(u128, u128, Vec<String>)> {
     let q = m.quantization.as_ref().ok_or_else(|| {
         invalid(
             "--quantization",
@@ -1377,7 +1386,18 @@ fn checkpoint_rank_weights(m: &Model, split: Split, e: u128, stage: &Stage) -> R
     })?;
     let plan = crate::quant::Plan::new(q)?;
     let (mut weights, mut scales) = (0u128, 0u128);
+    let mut padded = None;
     for (t, layer) in crate::quant::layered_tensors(m) {
+        let t = match (mxfp4_align, plan.scheme) {
+            (Some(align), crate::quant::Scheme::Mxfp4) if t.role == Role::Experts => {
+                let p = mxfp4_padded(m, &t, split, align);
+                if p.numel != t.numel {
+                    padded = Some(align);
+                }
+                p
+            }
+            _ => t,
+        };
         let held = match layer {
             Some(i) => (stage.start..stage.start + stage.layers).contains(&i),
             None => stage_share(m, &t, stage).0 > 0,
@@ -1398,7 +1418,42 @@ fn checkpoint_rank_weights(m: &Model, split: Split, e: u128, stage: &Stage) -> R
     }
     let mut notes = plan.notes.clone();
     notes.push(format!("weights: {} as stored (quantization_config)", plan.describe()));
+    if let Some((h, i)) = padded {
+        let hidden = if h > 1 { format!("hidden size to a multiple of {h}, ") } else { String::new() };
+        notes.push(format!(
+            "MXFP4 experts padded for vLLM's MoE kernel on this GPU: {hidden}each rank's intermediate size to a multiple of {i} (fused_moe/oracle/mxfp4.py mxfp4_round_up_hidden_size_and_intermediate_size: Marlin below compute capability 9.0 and on 12.x, Triton on Hopper, FlashInfer TRT-LLM on B200)"
+        ));
+    }
     Ok((weights, scales, notes))
+}
+
+/// The (hidden, per-rank intermediate) alignment vLLM pads MXFP4 experts to for the MoE kernel
+/// it picks on this GPU (vllm/model_executor/layers/fused_moe/oracle/mxfp4.py
+/// `select_mxfp4_moe_backend` and `mxfp4_round_up_hidden_size_and_intermediate_size` in 0.19.1;
+/// the same rules in quantization/mxfp4.py of 0.15.1): Triton's kernels on compute capability
+/// 9.x (the intermediate to 64), FlashInfer's TRT-LLM kernels on 10.x (both to 256), Marlin on
+/// other CUDA GPUs (hidden to 256, intermediate to 128), ROCm 128 (256 on gfx950, not
+/// catalogued). A GPU given by size is taken as Hopper.
+fn mxfp4_alignment(cfg: &ServeConfig) -> (u64, u64) {
+    match cfg.gpu_arch.map(|a| a.cuda_cc) {
+        None | Some(Some((9, _))) => (1, 64),
+        Some(Some((10, _))) => (256, 256),
+        Some(Some(_)) => (256, 128),
+        Some(None) => (128, 128),
+    }
+}
+
+/// An expert stack with the hidden size and each rank's share of the intermediate size rounded
+/// up as vLLM's MXFP4 MoE kernels need (`create_weights` allocates the padded shapes).
+fn mxfp4_padded(m: &Model, t: &TensorGroup, split: Split, (h_align, i_align): (u64, u64)) -> TensorGroup {
+    let experts = m.moe.as_ref().map_or(1, |moe| moe.experts.max(1));
+    let (out, inp) = (t.rows / experts, t.cols / experts);
+    // The intermediate size is split over the expert ranks unless whole experts are placed.
+    let ranks = if split.ep { 1 } else { split.expert_ranks.max(1) };
+    let pad_i = |i: u64| (i / ranks).div_ceil(i_align) * i_align * ranks;
+    let pad_h = |h: u64| h.div_ceil(h_align) * h_align;
+    let (out, inp) = if t.name.contains("down_proj") { (pad_h(out), pad_i(inp)) } else { (2 * pad_i(out / 2), pad_h(inp)) };
+    TensorGroup::matrix(t.name.clone(), experts, out, inp, t.count, t.role)
 }
 
 /// The runner vLLM uses for this model and release: `--model-runner` if given; otherwise Model

@@ -200,3 +200,29 @@ fn training_phases_match_the_harness_measurements() {
     assert!(n >= 14, "{n} comparisons");
     eprintln!("gpt-oss phases: worst |error| {:.2}% over {n}", 100.0 * worst);
 }
+
+/// vLLM pads gpt-oss's MXFP4 experts for the MoE kernel it picks by GPU
+/// (fused_moe/oracle/mxfp4.py `mxfp4_round_up_hidden_size_and_intermediate_size`): Marlin on an
+/// A100 takes hidden 2880 to 3072 and each of 4 ranks' 720 intermediate rows to 768; Triton on
+/// an H100 only the 720 to 768; on one GPU 2880 is already a multiple of 64.
+#[test]
+fn mxfp4_experts_are_padded_for_the_moe_kernel() {
+    use vram_core::serve::{serve, ServeConfig};
+    let m = vram_core::presets::load("gpt-oss-120b").unwrap();
+    let at = |gpu: &str, tp: u64| {
+        let g = vram_core::gpu::lookup(gpu).unwrap();
+        let cfg = ServeConfig {
+            tp,
+            max_model_len: Some(16384),
+            quantization: vram_core::serve::Quantization::Checkpoint,
+            ..ServeConfig::new(80 << 30).with_gpu_traits(&g)
+        };
+        serve(&m, &cfg).unwrap().weights_bytes as i128
+    };
+    // Per rank, 36 layers × 128 experts × (gate_up + down) elements at 4 bits plus one E8M0
+    // scale per 32: 17/32 of a byte each.
+    let experts = |h: i128, i: i128| 36 * 128 * 3 * h * i * 17 / 32;
+    assert_eq!(at("a100-80gb", 4) - at("h100", 4), experts(3072, 768) - experts(2880, 768));
+    assert_eq!(at("h100", 4) - at("h200", 4), 0);
+    assert_eq!(at("h100", 1) - at("a100-80gb", 1), experts(2880, 2880) - experts(3072, 2944));
+}
