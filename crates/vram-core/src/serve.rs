@@ -323,6 +323,12 @@ pub struct ServeConfig {
     pub max_num_batched_tokens: Option<u64>,
     /// `--max-num-seqs`; `None` = vLLM's default for the GPU.
     pub max_num_seqs: Option<u64>,
+    /// `--enable-chunked-prefill` (V1's default) or `--no-enable-chunked-prefill`: without it the
+    /// default batch holds a whole max-model-len prompt.
+    pub chunked_prefill: bool,
+    /// `--performance-mode` (vLLM ≥ 0.19): `throughput` doubles the default batch and sequences,
+    /// `interactivity` captures every CUDA-graph size up to 32.
+    pub performance_mode: PerformanceMode,
     /// Override of the non-torch increase measured by the profile run.
     pub non_torch_memory: Option<u64>,
     /// CUDA context per process (outside vLLM's budget).
@@ -374,6 +380,31 @@ impl ServeConfig {
     }
 }
 
+/// vLLM's `--performance-mode` (vllm/config/vllm.py `PerformanceMode`, from 0.19).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PerformanceMode {
+    /// The default.
+    Balanced,
+    /// CUDA graphs at every batch size up to 32 (vllm/config/vllm.py `_set_cudagraph_sizes`).
+    Interactivity,
+    /// Twice the default max-num-batched-tokens and max-num-seqs (engine/arg_utils.py
+    /// `_set_default_max_num_seqs_and_batched_tokens_args`).
+    Throughput,
+}
+
+impl PerformanceMode {
+    /// vLLM's spelling.
+    pub fn parse(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "balanced" => Ok(PerformanceMode::Balanced),
+            "interactivity" => Ok(PerformanceMode::Interactivity),
+            "throughput" => Ok(PerformanceMode::Throughput),
+            _ => Err(invalid("--performance-mode", s, "balanced, interactivity or throughput")),
+        }
+    }
+}
+
 /// vLLM's multi-LoRA settings (vllm/config/lora.py `LoRAConfig`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct ServeLora {
@@ -415,6 +446,8 @@ impl ServeConfig {
             block_size: 16,
             max_num_batched_tokens: None,
             max_num_seqs: None,
+            chunked_prefill: true,
+            performance_mode: PerformanceMode::Balanced,
             non_torch_memory: None,
             cuda_context: ENGINE_CUDA_CONTEXT,
             enforce_eager: false,
@@ -1200,14 +1233,50 @@ fn validate(m: &Model, cfg: &ServeConfig) -> Result<(u64, Vec<String>)> {
 /// `--max-num-batched-tokens` and `--max-num-seqs`: the user's, else vLLM's defaults for the
 /// engine generation and GPU. A new engine (another vLLM version, SGLang) adds its row here.
 fn scheduler_limits(m: &Model, cfg: &ServeConfig, max_len: u64) -> Result<(u64, u64)> {
-    // vllm/engine/arg_utils.py _set_default_args: `vllm serve` on GPUs with ≥ 70 GiB other than
-    // the A100 gets 8192 batched tokens and 1024 sequences; smaller GPUs 2048 and 256.
+    // vllm/engine/arg_utils.py get_batch_defaults: `vllm serve` on GPUs with ≥ 70 GiB other than
+    // the A100 gets 8192 batched tokens and 1024 sequences, from 0.28 16384 tokens on GPUs with
+    // ≥ 160 GiB (B200, MI300X; read in the 0.28.0 and 0.33.0 sources, absent in 0.25.0); smaller
+    // GPUs 2048 and 256.
     let big = cfg.gpu_memory >= 70 * GIB && !cfg.gpu_is_a100;
+    let huge = cfg.gpu_memory >= 160 * GIB && cfg.vllm_version >= (VllmVersion { major: 0, minor: 28 });
     let (batched, seqs) = match cfg.engine {
-        VllmEngine::V1 => (if big { 8192 } else { 2048 }, if big { 1024 } else { 256 }),
+        VllmEngine::V1 => (
+            if huge {
+                16_384
+            } else if big {
+                8192
+            } else {
+                2048
+            },
+            if big || huge { 1024 } else { 256 },
+        ),
         // V0 (config.py SchedulerConfig): without chunked prefill, max(max_model_len, 2048)
         // tokens; chunked prefill (on by default past 32K contexts) 2048; 256 sequences.
         VllmEngine::V0 => (if max_len > 32_768 { 2048 } else { max_len.max(2048) }, 256),
+    };
+    if cfg.performance_mode != PerformanceMode::Balanced && cfg.vllm_version < (VllmVersion { major: 0, minor: 19 }) {
+        return Err(invalid(
+            "--performance-mode",
+            format!("{:?}", cfg.performance_mode).to_lowercase(),
+            "a vLLM ≥ 0.19 setting (vllm/config/vllm.py); drop it for older releases",
+        ));
+    }
+    // `throughput` doubles the defaults that were not given (arg_utils.py, from 0.19).
+    let twice = if cfg.performance_mode == PerformanceMode::Throughput { 2 } else { 1 };
+    let (batched, seqs) = (batched * twice, seqs * twice);
+    // Without chunked prefill a default batch holds a whole prompt (arg_utils.py
+    // `max(max_model_len, max_num_batched_tokens)`), and vLLM refuses a given one that cannot
+    // (config/scheduler.py verify_max_model_len).
+    let batched = match (cfg.chunked_prefill, cfg.engine, cfg.max_num_batched_tokens) {
+        (false, VllmEngine::V1, None) => batched.max(max_len),
+        (false, VllmEngine::V1, Some(b)) if b < max_len => {
+            return Err(invalid(
+                "--max-num-batched-tokens",
+                b,
+                &format!("at least max-model-len ({max_len}) without chunked prefill: vLLM refuses a batch that cannot hold one prompt (config/scheduler.py verify_max_model_len); raise it, lower --max-model-len, or keep chunked prefill on"),
+            ))
+        }
+        _ => batched,
     };
     let seqs = cfg.max_num_seqs.unwrap_or(seqs);
     let batched = match (cfg.max_num_batched_tokens, &m.seq2seq) {

@@ -88,7 +88,18 @@ pub struct CudaGraphs {
 /// 512 — 1024 on data-centre Blackwell from 0.28), and at most max_num_batched_tokens; from 0.25
 /// max_num_batched_tokens itself when it falls under that ceiling, and from 0.31, when no `max`
 /// is given, max_num_seqs (the widest uniform decode).
-pub fn capture_sizes(v: VllmVersion, seqs: u64, batched: u64, blackwell_dc: bool, max: Option<u64>, given: Option<&[u64]>) -> Vec<u64> {
+///
+/// `interactivity` (`--performance-mode interactivity`) captures every size from 1 to 32 in place
+/// of 1, 2, 4.
+pub fn capture_sizes(
+    v: VllmVersion,
+    seqs: u64,
+    batched: u64,
+    blackwell_dc: bool,
+    max: Option<u64>,
+    given: Option<&[u64]>,
+    interactivity: bool,
+) -> Vec<u64> {
     if let Some(given) = given {
         let mut sizes: Vec<u64> = given.iter().copied().filter(|&s| s <= batched).collect();
         sizes.sort_unstable();
@@ -99,7 +110,8 @@ pub fn capture_sizes(v: VllmVersion, seqs: u64, batched: u64, blackwell_dc: bool
     let cap = max.unwrap_or(seqs.saturating_mul(2).min(ceiling));
     let uniform = (max.is_none() && v >= (VllmVersion { major: 0, minor: 31 }) && seqs <= cap).then_some(seqs);
     let cap = cap.min(batched);
-    let mut sizes: Vec<u64> = [1, 2, 4].into_iter().filter(|&s| s <= cap).collect();
+    let mut sizes: Vec<u64> =
+        if interactivity { (1..=cap.min(32)).collect() } else { [1, 2, 4].into_iter().filter(|&s| s <= cap).collect() };
     if cap >= 8 {
         sizes.extend((8..(cap + 1).min(256)).step_by(8));
     }
@@ -153,6 +165,7 @@ pub fn estimate(cfg: &ServeConfig, layers: u64, seqs: u64, batched: u64) -> Cuda
         blackwell_dc,
         cfg.max_cudagraph_capture_size,
         cfg.cudagraph_capture_sizes.as_deref(),
+        cfg.performance_mode == crate::serve::PerformanceMode::Interactivity,
     );
     let cases = if cfg.lora.is_some() { 2 } else { 1 };
     let (all, decode) = (sizes.len() as u64 * cases, sizes.iter().filter(|&&s| s <= seqs).count() as u64 * cases);
@@ -201,18 +214,22 @@ mod tests {
     #[test]
     fn capture_sizes_match_logged_counts() {
         let v = VllmVersion { major: 0, minor: 22 };
-        let s = capture_sizes(v, 256, 8192, false, None, None);
+        let s = capture_sizes(v, 256, 8192, false, None, None, false);
         assert_eq!((s.len(), s.last(), s.iter().filter(|&&x| x <= 256).count()), (51, Some(&512), 35));
-        let s = capture_sizes(v, 128, 2048, false, None, None);
+        let s = capture_sizes(v, 128, 2048, false, None, None, false);
         assert_eq!((s.len(), s.last(), s.iter().filter(|&&x| x <= 128).count()), (35, Some(&256), 19));
         // 0.25 adds max_num_batched_tokens under the ceiling; 0.31 max_num_seqs.
-        assert!(!capture_sizes(VllmVersion { major: 0, minor: 22 }, 256, 100, false, None, None).contains(&100));
-        assert_eq!(capture_sizes(VllmVersion { major: 0, minor: 25 }, 256, 100, false, None, None).last(), Some(&100));
-        assert!(!capture_sizes(VllmVersion { major: 0, minor: 29 }, 100, 8192, false, None, None).contains(&100));
-        assert!(capture_sizes(VllmVersion { major: 0, minor: 31 }, 100, 8192, false, None, None).contains(&100));
+        assert!(!capture_sizes(VllmVersion { major: 0, minor: 22 }, 256, 100, false, None, None, false).contains(&100));
+        assert_eq!(capture_sizes(VllmVersion { major: 0, minor: 25 }, 256, 100, false, None, None, false).last(), Some(&100));
+        assert!(!capture_sizes(VllmVersion { major: 0, minor: 29 }, 100, 8192, false, None, None, false).contains(&100));
+        assert!(capture_sizes(VllmVersion { major: 0, minor: 31 }, 100, 8192, false, None, None, false).contains(&100));
         // Data-centre Blackwell captures to 1024 from 0.28.
-        assert_eq!(capture_sizes(VllmVersion { major: 0, minor: 28 }, 1024, 8192, true, None, None).last(), Some(&1024));
-        assert_eq!(capture_sizes(VllmVersion { major: 0, minor: 25 }, 1024, 8192, true, None, None).last(), Some(&512));
+        assert_eq!(capture_sizes(VllmVersion { major: 0, minor: 28 }, 1024, 8192, true, None, None, false).last(), Some(&1024));
+        assert_eq!(capture_sizes(VllmVersion { major: 0, minor: 25 }, 1024, 8192, true, None, None, false).last(), Some(&512));
+        // Interactivity: 1..=32 every size, then the usual strides (8, 16, 24, 32 already in).
+        let s = capture_sizes(v, 256, 8192, false, None, None, true);
+        // 51 − (1, 2, 4) − (8, 16, 24, 32) + 32 = 76.
+        assert_eq!((s.len(), s[..32].to_vec()), (51 - 3 - 4 + 32, (1..=32).collect::<Vec<u64>>()));
     }
 
     #[test]

@@ -693,7 +693,7 @@ fn cuda_graph_estimate_against_logs() {
     for e in &entries {
         let version = e["vllm_version"].as_str().and_then(|v| VllmVersion::parse(v.split(' ').next().unwrap()).ok());
         if let (Some(v), Some(seqs)) = (version, e["max_num_seqs"].as_u64()) {
-            let sizes = capture_sizes(v, seqs, e["max_num_batched_tokens"].as_u64().unwrap_or(8192), false, None, None);
+            let sizes = capture_sizes(v, seqs, e["max_num_batched_tokens"].as_u64().unwrap_or(8192), false, None, None, false);
             let full = sizes.iter().filter(|&&s| s <= seqs).count() as u64;
             assert_eq!((sizes.len() as u64, full), (u(e, "piecewise_sizes"), u(e, "full_sizes")), "{}", e["id"]);
             counted += 1;
@@ -726,4 +726,27 @@ fn pipeline_stages_of_a_prequantized_checkpoint_add_up() {
     // 94 layers: 23, 24, 24, 23 (get_pp_indices gives the remainder to the middle stages).
     assert_eq!(four.pp_ranks.iter().map(|r| r.layers).collect::<Vec<_>>(), [23, 24, 24, 23]);
     assert!(four.pp_ranks[1].weights_bytes > four.pp_ranks[0].weights_bytes);
+}
+
+/// vLLM's default batch by GPU and release (engine/arg_utils.py get_batch_defaults): 16384
+/// tokens on a GPU of 160 GiB or more from 0.28, 8192 before and on an H100; without chunked
+/// prefill the default grows to max-model-len.
+#[test]
+fn default_batch_follows_the_gpu_and_the_release() {
+    let m = presets::load("llama-3.1-8b").unwrap();
+    let batched = |gpu: &str, minor: u32, chunked: bool| {
+        let g = gpu::lookup(gpu).unwrap();
+        let cfg = ServeConfig {
+            max_model_len: Some(32768),
+            vllm_version: VllmVersion { major: 0, minor },
+            chunked_prefill: chunked,
+            ..ServeConfig::new(cuda_total(&g)).with_gpu_traits(&g)
+        };
+        serve(&m, &cfg).unwrap().max_num_batched_tokens
+    };
+    assert_eq!(batched("b200", 28, true), 16_384);
+    assert_eq!(batched("b200", 25, true), 8192);
+    assert_eq!(batched("h100", 33, true), 8192);
+    assert_eq!(batched("h100", 33, false), 32_768);
+    assert_eq!(batched("a100-40gb", 33, true), 2048);
 }

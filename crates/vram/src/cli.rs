@@ -642,6 +642,15 @@ pub struct ServeArgs {
     /// vLLM `--no-enable-prefix-caching`.
     #[arg(long)]
     pub no_enable_prefix_caching: bool,
+    /// vLLM `--no-enable-chunked-prefill`: every batch holds a whole prompt, so the default
+    /// --max-num-batched-tokens grows to --max-model-len (and a smaller one is refused, as vLLM
+    /// refuses it).
+    #[arg(long)]
+    pub no_enable_chunked_prefill: bool,
+    /// vLLM `--performance-mode` (≥ 0.19): balanced, interactivity (CUDA graphs at every batch size
+    /// up to 32) or throughput (twice the default batch tokens and sequences).
+    #[arg(long)]
+    pub performance_mode: Option<String>,
     /// vLLM `--mamba-cache-mode` for state-space and hybrid models: none, align or all (not modelled)
     /// [default: vLLM's: none without prefix caching, else align].
     #[arg(long)]

@@ -84,9 +84,56 @@ fn the_openai_entrypoint_and_llama_server_are_read_too() {
 fn memory_changing_flags_vram_does_not_model_are_refused_by_name() {
     let e = fails(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--speculative-config", "{}"], 2);
     assert!(e.contains("--speculative-config {}"), "{e}");
-    // Chunked prefill off sizes the profile run by max-model-len: refused, not ignored.
-    let e = fails(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--no-enable-chunked-prefill"], 2);
-    assert!(e.contains("--no-enable-chunked-prefill"), "{e}");
+    // Chunked prefill off sizes the default batch, and so the profile run, by max-model-len
+    // (arg_utils.py); a given batch below it is refused as vLLM refuses it (verify_max_model_len).
+    let off =
+        pasted(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--max-model-len", "32768", "--no-enable-chunked-prefill"]);
+    let on = pasted(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--max-model-len", "32768"]);
+    assert_eq!(
+        (off["gpus"][0]["max_num_batched_tokens"].as_u64(), on["gpus"][0]["max_num_batched_tokens"].as_u64()),
+        (Some(32768), Some(8192))
+    );
+    assert!(off["gpus"][0]["activation_peak_bytes"].as_u64() > on["gpus"][0]["activation_peak_bytes"].as_u64());
+    let e = fails(
+        &[
+            "serve",
+            "-g",
+            "h100",
+            "--",
+            "vllm",
+            "serve",
+            "llama-3.1-8b",
+            "--max-model-len",
+            "32768",
+            "--no-enable-chunked-prefill",
+            "--max-num-batched-tokens",
+            "8192",
+        ],
+        2,
+    );
+    assert!(e.contains("verify_max_model_len"), "{e}");
+    // --performance-mode throughput doubles the defaults it was not given; interactivity
+    // captures every graph size to 32; before 0.19 there is no such flag.
+    let thr = json(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--max-model-len", "8192", "--performance-mode", "throughput"]);
+    assert_eq!((thr["gpus"][0]["max_num_batched_tokens"].as_u64(), thr["gpus"][0]["max_num_seqs"].as_u64()), (Some(16384), Some(2048)));
+    let inter = pasted(&[
+        "serve",
+        "-g",
+        "h100",
+        "--",
+        "vllm",
+        "serve",
+        "llama-3.1-8b",
+        "--max-model-len",
+        "8192",
+        "--performance-mode",
+        "interactivity",
+    ]);
+    let graphs = |v: &serde_json::Value| v["gpus"][0]["cuda_graphs"]["piecewise"].as_u64().unwrap();
+    let plain = json(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--max-model-len", "8192"]);
+    assert_eq!(graphs(&inter), graphs(&plain) - 7 + 32);
+    assert!(fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--performance-mode", "throughput", "--vllm-version", "0.15"], 2)
+        .contains("0.19"));
     // Pipeline parallelism is read like the flag given to vram.
     let pp = pasted(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--max-model-len", "8192", "-pp", "2"]);
     let direct = json(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--max-model-len", "8192", "--pipeline-parallel-size", "2"]);

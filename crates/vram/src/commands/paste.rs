@@ -26,6 +26,7 @@ const VLLM_VALUE: &[(&str, &str)] = &[
     ("--max-model-len", "--max-model-len"),
     ("--gpu-memory-utilization", "--gpu-memory-utilization"),
     ("--max-cudagraph-capture-size", "--max-cudagraph-capture-size"),
+    ("--performance-mode", "--performance-mode"),
     ("--device-memory-utilization", "--gpu-memory-utilization"),
     ("--dtype", "--dtype"),
     ("--quantization", "--quantization"),
@@ -53,6 +54,7 @@ const VLLM_FLAG: &[&str] = &[
     "--enable-lora",
     "--enable-prefix-caching",
     "--no-enable-prefix-caching",
+    "--no-enable-chunked-prefill",
     "--language-model-only",
     "--enable-expert-parallel",
 ];
@@ -178,17 +180,13 @@ const VLLM_NO_MEMORY_FLAG: &[&str] = &[
     "--disable-log-requests",
     "--disable-log-stats",
     "--enable-auto-tool-choice",
-    // On by default in V1: restating it changes nothing (turning it off does, see VLLM_UNMODELLED).
+    // On by default in V1: restating it changes nothing (turning it off does: VLLM_FLAG).
     "--enable-chunked-prefill",
     "--disable-frontend-multiprocessing",
     "--disable-custom-all-reduce",
 ];
 /// vLLM flags that change memory in ways vram does not model yet: refused by name.
 const VLLM_UNMODELLED: &[&str] = &[
-    // Without chunked prefill vLLM raises the default batch to max-model-len
-    // (engine/arg_utils.py `_set_default_max_num_seqs_and_batched_tokens_args`), and refuses a
-    // given batch below it (config/scheduler.py `verify_max_model_len`): not modelled yet.
-    "--no-enable-chunked-prefill",
     "--speculative-config",
     "--speculative-model",
     "--num-speculative-tokens",
@@ -209,9 +207,6 @@ const VLLM_UNMODELLED: &[&str] = &[
     "--offload-params",
     "--offload-prefetch-step",
 ];
-/// vLLM settings that keep CUDA graphs but change how many are captured in ways vram does not
-/// model: read, with the graph memory left at vram's estimate.
-const VLLM_GRAPH_COUNT: &[&str] = &["--performance-mode"];
 /// vLLM flags that take one value or more (argparse `nargs="+"`).
 const VLLM_MANY_VALUES: &[&str] = &["--served-model-name", "--cudagraph-capture-sizes", "--lora-modules"];
 /// Of those, the ones vram reads (the others change no memory).
@@ -730,13 +725,9 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
                     if VLLM_MANY_VALUES_READ.contains(&flag) {
                         out.push(flag.to_string());
                         out.extend(v);
-                    } else if VLLM_GRAPH_COUNT.contains(&flag) {
-                        graphs.push(read);
                     } else {
                         ignored.push(read);
                     }
-                } else if VLLM_GRAPH_COUNT.contains(&flag) {
-                    graphs.push(format!("{flag} {}", next(&mut i)?));
                 } else if VLLM_NO_MEMORY.contains(&flag) {
                     ignored.push(format!("{flag} {}", next(&mut i)?));
                 } else if VLLM_NO_MEMORY_FLAG.contains(&flag) {

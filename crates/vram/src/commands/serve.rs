@@ -334,6 +334,8 @@ fn reject_other_engines_flags(a: &ServeArgs, engine: Engine) -> Result<()> {
             given(a.enforce_eager, "--enforce-eager"),
             given(a.enable_prefix_caching, "--enable-prefix-caching"),
             given(a.no_enable_prefix_caching, "--no-enable-prefix-caching"),
+            given(a.no_enable_chunked_prefill, "--no-enable-chunked-prefill"),
+            given(a.performance_mode.is_some(), "--performance-mode"),
             given(a.mamba_cache_mode.is_some(), "--mamba-cache-mode"),
             given(a.mamba_ssm_cache_dtype != "auto", "--mamba-ssm-cache-dtype"),
             given(a.gpu_memory_utilization.is_some(), "--gpu-memory-utilization"),
@@ -531,6 +533,13 @@ pub fn vllm(a: &ServeArgs, mut model: Model) -> Result<VllmServe> {
         cudagraph_mode: a.cudagraph_mode.as_deref().map(vram_core::serve_graphs::CudagraphMode::parse).transpose()?,
         cudagraph_capture_sizes: (!a.cudagraph_capture_sizes.is_empty()).then(|| a.cudagraph_capture_sizes.clone()),
         max_cudagraph_capture_size: a.max_cudagraph_capture_size,
+        chunked_prefill: !a.no_enable_chunked_prefill,
+        performance_mode: a
+            .performance_mode
+            .as_deref()
+            .map(vram_core::serve::PerformanceMode::parse)
+            .transpose()?
+            .unwrap_or(vram_core::serve::PerformanceMode::Balanced),
         max_model_len: match a.max_model_len {
             Some(MaxModelLen::Tokens(n)) => Some(n),
             _ => None,

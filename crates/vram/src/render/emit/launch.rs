@@ -143,6 +143,8 @@ pub fn vllm(a: &ServeArgs, model: &str) -> Launch {
     push(&mut f, a.max_cpu_loras.is_some(), "--max-cpu-loras", a.max_cpu_loras.unwrap_or(0));
     switch(&mut f, a.enable_prefix_caching, "--enable-prefix-caching");
     switch(&mut f, a.no_enable_prefix_caching, "--no-enable-prefix-caching");
+    switch(&mut f, a.no_enable_chunked_prefill, "--no-enable-chunked-prefill");
+    push(&mut f, a.performance_mode.is_some(), "--performance-mode", a.performance_mode.clone().unwrap_or_default());
     push(&mut f, a.mamba_cache_mode.is_some(), "--mamba-cache-mode", a.mamba_cache_mode.clone().unwrap_or_default());
     push(&mut f, a.mamba_ssm_cache_dtype != "auto", "--mamba-ssm-cache-dtype", &a.mamba_ssm_cache_dtype);
     push(&mut f, a.limit_mm_per_prompt.is_some(), "--limit-mm-per-prompt", a.limit_mm_per_prompt.clone().unwrap_or_default());
