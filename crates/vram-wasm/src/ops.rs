@@ -124,6 +124,10 @@ const SERVE_KEYS: &[&str] = &[
     "enforce_eager",
     "language_model_only",
     "cuda_context",
+    "enable_chunked_prefill",
+    "performance_mode",
+    "cudagraph_mode",
+    "max_cudagraph_capture_size",
 ];
 
 /// `vram serve --model M --gpu G [vLLM flags] --json` (vLLM; GGUF files are for the CLI).
@@ -157,6 +161,14 @@ pub fn serve_op(mut f: Fields) -> R<Value> {
         max_num_seqs: f.u64("max_num_seqs")?,
         enforce_eager: f.bool("enforce_eager")?.unwrap_or(false),
         language_model_only: f.bool("language_model_only")?.unwrap_or(false),
+        chunked_prefill: f.bool("enable_chunked_prefill")?.unwrap_or(true),
+        performance_mode: f
+            .str("performance_mode")?
+            .map(|m| vram_core::serve::PerformanceMode::parse(&m))
+            .transpose()?
+            .unwrap_or(vram_core::serve::PerformanceMode::Balanced),
+        cudagraph_mode: f.str("cudagraph_mode")?.map(|m| vram_core::serve_graphs::CudagraphMode::parse(&m)).transpose()?,
+        max_cudagraph_capture_size: f.u64("max_cudagraph_capture_size")?,
         engine: VllmEngine::V1,
         ..ServeConfig::new(cuda_total(&gpu)).with_gpu_traits(&gpu)
     };

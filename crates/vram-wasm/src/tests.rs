@@ -98,6 +98,23 @@ fn serve_reports_the_kv_pool() {
         call(json!({"op": "serve", "model": "llama-3.1-8b", "gpu": "h100", "max_model_len": "auto"}))["config"]["max_model_len_auto"],
         true
     );
+    // Chunked prefill off, a performance mode and the graph settings reach the core, as the CLI's
+    // flags do.
+    let off =
+        call(json!({"op": "serve", "model": "llama-3.1-8b", "gpu": "h100", "max_model_len": "32768", "enable_chunked_prefill": false}));
+    assert_eq!(off["gpus"][0]["max_num_batched_tokens"], 32768, "{off}");
+    let thr =
+        call(json!({"op": "serve", "model": "llama-3.1-8b", "gpu": "h100", "max_model_len": "8192", "performance_mode": "throughput"}));
+    assert_eq!(thr["gpus"][0]["max_num_seqs"], 2048, "{thr}");
+    let pw = call(
+        json!({"op": "serve", "model": "llama-3.1-8b", "gpu": "h100", "max_model_len": "8192", "cudagraph_mode": "PIECEWISE", "max_cudagraph_capture_size": "64"}),
+    );
+    assert_eq!(
+        (pw["gpus"][0]["cuda_graphs"]["piecewise"].as_u64(), pw["gpus"][0]["cuda_graphs"]["full"].as_u64()),
+        (Some(11), Some(0)),
+        "{pw}"
+    );
+    assert!(error(json!({"op": "serve", "model": "llama-3.1-8b", "gpu": "h100", "cudagraph_mode": "half"})).contains("FULL_DECODE_ONLY"));
 }
 
 #[test]
