@@ -62,6 +62,10 @@ pub enum Scheme {
     Bnb8,
     /// MXFP4: 4-bit values in blocks of 32 with one E8M0 (u8) scale each.
     Mxfp4,
+    /// NVFP4: 4-bit floats (E2M1) in blocks of 16 with one FP8 (E4M3) scale each, and two fp32
+    /// per-tensor scales (ModelOpt's `weight_scale_2` and `input_scale`; compressed-tensors'
+    /// `weight_global_scale` and `input_global_scale`).
+    Nvfp4,
 }
 
 /// Where packed integer weights come from; the tensor shapes differ.
@@ -170,7 +174,7 @@ impl Plan {
             Scheme::PerChannel { .. } | Scheme::PerTensor { .. } if self.float => Precision::Fp8,
             Scheme::PerChannel { .. } | Scheme::PerTensor { .. } | Scheme::Bnb8 => Precision::Int8,
             Scheme::Packed { bits, .. } if bits > 4 => Precision::Int8,
-            Scheme::Packed { .. } | Scheme::Bnb4 { .. } | Scheme::Mxfp4 => Precision::Int4,
+            Scheme::Packed { .. } | Scheme::Bnb4 { .. } | Scheme::Mxfp4 | Scheme::Nvfp4 => Precision::Int4,
         }
     }
 
@@ -195,6 +199,7 @@ impl Plan {
             Scheme::Bnb4 { double_quant } => format!("bitsandbytes 4-bit{}", if double_quant { ", double-quantized" } else { "" }),
             Scheme::Bnb8 => "bitsandbytes int8".into(),
             Scheme::Mxfp4 => "MXFP4 (experts)".into(),
+            Scheme::Nvfp4 => "NVFP4 (FP4 in blocks of 16, FP8 scales)".into(),
         }
     }
 }
@@ -251,6 +256,24 @@ pub fn scheme(q: &QuantizationConfig) -> Result<Scheme> {
             _ => return Err(unsupported(q, "bitsandbytes needs load_in_4bit or load_in_8bit")),
         },
         "mxfp4" => Scheme::Mxfp4,
+        // NVIDIA ModelOpt (vllm/model_executor/layers/quantization/modelopt.py): `quant_algo`
+        // names the scheme; a per-layer MIXED_PRECISION map is not modelled.
+        "modelopt" | "modelopt_fp4" => match q.raw.get("quant_algo").and_then(Value::as_str).map(str::to_ascii_uppercase).as_deref() {
+            // ModelOptFp8LinearMethod: fp8 weights, an fp32 weight_scale and input_scale per tensor.
+            Some("FP8") => Scheme::PerTensor { scale_bytes: 4, static_input: true },
+            // ModelOptFp8PcPtLinearMethod: an fp32 weight_scale per output channel.
+            Some("FP8_PER_CHANNEL_PER_TOKEN") => Scheme::PerChannel { scale_bytes: 4 },
+            Some("NVFP4") => Scheme::Nvfp4,
+            other => {
+                return Err(unsupported(
+                    q,
+                    &format!(
+                        "ModelOpt quant_algo {} is not modelled (FP8, FP8_PER_CHANNEL_PER_TOKEN and NVFP4 are)",
+                        other.unwrap_or("(none)")
+                    ),
+                ))
+            }
+        },
         "compressed-tensors" => compressed_tensors(q, group)?,
         _ => return Err(unsupported(q, "this quantization method is not modelled")),
     })
@@ -273,7 +296,11 @@ fn compressed_tensors(q: &QuantizationConfig, group: Option<u64>) -> Result<Sche
     let actorder = w.get("actorder").is_some_and(|a| a.as_str() == Some("group") || a.as_bool() == Some(true));
     // Scales in the model's dtype (compressed_tensors/quantization/lifecycle/initialize.py).
     let scale_bytes = 2;
+    let float = w.get("type").and_then(Value::as_str) == Some("float");
     Ok(match (q.bits, strategy) {
+        // nvfp4-pack-quantized: FP4 in groups of 16 with FP8 scales and a global scale per tensor
+        // (compressed_tensors/compressors/quantized_compressors/fp4_quantized.py).
+        (Some(4), "tensor_group") if float && group.unwrap_or(16) == 16 => Scheme::Nvfp4,
         (Some(8), "tensor") => Scheme::PerTensor { scale_bytes, static_input: false },
         (Some(8), "channel") => Scheme::PerChannel { scale_bytes },
         (Some(8), "block") => {
@@ -321,6 +348,8 @@ pub fn tensor_bytes(s: Scheme, out: u128, inp: u128, e: u128) -> Stored {
         Scheme::Bnb8 => Stored { weight: n, scales: out * 4 },
         // `_blocks` u8 [out, in/32, 16] and `_scales` u8 [out, in/32] (OCP MX v1.0; gpt-oss).
         Scheme::Mxfp4 => Stored { weight: n.div_ceil(2), scales: out * inp.div_ceil(32) },
+        // `weight` u8 [out, in/2], `weight_scale` F8_E4M3 [out, in/16], two fp32 scalars.
+        Scheme::Nvfp4 => Stored { weight: n.div_ceil(2), scales: out * inp.div_ceil(16) + 8 },
     }
 }
 

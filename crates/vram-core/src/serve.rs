@@ -66,6 +66,40 @@ impl Quantization {
     }
 }
 
+impl Quantization {
+    /// `--quantization` against the checkpoint: absent, or the engine's name for the
+    /// checkpoint's own method (`modelopt_fp4`, `compressed-tensors`, `mxfp4`, `awq_marlin` …),
+    /// serves it as stored; a different method is refused, as vLLM and SGLang refuse it
+    /// (vllm/config/model.py `_verify_quantization`).
+    pub fn resolve(flag: Option<&str>, model: &Model) -> Result<Quantization> {
+        let method = |s: &str| match s.to_ascii_lowercase().replace('_', "-").as_str() {
+            "modelopt" | "modelopt-fp4" => "modelopt".to_string(),
+            "awq-marlin" => "awq".into(),
+            "gptq-marlin" => "gptq".into(),
+            "bnb-4bit" | "bnb" | "nf4" => "bitsandbytes".into(),
+            other => other.to_string(),
+        };
+        if let (Some(f), Some(q)) = (flag, &model.quantization) {
+            if method(f) == method(&q.method) {
+                return Ok(Quantization::Checkpoint);
+            }
+        }
+        let given = flag.map(Quantization::parse).transpose()?;
+        match (&model.quantization, given) {
+            (None, g) => Ok(g.unwrap_or(Quantization::None)),
+            (Some(_), None) => Ok(Quantization::Checkpoint),
+            (Some(q), Some(_)) => Err(invalid(
+                "--quantization",
+                flag.unwrap_or_default(),
+                &format!(
+                    "the checkpoint is already quantized ({}) and the engine (vLLM, SGLang) refuses a different method; drop --quantization to serve it as stored",
+                    q.describe()
+                ),
+            )),
+        }
+    }
+}
+
 /// Which vLLM engine's profile run to reproduce.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -156,6 +156,61 @@ fn compressed_tensors_w8a8_is_one_byte_with_channel_scales() {
     assert_eq!(Plan::new(m.quantization.as_ref().unwrap()).unwrap().precision(), Precision::Int8);
 }
 
+/// NVIDIA ModelOpt NVFP4 (`quant_method: modelopt`, `quant_algo: NVFP4`, modelopt's HF export):
+/// weight U8 [out, in/2], weight_scale F8_E4M3 [out, in/16], weight_scale_2 and input_scale F32
+/// scalars; `exclude_modules` left 16-bit.
+#[test]
+fn modelopt_nvfp4_formula_equals_its_headers() {
+    let m = tiny_llama(json!({"quant_method":"modelopt","quant_algo":"NVFP4","group_size":16,"exclude_modules":["lm_head"]}));
+    let t = checkpoint("BF16", |n, out, inp| {
+        vec![
+            (format!("{n}.weight"), "U8", vec![out, inp / 2]),
+            (format!("{n}.weight_scale"), "F8_E4M3", vec![out, inp / 16]),
+            (format!("{n}.weight_scale_2"), "F32", vec![1]),
+            (format!("{n}.input_scale"), "F32", vec![1]),
+        ]
+    });
+    assert_eq!(formula(&m), header_bytes(&t) as u128);
+    let plan = Plan::new(m.quantization.as_ref().unwrap()).unwrap();
+    assert_eq!(plan.precision(), Precision::Int4);
+    assert_eq!(m.quantization.as_ref().unwrap().group_size, Some(16));
+}
+
+/// compressed-tensors nvfp4-pack-quantized (llm-compressor's NVFP4 scheme): weight_packed U8
+/// [out, in/2], weight_scale F8_E4M3 [out, in/16], weight_global_scale and input_global_scale F32.
+#[test]
+fn compressed_tensors_nvfp4_formula_equals_its_headers() {
+    let m = tiny_llama(json!({"quant_method":"compressed-tensors","format":"nvfp4-pack-quantized","ignore":["lm_head"],
+        "config_groups":{"group_0":{"targets":["Linear"],"weights":{"num_bits":4,"group_size":16,"strategy":"tensor_group","symmetric":true,"type":"float"}}}}));
+    let t = checkpoint("BF16", |n, out, inp| {
+        vec![
+            (format!("{n}.weight_packed"), "U8", vec![out, inp / 2]),
+            (format!("{n}.weight_scale"), "F8_E4M3", vec![out, inp / 16]),
+            (format!("{n}.weight_global_scale"), "F32", vec![1]),
+            (format!("{n}.input_global_scale"), "F32", vec![1]),
+        ]
+    });
+    assert_eq!(formula(&m), header_bytes(&t) as u128);
+}
+
+/// ModelOpt FP8 (`quant_algo: FP8`): weight F8_E4M3 [out, in], weight_scale and input_scale F32
+/// scalars. A ModelOpt scheme vram does not model is refused by name.
+#[test]
+fn modelopt_fp8_formula_equals_its_headers_and_other_algos_are_refused() {
+    let m = tiny_llama(json!({"quant_method":"modelopt","quant_algo":"FP8","exclude_modules":["lm_head"]}));
+    let t = checkpoint("BF16", |n, out, inp| {
+        vec![
+            (format!("{n}.weight"), "F8_E4M3", vec![out, inp]),
+            (format!("{n}.weight_scale"), "F32", vec![1]),
+            (format!("{n}.input_scale"), "F32", vec![1]),
+        ]
+    });
+    assert_eq!(formula(&m), header_bytes(&t) as u128);
+    let mixed = tiny_llama(json!({"quant_method":"modelopt","quant_algo":"MIXED_PRECISION"}));
+    let e = Plan::new(mixed.quantization.as_ref().unwrap()).unwrap_err().to_string();
+    assert!(e.contains("MIXED_PRECISION"), "{e}");
+}
+
 #[test]
 fn parameters_stay_the_logical_count() {
     let plain = tiny_llama(Value::Null);

@@ -209,24 +209,7 @@ fn vllm_kv_dtype(s: &str) -> R<Option<DType>> {
 /// `--quantization`, defaulting to the checkpoint's own; a different method than the
 /// checkpoint's is refused, as vLLM refuses it (config/model.py `_verify_quantization`).
 fn quantization(flag: Option<&str>, model: &Model) -> R<Quantization> {
-    let given = flag.map(Quantization::parse).transpose()?;
-    let Some(q) = &model.quantization else { return Ok(given.unwrap_or(Quantization::None)) };
-    let stored = match q.method.as_str() {
-        "awq" => Some(Quantization::Awq),
-        "gptq" => Some(Quantization::Gptq),
-        "fp8" => Some(Quantization::Fp8),
-        "bitsandbytes" => Some(Quantization::Bnb4bit),
-        _ => None,
-    };
-    match given {
-        None => Ok(Quantization::Checkpoint),
-        Some(g) if Some(g) == stored => Ok(Quantization::Checkpoint),
-        Some(_) => Err(RequestError::new(format!(
-            "quantization {}: the checkpoint is already quantized ({}) and vLLM refuses a different method; drop it to serve the checkpoint as stored",
-            flag.unwrap_or_default(),
-            q.describe()
-        ))),
-    }
+    Ok(Quantization::resolve(flag, model)?)
 }
 
 /// `vram models --json`.

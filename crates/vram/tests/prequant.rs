@@ -102,3 +102,32 @@ fn a_model_directory_uses_the_header_bytes() {
     assert!(!notes(&v).contains("formula gives"), "{v}");
     assert_eq!(v["job"]["precision"], "int4");
 }
+
+/// An NVFP4 checkpoint (ModelOpt's export, as nvidia/*-NVFP4 ship it) serves as stored, and the
+/// engine's own name for its method (`--quantization modelopt_fp4`, pasted or typed) changes
+/// nothing; another method is refused.
+#[test]
+fn an_nvfp4_checkpoint_serves_as_stored_under_vllms_method_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../validation/vllm/qwen3-14b.config.json");
+    let mut cfg: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    let bf16 = json(&["serve", "-m", &write_config(&dir, &cfg), "-g", "b200", "--max-model-len", "8192"]);
+    cfg["quantization_config"] = json!({"quant_method":"modelopt","quant_algo":"NVFP4","group_size":16,"exclude_modules":["lm_head"]});
+    let p = write_config(&dir, &cfg);
+    let plain = json(&["serve", "-m", &p, "-g", "b200", "--max-model-len", "8192"]);
+    let named = json(&["serve", "-m", &p, "-g", "b200", "--max-model-len", "8192", "--quantization", "modelopt_fp4"]);
+    let out = util::vram()
+        .args(["serve", "-g", "b200", "--json", "--", "vllm", "serve", &p, "--max-model-len", "8192", "--quantization", "modelopt_fp4"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let pasted: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let w = |v: &Value| v["gpus"][0]["weights_bytes"].as_u64().unwrap();
+    assert_eq!((w(&named), w(&pasted)), (w(&plain), w(&plain)));
+    // The decoder's linears drop to 4.5 bits (a byte per 16 weights of FP8 scales); the
+    // embedding and the excluded head stay 16-bit: 9.8 GiB against 27.5.
+    assert!(w(&plain) * 5 / 2 < w(&bf16), "{} vs {}", w(&plain), w(&bf16));
+    assert!(plain["gpus"][0]["notes"].to_string().contains("NVFP4"), "{}", plain["gpus"][0]["notes"]);
+    let e = fails(&["serve", "-m", &p, "-g", "b200", "--quantization", "awq"], 2);
+    assert!(e.contains("already quantized"), "{e}");
+}

@@ -36,17 +36,25 @@ pub(super) fn quantization(obj: &Map<String, Value>, file: &str) -> Result<Optio
         .map(|m| m.to_ascii_lowercase())
         .or(bnb_bits.map(|_| "bitsandbytes".to_string()))
         .unwrap_or_else(|| "unknown".into());
-    let implied_bits = match method.as_str() {
-        "fp8" | "fbgemm_fp8" => Some(8),
-        "mxfp4" => Some(4),
+    let algo = s("quant_algo").map(|a| a.to_ascii_uppercase());
+    let implied_bits = match (method.as_str(), algo.as_deref()) {
+        ("fp8" | "fbgemm_fp8", _) => Some(8),
+        ("mxfp4", _) => Some(4),
+        ("modelopt" | "modelopt_fp4", Some("NVFP4")) => Some(4),
+        ("modelopt" | "modelopt_fp4", Some(a)) if a.starts_with("FP8") => Some(8),
         _ => None,
     };
     let block =
         q.get("weight_block_size").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_u64).fold(1u64, u64::saturating_mul));
     // MXFP4 shares one E8M0 scale per 32 values (OCP Microscaling spec v1.0).
-    let implied_group = if method == "mxfp4" { Some(32) } else { None };
+    let implied_group = match (method.as_str(), algo.as_deref()) {
+        ("mxfp4", _) => Some(32),
+        // NVFP4 shares one FP8 scale per 16 values.
+        (_, Some("NVFP4")) => Some(16),
+        _ => None,
+    };
     let mut excluded = Vec::new();
-    for k in ["modules_to_not_convert", "ignore", "llm_int8_skip_modules", "ignored_layers"] {
+    for k in ["modules_to_not_convert", "ignore", "llm_int8_skip_modules", "ignored_layers", "exclude_modules"] {
         if let Some(Value::Array(a)) = q.get(k) {
             excluded.extend(a.iter().filter_map(Value::as_str).map(str::to_string));
         }

@@ -721,26 +721,7 @@ fn serve_lora(a: &ServeArgs) -> Result<Option<ServeLora>> {
 /// method specified in the model config (…) does not match the quantization method specified in
 /// the `quantization` argument (…)"), so vram does too.
 fn quantization(flag: Option<&str>, model: &Model) -> Result<Quantization> {
-    let given = flag.map(Quantization::parse).transpose()?;
-    let Some(q) = &model.quantization else { return Ok(given.unwrap_or(Quantization::None)) };
-    let stored = match (q.method.as_str(), q.bits) {
-        ("awq", _) => Some(Quantization::Awq),
-        ("gptq", _) => Some(Quantization::Gptq),
-        ("fp8", _) => Some(Quantization::Fp8),
-        // vLLM's one `bitsandbytes` method reads 4- and 8-bit checkpoints.
-        ("bitsandbytes", _) => Some(Quantization::Bnb4bit),
-        _ => None,
-    };
-    match given {
-        None => Ok(Quantization::Checkpoint),
-        Some(g) if Some(g) == stored => Ok(Quantization::Checkpoint),
-        Some(_) => Err(UsageError(format!(
-            "--quantization {}: the checkpoint is already quantized ({}) and the engine (vLLM, SGLang) refuses a different method; drop --quantization to serve it as stored",
-            flag.unwrap_or_default(),
-            q.describe()
-        ))
-        .into()),
-    }
+    Ok(Quantization::resolve(flag, model)?)
 }
 
 /// `--engine` for a non-GGUF model.
