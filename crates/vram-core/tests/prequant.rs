@@ -156,20 +156,24 @@ fn compressed_tensors_w8a8_is_one_byte_with_channel_scales() {
     assert_eq!(Plan::new(m.quantization.as_ref().unwrap()).unwrap().precision(), Precision::Int8);
 }
 
+/// One NVFP4 linear as `[packed, weight scalar, input scalar]` names it: U8 [out, in/2], an
+/// F8_E4M3 `weight_scale` [out, in/16] and two F32 scalars.
+fn nvfp4(n: &str, out: u64, inp: u64, [packed, w, i]: [&str; 3]) -> Vec<(String, &'static str, Vec<u64>)> {
+    vec![
+        (format!("{n}.{packed}"), "U8", vec![out, inp / 2]),
+        (format!("{n}.weight_scale"), "F8_E4M3", vec![out, inp / 16]),
+        (format!("{n}.{w}"), "F32", vec![1]),
+        (format!("{n}.{i}"), "F32", vec![1]),
+    ]
+}
+
 /// NVIDIA ModelOpt NVFP4 (`quant_method: modelopt`, `quant_algo: NVFP4`, modelopt's HF export):
 /// weight U8 [out, in/2], weight_scale F8_E4M3 [out, in/16], weight_scale_2 and input_scale F32
 /// scalars; `exclude_modules` left 16-bit.
 #[test]
 fn modelopt_nvfp4_formula_equals_its_headers() {
     let m = tiny_llama(json!({"quant_method":"modelopt","quant_algo":"NVFP4","group_size":16,"exclude_modules":["lm_head"]}));
-    let t = checkpoint("BF16", |n, out, inp| {
-        vec![
-            (format!("{n}.weight"), "U8", vec![out, inp / 2]),
-            (format!("{n}.weight_scale"), "F8_E4M3", vec![out, inp / 16]),
-            (format!("{n}.weight_scale_2"), "F32", vec![1]),
-            (format!("{n}.input_scale"), "F32", vec![1]),
-        ]
-    });
+    let t = checkpoint("BF16", |n, out, inp| nvfp4(n, out, inp, ["weight", "weight_scale_2", "input_scale"]));
     assert_eq!(formula(&m), header_bytes(&t) as u128);
     let plan = Plan::new(m.quantization.as_ref().unwrap()).unwrap();
     assert_eq!(plan.precision(), Precision::Int4);
@@ -182,14 +186,7 @@ fn modelopt_nvfp4_formula_equals_its_headers() {
 fn compressed_tensors_nvfp4_formula_equals_its_headers() {
     let m = tiny_llama(json!({"quant_method":"compressed-tensors","format":"nvfp4-pack-quantized","ignore":["lm_head"],
         "config_groups":{"group_0":{"targets":["Linear"],"weights":{"num_bits":4,"group_size":16,"strategy":"tensor_group","symmetric":true,"type":"float"}}}}));
-    let t = checkpoint("BF16", |n, out, inp| {
-        vec![
-            (format!("{n}.weight_packed"), "U8", vec![out, inp / 2]),
-            (format!("{n}.weight_scale"), "F8_E4M3", vec![out, inp / 16]),
-            (format!("{n}.weight_global_scale"), "F32", vec![1]),
-            (format!("{n}.input_global_scale"), "F32", vec![1]),
-        ]
-    });
+    let t = checkpoint("BF16", |n, out, inp| nvfp4(n, out, inp, ["weight_packed", "weight_global_scale", "input_global_scale"]));
     assert_eq!(formula(&m), header_bytes(&t) as u128);
 }
 
