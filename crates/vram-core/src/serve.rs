@@ -1347,12 +1347,12 @@ fn scheduler_limits(m: &Model, cfg: &ServeConfig, max_len: u64) -> Result<(u64, 
 /// Weights and quantisation scales on one TP rank without pipeline parallelism, with notes on how
 /// a pre-quantised checkpoint was read. SGLang shards like vLLM (its layers/linear.py and
 /// vocab_parallel_embedding.py keep vLLM's column/row split and the vocabulary padding of 64).
-pub(crate) fn tp_rank_weights(m: &Model, quantization: Quantization, tp: u64, e: u128) -> Result<(u128, u128, Vec<String>)> {
+pub(crate) fn split_rank_weights(m: &Model, quantization: Quantization, split: Split, e: u128) -> Result<(u128, u128, Vec<String>)> {
     match quantization {
         // SGLang's MXFP4 paths pad by their own rules, not modelled.
-        Quantization::Checkpoint => checkpoint_rank_weights(m, Split::tp(tp), e, &Stage::whole(m), None),
+        Quantization::Checkpoint => checkpoint_rank_weights(m, split, e, &Stage::whole(m), None),
         q => {
-            let (w, s) = rank_weights(m, q, Split::tp(tp), e, &Stage::whole(m));
+            let (w, s) = rank_weights(m, q, split, e, &Stage::whole(m));
             Ok((w, s, Vec::new()))
         }
     }
@@ -1367,15 +1367,27 @@ pub(crate) struct Split {
     expert_ranks: u64,
     /// Expert parallelism: whole experts per GPU rather than a slice of each.
     ep: bool,
+    /// GPUs the attention projections and the input embedding are split over: `tp`, or under
+    /// SGLang's attention DP the attention-TP group (tp / attn_dp).
+    attn_tp: u64,
+    /// GPUs the LM head is split over: `tp`, or the attention-TP group with SGLang's
+    /// `--enable-dp-lm-head`.
+    head_tp: u64,
 }
 
 impl Split {
     pub(crate) fn tp(tp: u64) -> Split {
-        Split { tp, expert_ranks: tp, ep: false }
+        Split { tp, expert_ranks: tp, ep: false, attn_tp: tp, head_tp: tp }
+    }
+
+    /// SGLang's attention data parallelism: the attention and the embedding over `attn_tp`,
+    /// the MLPs and experts over `tp`, the LM head over `head_tp`.
+    pub(crate) fn attention_dp(tp: u64, attn_tp: u64, head_tp: u64) -> Split {
+        Split { attn_tp, head_tp, ..Split::tp(tp) }
     }
 
     fn of(cfg: &ServeConfig) -> Split {
-        Split { tp: cfg.tp, expert_ranks: cfg.tp.saturating_mul(cfg.dp.max(1)), ep: cfg.expert_parallel }
+        Split { expert_ranks: cfg.tp.saturating_mul(cfg.dp.max(1)), ep: cfg.expert_parallel, ..Split::tp(cfg.tp) }
     }
 }
 
@@ -1988,7 +2000,9 @@ fn to_u64(x: u128, what: &str) -> Result<u64> {
 
 /// Elements of one tensor of `t` held by one TP rank (vLLM's column/row-parallel layers).
 fn rank_numel(m: &Model, t: &TensorGroup, split: Split) -> u128 {
-    let tp = split.tp;
+    // The attention projections split over the attention-TP group (all of TP but under SGLang's
+    // attention DP).
+    let tp = if t.role == Role::Linear && t.name.contains("self_attn.") { split.attn_tp } else { split.tp };
     let tp128 = tp as u128;
     let kv_rank = (m.kv_heads / tp).max(1) as u128 * m.head_dim as u128;
     let name = t.name.as_str();
@@ -1996,7 +2010,10 @@ fn rank_numel(m: &Model, t: &TensorGroup, split: Split) -> u128 {
         // Norms, routers and learned positions are replicated.
         Role::Norm | Role::Router | Role::Position => t.numel as u128,
         // VocabParallelEmbedding / ParallelLMHead: padded vocabulary split over ranks.
-        Role::Embedding | Role::LmHead => (m.vocab.div_ceil(VOCAB_PAD) * VOCAB_PAD) as u128 / tp128 * (t.numel / m.vocab.max(1)) as u128,
+        Role::Embedding | Role::LmHead => {
+            let ranks = if t.role == Role::Embedding { split.attn_tp } else { split.head_tp } as u128;
+            (m.vocab.div_ceil(VOCAB_PAD) * VOCAB_PAD) as u128 / ranks * (t.numel / m.vocab.max(1)) as u128
+        }
         // QKVParallelLinear replicates KV heads when TP exceeds them.
         Role::Linear if name.ends_with("k_proj.weight") || name.ends_with("v_proj.weight") => {
             if name.contains("kv_a_proj") {

@@ -33,7 +33,7 @@ use serde::Serialize;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::model::Model;
-use crate::serve::{auto_dtype, tp_rank_weights, Quantization};
+use crate::serve::{auto_dtype, split_rank_weights, Quantization, Split};
 
 /// The SGLang release whose rules are modelled.
 pub const SGLANG_VERSION: &str = "0.5.23";
@@ -65,6 +65,11 @@ pub struct SglangConfig {
     pub gpu_memory_smi_mib: u64,
     /// `--tp-size` / `--tp`.
     pub tp: u64,
+    /// `--attn-dp-size` (or 0.5.23's deprecated `--dp-size N --enable-dp-attention`): attention
+    /// data-parallel groups within the TP group; 1 = none.
+    pub attn_dp_size: u64,
+    /// `--enable-dp-lm-head`: the LM head split over the attention-TP group, not all of TP.
+    pub dp_lm_head: bool,
     /// `--dtype`; `None` = auto.
     pub dtype: Option<DType>,
     /// `--quantization` (or the checkpoint's).
@@ -287,6 +292,8 @@ impl SglangConfig {
             gpu_memory,
             gpu_memory_smi_mib,
             tp: 1,
+            attn_dp_size: 1,
+            dp_lm_head: false,
             dtype: None,
             quantization: Quantization::None,
             kv_cache_dtype: None,
@@ -324,6 +331,8 @@ pub struct SglangReport {
     pub kv_dtype_bytes: u64,
     /// TP ranks.
     pub tp: u64,
+    /// Attention data-parallel groups (1 = none): each holds its own token pool and requests.
+    pub attn_dp_size: u64,
     /// `context_len`.
     pub context_len: u64,
     /// `mem_fraction_static` used.
@@ -428,6 +437,7 @@ pub fn prefill_buckets(max_bs: i64) -> u64 {
 
 /// The default `mem_fraction_static` and the reserve behind it, MiB
 /// (arg_groups/memory_hook.py `handle_gpu_memory_settings`, `reserve_for_graph_mb`).
+#[allow(clippy::too_many_arguments)]
 pub fn default_mem_fraction(
     gpu_mib: u64,
     tp: u64,
@@ -436,6 +446,7 @@ pub fn default_mem_fraction(
     prefill_buckets: u64,
     mla: bool,
     graphs: bool,
+    attn_dp: u64,
 ) -> (f64, f64) {
     let tokens = if cps > 0 { cps as f64 } else { MAX_PREFILL_TOKENS as f64 }.max(2048.0);
     // Constant metadata, activations ∝ prefill tokens, parallel slack (pp = 1).
@@ -445,6 +456,14 @@ pub fn default_mem_fraction(
         // 1.5 GiB flat on an MLA backend.
         reserved += decode_max_bs as f64 * 2.0;
         reserved += if mla { 1.5 * 1024.0 } else { prefill_buckets as f64 * 8.0 };
+    }
+    if attn_dp > 1 {
+        // Attention DP pads more (reserve_for_graph_mb): 3 MiB per decode batch size and DP
+        // group, 1.5 more above 300.
+        reserved += decode_max_bs as f64 * attn_dp as f64 * 3.0;
+        if decode_max_bs > 300 {
+            reserved += decode_max_bs as f64 * attn_dp as f64 * 1.5;
+        }
     }
     if gpu_mib > 60 * 1024 {
         reserved = reserved.max(10.0 * 1024.0);
@@ -608,6 +627,50 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
     if m.heads % tp != 0 {
         return Err(invalid("--tp-size", tp, &format!("SGLang needs it to divide the {} attention heads of {}", m.heads, m.name)));
     }
+    let attn_dp = cfg.attn_dp_size;
+    if attn_dp == 0 || tp % attn_dp != 0 {
+        return Err(invalid(
+            "--attn-dp-size",
+            attn_dp,
+            &format!("a divisor of --tp-size {tp} (arg_groups/parallel_hook.py asserts tp_size % attn_dp_size == 0)"),
+        ));
+    }
+    let attn_tp = tp / attn_dp;
+    if cfg.dp_lm_head && attn_dp == 1 {
+        return Err(invalid(
+            "--enable-dp-lm-head",
+            "given",
+            "it needs attention DP (--attn-dp-size, or --dp-size with --enable-dp-attention), as SGLang asserts",
+        ));
+    }
+    if attn_dp > 1 {
+        // Read for the MoE model files (deepseek_v2.py, qwen2_moe.py/qwen3_moe.py, glm4_moe.py:
+        // the embedding over the attention-TP group); dense model files differ (llama.py keeps
+        // it over all of TP).
+        let why = if m.moe.is_none() {
+            Some("a dense model: SGLang's dense model files split the embedding differently from one another")
+        } else if m.ssm.is_some() || vlm {
+            Some("a hybrid or vision-language model")
+        } else if cfg.lora.is_some() {
+            Some("with LoRA")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(invalid(
+                "--attn-dp-size",
+                attn_dp,
+                &format!("attention DP is modelled for MoE language models, not {why}; drop it to see the rest"),
+            ));
+        }
+        if m.kv_heads < attn_tp && attn_tp % m.kv_heads.max(1) != 0 && m.attention.mla.is_none() {
+            return Err(invalid(
+                "--attn-dp-size",
+                attn_dp,
+                &format!("the attention-TP group ({attn_tp}) must divide or be a multiple of the {} KV heads", m.kv_heads),
+            ));
+        }
+    }
     if let Some(f) = cfg.mem_fraction_static {
         if !(f > 0.0 && f < 1.0) {
             return Err(invalid("--mem-fraction-static", f, "a fraction in (0, 1)"));
@@ -695,7 +758,7 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
     let (mfs, reserved, is_default) = match cfg.mem_fraction_static {
         Some(f) => (f, 0.0, false),
         None => {
-            let (f, r) = default_mem_fraction(cfg.gpu_memory_smi_mib, tp, cps, max_bs, buckets, mla, graphs);
+            let (f, r) = default_mem_fraction(cfg.gpu_memory_smi_mib, tp, cps, max_bs, buckets, mla, graphs, attn_dp);
             if f <= 0.0 {
                 return Err(invalid("--gpu", cfg.gpu_memory_smi_mib, "a GPU larger than SGLang's reserve; give --mem-fraction-static"));
             }
@@ -705,6 +768,16 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
                 None => (f, r, true),
             }
         }
+    };
+    // Attention DP divides the prefill chunk among its groups and clamps the prefill graphs to
+    // it (parallel_hook.py `_handle_data_parallelism`), after the memory defaults above were set
+    // from the undivided size.
+    let cps_reserve = cps;
+    let (cps, buckets) = if attn_dp > 1 && cps > 0 {
+        let c = cps / attn_dp as i64;
+        (c, if graphs { prefill_buckets(prefill_max.min(c)) } else { 0 })
+    } else {
+        (cps, buckets)
     };
     // kv_cache_configurator.py mm_runtime_reservation_gb: SGLANG_VLM_CACHE_SIZE_MB (100) for a
     // multimodal model's embedding cache.
@@ -730,7 +803,8 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
     };
 
     // Weights on one rank.
-    let (w, scales, wnotes) = tp_rank_weights(m, cfg.quantization, tp, dtype.bytes() as u128)?;
+    let split = Split::attention_dp(tp, attn_tp, if cfg.dp_lm_head { attn_tp } else { tp });
+    let (w, scales, wnotes) = split_rank_weights(m, cfg.quantization, split, dtype.bytes() as u128)?;
     notes.extend(wnotes);
     // The vision tower and projector, in the model dtype (quantized checkpoints keep them so).
     let w = w + m.multimodal.as_ref().map_or(0, |mm| crate::serve_mm::rank_weights(mm, m.hidden, tp, dtype.bytes() as u128));
@@ -807,7 +881,7 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
 
     // Token pool (pool_configurator.py calculate_pool_sizes, kv_cache_configurator.py
     // _apply_token_constraints: --max-total-tokens caps it, then page-aligned again).
-    let cell = cell_bytes(m, tp, kv_b, state.as_ref().map_or(m.layers, |s| s.attention_layers))?;
+    let cell = cell_bytes(m, attn_tp, kv_b, state.as_ref().map_or(m.layers, |s| s.attention_layers))?;
     if cell == 0 {
         return Err(invalid("model", &m.name, "has no KV cache to size"));
     }
@@ -818,8 +892,11 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
         }
         tokens = tokens.min(cap) / page * page;
     }
-    let mut mrr = max_running_requests(tokens, context_len, cfg.max_running_requests);
-    if let Some(r) = cfg.max_running_requests {
+    // Under attention DP a given limit is shared among the groups (resolve_max_num_reqs:
+    // `max_running_requests // attn_dp_size` per worker).
+    let requested = cfg.max_running_requests.map(|r| (r / attn_dp).max(1));
+    let mut mrr = max_running_requests(tokens, context_len, requested);
+    if let Some(r) = requested {
         if mrr < r {
             notes.push(format!("--max-running-requests {r} is reduced to {mrr}, half the token pool (resolve_max_num_reqs)"));
         }
@@ -898,7 +975,7 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
             "--mem-fraction-static {} is SGLang {SGLANG_VERSION}'s default for a {} MiB GPU: it reserves {reserved:.0} MiB for activations ({} prefill tokens × 1.5 MiB + 512), TP slack and CUDA graphs{vlm_part}",
             fraction_text(mfs),
             cfg.gpu_memory_smi_mib,
-            if cps > 0 { cps.max(2048) } else { MAX_PREFILL_TOKENS as i64 }
+            if cps_reserve > 0 { cps_reserve.max(2048) } else { MAX_PREFILL_TOKENS as i64 }
         ));
     }
     if let Some(st) = &state {
@@ -930,6 +1007,14 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
             dtype.torch_name()
         ));
     }
+    if attn_dp > 1 {
+        notes.push(format!(
+            "attention DP: {attn_dp} groups of {attn_tp} GPU(s); the attention projections, the embedding and the KV heads are split over the {attn_tp} GPU(s) of a group, the experts and dense MLPs over all {tp}, the LM head over {} (--enable-dp-lm-head: the group); each group schedules its own batch from its own token pool, so the pool and max_running_requests shown are per GPU and per group ({}× the requests in all); the prefill chunk is divided by {attn_dp} and the default --mem-fraction-static reserves {} MiB more for DP padding (arg_groups/parallel_hook.py, memory_hook.py reserve_for_graph_mb, SGLang {SGLANG_VERSION}); read from source, not checked against a start-up log",
+            if cfg.dp_lm_head { attn_tp } else { tp },
+            attn_dp,
+            max_bs * attn_dp * 3 + if max_bs > 300 { max_bs * attn_dp * 3 / 2 } else { 0 }
+        ));
+    }
     notes.push(format!(
         "before the weights load vram assumes the CUDA context ({} MiB){}; SGLang measures this free memory on the GPU",
         cfg.cuda_context / MIB,
@@ -940,6 +1025,7 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
         dtype,
         kv_dtype_bytes: kv_b,
         tp,
+        attn_dp_size: attn_dp,
         context_len,
         mem_fraction_static: mfs,
         mem_fraction_static_default: is_default,
@@ -991,7 +1077,7 @@ mod tests {
         let (cps, bs) = gpu_defaults(81559, 1);
         assert_eq!((cps, bs), (8192, 256));
         assert_eq!(prefill_buckets(8192), 58);
-        let (f, r) = default_mem_fraction(81559, 1, cps, bs, 58, false, true);
+        let (f, r) = default_mem_fraction(81559, 1, cps, bs, 58, false, true, 1);
         assert_eq!(r, 512.0 + 8192.0 * 1.5 + 128.0 + 512.0 + 58.0 * 8.0);
         assert_eq!(f, 0.83);
     }

@@ -84,6 +84,8 @@ pub mod serve_vlm;
 pub mod serve_whisper;
 #[path = "serveadv.rs"]
 pub mod serveadv;
+#[path = "sglang_dp.rs"]
+pub mod sglang_dp;
 #[path = "sglang_hybrid.rs"]
 pub mod sglang_hybrid;
 #[path = "sglang_lora.rs"]

@@ -536,6 +536,17 @@ pub struct ServeArgs {
     /// SGLang `--disable-overlap-schedule`.
     #[arg(long)]
     pub disable_overlap_schedule: bool,
+    /// SGLang `--attn-dp-size N`: attention data parallelism within the TP group (MoE models): N
+    /// groups of tp/N GPUs, each with its own attention split, token pool and batch.
+    #[arg(long)]
+    pub attn_dp_size: Option<u64>,
+    /// SGLang's older spelling of attention DP: `--dp-size N --enable-dp-attention` is
+    /// `--attn-dp-size N`.
+    #[arg(long)]
+    pub enable_dp_attention: bool,
+    /// SGLang `--enable-dp-lm-head`: the LM head split over an attention-DP group's GPUs only.
+    #[arg(long)]
+    pub enable_dp_lm_head: bool,
     /// SGLang `--language-only`: a vision-language checkpoint's language model alone.
     #[arg(long)]
     pub language_only: bool,

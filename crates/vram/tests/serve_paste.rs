@@ -142,12 +142,69 @@ fn memory_changing_flags_vram_does_not_model_are_refused_by_name() {
     let none = pasted(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--max-model-len", "8192", "--cpu-offload-gb", "0"]);
     let plain = json(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--max-model-len", "8192"]);
     assert_eq!(none["gpus"][0]["weights_bytes"], plain["gpus"][0]["weights_bytes"]);
-    // Attention data parallelism is not modelled (plain --dp-size is: replicas).
+    // Attention data parallelism (MoE models): the deprecated `--dp N --enable-dp-attention` is
+    // `--attn-dp-size N`, typed or pasted, one replica; beside replicas SGLang refuses it, and on a
+    // dense model vram says it does not model it.
+    let moe = |extra: &[&str]| {
+        let mut a = vec!["serve", "-g", "h100", "--", "python", "-m", "sglang.launch_server", "--model-path", "qwen3-30b-a3b", "--tp", "4"];
+        a.extend(extra);
+        pasted(&a)
+    };
+    let old_form = moe(&["--dp", "2", "--enable-dp-attention"]);
+    let new_form = moe(&["--attn-dp-size", "2"]);
+    let typed = json(&["serve", "-m", "qwen3-30b-a3b", "-g", "h100", "--engine", "sglang", "--tp-size", "4", "--attn-dp-size", "2"]);
+    for v in [&new_form, &typed] {
+        assert_eq!(v["gpus"][0]["weights_bytes"], old_form["gpus"][0]["weights_bytes"]);
+        assert_eq!(v["gpus"][0]["max_total_num_tokens"], old_form["gpus"][0]["max_total_num_tokens"]);
+    }
+    assert_eq!((old_form["gpus"][0]["attn_dp_size"].as_u64(), old_form["gpus_in_all"].as_u64()), (Some(2), Some(4)));
+    assert!(old_form["gpus"][0]["weights_bytes"].as_u64() > moe(&[])["gpus"][0]["weights_bytes"].as_u64());
+    let emitted = vram()
+        .args([
+            "serve",
+            "-m",
+            "qwen3-30b-a3b",
+            "-g",
+            "h100",
+            "--engine",
+            "sglang",
+            "--tp-size",
+            "4",
+            "--dp-size",
+            "2",
+            "--enable-dp-attention",
+            "--emit",
+            "sglang",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&emitted.stdout);
+    assert!(text.contains("--attn-dp-size 2") && !text.contains("--dp-size"), "{text}");
     let e = fails(
-        &["serve", "-g", "h100", "--", "python", "-m", "sglang.launch_server", "--model-path", "x", "--dp", "2", "--enable-dp-attention"],
+        &["serve", "-m", "qwen3-30b-a3b", "-g", "h100", "--engine", "sglang", "--tp-size", "4", "--dp-size", "2", "--attn-dp-size", "2"],
         2,
     );
-    assert!(e.contains("SGLang") && e.contains("--enable-dp-attention"), "{e}");
+    assert!(e.contains("refuses"), "{e}");
+    let e = fails(
+        &[
+            "serve",
+            "-g",
+            "h100",
+            "--",
+            "python",
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            "llama-3.1-8b",
+            "--tp",
+            "2",
+            "--dp",
+            "2",
+            "--enable-dp-attention",
+        ],
+        2,
+    );
+    assert!(e.contains("dense"), "{e}");
     // SGLang's --dp-size: replicas of the TP group, each the same per GPU (0.5.23 dp_size).
     let one = sglang_pasted(&["--tp", "2"]);
     let dp = sglang_pasted(&["--tp", "2", "--dp-size", "4"]);

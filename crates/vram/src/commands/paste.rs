@@ -486,9 +486,11 @@ const LLAMA_UNMODELLED: &[&str] = &[
 const SGLANG_VALUE: &[(&str, &str)] = &[
     ("--tp-size", "--tp-size"),
     ("--tp", "--tp-size"),
-    // Replicas of the TP group (0.5.23 `dp_size`); with --enable-dp-attention the command is refused.
+    // Replicas of the TP group (0.5.23 `dp_size`), or with --enable-dp-attention the attention-DP
+    // groups.
     ("--dp-size", "--dp-size"),
     ("--dp", "--dp-size"),
+    ("--attn-dp-size", "--attn-dp-size"),
     ("--tensor-parallel-size", "--tp-size"),
     ("--mem-fraction-static", "--mem-fraction-static"),
     ("--context-length", "--context-length"),
@@ -509,8 +511,15 @@ const SGLANG_VALUE: &[(&str, &str)] = &[
     ("--max-loras-per-batch", "--max-loras-per-batch"),
     ("--max-loaded-loras", "--max-loaded-loras"),
 ];
-const SGLANG_FLAG: &[&str] =
-    &["--disable-cuda-graph", "--disable-radix-cache", "--disable-overlap-schedule", "--language-only", "--enable-lora"];
+const SGLANG_FLAG: &[&str] = &[
+    "--disable-cuda-graph",
+    "--disable-radix-cache",
+    "--disable-overlap-schedule",
+    "--language-only",
+    "--enable-lora",
+    "--enable-dp-attention",
+    "--enable-dp-lm-head",
+];
 /// SGLang flags that take one value or more (argparse `nargs="*"`/`"+"`), read.
 const SGLANG_MANY_VALUES: &[&str] = &["--lora-paths", "--lora-target-modules"];
 /// SGLang flags that change no GPU memory vram accounts.
@@ -574,15 +583,12 @@ const SGLANG_NO_MEMORY_FLAG: &[&str] = &[
 ];
 /// SGLang flags that change memory in ways vram does not model yet: refused by name.
 const SGLANG_UNMODELLED: &[&str] = &[
-    // Attention data parallelism: `--dp-size N --enable-dp-attention` (0.5.23's deprecated
-    // spelling) or `--attn-dp-size N`, and MoE data parallelism (`--dp-size` alone is replicas, read).
-    "--attn-dp-size",
+    // MoE data parallelism (attention DP and `--dp-size` replicas are read).
     "--moe-dp-size",
     "--pp-size",
     "--pipeline-parallel-size",
     "--ep-size",
     "--ep",
-    "--enable-dp-attention",
     "--speculative-algorithm",
     "--speculative-draft-model-path",
     "--cpu-offload-gb",

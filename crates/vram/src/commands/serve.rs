@@ -369,6 +369,9 @@ fn reject_other_engines_flags(a: &ServeArgs, engine: Engine) -> Result<()> {
             given(a.mamba_radix_cache_strategy.is_some(), "--mamba-radix-cache-strategy"),
             given(a.disable_radix_cache, "--disable-radix-cache"),
             given(a.disable_overlap_schedule, "--disable-overlap-schedule"),
+            given(a.attn_dp_size.is_some(), "--attn-dp-size"),
+            given(a.enable_dp_attention, "--enable-dp-attention"),
+            given(a.enable_dp_lm_head, "--enable-dp-lm-head"),
             given(a.language_only, "--language-only"),
             given(!a.lora_paths.is_empty(), "--lora-paths"),
             given(a.max_loras_per_batch.is_some(), "--max-loras-per-batch"),
@@ -777,10 +780,26 @@ pub fn sglang(a: &ServeArgs, model: Model) -> Result<SglangServe> {
         Some(c) => resolve::size("--cuda-context", c)?,
         None => vram_core::serve::ENGINE_CUDA_CONTEXT,
     };
+    // SGLang 0.5.23 (arg_groups/parallel_hook.py handle_deprecated_dp_attention): `--dp-size N
+    // --enable-dp-attention` means `--attn-dp-size N` with one replica; replicas beside attention
+    // DP are refused.
+    let (attn_dp_size, dp) = match (a.attn_dp_size, a.enable_dp_attention) {
+        (Some(n), _) => (n, replicas("--dp-size", a.data_parallel_size)?),
+        (None, true) => (replicas("--dp-size", a.data_parallel_size)?, 1),
+        (None, false) => (1, replicas("--dp-size", a.data_parallel_size)?),
+    };
+    if attn_dp_size > 1 && dp > 1 {
+        return Err(UsageError(format!(
+            "--dp-size {dp} with --attn-dp-size {attn_dp_size}: SGLang refuses data-parallel replicas combined with attention data parallelism"
+        ))
+        .into());
+    }
     let mut config = SglangConfig {
         gpu_memory: cuda_total(&g),
         gpu_memory_smi_mib: g.memory >> 20,
         tp: a.tp,
+        attn_dp_size,
+        dp_lm_head: a.enable_dp_lm_head,
         dtype,
         quantization,
         kv_cache_dtype,
@@ -819,7 +838,6 @@ pub fn sglang(a: &ServeArgs, model: Model) -> Result<SglangServe> {
         distributed: vram_core::serve_advice::sglang_distributed(a.tp, vram_core::serve::nvswitch_gpu(&g.name)),
     };
     config.lora = sglang_lora(a)?;
-    let dp = replicas("--dp-size", a.data_parallel_size)?;
     let report = vram_core::sglang::sglang(&model, &config)?;
     Ok(SglangServe { model, gpu: g, config, report, dp })
 }

@@ -201,10 +201,11 @@ pub fn sglang_text(s: &SglangServe) -> String {
     };
     let _ = writeln!(
         out,
-        "SGLang {} rules on {} · --tp-size {} · --context-length {} · --dtype {} · --kv-cache-dtype {kv}",
+        "SGLang {} rules on {} · --tp-size {}{} · --context-length {} · --dtype {} · --kv-cache-dtype {kv}",
         r.sglang_version,
         gpu_line(&s.gpu),
         r.tp,
+        if r.attn_dp_size > 1 { format!(" · --attn-dp-size {}", r.attn_dp_size) } else { String::new() },
         r.context_len,
         r.dtype.torch_name()
     );

@@ -185,7 +185,12 @@ fn vllm_env(a: &ServeArgs) -> Vec<(String, String)> {
 pub fn sglang(a: &ServeArgs, model: &str) -> Launch {
     let mut f = Vec::new();
     push(&mut f, a.tp != 1, "--tp-size", a.tp);
-    push(&mut f, a.data_parallel_size != 1, "--dp-size", a.data_parallel_size);
+    // Attention DP, written as SGLang 0.5.23 spells it (`--dp-size N --enable-dp-attention` is its
+    // deprecated form): within the TP group, so no more GPUs.
+    let attn_dp = a.attn_dp_size.or(a.enable_dp_attention.then_some(a.data_parallel_size)).filter(|&n| n > 1);
+    push(&mut f, a.data_parallel_size != 1 && !a.enable_dp_attention, "--dp-size", a.data_parallel_size);
+    push(&mut f, attn_dp.is_some(), "--attn-dp-size", attn_dp.unwrap_or(1));
+    switch(&mut f, a.enable_dp_lm_head, "--enable-dp-lm-head");
     push(&mut f, a.context_length.is_some(), "--context-length", a.context_length.unwrap_or(0));
     push(&mut f, a.mem_fraction_static.is_some(), "--mem-fraction-static", a.mem_fraction_static.unwrap_or(0.0));
     push(&mut f, a.max_running_requests.is_some(), "--max-running-requests", a.max_running_requests.unwrap_or(0));
