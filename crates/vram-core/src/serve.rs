@@ -363,6 +363,11 @@ pub struct ServeConfig {
     /// `--performance-mode` (vLLM ≥ 0.19): `throughput` doubles the default batch and sequences,
     /// `interactivity` captures every CUDA-graph size up to 32.
     pub performance_mode: PerformanceMode,
+    /// Whether the V1 runner samples top-k/top-p with FlashInfer (`VLLM_USE_FLASHINFER_SAMPLER`);
+    /// `None` = vLLM's default as installed with pip: no before 0.17 (FlashInfer was an optional
+    /// extra to 0.11 — used when present, as in the vllm/vllm-openai image — and opt-in from 0.12),
+    /// and from 0.17 Triton's kernel, which needs no sort either.
+    pub flashinfer_sampler: Option<bool>,
     /// Override of the non-torch increase measured by the profile run.
     pub non_torch_memory: Option<u64>,
     /// CUDA context per process (outside vLLM's budget).
@@ -482,6 +487,7 @@ impl ServeConfig {
             max_num_seqs: None,
             chunked_prefill: true,
             performance_mode: PerformanceMode::Balanced,
+            flashinfer_sampler: None,
             non_torch_memory: None,
             cuda_context: ENGINE_CUDA_CONTEXT,
             enforce_eager: false,
@@ -892,6 +898,14 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
     let sampler = match cfg.engine {
         VllmEngine::V0 => Sampler::V0,
         VllmEngine::V1 => match model_runner(m, cfg) {
+            // 0.17 added the Triton top-k/top-p kernel (ops/topk_topp_triton.py: absent in the
+            // 0.16.0 sdist, present in 0.17.0's), used from 8 rows.
+            ModelRunner::V1
+                if cfg.flashinfer_sampler != Some(true)
+                    && (cfg.vllm_version < (VllmVersion { major: 0, minor: 17 }) || s.seqs.min(s.batched) < 8) =>
+            {
+                Sampler::V1Sort
+            }
             ModelRunner::V1 => Sampler::V1,
             ModelRunner::V2 if cfg.vllm_version >= VllmVersion::MRV2_SAMPLER_WARMUP => Sampler::Mrv2Warmup(flashinfer_sampler(cfg)),
             ModelRunner::V2 => Sampler::Mrv2,
@@ -1593,6 +1607,9 @@ pub fn model_runner(m: &Model, cfg: &ServeConfig) -> ModelRunner {
 enum Sampler {
     V0,
     V1,
+    /// The V1 runner's dummy sampler with PyTorch's top-k/top-p sort: before 0.17, and from 0.17
+    /// below 8 requests (topk_topp_sampler.py `apply_top_k_top_p`: the Triton path needs 8 rows).
+    V1Sort,
     Mrv2,
     /// Model Runner V2 from 0.33, with its second, warm-up-parameter pass: whether FlashInfer's
     /// sampler runs it.
@@ -1687,10 +1704,18 @@ fn profile_peak(m: &Model, sampler_kind: Sampler, batched: u64, seqs: u64, split
         // 0.33's warm-up pass under FlashInfer: the fp32 copy, FlashInfer's masked fp32 logits and
         // their fp32 softmax, with the model-dtype logits ([`VllmVersion::MRV2_SAMPLER_WARMUP`]).
         Sampler::Mrv2Warmup(true) => 12,
-        // V1's dummy sampler (temperature 0.5, top-k/p skipped) converts to fp32, softmaxes and
-        // draws an exponential of the same shape (v1/sample/sampler.py, topk_topp_sampler.py
-        // random_sample): fp32 logits + probabilities + exponential.
+        // V1's dummy sampler (temperature 0.5, top_k = vocab − 1, top_p = 0.9: gpu_model_runner.py
+        // _dummy_sampler_run) converts to fp32 (v1/sample/sampler.py); from 0.17 Triton masks
+        // top-k/top-p in place, then softmax and an exponential of the same shape
+        // (topk_topp_sampler.py random_sample): fp32 logits + probabilities + exponential.
         Sampler::V1 => 12,
+        // Before 0.17 `apply_top_k_top_p` sorts: at the sort the fp32 logits (4), the sorted
+        // values (4) and int64 indices (8) it returns, and torch.sort's own buffers for a
+        // segmented radix sort of pairs — an int64 index input (8) and cub's double buffer of
+        // keys and values (4 + 8), inferred from PyTorch's CUDA sort rather than read line by
+        // line. The 38 bytes a logit with the model-dtype logits match two held-out vLLM 0.10 logs
+        // (5.58 GiB at 1,024 × 151,936 logits, 1.40 GiB at 256: 38.5 and 38.6 bytes a logit).
+        Sampler::V1Sort => 4 + 4 + 8 + 8 + 4 + 8,
         // V0's profile uses top_k = vocab − 1, top_p = 0.99 (worker/model_runner.py profile_run);
         // _apply_top_k_top_p keeps as locals the fp32 logits, sorted values (4) and int64
         // indices (8), softmax and cumsum (4 + 4), two bool masks (1 + 1), the inverse
@@ -1701,6 +1726,7 @@ fn profile_peak(m: &Model, sampler_kind: Sampler, batched: u64, seqs: u64, split
     if sampler > fwd {
         let how = match sampler_kind {
             Sampler::V1 => "fp32 logits, probabilities, exponential draw",
+            Sampler::V1Sort => "fp32 logits and PyTorch's top-k/top-p sort with its buffers",
             Sampler::Mrv2 => "Model Runner V2: logits and one fp32 copy",
             Sampler::Mrv2Warmup(true) => {
                 "Model Runner V2's warm-up sampling pass: logits, an fp32 copy, FlashInfer's masked copy and softmax"
@@ -1827,10 +1853,20 @@ fn serve_notes(
             if m.ssm.is_some() { "Mamba-hybrid" } else { "MoE" }
         ));
     }
-    if cfg.engine == VllmEngine::V1 && runner == ModelRunner::V1 && cfg.vllm_version >= (VllmVersion { major: 0, minor: 17 }) {
-        notes.push(
-            "vLLM ≥ 0.17's profile-run activation peak is reported about 60% below earlier releases (issue 14; the one such log vram holds ran Model Runner V2, modelled under --model-runner v2); vram's gpu_model_runner.py peak follows the 0.8–0.16 profile run, so the KV pool shown may err small by up to that difference".into(),
-        );
+    if cfg.engine == VllmEngine::V1
+        && runner == ModelRunner::V1
+        && cfg.flashinfer_sampler.is_none()
+        && cfg.vllm_version < (VllmVersion { major: 0, minor: 17 })
+    {
+        notes.push(format!(
+            "vLLM {} samples the profile run's top-k/top-p with PyTorch's sort unless FlashInfer samples it{}: the sampler row counts the sort; pass --flashinfer-sampler on (VLLM_USE_FLASHINFER_SAMPLER=1) for FlashInfer's",
+            cfg.vllm_version,
+            if cfg.vllm_version < (VllmVersion { major: 0, minor: 12 }) {
+                " — which it does by default where FlashInfer is installed: the vllm/vllm-openai image has it, `pip install vllm` does not (the `vllm[flashinfer]` extra); vram assumes pip"
+            } else {
+                " (opt-in from 0.12)"
+            }
+        ));
     }
     if m.sliding_layers > 0 && m.sliding_layers < m.layers {
         notes.push(format!(

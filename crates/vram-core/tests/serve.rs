@@ -253,6 +253,7 @@ fn accuracy_against_logs() {
                     let n = l["max_loras"].as_u64().unwrap();
                     vram_core::serve::ServeLora { max_loras: n, max_lora_rank: l["max_lora_rank"].as_u64().unwrap(), max_cpu_loras: n }
                 }),
+                flashinfer_sampler: case["flashinfer_sampler"].as_bool(),
                 engine,
                 vllm_version: version,
                 ..ServeConfig::new(cuda_total(&g)).with_gpu_traits(&g)
@@ -749,4 +750,64 @@ fn default_batch_follows_the_gpu_and_the_release() {
     assert_eq!(batched("h100", 33, true), 8192);
     assert_eq!(batched("h100", 33, false), 32_768);
     assert_eq!(batched("a100-40gb", 33, true), 2048);
+}
+
+/// Pipeline parallelism, held out (validation/vllm/logs.jsonl, the GH200 TP 4 × PP 2 log of
+/// Qwen3-30B-A3B-Instruct-2507 under vLLM 0.10.1): both stages hold 24 layers, the first the
+/// embedding, the last the final norm, the LM head and the sampler's profile peak, and the log
+/// prints each stage's KV budget (76.15 and 70.58 GiB). The GPU's total is not printed (GH200 is
+/// not catalogued), but both stages share it, so the difference of their non-KV memory is the
+/// difference of their logged KV budgets whatever the total.
+#[test]
+fn pipeline_stages_differ_as_a_logged_pp2_start_up() {
+    let case = logs().into_iter().find(|c| c["id"] == "qwen3-30b-a3b-2507-gh200-tp4pp2-v0.10.1").unwrap();
+    let mut m = model(case["model"].as_str().unwrap());
+    m.max_positions = u(&case, "max_position_embeddings");
+    let cfg = ServeConfig {
+        tp: u(&case, "tp"),
+        pp: u(&case, "pp"),
+        max_model_len: Some(u(&case, "max_model_len")),
+        max_num_batched_tokens: Some(u(&case, "max_num_batched_tokens")),
+        max_num_seqs: Some(u(&case, "max_num_seqs")),
+        gpu_memory_utilization: case["gpu_memory_utilization"].as_f64().unwrap(),
+        vllm_version: VllmVersion::parse(case["vllm_version"].as_str().unwrap()).unwrap(),
+        ..ServeConfig::new(96 << 30)
+    };
+    let r = serve(&m, &cfg).unwrap();
+    let stage = |i: usize| (r.pp_ranks[i].weights_bytes + r.pp_ranks[i].activation_peak_bytes) as f64 / GIB;
+    let logged = case["stage_kv_gib"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect::<Vec<_>>();
+    let (got, want) = (stage(1) - stage(0), logged[0] - logged[1]);
+    eprintln!("PP 2 stage difference: vram {got:.2} GiB, log {want:.2} GiB");
+    // First measured at 1.43 GiB: the log showed the last stage's sampler peak that vram then
+    // modelled from vLLM 0.10's source (PyTorch's top-k/top-p sort, `Sampler::V1Sort`), which
+    // gives 4.90 GiB; the 0.67 GiB left is not located (README).
+    assert!((got - want).abs() < 1.0, "stage 1 − stage 0 non-KV: vram {got:.2} GiB, log {want:.2} GiB");
+}
+
+/// The V1 runner's profile sampler by release: PyTorch's top-k/top-p sort before 0.17 (36
+/// bytes a logit beside the model-dtype logits), Triton's in-place kernel from 0.17 (12) unless
+/// fewer than 8 requests, and FlashInfer's (12) when `VLLM_USE_FLASHINFER_SAMPLER` says so.
+#[test]
+fn the_v1_samplers_peak_follows_the_release() {
+    let m = presets::load("qwen3-8b").unwrap();
+    let peak = |minor: u32, seqs: u64, flashinfer: Option<bool>| {
+        let cfg = ServeConfig {
+            max_model_len: Some(4096),
+            max_num_seqs: Some(seqs),
+            // A small batch for a few requests, so the sampler rather than the forward peaks.
+            max_num_batched_tokens: Some(if seqs < 8 { 16 } else { 2048 }),
+            enforce_eager: true,
+            vllm_version: VllmVersion { major: 0, minor },
+            flashinfer_sampler: flashinfer,
+            ..ServeConfig::new(80 << 30)
+        };
+        serve(&m, &cfg).unwrap().activation_peak_bytes
+    };
+    let logits = 1024 * 151_936u64;
+    assert_eq!(peak(16, 1024, None) - peak(17, 1024, None), 24 * logits);
+    assert_eq!(peak(16, 1024, Some(true)), peak(17, 1024, None));
+    assert_eq!(peak(20, 1024, Some(false)), peak(17, 1024, None), "from 0.17 Triton's kernel, whatever the variable");
+    // Below 8 requests 0.17 sorts too (`logits.shape[0] >= 8` picks Triton).
+    let few = 4 * 151_936u64;
+    assert_eq!(peak(17, 4, None) - peak(17, 4, Some(true)), 24 * few);
 }

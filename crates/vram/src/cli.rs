@@ -662,6 +662,10 @@ pub struct ServeArgs {
     /// up to 32) or throughput (twice the default batch tokens and sequences).
     #[arg(long)]
     pub performance_mode: Option<String>,
+    /// vLLM's VLLM_USE_FLASHINFER_SAMPLER: `on` or `off` [default: vLLM's as installed with pip:
+    /// PyTorch's sort before 0.17, Triton's kernel from 0.17].
+    #[arg(long)]
+    pub flashinfer_sampler: Option<String>,
     /// vLLM `--mamba-cache-mode` for state-space and hybrid models: none, align or all (not modelled)
     /// [default: vLLM's: none without prefix caching, else align].
     #[arg(long)]

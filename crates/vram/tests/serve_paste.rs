@@ -134,6 +134,46 @@ fn memory_changing_flags_vram_does_not_model_are_refused_by_name() {
     assert_eq!(graphs(&inter), graphs(&plain) - 7 + 32);
     assert!(fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--performance-mode", "throughput", "--vllm-version", "0.15"], 2)
         .contains("0.19"));
+    // VLLM_USE_FLASHINFER_SAMPLER in a pasted command is --flashinfer-sampler: before 0.17 it
+    // spares the profile run PyTorch's top-k/top-p sort; --emit writes the variable back.
+    let env = pasted(&[
+        "serve",
+        "-g",
+        "h100",
+        "--vllm-version",
+        "0.10",
+        "--",
+        "VLLM_USE_FLASHINFER_SAMPLER=1",
+        "vllm",
+        "serve",
+        "qwen3-30b-a3b",
+        "--max-model-len",
+        "8192",
+    ]);
+    let typed = json(&[
+        "serve",
+        "-m",
+        "qwen3-30b-a3b",
+        "-g",
+        "h100",
+        "--vllm-version",
+        "0.10",
+        "--max-model-len",
+        "8192",
+        "--flashinfer-sampler",
+        "on",
+    ]);
+    let pip = json(&["serve", "-m", "qwen3-30b-a3b", "-g", "h100", "--vllm-version", "0.10", "--max-model-len", "8192"]);
+    let act = |v: &serde_json::Value| v["gpus"][0]["activation_peak_bytes"].as_u64().unwrap();
+    assert_eq!(act(&env), act(&typed));
+    // 24 bytes more a logit at 1,024 requests × 151,936: 3.47 GiB.
+    assert_eq!(act(&pip) - act(&typed), 24 * 1024 * 151_936, "{} vs {}", act(&pip), act(&typed));
+    assert!(pip.to_string().contains("vram assumes pip"), "{pip}");
+    let out = vram()
+        .args(["serve", "-m", "qwen3-30b-a3b", "-g", "h100", "--vllm-version", "0.10", "--flashinfer-sampler", "on", "--emit", "vllm"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("VLLM_USE_FLASHINFER_SAMPLER=1"), "{}", String::from_utf8_lossy(&out.stdout));
     // Pipeline parallelism is read like the flag given to vram.
     let pp = pasted(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--max-model-len", "8192", "-pp", "2"]);
     let direct = json(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--max-model-len", "8192", "--pipeline-parallel-size", "2"]);
@@ -225,7 +265,7 @@ fn memory_changing_flags_vram_does_not_model_are_refused_by_name() {
     let compose = String::from_utf8_lossy(&out.stdout);
     assert!(compose.contains("\"--dp-size\", \"2\"") && compose.contains("count: 2"), "{compose}");
     assert!(fails(&["serve", "-g", "h100", "--", "docker", "run", "x"], 2).contains("vllm serve MODEL"));
-    assert!(fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b"], 2).contains("not both"));
+    assert!(fails(&["serve", "-m", "llama-3.1-8b", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b"], 2).contains("--model included"));
     assert!(fails(&["serve", "-g", "h100", "--", "vllm", "serve", "--port", "8000"], 2).contains("names no model"));
 }
 
@@ -1092,4 +1132,21 @@ fn adapter_dir(dir: &tempfile::TempDir, name: &str, config: &str) -> String {
     std::fs::create_dir(&d).unwrap();
     std::fs::write(d.join("adapter_config.json"), config).unwrap();
     d.display().to_string()
+}
+
+/// Engine flags typed beside a pasted command would lose to the pasted ones: refused, not
+/// dropped; vram's own settings (--vllm-version, --cuda-graph-memory …) are carried into it.
+#[test]
+fn engine_flags_typed_beside_a_pasted_command_are_refused_and_vrams_own_carried() {
+    for extra in [&["--tp", "2"][..], &["--max-num-seqs", "7"], &["-m", "llama-3.1-8b"]] {
+        let mut a = vec!["serve", "-g", "h100"];
+        a.extend(extra);
+        a.extend(["--", "vllm", "serve", "llama-3.1-8b", "--max-model-len", "8192"]);
+        assert!(fails(&a, 2).contains("beside a pasted command"), "{extra:?}");
+    }
+    let v10 = pasted(&["serve", "-g", "h100", "--vllm-version", "0.10", "--", "vllm", "serve", "llama-3.1-8b", "--max-model-len", "8192"]);
+    assert_eq!(v10["gpus"][0]["vllm_version"], "0.10");
+    let given =
+        pasted(&["serve", "-g", "h100", "--cuda-graph-memory", "1GiB", "--", "vllm", "serve", "llama-3.1-8b", "--max-model-len", "8192"]);
+    assert_eq!(given["gpus"][0]["cuda_graph_estimate_bytes"], 1u64 << 30);
 }

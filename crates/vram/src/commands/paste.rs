@@ -602,14 +602,49 @@ enum Engine {
     LlamaCpp,
 }
 
+/// Beside a pasted command only vram's own settings may be typed (the GPU, output, log and the
+/// assumptions no engine flag carries); an engine flag typed there would be dropped for the
+/// pasted one, so it is refused by name of the rule, not ignored.
+fn typed_beside_paste(a: &ServeArgs, ollama: bool) -> Result<()> {
+    let parsed = crate::cli::Cli::try_parse_from(["vram", "serve", "-g", a.gpu.as_str()]).expect("the bare serve command parses");
+    let crate::cli::Command::Serve(defaults) = parsed.command else { unreachable!("parsed as serve") };
+    // vram's own settings, reset to compare the rest.
+    let own = |x: &ServeArgs| ServeArgs {
+        command: Vec::new(),
+        json: false,
+        log: None,
+        emit: None,
+        emit_alternative: None,
+        emit_file: None,
+        force: false,
+        non_torch_memory: None,
+        cuda_context: None,
+        vllm_version: None,
+        cuda_graph_memory: None,
+        // How many GPUs the machine has (llama.cpp uses every visible one).
+        gpus: None,
+        approximate_architecture: false,
+        // Ollama names its model by tag: the GGUF file comes with --model.
+        model: if ollama { None } else { x.model.clone() },
+        ..x.clone()
+    };
+    if format!("{:?}", own(a)) != format!("{:?}", own(&defaults)) {
+        return Err(UsageError(
+            "beside a pasted command (after `--`) give only vram's own flags (--gpu, --gpus, --approximate-architecture, --json, --log, --emit…, --non-torch-memory, --cuda-context, --vllm-version, --cuda-graph-memory; --model for `ollama run`); the engine's flags, --model included, go inside the pasted command, where vram reads them as the engine does"
+                .into(),
+        )
+        .into());
+    }
+    Ok(())
+}
+
 /// Translate `a.command` (the tokens after `--`) into `vram serve` arguments.
 pub fn translate(a: &ServeArgs) -> Result<Pasted> {
     let (env, cmd) = split_env(&a.command);
-    if cmd.first().is_some_and(|p| p.rsplit('/').next() == Some("ollama")) {
+    let is_ollama = cmd.first().is_some_and(|p| p.rsplit('/').next() == Some("ollama"));
+    typed_beside_paste(a, is_ollama)?;
+    if is_ollama {
         return ollama(a, env, &cmd[1..]);
-    }
-    if a.model.is_some() {
-        return Err(UsageError("give the model either with --model or inside the pasted command, not both".into()).into());
     }
     let (engine, rest, mut model) = recognise(cmd)?;
     let (rest, config_note) = match engine {
@@ -901,10 +936,19 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
     if a.json {
         argv.push("--json".into());
     }
-    for (flag, v) in [("--non-torch-memory", &a.non_torch_memory), ("--cuda-context", &a.cuda_context)] {
+    // vram's own settings, which no engine flag carries, stay beside the pasted command.
+    for (flag, v) in [
+        ("--non-torch-memory", &a.non_torch_memory),
+        ("--cuda-context", &a.cuda_context),
+        ("--vllm-version", &a.vllm_version),
+        ("--cuda-graph-memory", &a.cuda_graph_memory),
+    ] {
         if let Some(v) = v {
             argv.extend([flag.to_string(), v.clone()]);
         }
+    }
+    if a.approximate_architecture {
+        argv.push("--approximate-architecture".into());
     }
     // vLLM's own environment switches that change its profile run: the model runner and, on
     // releases that still have it, the V0 engine (vllm/envs.py).
@@ -930,6 +974,11 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
                     false
                 }
                 "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS" if on => false,
+                // topk_topp_sampler.py: FlashInfer's top-k/top-p sampling instead of PyTorch's sort.
+                "VLLM_USE_FLASHINFER_SAMPLER" if on || off => {
+                    out.extend(["--flashinfer-sampler".into(), if on { "on" } else { "off" }.into()]);
+                    false
+                }
                 _ => true,
             }
         });

@@ -178,6 +178,10 @@ fn vllm_env(a: &ServeArgs) -> Vec<(String, String)> {
     if a.vllm_engine == "v0" {
         env.push(("VLLM_USE_V1".to_string(), "0".to_string()));
     }
+    if let Some(v) = a.flashinfer_sampler.as_deref() {
+        let on = matches!(v.to_ascii_lowercase().as_str(), "on" | "1" | "true");
+        env.push(("VLLM_USE_FLASHINFER_SAMPLER".to_string(), if on { "1" } else { "0" }.to_string()));
+    }
     env
 }
 
