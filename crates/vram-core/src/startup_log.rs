@@ -400,14 +400,29 @@ fn parse_vllm(text: &str) -> (VllmLog, usize) {
             hit += put(&mut l.requested, &mut z[3], &rank, r.split_once(',').and_then(|(_, q)| size(q))) as usize;
         }
         if let Some(r) = after(body, "Actual usage is") {
-            hit += put(&mut l.consumed, &mut z[12], &rank, size(r)) as usize;
-            let peak = after(r, "consumed memory (weights + non-torch),").and_then(size);
-            hit += put(&mut l.activation_peak, &mut z[5], &rank, peak) as usize;
-            let graphs = after(r, "peak activation, and").and_then(size);
-            hit += put(&mut l.cuda_graph, &mut z[11], &rank, graphs) as usize;
+            if let Some(peak) = after(r, "consumed memory (weights + non-torch),") {
+                hit += put(&mut l.consumed, &mut z[12], &rank, size(r)) as usize;
+                hit += put(&mut l.activation_peak, &mut z[5], &rank, size(peak)) as usize;
+                let graphs = after(r, "peak activation, and").and_then(size);
+                hit += put(&mut l.cuda_graph, &mut z[11], &rank, graphs) as usize;
+            } else if let Some(peak) = after(r, "for weight,") {
+                // vLLM 0.10–0.1x: "Actual usage is W GiB for weight, P GiB for peak activation,
+                // N GiB for non-torch memory, and G GiB for CUDAGraph memory."
+                hit += put(&mut l.weights, &mut z[0], &rank, size(r)) as usize;
+                hit += put(&mut l.activation_peak, &mut z[5], &rank, size(peak)) as usize;
+                let non_torch = after(peak, "peak activation,").and_then(size);
+                hit += put(&mut l.non_torch, &mut z[4], &rank, non_torch) as usize;
+                let graphs = after(peak, "non-torch memory, and").and_then(size);
+                hit += put(&mut l.cuda_graph, &mut z[11], &rank, graphs) as usize;
+            }
         }
         if let Some(r) = after(body, "Current kv cache memory in use is") {
-            hit += put(&mut l.kv_cache, &mut z[6], &rank, size(r)) as usize;
+            // A size, or (0.10–0.1x) a count of bytes.
+            let kv = size(r).or_else(|| {
+                let (v, rest) = number(r)?;
+                rest.trim_start().starts_with("bytes").then(|| LogSize { gib: v / (1u64 << 30) as f64, printed: format!("{v} bytes") })
+            });
+            hit += put(&mut l.kv_cache, &mut z[6], &rank, kv) as usize;
         }
         if let Some(r) = after(body, "CUDA graph pool memory:").and_then(|r| after(r, "(actual),")) {
             hit += put(&mut l.cuda_graph_estimated, &mut z[13], &rank, size(r)) as usize;
@@ -682,6 +697,21 @@ Maximum concurrency for 20000 tokens per request: 1.56x");
         assert_eq!((l.kv_tokens, l.max_model_len, l.max_concurrency), (Some(460_496), Some(131_072), Some(3.51)));
         assert_eq!(l.model_runner, Some(ModelRunner::V2));
         assert_eq!(l.ranks, 1);
+    }
+
+    /// vLLM 0.10's summary line names weights, peak activation, non-torch memory and graphs
+    /// apart, and its KV figure in bytes (validation/vllm/logs.jsonl, the LLaVA-NeXT H100 log).
+    #[test]
+    fn vllm_010_summary_line() {
+        let l = vllm(
+            "(EngineCore_DP0 pid=3021) INFO 09-23 18:12:39 [gpu_worker.py:391] Free memory on device (78.66/79.19 GiB) on startup. Desired GPU memory utilization is (0.9, 71.27 GiB). Actual usage is 14.08 GiB for weight, 1.97 GiB for peak activation, 0.07 GiB for non-torch memory, and 0.67 GiB for CUDAGraph memory. Replace gpu_memory_utilization config with `--kv-cache-memory=58333988249` to fit into requested memory, or `--kv-cache-memory=66273897472` to fully utilize gpu memory. Current kv cache memory in use is 59212694937 bytes.",
+        );
+        assert_eq!(l.weights.unwrap().gib, 14.08);
+        assert_eq!(l.activation_peak.unwrap().gib, 1.97);
+        assert_eq!(l.non_torch.unwrap().gib, 0.07);
+        assert_eq!(l.cuda_graph.unwrap().gib, 0.67);
+        assert!(l.consumed.is_none());
+        assert!((l.kv_cache.unwrap().gib - 59_212_694_937.0 / (1u64 << 30) as f64).abs() < 1e-12);
     }
 
     /// A V1-runner start-up that logs its CUDA-graph estimate beside the capture (a public
