@@ -357,6 +357,9 @@ pub struct ServeConfig {
     pub max_num_batched_tokens: Option<u64>,
     /// `--max-num-seqs`; `None` = vLLM's default for the GPU.
     pub max_num_seqs: Option<u64>,
+    /// `--disable-sliding-window`: every layer caches the whole context, and the derived
+    /// max-model-len is capped to the window.
+    pub disable_sliding_window: bool,
     /// `--enable-chunked-prefill` (V1's default) or `--no-enable-chunked-prefill`: without it the
     /// default batch holds a whole max-model-len prompt.
     pub chunked_prefill: bool,
@@ -486,6 +489,7 @@ impl ServeConfig {
             max_num_batched_tokens: None,
             max_num_seqs: None,
             chunked_prefill: true,
+            disable_sliding_window: false,
             performance_mode: PerformanceMode::Balanced,
             flashinfer_sampler: None,
             non_torch_memory: None,
@@ -644,6 +648,28 @@ pub(crate) fn invalid(what: &str, value: impl ToString, hint: &str) -> Error {
 
 /// Reproduce vLLM's start-up accounting for `model` under `cfg`.
 pub fn serve(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
+    // `--disable-sliding-window` (vllm/config/model.py): the derived length is capped to the
+    // window, then the window is dropped, so every layer caches the whole context.
+    if cfg.disable_sliding_window {
+        let Some(window) = m.sliding_window.filter(|_| m.sliding_layers > 0) else {
+            return Err(invalid("--disable-sliding-window", "given", &format!("{} has no sliding-window layers", m.name)));
+        };
+        let mut full = m.clone();
+        (full.sliding_layers, full.sliding_window) = (0, None);
+        let derived = derived_max_len(m);
+        let cap = if derived > 0 { derived.min(window) } else { window };
+        let given = cfg.max_model_len;
+        let mut r = serve(&full, &ServeConfig { disable_sliding_window: false, max_model_len: Some(given.unwrap_or(cap)), ..cfg.clone() })?;
+        r.notes.push(format!(
+            "--disable-sliding-window: all {} layers cache the whole context, and vLLM caps the derived max-model-len to the {window}-token window (config/model.py _get_and_verify_max_len){}",
+            m.layers,
+            match given {
+                Some(l) if l > cap => format!("; --max-model-len {l} exceeds it, which vLLM refuses unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"),
+                _ => String::new(),
+            }
+        ));
+        return Ok(r);
+    }
     let vlm = m.encoder.is_none() && m.seq2seq.is_none();
     // vLLM builds the checkpoint's architecture (`Model::as_served`): a Qwen3.5 config read as
     // its language model (Qwen3_5ForCausalLM, for training) is served as

@@ -811,3 +811,19 @@ fn the_v1_samplers_peak_follows_the_release() {
     let few = 4 * 151_936u64;
     assert_eq!(peak(17, 4, None) - peak(17, 4, Some(true)), 24 * few);
 }
+
+/// `--disable-sliding-window` (vllm/config/model.py): Gemma-2-9B's derived length is capped to
+/// its 4096-token window and every one of its 42 layers caches the whole context, in one group.
+#[test]
+fn disabling_the_sliding_window_caps_the_length_and_fills_every_layer() {
+    let m = presets::load("gemma-2-9b").unwrap();
+    let base = ServeConfig::new(80 << 30);
+    let r = serve(&m, &ServeConfig { disable_sliding_window: true, ..base.clone() }).unwrap();
+    assert_eq!(r.max_model_len, 4096);
+    assert_eq!((r.pool.groups.len(), r.pool.group_size), (1, 42));
+    let windowed = serve(&m, &ServeConfig { max_model_len: Some(4096), ..base.clone() }).unwrap();
+    assert_eq!(windowed.pool.groups.len(), 2);
+    assert!(r.notes.iter().any(|n| n.starts_with("--disable-sliding-window")));
+    let llama = presets::load("llama-3.1-8b").unwrap();
+    assert!(serve(&llama, &ServeConfig { disable_sliding_window: true, ..base }).unwrap_err().to_string().contains("no sliding-window"));
+}

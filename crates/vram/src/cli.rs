@@ -658,6 +658,10 @@ pub struct ServeArgs {
     /// refuses it).
     #[arg(long)]
     pub no_enable_chunked_prefill: bool,
+    /// vLLM `--disable-sliding-window`: every layer caches the whole context; the derived
+    /// max-model-len is capped to the model's window.
+    #[arg(long)]
+    pub disable_sliding_window: bool,
     /// vLLM `--performance-mode` (≥ 0.19): balanced, interactivity (CUDA graphs at every batch size
     /// up to 32) or throughput (twice the default batch tokens and sequences).
     #[arg(long)]

@@ -647,8 +647,15 @@ fn a_pasted_vllm_command_is_read_with_vllms_own_spellings() {
     ]);
     assert!(!old.to_string().contains("NOT UNDERSTOOD"), "{old}");
     assert!(old.to_string().contains("CUDA_VISIBLE_DEVICES=2,3"), "{old}");
+    let e = fails(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--enable-eplb"], 2);
+    assert!(e.contains("--enable-eplb,") && e.contains("does not model"), "{e}");
+    // --disable-sliding-window is read as typed; on a model without a window it is an error.
+    let gemma = pasted(&["serve", "-g", "h100", "--", "vllm", "serve", "gemma-2-9b", "--disable-sliding-window"]);
+    let typed = json(&["serve", "-m", "gemma-2-9b", "-g", "h100", "--disable-sliding-window"]);
+    assert_eq!(gemma["gpus"][0]["num_kv_blocks"], typed["gpus"][0]["num_kv_blocks"]);
+    assert_eq!(gemma["gpus"][0]["max_model_len"], 4096);
     let e = fails(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--disable-sliding-window"], 2);
-    assert!(e.contains("--disable-sliding-window,") && e.contains("does not model"), "{e}");
+    assert!(e.contains("no sliding-window layers"), "{e}");
 }
 
 /// `-O0` and a compilation config with `cudagraph_mode` NONE capture no CUDA graphs

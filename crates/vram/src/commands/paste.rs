@@ -55,6 +55,7 @@ const VLLM_FLAG: &[&str] = &[
     "--enable-prefix-caching",
     "--no-enable-prefix-caching",
     "--no-enable-chunked-prefill",
+    "--disable-sliding-window",
     "--language-model-only",
     "--enable-expert-parallel",
 ];
@@ -196,7 +197,6 @@ const VLLM_UNMODELLED: &[&str] = &[
     "--enable-eplb",
     "--eplb-config",
     "--max-model-len-auto",
-    "--disable-sliding-window",
     "--disable-hybrid-kv-cache-manager",
     "--num-gpu-blocks-override",
     "--decode-context-parallel-size",

@@ -335,6 +335,7 @@ fn reject_other_engines_flags(a: &ServeArgs, engine: Engine) -> Result<()> {
             given(a.enable_prefix_caching, "--enable-prefix-caching"),
             given(a.no_enable_prefix_caching, "--no-enable-prefix-caching"),
             given(a.no_enable_chunked_prefill, "--no-enable-chunked-prefill"),
+            given(a.disable_sliding_window, "--disable-sliding-window"),
             given(a.performance_mode.is_some(), "--performance-mode"),
             given(a.flashinfer_sampler.is_some(), "--flashinfer-sampler"),
             given(a.mamba_cache_mode.is_some(), "--mamba-cache-mode"),
@@ -538,6 +539,7 @@ pub fn vllm(a: &ServeArgs, mut model: Model) -> Result<VllmServe> {
         cudagraph_capture_sizes: (!a.cudagraph_capture_sizes.is_empty()).then(|| a.cudagraph_capture_sizes.clone()),
         max_cudagraph_capture_size: a.max_cudagraph_capture_size,
         chunked_prefill: !a.no_enable_chunked_prefill,
+        disable_sliding_window: a.disable_sliding_window,
         flashinfer_sampler: match a.flashinfer_sampler.as_deref().map(str::to_ascii_lowercase).as_deref() {
             None => None,
             Some("on" | "1" | "true") => Some(true),
