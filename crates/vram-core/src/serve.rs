@@ -387,6 +387,8 @@ pub struct ServeConfig {
     /// `--kv-cache-memory-bytes`: the KV pool set directly instead of from
     /// `--gpu-memory-utilization` (vllm/v1/worker/gpu_worker.py determine_available_memory).
     pub kv_cache_memory_bytes: Option<u64>,
+    /// `--num-gpu-blocks-override`: the KV pool's blocks, set directly (the profile still runs).
+    pub num_gpu_blocks_override: Option<u64>,
     /// `--cpu-offload-gb` in bytes (vLLM reads GiB): weights moved to pinned host memory per GPU.
     pub cpu_offload_bytes: u64,
     /// `--limit-mm-per-prompt` images; `None` = vLLM's default (999 on V1).
@@ -499,6 +501,7 @@ impl ServeConfig {
             model_runner: None,
             lora: None,
             kv_cache_memory_bytes: None,
+            num_gpu_blocks_override: None,
             cpu_offload_bytes: 0,
             mm_limit_per_prompt: None,
             mm_max_pixels: None,
@@ -844,6 +847,11 @@ fn serve_at(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
         notes.push(format!(
             "--kv-cache-memory-bytes {kv}: the KV pool is set directly; --gpu-memory-utilization does not size it, and vLLM does not check that weights + activations + pool fit the GPU (vram does)"
         ));
+    } else if let Some(n) = cfg.num_gpu_blocks_override {
+        notes.push(format!(
+            "--num-gpu-blocks-override {n}: the KV pool is {n} blocks ({:.2} GiB) whatever the profile left (v1/core/kv_cache_planning.py); vLLM does not check that weights + activations + pool fit the GPU (vram does)",
+            c.kv_cache as f64 / GIB as f64
+        ));
     }
     let fits = c.shortfall == 0 && c.pool.num_kv_blocks >= c.pool.blocks_per_request();
     notes.extend(serve_notes(m, cfg, non_torch_bytes, c.cuda_graph.as_ref(), &c.pool));
@@ -1026,7 +1034,17 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
         .and_then(|x| x.checked_add(kept))
         .and_then(|x| x.checked_add(checkpoint_workspace))
         .ok_or(Error::Overflow { what: "non-KV memory".into() })?;
-    let (requested, kv_cache, shortfall) = match cfg.kv_cache_memory_bytes {
+    // `--num-gpu-blocks-override N`: the pool is N blocks whatever the profile left
+    // (v1/core/kv_cache_planning.py: the available memory becomes N × the bytes of one block).
+    let override_bytes = match cfg.num_gpu_blocks_override {
+        Some(n) => {
+            let probe = kv_pool(&staged, &pool_spec(0))?;
+            let per_block = probe.page_size_bytes.checked_mul(probe.group_size.max(1));
+            Some(per_block.and_then(|b| b.checked_mul(n)).ok_or(Error::Overflow { what: "--num-gpu-blocks-override".into() })?)
+        }
+        None => None,
+    };
+    let (requested, kv_cache, shortfall) = match cfg.kv_cache_memory_bytes.or(override_bytes) {
         // The pool is what was asked for; the process needs non-KV + pool of the whole GPU.
         Some(kv) => {
             let need = non_kv.saturating_add(kv);

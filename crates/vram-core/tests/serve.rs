@@ -827,3 +827,17 @@ fn disabling_the_sliding_window_caps_the_length_and_fills_every_layer() {
     let llama = presets::load("llama-3.1-8b").unwrap();
     assert!(serve(&llama, &ServeConfig { disable_sliding_window: true, ..base }).unwrap_err().to_string().contains("no sliding-window"));
 }
+
+/// `--num-gpu-blocks-override N`: the pool is N blocks of N × page × layers bytes, whatever the
+/// budget (v1/core/kv_cache_planning.py), and a pool the GPU cannot hold is a shortfall.
+#[test]
+fn a_block_override_sets_the_pool() {
+    let m = presets::load("llama-3.1-8b").unwrap();
+    let cfg = ServeConfig { max_model_len: Some(8192), num_gpu_blocks_override: Some(15_000), ..ServeConfig::new(80 << 30) };
+    let r = serve(&m, &cfg).unwrap();
+    assert_eq!((r.pool.num_kv_blocks, r.pool.kv_tokens), (15_000, 240_000));
+    // 2 × 16 tokens × 8 KV heads × 128 × 2 bytes a layer, 32 layers.
+    assert_eq!(r.kv_cache_bytes, 15_000 * 65_536 * 32);
+    let huge = serve(&m, &ServeConfig { num_gpu_blocks_override: Some(100_000), ..cfg }).unwrap();
+    assert!(!huge.fits && huge.shortfall_bytes > 0);
+}

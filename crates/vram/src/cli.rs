@@ -662,6 +662,9 @@ pub struct ServeArgs {
     /// max-model-len is capped to the model's window.
     #[arg(long)]
     pub disable_sliding_window: bool,
+    /// vLLM `--num-gpu-blocks-override N`: the KV pool is N blocks, whatever the profile left.
+    #[arg(long)]
+    pub num_gpu_blocks_override: Option<u64>,
     /// vLLM `--performance-mode` (≥ 0.19): balanced, interactivity (CUDA graphs at every batch size
     /// up to 32) or throughput (twice the default batch tokens and sequences).
     #[arg(long)]

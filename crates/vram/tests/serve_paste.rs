@@ -649,6 +649,21 @@ fn a_pasted_vllm_command_is_read_with_vllms_own_spellings() {
     assert!(old.to_string().contains("CUDA_VISIBLE_DEVICES=2,3"), "{old}");
     let e = fails(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--enable-eplb"], 2);
     assert!(e.contains("--enable-eplb,") && e.contains("does not model"), "{e}");
+    // --num-gpu-blocks-override is read as typed.
+    let blocks = pasted(&[
+        "serve",
+        "-g",
+        "h100",
+        "--",
+        "vllm",
+        "serve",
+        "llama-3.1-8b",
+        "--max-model-len",
+        "8192",
+        "--num-gpu-blocks-override",
+        "1000",
+    ]);
+    assert_eq!(blocks["gpus"][0]["num_kv_blocks"], 1000);
     // --disable-sliding-window is read as typed; on a model without a window it is an error.
     let gemma = pasted(&["serve", "-g", "h100", "--", "vllm", "serve", "gemma-2-9b", "--disable-sliding-window"]);
     let typed = json(&["serve", "-m", "gemma-2-9b", "-g", "h100", "--disable-sliding-window"]);

@@ -336,6 +336,7 @@ fn reject_other_engines_flags(a: &ServeArgs, engine: Engine) -> Result<()> {
             given(a.no_enable_prefix_caching, "--no-enable-prefix-caching"),
             given(a.no_enable_chunked_prefill, "--no-enable-chunked-prefill"),
             given(a.disable_sliding_window, "--disable-sliding-window"),
+            given(a.num_gpu_blocks_override.is_some(), "--num-gpu-blocks-override"),
             given(a.performance_mode.is_some(), "--performance-mode"),
             given(a.flashinfer_sampler.is_some(), "--flashinfer-sampler"),
             given(a.mamba_cache_mode.is_some(), "--mamba-cache-mode"),
@@ -540,6 +541,7 @@ pub fn vllm(a: &ServeArgs, mut model: Model) -> Result<VllmServe> {
         max_cudagraph_capture_size: a.max_cudagraph_capture_size,
         chunked_prefill: !a.no_enable_chunked_prefill,
         disable_sliding_window: a.disable_sliding_window,
+        num_gpu_blocks_override: a.num_gpu_blocks_override,
         flashinfer_sampler: match a.flashinfer_sampler.as_deref().map(str::to_ascii_lowercase).as_deref() {
             None => None,
             Some("on" | "1" | "true") => Some(true),
