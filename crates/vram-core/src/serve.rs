@@ -387,6 +387,8 @@ pub struct ServeConfig {
     /// `--kv-cache-memory-bytes`: the KV pool set directly instead of from
     /// `--gpu-memory-utilization` (vllm/v1/worker/gpu_worker.py determine_available_memory).
     pub kv_cache_memory_bytes: Option<u64>,
+    /// `--enable-eplb` with its `--eplb-config`: expert-parallel load balancing; `None` = off.
+    pub eplb: Option<Eplb>,
     /// `--num-gpu-blocks-override`: the KV pool's blocks, set directly (the profile still runs).
     pub num_gpu_blocks_override: Option<u64>,
     /// `--cpu-offload-gb` in bytes (vLLM reads GiB): weights moved to pinned host memory per GPU.
@@ -449,6 +451,26 @@ impl PerformanceMode {
     }
 }
 
+/// vLLM's expert-parallel load balancing (`--enable-eplb`, vllm/config/parallel.py `EPLBConfig`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Eplb {
+    /// `num_redundant_experts` (default 0): physical experts beyond the model's.
+    pub redundant_experts: u64,
+    /// `window_size` (default 1000): steps of expert load kept on the GPU.
+    pub window_size: u64,
+}
+
+impl Eplb {
+    /// EPLB's per-GPU tables (vllm/distributed/eplb/eplb_state.py `add_model`): per MoE layer
+    /// the logical-to-physical map [experts, 1024] int64, the physical-to-logical map, the
+    /// replica counts (int64) and the pass's expert load (int32), and the load window
+    /// [window, layers, physical] int32.
+    pub fn buffer_bytes(&self, experts: u64, moe_layers: u64) -> u128 {
+        let (e, l, p) = (experts as u128, moe_layers as u128, (experts + self.redundant_experts) as u128);
+        l * (e * 1024 * 8 + p * 8 + e * 8 + p * 4) + self.window_size as u128 * l * p * 4
+    }
+}
+
 /// vLLM's multi-LoRA settings (vllm/config/lora.py `LoRAConfig`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct ServeLora {
@@ -502,6 +524,7 @@ impl ServeConfig {
             lora: None,
             kv_cache_memory_bytes: None,
             num_gpu_blocks_override: None,
+            eplb: None,
             cpu_offload_bytes: 0,
             mm_limit_per_prompt: None,
             mm_max_pixels: None,
@@ -1002,6 +1025,23 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
         ));
     }
     let kept = kept.saturating_add(state_buffers);
+    // EPLB's tables, built after the weights load and kept.
+    let eplb_tables = match (cfg.eplb, &m.moe) {
+        (Some(e), Some(moe)) if cfg.non_torch_memory.is_none() => {
+            to_u64(e.buffer_bytes(moe.experts, m.moe_layers() * stage.layers / m.layers.max(1)), "EPLB tables")?
+        }
+        _ => 0,
+    };
+    if eplb_tables > 0 {
+        notes.push(format!(
+            "EPLB: {} redundant experts{}, and its tables ({:.2} GiB per GPU: the logical-to-physical map of 1024 slots an expert, a {}-step load window; distributed/eplb/eplb_state.py) kept from start-up",
+            cfg.eplb.map_or(0, |e| e.redundant_experts),
+            if cfg.eplb.is_some_and(|e| e.redundant_experts > 0) { " held beside the model's, spread over the expert-parallel GPUs" } else { "" },
+            eplb_tables as f64 / GIB as f64,
+            cfg.eplb.map_or(0, |e| e.window_size)
+        ));
+    }
+    let kept = kept.saturating_add(eplb_tables);
     let mut staged = m.clone();
     staged.layers = stage.layers;
     if m.ssm.as_ref().is_some_and(|s| s.shared.is_some()) {
@@ -1425,6 +1465,9 @@ pub(crate) struct Split {
     expert_ranks: u64,
     /// Expert parallelism: whole experts per GPU rather than a slice of each.
     ep: bool,
+    /// EPLB's redundant experts (`num_redundant_experts`): more physical experts than the
+    /// model's, spread with them.
+    redundant: u64,
     /// GPUs the attention projections and the input embedding are split over: `tp`, or under
     /// SGLang's attention DP the attention-TP group (tp / attn_dp).
     attn_tp: u64,
@@ -1435,7 +1478,7 @@ pub(crate) struct Split {
 
 impl Split {
     pub(crate) fn tp(tp: u64) -> Split {
-        Split { tp, expert_ranks: tp, ep: false, attn_tp: tp, head_tp: tp }
+        Split { tp, expert_ranks: tp, ep: false, redundant: 0, attn_tp: tp, head_tp: tp }
     }
 
     /// SGLang's attention data parallelism: the attention and the embedding over `attn_tp`,
@@ -1445,7 +1488,12 @@ impl Split {
     }
 
     fn of(cfg: &ServeConfig) -> Split {
-        Split { expert_ranks: cfg.tp.saturating_mul(cfg.dp.max(1)), ep: cfg.expert_parallel, ..Split::tp(cfg.tp) }
+        Split {
+            expert_ranks: cfg.tp.saturating_mul(cfg.dp.max(1)),
+            ep: cfg.expert_parallel,
+            redundant: cfg.eplb.map_or(0, |e| e.redundant_experts),
+            ..Split::tp(cfg.tp)
+        }
     }
 }
 
@@ -2108,7 +2156,9 @@ fn rank_numel(m: &Model, t: &TensorGroup, split: Split) -> u128 {
         // A stack of experts: whole experts per GPU under expert parallelism (the busiest GPU
         // holds the rounded-up share), else every expert sliced over TP × DP.
         Role::Experts if split.ep => match m.moe.as_ref().map(|moe| moe.experts as u128).filter(|&n| n > 0) {
-            Some(n) => t.numel as u128 / n * n.div_ceil(split.expert_ranks as u128),
+            // EPLB's redundant experts are physical experts too (fused_moe/layer.py
+            // `global_num_experts = num_experts + num_redundant_experts`).
+            Some(n) => t.numel as u128 / n * (n + split.redundant as u128).div_ceil(split.expert_ranks as u128),
             None => (t.numel as u128).div_ceil(split.expert_ranks as u128),
         },
         Role::Experts => (t.numel as u128).div_ceil(split.expert_ranks as u128),

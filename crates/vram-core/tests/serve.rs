@@ -841,3 +841,26 @@ fn a_block_override_sets_the_pool() {
     let huge = serve(&m, &ServeConfig { num_gpu_blocks_override: Some(100_000), ..cfg }).unwrap();
     assert!(!huge.fits && huge.shortfall_bytes > 0);
 }
+
+/// EPLB (vllm/distributed/eplb/eplb_state.py, fused_moe/layer.py): redundant experts are
+/// physical experts spread with the model's — Qwen3-30B-A3B's 128 plus 32 over 4 GPUs is 40 a
+/// GPU instead of 32 — and its tables are kept on every GPU.
+#[test]
+fn eplb_spreads_redundant_experts_and_keeps_its_tables() {
+    use vram_core::serve::Eplb;
+    let m = presets::load("qwen3-30b-a3b").unwrap();
+    let cfg = ServeConfig { tp: 4, expert_parallel: true, max_model_len: Some(8192), ..ServeConfig::new(80 << 30) };
+    let plain = serve(&m, &cfg).unwrap();
+    let eplb = |redundant: u64| {
+        serve(&m, &ServeConfig { eplb: Some(Eplb { redundant_experts: redundant, window_size: 1000 }), ..cfg.clone() }).unwrap()
+    };
+    let (none, some) = (eplb(0), eplb(32));
+    assert_eq!(none.weights_bytes, plain.weights_bytes);
+    let experts: u64 = m.tensors().iter().filter(|t| t.role == vram_core::model::Role::Experts).map(|t| t.numel * t.count).sum();
+    // bf16: (40 − 32) of 128 experts' bytes more per GPU.
+    assert_eq!(some.weights_bytes - none.weights_bytes, experts * 2 / 128 * 8);
+    // 48 MoE layers: 128 × 1024 int64 slots, maps and counts, a 1000-step int32 window of 160.
+    let tables = Eplb { redundant_experts: 32, window_size: 1000 }.buffer_bytes(128, 48);
+    assert_eq!(tables, 48 * (128 * 1024 * 8 + 160 * 8 + 128 * 8 + 160 * 4) + 1000 * 48 * 160 * 4);
+    assert_eq!(some.runner_buffers_bytes - plain.runner_buffers_bytes, tables as u64);
+}

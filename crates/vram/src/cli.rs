@@ -665,6 +665,14 @@ pub struct ServeArgs {
     /// vLLM `--num-gpu-blocks-override N`: the KV pool is N blocks, whatever the profile left.
     #[arg(long)]
     pub num_gpu_blocks_override: Option<u64>,
+    /// vLLM `--enable-eplb` (with --enable-expert-parallel): expert-parallel load balancing, its
+    /// tables on every GPU.
+    #[arg(long)]
+    pub enable_eplb: bool,
+    /// vLLM `--eplb-config JSON`: `num_redundant_experts` (physical experts beyond the model's,
+    /// default 0) and `window_size` (default 1000); other keys change no memory.
+    #[arg(long, value_name = "JSON")]
+    pub eplb_config: Option<String>,
     /// vLLM `--performance-mode` (≥ 0.19): balanced, interactivity (CUDA graphs at every batch size
     /// up to 32) or throughput (twice the default batch tokens and sequences).
     #[arg(long)]

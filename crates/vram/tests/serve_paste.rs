@@ -647,8 +647,43 @@ fn a_pasted_vllm_command_is_read_with_vllms_own_spellings() {
     ]);
     assert!(!old.to_string().contains("NOT UNDERSTOOD"), "{old}");
     assert!(old.to_string().contains("CUDA_VISIBLE_DEVICES=2,3"), "{old}");
-    let e = fails(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--enable-eplb"], 2);
-    assert!(e.contains("--enable-eplb,") && e.contains("does not model"), "{e}");
+    let e = fails(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--speculative-config", "{}"], 2);
+    assert!(e.contains("--speculative-config {}") && e.contains("does not model"), "{e}");
+    // EPLB is read as typed; without expert parallelism it is refused as vLLM refuses it.
+    let eplb = pasted(&[
+        "serve",
+        "-g",
+        "h100",
+        "--",
+        "vllm",
+        "serve",
+        "qwen3-30b-a3b",
+        "-tp",
+        "4",
+        "--enable-expert-parallel",
+        "--enable-eplb",
+        "--eplb-config",
+        r#"{"num_redundant_experts": 32}"#,
+        "--max-model-len",
+        "8192",
+    ]);
+    let typed = json(&[
+        "serve",
+        "-m",
+        "qwen3-30b-a3b",
+        "-g",
+        "h100",
+        "--tp",
+        "4",
+        "--enable-expert-parallel",
+        "--enable-eplb",
+        "--eplb-config",
+        r#"{"num_redundant_experts": 32}"#,
+        "--max-model-len",
+        "8192",
+    ]);
+    assert_eq!(eplb["gpus"][0]["weights_bytes"], typed["gpus"][0]["weights_bytes"]);
+    assert!(fails(&["serve", "-m", "qwen3-30b-a3b", "-g", "h100", "--tp", "4", "--enable-eplb"], 2).contains("--enable-expert-parallel"));
     // --num-gpu-blocks-override is read as typed.
     let blocks = pasted(&[
         "serve",

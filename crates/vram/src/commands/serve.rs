@@ -337,6 +337,8 @@ fn reject_other_engines_flags(a: &ServeArgs, engine: Engine) -> Result<()> {
             given(a.no_enable_chunked_prefill, "--no-enable-chunked-prefill"),
             given(a.disable_sliding_window, "--disable-sliding-window"),
             given(a.num_gpu_blocks_override.is_some(), "--num-gpu-blocks-override"),
+            given(a.enable_eplb, "--enable-eplb"),
+            given(a.eplb_config.is_some(), "--eplb-config"),
             given(a.performance_mode.is_some(), "--performance-mode"),
             given(a.flashinfer_sampler.is_some(), "--flashinfer-sampler"),
             given(a.mamba_cache_mode.is_some(), "--mamba-cache-mode"),
@@ -542,6 +544,7 @@ pub fn vllm(a: &ServeArgs, mut model: Model) -> Result<VllmServe> {
         chunked_prefill: !a.no_enable_chunked_prefill,
         disable_sliding_window: a.disable_sliding_window,
         num_gpu_blocks_override: a.num_gpu_blocks_override,
+        eplb: eplb(a)?,
         flashinfer_sampler: match a.flashinfer_sampler.as_deref().map(str::to_ascii_lowercase).as_deref() {
             None => None,
             Some("on" | "1" | "true") => Some(true),
@@ -851,6 +854,44 @@ pub fn sglang(a: &ServeArgs, model: Model) -> Result<SglangServe> {
     config.lora = sglang_lora(a)?;
     let report = vram_core::sglang::sglang(&model, &config)?;
     Ok(SglangServe { model, gpu: g, config, report, dp })
+}
+
+/// vLLM's `--enable-eplb` and `--eplb-config` (vllm/config/parallel.py `EPLBConfig`): redundant
+/// experts without EPLB, or EPLB without expert parallelism, are refused as vLLM refuses them.
+fn eplb(a: &ServeArgs) -> Result<Option<vram_core::serve::Eplb>> {
+    let json: Option<serde_json::Value> = match &a.eplb_config {
+        Some(t) => Some(serde_json::from_str(t).map_err(|e| UsageError(format!("--eplb-config is not JSON ({e}): {t}")))?),
+        None => None,
+    };
+    let key = |k: &str| -> Result<Option<u64>> {
+        match json.as_ref().and_then(|j| j.get(k)) {
+            None => Ok(None),
+            Some(v) => v.as_u64().map(Some).ok_or_else(|| UsageError(format!("--eplb-config: {k} must be a whole number, got {v}")).into()),
+        }
+    };
+    let (redundant, window) = (key("num_redundant_experts")?.unwrap_or(0), key("window_size")?.unwrap_or(1000));
+    if !a.enable_eplb {
+        if redundant > 0 {
+            return Err(UsageError(format!(
+                "--eplb-config num_redundant_experts {redundant} without --enable-eplb: vLLM refuses it (parallel.py)"
+            ))
+            .into());
+        }
+        return Ok(None);
+    }
+    if !a.enable_expert_parallel {
+        return Err(UsageError(
+            "--enable-eplb needs --enable-expert-parallel, as vLLM says (enable_expert_parallel must be True to use EPLB)".into(),
+        )
+        .into());
+    }
+    if redundant > 1023 || window == 0 || window > 1_000_000 {
+        return Err(UsageError(format!(
+            "--eplb-config: num_redundant_experts {redundant} (at most 1023) or window_size {window} (1 to 1,000,000) out of range"
+        ))
+        .into());
+    }
+    Ok(Some(vram_core::serve::Eplb { redundant_experts: redundant, window_size: window }))
 }
 
 /// Data-parallel replicas (vLLM `--data-parallel-size`, SGLang `--dp-size`, spelt as `flag`):

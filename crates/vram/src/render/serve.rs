@@ -85,7 +85,7 @@ fn vllm_budget(out: &mut String, s: &VllmServe) {
             out,
             "runner buffers kept from start-up",
             r.runner_buffers_bytes,
-            "Model Runner V2's per-request sampling state; vLLM counts it as consumed memory",
+            "sampler state and EPLB tables built after the weights (notes); vLLM counts them as consumed memory",
         );
     }
     row(out, "= non-KV memory", r.non_kv_bytes, "vLLM logs it as \"Total non KV cache memory\"");
