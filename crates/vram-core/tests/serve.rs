@@ -248,7 +248,16 @@ fn accuracy_against_logs() {
                 gpu_memory_utilization: case["gpu_memory_utilization"].as_f64().unwrap(),
                 // A quantized checkpoint is served as stored (what `vram serve` does without
                 // --quantization).
-                quantization: if m.quantization.is_some() { Quantization::Checkpoint } else { Quantization::None },
+                quantization: match (&m.quantization, case["quantization"].as_str()) {
+                    (Some(_), _) => Quantization::Checkpoint,
+                    // Online quantization of a 16-bit checkpoint (`--quantization fp8`).
+                    (None, Some(q)) => Quantization::parse(q).unwrap(),
+                    (None, None) => Quantization::None,
+                },
+                kv_cache_dtype: case["kv_cache_dtype"].as_str().map(|d| {
+                    assert!(d.starts_with("fp8"), "{id}: kv_cache_dtype {d}");
+                    vram_core::DType::F8
+                }),
                 lora: case["lora"].as_object().map(|l| {
                     let n = l["max_loras"].as_u64().unwrap();
                     vram_core::serve::ServeLora { max_loras: n, max_lora_rank: l["max_lora_rank"].as_u64().unwrap(), max_cpu_loras: n }
