@@ -647,8 +647,14 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
         // Read for the MoE model files (deepseek_v2.py, qwen2_moe.py/qwen3_moe.py, glm4_moe.py:
         // the embedding over the attention-TP group); dense model files differ (llama.py keeps
         // it over all of TP).
+        // The model files read for it (the attention over `attn_tp_size`, the embedding over
+        // the attention-TP group): others (mixtral.py keeps the attention over all of TP) are
+        // not modelled.
+        const READ: [&str; 7] = ["deepseek_v2", "deepseek_v3", "qwen2_moe", "qwen3_moe", "glm4_moe", "gpt_oss", "minimax_m2"];
         let why = if m.moe.is_none() {
             Some("a dense model: SGLang's dense model files split the embedding differently from one another")
+        } else if !READ.contains(&m.model_type.as_str()) {
+            Some("this model type: it is modelled for the SGLang model files read (deepseek_v2/v3, qwen2_moe, qwen3_moe, glm4_moe, gpt_oss, minimax_m2)")
         } else if m.ssm.is_some() || vlm {
             Some("a hybrid or vision-language model")
         } else if cfg.lora.is_some() {

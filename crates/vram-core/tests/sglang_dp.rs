@@ -53,6 +53,9 @@ fn unmodelled_and_refused_layouts_are_errors() {
     let dense = presets::load("llama-3.1-8b").unwrap();
     assert!(sglang(&moe, &h100(4, 3)).unwrap_err().to_string().contains("divisor"));
     assert!(sglang(&dense, &h100(4, 2)).unwrap_err().to_string().contains("dense"));
+    // mixtral.py keeps its attention over all of TP: not the layout modelled.
+    let mixtral = presets::load("mixtral-8x7b").unwrap();
+    assert!(sglang(&mixtral, &h100(4, 2)).unwrap_err().to_string().contains("model files read"));
     let e = sglang(&moe, &SglangConfig { dp_lm_head: true, ..h100(4, 1) }).unwrap_err().to_string();
     assert!(e.contains("attention DP"), "{e}");
 }
