@@ -71,6 +71,10 @@ pub struct VllmLog {
     pub attention_block_size: Option<u64>,
     /// "Padding mamba page size by P% to ensure …": the state page's padding to that block.
     pub mamba_padding_pct: Option<f64>,
+    /// Whether the sampler is FlashInfer's ("Using FlashInfer for top-p & top-k sampling.") or
+    /// PyTorch's ("Falling back to the PyTorch-native implementation of top-p & top-k
+    /// sampling", vLLM ≤ 0.16's v1/sample/ops/topk_topp_sampler.py).
+    pub flashinfer_sampler: Option<bool>,
     /// Which GPU model runner printed the lines: V2 where a line comes from
     /// `[model_runner.py:…]` (Model Runner V2), V1 from `[gpu_model_runner.py:…]`.
     pub model_runner: Option<ModelRunner>,
@@ -427,6 +431,13 @@ fn parse_vllm(text: &str) -> (VllmLog, usize) {
         if let Some(r) = after(body, "CUDA graph pool memory:").and_then(|r| after(r, "(actual),")) {
             hit += put(&mut l.cuda_graph_estimated, &mut z[13], &rank, size(r)) as usize;
         }
+        if body.contains("Using FlashInfer for top-p & top-k sampling") {
+            l.flashinfer_sampler = Some(true);
+            hit += 1;
+        } else if body.contains("PyTorch-native implementation of top-p & top-k sampling") {
+            l.flashinfer_sampler = Some(false);
+            hit += 1;
+        }
         if let Some(r) = after(body, "Setting attention block size to") {
             hit += put(&mut l.attention_block_size, &mut z[14], &rank, count(r)) as usize;
         }
@@ -711,6 +722,10 @@ Maximum concurrency for 20000 tokens per request: 1.56x");
         assert_eq!(l.non_torch.unwrap().gib, 0.07);
         assert_eq!(l.cuda_graph.unwrap().gib, 0.67);
         assert!(l.consumed.is_none());
+        let f = vllm("(EngineCore_0 pid=1812) INFO 09-04 01:02:57 [topk_topp_sampler.py:50] Using FlashInfer for top-p & top-k sampling.");
+        assert_eq!(f.flashinfer_sampler, Some(true));
+        let n = vllm("WARNING 09-04 [topk_topp_sampler.py:60] FlashInfer is not available. Falling back to the PyTorch-native implementation of top-p & top-k sampling. For the best performance, please install FlashInfer.");
+        assert_eq!(n.flashinfer_sampler, Some(false));
         assert!((l.kv_cache.unwrap().gib - 59_212_694_937.0 / (1u64 << 30) as f64).abs() < 1e-12);
     }
 

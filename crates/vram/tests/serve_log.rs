@@ -190,3 +190,36 @@ fn vllm_031_summary_line_and_model_runner() {
     let said = v1["comparison"]["contradictions"].to_string();
     assert!(said.contains("Model Runner V2 (model_runner.py)") && said.contains("--model-runner v2"), "{said}");
 }
+
+/// A vLLM ≤ 0.16 log says which sampler ran; the comparison says when the estimate assumed the
+/// other (PyTorch's top-k/top-p sort against FlashInfer's), and how to follow the log.
+#[test]
+fn the_logs_sampler_is_compared_with_the_estimates() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("vllm.log");
+    std::fs::write(
+        &log,
+        "(EngineCore_0 pid=1812) INFO 09-04 01:02:57 [topk_topp_sampler.py:50] Using FlashInfer for top-p & top-k sampling.\n(EngineCore_0 pid=1812) INFO 09-04 01:03:03 [gpu_model_runner.py:2007] Model loading took 14.2488 GiB and 4.422213 seconds\n(EngineCore_0 pid=1812) INFO 09-04 01:04:29 [gpu_worker.py:276] Available KV cache memory: 5.01 GiB\n",
+    )
+    .unwrap();
+    let p = log.to_str().unwrap();
+    let flags = [
+        "serve",
+        "-m",
+        "qwen2.5-7b",
+        "-g",
+        "a100-80gb",
+        "--max-model-len",
+        "16384",
+        "--gpu-memory-utilization",
+        "0.25",
+        "--vllm-version",
+        "0.10",
+        "--log",
+        p,
+    ];
+    let said = json(&flags)["comparison"]["contradictions"].to_string();
+    assert!(said.contains("--flashinfer-sampler on"), "{said}");
+    let followed = json(&[&flags[..], &["--flashinfer-sampler", "on"]].concat());
+    assert_eq!(followed["comparison"]["contradictions"].as_array().unwrap().len(), 0, "{followed}");
+}

@@ -111,6 +111,18 @@ pub fn vllm(s: &VllmServe, l: &VllmLog) -> Comparison {
             ));
         }
     }
+    // vLLM ≤ 0.16 with the V1 runner: the profile sampler sorts unless FlashInfer samples.
+    let sorts_before_017 = s.config.vllm_version < (vram_core::serve::VllmVersion { major: 0, minor: 17 })
+        && r.model_runner == Some(vram_core::serve::ModelRunner::V1);
+    match (l.flashinfer_sampler, s.config.flashinfer_sampler == Some(true)) {
+        (Some(true), false) if sorts_before_017 => contradictions.push(
+            "the log samples with FlashInfer (\"Using FlashInfer for top-p & top-k sampling\"); the estimate counts PyTorch's top-k/top-p sort in the profile run (pass --flashinfer-sampler on)".into(),
+        ),
+        (Some(false), true) => contradictions.push(
+            "the log samples with PyTorch's top-k/top-p (FlashInfer not used); the estimate was given --flashinfer-sampler on".into(),
+        ),
+        _ => {}
+    }
     if let Some(t) = &l.total_gpu_memory {
         let ours = s.config.gpu_memory as f64 / GIB;
         if ((t.gib - ours) / ours).abs() > 0.02 {
