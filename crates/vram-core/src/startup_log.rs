@@ -71,6 +71,9 @@ pub struct VllmLog {
     pub attention_block_size: Option<u64>,
     /// "Padding mamba page size by P% to ensure …": the state page's padding to that block.
     pub mamba_padding_pct: Option<f64>,
+    /// The release that printed the log ("vLLM API server version 0.10.1.1", "Initializing a V1
+    /// LLM engine (v0.10.1.1)"), as printed.
+    pub version: Option<String>,
     /// Whether the sampler is FlashInfer's ("Using FlashInfer for top-p & top-k sampling.") or
     /// PyTorch's ("Falling back to the PyTorch-native implementation of top-p & top-k
     /// sampling", vLLM ≤ 0.16's v1/sample/ops/topk_topp_sampler.py).
@@ -431,6 +434,11 @@ fn parse_vllm(text: &str) -> (VllmLog, usize) {
         if let Some(r) = after(body, "CUDA graph pool memory:").and_then(|r| after(r, "(actual),")) {
             hit += put(&mut l.cuda_graph_estimated, &mut z[13], &rank, size(r)) as usize;
         }
+        let printed = after(body, "vLLM API server version ").or_else(|| after(body, "Initializing a V1 LLM engine (v"));
+        if let Some(v) = printed.and_then(|r| r.split(|c: char| c.is_whitespace() || c == ')').next()).filter(|v| !v.is_empty()) {
+            l.version.get_or_insert_with(|| v.to_string());
+            hit += 1;
+        }
         if body.contains("Using FlashInfer for top-p & top-k sampling") {
             l.flashinfer_sampler = Some(true);
             hit += 1;
@@ -722,6 +730,11 @@ Maximum concurrency for 20000 tokens per request: 1.56x");
         assert_eq!(l.non_torch.unwrap().gib, 0.07);
         assert_eq!(l.cuda_graph.unwrap().gib, 0.67);
         assert!(l.consumed.is_none());
+        let v = vllm("(APIServer pid=1671) INFO 09-04 01:02:21 [api_server.py:1805] vLLM API server version 0.10.1.1");
+        assert_eq!(v.version.as_deref(), Some("0.10.1.1"));
+        let v =
+            vllm("(EngineCore_0 pid=1812) INFO 09-04 01:02:54 [core.py:74] Initializing a V1 LLM engine (v0.22.1) with config: model='x'");
+        assert_eq!(v.version.as_deref(), Some("0.22.1"));
         let f = vllm("(EngineCore_0 pid=1812) INFO 09-04 01:02:57 [topk_topp_sampler.py:50] Using FlashInfer for top-p & top-k sampling.");
         assert_eq!(f.flashinfer_sampler, Some(true));
         let n = vllm("WARNING 09-04 [topk_topp_sampler.py:60] FlashInfer is not available. Falling back to the PyTorch-native implementation of top-p & top-k sampling. For the best performance, please install FlashInfer.");

@@ -223,3 +223,21 @@ fn the_logs_sampler_is_compared_with_the_estimates() {
     let followed = json(&[&flags[..], &["--flashinfer-sampler", "on"]].concat());
     assert_eq!(followed["comparison"]["contradictions"].as_array().unwrap().len(), 0, "{followed}");
 }
+
+/// The release a vLLM log names ("vLLM API server version …") against the rules the estimate
+/// follows: a difference is said, with the flag that follows the log.
+#[test]
+fn the_logs_release_is_compared_with_the_estimates() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("vllm.log");
+    std::fs::write(
+        &log,
+        "(APIServer pid=1671) INFO 09-04 01:02:21 [api_server.py:1805] vLLM API server version 0.10.1.1\n(EngineCore_0 pid=1812) INFO 09-04 01:03:03 [gpu_model_runner.py:2007] Model loading took 14.2488 GiB and 4.422213 seconds\n",
+    )
+    .unwrap();
+    let base = ["serve", "-m", "qwen2.5-7b", "-g", "a100-80gb", "--max-model-len", "16384", "--log", log.to_str().unwrap()];
+    let said = json(&base)["comparison"]["contradictions"].to_string();
+    assert!(said.contains("vLLM 0.10.1.1") && said.contains("--vllm-version 0.10"), "{said}");
+    let followed = json(&[&base[..], &["--vllm-version", "0.10.1.1"]].concat());
+    assert!(!followed["comparison"]["contradictions"].to_string().contains("--vllm-version"), "{followed}");
+}

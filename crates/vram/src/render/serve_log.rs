@@ -111,6 +111,16 @@ pub fn vllm(s: &VllmServe, l: &VllmLog) -> Comparison {
             ));
         }
     }
+    if let Some(v) = &l.version {
+        if let Ok(logged) = vram_core::serve::VllmVersion::parse(v) {
+            if logged != s.config.vllm_version {
+                contradictions.push(format!(
+                    "the log was printed by vLLM {v}; the estimate follows vLLM {}'s rules (pass --vllm-version {logged})",
+                    s.config.vllm_version
+                ));
+            }
+        }
+    }
     // vLLM ≤ 0.16 with the V1 runner: the profile sampler sorts unless FlashInfer samples.
     let sorts_before_017 = s.config.vllm_version < (vram_core::serve::VllmVersion { major: 0, minor: 17 })
         && r.model_runner == Some(vram_core::serve::ModelRunner::V1);
