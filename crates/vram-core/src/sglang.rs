@@ -70,6 +70,8 @@ pub struct SglangConfig {
     pub attn_dp_size: u64,
     /// `--enable-dp-lm-head`: the LM head split over the attention-TP group, not all of TP.
     pub dp_lm_head: bool,
+    /// `--ep-size` (`--ep`): expert parallelism; 1 = none, else it must equal `--tp-size`.
+    pub ep_size: u64,
     /// `--dtype`; `None` = auto.
     pub dtype: Option<DType>,
     /// `--quantization` (or the checkpoint's).
@@ -294,6 +296,7 @@ impl SglangConfig {
             tp: 1,
             attn_dp_size: 1,
             dp_lm_head: false,
+            ep_size: 1,
             dtype: None,
             quantization: Quantization::None,
             kv_cache_dtype: None,
@@ -636,6 +639,22 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
         ));
     }
     let attn_tp = tp / attn_dp;
+    // Expert parallelism (arg_groups/parallel_hook.py: `ep_size * moe_dp_size == tp_size`, and
+    // moe_dp_size is not modelled): each GPU holds num_experts / ep whole experts, the bytes a
+    // TP slice of every expert holds when the experts divide.
+    if cfg.ep_size > 1 {
+        if cfg.ep_size != tp {
+            return Err(invalid(
+                "--ep-size",
+                cfg.ep_size,
+                &format!("equal to --tp-size {tp}: SGLang asserts ep_size * moe_dp_size == tp_size"),
+            ));
+        }
+        let experts = m.moe.as_ref().map_or(0, |e| e.experts);
+        if experts == 0 || experts % cfg.ep_size != 0 {
+            return Err(invalid("--ep-size", cfg.ep_size, &format!("a divisor of {}'s {experts} routed experts (a MoE model)", m.name)));
+        }
+    }
     if cfg.dp_lm_head && attn_dp == 1 {
         return Err(invalid(
             "--enable-dp-lm-head",
@@ -1011,6 +1030,14 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
             l.target_modules.join(", "),
             lora_pool as f64 / GIB as f64,
             dtype.torch_name()
+        ));
+    }
+    if cfg.ep_size > 1 {
+        notes.push(format!(
+            "--ep-size {}: each GPU holds {} whole experts instead of a 1/{} slice of every expert, the same bytes (MoE all-to-all buffers of --moe-a2a-backend deepep are not modelled and that backend is refused)",
+            cfg.ep_size,
+            m.moe.as_ref().map_or(0, |e| e.experts) / cfg.ep_size,
+            cfg.ep_size
         ));
     }
     if attn_dp > 1 {

@@ -59,3 +59,17 @@ fn unmodelled_and_refused_layouts_are_errors() {
     let e = sglang(&moe, &SglangConfig { dp_lm_head: true, ..h100(4, 1) }).unwrap_err().to_string();
     assert!(e.contains("attention DP"), "{e}");
 }
+
+/// `--ep-size` equal to `--tp-size`: whole experts per GPU, the same bytes as a TP slice of every
+/// expert when the experts divide; other sizes SGLang refuses (ep_size * moe_dp_size == tp_size).
+#[test]
+fn expert_parallelism_over_the_tp_group_keeps_the_bytes() {
+    let m = presets::load("qwen3-30b-a3b").unwrap();
+    let tp = sglang(&m, &h100(4, 1)).unwrap();
+    let ep = sglang(&m, &SglangConfig { ep_size: 4, ..h100(4, 1) }).unwrap();
+    assert_eq!(ep.weights_bytes, tp.weights_bytes);
+    assert!(ep.notes.iter().any(|n| n.contains("32 whole experts")));
+    assert!(sglang(&m, &SglangConfig { ep_size: 2, ..h100(4, 1) }).unwrap_err().to_string().contains("equal to --tp-size"));
+    let dense = presets::load("llama-3.1-8b").unwrap();
+    assert!(sglang(&dense, &SglangConfig { ep_size: 2, ..h100(2, 1) }).is_err());
+}

@@ -547,6 +547,10 @@ pub struct ServeArgs {
     /// SGLang `--enable-dp-lm-head`: the LM head split over an attention-DP group's GPUs only.
     #[arg(long)]
     pub enable_dp_lm_head: bool,
+    /// SGLang `--ep-size` / `--ep`: expert parallelism over the TP group (it must equal
+    /// --tp-size): whole experts per GPU.
+    #[arg(long)]
+    pub ep_size: Option<u64>,
     /// SGLang `--language-only`: a vision-language checkpoint's language model alone.
     #[arg(long)]
     pub language_only: bool,

@@ -199,6 +199,7 @@ pub fn sglang(a: &ServeArgs, model: &str) -> Launch {
     push(&mut f, a.data_parallel_size != 1 && !a.enable_dp_attention, "--dp-size", a.data_parallel_size);
     push(&mut f, attn_dp.is_some(), "--attn-dp-size", attn_dp.unwrap_or(1));
     switch(&mut f, a.enable_dp_lm_head, "--enable-dp-lm-head");
+    push(&mut f, a.ep_size.is_some_and(|e| e > 1), "--ep-size", a.ep_size.unwrap_or(1));
     push(&mut f, a.context_length.is_some(), "--context-length", a.context_length.unwrap_or(0));
     push(&mut f, a.mem_fraction_static.is_some(), "--mem-fraction-static", a.mem_fraction_static.unwrap_or(0.0));
     push(&mut f, a.max_running_requests.is_some(), "--max-running-requests", a.max_running_requests.unwrap_or(0));
