@@ -561,7 +561,7 @@ pub struct ServeArgs {
     /// vLLM `--data-parallel-size` / `-dp` (typed here `--dp`): replicas of the TP×PP group, each with its own
     /// attention weights and KV cache; a MoE model's experts are spread over all TP×DP GPUs.
     /// GPUs and concurrency multiply. SGLang `--dp-size` (0.5.23: replicas of the TP group, each
-    /// a whole model; `--enable-dp-attention` is not modelled).
+    /// a whole model; with `--enable-dp-attention` it counts attention-DP groups instead, as --attn-dp-size).
     #[arg(long, alias = "dp", alias = "dp-size", default_value_t = 1)]
     pub data_parallel_size: u64,
     /// vLLM `--enable-expert-parallel` / `-ep` (typed here `--ep`): each of the TP×DP GPUs holds
