@@ -47,6 +47,7 @@ pub mod serve_advice;
 pub mod serve_encdec;
 pub mod serve_graphs;
 pub mod serve_mm;
+pub mod serve_spec;
 pub mod serve_ssm;
 pub mod sglang;
 pub mod snapshot;

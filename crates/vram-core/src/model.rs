@@ -1228,6 +1228,12 @@ pub struct Model {
     pub checkpoint_quantization: Option<String>,
     /// Bytes of all tensors in the safetensors headers (exact stored size, scales included).
     pub checkpoint_bytes: Option<u64>,
+    /// Multi-token-prediction layers the checkpoint carries beyond `layers`
+    /// (`num_nextn_predict_layers`, Qwen3.5/Qwen3-Next's `mtp_num_hidden_layers`): not built for
+    /// the model itself, loaded by vLLM as the drafter of `--speculative-config` method mtp.
+    pub mtp_layers: u64,
+    /// An EAGLE-3 head's `draft_vocab_size`: the tokens its own LM head scores.
+    pub draft_vocab: Option<u64>,
     /// RoPE context extension (`rope_scaling` / `rope_parameters`), when the config has one.
     pub rope_scaling: Option<RopeScaling>,
     /// Set for bidirectional encoders (no causal mask, no KV cache, post-LN, an encoder head).

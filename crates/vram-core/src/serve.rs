@@ -410,6 +410,8 @@ pub struct ServeConfig {
     pub mamba_cache_mode: Option<crate::serve_ssm::MambaCacheMode>,
     /// `--mamba-ssm-cache-dtype`; `None` = auto (the model's rule, else its dtype).
     pub mamba_ssm_cache_dtype: Option<DType>,
+    /// `--speculative-config`; `None` without speculative decoding.
+    pub speculative: Option<crate::serve_spec::Speculative>,
 }
 
 impl ServeConfig {
@@ -533,6 +535,7 @@ impl ServeConfig {
             prefix_caching: None,
             mamba_cache_mode: None,
             mamba_ssm_cache_dtype: None,
+            speculative: None,
         }
     }
 }
@@ -611,6 +614,8 @@ pub struct ServeReport {
     pub quant_scales_bytes: u64,
     /// Of which: the rotary cos/sin cache buffer.
     pub rotary_cache_bytes: u64,
+    /// Of which: the drafter's weights (speculative decoding).
+    pub draft_weights_bytes: u64,
     /// Of which: `--enable-lora`'s stacked adapter slots, allocated at model load.
     pub lora_slots_bytes: u64,
     /// Host memory of `--max-cpu-loras` adapters at the maximum rank (outside the GPU).
@@ -808,6 +813,8 @@ pub fn pp_layers(layers: u64, pp: u64) -> Vec<u64> {
 
 /// The budget of one GPU of one stage.
 struct RankCalc {
+    /// The drafter's share of `weights` (speculative decoding).
+    draft_weights: u128,
     weights: u128,
     scales: u128,
     rotary: u128,
@@ -897,6 +904,7 @@ fn serve_at(m: &Model, cfg: &ServeConfig) -> Result<ServeReport> {
         weights_bytes,
         quant_scales_bytes: to_u64(c.scales, "scales")?,
         rotary_cache_bytes: to_u64(c.rotary, "rotary cache")?,
+        draft_weights_bytes: to_u64(c.draft_weights, "drafter weights")?,
         lora_slots_bytes: to_u64(c.lora_slots, "LoRA slots")?,
         lora_cpu_bytes: to_u64(
             cfg.lora.map_or(0, |l| c.lora_slots * l.max_cpu_loras as u128 * tp as u128 / l.max_loras.max(1) as u128),
@@ -941,6 +949,10 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
         (q, None) => rank_weights(m, q, split, e, stage),
     };
     let (weights, scales) = cpu_offload(m, cfg, stage, s.e, weights, scales, notes)?;
+    let drafter = match &cfg.speculative {
+        Some(sp) if stage.last && sp.method.has_drafter() => Some(drafter_on_rank(m, cfg, sp, split, s)?),
+        _ => None,
+    };
     let rotary = rotary_cache_positions(m) * m.rotary_dim as u128 * e;
     let (lora_slots, lora_buffer) = match cfg.lora {
         Some(l) => lora_slots(m, &l, tp, e, s.batched)?,
@@ -950,7 +962,7 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
         Some(mm) if stage.first => Some(crate::serve_mm::plan(m, mm, cfg, s.batched, s.seqs, s.max_len, e)?),
         _ => None,
     };
-    let weights = weights + vision.as_ref().map_or(0, |v| v.weights + v.buffers);
+    let weights = weights + vision.as_ref().map_or(0, |v| v.weights + v.buffers) + drafter.as_ref().map_or(0, |d| d.weights);
     let weights_bytes = to_u64(weights + scales + rotary + lora_slots, "weights")?;
     let sampler = match cfg.engine {
         VllmEngine::V0 => Sampler::V0,
@@ -968,7 +980,17 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
             ModelRunner::V2 => Sampler::Mrv2,
         },
     };
-    let (mut act, mut act_at) = profile_peak(m, sampler, s.batched, s.seqs, split, e, stage.last);
+    let rejection = cfg.speculative.is_some() && matches!(sampler, Sampler::V1 | Sampler::V1Sort);
+    let (mut act, mut act_at) = profile_peak(m, stage.last.then_some(sampler), s.batched, s.seqs, split, e, rejection);
+    // The drafter's forward over the same tokens, the target's hidden states held
+    // (gpu_model_runner.py `_dummy_run` → `drafter.dummy_run`).
+    if let Some((f, held)) = drafter.as_ref().and_then(|d| d.forward.as_ref().map(|f| (f, d.held_hidden))) {
+        let (peak, _) = forward_peak_split(f, s.batched, Split::tp(tp), e);
+        let held = (1 + held as u128) * s.batched as u128 * m.hidden as u128 * e;
+        if peak + held > act {
+            (act, act_at) = (peak + held, format!("the drafter's forward of {} tokens, the target's hidden states held", s.batched));
+        }
+    }
     if let Some(v) = &vision {
         (act, act_at) = vision_peak(v, act, act_at);
         notes.push(vision_note(v));
@@ -1059,6 +1081,7 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
         mamba_cache_mode: crate::serve_ssm::cache_mode(m, cfg),
         prefill_checkpoints: checkpoints,
         tokens_from_concurrency: cfg.vllm_version >= VllmVersion::TOKENS_FROM_CONCURRENCY,
+        draft_bytes_per_token: drafter.as_ref().map_or(0, |d| d.kv_bytes_per_token),
         ..PoolSpec::new(kv_cache, s.max_len, s.batched, cfg.block_size, s.kv_b, tp)
     };
     // 0.33's Gated DeltaNet prefill checkpoints: a workspace sized in the profile run and kept.
@@ -1096,10 +1119,14 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
         }
     };
     let pool = kv_pool(&staged, &pool_spec(kv_cache))?;
+    if let (Some(sp), true) = (&cfg.speculative, stage.last) {
+        notes.push(speculative_note(sp, drafter.as_ref(), rejection, &pool));
+    }
     if let Some(enc) = &encoder {
         notes.push(crate::serve_encdec::note(enc, &pool, s.max_len));
     }
     Ok(RankCalc {
+        draft_weights: drafter.as_ref().map_or(0, |d| d.weights),
         weights,
         scales,
         rotary,
@@ -1114,6 +1141,70 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
         shortfall,
         pool,
     })
+}
+
+/// What speculative decoding changed, for the report.
+fn speculative_note(sp: &crate::serve_spec::Speculative, d: Option<&crate::serve_spec::Drafter>, rejection: bool, pool: &KvPool) -> String {
+    let k = sp.num_speculative_tokens;
+    let drafter = match d {
+        Some(d) => format!(
+            "the drafter — {} — {:.2} GiB of the weights row (\"Model loading took\" holds it, gpu_model_runner.py load_model); its {} attention layer(s) join the KV cache at {} bytes a token, so a block holds the drafter's K and V too ({} bytes a token in all)",
+            d.what,
+            d.weights as f64 / GIB as f64,
+            d.kv_layers,
+            d.kv_bytes_per_token,
+            pool.kv_bytes_per_token
+        ),
+        None => "proposals come from the CPU (no drafter weights, no KV layers)".into(),
+    };
+    format!(
+        "--speculative-config method {} with {k} speculative token(s): {drafter}; {}CUDA graphs capture decode batches of 1 + {k} tokens a request (sizes rounded to multiples of {}). Modelled from vLLM's source (0.19.1 and 0.33.0 sdists), not yet checked against a start-up log",
+        sp.method.name(),
+        if rejection { "the V1 runner's profile also runs the rejection sampler over [2 × max-num-seqs, vocabulary] dummy logits; " } else { "" },
+        k + 1
+    )
+}
+
+/// The drafter of `--speculative-config` on one GPU of the last stage: its weights as stored
+/// (an MTP layer priced as the checkpoint's average decoder layer; a draft model as the target
+/// is priced, rotary cache included), its KV layers and its forward.
+fn drafter_on_rank(
+    m: &Model,
+    cfg: &ServeConfig,
+    sp: &crate::serve_spec::Speculative,
+    split: Split,
+    s: Spec,
+) -> Result<crate::serve_spec::Drafter> {
+    use crate::serve_spec::SpecMethod;
+    let e = s.e;
+    let priced = |d: &Model, quantization: Quantization, stage: &Stage| -> Result<u128> {
+        Ok(match quantization {
+            Quantization::Checkpoint if d.quantization.is_some() => {
+                let (w, sc, _) = checkpoint_rank_weights(d, split, e, stage, Some(mxfp4_alignment(cfg)))?;
+                w + sc
+            }
+            Quantization::Checkpoint => {
+                let (w, sc) = rank_weights(d, Quantization::None, split, e, stage);
+                w + sc
+            }
+            q => {
+                let (w, sc) = rank_weights(d, q, split, e, stage);
+                w + sc
+            }
+        })
+    };
+    let mtp = if sp.method == SpecMethod::Mtp {
+        let stage = Stage { rank: 0, start: m.layers.saturating_sub(m.mtp_layers), layers: m.mtp_layers, first: false, last: false };
+        priced(m, cfg.quantization, &stage)?
+    } else {
+        0
+    };
+    let mut d = crate::serve_spec::drafter(m, sp, cfg.tp, e, s.kv_b, mtp);
+    if let (SpecMethod::DraftModel, Some(dm)) = (sp.method, sp.draft.as_deref()) {
+        // The draft model is loaded as stored, unquantized unless its checkpoint is.
+        d.weights = priced(dm, Quantization::Checkpoint, &Stage::whole(dm))? + rotary_cache_positions(dm) * dm.rotary_dim as u128 * e;
+    }
+    Ok(d)
 }
 
 /// Rows of vLLM's rotary cos/sin caches: RotaryEmbedding's `cos_sin_cache` is
@@ -1182,7 +1273,11 @@ fn cuda_graph_estimate(m: &Model, cfg: &ServeConfig, layers: u64, seqs: u64, bat
         && !cfg.enforce_eager
         && cfg.cudagraph_mode != Some(crate::serve_graphs::CudagraphMode::None)
         && cfg.kv_cache_memory_bytes.is_none();
-    applies.then(|| crate::serve_graphs::estimate(cfg, layers, seqs, batched))
+    let draft_layers = cfg.speculative.as_ref().map_or(0, |s| match s.method {
+        crate::serve_spec::SpecMethod::Mtp => m.mtp_layers,
+        _ => s.draft.as_ref().map_or(0, |d| d.layers),
+    });
+    applies.then(|| crate::serve_graphs::estimate(cfg, layers, seqs, batched, draft_layers))
 }
 
 /// vllm/config/model.py _resolve_auto_dtype: the checkpoint's dtype; float32 served in bf16.
@@ -1303,6 +1398,16 @@ fn validate(m: &Model, cfg: &ServeConfig) -> Result<(u64, Vec<String>)> {
             cfg.vllm_version,
             "the V1 engine is modelled from vLLM 0.8; for older releases pass --vllm-engine v0",
         ));
+    }
+    if let Some(spec) = &cfg.speculative {
+        if cfg.engine == VllmEngine::V0 {
+            return Err(invalid(
+                "--speculative-config",
+                "with --vllm-engine v0",
+                "the V1 engine's speculative decoding is modelled, not V0's",
+            ));
+        }
+        crate::serve_spec::check(m, spec, cfg.pp)?;
     }
     let pp = cfg.pp;
     if pp == 0 || pp > m.layers.max(1) {
@@ -1686,6 +1791,11 @@ pub fn model_runner(m: &Model, cfg: &ServeConfig) -> ModelRunner {
     if let Some(r) = cfg.model_runner {
         return r;
     }
+    // Suffix decoding is not in Model Runner V2 (config/vllm.py
+    // `_get_v2_model_runner_unsupported_features`, 0.33.0).
+    if cfg.speculative.as_ref().is_some_and(|s| s.method == crate::serve_spec::SpecMethod::Suffix) {
+        return ModelRunner::V1;
+    }
     let dense = m.moe.is_none() && m.ssm.is_none();
     if cfg.vllm_version >= VllmVersion::MRV2_ALL_MODELS || (cfg.vllm_version >= VllmVersion::MRV2_DEFAULT && dense) {
         ModelRunner::V2
@@ -1773,15 +1883,24 @@ fn cublas_baseline(cfg: &ServeConfig) -> u64 {
 
 /// The profile run's activation peak and where it occurs. Each engine's profiling pass is one
 /// arm of the sampler match.
-fn profile_peak(m: &Model, sampler_kind: Sampler, batched: u64, seqs: u64, split: Split, e: u128, last: bool) -> (u128, String) {
+/// `sampler_kind` is `None` on a stage before the last, which runs no sampler.
+fn profile_peak(
+    m: &Model,
+    sampler_kind: Option<Sampler>,
+    batched: u64,
+    seqs: u64,
+    split: Split,
+    e: u128,
+    rejection: bool,
+) -> (u128, String) {
     let tp = split.tp;
     // Profile run (gpu_model_runner.py profile_run): a forward of max_num_batched_tokens tokens,
     // then the sampler over min(max_num_seqs, tokens) requests while the forward's hidden states
     // are still referenced — on the last pipeline stage only (`if get_pp_group().is_last_rank`).
     let (fwd, fwd_at) = forward_peak_split(m, batched, split, e);
-    if !last {
+    let Some(sampler_kind) = sampler_kind else {
         return (fwd, fwd_at);
-    }
+    };
     let reqs = seqs.min(batched) as u128;
     let v = m.vocab as u128;
     let vpad = (m.vocab.div_ceil(VOCAB_PAD) * VOCAB_PAD) as u128;
@@ -1814,7 +1933,19 @@ fn profile_peak(m: &Model, sampler_kind: Sampler, batched: u64, seqs: u64, split
         // permutation (8) and the re-gathered logits (4) (model_executor/layers/sampler.py).
         Sampler::V0 => 4 + 4 + 8 + 4 + 4 + 1 + 1 + 8 + 4,
     };
-    let sampler = reqs * vpad / tp as u128 * e + gathered + reqs * v * per_logit + (batched as u128 + reqs) * m.hidden as u128 * e;
+    let held = (batched as u128 + reqs) * m.hidden as u128 * e;
+    let sampler = reqs * vpad / tp as u128 * e + gathered + reqs * v * per_logit + held;
+    // Speculative decoding on the V1 runner: `_dummy_sampler_run` then draws [2R, V] dummy logits
+    // (one draft token a request) and the rejection sampler samples the R bonus rows it gathers
+    // from them (v1/sample/rejection_sampler.py `forward`): 3 R × V model-dtype logits beside the
+    // sampler's own temporaries.
+    let rejection_phase = if rejection { 3 * reqs * v * e + reqs * v * per_logit + held } else { 0 };
+    if rejection_phase > fwd && rejection_phase > sampler {
+        return (
+            rejection_phase,
+            format!("rejection sampler over {reqs} requests × 2 rows × {} vocabulary (speculative decoding's dummy pass)", m.vocab),
+        );
+    }
     if sampler > fwd {
         let how = match sampler_kind {
             Sampler::V1 => "fp32 logits, probabilities, exponential draw",
@@ -1997,6 +2128,9 @@ pub struct PoolSpec {
     /// Gated DeltaNet layers export prefill checkpoints (vLLM ≥ 0.33, FlashInfer's GDN prefill,
     /// mamba-cache mode `align`): blocks on a 64-token grid, one more state block a request.
     pub prefill_checkpoints: bool,
+    /// KV bytes a token costs in a drafter's attention layers (speculative decoding), which
+    /// join the target's group: every block holds them too.
+    pub draft_bytes_per_token: u64,
 }
 
 impl PoolSpec {
@@ -2020,6 +2154,7 @@ impl PoolSpec {
             mamba_cache_mode: crate::serve_ssm::MambaCacheMode::None,
             prefill_checkpoints: false,
             tokens_from_concurrency: false,
+            draft_bytes_per_token: 0,
         }
     }
 }
@@ -2036,6 +2171,9 @@ pub struct KvPool {
     pub state: Option<crate::serve_ssm::StateCache>,
     /// KV bytes per token over all layers of this rank.
     pub kv_bytes_per_token: u64,
+    /// Of `kv_bytes_per_token`, a speculative drafter's layers.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub draft_bytes_per_token: u64,
     /// Layers per KV-cache group.
     pub group_size: u64,
     /// The groups.
@@ -2078,8 +2216,14 @@ pub fn kv_pool(m: &Model, p: &PoolSpec) -> Result<KvPool> {
     }
     let bs = p.block_size;
     let (groups, group_size) = kv_groups(m, p.max_model_len, p.max_num_batched_tokens, bs);
-    // get_num_blocks: available // page_size // layers per group.
-    let num_kv_blocks = p.kv_cache_bytes / page_size_bytes / group_size;
+    // get_num_blocks: available // page_size // layers per group; a drafter's layers are in
+    // the one group too (same page size), or beside it with their own page size
+    // (kv_cache_interface.py UniformTypeKVCacheSpecs: blocks = available // Σ page sizes).
+    let block_bytes = page_size_bytes
+        .checked_mul(group_size)
+        .and_then(|b| b.checked_add(p.draft_bytes_per_token.checked_mul(bs)?))
+        .ok_or_else(overflow)?;
+    let num_kv_blocks = p.kv_cache_bytes / block_bytes;
     // get_max_concurrency_for_kv_cache_config: blocks / blocks one max-length request needs.
     let per_request: u64 = groups.iter().map(|g| g.blocks_per_request).sum();
     let max_concurrency = num_kv_blocks as f64 / per_request as f64;
@@ -2097,7 +2241,8 @@ pub fn kv_pool(m: &Model, p: &PoolSpec) -> Result<KvPool> {
         block_size: bs,
         page_size_bytes,
         state: None,
-        kv_bytes_per_token,
+        kv_bytes_per_token: kv_bytes_per_token.saturating_add(p.draft_bytes_per_token),
+        draft_bytes_per_token: p.draft_bytes_per_token,
         group_size,
         groups,
         num_kv_blocks,
@@ -2120,6 +2265,10 @@ pub(crate) fn longest_that_fits(max_len: u64, blocks: u64, need: impl Fn(u64) ->
         }
     }
     lo
+}
+
+fn is_zero(x: &u64) -> bool {
+    *x == 0
 }
 
 fn to_u64(x: u128, what: &str) -> Result<u64> {

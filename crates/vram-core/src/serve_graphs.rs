@@ -155,20 +155,30 @@ pub fn check(cfg: &ServeConfig, batched: u64) -> Result<()> {
 /// first, FULL_DECODE_ONLY the second, FULL captures every size as one full graph. With LoRA
 /// every size is captured twice, without adapters and with `max_loras + 1` active
 /// (`_get_lora_cases`, `cudagraph_specialize_lora` on by default).
-pub fn estimate(cfg: &ServeConfig, layers: u64, seqs: u64, batched: u64) -> CudaGraphs {
+pub fn estimate(cfg: &ServeConfig, layers: u64, seqs: u64, batched: u64, draft_layers: u64) -> CudaGraphs {
     let nccl = cfg.gpu_interconnect.is_some_and(|i| i.nccl_all_reduce(cfg.tp));
     let blackwell_dc = cfg.gpu_arch.and_then(|a| a.cuda_cc).is_some_and(|(major, _)| major == 10);
+    // Speculative decoding: a decode step holds 1 + k tokens a request, so the default ceiling is
+    // min(2 × max-num-seqs × (1 + k), 512) (config/vllm.py `_set_cudagraph_sizes`) and every size
+    // is rounded up to a multiple of 1 + k (serve_spec::round_capture_sizes).
+    let k = cfg.speculative.as_ref().map_or(0, |s| s.num_speculative_tokens);
+    let spec_ceiling = (k > 0 && cfg.max_cudagraph_capture_size.is_none() && cfg.cudagraph_capture_sizes.is_none()).then(|| {
+        let ceiling = if blackwell_dc && cfg.vllm_version >= (VllmVersion { major: 0, minor: 28 }) { 1024 } else { 512 };
+        seqs.saturating_mul(2 * (k + 1)).min(ceiling)
+    });
     let sizes = capture_sizes(
         cfg.vllm_version,
         seqs,
         batched,
         blackwell_dc,
-        cfg.max_cudagraph_capture_size,
+        spec_ceiling.or(cfg.max_cudagraph_capture_size),
         cfg.cudagraph_capture_sizes.as_deref(),
         cfg.performance_mode == crate::serve::PerformanceMode::Interactivity,
     );
+    let sizes = if k > 0 { crate::serve_spec::round_capture_sizes(&sizes, k) } else { sizes };
     let cases = if cfg.lora.is_some() { 2 } else { 1 };
-    let (all, decode) = (sizes.len() as u64 * cases, sizes.iter().filter(|&&s| s <= seqs).count() as u64 * cases);
+    let decode_tokens = seqs.saturating_mul(k + 1);
+    let (all, decode) = (sizes.len() as u64 * cases, sizes.iter().filter(|&&s| s <= decode_tokens).count() as u64 * cases);
     let (piecewise, full) = match cfg.cudagraph_mode.unwrap_or(CudagraphMode::FullAndPiecewise) {
         CudagraphMode::None => (0, 0),
         CudagraphMode::Piecewise => (all, 0),
@@ -176,7 +186,9 @@ pub fn estimate(cfg: &ServeConfig, layers: u64, seqs: u64, batched: u64) -> Cuda
         CudagraphMode::FullDecodeOnly => (0, decode),
         CudagraphMode::FullAndPiecewise => (all, decode),
     };
-    let layer_graphs = piecewise * (layers + 1) + full * layers;
+    // The drafter's own piecewise graphs at every size (v1/spec_decode/eagle.py: piecewise only).
+    let drafter = if draft_layers > 0 && piecewise + full > 0 { all * (draft_layers + 1) } else { 0 };
+    let layer_graphs = piecewise * (layers + 1) + full * layers + drafter;
     let per = if nccl { PER_LAYER_GRAPH_NCCL } else { PER_LAYER_GRAPH };
     let modelled = layer_graphs.saturating_mul(per);
     match cfg.cuda_graph_memory {
@@ -235,18 +247,18 @@ mod tests {
     #[test]
     fn layer_graphs_and_lora_cases() {
         let cfg = ServeConfig { tp: 1, vllm_version: VllmVersion { major: 0, minor: 22 }, ..ServeConfig::new(80 << 30) };
-        let g = estimate(&cfg, 28, 128, 2048);
+        let g = estimate(&cfg, 28, 128, 2048, 0);
         // Qwen2.5-7B, 128 sequences: 35 × 29 + 19 × 28 = 1547 layer-graphs × 251 KiB = 0.37 GiB,
         // the estimate its log printed (graph_memory.jsonl qwen2.5-7b-v0.22).
         assert_eq!((g.piecewise, g.full, g.layer_graphs), (35, 19, 1547));
         assert_eq!(g.bytes, 1547 * 251 * 1024);
         let lora = ServeConfig { lora: Some(crate::serve::ServeLora { max_loras: 1, max_lora_rank: 16, max_cpu_loras: 1 }), ..cfg.clone() };
-        assert_eq!(estimate(&lora, 28, 128, 2048).layer_graphs, 2 * 1547);
+        assert_eq!(estimate(&lora, 28, 128, 2048, 0).layer_graphs, 2 * 1547);
         let given = ServeConfig { cuda_graph_memory: Some(1 << 30), ..cfg.clone() };
-        assert!(estimate(&given, 28, 128, 2048).given);
+        assert!(estimate(&given, 28, 128, 2048, 0).given);
         // The modes keep one kind of graph or the other; FULL captures every size in full.
         let mode = |m: CudagraphMode| {
-            let g = estimate(&ServeConfig { cudagraph_mode: Some(m), ..cfg.clone() }, 28, 128, 2048);
+            let g = estimate(&ServeConfig { cudagraph_mode: Some(m), ..cfg.clone() }, 28, 128, 2048, 0);
             (g.piecewise, g.full)
         };
         assert_eq!(mode(CudagraphMode::Piecewise), (35, 0));
@@ -256,9 +268,9 @@ mod tests {
         // Given sizes replace the list (kept up to max_num_batched_tokens); a given ceiling
         // replaces 2 × max_num_seqs.
         let sizes = ServeConfig { cudagraph_capture_sizes: Some(vec![1, 8, 8, 4096]), ..cfg.clone() };
-        assert_eq!(estimate(&sizes, 28, 128, 2048).piecewise, 2);
+        assert_eq!(estimate(&sizes, 28, 128, 2048, 0).piecewise, 2);
         let capped = ServeConfig { max_cudagraph_capture_size: Some(64), ..cfg };
-        assert_eq!(estimate(&capped, 28, 128, 2048).piecewise, 3 + 8);
+        assert_eq!(estimate(&capped, 28, 128, 2048, 0).piecewise, 3 + 8);
         assert!(CudagraphMode::parse("full_decode_only").is_ok() && CudagraphMode::parse("partial").is_err());
     }
 }

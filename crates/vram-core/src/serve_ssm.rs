@@ -324,6 +324,7 @@ pub(crate) fn pool(p: &PoolSpec, st: StateCache, kv_per_token: u64) -> Result<Kv
         num_kv_blocks / groups.len() as u64 * min_bs
     };
     Ok(KvPool {
+        draft_bytes_per_token: 0,
         block_size: bs,
         page_size_bytes,
         state: Some(st),

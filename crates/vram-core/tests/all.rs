@@ -76,6 +76,8 @@ pub mod plan_bounds;
 pub mod prequant;
 #[path = "serve.rs"]
 pub mod serve;
+#[path = "serve_spec.rs"]
+pub mod serve_spec;
 #[path = "serve_ssm.rs"]
 pub mod serve_ssm;
 #[path = "serve_vlm.rs"]

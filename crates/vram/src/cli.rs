@@ -673,6 +673,11 @@ pub struct ServeArgs {
     /// tables on every GPU.
     #[arg(long)]
     pub enable_eplb: bool,
+    /// vLLM `--speculative-config JSON`: speculative decoding — `method` (ngram, suffix, eagle,
+    /// eagle3, mtp or a family's *_mtp, draft_model), `num_speculative_tokens`, and `model` (the
+    /// EAGLE head or draft model: a Hub id, a local directory or a preset).
+    #[arg(long, value_name = "JSON")]
+    pub speculative_config: Option<String>,
     /// vLLM `--eplb-config JSON`: `num_redundant_experts` (physical experts beyond the model's,
     /// default 0) and `window_size` (default 1000); other keys change no memory.
     #[arg(long, value_name = "JSON")]

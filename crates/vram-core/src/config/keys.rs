@@ -178,6 +178,8 @@ pub(super) fn base(name: &str) -> Model {
         quantization: None,
         checkpoint_quantization: None,
         checkpoint_bytes: None,
+        mtp_layers: 0,
+        draft_vocab: None,
         rope_scaling: None,
         encoder: None,
         multimodal: None,

@@ -109,6 +109,8 @@ fn parse_object(mut obj: Map<String, Value>, name: &str, file: &str, opts: Parse
     m.use_cache = m.encoder.is_none() && c.bool("use_cache", true)?;
     m.stored_dtype = c.str("torch_dtype").or_else(|| c.str("dtype")).and_then(|s| DType::from_torch_name(&s));
     positions(&c, &mut m)?;
+    m.mtp_layers = c.opt_u64("num_nextn_predict_layers")?.or(c.opt_u64("mtp_num_hidden_layers")?).unwrap_or(0).min(MAX_LAYERS);
+    m.draft_vocab = c.opt_u64("draft_vocab_size")?.filter(|&v| v > 0);
     // These families' rotary ends in torch.cat([rotated, passed], -1) (the passed part empty
     // when the rotary is full: Phi-3), whose output is contiguous [B, H, S, D]: q reaches SDPA
     // head-major, flash allocates its output in that layout and transformers'

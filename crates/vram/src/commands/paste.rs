@@ -29,6 +29,7 @@ const VLLM_VALUE: &[(&str, &str)] = &[
     ("--performance-mode", "--performance-mode"),
     ("--num-gpu-blocks-override", "--num-gpu-blocks-override"),
     ("--eplb-config", "--eplb-config"),
+    ("--speculative-config", "--speculative-config"),
     ("--device-memory-utilization", "--gpu-memory-utilization"),
     ("--dtype", "--dtype"),
     ("--quantization", "--quantization"),
@@ -191,7 +192,6 @@ const VLLM_NO_MEMORY_FLAG: &[&str] = &[
 ];
 /// vLLM flags that change memory in ways vram does not model yet: refused by name.
 const VLLM_UNMODELLED: &[&str] = &[
-    "--speculative-config",
     "--speculative-model",
     "--num-speculative-tokens",
     "--spec-method",

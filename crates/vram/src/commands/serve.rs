@@ -339,6 +339,7 @@ fn reject_other_engines_flags(a: &ServeArgs, engine: Engine) -> Result<()> {
             given(a.num_gpu_blocks_override.is_some(), "--num-gpu-blocks-override"),
             given(a.enable_eplb, "--enable-eplb"),
             given(a.eplb_config.is_some(), "--eplb-config"),
+            given(a.speculative_config.is_some(), "--speculative-config"),
             given(a.performance_mode.is_some(), "--performance-mode"),
             given(a.flashinfer_sampler.is_some(), "--flashinfer-sampler"),
             given(a.mamba_cache_mode.is_some(), "--mamba-cache-mode"),
@@ -546,6 +547,7 @@ pub fn vllm(a: &ServeArgs, mut model: Model) -> Result<VllmServe> {
         disable_sliding_window: a.disable_sliding_window,
         num_gpu_blocks_override: a.num_gpu_blocks_override,
         eplb: eplb(a)?,
+        speculative: speculative(a, &model)?,
         flashinfer_sampler: match a.flashinfer_sampler.as_deref().map(str::to_ascii_lowercase).as_deref() {
             None => None,
             Some("on" | "1" | "true") => Some(true),
@@ -624,6 +626,98 @@ pub fn vllm(a: &ServeArgs, mut model: Model) -> Result<VllmServe> {
         _ => {}
     }
     Ok(VllmServe { model, gpu: g, config, report })
+}
+
+/// vLLM `--speculative-config`: the JSON object vLLM reads (config/speculative.py
+/// `SpeculativeConfig`). Without `method`, vLLM picks one: the target's MTP layers when no
+/// `model` is named, else by the model's name (eagle3, eagle) or a draft model. Keys that change
+/// no memory are accepted; keys that would (a drafter's own quantization, KV dtype or TP, parallel
+/// drafting) are refused by name.
+fn speculative(a: &ServeArgs, target: &Model) -> Result<Option<vram_core::serve_spec::Speculative>> {
+    use vram_core::serve_spec::SpecMethod;
+    let Some(text) = a.speculative_config.as_deref() else { return Ok(None) };
+    let example = r#"e.g. '{"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3}'"#;
+    let v: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| UsageError(format!("--speculative-config `{text}`: not a JSON object ({e}); {example}")))?;
+    let Some(obj) = v.as_object() else {
+        return Err(UsageError(format!("--speculative-config `{text}`: not a JSON object; {example}")).into());
+    };
+    let model = match obj.get("model") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::String(s)) => Some(s.as_str()),
+        Some(other) => return Err(UsageError(format!("--speculative-config: `model` must be a string, got {other}")).into()),
+    };
+    let method = match obj.get("method").and_then(serde_json::Value::as_str) {
+        Some(m) => SpecMethod::parse(m)?,
+        None => match model {
+            None if target.mtp_layers > 0 => SpecMethod::Mtp,
+            None => {
+                return Err(UsageError(format!(
+                    "--speculative-config needs a `method` (ngram, suffix, eagle, eagle3, mtp, draft_model) or a `model`; {} has no MTP layers for vLLM to default to",
+                    target.name
+                ))
+                .into())
+            }
+            Some(m) if m.to_ascii_lowercase().contains("eagle3") => SpecMethod::Eagle3,
+            Some(m) if m.to_ascii_lowercase().contains("eagle") => SpecMethod::Eagle,
+            Some(_) => SpecMethod::DraftModel,
+        },
+    };
+    let k = match obj.get("num_speculative_tokens") {
+        Some(n) => n
+            .as_u64()
+            .ok_or_else(|| UsageError(format!("--speculative-config: `num_speculative_tokens` must be a whole number, got {n}")))?,
+        None if method == SpecMethod::Mtp && target.mtp_layers > 0 => target.mtp_layers,
+        None => {
+            return Err(
+                UsageError(format!("--speculative-config: `num_speculative_tokens` is required for method {}", method.name())).into()
+            )
+        }
+    };
+    for (key, value) in obj {
+        match key.as_str() {
+            "method" | "model" | "num_speculative_tokens" => {}
+            // The drafter on the target's TP group is what vLLM does by default.
+            "draft_tensor_parallel_size" if value.is_null() || value.as_u64() == Some(a.tp) => {}
+            // Proposal and acceptance settings, and the drafter's revision and eager switch: no memory.
+            "prompt_lookup_max" | "prompt_lookup_min" | "disable_padded_drafter_batch" | "disable_by_batch_size" | "acceptance_method"
+            | "posterior_threshold" | "posterior_alpha" | "revision" | "code_revision" | "max_model_len" | "disable_log_stats"
+            | "suffix_decoding_max_tree_depth" | "suffix_decoding_max_cached_requests" | "suffix_decoding_max_spec_factor"
+            | "suffix_decoding_min_token_prob" | "speculative_token_tree" | "rejection_sample_method" => {}
+            _ => {
+                return Err(UsageError(format!(
+                    "--speculative-config key `{key}` ({value}) changes memory in a way vram does not model (it models method, model, num_speculative_tokens, draft_tensor_parallel_size equal to --tensor-parallel-size, and keys that change no memory)"
+                ))
+                .into())
+            }
+        }
+    }
+    let draft = match (method, model) {
+        (SpecMethod::Eagle | SpecMethod::Eagle3, Some(m)) => Some(Box::new(eagle_head(m)?)),
+        (SpecMethod::DraftModel, Some(m)) => {
+            Some(Box::new(crate::source::load_model(m, vram_core::ParseOptions { approximate_unknown: a.approximate_architecture })?))
+        }
+        _ => None,
+    };
+    Ok(Some(vram_core::serve_spec::Speculative { method, num_speculative_tokens: k, draft }))
+}
+
+/// An EAGLE head's config.json, from a directory, a file or the Hub.
+fn eagle_head(spec: &str) -> Result<Model> {
+    let path = std::path::Path::new(spec);
+    let (bytes, file) = if path.is_dir() {
+        let f = path.join("config.json");
+        (crate::source::local::read_limited(&f, 16 << 20)?, f.display().to_string())
+    } else if path.is_file() {
+        (crate::source::local::read_limited(path, 16 << 20)?, spec.to_string())
+    } else if crate::source::hub::is_hub_id(spec) {
+        let bytes = crate::source::hub::small_file(spec, "config.json")?
+            .ok_or_else(|| UsageError(format!("the EAGLE head {spec} has no config.json on the Hub")))?;
+        (bytes, format!("{spec}/config.json"))
+    } else {
+        return Err(UsageError(format!("--speculative-config model `{spec}`: not a directory, a config.json or a Hub id")).into());
+    };
+    Ok(vram_core::serve_spec::parse_head_config(&bytes, spec, &file)?)
 }
 
 /// vLLM `--limit-mm-per-prompt`: JSON (`{"image": 4, "video": 0}`) or the key=value form

@@ -77,6 +77,11 @@ fn vllm_budget(out: &mut String, s: &VllmServe) {
             l.max_cpu_loras
         ));
     }
+    if let Some(sp) = &c.speculative {
+        if r.draft_weights_bytes > 0 {
+            wnote.push_str(&format!(", the {} drafter {}", sp.method.name(), gib_cell(r.draft_weights_bytes)));
+        }
+    }
     row(out, "weights", r.weights_bytes, &wnote);
     row(out, "profile-run activation peak", r.activation_peak_bytes, &r.activation_peak_at);
     row(out, "non-torch increase", r.non_torch_bytes, "kernels, library handles, NCCL at TP ≥ 2");
@@ -148,7 +153,12 @@ fn vllm_kv(out: &mut String, s: &VllmServe) {
         ),
     };
     let plural = if p.groups.len() == 1 { "" } else { "s" };
-    let _ = writeln!(*out, "{what} · {} group{plural} of {} layers", p.groups.len(), p.group_size);
+    let drafter = if p.draft_bytes_per_token > 0 {
+        format!(" · and the drafter's layers ({} bytes per token of the total)", thousands(p.draft_bytes_per_token))
+    } else {
+        String::new()
+    };
+    let _ = writeln!(*out, "{what} · {} group{plural} of {} layers{drafter}", p.groups.len(), p.group_size);
     let _ = writeln!(
         *out,
         "  {} blocks · GPU KV cache size: {} tokens · maximum concurrency for {} tokens per request: {:.2}x",

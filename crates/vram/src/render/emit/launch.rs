@@ -148,6 +148,7 @@ pub fn vllm(a: &ServeArgs, model: &str) -> Launch {
     push(&mut f, a.num_gpu_blocks_override.is_some(), "--num-gpu-blocks-override", a.num_gpu_blocks_override.unwrap_or(0));
     switch(&mut f, a.enable_eplb, "--enable-eplb");
     push(&mut f, a.eplb_config.is_some(), "--eplb-config", a.eplb_config.clone().unwrap_or_default());
+    push(&mut f, a.speculative_config.is_some(), "--speculative-config", a.speculative_config.clone().unwrap_or_default());
     push(&mut f, a.performance_mode.is_some(), "--performance-mode", a.performance_mode.clone().unwrap_or_default());
     push(&mut f, a.mamba_cache_mode.is_some(), "--mamba-cache-mode", a.mamba_cache_mode.clone().unwrap_or_default());
     push(&mut f, a.mamba_ssm_cache_dtype != "auto", "--mamba-ssm-cache-dtype", &a.mamba_ssm_cache_dtype);

@@ -1,0 +1,168 @@
+//! vLLM speculative decoding (`--speculative-config`): the drafter's weights, KV layers,
+//! sampler pass and CUDA-graph sizes, held to figures derived by hand from vLLM's source
+//! (0.19.1 and 0.33.0 sdists) and a real EAGLE-3 head config (validation/vllm/spec_heads/).
+//! Not yet checked against a start-up log: none with a modelled target was found.
+
+use std::path::PathBuf;
+
+use vram_core::serve::{serve, ServeConfig, ServeReport, VllmVersion};
+use vram_core::serve_graphs::capture_sizes;
+use vram_core::serve_spec::{parse_head_config, round_capture_sizes, SpecMethod, Speculative};
+use vram_core::{gpu, parse_config, presets, Model};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn config(path: &str) -> Model {
+    let bytes = std::fs::read(root().join(path)).unwrap();
+    parse_config(&bytes, path, path).unwrap()
+}
+
+fn head() -> Model {
+    let path = "validation/vllm/spec_heads/qwen3-32b-eagle3.config.json";
+    let bytes = std::fs::read(root().join(path)).unwrap();
+    parse_head_config(&bytes, "qwen3-32b-eagle3", path).unwrap()
+}
+
+fn h100(minor: u32) -> ServeConfig {
+    let g = gpu::lookup("h100").unwrap();
+    ServeConfig {
+        vllm_version: VllmVersion { major: 0, minor },
+        max_model_len: Some(8192),
+        ..ServeConfig::new(gpu::cuda_total(&g).0).with_gpu_traits(&g)
+    }
+}
+
+fn spec(method: SpecMethod, k: u64, draft: Option<Model>) -> Option<Speculative> {
+    Some(Speculative { method, num_speculative_tokens: k, draft: draft.map(Box::new) })
+}
+
+fn run(m: &Model, cfg: &ServeConfig) -> ServeReport {
+    serve(m, cfg).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The Qwen3-32B EAGLE-3 head (SpecForge's config: hidden 5120, 64 heads of 80, 8 KV heads,
+/// intermediate 25,600, draft vocabulary 32,000), counted tensor by tensor as llama_eagle3.py
+/// builds it, on one GPU and on two.
+#[test]
+fn an_eagle3_head_is_priced_tensor_by_tensor() {
+    let target = config("validation/vllm/configs/qwen3-32b.config.json");
+    let d = head();
+    assert_eq!((d.hidden, d.heads, d.kv_heads, d.head_dim, d.layers, d.draft_vocab), (5120, 64, 8, 80, 1, Some(32000)));
+    for tp in [1u64, 2] {
+        let base = ServeConfig { tp, ..h100(19) };
+        let plain = run(&target, &base);
+        let r = run(&target, &ServeConfig { speculative: spec(SpecMethod::Eagle3, 3, Some(d.clone())), ..base.clone() });
+        // The first (only) layer: q [2h → 64 × 80], k and v [2h → 8 × 80], o [5120 → h], the
+        // gated MLP 3 × h × 25,600, and three norms (input, hidden_norm, post-attention); fc
+        // [3 × 5120 → h]; the final norm; the LM head [32,000, h] split over TP; d2t int64.
+        let h = 5120u64;
+        let q = 64 * 80 / tp;
+        let kv = 8 * 80 / tp;
+        let layer = 2 * h * (q + 2 * kv) + q * h + 3 * h * (25_600 / tp) + 3 * h;
+        let params = layer + 3 * h * h + h + 32_000 / tp * h;
+        assert_eq!(r.draft_weights_bytes, params * 2 + 32_000 * 8, "tp {tp}");
+        assert_eq!(r.weights_bytes - plain.weights_bytes, r.draft_weights_bytes, "tp {tp}");
+        // KV: the target's 64 layers of 8 / tp heads × 128, the head's one layer of 8 / tp × 80.
+        let target_token = 64 * 2 * (8 / tp) * 128 * 2;
+        let draft_token = 2 * (8 / tp) * 80 * 2;
+        assert_eq!((plain.pool.kv_bytes_per_token, r.pool.kv_bytes_per_token), (target_token, target_token + draft_token));
+        assert_eq!(r.pool.num_kv_blocks, r.kv_cache_bytes / (16 * (target_token + draft_token)), "tp {tp}");
+        assert!(
+            r.notes.iter().any(|n| n.contains("EAGLE-3 head") && n.contains("not yet checked against a start-up log")),
+            "{:?}",
+            r.notes
+        );
+    }
+}
+
+/// n-gram drafting runs on the CPU: the weights and the pool per token are unchanged; the V1
+/// runner's profile adds the rejection sampler's [2R, V] dummy logits; graphs are captured at
+/// multiples of 1 + k up to min(2 × max-num-seqs × (1 + k), 512).
+#[test]
+fn ngram_changes_the_sampler_and_the_graph_sizes_only() {
+    let m = presets::load("llama-3.1-8b").unwrap();
+    let cfg = ServeConfig { max_num_seqs: Some(256), max_num_batched_tokens: Some(2048), ..h100(22) };
+    let plain = run(&m, &cfg);
+    let r = run(&m, &ServeConfig { speculative: spec(SpecMethod::Ngram, 3, None), ..cfg.clone() });
+    assert_eq!((r.weights_bytes, r.pool.kv_bytes_per_token), (plain.weights_bytes, plain.pool.kv_bytes_per_token));
+    assert_eq!(r.draft_weights_bytes, 0);
+    // 0.22's default list up to 512 (256 × 2 × 4 = 2048, capped), rounded to multiples of 4:
+    // 4, 8 … 248 (31), 256 … 512 by 16 (17): 49 sizes, every one a decode size (≤ 256 × 4).
+    let sizes = round_capture_sizes(&capture_sizes(VllmVersion { major: 0, minor: 22 }, 256, 2048, false, Some(512), None, false), 3);
+    assert_eq!(sizes.len(), 49);
+    let g = r.cuda_graphs.expect("0.22 estimates its graphs");
+    assert_eq!((g.piecewise, g.full), (49, 49));
+    assert_eq!(g.layer_graphs, 49 * 33 + 49 * 32);
+    // The sampler: the V1 runner's dummy pass over [2 × 256, V] logits and the 256 bonus rows.
+    assert!(r.activation_peak_at.starts_with("rejection sampler"), "{}", r.activation_peak_at);
+    let (v, rows) = (128_256u64, 256u64);
+    let without_graphs = |x: &ServeReport| x.activation_peak_bytes - x.cuda_graph_estimate_bytes;
+    // Without speculation the sampler over [256, V] set the peak; the rejection pass holds two
+    // more rows of bf16 logits a request (3 R × V against R × V), the rest alike.
+    assert!(plain.activation_peak_at.starts_with("sampler"), "{}", plain.activation_peak_at);
+    assert_eq!(without_graphs(&r) - without_graphs(&plain), 2 * rows * v * 2);
+    // Model Runner V2 (0.33) has no rejection sampler in its profile run.
+    let v2 = run(
+        &m,
+        &ServeConfig {
+            speculative: spec(SpecMethod::Ngram, 3, None),
+            ..ServeConfig { vllm_version: VllmVersion { major: 0, minor: 33 }, ..cfg.clone() }
+        },
+    );
+    assert!(!v2.activation_peak_at.contains("rejection"), "{}", v2.activation_peak_at);
+}
+
+/// DeepSeek-V3's MTP module: one decoder layer from the checkpoint (priced as its average
+/// layer), eh_proj [2h → h] and three norms; one more MLA layer in the KV cache.
+#[test]
+fn mtp_loads_the_checkpoints_own_layer() {
+    let m = config("validation/configs/deepseek-v3.json");
+    assert_eq!(m.mtp_layers, 1);
+    let cfg = ServeConfig { tp: 8, ..h100(19) };
+    let plain = serve(&m, &cfg).unwrap();
+    let r = serve(&m, &ServeConfig { speculative: spec(SpecMethod::Mtp, 1, None), ..cfg.clone() }).unwrap();
+    let h = m.hidden;
+    // The 61 layers' share of the weights, one of them more, plus eh_proj and the norms (bf16).
+    let layers = plain.weights_bytes - plain.rotary_cache_bytes;
+    let per_layer_upper = layers / 61;
+    assert!(r.draft_weights_bytes > 2 * (2 * h * h + 3 * h), "{}", r.draft_weights_bytes);
+    assert!(r.draft_weights_bytes < per_layer_upper + 2 * (2 * h * h + 3 * h), "{} vs {}", r.draft_weights_bytes, per_layer_upper);
+    // MLA: one latent of 512 + 64 a token a layer, unsplit by TP.
+    assert_eq!(r.pool.kv_bytes_per_token - plain.pool.kv_bytes_per_token, (512 + 64) * 2);
+    // A model without MTP layers refuses the method.
+    let llama = presets::load("llama-3.1-8b").unwrap();
+    let e = serve(&llama, &ServeConfig { speculative: spec(SpecMethod::Mtp, 1, None), ..h100(19) }).unwrap_err().to_string();
+    assert!(e.contains("multi-token-prediction"), "{e}");
+}
+
+/// A separate draft model: whole, at the target's TP, its own layers in the KV cache with their
+/// own page size.
+#[test]
+fn a_draft_model_adds_its_weights_and_layers() {
+    let target = presets::load("llama-3.1-70b").unwrap();
+    let draft = presets::load("llama-3.2-1b").unwrap();
+    let cfg = ServeConfig { tp: 4, ..h100(19) };
+    let alone = run(&draft, &ServeConfig { max_model_len: Some(8192), ..cfg.clone() });
+    let r = run(&target, &ServeConfig { speculative: spec(SpecMethod::DraftModel, 5, Some(draft.clone())), ..cfg.clone() });
+    assert_eq!(r.draft_weights_bytes, alone.weights_bytes);
+    // 16 layers × 2 × (8 / 4) heads × 64 × 2 bytes.
+    assert_eq!(r.pool.draft_bytes_per_token, 16 * 2 * 2 * 64 * 2);
+    // The vocabulary must match; hybrid targets and pipeline parallelism are refused.
+    let qwen = presets::load("qwen2.5-0.5b").unwrap();
+    let e =
+        serve(&target, &ServeConfig { speculative: spec(SpecMethod::DraftModel, 3, Some(qwen)), ..cfg.clone() }).unwrap_err().to_string();
+    assert!(e.contains("vocabulary"), "{e}");
+    let e = serve(&target, &ServeConfig { pp: 2, tp: 2, speculative: spec(SpecMethod::DraftModel, 3, Some(draft.clone())), ..cfg.clone() })
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("pipeline"), "{e}");
+    let gemma = presets::load("gemma-2-9b").unwrap();
+    let e = serve(&gemma, &ServeConfig { speculative: spec(SpecMethod::Eagle, 3, Some(head())), ..h100(19) }).unwrap_err().to_string();
+    assert!(e.contains("sliding-window"), "{e}");
+    // n-gram drafting needs no drafter and is modelled there.
+    serve(&gemma, &ServeConfig { speculative: spec(SpecMethod::Ngram, 3, None), ..h100(19) }).unwrap();
+    let e = serve(&target, &ServeConfig { speculative: spec(SpecMethod::Ngram, 0, None), ..cfg }).unwrap_err().to_string();
+    assert!(e.contains("num_speculative_tokens"), "{e}");
+}
