@@ -82,8 +82,8 @@ fn the_openai_entrypoint_and_llama_server_are_read_too() {
 
 #[test]
 fn memory_changing_flags_vram_does_not_model_are_refused_by_name() {
-    let e = fails(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--speculative-config", "{}"], 2);
-    assert!(e.contains("--speculative-config {}"), "{e}");
+    let e = fails(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--decode-context-parallel-size", "2"], 2);
+    assert!(e.contains("--decode-context-parallel-size 2"), "{e}");
     // Chunked prefill off sizes the default batch, and so the profile run, by max-model-len
     // (arg_utils.py); a given batch below it is refused as vLLM refuses it (verify_max_model_len).
     let off =
@@ -647,8 +647,8 @@ fn a_pasted_vllm_command_is_read_with_vllms_own_spellings() {
     ]);
     assert!(!old.to_string().contains("NOT UNDERSTOOD"), "{old}");
     assert!(old.to_string().contains("CUDA_VISIBLE_DEVICES=2,3"), "{old}");
-    let e = fails(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--speculative-config", "{}"], 2);
-    assert!(e.contains("--speculative-config {}") && e.contains("does not model"), "{e}");
+    let e = fails(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--decode-context-parallel-size", "2"], 2);
+    assert!(e.contains("--decode-context-parallel-size 2") && e.contains("does not model"), "{e}");
     // EPLB is read as typed; without expert parallelism it is refused as vLLM refuses it.
     let eplb = pasted(&[
         "serve",
@@ -1206,4 +1206,75 @@ fn engine_flags_typed_beside_a_pasted_command_are_refused_and_vrams_own_carried(
     let given =
         pasted(&["serve", "-g", "h100", "--cuda-graph-memory", "1GiB", "--", "vllm", "serve", "llama-3.1-8b", "--max-model-len", "8192"]);
     assert_eq!(given["gpus"][0]["cuda_graph_estimate_bytes"], 1u64 << 30);
+}
+
+/// vLLM's `--speculative-config`, pasted as users write it: an EAGLE-3 head by path (a real
+/// config, validation/vllm/spec_heads/), n-gram drafting, and what is refused by name.
+#[test]
+fn speculative_decoding_is_read_from_a_pasted_command() {
+    let head = format!("{}/../../validation/vllm/spec_heads/qwen3-32b-eagle3.config.json", env!("CARGO_MANIFEST_DIR"));
+    let target = format!("{}/../../validation/vllm/configs/qwen3-32b.config.json", env!("CARGO_MANIFEST_DIR"));
+    let spec = format!(r#"{{"method": "eagle3", "model": "{head}", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 2}}"#);
+    let with = pasted(&[
+        "serve",
+        "-g",
+        "h100",
+        "--",
+        "vllm",
+        "serve",
+        &target,
+        "-tp",
+        "2",
+        "--max-model-len",
+        "8192",
+        "--speculative-config",
+        &spec,
+    ]);
+    let without = pasted(&["serve", "-g", "h100", "--", "vllm", "serve", &target, "-tp", "2", "--max-model-len", "8192"]);
+    let (w, wo) = (&with["gpus"][0], &without["gpus"][0]);
+    let drafter = w["draft_weights_bytes"].as_u64().unwrap();
+    assert!(drafter > 600 << 20 && drafter < 800 << 20, "{w}");
+    assert_eq!(w["weights_bytes"].as_u64().unwrap() - wo["weights_bytes"].as_u64().unwrap(), drafter);
+    assert!(w["kv_tokens"].as_u64().unwrap() < wo["kv_tokens"].as_u64().unwrap(), "{w}");
+    // The method follows from the head's name when none is given, as vLLM picks it.
+    let named = pasted(&[
+        "serve",
+        "-g",
+        "h100",
+        "--",
+        "vllm",
+        "serve",
+        &target,
+        "--max-model-len",
+        "8192",
+        "--speculative-config",
+        &format!(r#"{{"model": "{head}", "num_speculative_tokens": 2}}"#),
+    ]);
+    assert!(named.to_string().contains("method eagle3"), "{named}");
+    let ngram = pasted(&[
+        "serve",
+        "-g",
+        "h100",
+        "--",
+        "vllm",
+        "serve",
+        "llama-3.1-8b",
+        "--speculative-config",
+        r#"{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}"#,
+    ]);
+    assert_eq!(ngram["gpus"][0]["draft_weights_bytes"], 0, "{ngram}");
+    // Refused by name: a method, a key and a drafter TP vram does not model; no method at all.
+    for (json, says) in [
+        (r#"{"method": "medusa", "model": "x", "num_speculative_tokens": 2}"#, "medusa"),
+        (r#"{"method": "ngram", "num_speculative_tokens": 2, "quantization": "fp8"}"#, "quantization"),
+        (r#"{"method": "ngram", "num_speculative_tokens": 2, "draft_tensor_parallel_size": 1}"#, "draft_tensor_parallel_size"),
+        (r#"{"num_speculative_tokens": 2}"#, "needs a `method`"),
+        ("not json", "not a JSON object"),
+    ] {
+        let e = fails(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-70b", "-tp", "2", "--speculative-config", json], 2);
+        assert!(e.contains(says), "{json}: {e}");
+    }
+    // vLLM's V0 flags are gone from V1 and stay refused.
+    let e = fails(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--speculative-model", "x"], 2);
+    assert!(e.contains("--speculative-model"), "{e}");
 }
