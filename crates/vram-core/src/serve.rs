@@ -1081,7 +1081,9 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
         mamba_cache_mode: crate::serve_ssm::cache_mode(m, cfg),
         prefill_checkpoints: checkpoints,
         tokens_from_concurrency: cfg.vllm_version >= VllmVersion::TOKENS_FROM_CONCURRENCY,
-        draft_bytes_per_token: drafter.as_ref().map_or(0, |d| d.kv_bytes_per_token),
+        draft_bytes_per_token: drafter.as_ref().filter(|d| !d.joins_target_groups).map_or(0, |d| d.kv_bytes_per_token),
+        draft_layers: drafter.as_ref().filter(|d| d.joins_target_groups).map_or(0, |d| d.kv_layers),
+        speculative_tokens: cfg.speculative.as_ref().map_or(0, |sp| sp.num_speculative_tokens),
         ..PoolSpec::new(kv_cache, s.max_len, s.batched, cfg.block_size, s.kv_b, tp)
     };
     // 0.33's Gated DeltaNet prefill checkpoints: a workspace sized in the profile run and kept.
@@ -2131,6 +2133,11 @@ pub struct PoolSpec {
     /// KV bytes a token costs in a drafter's attention layers (speculative decoding), which
     /// join the target's group: every block holds them too.
     pub draft_bytes_per_token: u64,
+    /// A drafter's attention layers of the target's own KV shape (MTP layers), which join its
+    /// full-attention groups (padding them as vLLM pads hybrid groups).
+    pub draft_layers: u64,
+    /// `num_speculative_tokens`: a hybrid model's states keep one block more per proposed token.
+    pub speculative_tokens: u64,
 }
 
 impl PoolSpec {
@@ -2155,6 +2162,8 @@ impl PoolSpec {
             prefill_checkpoints: false,
             tokens_from_concurrency: false,
             draft_bytes_per_token: 0,
+            draft_layers: 0,
+            speculative_tokens: 0,
         }
     }
 }
@@ -2197,6 +2206,14 @@ impl KvPool {
 
 /// Build the block pool from the available bytes (v1/core/kv_cache_utils.py).
 pub fn kv_pool(m: &Model, p: &PoolSpec) -> Result<KvPool> {
+    if p.draft_layers > 0 && p.state.is_none() {
+        // The drafter's layers are full-attention layers of the target's shape (serve_spec).
+        let mut with = m.clone();
+        with.layers = m.layers.saturating_add(p.draft_layers);
+        let mut pool = kv_pool(&with, &PoolSpec { draft_layers: 0, ..*p })?;
+        pool.draft_bytes_per_token = pool.kv_bytes_per_token / with.layers.max(1) * p.draft_layers;
+        return Ok(pool);
+    }
     // Page size (v1/kv_cache_interface.py AttentionSpec.page_size_bytes): K and V (one latent
     // for MLA) × block_size × KV heads on this rank × head size × dtype bytes. vLLM replicates
     // KV heads when TP exceeds them (max(1, kv_heads // tp)); MLA's latent is not split.

@@ -115,6 +115,9 @@ pub(crate) struct Drafter {
     pub forward: Option<Model>,
     /// Hidden-state widths of the target held while it runs (1, or 3 for EAGLE-3's aux states).
     pub held_hidden: u64,
+    /// Its attention layers have the target's KV shape, so they join the target's groups (vLLM
+    /// groups layers of one spec); otherwise they sit beside them with their own page size.
+    pub joins_target_groups: bool,
     /// What the weights are.
     pub what: String,
 }
@@ -132,22 +135,22 @@ pub(crate) fn check(m: &Model, s: &Speculative, pp: u64) -> Result<()> {
             "speculative decoding under pipeline parallelism is not modelled (the drafter sits on the last stage)",
         ));
     }
-    if s.method.has_drafter() && (m.sliding_layers > 0 || m.ssm.is_some() || m.cross_attention || m.multimodal.is_some()) {
+    // A drafter whose layers differ in KV shape sits beside a single full-attention group only;
+    // beside sliding-window or state-space groups vLLM would regroup every layer by page size.
+    let grouped = m.sliding_layers > 0 || m.ssm.is_some() || m.cross_attention;
+    if s.method.has_drafter() && grouped && !s.draft.as_deref().is_none_or(|d| same_kv_shape(m, d)) {
         return Err(invalid(
             "--speculative-config",
             s.method.name(),
             &format!(
-                "a drafter beside {}'s {} is not modelled (its layers join a hybrid KV cache vram does not group yet); n-gram drafting is",
+                "a drafter of another KV shape than {}'s beside its {} is not modelled (vLLM regroups the layers by page size); MTP layers and n-gram drafting are",
                 m.name,
-                if m.ssm.is_some() {
-                    "state-space layers"
-                } else if m.multimodal.is_some() {
-                    "vision tower"
-                } else {
-                    "sliding-window layers"
-                }
+                if m.ssm.is_some() { "state-space layers" } else { "sliding-window layers" }
             ),
         ));
+    }
+    if m.cross_attention {
+        return Err(invalid("--speculative-config", s.method.name(), "speculative decoding of an encoder-decoder model is not modelled"));
     }
     match (s.method, &s.draft) {
         (SpecMethod::Mtp, _) if m.mtp_layers == 0 => Err(invalid(
@@ -177,6 +180,12 @@ pub(crate) fn check(m: &Model, s: &Speculative, pp: u64) -> Result<()> {
         }
         _ => Ok(()),
     }
+}
+
+/// Whether a drafter's attention layer caches what one of the target's does (KV heads, head
+/// size, MLA latent), so vLLM puts it in the target's groups.
+fn same_kv_shape(m: &Model, d: &Model) -> bool {
+    (d.kv_heads, d.head_dim, d.attention.mla) == (m.kv_heads, m.head_dim, m.attention.mla)
 }
 
 /// Parameters of one Llama-style decoder layer on one TP rank, its attention input `h_in` wide
@@ -217,6 +226,7 @@ pub(crate) fn drafter(m: &Model, s: &Speculative, tp: u64, e: u128, kv_dtype_byt
                 kv_bytes_per_token: n * per_layer_kv(m),
                 forward: Some(fwd),
                 held_hidden: 2,
+                joins_target_groups: true,
                 what: format!(
                     "{n} MTP layer{} from the checkpoint (an average decoder layer each, with eh_proj and its norms; embedding and LM head shared with the target)",
                     if n == 1 { "" } else { "s" }
@@ -234,6 +244,7 @@ pub(crate) fn drafter(m: &Model, s: &Speculative, tp: u64, e: u128, kv_dtype_byt
                 kv_bytes_per_token: d.layers * per_layer_kv(d),
                 forward: Some(d.clone()),
                 held_hidden: 1,
+                joins_target_groups: same_kv_shape(m, d),
                 what: format!("EAGLE head {}: {} decoder layer(s) and fc (embedding and LM head shared with the target)", d.name, d.layers),
             }
         }
@@ -254,6 +265,7 @@ pub(crate) fn drafter(m: &Model, s: &Speculative, tp: u64, e: u128, kv_dtype_byt
                 kv_bytes_per_token: d.layers * per_layer_kv(d),
                 forward: Some(d.clone()),
                 held_hidden: 3,
+                joins_target_groups: same_kv_shape(m, d),
                 what: format!(
                     "EAGLE-3 head {}: {} decoder layer(s), fc over three target layers, its own LM head over {} draft tokens (embedding shared with the target)",
                     d.name,
@@ -268,9 +280,18 @@ pub(crate) fn drafter(m: &Model, s: &Speculative, tp: u64, e: u128, kv_dtype_byt
             kv_bytes_per_token: d.layers * per_layer_kv(d),
             forward: Some(d.clone()),
             held_hidden: 0,
+            joins_target_groups: same_kv_shape(m, d),
             what: format!("draft model {} (its own embedding and LM head)", d.name),
         },
-        _ => Drafter { weights: 0, kv_layers: 0, kv_bytes_per_token: 0, forward: None, held_hidden: 0, what: "on the CPU".into() },
+        _ => Drafter {
+            weights: 0,
+            kv_layers: 0,
+            kv_bytes_per_token: 0,
+            forward: None,
+            held_hidden: 0,
+            joins_target_groups: false,
+            what: "on the CPU".into(),
+        },
     }
 }
 

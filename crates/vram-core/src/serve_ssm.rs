@@ -289,7 +289,10 @@ pub fn group_split(a: u64, b: u64) -> (u64, u64, u64) {
 /// The block pool of a state-space or hybrid model: attention pages of a block grown to hold a
 /// state, mixer layers' states padded to that page, the layers of each kind in groups of one
 /// size sharing the pool. `kv_per_token`: one attention layer's KV bytes per token on this rank.
-pub(crate) fn pool(p: &PoolSpec, st: StateCache, kv_per_token: u64) -> Result<KvPool> {
+pub(crate) fn pool(p: &PoolSpec, mut st: StateCache, kv_per_token: u64) -> Result<KvPool> {
+    // A speculative drafter's attention layers (an MTP layer) join the attention layers' groups.
+    let target_attention = st.attention_layers;
+    st.attention_layers += p.draft_layers;
     if p.mamba_cache_mode == MambaCacheMode::All {
         return Err(invalid(
             "--mamba-cache-mode",
@@ -306,7 +309,9 @@ pub(crate) fn pool(p: &PoolSpec, st: StateCache, kv_per_token: u64) -> Result<Kv
     }
     let (size, attn_groups, state_groups) =
         if attention { group_split(st.attention_layers, st.state_layers) } else { (st.state_layers.max(1), 0, 1) };
-    let per_state = p.mamba_cache_mode.blocks_per_request() + u64::from(p.prefill_checkpoints);
+    // Speculative decoding keeps a state block for each proposed token too (kv_cache_interface.py
+    // MambaSpec `num_speculative_blocks` = num_speculative_tokens, mamba/abstract.py).
+    let per_state = p.mamba_cache_mode.blocks_per_request() + u64::from(p.prefill_checkpoints) + p.speculative_tokens;
     let need = |len: u64| attn_groups * len.div_ceil(bs) + state_groups * per_state;
     let full = KvGroup { kind: "full", layers: size, window: None, blocks_per_request: p.max_model_len.div_ceil(bs) };
     let state = KvGroup { kind: "state", blocks_per_request: per_state, ..full };
@@ -324,7 +329,7 @@ pub(crate) fn pool(p: &PoolSpec, st: StateCache, kv_per_token: u64) -> Result<Kv
         num_kv_blocks / groups.len() as u64 * min_bs
     };
     Ok(KvPool {
-        draft_bytes_per_token: 0,
+        draft_bytes_per_token: kv_per_token.saturating_mul(st.attention_layers - target_attention),
         block_size: bs,
         page_size_bytes,
         state: Some(st),

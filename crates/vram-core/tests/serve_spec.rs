@@ -1,7 +1,7 @@
 //! vLLM speculative decoding (`--speculative-config`): the drafter's weights, KV layers,
 //! sampler pass and CUDA-graph sizes, held to figures derived by hand from vLLM's source
-//! (0.19.1 and 0.33.0 sdists) and a real EAGLE-3 head config (validation/vllm/spec_heads/).
-//! Not yet checked against a start-up log: none with a modelled target was found.
+//! (0.19.1 and 0.33.0 sdists) and a real EAGLE-3 head config (validation/vllm/spec_heads/), and
+//! the KV pool of an MTP run against a public start-up log (validation/vllm/spec_logs.jsonl).
 
 use std::path::PathBuf;
 
@@ -165,4 +165,49 @@ fn a_draft_model_adds_its_weights_and_layers() {
     serve(&gemma, &ServeConfig { speculative: spec(SpecMethod::Ngram, 3, None), ..h100(19) }).unwrap();
     let e = serve(&target, &ServeConfig { speculative: spec(SpecMethod::Ngram, 0, None), ..cfg }).unwrap_err().to_string();
     assert!(e.contains("num_speculative_tokens"), "{e}");
+}
+
+/// MTP on a Gated DeltaNet hybrid, against a public vLLM start-up log
+/// (validation/vllm/spec_logs.jsonl `q36-27b-nvfp4-mtp2-nightly-arm64`: nvidia/Qwen3.6-27B-NVFP4,
+/// vLLM 0.23.1rc1.dev531, `{"method":"mtp","num_speculative_tokens":2}`, fp8 KV, prefix caching,
+/// max-model-len 262,144). Qwen3.6-27B is read with Qwen3.5-27B's dimensions
+/// (validation/configs/ssm/qwen3.5-27b.json): at the log's 1600-token block those give exactly its
+/// page, and its "Add 3 padding layers" and pool below follow from them. The pool is the logged
+/// "Available KV cache memory: 48.6 GiB" (2 decimals); the block size the logged one (vLLM's
+/// attention backend picked its 64-token alignment). What the log checks: the MTP layer joins the
+/// 16 attention layers (17 against 48 Gated DeltaNet layers: groups of 17, 3 padding layers),
+/// and each state group keeps 2 + k blocks a request in mode align.
+#[test]
+fn mtp_beside_gated_deltanet_matches_a_logged_pool() {
+    let m = config("validation/configs/ssm/qwen3.5-27b.json");
+    assert_eq!(m.mtp_layers, 1);
+    let cfg = ServeConfig {
+        max_model_len: Some(262_144),
+        block_size: 1600,
+        kv_cache_dtype: Some(vram_core::DType::F8),
+        prefix_caching: Some(true),
+        kv_cache_memory_bytes: Some((48.6 * (1u64 << 30) as f64) as u64),
+        max_num_batched_tokens: Some(65_536),
+        max_num_seqs: Some(8),
+        vllm_version: VllmVersion { major: 0, minor: 23 },
+        speculative: spec(SpecMethod::Mtp, 2, None),
+        ..ServeConfig::new(200 << 30)
+    };
+    let r = run(&m, &cfg);
+    assert_eq!(r.pool.block_size, 1600);
+    assert_eq!(r.pool.group_size, 17);
+    // One attention group and three state groups of 17 slots for 17 + 48 layers: 68 − 65 = 3
+    // padding layers, as logged.
+    let kinds: Vec<&str> = r.pool.groups.iter().map(|g| g.kind).collect();
+    assert_eq!(kinds, ["full", "state", "state", "state"]);
+    // ⌈262,144 / 1600⌉ = 164 attention blocks and 3 state groups × (2 + 2) blocks a request.
+    assert_eq!(r.pool.blocks_per_request(), 164 + 3 * 4);
+    // Logged: "GPU KV cache size: 1,394,129 tokens", "Maximum concurrency … 5.32x".
+    assert_eq!(r.pool.num_kv_blocks, 936);
+    assert_eq!(r.pool.kv_tokens, 1_394_129);
+    assert!((r.pool.max_concurrency - 5.32).abs() < 0.005, "{}", r.pool.max_concurrency);
+    // Without speculation the same pool would hold 936 × 17 / 16 blocks of 16-layer groups and
+    // 2 state blocks a request: the log is not that.
+    let plain = run(&m, &ServeConfig { speculative: None, ..cfg });
+    assert_ne!(plain.pool.kv_tokens, 1_394_129);
 }
