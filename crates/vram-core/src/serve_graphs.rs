@@ -175,11 +175,15 @@ pub fn estimate(cfg: &ServeConfig, layers: u64, seqs: u64, batched: u64, draft_l
         cfg.cudagraph_capture_sizes.as_deref(),
         cfg.performance_mode == crate::serve::PerformanceMode::Interactivity,
     );
-    let sizes = if k > 0 { crate::serve_spec::round_capture_sizes(&sizes, k) } else { sizes };
+    // The rounding is for separate full decode graphs only (gpu_model_runner.py: decode mode
+    // FULL with a separate routine, i.e. FULL_AND_PIECEWISE or FULL_DECODE_ONLY).
+    let mode = cfg.cudagraph_mode.unwrap_or(CudagraphMode::FullAndPiecewise);
+    let rounds = matches!(mode, CudagraphMode::FullAndPiecewise | CudagraphMode::FullDecodeOnly);
+    let sizes = if k > 0 && rounds { crate::serve_spec::round_capture_sizes(&sizes, k) } else { sizes };
     let cases = if cfg.lora.is_some() { 2 } else { 1 };
     let decode_tokens = seqs.saturating_mul(k + 1);
     let (all, decode) = (sizes.len() as u64 * cases, sizes.iter().filter(|&&s| s <= decode_tokens).count() as u64 * cases);
-    let (piecewise, full) = match cfg.cudagraph_mode.unwrap_or(CudagraphMode::FullAndPiecewise) {
+    let (piecewise, full) = match mode {
         CudagraphMode::None => (0, 0),
         CudagraphMode::Piecewise => (all, 0),
         CudagraphMode::Full => (0, all),

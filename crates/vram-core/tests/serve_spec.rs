@@ -211,3 +211,23 @@ fn mtp_beside_gated_deltanet_matches_a_logged_pool() {
     let plain = run(&m, &ServeConfig { speculative: None, ..cfg });
     assert_ne!(plain.pool.kv_tokens, 1_394_129);
 }
+
+/// The capture sizes of the same logged run: vLLM switched it to PIECEWISE graphs ("FULL_AND_PIECEWISE
+/// is not supported with spec-decode for FlashInferBackend"), so the sizes are not rounded to
+/// multiples of 1 + k (gpu_model_runner.py rounds for separate full decode graphs only) and the
+/// ceiling is 2 × 8 sequences × 3 tokens: "Profiling CUDA graph memory: PIECEWISE=9 (largest=48)".
+#[test]
+fn piecewise_graphs_under_speculation_keep_the_default_sizes() {
+    let cfg = ServeConfig {
+        cudagraph_mode: Some(vram_core::serve_graphs::CudagraphMode::Piecewise),
+        vllm_version: VllmVersion { major: 0, minor: 23 },
+        speculative: spec(SpecMethod::Mtp, 2, None),
+        ..ServeConfig::new(80 << 30)
+    };
+    let g = vram_core::serve_graphs::estimate(&cfg, 64, 8, 65_536, 1);
+    assert_eq!((g.piecewise, g.full), (9, 0));
+    // With separate full decode graphs the same sizes round to multiples of 3: 3, 6, 9, 18, 24,
+    // 33, 42, 48.
+    let full = vram_core::serve_graphs::estimate(&ServeConfig { cudagraph_mode: None, ..cfg }, 64, 8, 65_536, 1);
+    assert_eq!(full.piecewise, 8);
+}
