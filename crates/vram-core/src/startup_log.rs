@@ -78,6 +78,9 @@ pub struct VllmLog {
     /// PyTorch's ("Falling back to the PyTorch-native implementation of top-p & top-k
     /// sampling", vLLM ≤ 0.16's v1/sample/ops/topk_topp_sampler.py).
     pub flashinfer_sampler: Option<bool>,
+    /// "Loading drafter model..." (gpu_model_runner.py `load_model`): the run decodes
+    /// speculatively with a drafter on the GPU, which "Model loading took" includes.
+    pub drafter: bool,
     /// Which GPU model runner printed the lines: V2 where a line comes from
     /// `[model_runner.py:…]` (Model Runner V2), V1 from `[gpu_model_runner.py:…]`.
     pub model_runner: Option<ModelRunner>,
@@ -444,6 +447,10 @@ fn parse_vllm(text: &str) -> (VllmLog, usize) {
             hit += 1;
         } else if body.contains("PyTorch-native implementation of top-p & top-k sampling") {
             l.flashinfer_sampler = Some(false);
+            hit += 1;
+        }
+        if body.contains("Loading drafter model") {
+            l.drafter = true;
             hit += 1;
         }
         if let Some(r) = after(body, "Setting attention block size to") {

@@ -241,3 +241,42 @@ fn the_logs_release_is_compared_with_the_estimates() {
     let followed = json(&[&base[..], &["--vllm-version", "0.10.1.1"]].concat());
     assert!(!followed["comparison"]["contradictions"].to_string().contains("--vllm-version"), "{followed}");
 }
+
+/// A log that loads a drafter ("Loading drafter model...", lines of the public Qwen3.6-27B MTP
+/// start-up in validation/vllm/spec_logs.jsonl) against an estimate without one, and the reverse.
+#[test]
+fn the_logs_drafter_is_compared_with_the_estimates() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("vllm.log");
+    std::fs::write(
+        &log,
+        "(EngineCore pid=182) INFO 07-02 22:01:01 [gpu_model_runner.py:5184] Loading drafter model...\n(EngineCore pid=182) INFO 07-02 22:01:13 [gpu_model_runner.py:5255] Model loading took 20.57 GiB memory and 139.645153 seconds\n(EngineCore pid=182) INFO 07-02 22:04:55 [gpu_worker.py:515] Available KV cache memory: 48.6 GiB\n",
+    )
+    .unwrap();
+    let p = log.to_str().unwrap();
+    let flags = ["serve", "-m", "qwen3-8b", "-g", "h100", "--max-model-len", "16384", "--vllm-version", "0.23", "--log", p];
+    let said = json(&flags)["comparison"]["contradictions"].to_string();
+    assert!(said.contains("loads a drafter") && said.contains("--speculative-config"), "{said}");
+    let with = json(&[&flags[..], &["--speculative-config", r#"{"method": "ngram", "num_speculative_tokens": 2}"#]].concat());
+    // n-gram drafting loads no drafter either: the log still differs.
+    assert!(with["comparison"]["contradictions"].to_string().contains("loads a drafter"), "{with}");
+    // An estimate with a drafter against a log without one.
+    let plain = dir.path().join("plain.log");
+    std::fs::write(&plain, "INFO [gpu_model_runner.py:2007] Model loading took 15.2 GiB and 4.4 seconds\n").unwrap();
+    let head = format!("{}/../../validation/vllm/spec_heads/qwen3-32b-eagle3.config.json", env!("CARGO_MANIFEST_DIR"));
+    let spec = format!(r#"{{"method": "eagle3", "model": "{head}", "num_speculative_tokens": 3}}"#);
+    let v = json(&[
+        "serve",
+        "-m",
+        "qwen3-8b",
+        "-g",
+        "h100",
+        "--max-model-len",
+        "16384",
+        "--speculative-config",
+        &spec,
+        "--log",
+        plain.to_str().unwrap(),
+    ]);
+    assert!(v["comparison"]["contradictions"].to_string().contains("shows none"), "{v}");
+}

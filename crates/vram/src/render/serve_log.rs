@@ -133,6 +133,17 @@ pub fn vllm(s: &VllmServe, l: &VllmLog) -> Comparison {
         ),
         _ => {}
     }
+    let drafter = s.config.speculative.as_ref().is_some_and(|sp| sp.method.has_drafter());
+    if l.drafter && !drafter {
+        contradictions.push(
+            "the log loads a drafter (\"Loading drafter model...\": speculative decoding), whose weights \"Model loading took\" includes and whose layers share the KV cache; the estimate has none (pass the launch's --speculative-config)".into(),
+        );
+    } else if drafter && !l.drafter && l.weights.is_some() {
+        contradictions.push(
+            "the estimate loads a drafter (--speculative-config); the log's start-up shows none (\"Loading drafter model...\" is absent)"
+                .into(),
+        );
+    }
     if let Some(t) = &l.total_gpu_memory {
         let ours = s.config.gpu_memory as f64 / GIB;
         if ((t.gib - ours) / ours).abs() > 0.02 {
