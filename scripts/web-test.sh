@@ -53,6 +53,9 @@ same_json "estimate (inference)" "$vram" estimate --model llama-3.1-8b --mode in
   '{"op":"estimate","model":"llama-3.1-8b","mode":"infer","seq_len":"8192","batch_size":"4"}'
 same_json serve "$vram" serve --model llama-3.1-8b --gpu h100 --max-model-len 8192 --json -- \
   '{"op":"serve","model":"llama-3.1-8b","gpu":"h100","max_model_len":"8192"}'
+same_json "serve (speculative decoding)" "$vram" serve --model llama-3.1-70b --gpu h100 --tensor-parallel-size 4 --max-model-len 8192 \
+  --speculative-config '{"model":"llama-3.2-1b","num_speculative_tokens":5}' --json -- \
+  '{"op":"serve","model":"llama-3.1-70b","gpu":"h100","tensor_parallel_size":"4","max_model_len":"8192","speculative_config":"{\"model\":\"llama-3.2-1b\",\"num_speculative_tokens\":5}"}'
 same_json presets "$vram" models --json -- '{"op":"presets"}'
 same_json gpus "$vram" gpus --json -- '{"op":"gpus"}'
 
@@ -140,6 +143,14 @@ cli_infer=$("$vram" estimate --model llama-3.1-8b --gpu h100 --mode infer --seq-
 [[ $shown_kv == "$cli_kv" ]] || fail "vLLM KV tokens: page '$shown_kv', CLI $cli_kv (error: '$(text "$work/serve.html" error)')"
 [[ $shown_infer == "$cli_infer" ]] || fail "inference total: page '$shown_infer', CLI $cli_infer"
 echo "web-test: inference total $shown_infer bytes and vLLM KV pool $shown_kv tokens = CLI"
+
+# Speculative decoding from the form's --speculative-config (a draft model among the presets).
+spec='{"model":"llama-3.2-1b","num_speculative_tokens":5}'
+page "?model=llama-3.1-70b&gpu=h100&mode=infer&max_model_len=8192&tensor_parallel_size=4&speculative_config=$(python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1]))' "$spec")" >"$work/spec.html"
+shown_spec=$(attr "$work/spec.html" kv-tokens data-tokens)
+cli_spec=$("$vram" serve --model llama-3.1-70b --gpu h100 --tensor-parallel-size 4 --max-model-len 8192 --speculative-config "$spec" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["gpus"][0]["kv_tokens"])')
+[[ $shown_spec == "$cli_spec" ]] || fail "speculative decoding KV tokens: page '$shown_spec', CLI $cli_spec (error: '$(text "$work/spec.html" error)')"
+echo "web-test: --speculative-config from the form: vLLM KV pool $shown_spec tokens = CLI"
 
 expect_error() { # what, URL suffix, text the error must contain
   page "$2" >"$work/bad.html"

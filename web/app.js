@@ -11,7 +11,7 @@ const GB = 1e9;
 // Which URL keys each operation reads besides the model and the job. Everything else in the URL
 // goes to `estimate`, which names any key it does not read (a typo is an error, not ignored).
 const FIT_ONLY = ['target_utilization'];
-const SERVE_ONLY = ['max_model_len', 'gpu_memory_utilization', 'tensor_parallel_size'];
+const SERVE_ONLY = ['max_model_len', 'gpu_memory_utilization', 'tensor_parallel_size', 'speculative_config'];
 const MODEL_KEYS = ['model', 'config', 'config_name'];
 const TRAIN_ONLY = ['optimizer', 'checkpointing', 'grad_accum', 'fused_cross_entropy', 'peft', 'lora_r', 'lora_target_modules', 'load_in_4bit'];
 const INFER_ONLY = ['kv_dtype', 'prompt_len', ...SERVE_ONLY];

@@ -153,6 +153,14 @@ class EstimateMatchesTheCli(unittest.TestCase):
         s = vram.serve("llama-3.1-8b", gpu="h100", max_model_len=8192, tensor_parallel_size=1)
         self.assertTrue(s.fits)
         self.assertEqual(s.to_dict(), cli_json("serve", "--model", "llama-3.1-8b", "--gpu", "h100", "--max-model-len", "8192"))
+        # vLLM's JSON flags take a dict, as vLLM's Python API does.
+        spec = {"method": "ngram", "num_speculative_tokens": 3}
+        d = vram.serve("llama-3.1-8b", gpu="h100", max_model_len=8192, speculative_config=spec)
+        self.assertEqual(
+            d.to_dict(),
+            cli_json("serve", "--model", "llama-3.1-8b", "--gpu", "h100", "--max-model-len", "8192", "--speculative-config", json.dumps(spec)),
+        )
+        self.assertTrue(any("method ngram" in n for n in d.to_dict()["gpus"][0]["notes"]))
 
 
 class Errors(unittest.TestCase):

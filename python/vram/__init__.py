@@ -78,6 +78,9 @@ def _text(v: Any) -> str:
     value = getattr(v, "value", v)
     if isinstance(value, bool):
         return "true" if value else "false"
+    # vLLM's JSON flags (speculative_config, eplb_config, mm_processor_kwargs) as Python dicts.
+    if isinstance(value, dict):
+        return json.dumps(value)
     return str(value)
 
 

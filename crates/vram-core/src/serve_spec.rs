@@ -99,6 +99,81 @@ pub struct Speculative {
     pub draft: Option<Box<Model>>,
 }
 
+/// `--speculative-config` as given, before its drafter is loaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecRequest {
+    /// The method, given or picked as vLLM picks it.
+    pub method: SpecMethod,
+    /// `num_speculative_tokens` (for MTP without it, the checkpoint's MTP layers).
+    pub num_speculative_tokens: u64,
+    /// `model`: the EAGLE head or draft model to load.
+    pub model: Option<String>,
+}
+
+/// Read vLLM's `--speculative-config` JSON object (config/speculative.py `SpeculativeConfig`)
+/// for `target` on a TP group of `tp`. Without `method`, vLLM's choice: the target's MTP layers
+/// when no `model` is named, else by the model's name (eagle3, eagle) or a draft model. Keys that
+/// change no memory are accepted; keys that would (a drafter's own quantization or KV dtype,
+/// parallel drafting, a drafter TP other than the target's) are refused by name.
+pub fn parse_request(v: &serde_json::Value, target: &Model, tp: u64) -> Result<SpecRequest> {
+    const EXAMPLE: &str = r#"e.g. {"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3}"#;
+    let Some(obj) = v.as_object() else {
+        return Err(invalid("--speculative-config", v, &format!("a JSON object; {EXAMPLE}")));
+    };
+    let model = match obj.get("model") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::String(s)) => Some(s.clone()),
+        Some(other) => return Err(invalid("speculative_config.model", other, "a string: a Hub id, a local directory or a preset")),
+    };
+    let method = match obj.get("method") {
+        Some(serde_json::Value::String(m)) => SpecMethod::parse(m)?,
+        Some(other) if !other.is_null() => return Err(invalid("speculative_config.method", other, "a string")),
+        _ => match model.as_deref().map(str::to_ascii_lowercase) {
+            None if target.mtp_layers > 0 => SpecMethod::Mtp,
+            None => {
+                return Err(invalid(
+                    "--speculative-config",
+                    v,
+                    &format!(
+                        "needs a `method` (ngram, suffix, eagle, eagle3, mtp, draft_model) or a `model`; {} has no MTP layers for vLLM to default to",
+                        target.name
+                    ),
+                ))
+            }
+            Some(m) if m.contains("eagle3") => SpecMethod::Eagle3,
+            Some(m) if m.contains("eagle") => SpecMethod::Eagle,
+            Some(_) => SpecMethod::DraftModel,
+        },
+    };
+    let k = match obj.get("num_speculative_tokens") {
+        Some(n) => n.as_u64().ok_or_else(|| invalid("speculative_config.num_speculative_tokens", n, "a whole number from 1 to 128"))?,
+        None if method == SpecMethod::Mtp && target.mtp_layers > 0 => target.mtp_layers,
+        None => {
+            return Err(invalid("speculative_config.num_speculative_tokens", "missing", &format!("required for method {}", method.name())))
+        }
+    };
+    for (key, value) in obj {
+        match key.as_str() {
+            "method" | "model" | "num_speculative_tokens" => {}
+            // The drafter on the target's TP group is what vLLM does by default.
+            "draft_tensor_parallel_size" if value.is_null() || value.as_u64() == Some(tp) => {}
+            // Proposal and acceptance settings, and the drafter's revision: no memory.
+            "prompt_lookup_max" | "prompt_lookup_min" | "disable_padded_drafter_batch" | "disable_by_batch_size" | "acceptance_method"
+            | "posterior_threshold" | "posterior_alpha" | "revision" | "code_revision" | "max_model_len" | "disable_log_stats"
+            | "suffix_decoding_max_tree_depth" | "suffix_decoding_max_cached_requests" | "suffix_decoding_max_spec_factor"
+            | "suffix_decoding_min_token_prob" | "speculative_token_tree" | "rejection_sample_method" => {}
+            _ => {
+                return Err(invalid(
+                    &format!("speculative_config.{key}"),
+                    value,
+                    "a key that changes memory in a way vram does not model (it models method, model, num_speculative_tokens, draft_tensor_parallel_size equal to --tensor-parallel-size, and keys that change no memory)",
+                ))
+            }
+        }
+    }
+    Ok(SpecRequest { method, num_speculative_tokens: k, model })
+}
+
 /// vLLM's bound on proposed tokens (v1/sample/rejection_sampler.py `MAX_SPEC_LEN`).
 pub const MAX_SPEC_LEN: u64 = 128;
 

@@ -70,6 +70,19 @@ impl Fields {
         }
     }
 
+    /// A JSON object, given as one or as its text (a form field).
+    pub fn object(&mut self, key: &str) -> R<Option<Value>> {
+        match self.take(key) {
+            None => Ok(None),
+            Some(v @ Value::Object(_)) => Ok(Some(v)),
+            Some(Value::String(s)) => match serde_json::from_str::<Value>(&s) {
+                Ok(v @ Value::Object(_)) => Ok(Some(v)),
+                _ => Err(RequestError::new(format!("`{key}` = `{s}` is not a JSON object"))),
+            },
+            Some(v) => Err(RequestError::new(format!("`{key}` must be a JSON object, not {}", kind(&v)))),
+        }
+    }
+
     /// A boolean (`true`, `"true"`, `"1"`, `"yes"`, `"on"` and their opposites), as the CLI reads them.
     pub fn bool(&mut self, key: &str) -> R<Option<bool>> {
         match self.take(key) {

@@ -128,6 +128,8 @@ const SERVE_KEYS: &[&str] = &[
     "performance_mode",
     "cudagraph_mode",
     "max_cudagraph_capture_size",
+    "speculative_config",
+    "draft_config",
 ];
 
 /// `vram serve --model M --gpu G [vLLM flags] --json` (vLLM; GGUF files are for the CLI).
@@ -175,6 +177,7 @@ pub fn serve_op(mut f: Fields) -> R<Value> {
     if let Some(c) = f.str("cuda_context")? {
         config.cuda_context = resolve::size("cuda_context", &c)?;
     }
+    config.speculative = speculative(&mut f, &model, config.tp)?;
     f.finish("serve", SERVE_KEYS)?;
     let report = serve(&model, &config)?;
     // The ranked alternatives, as `vram serve --json` gives them (serve_advice.rs).
@@ -182,6 +185,43 @@ pub fn serve_op(mut f: Fields) -> R<Value> {
     let mut v = report::serve_json(&model, &gpu, &config, &report);
     v["advice"] = vram_core::report::serve_advice_json(&advice);
     Ok(v)
+}
+
+/// vLLM `--speculative-config` (an object or its text). The page reads no files: an EAGLE head
+/// or a draft model that is not a preset comes as `draft_config`, the text of its config.json.
+fn speculative(f: &mut Fields, target: &Model, tp: u64) -> R<Option<vram_core::serve_spec::Speculative>> {
+    use vram_core::serve_spec::SpecMethod;
+    let draft_text = f.str("draft_config")?;
+    let Some(v) = f.object("speculative_config")? else {
+        return match draft_text {
+            Some(_) => Err(RequestError::new("`draft_config` describes the drafter of a `speculative_config`; give that too")),
+            None => Ok(None),
+        };
+    };
+    let req = vram_core::serve_spec::parse_request(&v, target, tp)?;
+    let name = req.model.clone().unwrap_or_else(|| "draft".into());
+    let draft = match (req.method, draft_text, req.model.as_deref()) {
+        (SpecMethod::Eagle | SpecMethod::Eagle3, Some(text), _) => {
+            Some(vram_core::serve_spec::parse_head_config(text.as_bytes(), &name, "draft_config")?)
+        }
+        (SpecMethod::DraftModel, Some(text), _) => Some(vram_core::parse_config(text.as_bytes(), &name, "draft_config")?),
+        (SpecMethod::DraftModel, None, Some(m)) if vram_core::presets::find(m).is_some() => Some(vram_core::presets::load(m)?),
+        (SpecMethod::Eagle | SpecMethod::Eagle3 | SpecMethod::DraftModel, None, m) => {
+            return Err(RequestError::new(format!(
+                "the page cannot read the drafter{}: give the text of its config.json as `draft_config`",
+                m.map(|m| format!(" `{m}`")).unwrap_or_default()
+            )))
+        }
+        (_, Some(_), _) => {
+            return Err(RequestError::new(format!("method {} has no drafter to describe: drop `draft_config`", req.method.name())))
+        }
+        _ => None,
+    };
+    Ok(Some(vram_core::serve_spec::Speculative {
+        method: req.method,
+        num_speculative_tokens: req.num_speculative_tokens,
+        draft: draft.map(Box::new),
+    }))
 }
 
 /// vLLM `--dtype`.

@@ -115,6 +115,21 @@ fn serve_reports_the_kv_pool() {
         "{pw}"
     );
     assert!(error(json!({"op": "serve", "model": "llama-3.1-8b", "gpu": "h100", "cudagraph_mode": "half"})).contains("FULL_DECODE_ONLY"));
+    // Speculative decoding: an object or its text; a drafter from a preset or its config.json text.
+    let ngram = call(json!({"op": "serve", "model": "llama-3.1-8b", "gpu": "h100", "max_model_len": "8192",
+        "speculative_config": {"method": "ngram", "num_speculative_tokens": 3}}));
+    assert!(ngram["gpus"][0]["notes"].to_string().contains("method ngram"), "{ngram}");
+    let draft = call(json!({"op": "serve", "model": "llama-3.1-70b", "gpu": "h100", "tensor_parallel_size": "4", "max_model_len": "8192",
+        "speculative_config": r#"{"model": "llama-3.2-1b", "num_speculative_tokens": 5}"#}));
+    assert!(draft["gpus"][0]["draft_weights_bytes"].as_u64().unwrap() > 0, "{draft}");
+    let head = include_str!("../../../validation/vllm/spec_heads/qwen3-32b-eagle3.config.json");
+    let eagle = call(json!({"op": "serve", "model": "llama-3.1-8b", "gpu": "h100", "max_model_len": "8192",
+        "speculative_config": {"method": "eagle3", "model": "org/head", "num_speculative_tokens": 3}, "draft_config": head}));
+    assert!(eagle["gpus"][0]["notes"].to_string().contains("EAGLE-3 head"), "{eagle}");
+    assert!(error(json!({"op": "serve", "model": "llama-3.1-8b", "gpu": "h100",
+        "speculative_config": {"method": "eagle3", "model": "org/head", "num_speculative_tokens": 3}}))
+    .contains("draft_config"));
+    assert!(error(json!({"op": "serve", "model": "llama-3.1-8b", "gpu": "h100", "speculative_config": "not json"})).contains("JSON object"));
 }
 
 #[test]

@@ -636,62 +636,13 @@ pub fn vllm(a: &ServeArgs, mut model: Model) -> Result<VllmServe> {
 fn speculative(a: &ServeArgs, target: &Model) -> Result<Option<vram_core::serve_spec::Speculative>> {
     use vram_core::serve_spec::SpecMethod;
     let Some(text) = a.speculative_config.as_deref() else { return Ok(None) };
-    let example = r#"e.g. '{"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3}'"#;
-    let v: serde_json::Value =
-        serde_json::from_str(text).map_err(|e| UsageError(format!("--speculative-config `{text}`: not a JSON object ({e}); {example}")))?;
-    let Some(obj) = v.as_object() else {
-        return Err(UsageError(format!("--speculative-config `{text}`: not a JSON object; {example}")).into());
-    };
-    let model = match obj.get("model") {
-        None | Some(serde_json::Value::Null) => None,
-        Some(serde_json::Value::String(s)) => Some(s.as_str()),
-        Some(other) => return Err(UsageError(format!("--speculative-config: `model` must be a string, got {other}")).into()),
-    };
-    let method = match obj.get("method").and_then(serde_json::Value::as_str) {
-        Some(m) => SpecMethod::parse(m)?,
-        None => match model {
-            None if target.mtp_layers > 0 => SpecMethod::Mtp,
-            None => {
-                return Err(UsageError(format!(
-                    "--speculative-config needs a `method` (ngram, suffix, eagle, eagle3, mtp, draft_model) or a `model`; {} has no MTP layers for vLLM to default to",
-                    target.name
-                ))
-                .into())
-            }
-            Some(m) if m.to_ascii_lowercase().contains("eagle3") => SpecMethod::Eagle3,
-            Some(m) if m.to_ascii_lowercase().contains("eagle") => SpecMethod::Eagle,
-            Some(_) => SpecMethod::DraftModel,
-        },
-    };
-    let k = match obj.get("num_speculative_tokens") {
-        Some(n) => n
-            .as_u64()
-            .ok_or_else(|| UsageError(format!("--speculative-config: `num_speculative_tokens` must be a whole number, got {n}")))?,
-        None if method == SpecMethod::Mtp && target.mtp_layers > 0 => target.mtp_layers,
-        None => {
-            return Err(
-                UsageError(format!("--speculative-config: `num_speculative_tokens` is required for method {}", method.name())).into()
-            )
-        }
-    };
-    for (key, value) in obj {
-        match key.as_str() {
-            "method" | "model" | "num_speculative_tokens" => {}
-            // The drafter on the target's TP group is what vLLM does by default.
-            "draft_tensor_parallel_size" if value.is_null() || value.as_u64() == Some(a.tp) => {}
-            // Proposal and acceptance settings, and the drafter's revision and eager switch: no memory.
-            "prompt_lookup_max" | "prompt_lookup_min" | "disable_padded_drafter_batch" | "disable_by_batch_size" | "acceptance_method"
-            | "posterior_threshold" | "posterior_alpha" | "revision" | "code_revision" | "max_model_len" | "disable_log_stats"
-            | "suffix_decoding_max_tree_depth" | "suffix_decoding_max_cached_requests" | "suffix_decoding_max_spec_factor"
-            | "suffix_decoding_min_token_prob" | "speculative_token_tree" | "rejection_sample_method" => {}
-            _ => {
-                return Err(UsageError(format!(
-                    "--speculative-config key `{key}` ({value}) changes memory in a way vram does not model (it models method, model, num_speculative_tokens, draft_tensor_parallel_size equal to --tensor-parallel-size, and keys that change no memory)"
-                ))
-                .into())
-            }
-        }
-    }
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+        UsageError(format!(
+            r#"--speculative-config `{text}`: not a JSON object ({e}); e.g. '{{"method": "ngram", "num_speculative_tokens": 4}}'"#
+        ))
+    })?;
+    let req = vram_core::serve_spec::parse_request(&v, target, a.tp)?;
+    let (method, k, model) = (req.method, req.num_speculative_tokens, req.model.as_deref());
     let draft = match (method, model) {
         (SpecMethod::Eagle | SpecMethod::Eagle3, Some(m)) => Some(Box::new(eagle_head(m)?)),
         (SpecMethod::DraftModel, Some(m)) => {
