@@ -1263,6 +1263,36 @@ fn speculative_decoding_is_read_from_a_pasted_command() {
         r#"{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}"#,
     ]);
     assert_eq!(ngram["gpus"][0]["draft_weights_bytes"], 0, "{ngram}");
+    // vLLM's dotted form, and the two merged, read as the JSON object.
+    let dotted = pasted(&[
+        "serve",
+        "-g",
+        "h100",
+        "--",
+        "vllm",
+        "serve",
+        "llama-3.1-8b",
+        "--speculative-config.method",
+        "ngram",
+        "--speculative_config.num_speculative_tokens=4",
+        "--speculative-config.prompt_lookup_max",
+        "4",
+    ]);
+    assert_eq!(dotted["gpus"][0]["notes"], ngram["gpus"][0]["notes"].clone(), "{dotted}");
+    let merged = pasted(&[
+        "serve",
+        "-g",
+        "h100",
+        "--",
+        "vllm",
+        "serve",
+        "llama-3.1-8b",
+        "--speculative-config",
+        r#"{"method": "ngram"}"#,
+        "--speculative-config.num_speculative_tokens",
+        "4",
+    ]);
+    assert!(merged.to_string().contains("method ngram with 4 speculative token"), "{merged}");
     // Refused by name: a method, a key and a drafter TP vram does not model; no method at all.
     for (json, says) in [
         (r#"{"method": "medusa", "model": "x", "num_speculative_tokens": 2}"#, "medusa"),

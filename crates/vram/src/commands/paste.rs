@@ -29,7 +29,6 @@ const VLLM_VALUE: &[(&str, &str)] = &[
     ("--performance-mode", "--performance-mode"),
     ("--num-gpu-blocks-override", "--num-gpu-blocks-override"),
     ("--eplb-config", "--eplb-config"),
-    ("--speculative-config", "--speculative-config"),
     ("--device-memory-utilization", "--gpu-memory-utilization"),
     ("--dtype", "--dtype"),
     ("--quantization", "--quantization"),
@@ -679,6 +678,10 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
     let mut graphs: Vec<String> = Vec::new();
     // What `--compilation-config` and `-O` set of the CUDA graphs.
     let mut compilation = Compilation::default();
+    // `--speculative-config` as a JSON object and its dotted keys (`--speculative-config.method
+    // ngram`), merged as vLLM merges them (vllm/utils/argparse_utils.py): a dotted value is read
+    // as JSON when it parses, else as text.
+    let mut speculative = serde_json::Map::new();
     // llama.cpp's `-hf REPO[:QUANT]` and `-hff FILE` (common/arg.cpp).
     let (mut hf, mut hf_file) = (None::<String>, None::<String>);
     // llama.cpp's `-dev CUDA0,CUDA1`: the GPUs it offloads to.
@@ -741,6 +744,16 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
                         // OPTIMIZATION_LEVEL_01 (vllm/config/vllm.py): piecewise graphs only.
                         compilation.level_mode = Some("PIECEWISE".into());
                     }
+                } else if flag == "--speculative-config" {
+                    let v = next(&mut i)?;
+                    match serde_json::from_str::<serde_json::Value>(&v) {
+                        Ok(serde_json::Value::Object(obj)) => speculative.extend(obj),
+                        _ => return Err(UsageError(format!("--speculative-config in the pasted command is not a JSON object: {v}")).into()),
+                    }
+                } else if let Some(key) = flag.strip_prefix("--speculative-config.").filter(|k| !k.is_empty()) {
+                    let v = next(&mut i)?;
+                    let value = serde_json::from_str(&v).unwrap_or(serde_json::Value::String(v));
+                    speculative.insert(key.replace('-', "_"), value);
                 } else if let Some(key) = compilation_config_key(flag) {
                     let v = next(&mut i)?;
                     match key {
@@ -888,6 +901,9 @@ pub fn translate(a: &ServeArgs) -> Result<Pasted> {
     }
     if let Some(t) = kv_type(&kv)? {
         out.extend(["--kv-cache-dtype".into(), t]);
+    }
+    if !speculative.is_empty() {
+        out.extend(["--speculative-config".to_string(), serde_json::Value::Object(speculative).to_string()]);
     }
     let (graph_args, none, other) = compilation.finish();
     eager.extend(none);
