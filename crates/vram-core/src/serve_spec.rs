@@ -424,6 +424,27 @@ mod tests {
         assert!(e.contains("medusa") && e.contains("eagle3"), "{e}");
     }
 
+    /// The speculators library's format keeps the decoder under `transformer_layer_config`:
+    /// RedHatAI/gemma-4-31B-it-speculator.eagle3's config.json, as a public repository's test
+    /// quotes it (the library's find_string id 62209048472; abridged to the keys read).
+    #[test]
+    fn a_speculators_config_is_read_from_its_layer_config() {
+        let text = br#"{
+            "architectures": ["Eagle3DraftModel"], "draft_vocab_size": 32000, "dtype": "bfloat16",
+            "speculators_model_type": "eagle3", "target_hidden_size": null,
+            "transformer_layer_config": {
+                "attention_bias": false, "head_dim": 256, "hidden_act": "silu", "hidden_size": 5376,
+                "intermediate_size": 21504, "max_position_embeddings": 262144, "model_type": "llama",
+                "num_attention_heads": 32, "num_hidden_layers": 1, "num_key_value_heads": 16,
+                "rms_norm_eps": 1e-06, "tie_word_embeddings": false, "vocab_size": 262144
+            }
+        }"#;
+        let d = parse_head_config(text, "gemma-4-31b-eagle3", "config.json").unwrap();
+        assert_eq!((d.hidden, d.layers, d.heads, d.kv_heads, d.head_dim, d.intermediate), (5376, 1, 32, 16, 256, 21504));
+        assert_eq!((d.vocab, d.draft_vocab), (262_144, Some(32_000)));
+        assert!(parse_head_config(b"[1]", "x", "config.json").is_err());
+    }
+
     #[test]
     fn capture_sizes_round_to_the_decode_query() {
         // k = 3: multiples of 4 up to the largest size.
