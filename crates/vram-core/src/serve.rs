@@ -1177,12 +1177,25 @@ fn drafter_on_rank(
     split: Split,
     s: Spec,
 ) -> Result<crate::serve_spec::Drafter> {
+    drafter_weights(m, cfg.quantization, Some(mxfp4_alignment(cfg)), sp, split, s.e, s.kv_b)
+}
+
+/// The drafter of `sp` on one GPU, for vLLM and SGLang alike (both shard as vLLM does):
+/// `mxfp4_align` pads MXFP4 experts as vLLM's kernels do (`None` for SGLang).
+pub(crate) fn drafter_weights(
+    m: &Model,
+    quantization: Quantization,
+    mxfp4_align: Option<(u64, u64)>,
+    sp: &crate::serve_spec::Speculative,
+    split: Split,
+    e: u128,
+    kv_b: u64,
+) -> Result<crate::serve_spec::Drafter> {
     use crate::serve_spec::SpecMethod;
-    let e = s.e;
     let priced = |d: &Model, quantization: Quantization, stage: &Stage| -> Result<u128> {
         Ok(match quantization {
             Quantization::Checkpoint if d.quantization.is_some() => {
-                let (w, sc, _) = checkpoint_rank_weights(d, split, e, stage, Some(mxfp4_alignment(cfg)))?;
+                let (w, sc, _) = checkpoint_rank_weights(d, split, e, stage, mxfp4_align)?;
                 w + sc
             }
             Quantization::Checkpoint => {
@@ -1197,11 +1210,11 @@ fn drafter_on_rank(
     };
     let mtp = if sp.method == SpecMethod::Mtp {
         let stage = Stage { rank: 0, start: m.layers.saturating_sub(m.mtp_layers), layers: m.mtp_layers, first: false, last: false };
-        priced(m, cfg.quantization, &stage)?
+        priced(m, quantization, &stage)?
     } else {
         0
     };
-    let mut d = crate::serve_spec::drafter(m, sp, cfg.tp, e, s.kv_b, mtp);
+    let mut d = crate::serve_spec::drafter(m, sp, split.tp, e, kv_b, mtp);
     if let (SpecMethod::DraftModel, Some(dm)) = (sp.method, sp.draft.as_deref()) {
         // The draft model is loaded as stored, unquantized unless its checkpoint is.
         d.weights = priced(dm, Quantization::Checkpoint, &Stage::whole(dm))? + rotary_cache_positions(dm) * dm.rotary_dim as u128 * e;

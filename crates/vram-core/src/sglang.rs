@@ -116,6 +116,40 @@ pub struct SglangConfig {
     pub language_only: bool,
     /// `--enable-lora` (or `--lora-paths`): the adapter memory pool; `None` without LoRA.
     pub lora: Option<SglangLora>,
+    /// `--speculative-algorithm` and its settings; `None` without speculative decoding.
+    pub speculative: Option<SglangSpec>,
+}
+
+/// SGLang's speculative decoding of the EAGLE family (arg_groups/speculative_hook.py
+/// `_handle_eagle_family`, 0.5.23): `NEXTN` is an alias of `EAGLE`, whose drafter is the
+/// checkpoint's own MTP layers when no draft path is given for the DeepSeek/GLM family.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SglangSpec {
+    /// The drafter, as vram names it: `Mtp` (the target's MTP layers), `Eagle` (an EAGLE head)
+    /// or `Eagle3`.
+    pub method: crate::serve_spec::SpecMethod,
+    /// `--speculative-num-steps`; `None` = SGLang's choice for the architecture.
+    pub num_steps: Option<u64>,
+    /// `--speculative-eagle-topk`; `None` = SGLang's choice.
+    pub eagle_topk: Option<u64>,
+    /// `--speculative-num-draft-tokens`; `None` = SGLang's choice (steps + 1 at top-k 1).
+    pub num_draft_tokens: Option<u64>,
+    /// The EAGLE head's config (`--speculative-draft-model-path`); `None` for MTP.
+    pub draft: Option<Box<Model>>,
+}
+
+impl SglangSpec {
+    /// (steps, top-k, draft tokens) as SGLang resolves them: `_auto_choose_speculative_params`
+    /// when no steps are given ((5, 4, 8) for Llama and Grok, else (3, 1, 4)), then draft
+    /// tokens = steps + 1 at top-k 1.
+    pub fn resolved(&self, m: &Model) -> (u64, u64, u64) {
+        let (steps, topk, tokens) = match self.num_steps {
+            Some(s) => (s, self.eagle_topk.unwrap_or(1), self.num_draft_tokens.unwrap_or(s + 1)),
+            None if m.model_type == "llama" => (5, 4, 8),
+            None => (3, 1, 4),
+        };
+        (steps, topk, if topk == 1 { steps + 1 } else { tokens })
+    }
 }
 
 /// SGLang's LoRA memory pool (`lora/mem_pool.py` `LoRAMemoryPool.init_buffers`): for each
@@ -319,6 +353,7 @@ impl SglangConfig {
             disable_overlap_schedule: false,
             language_only: false,
             lora: None,
+            speculative: None,
         }
     }
 }
@@ -397,10 +432,59 @@ pub struct SglangReport {
     pub mm_reserve_bytes: u64,
     /// The LoRA adapters' memory pool (`--enable-lora`), taken from the budget; 0 without.
     pub lora_pool_bytes: u64,
+    /// Of the weights, the speculative drafter's (0 without).
+    pub draft_weights_bytes: u64,
+    /// Of the cell size, the drafter's layers (0 without).
+    pub draft_cell_bytes: u64,
     /// The lines SGLang prints about this, reproduced.
     pub log: Vec<String>,
     /// Stated assumptions and warnings.
     pub notes: Vec<String>,
+}
+
+/// The drafter of `sp` on one rank and SGLang's resolved (steps, top-k, draft tokens).
+fn speculative_drafter(
+    m: &Model,
+    cfg: &SglangConfig,
+    sp: &SglangSpec,
+    split: crate::serve::Split,
+    e: u128,
+    kv_b: u64,
+    unmodelled: bool,
+) -> Result<(crate::serve_spec::Drafter, (u64, u64, u64))> {
+    use crate::serve_spec::SpecMethod;
+    if unmodelled || cfg.lora.is_some() {
+        return Err(invalid(
+            "--speculative-algorithm",
+            sp.method.name(),
+            "SGLang's speculative decoding is modelled for attention-only language models without attention DP or LoRA",
+        ));
+    }
+    match (sp.method, &sp.draft) {
+        (SpecMethod::Mtp, _) if m.mtp_layers == 0 => {
+            return Err(invalid(
+                "--speculative-algorithm",
+                "NEXTN",
+                &format!("{} has no MTP layers (num_nextn_predict_layers): give an EAGLE head with --speculative-draft-model-path", m.name),
+            ))
+        }
+        (SpecMethod::Eagle | SpecMethod::Eagle3, None) => {
+            return Err(invalid("--speculative-draft-model-path", "missing", "EAGLE and EAGLE3 need the draft head's checkpoint"))
+        }
+        (SpecMethod::Mtp | SpecMethod::Eagle | SpecMethod::Eagle3, _) => {}
+        (other, _) => return Err(invalid("--speculative-algorithm", other.name(), "EAGLE, EAGLE3 or NEXTN (SGLang's EAGLE family)")),
+    }
+    let (steps, topk, tokens) = sp.resolved(m);
+    if steps == 0 || topk == 0 || tokens == 0 || steps > 64 || topk > 64 || tokens > 1024 {
+        return Err(invalid(
+            "--speculative-num-steps / --speculative-eagle-topk / --speculative-num-draft-tokens",
+            format!("{steps} / {topk} / {tokens}"),
+            "each at least 1 (steps and top-k at most 64, draft tokens at most 1024)",
+        ));
+    }
+    let generic = crate::serve_spec::Speculative { method: sp.method, num_speculative_tokens: steps, draft: sp.draft.clone() };
+    let d = crate::serve::drafter_weights(m, cfg.quantization, None, &generic, split, e, kv_b)?;
+    Ok((d, (steps, topk, tokens)))
 }
 
 fn invalid(what: &str, value: impl ToString, hint: &str) -> Error {
@@ -831,6 +915,14 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
     let split = Split::attention_dp(tp, attn_tp, if cfg.dp_lm_head { attn_tp } else { tp });
     let (w, scales, wnotes) = split_rank_weights(m, cfg.quantization, split, dtype.bytes() as u128)?;
     notes.extend(wnotes);
+    // The speculative drafter, loaded before the KV cache is sized and counted in its budget
+    // (kv_cache_configurator.py `_profile_available_bytes`: "Loaded weights (target + draft)").
+    let spec = match &cfg.speculative {
+        None => None,
+        Some(sp) => Some(speculative_drafter(m, cfg, sp, split, dtype.bytes() as u128, kv_b, hybrid.is_some() || vlm || attn_dp > 1)?),
+    };
+    let draft_weights = spec.as_ref().map_or(0, |(d, _)| u64::try_from(d.weights).unwrap_or(u64::MAX));
+    let w = w.checked_add(u128::from(draft_weights)).ok_or_else(|| overflow("weights"))?;
     // The vision tower and projector, in the model dtype (quantized checkpoints keep them so).
     let w = w + m.multimodal.as_ref().map_or(0, |mm| crate::serve_mm::rank_weights(mm, m.hidden, tp, dtype.bytes() as u128));
     let weights = u64::try_from(w.checked_add(scales).ok_or_else(|| overflow("weights"))?).map_err(|_| overflow("weights"))?;
@@ -910,6 +1002,10 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
     if cell == 0 {
         return Err(invalid("model", &m.name, "has no KV cache to size"));
     }
+    // EAGLE/MTP drafts: the draft pool shares the token count, its per-layer size taken as the
+    // target's (pool_configurator.py: cell += int(cell × draft layers / layers)).
+    let draft_cell = spec.as_ref().map_or(0, |(d, _)| (cell as u128 * d.kv_layers as u128 / m.layers.max(1) as u128) as u64);
+    let cell = cell.checked_add(draft_cell).ok_or_else(|| overflow("cell size"))?;
     let mut tokens = if state_short { 0 } else { rest / cell / page * page };
     if let Some(cap) = cfg.max_total_tokens {
         if cap > tokens {
@@ -919,7 +1015,8 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
     }
     // Under attention DP a given limit is shared among the groups (resolve_max_num_reqs:
     // `max_running_requests // attn_dp_size` per worker).
-    let requested = cfg.max_running_requests.map(|r| (r / attn_dp).max(1));
+    // Speculative decoding resets an unset --max-running-requests to 48 (_handle_eagle_family).
+    let requested = cfg.max_running_requests.or(spec.as_ref().map(|_| 48)).map(|r| (r / attn_dp).max(1));
     let mut mrr = max_running_requests(tokens, context_len, requested);
     if let Some(r) = requested {
         if mrr < r {
@@ -940,8 +1037,10 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
     }
     let kv_pool = tokens.checked_add(page).and_then(|t| t.checked_mul(cell)).ok_or_else(|| overflow("KV pool"))?;
     // ReqToTokenPool: (size + 1) rows of context_len + 4 int32 (mem_cache/memory_pool.py).
+    // The row holds 4 + the draft tokens beyond the context (allocation_sizing.py).
+    let row_extra = REQ_TO_TOKEN_EXTRA + spec.as_ref().map_or(0, |(_, (_, _, tokens))| *tokens);
     let req_to_token = (mrr + 1)
-        .checked_mul(context_len.checked_add(REQ_TO_TOKEN_EXTRA).ok_or_else(|| overflow("req_to_token"))?)
+        .checked_mul(context_len.checked_add(row_extra).ok_or_else(|| overflow("req_to_token"))?)
         .and_then(|x| x.checked_mul(4))
         .ok_or_else(|| overflow("req_to_token"))?;
     let headroom = slack.saturating_sub(req_to_token);
@@ -985,6 +1084,17 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
     if shortfall == 0 && !state_short {
         log.push(format!(
             "max_total_num_tokens={tokens}, chunked_prefill_size={cps}, max_prefill_tokens={MAX_PREFILL_TOKENS}, max_running_requests={mrr}, context_len={context_len}"
+        ));
+    }
+    if let Some((d, (steps, topk, tokens))) = &spec {
+        notes.push(format!(
+            "speculative decoding (SGLang {SGLANG_VERSION}'s EAGLE family; NEXTN is EAGLE): {steps} steps, top-k {topk}, {tokens} draft tokens{}; the drafter — {} — {:.2} GiB, loaded before the KV cache is sized and counted in its budget; its {} layer(s) add {} bytes a token to the cell, sized as the target's layers (pool_configurator.py); each req_to_token row holds {tokens} more tokens; {}; the drafter's CUDA graphs come out of the headroom. Read from SGLang's source, not yet checked against a start-up log",
+            if cfg.speculative.as_ref().is_some_and(|s| s.num_steps.is_none()) { " (SGLang's choice for the architecture, _auto_choose_speculative_params)" } else { "" },
+            d.what,
+            d.weights as f64 / GIB as f64,
+            d.kv_layers,
+            draft_cell,
+            if cfg.max_running_requests.is_none() { "--max-running-requests defaults to 48 under speculative decoding" } else { "--max-running-requests as given" }
         ));
     }
     if is_default {
@@ -1054,6 +1164,8 @@ pub fn sglang(m: &Model, cfg: &SglangConfig) -> Result<SglangReport> {
         if cfg.distributed > 0 { format!(" and NCCL/all-reduce buffers ({} MiB) are taken", cfg.distributed / MIB) } else { String::new() }
     ));
     Ok(SglangReport {
+        draft_weights_bytes: draft_weights,
+        draft_cell_bytes: draft_cell,
         sglang_version: SGLANG_VERSION.into(),
         dtype,
         kv_dtype_bytes: kv_b,

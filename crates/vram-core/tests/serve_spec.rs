@@ -231,3 +231,51 @@ fn piecewise_graphs_under_speculation_keep_the_default_sizes() {
     let full = vram_core::serve_graphs::estimate(&ServeConfig { cudagraph_mode: None, ..cfg }, 64, 8, 65_536, 1);
     assert_eq!(full.piecewise, 8);
 }
+
+/// SGLang's EAGLE family (0.5.23, arg_groups/speculative_hook.py, model_executor/pool_configurator.py):
+/// NEXTN drafts with DeepSeek-V3's MTP layer, counted in the KV budget; the cell grows by the
+/// target's per-layer size; --max-running-requests defaults to 48; each req_to_token row holds
+/// the draft tokens too.
+#[test]
+fn sglang_nextn_and_eagle3_from_source() {
+    use vram_core::sglang::{sglang, SglangConfig, SglangSpec};
+    let g = gpu::lookup("h200").unwrap();
+    let base = SglangConfig {
+        tp: 8,
+        quantization: vram_core::serve::Quantization::Fp8,
+        ..SglangConfig::new(gpu::cuda_total(&g).0, g.memory >> 20)
+    };
+    let m = config("validation/configs/deepseek-v3.json");
+    let plain = sglang(&m, &base).unwrap();
+    let nextn = SglangSpec { method: SpecMethod::Mtp, num_steps: None, eagle_topk: None, num_draft_tokens: None, draft: None };
+    let r = sglang(&m, &SglangConfig { speculative: Some(nextn.clone()), ..base.clone() }).unwrap();
+    // One MLA layer more in the cell: 70,272 / 61 = 1,152 bytes (512 + 64 latent, bf16).
+    assert_eq!((plain.cell_bytes, r.cell_bytes, r.draft_cell_bytes), (70_272, 71_424, 1_152));
+    assert_eq!(r.weights_bytes - plain.weights_bytes, r.draft_weights_bytes);
+    assert!(r.draft_weights_bytes > 0);
+    // rest shrinks by the drafter; the pool is rest / cell.
+    assert_eq!(plain.rest_bytes - r.rest_bytes, r.draft_weights_bytes);
+    assert_eq!(r.max_total_num_tokens, r.rest_bytes / r.cell_bytes);
+    assert_eq!(r.max_running_requests, 48);
+    // (3, 1, 4) for DeepSeek: rows of context + 4 + 4 int32.
+    assert_eq!(r.req_to_token_bytes, 49 * (r.context_len + 8) * 4);
+    assert_eq!(nextn.resolved(&m), (3, 1, 4));
+    // A given limit stands; Llama's auto choice is (5, 4, 8).
+    let given = sglang(&m, &SglangConfig { max_running_requests: Some(128), speculative: Some(nextn.clone()), ..base.clone() }).unwrap();
+    assert_eq!(given.max_running_requests, 128);
+    let llama = presets::load("llama-3.1-8b").unwrap();
+    assert_eq!(SglangSpec { method: SpecMethod::Eagle3, draft: Some(Box::new(head())), ..nextn.clone() }.resolved(&llama), (5, 4, 8));
+    // An EAGLE-3 head: the same weights vLLM counts (both shard as vLLM does), and a cell grown
+    // by the target's per-layer size (SGLang assumes it), not the head's own 80-wide heads.
+    let target = config("validation/vllm/configs/qwen3-32b.config.json");
+    let eagle3 = SglangSpec { method: SpecMethod::Eagle3, draft: Some(Box::new(head())), ..nextn.clone() };
+    let g1 = SglangConfig { tp: 2, ..SglangConfig::new(gpu::cuda_total(&gpu::lookup("h100").unwrap()).0, 81_559) };
+    let s = sglang(&target, &SglangConfig { speculative: Some(eagle3), ..g1.clone() }).unwrap();
+    let v = run(&target, &ServeConfig { tp: 2, speculative: spec(SpecMethod::Eagle3, 3, Some(head())), ..h100(19) });
+    assert_eq!(s.draft_weights_bytes, v.draft_weights_bytes);
+    assert_eq!(s.draft_cell_bytes, (s.cell_bytes - s.draft_cell_bytes) / 64);
+    // Refused: NEXTN on a model without MTP layers, and a hybrid target.
+    assert!(sglang(&llama, &SglangConfig { speculative: Some(nextn.clone()), ..g1.clone() }).unwrap_err().to_string().contains("MTP"));
+    let hybrid = config("validation/configs/ssm/qwen3.5-27b.json");
+    assert!(sglang(&hybrid, &SglangConfig { speculative: Some(nextn), ..g1 }).is_err());
+}

@@ -536,6 +536,23 @@ pub struct ServeArgs {
     /// SGLang `--disable-overlap-schedule`.
     #[arg(long)]
     pub disable_overlap_schedule: bool,
+    /// SGLang `--speculative-algorithm`: EAGLE, EAGLE3 or NEXTN (EAGLE's alias; the checkpoint's
+    /// MTP layers draft).
+    #[arg(long)]
+    pub speculative_algorithm: Option<String>,
+    /// SGLang `--speculative-draft-model-path`: the EAGLE head (a Hub id, a directory or its
+    /// config.json).
+    #[arg(long)]
+    pub speculative_draft_model_path: Option<String>,
+    /// SGLang `--speculative-num-steps` [default: SGLang's choice for the architecture].
+    #[arg(long)]
+    pub speculative_num_steps: Option<u64>,
+    /// SGLang `--speculative-eagle-topk` [default: SGLang's choice].
+    #[arg(long)]
+    pub speculative_eagle_topk: Option<u64>,
+    /// SGLang `--speculative-num-draft-tokens` [default: steps + 1 at top-k 1].
+    #[arg(long)]
+    pub speculative_num_draft_tokens: Option<u64>,
     /// SGLang `--attn-dp-size N`: attention data parallelism within the TP group (MoE models): N
     /// groups of tp/N GPUs, each with its own attention split, token pool and batch.
     #[arg(long)]

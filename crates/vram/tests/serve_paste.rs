@@ -1308,3 +1308,77 @@ fn speculative_decoding_is_read_from_a_pasted_command() {
     let e = fails(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-8b", "--speculative-model", "x"], 2);
     assert!(e.contains("--speculative-model"), "{e}");
 }
+
+/// SGLang's speculative flags, pasted: NEXTN on a checkpoint with MTP layers, EAGLE3 with a head
+/// (a real config, validation/vllm/spec_heads/), and the algorithms not modelled refused by name.
+#[test]
+fn sglang_speculative_flags_are_read_from_a_pasted_command() {
+    let v3 = format!("{}/../../validation/configs/deepseek-v3.json", env!("CARGO_MANIFEST_DIR"));
+    let base = [
+        "serve",
+        "-g",
+        "h200",
+        "--",
+        "python",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        v3.as_str(),
+        "--tp",
+        "8",
+        "--quantization",
+        "fp8",
+    ];
+    let plain = pasted(&base);
+    let nextn = pasted(
+        &[
+            &base[..],
+            &[
+                "--speculative-algorithm",
+                "NEXTN",
+                "--speculative-num-steps",
+                "3",
+                "--speculative-eagle-topk",
+                "1",
+                "--speculative-num-draft-tokens",
+                "4",
+            ],
+        ]
+        .concat(),
+    );
+    let (p, n) = (&plain["gpus"][0], &nextn["gpus"][0]);
+    assert!(n["draft_weights_bytes"].as_u64().unwrap() > 0, "{n}");
+    assert_eq!(n["max_running_requests"], 48, "{n}");
+    assert!(n["max_total_num_tokens"].as_u64() < p["max_total_num_tokens"].as_u64(), "{n}");
+    let head = format!("{}/../../validation/vllm/spec_heads/qwen3-32b-eagle3.config.json", env!("CARGO_MANIFEST_DIR"));
+    let q = format!("{}/../../validation/vllm/configs/qwen3-32b.config.json", env!("CARGO_MANIFEST_DIR"));
+    let eagle3 = pasted(&[
+        "serve",
+        "-g",
+        "h100",
+        "--",
+        "python",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        &q,
+        "--tp",
+        "2",
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-draft-model-path",
+        &head,
+    ]);
+    assert!(eagle3.to_string().contains("EAGLE-3 head"), "{eagle3}");
+    for (args, says) in [
+        (vec!["--speculative-algorithm", "NGRAM"], "NGRAM"),
+        (vec!["--speculative-algorithm", "EAGLE3"], "--speculative-draft-model-path"),
+        (vec!["--speculative-num-steps", "3"], "need --speculative-algorithm"),
+        (vec!["--speculative-algorithm", "EAGLE", "--speculative-token-map", "map.pt"], "--speculative-token-map"),
+    ] {
+        let mut cmd = vec!["serve", "-g", "h100", "--", "python", "-m", "sglang.launch_server", "--model-path", "llama-3.1-8b"];
+        cmd.extend(args.iter().copied());
+        let e = fails(&cmd, 2);
+        assert!(e.contains(says), "{args:?}: {e}");
+    }
+}

@@ -511,6 +511,12 @@ const SGLANG_VALUE: &[(&str, &str)] = &[
     ("--max-lora-rank", "--max-lora-rank"),
     ("--max-loras-per-batch", "--max-loras-per-batch"),
     ("--max-loaded-loras", "--max-loaded-loras"),
+    ("--speculative-algorithm", "--speculative-algorithm"),
+    ("--speculative-draft-model-path", "--speculative-draft-model-path"),
+    ("--speculative-draft", "--speculative-draft-model-path"),
+    ("--speculative-num-steps", "--speculative-num-steps"),
+    ("--speculative-eagle-topk", "--speculative-eagle-topk"),
+    ("--speculative-num-draft-tokens", "--speculative-num-draft-tokens"),
 ];
 const SGLANG_FLAG: &[&str] = &[
     "--disable-cuda-graph",
@@ -530,6 +536,14 @@ const SGLANG_NO_MEMORY: &[&str] = &[
     "--lora-backend",
     "--max-lora-chunk-size",
     "--lora-eviction-policy",
+    // Speculative settings that size nothing: the draft's revision and load format, the
+    // acceptance thresholds, the draft attention backend.
+    "--speculative-draft-model-revision",
+    "--speculative-draft-load-format",
+    "--speculative-accept-threshold-single",
+    "--speculative-accept-threshold-acc",
+    "--speculative-attention-mode",
+    "--speculative-draft-attention-backend",
     "--host",
     "--port",
     "--served-model-name",
@@ -589,8 +603,9 @@ const SGLANG_UNMODELLED: &[&str] = &[
     "--pp-size",
     "--pipeline-parallel-size",
     "--moe-a2a-backend",
-    "--speculative-algorithm",
-    "--speculative-draft-model-path",
+    // A token map shrinks an EAGLE head's vocabulary; several draft layers run as one.
+    "--speculative-token-map",
+    "--enable-multi-layer-eagle",
     "--cpu-offload-gb",
     "--enable-hierarchical-cache",
     "--disaggregation-mode",

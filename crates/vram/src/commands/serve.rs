@@ -376,6 +376,11 @@ fn reject_other_engines_flags(a: &ServeArgs, engine: Engine) -> Result<()> {
             given(a.disable_radix_cache, "--disable-radix-cache"),
             given(a.disable_overlap_schedule, "--disable-overlap-schedule"),
             given(a.attn_dp_size.is_some(), "--attn-dp-size"),
+            given(a.speculative_algorithm.is_some(), "--speculative-algorithm"),
+            given(a.speculative_draft_model_path.is_some(), "--speculative-draft-model-path"),
+            given(a.speculative_num_steps.is_some(), "--speculative-num-steps"),
+            given(a.speculative_eagle_topk.is_some(), "--speculative-eagle-topk"),
+            given(a.speculative_num_draft_tokens.is_some(), "--speculative-num-draft-tokens"),
             given(a.enable_dp_attention, "--enable-dp-attention"),
             given(a.enable_dp_lm_head, "--enable-dp-lm-head"),
             given(a.ep_size.is_some(), "--ep-size"),
@@ -893,14 +898,64 @@ pub fn sglang(a: &ServeArgs, model: Model) -> Result<SglangServe> {
         disable_overlap_schedule: a.disable_overlap_schedule,
         language_only: a.language_only,
         lora: None,
+        speculative: None,
         cuda_context,
         // NCCL and custom all-reduce buffers at TP ≥ 2: the TP share of vLLM's non-torch default
         // (serve.rs non_torch_default), the same libraries on the same GPUs; a stated assumption.
         distributed: vram_core::serve_advice::sglang_distributed(a.tp, vram_core::serve::nvswitch_gpu(&g.name)),
     };
     config.lora = sglang_lora(a)?;
+    config.speculative = sglang_speculative(a, &model)?;
     let report = vram_core::sglang::sglang(&model, &config)?;
     Ok(SglangServe { model, gpu: g, config, report, dp })
+}
+
+/// SGLang's `--speculative-algorithm` (arg_groups/speculative_hook.py, 0.5.23): NEXTN is EAGLE
+/// with the checkpoint's MTP layers drafting; EAGLE without a draft path (or with the model's own
+/// path) drafts with them too where the checkpoint has them, as SGLang sets the path for the
+/// DeepSeek/GLM family; EAGLE and EAGLE3 with a path load that head.
+fn sglang_speculative(a: &ServeArgs, target: &Model) -> Result<Option<vram_core::sglang::SglangSpec>> {
+    use vram_core::serve_spec::SpecMethod;
+    let settings = [
+        a.speculative_draft_model_path.is_some(),
+        a.speculative_num_steps.is_some(),
+        a.speculative_eagle_topk.is_some(),
+        a.speculative_num_draft_tokens.is_some(),
+    ];
+    let Some(alg) = a.speculative_algorithm.as_deref() else {
+        if settings.iter().any(|&s| s) {
+            return Err(UsageError("the --speculative-* settings need --speculative-algorithm (EAGLE, EAGLE3 or NEXTN)".into()).into());
+        }
+        return Ok(None);
+    };
+    let own = |p: &str| a.model.as_deref() == Some(p);
+    let path = a.speculative_draft_model_path.as_deref().filter(|p| !own(p));
+    let (method, draft) = match (alg.to_ascii_uppercase().as_str(), path) {
+        ("NEXTN" | "MTP", _) | ("EAGLE", None) => (SpecMethod::Mtp, None),
+        ("EAGLE", Some(p)) => (SpecMethod::Eagle, Some(Box::new(eagle_head(p)?))),
+        ("EAGLE3", Some(p)) => (SpecMethod::Eagle3, Some(Box::new(eagle_head(p)?))),
+        ("EAGLE3", None) => return Err(UsageError("--speculative-algorithm EAGLE3 needs --speculative-draft-model-path (the EAGLE-3 head)".into()).into()),
+        (other, _) => {
+            return Err(UsageError(format!(
+                "--speculative-algorithm {other} changes memory in a way vram does not model; it models SGLang's EAGLE family: EAGLE, EAGLE3 and NEXTN"
+            ))
+            .into())
+        }
+    };
+    if method == SpecMethod::Mtp && target.mtp_layers == 0 {
+        return Err(UsageError(format!(
+            "--speculative-algorithm {alg} without a draft head drafts with the checkpoint's MTP layers, and {} has none: pass --speculative-draft-model-path",
+            target.name
+        ))
+        .into());
+    }
+    Ok(Some(vram_core::sglang::SglangSpec {
+        method,
+        num_steps: a.speculative_num_steps,
+        eagle_topk: a.speculative_eagle_topk,
+        num_draft_tokens: a.speculative_num_draft_tokens,
+        draft,
+    }))
 }
 
 /// vLLM's `--enable-eplb` and `--eplb-config` (vllm/config/parallel.py `EPLBConfig`): redundant
