@@ -483,7 +483,24 @@ fn speculative_drafter(
         ));
     }
     let generic = crate::serve_spec::Speculative { method: sp.method, num_speculative_tokens: steps, draft: sp.draft.clone() };
-    let d = crate::serve::drafter_weights(m, cfg.quantization, None, &generic, split, e, kv_b)?;
+    let mut d = crate::serve::drafter_weights(m, cfg.quantization, None, &generic, split, e, kv_b)?;
+    // SGLang sizes the KV cache with the draft model as built, before it hands the draft the
+    // target's embedding and LM head (managers/scheduler.py `init_memory_pools`: the target pool,
+    // then the draft's `alloc_memory_pool` → eagle_worker_v2.py `init_lm_head`); the draft's own
+    // VocabParallelEmbedding — and an EAGLE-1 head's or an MTP module's ParallelLMHead — are
+    // allocated at construction, so they count. (Two public SGLang logs of mid-2025 show the same
+    // composition at the draft's "Load weight end": an EAGLE-3 head at 1.77 GiB and MiMo's MTP at
+    // 2.71 GiB; validation/sglang/spec_logs.jsonl.)
+    let (vocab, h) = (m.vocab.div_ceil(crate::serve::VOCAB_PAD) * crate::serve::VOCAB_PAD, m.hidden);
+    let tables: u128 = if sp.method == SpecMethod::Eagle3 { 1 } else { 2 };
+    let own = tables * (vocab / cfg.tp.max(1)) as u128 * h as u128 * e;
+    d.weights += own;
+    d.what = format!(
+        "{}; SGLang sizes the pool before sharing them, so the draft's own embedding{} count ({:.2} GiB)",
+        d.what,
+        if tables == 2 { " and LM head" } else { "" },
+        own as f64 / GIB as f64
+    );
     Ok((d, (steps, topk, tokens)))
 }
 
