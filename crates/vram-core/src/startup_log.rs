@@ -111,6 +111,9 @@ pub struct SglangLog {
     pub weights: Option<LogSize>,
     /// "Load weight end. … avail mem=X GB".
     pub avail_after_weights: Option<LogSize>,
+    /// The speculative draft's "Load weight end. type=…Eagle…/…MTP…/…NextN… mem usage=X GB" (a
+    /// second load, after the target's).
+    pub draft_weights: Option<LogSize>,
     /// "KV Cache is allocated. … #tokens: N".
     pub kv_tokens: Option<u64>,
     /// "K size: X GB" (or the single "KV size: X GB" of MLA models).
@@ -487,15 +490,22 @@ fn parse_vllm(text: &str) -> (VllmLog, usize) {
 
 fn parse_sglang(text: &str) -> (SglangLog, usize) {
     let mut l = SglangLog::default();
-    let mut z = [false; 13];
+    let mut z = [false; 14];
     let mut found = 0;
     let mut ranks: Vec<Rank> = Vec::new();
     for line in text.lines() {
         let rank = sglang_rank(line);
         let mut hit = 0;
         if let Some(r) = after(line, "Load weight end.") {
-            hit += put(&mut l.weights, &mut z[0], &rank, after(r, "mem usage=").and_then(size)) as usize;
-            hit += put(&mut l.avail_after_weights, &mut z[1], &rank, after(r, "avail mem=").and_then(size)) as usize;
+            // The draft worker's load names its class: LlamaForCausalLMEagle3, MiMoMTP,
+            // DeepseekV3ForCausalLMNextN …
+            let class = after(r, "type=").map(|t| t.split([',', ' ']).next().unwrap_or("").to_ascii_lowercase()).unwrap_or_default();
+            if ["eagle", "mtp", "nextn"].iter().any(|d| class.contains(d)) {
+                hit += put(&mut l.draft_weights, &mut z[13], &rank, after(r, "mem usage=").and_then(size)) as usize;
+            } else {
+                hit += put(&mut l.weights, &mut z[0], &rank, after(r, "mem usage=").and_then(size)) as usize;
+                hit += put(&mut l.avail_after_weights, &mut z[1], &rank, after(r, "avail mem=").and_then(size)) as usize;
+            }
         }
         if let Some(r) = after(line, "KV Cache is allocated.") {
             hit += put(&mut l.kv_tokens, &mut z[2], &rank, after(r, "#tokens:").and_then(count)) as usize;

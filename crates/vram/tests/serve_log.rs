@@ -280,3 +280,44 @@ fn the_logs_drafter_is_compared_with_the_estimates() {
     ]);
     assert!(v["comparison"]["contradictions"].to_string().contains("shows none"), "{v}");
 }
+
+/// An SGLang log with a speculative draft (validation/sglang/spec_logs.jsonl, SGLang's docs
+/// notebook of 2025-05-04: Llama-3.1-8B-Instruct with an EAGLE-3 head): the draft's own
+/// "Load weight end" is read as the draft's, not the target's, and held to vram's draft.
+#[test]
+fn an_sglang_draft_load_is_compared_as_the_drafts() {
+    let root = format!("{}/../..", env!("CARGO_MANIFEST_DIR"));
+    let logs = std::fs::read_to_string(format!("{root}/validation/sglang/spec_logs.jsonl")).unwrap();
+    let case: Value = logs
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|v| v["id"] == "docs-ci-2025-05-04-llama31-8b-eagle3")
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("sglang.log");
+    let lines: Vec<&str> = case["lines"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+    std::fs::write(&log, lines.join("\n")).unwrap();
+    let head = format!("{root}/validation/vllm/spec_heads/llama3-8b-eagle3.config.json");
+    let base = ["serve", "--engine", "sglang", "-m", "llama-3.1-8b", "-g", "h100", "--dtype", "float16", "--context-length", "131072"];
+    let spec = [
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-draft-model-path",
+        head.as_str(),
+        "--speculative-num-steps",
+        "5",
+        "--speculative-eagle-topk",
+        "8",
+        "--speculative-num-draft-tokens",
+        "32",
+    ];
+    let c = json(&[&base[..], &spec[..], &["--log", log.to_str().unwrap()]].concat())["comparison"].clone();
+    let d = row(&c, "draft weights");
+    assert_eq!(d["log_printed"], "1.77 GB", "{c}");
+    assert!((d["estimate"].as_f64().unwrap() - 1.77).abs() < 0.005, "{c}");
+    // The target's own load: 16.84 GB logged (a shared CI GPU; Llama-3.1-8B in float16 is 14.96).
+    assert_eq!(row(&c, "weights per GPU")["log_printed"], "16.84 GB", "{c}");
+    // Without the speculative flags the draft load is called out.
+    let plain = json(&[&base[..], &["--log", log.to_str().unwrap()]].concat())["comparison"]["contradictions"].to_string();
+    assert!(plain.contains("speculative draft"), "{plain}");
+}

@@ -258,10 +258,23 @@ pub fn sglang(s: &SglangServe, l: &SglangLog) -> Comparison {
         contradictions.push(format!("the log's context_len is {c}; the estimate is for {}", r.context_len));
     }
     let tokens = l.max_total_num_tokens.or(l.kv_tokens);
+    // A speculative draft loads after the target and prints its own "Load weight end".
+    match (l.draft_weights.is_some(), r.draft_weights_bytes > 0) {
+        (true, false) => contradictions.push(
+            "the log loads a speculative draft (a second \"Load weight end\" of an EAGLE/MTP class); the estimate has none (pass the launch's --speculative-algorithm)".into(),
+        ),
+        (false, true) if l.weights.is_some() => {
+            contradictions.push("the estimate loads a speculative draft; the log shows no draft load".into())
+        }
+        _ => {}
+    }
     let mut rows = vec![
-        gib_row("weights per GPU", r.weights_bytes, &l.weights),
-        gib_row("free after weights", r.after_weights_bytes, &l.avail_after_weights),
+        gib_row("weights per GPU", r.weights_bytes - r.draft_weights_bytes, &l.weights),
+        gib_row("free after weights", r.after_weights_bytes + r.draft_weights_bytes, &l.avail_after_weights),
     ];
+    if r.draft_weights_bytes > 0 || l.draft_weights.is_some() {
+        rows.push(gib_row("draft weights", r.draft_weights_bytes, &l.draft_weights));
+    }
     if let Some(st) = &r.state {
         // "Mamba Cache is allocated": (slots + 1) rows of every mixer layer's conv and SSM state.
         let rows_of = |b: u64| (st.max_mamba_cache_size + 1).saturating_mul(st.state_layers).saturating_mul(b);
@@ -282,11 +295,15 @@ pub fn sglang(s: &SglangServe, l: &SglangLog) -> Comparison {
         .map(|row| match row.quantity {
             "weights per GPU" => format!(
                 "weights per GPU: vram counts {} at TP {}; the log measured {}",
-                g(r.weights_bytes), r.tp, shown(&l.weights)
+                g(r.weights_bytes - r.draft_weights_bytes), r.tp, shown(&l.weights)
             ),
             "free after weights" => format!(
                 "free after weights: vram takes the GPU's memory less the CUDA context and distributed buffers, then the weights ({}); the log measured {}",
-                g(r.after_weights_bytes), shown(&l.avail_after_weights)
+                g(r.after_weights_bytes + r.draft_weights_bytes), shown(&l.avail_after_weights)
+            ),
+            "draft weights" => format!(
+                "draft weights: vram counts the draft as SGLang builds it, {} (its own embedding included); the log measured {}",
+                g(r.draft_weights_bytes), shown(&l.draft_weights)
             ),
             "state slots" | "conv_state size" | "ssm_state size" => format!(
                 "{}: the state pool takes --mamba-full-memory-ratio of what the weights leave ({} slots in vram); it follows the free memory after weights and mem_fraction_static, and the slot size the SSM dtype (--mamba-ssm-dtype)",
