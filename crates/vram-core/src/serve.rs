@@ -985,7 +985,7 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
     // The drafter's forward over the same tokens, the target's hidden states held
     // (gpu_model_runner.py `_dummy_run` → `drafter.dummy_run`).
     if let Some((f, held)) = drafter.as_ref().and_then(|d| d.forward.as_ref().map(|f| (f, d.held_hidden))) {
-        let (peak, _) = forward_peak_split(f, s.batched, Split::tp(tp), e);
+        let (peak, _) = forward_peak_split(f, s.batched, split, e);
         let held = (1 + held as u128) * s.batched as u128 * m.hidden as u128 * e;
         if peak + held > act {
             (act, act_at) = (peak + held, format!("the drafter's forward of {} tokens, the target's hidden states held", s.batched));
@@ -1103,8 +1103,13 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
     // (v1/core/kv_cache_planning.py: the available memory becomes N × the bytes of one block).
     let override_bytes = match cfg.num_gpu_blocks_override {
         Some(n) => {
-            let probe = kv_pool(&staged, &pool_spec(0))?;
-            let per_block = probe.page_size_bytes.checked_mul(probe.group_size.max(1));
+            let spec = pool_spec(0);
+            let probe = kv_pool(&staged, &spec)?;
+            // A block spans every layer slot of a group, and a drafter's own-shape layers beside it.
+            let per_block = probe
+                .page_size_bytes
+                .checked_mul(probe.group_size.max(1))
+                .and_then(|b| b.checked_add(spec.draft_bytes_per_token.checked_mul(probe.block_size)?));
             Some(per_block.and_then(|b| b.checked_mul(n)).ok_or(Error::Overflow { what: "--num-gpu-blocks-override".into() })?)
         }
         None => None,
@@ -1122,7 +1127,7 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
     };
     let pool = kv_pool(&staged, &pool_spec(kv_cache))?;
     if let (Some(sp), true) = (&cfg.speculative, stage.last) {
-        notes.push(speculative_note(sp, drafter.as_ref(), rejection, &pool));
+        notes.push(speculative_note(sp, drafter.as_ref(), rejection, cuda_graph.is_some(), &pool));
     }
     if let Some(enc) = &encoder {
         notes.push(crate::serve_encdec::note(enc, &pool, s.max_len));
@@ -1146,7 +1151,13 @@ fn rank_accounting(m: &Model, cfg: &ServeConfig, stage: &Stage, notes: &mut Vec<
 }
 
 /// What speculative decoding changed, for the report.
-fn speculative_note(sp: &crate::serve_spec::Speculative, d: Option<&crate::serve_spec::Drafter>, rejection: bool, pool: &KvPool) -> String {
+fn speculative_note(
+    sp: &crate::serve_spec::Speculative,
+    d: Option<&crate::serve_spec::Drafter>,
+    rejection: bool,
+    graphs: bool,
+    pool: &KvPool,
+) -> String {
     let k = sp.num_speculative_tokens;
     let drafter = match d {
         Some(d) => format!(
@@ -1160,10 +1171,11 @@ fn speculative_note(sp: &crate::serve_spec::Speculative, d: Option<&crate::serve
         None => "proposals come from the CPU (no drafter weights, no KV layers)".into(),
     };
     format!(
-        "--speculative-config method {} with {k} speculative token(s): {drafter}; {}CUDA graphs capture decode batches of 1 + {k} tokens a request (sizes rounded to multiples of {}). Modelled from vLLM's source (0.19.1 and 0.33.0 sdists), not yet checked against a start-up log",
+        "--speculative-config method {} with {k} speculative token(s): {drafter}; {}{}{}read in vLLM's source (0.19.1 to 0.33.0 sdists); the drafter's KV layers and state blocks match a public Qwen3.6-27B MTP log (validation/vllm/spec_logs.jsonl), its weights, profile-run peak and graph bytes are not yet checked against one",
         sp.method.name(),
         if rejection { "the V1 runner's profile also runs the rejection sampler over [2 × max-num-seqs, vocabulary] dummy logits; " } else { "" },
-        k + 1
+        if pool.state.is_some() { format!("each state group keeps {k} more state block(s) a request; ") } else { String::new() },
+        if graphs { format!("the CUDA-graph note says what decode batches of 1 + {k} tokens do to the graphs; ") } else { String::new() },
     )
 }
 
@@ -1292,7 +1304,7 @@ fn cuda_graph_estimate(m: &Model, cfg: &ServeConfig, layers: u64, seqs: u64, bat
         crate::serve_spec::SpecMethod::Mtp => m.mtp_layers,
         _ => s.draft.as_ref().map_or(0, |d| d.layers),
     });
-    applies.then(|| crate::serve_graphs::estimate(cfg, layers, seqs, batched, draft_layers))
+    applies.then(|| crate::serve_graphs::estimate(cfg, layers, seqs, batched, draft_layers, model_runner(m, cfg)))
 }
 
 /// vllm/config/model.py _resolve_auto_dtype: the checkpoint's dtype; float32 served in bf16.
@@ -1423,6 +1435,13 @@ fn validate(m: &Model, cfg: &ServeConfig) -> Result<(u64, Vec<String>)> {
             ));
         }
         crate::serve_spec::check(m, spec, cfg.pp)?;
+        if spec.method == crate::serve_spec::SpecMethod::NgramGpu && model_runner(m, cfg) == ModelRunner::V1 {
+            return Err(invalid(
+                "speculative_config.method",
+                "ngram_gpu",
+                "under the V1 runner it keeps every request's tokens on the GPU ([max-num-seqs, max-model-len] int32, gpu_model_runner.py token_ids_gpu_tensor), which vram does not model; method ngram is, and ngram_gpu under Model Runner V2 (vLLM ≥ 0.29, or --model-runner v2)",
+            ));
+        }
     }
     let pp = cfg.pp;
     if pp == 0 || pp > m.layers.max(1) {

@@ -72,56 +72,83 @@ pub struct CudaGraphs {
     pub bytes: u64,
     /// Piecewise graphs (one per capture size, per LoRA case).
     pub piecewise: u64,
-    /// Full decode graphs (one per capture size up to `--max-num-seqs`, per LoRA case).
+    /// Full decode graphs (one per capture size a decode batch takes, per LoRA case).
     pub full: u64,
-    /// Layer-graphs priced: piecewise × (layers + 1) + full × layers.
+    /// Layer-graphs priced: piecewise × (layers + 1) + full × layers, and a speculative
+    /// drafter's piecewise graphs.
     pub layer_graphs: u64,
+    /// Of `layer_graphs`, the drafter's.
+    pub drafter_layer_graphs: u64,
+    /// Tokens a request adds to a decode step: 1, or 1 + k under speculative decoding.
+    pub decode_query: u64,
+    /// Whether the sizes were rounded up to multiples of `decode_query` (the V1 runner's full
+    /// decode graphs under speculative decoding).
+    pub rounded: bool,
     /// Whether NCCL's all-reduce is in the graphs (the larger constant).
     pub nccl: bool,
     /// `--cuda-graph-memory` was given: `bytes` is that, not the model.
     pub given: bool,
 }
 
-/// The batch sizes vLLM captures (`_set_cudagraph_sizes`). Given sizes (`--cudagraph-capture-
-/// sizes`) are kept up to max_num_batched_tokens. By default: 1, 2, 4, then every 8 below 256 and
-/// every 16 from 256, up to `max` (`--max-cudagraph-capture-size`) or else min(2 × max_num_seqs,
-/// 512 — 1024 on data-centre Blackwell from 0.28), and at most max_num_batched_tokens; from 0.25
-/// max_num_batched_tokens itself when it falls under that ceiling, and from 0.31, when no `max`
-/// is given, max_num_seqs (the widest uniform decode).
+/// 1, 2, 4, then every 8 below 256 and every 16 from 256, up to `max` (`_set_cudagraph_sizes`'
+/// grid; its `request_counts` for speculative decode batches is the same).
+fn grid(max: u64) -> Vec<u64> {
+    let mut sizes: Vec<u64> = [1, 2, 4].into_iter().filter(|&s| s <= max).collect();
+    sizes.extend((8..(max + 1).min(256)).step_by(8));
+    if max >= 256 {
+        sizes.extend((256..=max).step_by(16));
+    }
+    sizes
+}
+
+/// Tokens a request adds to a decode step (vllm/config/vllm.py `uniform_decode_query_len`):
+/// 1 + num_speculative_tokens.
+fn decode_query_len(cfg: &ServeConfig) -> u64 {
+    1 + cfg.speculative.as_ref().map_or(0, |s| s.num_speculative_tokens)
+}
+
+/// The batch sizes vLLM captures (`_set_cudagraph_sizes`, read in 0.19.1, 0.25.0, 0.28.0,
+/// 0.29.0, 0.31.0 and 0.33.0). Given sizes (`--cudagraph-capture-sizes`) are kept up to
+/// max_num_batched_tokens. By default the [`grid`] up to `--max-cudagraph-capture-size` or else
+/// min(2 × max_num_seqs × q, 512 — 1024 on data-centre Blackwell from 0.28), q the decode query
+/// length ([`decode_query_len`]), and at most max_num_batched_tokens; from 0.25
+/// max_num_batched_tokens itself when it falls under that ceiling. When no ceiling is given, the
+/// uniform decode sizes join them: from 0.29 under speculative decoding n × q for every request
+/// count n of the grid up to max_num_seqs (and max_num_seqs itself), from 0.31 without it
+/// max_num_seqs.
 ///
-/// `interactivity` (`--performance-mode interactivity`) captures every size from 1 to 32 in place
-/// of 1, 2, 4.
-pub fn capture_sizes(
-    v: VllmVersion,
-    seqs: u64,
-    batched: u64,
-    blackwell_dc: bool,
-    max: Option<u64>,
-    given: Option<&[u64]>,
-    interactivity: bool,
-) -> Vec<u64> {
-    if let Some(given) = given {
+/// `--performance-mode interactivity` captures every size from 1 to 32 in place of 1, 2, 4.
+pub fn capture_sizes(cfg: &ServeConfig, seqs: u64, batched: u64) -> Vec<u64> {
+    if let Some(given) = &cfg.cudagraph_capture_sizes {
         let mut sizes: Vec<u64> = given.iter().copied().filter(|&s| s <= batched).collect();
         sizes.sort_unstable();
         sizes.dedup();
         return sizes;
     }
+    let v = cfg.vllm_version;
+    let blackwell_dc = cfg.gpu_arch.and_then(|a| a.cuda_cc).is_some_and(|(major, _)| major == 10);
     let ceiling = if blackwell_dc && v >= (VllmVersion { major: 0, minor: 28 }) { 1024 } else { 512 };
-    let cap = max.unwrap_or(seqs.saturating_mul(2).min(ceiling));
-    let uniform = (max.is_none() && v >= (VllmVersion { major: 0, minor: 31 }) && seqs <= cap).then_some(seqs);
+    let q = decode_query_len(cfg);
+    let cap = cfg.max_cudagraph_capture_size.unwrap_or(seqs.saturating_mul(2 * q).min(ceiling));
+    let uniform: Vec<u64> = match cfg.max_cudagraph_capture_size {
+        Some(_) => Vec::new(),
+        None if q > 1 && v >= (VllmVersion { major: 0, minor: 29 }) => {
+            let reqs = seqs.min(ceiling);
+            grid(reqs).into_iter().chain([reqs]).map(|n| n * q).filter(|&s| s <= cap).collect()
+        }
+        None if q == 1 && v >= (VllmVersion { major: 0, minor: 31 }) && seqs <= cap => vec![seqs],
+        None => Vec::new(),
+    };
     let cap = cap.min(batched);
-    let mut sizes: Vec<u64> =
-        if interactivity { (1..=cap.min(32)).collect() } else { [1, 2, 4].into_iter().filter(|&s| s <= cap).collect() };
-    if cap >= 8 {
-        sizes.extend((8..(cap + 1).min(256)).step_by(8));
-    }
-    if cap >= 256 {
-        sizes.extend((256..=cap).step_by(16));
+    let mut sizes = grid(cap);
+    if cfg.performance_mode == crate::serve::PerformanceMode::Interactivity {
+        sizes.retain(|&s| s > 32);
+        sizes.extend(1..=cap.min(32));
     }
     if v >= (VllmVersion { major: 0, minor: 25 }) && batched <= cap {
         sizes.push(batched);
     }
-    sizes.extend(uniform.filter(|&u| u <= batched));
+    sizes.extend(uniform.into_iter().filter(|&u| u <= batched));
     sizes.sort_unstable();
     sizes.dedup();
     sizes
@@ -155,33 +182,30 @@ pub fn check(cfg: &ServeConfig, batched: u64) -> Result<()> {
 /// first, FULL_DECODE_ONLY the second, FULL captures every size as one full graph. With LoRA
 /// every size is captured twice, without adapters and with `max_loras + 1` active
 /// (`_get_lora_cases`, `cudagraph_specialize_lora` on by default).
-pub fn estimate(cfg: &ServeConfig, layers: u64, seqs: u64, batched: u64, draft_layers: u64) -> CudaGraphs {
+///
+/// Under speculative decoding the V1 runner rounds every size up to a multiple of the decode
+/// query length when it captures full decode graphs (vllm/config/compilation.py
+/// `adjust_cudagraph_sizes_for_spec_decode`; from 0.25 not under Model Runner V2, which captures
+/// the uniform decode sizes instead), and a drafter captures piecewise graphs of its own layers
+/// at every size (v1/spec_decode/eagle.py: piecewise only).
+pub fn estimate(
+    cfg: &ServeConfig,
+    layers: u64,
+    seqs: u64,
+    batched: u64,
+    draft_layers: u64,
+    runner: crate::serve::ModelRunner,
+) -> CudaGraphs {
     let nccl = cfg.gpu_interconnect.is_some_and(|i| i.nccl_all_reduce(cfg.tp));
-    let blackwell_dc = cfg.gpu_arch.and_then(|a| a.cuda_cc).is_some_and(|(major, _)| major == 10);
-    // Speculative decoding: a decode step holds 1 + k tokens a request, so the default ceiling is
-    // min(2 × max-num-seqs × (1 + k), 512) (config/vllm.py `_set_cudagraph_sizes`) and every size
-    // is rounded up to a multiple of 1 + k (serve_spec::round_capture_sizes).
-    let k = cfg.speculative.as_ref().map_or(0, |s| s.num_speculative_tokens);
-    let spec_ceiling = (k > 0 && cfg.max_cudagraph_capture_size.is_none() && cfg.cudagraph_capture_sizes.is_none()).then(|| {
-        let ceiling = if blackwell_dc && cfg.vllm_version >= (VllmVersion { major: 0, minor: 28 }) { 1024 } else { 512 };
-        seqs.saturating_mul(2 * (k + 1)).min(ceiling)
-    });
-    let sizes = capture_sizes(
-        cfg.vllm_version,
-        seqs,
-        batched,
-        blackwell_dc,
-        spec_ceiling.or(cfg.max_cudagraph_capture_size),
-        cfg.cudagraph_capture_sizes.as_deref(),
-        cfg.performance_mode == crate::serve::PerformanceMode::Interactivity,
-    );
-    // The rounding is for separate full decode graphs only (gpu_model_runner.py: decode mode
-    // FULL with a separate routine, i.e. FULL_AND_PIECEWISE or FULL_DECODE_ONLY).
+    let q = decode_query_len(cfg);
     let mode = cfg.cudagraph_mode.unwrap_or(CudagraphMode::FullAndPiecewise);
-    let rounds = matches!(mode, CudagraphMode::FullAndPiecewise | CudagraphMode::FullDecodeOnly);
-    let sizes = if k > 0 && rounds { crate::serve_spec::round_capture_sizes(&sizes, k) } else { sizes };
+    let full_decode = matches!(mode, CudagraphMode::Full | CudagraphMode::FullDecodeOnly | CudagraphMode::FullAndPiecewise);
+    let rounded =
+        q > 1 && full_decode && (runner == crate::serve::ModelRunner::V1 || cfg.vllm_version < (VllmVersion { major: 0, minor: 25 }));
+    let sizes = capture_sizes(cfg, seqs, batched);
+    let sizes = if rounded { crate::serve_spec::round_capture_sizes(&sizes, q - 1) } else { sizes };
     let cases = if cfg.lora.is_some() { 2 } else { 1 };
-    let decode_tokens = seqs.saturating_mul(k + 1);
+    let decode_tokens = seqs.saturating_mul(q);
     let (all, decode) = (sizes.len() as u64 * cases, sizes.iter().filter(|&&s| s <= decode_tokens).count() as u64 * cases);
     let (piecewise, full) = match mode {
         CudagraphMode::None => (0, 0),
@@ -190,14 +214,19 @@ pub fn estimate(cfg: &ServeConfig, layers: u64, seqs: u64, batched: u64, draft_l
         CudagraphMode::FullDecodeOnly => (0, decode),
         CudagraphMode::FullAndPiecewise => (all, decode),
     };
-    // The drafter's own piecewise graphs at every size (v1/spec_decode/eagle.py: piecewise only).
-    let drafter = if draft_layers > 0 && piecewise + full > 0 { all * (draft_layers + 1) } else { 0 };
-    let layer_graphs = piecewise * (layers + 1) + full * layers + drafter;
+    let drafter_layer_graphs = if draft_layers > 0 && piecewise + full > 0 { all * (draft_layers + 1) } else { 0 };
+    let layer_graphs = piecewise * (layers + 1) + full * layers + drafter_layer_graphs;
     let per = if nccl { PER_LAYER_GRAPH_NCCL } else { PER_LAYER_GRAPH };
-    let modelled = layer_graphs.saturating_mul(per);
-    match cfg.cuda_graph_memory {
-        Some(b) => CudaGraphs { bytes: b, piecewise, full, layer_graphs, nccl, given: true },
-        None => CudaGraphs { bytes: modelled, piecewise, full, layer_graphs, nccl, given: false },
+    CudaGraphs {
+        bytes: cfg.cuda_graph_memory.unwrap_or(layer_graphs.saturating_mul(per)),
+        piecewise,
+        full,
+        layer_graphs,
+        drafter_layer_graphs,
+        decode_query: q,
+        rounded,
+        nccl,
+        given: cfg.cuda_graph_memory.is_some(),
     }
 }
 
@@ -217,6 +246,27 @@ pub fn note(g: &CudaGraphs) -> String {
         g.layer_graphs,
         if g.nccl { PER_LAYER_GRAPH_NCCL } else { PER_LAYER_GRAPH } / KIB,
         if g.nccl { ", NCCL's all-reduce captured into them (no custom all-reduce over this interconnect)" } else { "" }
+    ) + &speculation(g)
+}
+
+/// What speculative decoding did to the graphs, for the note.
+fn speculation(g: &CudaGraphs) -> String {
+    let q = g.decode_query;
+    if q <= 1 {
+        return String::new();
+    }
+    format!(
+        "; speculative decoding: a decode step holds {q} tokens a request, so the ceiling is 2 × max-num-seqs × {q}, {}{}",
+        if g.rounded {
+            format!("and the V1 runner rounds every size up to a multiple of {q} for its full decode graphs")
+        } else {
+            format!("and the sizes are not rounded (Model Runner V2 from 0.25, or no full decode graphs); from 0.29 the decode sizes n × {q} join them")
+        },
+        if g.drafter_layer_graphs > 0 {
+            format!("; the drafter's piecewise graphs are {} of the layer-graphs", g.drafter_layer_graphs)
+        } else {
+            String::new()
+        },
     )
 }
 
@@ -229,40 +279,64 @@ mod tests {
     /// (largest=128)" at 128 sequences and 2048 tokens: validation/vllm/graph_memory.jsonl).
     #[test]
     fn capture_sizes_match_logged_counts() {
-        let v = VllmVersion { major: 0, minor: 22 };
-        let s = capture_sizes(v, 256, 8192, false, None, None, false);
+        let at = |minor: u32| ServeConfig { vllm_version: VllmVersion { major: 0, minor }, ..ServeConfig::new(80 << 30) };
+        let s = capture_sizes(&at(22), 256, 8192);
         assert_eq!((s.len(), s.last(), s.iter().filter(|&&x| x <= 256).count()), (51, Some(&512), 35));
-        let s = capture_sizes(v, 128, 2048, false, None, None, false);
+        let s = capture_sizes(&at(22), 128, 2048);
         assert_eq!((s.len(), s.last(), s.iter().filter(|&&x| x <= 128).count()), (35, Some(&256), 19));
         // 0.25 adds max_num_batched_tokens under the ceiling; 0.31 max_num_seqs.
-        assert!(!capture_sizes(VllmVersion { major: 0, minor: 22 }, 256, 100, false, None, None, false).contains(&100));
-        assert_eq!(capture_sizes(VllmVersion { major: 0, minor: 25 }, 256, 100, false, None, None, false).last(), Some(&100));
-        assert!(!capture_sizes(VllmVersion { major: 0, minor: 29 }, 100, 8192, false, None, None, false).contains(&100));
-        assert!(capture_sizes(VllmVersion { major: 0, minor: 31 }, 100, 8192, false, None, None, false).contains(&100));
+        assert!(!capture_sizes(&at(22), 256, 100).contains(&100));
+        assert_eq!(capture_sizes(&at(25), 256, 100).last(), Some(&100));
+        assert!(!capture_sizes(&at(29), 100, 8192).contains(&100));
+        assert!(capture_sizes(&at(31), 100, 8192).contains(&100));
         // Data-centre Blackwell captures to 1024 from 0.28.
-        assert_eq!(capture_sizes(VllmVersion { major: 0, minor: 28 }, 1024, 8192, true, None, None, false).last(), Some(&1024));
-        assert_eq!(capture_sizes(VllmVersion { major: 0, minor: 25 }, 1024, 8192, true, None, None, false).last(), Some(&512));
+        let b200 = |minor: u32| at(minor).with_gpu_traits(&crate::gpu::lookup("b200").unwrap());
+        assert_eq!(capture_sizes(&b200(28), 1024, 8192).last(), Some(&1024));
+        assert_eq!(capture_sizes(&b200(25), 1024, 8192).last(), Some(&512));
         // Interactivity: 1..=32 every size, then the usual strides (8, 16, 24, 32 already in).
-        let s = capture_sizes(v, 256, 8192, false, None, None, true);
+        let s = capture_sizes(&ServeConfig { performance_mode: crate::serve::PerformanceMode::Interactivity, ..at(22) }, 256, 8192);
         // 51 − (1, 2, 4) − (8, 16, 24, 32) + 32 = 76.
         assert_eq!((s.len(), s[..32].to_vec()), (51 - 3 - 4 + 32, (1..=32).collect::<Vec<u64>>()));
+    }
+
+    /// Speculative decoding (k = 2, q = 3) at 8 sequences: the ceiling is 2 × 8 × 3 = 48; from
+    /// 0.29 the decode sizes n × 3 for n in 1, 2, 4, 8 join the grid (vllm/config/vllm.py
+    /// `_set_cudagraph_sizes`).
+    #[test]
+    fn speculation_widens_the_ceiling_and_adds_decode_sizes() {
+        let spec =
+            Some(crate::serve_spec::Speculative { method: crate::serve_spec::SpecMethod::Ngram, num_speculative_tokens: 2, draft: None });
+        let at = |minor: u32| ServeConfig {
+            vllm_version: VllmVersion { major: 0, minor },
+            speculative: spec.clone(),
+            ..ServeConfig::new(80 << 30)
+        };
+        assert_eq!(capture_sizes(&at(23), 8, 65_536), vec![1, 2, 4, 8, 16, 24, 32, 40, 48]);
+        assert_eq!(capture_sizes(&at(29), 8, 65_536), vec![1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 40, 48]);
+        // The V1 runner rounds them for its full decode graphs; Model Runner V2 (from 0.25) does not.
+        let v1 = estimate(&at(29), 64, 8, 65_536, 0, crate::serve::ModelRunner::V1);
+        let v2 = estimate(&at(29), 64, 8, 65_536, 0, crate::serve::ModelRunner::V2);
+        assert!(v1.rounded && !v2.rounded);
+        // 3, 6, 9, 12, 18, 24, 33, 42, 48 rounded against the 12 sizes as they are.
+        assert_eq!((v1.piecewise, v2.piecewise), (9, 12));
+        assert!(note(&v2).contains("not rounded"), "{}", note(&v2));
     }
 
     #[test]
     fn layer_graphs_and_lora_cases() {
         let cfg = ServeConfig { tp: 1, vllm_version: VllmVersion { major: 0, minor: 22 }, ..ServeConfig::new(80 << 30) };
-        let g = estimate(&cfg, 28, 128, 2048, 0);
+        let g = estimate(&cfg, 28, 128, 2048, 0, crate::serve::ModelRunner::V1);
         // Qwen2.5-7B, 128 sequences: 35 × 29 + 19 × 28 = 1547 layer-graphs × 251 KiB = 0.37 GiB,
         // the estimate its log printed (graph_memory.jsonl qwen2.5-7b-v0.22).
         assert_eq!((g.piecewise, g.full, g.layer_graphs), (35, 19, 1547));
         assert_eq!(g.bytes, 1547 * 251 * 1024);
         let lora = ServeConfig { lora: Some(crate::serve::ServeLora { max_loras: 1, max_lora_rank: 16, max_cpu_loras: 1 }), ..cfg.clone() };
-        assert_eq!(estimate(&lora, 28, 128, 2048, 0).layer_graphs, 2 * 1547);
+        assert_eq!(estimate(&lora, 28, 128, 2048, 0, crate::serve::ModelRunner::V1).layer_graphs, 2 * 1547);
         let given = ServeConfig { cuda_graph_memory: Some(1 << 30), ..cfg.clone() };
-        assert!(estimate(&given, 28, 128, 2048, 0).given);
+        assert!(estimate(&given, 28, 128, 2048, 0, crate::serve::ModelRunner::V1).given);
         // The modes keep one kind of graph or the other; FULL captures every size in full.
         let mode = |m: CudagraphMode| {
-            let g = estimate(&ServeConfig { cudagraph_mode: Some(m), ..cfg.clone() }, 28, 128, 2048, 0);
+            let g = estimate(&ServeConfig { cudagraph_mode: Some(m), ..cfg.clone() }, 28, 128, 2048, 0, crate::serve::ModelRunner::V1);
             (g.piecewise, g.full)
         };
         assert_eq!(mode(CudagraphMode::Piecewise), (35, 0));
@@ -272,9 +346,9 @@ mod tests {
         // Given sizes replace the list (kept up to max_num_batched_tokens); a given ceiling
         // replaces 2 × max_num_seqs.
         let sizes = ServeConfig { cudagraph_capture_sizes: Some(vec![1, 8, 8, 4096]), ..cfg.clone() };
-        assert_eq!(estimate(&sizes, 28, 128, 2048, 0).piecewise, 2);
+        assert_eq!(estimate(&sizes, 28, 128, 2048, 0, crate::serve::ModelRunner::V1).piecewise, 2);
         let capped = ServeConfig { max_cudagraph_capture_size: Some(64), ..cfg };
-        assert_eq!(estimate(&capped, 28, 128, 2048, 0).piecewise, 3 + 8);
+        assert_eq!(estimate(&capped, 28, 128, 2048, 0, crate::serve::ModelRunner::V1).piecewise, 3 + 8);
         assert!(CudagraphMode::parse("full_decode_only").is_ok() && CudagraphMode::parse("partial").is_err());
     }
 }

@@ -32,8 +32,13 @@ use crate::serve::invalid;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SpecMethod {
-    /// Prompt-lookup n-grams, proposed on the CPU (`ngram`; `ngram_gpu` on the GPU).
+    /// Prompt-lookup n-grams (`ngram`): on the CPU under the V1 runner; Model Runner V2 matches
+    /// them on the GPU with buffers of a few MiB ([max-num-seqs, max-model-len / 256] int64).
     Ngram,
+    /// `ngram_gpu`: the V1 runner keeps every request's tokens on the GPU for the match
+    /// ([max-num-seqs, max-model-len] int32, gpu_model_runner.py `token_ids_gpu_tensor`), not
+    /// modelled there; under Model Runner V2 it is `ngram`.
+    NgramGpu,
     /// Suffix decoding (Arctic Inference), on the CPU; Model Runner V1 only.
     Suffix,
     /// EAGLE-1 heads (`eagle`): decoder layers over the target's hidden states.
@@ -53,7 +58,8 @@ impl SpecMethod {
     pub fn parse(s: &str) -> Result<SpecMethod> {
         let s = s.trim().to_ascii_lowercase();
         Ok(match s.as_str() {
-            "ngram" | "ngram_gpu" | "[ngram]" => SpecMethod::Ngram,
+            "ngram" | "[ngram]" => SpecMethod::Ngram,
+            "ngram_gpu" => SpecMethod::NgramGpu,
             "suffix" => SpecMethod::Suffix,
             "eagle" => SpecMethod::Eagle,
             "eagle3" => SpecMethod::Eagle3,
@@ -71,13 +77,14 @@ impl SpecMethod {
 
     /// Whether the method loads a drafter onto the GPU.
     pub fn has_drafter(self) -> bool {
-        !matches!(self, SpecMethod::Ngram | SpecMethod::Suffix)
+        !matches!(self, SpecMethod::Ngram | SpecMethod::NgramGpu | SpecMethod::Suffix)
     }
 
     /// vLLM's name for the method.
     pub fn name(self) -> &'static str {
         match self {
             SpecMethod::Ngram => "ngram",
+            SpecMethod::NgramGpu => "ngram_gpu",
             SpecMethod::Suffix => "suffix",
             SpecMethod::Eagle => "eagle",
             SpecMethod::Eagle3 => "eagle3",
@@ -110,11 +117,14 @@ pub struct SpecRequest {
     pub model: Option<String>,
 }
 
-/// Read vLLM's `--speculative-config` JSON object (config/speculative.py `SpeculativeConfig`)
-/// for `target` on a TP group of `tp`. Without `method`, vLLM's choice: the target's MTP layers
-/// when no `model` is named, else by the model's name (eagle3, eagle) or a draft model. Keys that
-/// change no memory are accepted; keys that would (a drafter's own quantization or KV dtype,
-/// parallel drafting, a drafter TP other than the target's) are refused by name.
+/// Read vLLM's `--speculative-config` JSON object (config/speculative.py `SpeculativeConfig`,
+/// read in the 0.33.0 sdist) for `target` on a TP group of `tp`. Without `method`, vLLM's choice:
+/// `ngram` for the model "ngram", else a draft model, taken for an EAGLE head when its name holds
+/// "eagle-" and an EAGLE-3 head when it holds "eagle3"; with no `model` either vLLM refuses the
+/// config, and so does vram. `num_speculative_tokens` defaults, as vLLM's, to the checkpoint's MTP
+/// layers for `mtp` and to `suffix_decoding_max_tree_depth` (24) for `suffix`. Keys that change no
+/// memory are accepted; keys that would (a drafter's own quantization or KV dtype, parallel
+/// drafting, a drafter TP other than the target's) are refused by name.
 pub fn parse_request(v: &serde_json::Value, target: &Model, tp: u64) -> Result<SpecRequest> {
     const EXAMPLE: &str = r#"e.g. {"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3}"#;
     let Some(obj) = v.as_object() else {
@@ -128,35 +138,48 @@ pub fn parse_request(v: &serde_json::Value, target: &Model, tp: u64) -> Result<S
     let method = match obj.get("method") {
         Some(serde_json::Value::String(m)) => SpecMethod::parse(m)?,
         Some(other) if !other.is_null() => return Err(invalid("speculative_config.method", other, "a string")),
-        _ => match model.as_deref().map(str::to_ascii_lowercase) {
-            None if target.mtp_layers > 0 => SpecMethod::Mtp,
+        _ => match model.as_deref().map(str::to_ascii_lowercase).as_deref() {
             None => {
                 return Err(invalid(
                     "--speculative-config",
                     v,
-                    &format!(
-                        "needs a `method` (ngram, suffix, eagle, eagle3, mtp, draft_model) or a `model`; {} has no MTP layers for vLLM to default to",
-                        target.name
-                    ),
+                    &format!("a `method` (ngram, suffix, eagle, eagle3, mtp, draft_model) or a `model`: vLLM refuses speculative tokens without a speculative model; {EXAMPLE}"),
                 ))
             }
+            Some("ngram" | "[ngram]") => SpecMethod::Ngram,
+            Some(m) if m.contains("eagle-") => SpecMethod::Eagle,
             Some(m) if m.contains("eagle3") => SpecMethod::Eagle3,
-            Some(m) if m.contains("eagle") => SpecMethod::Eagle,
             Some(_) => SpecMethod::DraftModel,
         },
     };
-    let k = match obj.get("num_speculative_tokens") {
-        Some(n) => n.as_u64().ok_or_else(|| invalid("speculative_config.num_speculative_tokens", n, "a whole number from 1 to 128"))?,
-        None if method == SpecMethod::Mtp && target.mtp_layers > 0 => target.mtp_layers,
-        None => {
+    let k = match (obj.get("num_speculative_tokens").filter(|n| !n.is_null()), method) {
+        (Some(n), _) => {
+            n.as_u64().ok_or_else(|| invalid("speculative_config.num_speculative_tokens", n, "a whole number from 1 to 128"))?
+        }
+        (None, SpecMethod::Mtp) if target.mtp_layers > 0 => target.mtp_layers,
+        (None, SpecMethod::Suffix) => match obj.get("suffix_decoding_max_tree_depth").filter(|n| !n.is_null()) {
+            Some(n) => n.as_u64().ok_or_else(|| invalid("speculative_config.suffix_decoding_max_tree_depth", n, "a whole number"))?,
+            None => 24,
+        },
+        (None, _) => {
             return Err(invalid("speculative_config.num_speculative_tokens", "missing", &format!("required for method {}", method.name())))
         }
     };
-    for (key, value) in obj {
+    // MTP layers are reused in turn: vLLM refuses a count beyond them that they do not divide.
+    let n = target.mtp_layers;
+    if method == SpecMethod::Mtp && n > 0 && k > n && k % n != 0 {
+        return Err(invalid(
+            "speculative_config.num_speculative_tokens",
+            k,
+            &format!("at most {n} or a multiple of {n}, the checkpoint's MTP layers (vLLM: \"must be divisible by n_predict\")"),
+        ));
+    }
+    // A key set to null is left at vLLM's default, which is what vram models.
+    for (key, value) in obj.iter().filter(|(_, v)| !v.is_null()) {
         match key.as_str() {
             "method" | "model" | "num_speculative_tokens" => {}
             // The drafter on the target's TP group is what vLLM does by default.
-            "draft_tensor_parallel_size" if value.is_null() || value.as_u64() == Some(tp) => {}
+            "draft_tensor_parallel_size" if value.as_u64() == Some(tp) => {}
             // Proposal and acceptance settings, and the drafter's revision: no memory.
             "prompt_lookup_max" | "prompt_lookup_min" | "disable_padded_drafter_batch" | "disable_by_batch_size" | "acceptance_method"
             | "posterior_threshold" | "posterior_alpha" | "revision" | "code_revision" | "max_model_len" | "disable_log_stats"
@@ -188,7 +211,9 @@ pub(crate) struct Drafter {
     pub kv_bytes_per_token: u64,
     /// A model standing for the drafter's forward (its layers over max-num-batched-tokens).
     pub forward: Option<Model>,
-    /// Hidden-state widths of the target held while it runs (1, or 3 for EAGLE-3's aux states).
+    /// [T, hidden] tensors held beside the target's own hidden states while the drafter runs:
+    /// EAGLE's input (1), EAGLE-3's three auxiliary states (3), an MTP module's embeddings and
+    /// hidden states (2); a draft model holds none of the target's.
     pub held_hidden: u64,
     /// Its attention layers have the target's KV shape, so they join the target's groups (vLLM
     /// groups layers of one spec); otherwise they sit beside them with their own page size.
@@ -419,7 +444,7 @@ mod tests {
     fn methods_and_aliases() {
         assert_eq!(SpecMethod::parse("deepseek_mtp").unwrap(), SpecMethod::Mtp);
         assert_eq!(SpecMethod::parse("EAGLE3").unwrap(), SpecMethod::Eagle3);
-        assert_eq!(SpecMethod::parse("ngram_gpu").unwrap(), SpecMethod::Ngram);
+        assert_eq!(SpecMethod::parse("ngram_gpu").unwrap(), SpecMethod::NgramGpu);
         let e = SpecMethod::parse("medusa").unwrap_err().to_string();
         assert!(e.contains("medusa") && e.contains("eagle3"), "{e}");
     }

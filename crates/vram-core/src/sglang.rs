@@ -139,16 +139,27 @@ pub struct SglangSpec {
 }
 
 impl SglangSpec {
-    /// (steps, top-k, draft tokens) as SGLang resolves them: `_auto_choose_speculative_params`
-    /// when no steps are given ((5, 4, 8) for Llama and Grok, else (3, 1, 4)), then draft
-    /// tokens = steps + 1 at top-k 1.
-    pub fn resolved(&self, m: &Model) -> (u64, u64, u64) {
-        let (steps, topk, tokens) = match self.num_steps {
-            Some(s) => (s, self.eagle_topk.unwrap_or(1), self.num_draft_tokens.unwrap_or(s + 1)),
-            None if m.model_type == "llama" => (5, 4, 8),
-            None => (3, 1, 4),
+    /// (steps, top-k, draft tokens) as SGLang resolves them (`_handle_eagle_family`):
+    /// `_auto_choose_speculative_params` when no steps are given ((5, 4, 8) for Llama, else
+    /// (3, 1, 4)), which SGLang asserts leaves top-k and draft tokens unset too; given steps need a
+    /// top-k (SGLang compares it with numbers), and above top-k 1 the draft tokens; at top-k 1 the
+    /// draft tokens are steps + 1.
+    pub fn resolved(&self, m: &Model) -> Result<(u64, u64, u64)> {
+        let flags = "--speculative-num-steps / --speculative-eagle-topk / --speculative-num-draft-tokens";
+        let (steps, topk, tokens) = match (self.num_steps, self.eagle_topk, self.num_draft_tokens) {
+            (None, None, None) if m.model_type == "llama" => (5, 4, 8),
+            (None, None, None) => (3, 1, 4),
+            (None, _, _) => {
+                return Err(invalid(flags, "top-k or draft tokens without steps", "all three, or none for SGLang's choice (it asserts so)"))
+            }
+            (Some(_), None, _) => {
+                return Err(invalid(flags, "steps without a top-k", "a top-k with the steps (SGLang compares it with numbers)"))
+            }
+            (Some(s), Some(1), _) => (s, 1, s + 1),
+            (Some(_), Some(_), None) => return Err(invalid(flags, "top-k above 1 without draft tokens", "the draft tokens too")),
+            (Some(s), Some(k), Some(t)) => (s, k, t),
         };
-        (steps, topk, if topk == 1 { steps + 1 } else { tokens })
+        Ok((steps, topk, tokens))
     }
 }
 
@@ -474,7 +485,7 @@ fn speculative_drafter(
         (SpecMethod::Mtp | SpecMethod::Eagle | SpecMethod::Eagle3, _) => {}
         (other, _) => return Err(invalid("--speculative-algorithm", other.name(), "EAGLE, EAGLE3 or NEXTN (SGLang's EAGLE family)")),
     }
-    let (steps, topk, tokens) = sp.resolved(m);
+    let (steps, topk, tokens) = sp.resolved(m)?;
     if steps == 0 || topk == 0 || tokens == 0 || steps > 64 || topk > 64 || tokens > 1024 {
         return Err(invalid(
             "--speculative-num-steps / --speculative-eagle-topk / --speculative-num-draft-tokens",

@@ -703,7 +703,8 @@ fn cuda_graph_estimate_against_logs() {
     for e in &entries {
         let version = e["vllm_version"].as_str().and_then(|v| VllmVersion::parse(v.split(' ').next().unwrap()).ok());
         if let (Some(v), Some(seqs)) = (version, e["max_num_seqs"].as_u64()) {
-            let sizes = capture_sizes(v, seqs, e["max_num_batched_tokens"].as_u64().unwrap_or(8192), false, None, None, false);
+            let cfg = ServeConfig { vllm_version: v, ..ServeConfig::new(80 << 30) };
+            let sizes = capture_sizes(&cfg, seqs, e["max_num_batched_tokens"].as_u64().unwrap_or(8192));
             let full = sizes.iter().filter(|&&s| s <= seqs).count() as u64;
             assert_eq!((sizes.len() as u64, full), (u(e, "piecewise_sizes"), u(e, "full_sizes")), "{}", e["id"]);
             counted += 1;

@@ -69,11 +69,7 @@ fn an_eagle3_head_is_priced_tensor_by_tensor() {
         let draft_token = 2 * (8 / tp) * 80 * 2;
         assert_eq!((plain.pool.kv_bytes_per_token, r.pool.kv_bytes_per_token), (target_token, target_token + draft_token));
         assert_eq!(r.pool.num_kv_blocks, r.kv_cache_bytes / (16 * (target_token + draft_token)), "tp {tp}");
-        assert!(
-            r.notes.iter().any(|n| n.contains("EAGLE-3 head") && n.contains("not yet checked against a start-up log")),
-            "{:?}",
-            r.notes
-        );
+        assert!(r.notes.iter().any(|n| n.contains("EAGLE-3 head") && n.contains("not yet checked against one")), "{:?}", r.notes);
     }
 }
 
@@ -90,7 +86,8 @@ fn ngram_changes_the_sampler_and_the_graph_sizes_only() {
     assert_eq!(r.draft_weights_bytes, 0);
     // 0.22's default list up to 512 (256 × 2 × 4 = 2048, capped), rounded to multiples of 4:
     // 4, 8 … 248 (31), 256 … 512 by 16 (17): 49 sizes, every one a decode size (≤ 256 × 4).
-    let sizes = round_capture_sizes(&capture_sizes(VllmVersion { major: 0, minor: 22 }, 256, 2048, false, Some(512), None, false), 3);
+    let sizes =
+        round_capture_sizes(&capture_sizes(&ServeConfig { speculative: spec(SpecMethod::Ngram, 3, None), ..h100(22) }, 256, 2048), 3);
     assert_eq!(sizes.len(), 49);
     let g = r.cuda_graphs.expect("0.22 estimates its graphs");
     assert_eq!((g.piecewise, g.full), (49, 49));
@@ -112,6 +109,13 @@ fn ngram_changes_the_sampler_and_the_graph_sizes_only() {
         },
     );
     assert!(!v2.activation_peak_at.contains("rejection"), "{}", v2.activation_peak_at);
+    // ngram_gpu: the V1 runner's token table on the GPU is not modelled and is refused; Model
+    // Runner V2 matches n-grams on the GPU with small buffers either way.
+    let e = serve(&m, &ServeConfig { speculative: spec(SpecMethod::NgramGpu, 3, None), ..cfg.clone() }).unwrap_err().to_string();
+    assert!(e.contains("token_ids_gpu_tensor"), "{e}");
+    let v2 =
+        ServeConfig { vllm_version: VllmVersion { major: 0, minor: 33 }, speculative: spec(SpecMethod::NgramGpu, 3, None), ..cfg.clone() };
+    assert_eq!(run(&m, &v2).weights_bytes, plain.weights_bytes);
 }
 
 /// DeepSeek-V3's MTP module: one decoder layer from the checkpoint (priced as its average
@@ -163,8 +167,56 @@ fn a_draft_model_adds_its_weights_and_layers() {
     assert!(e.contains("sliding-window"), "{e}");
     // n-gram drafting needs no drafter and is modelled there.
     serve(&gemma, &ServeConfig { speculative: spec(SpecMethod::Ngram, 3, None), ..h100(19) }).unwrap();
-    let e = serve(&target, &ServeConfig { speculative: spec(SpecMethod::Ngram, 0, None), ..cfg }).unwrap_err().to_string();
+    let e = serve(&target, &ServeConfig { speculative: spec(SpecMethod::Ngram, 0, None), ..cfg.clone() }).unwrap_err().to_string();
     assert!(e.contains("num_speculative_tokens"), "{e}");
+    // --num-gpu-blocks-override with a drafter of its own page size: each block holds the
+    // drafter's layers too, and the pool is the blocks asked for.
+    let o = run(
+        &target,
+        &ServeConfig { num_gpu_blocks_override: Some(1000), speculative: spec(SpecMethod::DraftModel, 5, Some(draft)), ..cfg },
+    );
+    assert_eq!(o.pool.num_kv_blocks, 1000);
+    assert_eq!(o.kv_cache_bytes, 1000 * 16 * o.pool.kv_bytes_per_token);
+}
+
+/// vLLM's reading of the config (config/speculative.py, 0.33.0): the method it infers, the
+/// defaults it takes, and what it refuses.
+#[test]
+fn the_config_is_read_as_vllm_reads_it() {
+    use vram_core::serve_spec::parse_request;
+    let llama = presets::load("llama-3.1-8b").unwrap();
+    let v3 = config("validation/configs/deepseek-v3.json");
+    let read = |m: &Model, j: serde_json::Value| parse_request(&j, m, 1).map(|r| (r.method, r.num_speculative_tokens));
+    use serde_json::json;
+    assert_eq!(read(&llama, json!({"model": "ngram", "num_speculative_tokens": 3})).unwrap(), (SpecMethod::Ngram, 3));
+    assert_eq!(
+        read(&llama, json!({"model": "yuhuili/EAGLE-LLaMA3-Instruct-8B", "num_speculative_tokens": 3})).unwrap(),
+        (SpecMethod::Eagle, 3)
+    );
+    assert_eq!(
+        read(&llama, json!({"model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3})).unwrap(),
+        (SpecMethod::Eagle3, 3)
+    );
+    assert_eq!(
+        read(&llama, json!({"model": "meta-llama/Llama-3.2-1B", "num_speculative_tokens": 3})).unwrap(),
+        (SpecMethod::DraftModel, 3)
+    );
+    // No model and no method: vLLM refuses, even for a checkpoint with MTP layers.
+    assert!(read(&v3, json!({"num_speculative_tokens": 1})).unwrap_err().to_string().contains("without a speculative model"));
+    // Defaults: the MTP layers; suffix decoding's tree depth.
+    assert_eq!(read(&v3, json!({"method": "mtp"})).unwrap(), (SpecMethod::Mtp, 1));
+    assert_eq!(read(&llama, json!({"method": "suffix"})).unwrap(), (SpecMethod::Suffix, 24));
+    assert_eq!(read(&llama, json!({"method": "suffix", "suffix_decoding_max_tree_depth": 16})).unwrap(), (SpecMethod::Suffix, 16));
+    assert!(read(&llama, json!({"method": "ngram"})).is_err());
+    // MTP layers are reused in turn: beyond them the count must be a multiple ("divisible by n_predict").
+    let mut two = v3.clone();
+    two.mtp_layers = 2;
+    assert!(read(&two, json!({"method": "mtp", "num_speculative_tokens": 3})).unwrap_err().to_string().contains("multiple of 2"));
+    assert!(read(&two, json!({"method": "mtp", "num_speculative_tokens": 4})).is_ok());
+    assert!(read(&two, json!({"method": "mtp", "num_speculative_tokens": 1})).is_ok());
+    // A drafter TP other than the target's is refused; the target's is accepted.
+    assert!(parse_request(&json!({"method": "ngram", "num_speculative_tokens": 2, "draft_tensor_parallel_size": 1}), &llama, 2).is_err());
+    assert!(parse_request(&json!({"method": "ngram", "num_speculative_tokens": 2, "draft_tensor_parallel_size": 2}), &llama, 2).is_ok());
 }
 
 /// MTP on a Gated DeltaNet hybrid, against a public vLLM start-up log
@@ -224,11 +276,18 @@ fn piecewise_graphs_under_speculation_keep_the_default_sizes() {
         speculative: spec(SpecMethod::Mtp, 2, None),
         ..ServeConfig::new(80 << 30)
     };
-    let g = vram_core::serve_graphs::estimate(&cfg, 64, 8, 65_536, 1);
+    let g = vram_core::serve_graphs::estimate(&cfg, 64, 8, 65_536, 1, vram_core::serve::ModelRunner::V1);
     assert_eq!((g.piecewise, g.full), (9, 0));
     // With separate full decode graphs the same sizes round to multiples of 3: 3, 6, 9, 18, 24,
     // 33, 42, 48.
-    let full = vram_core::serve_graphs::estimate(&ServeConfig { cudagraph_mode: None, ..cfg }, 64, 8, 65_536, 1);
+    let full = vram_core::serve_graphs::estimate(
+        &ServeConfig { cudagraph_mode: None, ..cfg },
+        64,
+        8,
+        65_536,
+        1,
+        vram_core::serve::ModelRunner::V1,
+    );
     assert_eq!(full.piecewise, 8);
 }
 
@@ -259,12 +318,22 @@ fn sglang_nextn_and_eagle3_from_source() {
     assert_eq!(r.max_running_requests, 48);
     // (3, 1, 4) for DeepSeek: rows of context + 4 + 4 int32.
     assert_eq!(r.req_to_token_bytes, 49 * (r.context_len + 8) * 4);
-    assert_eq!(nextn.resolved(&m), (3, 1, 4));
+    assert_eq!(nextn.resolved(&m).unwrap(), (3, 1, 4));
+    // Given steps need a top-k; a top-k without steps is refused, as SGLang refuses both.
+    assert!(SglangSpec { num_steps: Some(3), ..nextn.clone() }.resolved(&m).is_err());
+    assert!(SglangSpec { eagle_topk: Some(1), ..nextn.clone() }.resolved(&m).is_err());
+    assert_eq!(
+        SglangSpec { num_steps: Some(2), eagle_topk: Some(1), num_draft_tokens: Some(9), ..nextn.clone() }.resolved(&m).unwrap(),
+        (2, 1, 3)
+    );
     // A given limit stands; Llama's auto choice is (5, 4, 8).
     let given = sglang(&m, &SglangConfig { max_running_requests: Some(128), speculative: Some(nextn.clone()), ..base.clone() }).unwrap();
     assert_eq!(given.max_running_requests, 128);
     let llama = presets::load("llama-3.1-8b").unwrap();
-    assert_eq!(SglangSpec { method: SpecMethod::Eagle3, draft: Some(Box::new(head())), ..nextn.clone() }.resolved(&llama), (5, 4, 8));
+    assert_eq!(
+        SglangSpec { method: SpecMethod::Eagle3, draft: Some(Box::new(head())), ..nextn.clone() }.resolved(&llama).unwrap(),
+        (5, 4, 8)
+    );
     // An EAGLE-3 head: the same weights vLLM counts (both shard as vLLM does), and a cell grown
     // by the target's per-layer size (SGLang assumes it), not the head's own 80-wide heads.
     let target = config("validation/vllm/configs/qwen3-32b.config.json");

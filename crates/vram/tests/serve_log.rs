@@ -263,7 +263,7 @@ fn the_logs_drafter_is_compared_with_the_estimates() {
     // An estimate with a drafter against a log without one.
     let plain = dir.path().join("plain.log");
     std::fs::write(&plain, "INFO [gpu_model_runner.py:2007] Model loading took 15.2 GiB and 4.4 seconds\n").unwrap();
-    let head = format!("{}/../../validation/vllm/spec_heads/qwen3-32b-eagle3.config.json", env!("CARGO_MANIFEST_DIR"));
+    let head = util::repo_file("validation/vllm/spec_heads/qwen3-32b-eagle3.config.json");
     let spec = format!(r#"{{"method": "eagle3", "model": "{head}", "num_speculative_tokens": 3}}"#);
     let v = json(&[
         "serve",
@@ -286,8 +286,7 @@ fn the_logs_drafter_is_compared_with_the_estimates() {
 /// "Load weight end" is read as the draft's, not the target's, and held to vram's draft.
 #[test]
 fn an_sglang_draft_load_is_compared_as_the_drafts() {
-    let root = format!("{}/../..", env!("CARGO_MANIFEST_DIR"));
-    let logs = std::fs::read_to_string(format!("{root}/validation/sglang/spec_logs.jsonl")).unwrap();
+    let logs = std::fs::read_to_string(util::repo_file("validation/sglang/spec_logs.jsonl")).unwrap();
     let case: Value = logs
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
@@ -297,7 +296,7 @@ fn an_sglang_draft_load_is_compared_as_the_drafts() {
     let log = dir.path().join("sglang.log");
     let lines: Vec<&str> = case["lines"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
     std::fs::write(&log, lines.join("\n")).unwrap();
-    let head = format!("{root}/validation/vllm/spec_heads/llama3-8b-eagle3.config.json");
+    let head = util::repo_file("validation/vllm/spec_heads/llama3-8b-eagle3.config.json");
     let base = ["serve", "--engine", "sglang", "-m", "llama-3.1-8b", "-g", "h100", "--dtype", "float16", "--context-length", "131072"];
     let spec = [
         "--speculative-algorithm",

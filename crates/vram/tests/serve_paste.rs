@@ -1212,8 +1212,8 @@ fn engine_flags_typed_beside_a_pasted_command_are_refused_and_vrams_own_carried(
 /// config, validation/vllm/spec_heads/), n-gram drafting, and what is refused by name.
 #[test]
 fn speculative_decoding_is_read_from_a_pasted_command() {
-    let head = format!("{}/../../validation/vllm/spec_heads/qwen3-32b-eagle3.config.json", env!("CARGO_MANIFEST_DIR"));
-    let target = format!("{}/../../validation/vllm/configs/qwen3-32b.config.json", env!("CARGO_MANIFEST_DIR"));
+    let head = util::repo_file("validation/vllm/spec_heads/qwen3-32b-eagle3.config.json");
+    let target = util::repo_file("validation/vllm/configs/qwen3-32b.config.json");
     let spec = format!(r#"{{"method": "eagle3", "model": "{head}", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 2}}"#);
     let with = pasted(&[
         "serve",
@@ -1298,7 +1298,8 @@ fn speculative_decoding_is_read_from_a_pasted_command() {
         (r#"{"method": "medusa", "model": "x", "num_speculative_tokens": 2}"#, "medusa"),
         (r#"{"method": "ngram", "num_speculative_tokens": 2, "quantization": "fp8"}"#, "quantization"),
         (r#"{"method": "ngram", "num_speculative_tokens": 2, "draft_tensor_parallel_size": 1}"#, "draft_tensor_parallel_size"),
-        (r#"{"num_speculative_tokens": 2}"#, "needs a `method`"),
+        (r#"{"num_speculative_tokens": 2}"#, "without a speculative model"),
+        (r#"{"method": "suffix", "num_speculative_tokens": 2, "quantization": null, "x": 1}"#, "speculative_config.x"),
         ("not json", "not a JSON object"),
     ] {
         let e = fails(&["serve", "-g", "h100", "--", "vllm", "serve", "llama-3.1-70b", "-tp", "2", "--speculative-config", json], 2);
@@ -1313,7 +1314,7 @@ fn speculative_decoding_is_read_from_a_pasted_command() {
 /// (a real config, validation/vllm/spec_heads/), and the algorithms not modelled refused by name.
 #[test]
 fn sglang_speculative_flags_are_read_from_a_pasted_command() {
-    let v3 = format!("{}/../../validation/configs/deepseek-v3.json", env!("CARGO_MANIFEST_DIR"));
+    let v3 = util::repo_file("validation/configs/deepseek-v3.json");
     let base = [
         "serve",
         "-g",
@@ -1350,8 +1351,8 @@ fn sglang_speculative_flags_are_read_from_a_pasted_command() {
     assert!(n["draft_weights_bytes"].as_u64().unwrap() > 0, "{n}");
     assert_eq!(n["max_running_requests"], 48, "{n}");
     assert!(n["max_total_num_tokens"].as_u64() < p["max_total_num_tokens"].as_u64(), "{n}");
-    let head = format!("{}/../../validation/vllm/spec_heads/qwen3-32b-eagle3.config.json", env!("CARGO_MANIFEST_DIR"));
-    let q = format!("{}/../../validation/vllm/configs/qwen3-32b.config.json", env!("CARGO_MANIFEST_DIR"));
+    let head = util::repo_file("validation/vllm/spec_heads/qwen3-32b-eagle3.config.json");
+    let q = util::repo_file("validation/vllm/configs/qwen3-32b.config.json");
     let eagle3 = pasted(&[
         "serve",
         "-g",
@@ -1372,6 +1373,7 @@ fn sglang_speculative_flags_are_read_from_a_pasted_command() {
     assert!(eagle3.to_string().contains("EAGLE-3 head"), "{eagle3}");
     for (args, says) in [
         (vec!["--speculative-algorithm", "NGRAM"], "NGRAM"),
+        (vec!["--speculative-algorithm", "MTP"], "MTP"),
         (vec!["--speculative-algorithm", "EAGLE3"], "--speculative-draft-model-path"),
         (vec!["--speculative-num-steps", "3"], "need --speculative-algorithm"),
         (vec!["--speculative-algorithm", "EAGLE", "--speculative-token-map", "map.pt"], "--speculative-token-map"),

@@ -7,6 +7,12 @@ pub fn vram() -> Command {
     Command::cargo_bin("vram").expect("binary built")
 }
 
+/// A file of the repository (validation data, fixtures) by its path from the root.
+#[allow(dead_code)]
+pub fn repo_file(path: &str) -> String {
+    format!("{}/../../{path}", env!("CARGO_MANIFEST_DIR"))
+}
+
 /// Run `vram` with args, expect success, parse stdout as JSON.
 #[allow(dead_code)]
 pub fn json(args: &[&str]) -> serde_json::Value {

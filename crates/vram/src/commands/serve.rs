@@ -661,17 +661,13 @@ fn speculative(a: &ServeArgs, target: &Model) -> Result<Option<vram_core::serve_
 /// An EAGLE head's config.json, from a directory, a file or the Hub.
 fn eagle_head(spec: &str) -> Result<Model> {
     let path = std::path::Path::new(spec);
-    let (bytes, file) = if path.is_dir() {
-        let f = path.join("config.json");
-        (crate::source::local::read_limited(&f, 16 << 20)?, f.display().to_string())
-    } else if path.is_file() {
-        (crate::source::local::read_limited(path, 16 << 20)?, spec.to_string())
-    } else if crate::source::hub::is_hub_id(spec) {
-        let bytes = crate::source::hub::small_file(spec, "config.json")?
-            .ok_or_else(|| UsageError(format!("the EAGLE head {spec} has no config.json on the Hub")))?;
-        (bytes, format!("{spec}/config.json"))
+    let (file, bytes) = if path.is_file() {
+        (spec.to_string(), crate::source::local::read_limited(path, crate::source::local::MAX_CONFIG)?)
+    } else if path.is_dir() || crate::source::hub::is_hub_id(spec) {
+        let (file, bytes) = crate::source::small_json(spec, "config.json")?;
+        (file.clone(), bytes.ok_or_else(|| UsageError(format!("the EAGLE head {spec} has no config.json ({file})")))?)
     } else {
-        return Err(UsageError(format!("--speculative-config model `{spec}`: not a directory, a config.json or a Hub id")).into());
+        return Err(UsageError(format!("the EAGLE head `{spec}`: not a directory, a config.json or a Hub id")).into());
     };
     Ok(vram_core::serve_spec::parse_head_config(&bytes, spec, &file)?)
 }
@@ -931,7 +927,7 @@ fn sglang_speculative(a: &ServeArgs, target: &Model) -> Result<Option<vram_core:
     let own = |p: &str| a.model.as_deref() == Some(p);
     let path = a.speculative_draft_model_path.as_deref().filter(|p| !own(p));
     let (method, draft) = match (alg.to_ascii_uppercase().as_str(), path) {
-        ("NEXTN" | "MTP", _) | ("EAGLE", None) => (SpecMethod::Mtp, None),
+        ("NEXTN", _) | ("EAGLE", None) => (SpecMethod::Mtp, None),
         ("EAGLE", Some(p)) => (SpecMethod::Eagle, Some(Box::new(eagle_head(p)?))),
         ("EAGLE3", Some(p)) => (SpecMethod::Eagle3, Some(Box::new(eagle_head(p)?))),
         ("EAGLE3", None) => return Err(UsageError("--speculative-algorithm EAGLE3 needs --speculative-draft-model-path (the EAGLE-3 head)".into()).into()),
@@ -1009,15 +1005,7 @@ fn replicas(flag: &str, dp: u64) -> Result<u64> {
 /// id's (`org/name[@revision]`, from the Hugging Face cache or the Hub). (the file as named, its
 /// JSON; `None` when there is no such file.)
 fn adapter_config(flag: &str, path: &str) -> Result<(String, Option<serde_json::Value>)> {
-    let local = std::path::Path::new(path).join("adapter_config.json");
-    let (file, bytes) = if crate::source::hub::is_hub_id(path) {
-        let read = crate::source::hub::small_file(path, "adapter_config.json").with_context(|| flag.to_string())?;
-        (format!("{path}/adapter_config.json"), read)
-    } else {
-        // A FIFO or a huge file there is refused, not read (source::local::read_limited).
-        let read = local.exists().then(|| crate::source::local::read_limited(&local, crate::source::local::MAX_CONFIG)).transpose();
-        (local.display().to_string(), read.with_context(|| flag.to_string())?)
-    };
+    let (file, bytes) = crate::source::small_json(path, "adapter_config.json").with_context(|| flag.to_string())?;
     let json = match bytes {
         Some(b) => Some(serde_json::from_slice(&b).map_err(|e| UsageError(format!("{flag}: {file} is not valid JSON: {e}")))?),
         None => None,

@@ -43,6 +43,19 @@ pub fn load_model(spec: &str, opts: ParseOptions) -> Result<Model> {
     Ok(presets::load(spec)?)
 }
 
+/// A small JSON file (`adapter_config.json`, an EAGLE head's `config.json`) of a Hub repository
+/// (cached or fetched) or a local directory: where it is, and its bytes (`None` when the
+/// repository or directory has none). A local file is read as a regular file within the config
+/// limit (`local::read_limited`: a FIFO or a huge file is refused, not read).
+pub fn small_json(spec: &str, name: &str) -> Result<(String, Option<Vec<u8>>)> {
+    if hub::is_hub_id(spec) {
+        return Ok((format!("{spec}/{name}"), hub::small_file(spec, name)?));
+    }
+    let local = Path::new(spec).join(name);
+    let bytes = local.exists().then(|| local::read_limited(&local, local::MAX_CONFIG)).transpose()?;
+    Ok((local.display().to_string(), bytes))
+}
+
 /// Suffixes of fine-tuned variants that keep the base model's architecture and size.
 const VARIANT_SUFFIXES: [&str; 3] = ["-instruct", "-chat", "-it"];
 
