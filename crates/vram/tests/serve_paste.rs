@@ -1384,3 +1384,25 @@ fn sglang_speculative_flags_are_read_from_a_pasted_command() {
         assert!(e.contains(says), "{args:?}: {e}");
     }
 }
+
+/// `env NAME=value … command`, as shells write it: the assignments are read as without `env`.
+#[test]
+fn a_command_run_through_env_reads_its_assignments() {
+    let with = pasted(&[
+        "serve",
+        "-g",
+        "h100",
+        "--",
+        "env",
+        "VLLM_USE_V2_MODEL_RUNNER=0",
+        "vllm",
+        "serve",
+        "llama-3.1-8b",
+        "--max-model-len",
+        "8192",
+    ]);
+    let without =
+        pasted(&["serve", "-g", "h100", "--", "VLLM_USE_V2_MODEL_RUNNER=0", "vllm", "serve", "llama-3.1-8b", "--max-model-len", "8192"]);
+    assert_eq!(with["gpus"], without["gpus"]);
+    assert_eq!(with["gpus"][0]["model_runner"], "v1", "{with}");
+}

@@ -1131,8 +1131,13 @@ pub(super) fn kv_type(kv: &[Option<String>; 2]) -> Result<Option<String>> {
     Ok(Some(k.to_string()))
 }
 
-/// Leading `NAME=value` environment assignments, and the command after them.
+/// Leading `NAME=value` environment assignments (after an `env` that runs them, if any), and
+/// the command after them.
 fn split_env(cmd: &[String]) -> (&[String], &[String]) {
+    let cmd = match cmd.first() {
+        Some(e) if e.rsplit('/').next() == Some("env") => &cmd[1..],
+        _ => cmd,
+    };
     let is_env = |t: &String| {
         t.split_once('=')
             .is_some_and(|(k, _)| !k.is_empty() && k.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_'))
